@@ -1,0 +1,24 @@
+"""Argument parsing and output paths shared by the experiment scripts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tensorconv.results import results_dir
+
+
+def parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """An argument parser with the flags every experiment takes."""
+    p = argparse.ArgumentParser(prog=f"python -m experiments.{name}", description=doc)
+    p.add_argument("--quick", action="store_true", help="a smaller, faster run")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results directory (default: $TENSORCONV_RESULTS or ./results)")
+    return p
+
+
+def outputs(name: str, out: Path | None) -> dict:
+    """Paths of the CSV, markdown and PNG an experiment writes."""
+    d = out or results_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    return {ext: d / f"{name}.{ext}" for ext in ("csv", "md", "png")}

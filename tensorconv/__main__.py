@@ -1,0 +1,3 @@
+from tensorconv.cli import main
+
+raise SystemExit(main())

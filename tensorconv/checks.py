@@ -1,0 +1,114 @@
+"""Argument checks shared by the references and the ops.
+
+Each check raises ``ValueError`` (shapes, sizes, layout) or ``TypeError``
+(dtypes, array kinds) naming the offending argument, before any kernel launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend
+
+
+def pair(value, name: str, *, minimum: int) -> tuple[int, int]:
+    """Normalise an int or a pair of ints to ``(h, w)``, each ``>= minimum``."""
+    if isinstance(value, (int, np.integer)):
+        value = (int(value), int(value))
+    try:
+        h, w = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    if h < minimum or w < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {(h, w)}")
+    return h, w
+
+
+def check_array(a, name: str, *, ndim: int, dtype=None, contiguous: bool = False,
+                xp=None) -> None:
+    """Check one array's kind, rank, emptiness, dtype and (optionally) layout."""
+    if not (isinstance(a, np.ndarray) or backend.is_cupy_array(a)):
+        raise TypeError(f"{name} must be a NumPy or CuPy array, got {type(a).__name__}")
+    if xp is not None and backend.array_module(a) is not xp:
+        raise TypeError(f"{name} is on a different device from the other arguments "
+                        f"({backend.array_module(a).__name__} vs {xp.__name__})")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(a.shape)}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(a.shape)})")
+    if dtype is not None and a.dtype != np.dtype(dtype):
+        raise TypeError(f"{name} must be {np.dtype(dtype).name}, got {a.dtype.name}")
+    if dtype is None and a.dtype.kind != "f":
+        raise TypeError(f"{name} must be a floating-point array, got {a.dtype.name}")
+    if contiguous and not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (call xp.ascontiguousarray first)")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Sizes of one 2-D convolution, NCHW input and (K, C/groups, R, S) weights."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+    oh: int
+    ow: int
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.k, self.oh, self.ow)
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds counted as two FLOPs each."""
+        return 2 * self.n * self.k * self.oh * self.ow * (self.c // self.groups) * self.r * self.s
+
+
+def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> ConvGeometry:
+    """Validate convolution hyper-parameters against the two shapes; return the sizes."""
+    n, c, h, w = x_shape
+    k, cg, r, s = w_shape
+    stride = pair(stride, "stride", minimum=1)
+    padding = pair(padding, "padding", minimum=0)
+    dilation = pair(dilation, "dilation", minimum=1)
+    if not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    if c % groups:
+        raise ValueError(f"groups={groups} does not divide the input channels of x ({c})")
+    if k % groups:
+        raise ValueError(f"groups={groups} does not divide the output channels of w ({k})")
+    if cg * groups != c:
+        raise ValueError(f"w has {cg} input channels per group, but x has {c} channels "
+                         f"and groups={groups} (expected w.shape[1] == {c // groups})")
+    oh = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"the {r}x{s} filter (dilation {dilation}) does not fit the "
+                         f"{h}x{w} input with padding {padding}: output would be {oh}x{ow}")
+    return ConvGeometry(n, c, h, w, k, r, s, stride, padding, dilation, int(groups), oh, ow)
+
+
+def check_conv_args(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                    dtype=None, contiguous: bool = False) -> ConvGeometry:
+    """Check ``x`` (N, C, H, W), ``w`` (K, C/groups, R, S) and ``bias`` (K,) together."""
+    xp = backend.array_module(x)
+    check_array(x, "x", ndim=4, dtype=dtype, contiguous=contiguous)
+    check_array(w, "w", ndim=4, dtype=dtype, contiguous=contiguous, xp=xp)
+    if dtype is None and w.dtype != x.dtype:
+        raise TypeError(f"w's dtype ({w.dtype.name}) differs from x's ({x.dtype.name})")
+    geom = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    if bias is not None:
+        check_array(bias, "bias", ndim=1, dtype=x.dtype, contiguous=contiguous, xp=xp)
+        if bias.shape[0] != geom.k:
+            raise ValueError(f"bias has {bias.shape[0]} entries; w has {geom.k} output channels")
+    return geom

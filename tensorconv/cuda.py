@@ -1,0 +1,136 @@
+"""Load ``kernels_cu/*.cu`` as CuPy ``RawModule`` objects.
+
+Kernels never live in Python strings: each family is one ``.cu`` file in
+``kernels_cu/`` (overridable with ``TENSORCONV_KERNEL_DIR``).  C++ templates are
+instantiated through ``name_expressions`` and compile-time constants through
+``-D`` defines.  Compiled modules are cached per (file contents, name
+expression, defines, arch, backend); a failing compile raises
+:class:`KernelCompileError` carrying the file, the options and the compiler log.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from tensorconv import backend
+
+_REPO_KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels_cu"
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC or nvcc rejected a kernel file; the message holds the full log."""
+
+
+def kernel_dir() -> Path:
+    """Directory holding the ``.cu`` sources (``TENSORCONV_KERNEL_DIR`` wins)."""
+    override = os.environ.get("TENSORCONV_KERNEL_DIR")
+    return Path(override) if override else _REPO_KERNEL_DIR
+
+
+def _candidate_cuda_roots():
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(var):
+            yield Path(os.environ[var]) / "include"
+    if backend.cupy_installed():
+        import cupy
+
+        root = cupy.cuda.get_cuda_path()
+        if root:
+            yield Path(root) / "include"
+    yield Path("/usr/local/cuda/include")
+    # CUDA from pip wheels (cuda-toolkit / nvidia-* packages) keeps headers in site-packages.
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations if spec else None) or ():
+        base = Path(base)
+        yield from sorted(base.glob("cu*/include"))
+        yield from sorted(base.glob("cuda_*/include"))
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dirs() -> tuple[str, ...]:
+    """CUDA toolkit include directories found at run time.
+
+    NVRTC (as used by CuPy 14) does not find ``crt/mma.h`` on its own, so WMMA
+    kernels fail to compile unless the toolkit's include directory is passed.
+    Directories holding ``crt/mma.h`` come first; duplicates are dropped.
+    """
+    with_mma, plain = [], []
+    for d in _candidate_cuda_roots():
+        if (d / "crt" / "mma.h").is_file():
+            with_mma.append(str(d))
+        elif (d / "cuda_runtime.h").is_file():
+            plain.append(str(d))
+    return tuple(dict.fromkeys(with_mma + plain))
+
+
+def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Options shared by every kernel: C++17, our header directory, the CUDA headers."""
+    opts = ["-std=c++17", f"-I{kernel_dir()}"]
+    opts += [f"-I{d}" for d in cuda_include_dirs()]
+    for key, value in sorted((defines or {}).items()):
+        opts.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    return tuple(opts) + tuple(extra)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str, digest: str, name_expression: str, options: tuple[str, ...],
+          arch: str, backend_name: str):
+    cupy = backend.require_cuda(f"kernel {name_expression} from {path}")
+    source = Path(path).read_text()
+    try:
+        module = cupy.RawModule(code=source, options=options, backend=backend_name,
+                                name_expressions=[name_expression])
+        return module.get_function(name_expression)
+    except cupy.cuda.compiler.CompileException as exc:
+        raise KernelCompileError(
+            f"{backend_name} failed to compile {path} for {name_expression} ({arch})\n"
+            f"options: {' '.join(options)}\n{exc}") from exc
+
+
+def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
+               backend_name: str = "nvrtc"):
+    """Return the compiled kernel ``name_expression`` from ``kernels_cu/<file>``.
+
+    Parameters
+    ----------
+    file : str
+        File name inside :func:`kernel_dir`, e.g. ``"direct_conv.cu"``.
+    name_expression : str
+        The kernel's name; for a template, its instantiation, e.g.
+        ``"conv2d_direct_fwd<8, 3, 3>"``.
+    defines : dict, optional
+        Compile-time constants passed as ``-DKEY=VALUE`` (``None`` value: ``-DKEY``).
+    backend_name : {"nvrtc", "nvcc"}
+        CuPy's compiler backend.
+
+    Returns
+    -------
+    cupy.RawKernel
+        Call it as ``kernel(grid, block, args, shared_mem=...)``.
+    """
+    path = kernel_dir() / file
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel file {file!r} not found in {kernel_dir()}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    # The header is part of every kernel: its edits must invalidate the cache too.
+    for header in sorted(kernel_dir().glob("*.cuh")):
+        digest = hashlib.sha256(digest.encode() + header.read_bytes()).hexdigest()
+    arch = backend.device_facts().arch
+    return _load(str(path), digest, name_expression, compile_options(defines), arch, backend_name)
+
+
+def set_dynamic_smem(kernel, nbytes: int) -> None:
+    """Allow ``kernel`` to launch with ``nbytes`` of dynamic shared memory.
+
+    Blocks may use more than 48 KiB only after this opt-in; asking for more than
+    the device allows raises ``ValueError`` before any launch.
+    """
+    limit = backend.device_facts().smem_per_block_optin - kernel.shared_size_bytes
+    if nbytes > limit:
+        raise ValueError(f"tile needs {nbytes} bytes of shared memory; the device allows {limit}")
+    if nbytes > kernel.max_dynamic_shared_size_bytes:
+        kernel.max_dynamic_shared_size_bytes = nbytes

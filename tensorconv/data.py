@@ -1,0 +1,170 @@
+"""Datasets: Fashion-MNIST from disk (IDX files), batching, a tiny synthetic set.
+
+Fashion-MNIST (70,000 28x28 grey images, 10 classes) is read from the Debian
+package ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``) or
+from the directory named by ``TENSORCONV_DATA``.  Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                         "Shirt", "Sneaker", "Bag", "Ankle boot")
+_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 60000),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 10000),
+}
+_DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+_IMAGE_MAGIC, _LABEL_MAGIC = 2051, 2049
+# Per-pixel statistics of the training split (pixels scaled to [0, 1]).
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The dataset files are missing; the message says how to get them."""
+
+
+class DatasetFormatError(ValueError):
+    """A dataset file exists but is not what it should be (magic, sizes, labels)."""
+
+
+def fashion_mnist_dir() -> Path:
+    """The directory holding the four Fashion-MNIST ``.gz`` files."""
+    candidates = [Path(os.environ["TENSORCONV_DATA"])] if os.environ.get("TENSORCONV_DATA") else []
+    candidates.append(_DEBIAN_DIR)
+    needed = [name for imgs, lbls, _ in _FILES.values() for name in (imgs, lbls)]
+    for d in candidates:
+        if all((d / name).is_file() for name in needed):
+            return d
+    raise DatasetNotFoundError(
+        "Fashion-MNIST not found (looked in " + ", ".join(map(str, candidates)) + ").\n"
+        "Install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), or put "
+        f"{', '.join(needed)} in a directory and set TENSORCONV_DATA to it.")
+
+
+def read_idx(path, *, magic: int) -> np.ndarray:
+    """Read one gzip-compressed IDX file, checking its magic number and length.
+
+    Returns
+    -------
+    ndarray of uint8, (count,) for labels or (count, rows, cols) for images
+    """
+    path = Path(path)
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise DatasetFormatError(f"{path}: too short to be an IDX file ({len(raw)} bytes)")
+    found = int.from_bytes(raw[:4], "big")
+    if found != magic:
+        raise DatasetFormatError(f"{path}: magic number {found}, expected {magic}")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    offset = 4 + 4 * ndim
+    expected = offset + int(np.prod(dims))
+    if len(raw) != expected:
+        raise DatasetFormatError(f"{path}: {len(raw)} bytes, the header {dims} implies {expected}")
+    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(dims)
+
+
+@dataclass
+class Dataset:
+    """Images (N, C, H, W) and integer labels (N,) on the host."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    classes: tuple
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, n: int, seed: int = 0) -> "Dataset":
+        """A random subset of ``n`` examples, fixed by ``seed``."""
+        if not 0 < n <= len(self):
+            raise ValueError(f"n must be in 1..{len(self)}, got {n}")
+        rng = np.random.default_rng(seed)
+        idx = rng.permutation(len(self))[:n]
+        return Dataset(self.images[idx], self.labels[idx], self.classes)
+
+
+def load_fashion_mnist(split: str = "train", *, root=None, pad_to: int | None = None,
+                       normalize: bool = True, limit: int | None = None,
+                       dtype=np.float32) -> Dataset:
+    """Load a Fashion-MNIST split.
+
+    Parameters
+    ----------
+    split : {"train", "test"}
+    root : path, optional
+        Directory of the ``.gz`` files (default: ``TENSORCONV_DATA`` or the Debian package).
+    pad_to : int, optional
+        Zero-pad the 28x28 images symmetrically to ``pad_to`` (32 for CIFAR-style nets).
+    normalize : bool
+        Scale to [0, 1], then standardise with the training split's mean and std.
+    limit : int, optional
+        Keep the first ``limit`` examples (quick runs).
+
+    Returns
+    -------
+    Dataset with images (N, 1, H, W) of ``dtype`` and labels (N,) int64
+    """
+    if split not in _FILES:
+        raise ValueError(f"split must be one of {sorted(_FILES)}, got {split!r}")
+    root = Path(root) if root is not None else fashion_mnist_dir()
+    img_name, lbl_name, count = _FILES[split]
+    images = read_idx(root / img_name, magic=_IMAGE_MAGIC)
+    labels = read_idx(root / lbl_name, magic=_LABEL_MAGIC)
+    if images.shape != (count, 28, 28) or labels.shape != (count,):
+        raise DatasetFormatError(f"{root}: {split} split has images {images.shape} and labels "
+                                 f"{labels.shape}, expected ({count}, 28, 28) and ({count},)")
+    if labels.max() >= len(FASHION_MNIST_CLASSES):
+        raise DatasetFormatError(f"{root / lbl_name}: label {labels.max()} out of range 0..9")
+    if limit is not None:
+        images, labels = images[:limit], labels[:limit]
+    x = images.astype(dtype)[:, None] / dtype(255)
+    if normalize:
+        x = (x - dtype(FASHION_MNIST_MEAN)) / dtype(FASHION_MNIST_STD)
+    if pad_to is not None:
+        if pad_to < 28:
+            raise ValueError(f"pad_to must be >= 28, got {pad_to}")
+        lo = (pad_to - 28) // 2
+        hi = pad_to - 28 - lo
+        # Pad with the value a black pixel has after normalisation.
+        fill = (0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD if normalize else 0.0
+        x = np.pad(x, ((0, 0), (0, 0), (lo, hi), (lo, hi)), constant_values=fill)
+    return Dataset(np.ascontiguousarray(x), labels.astype(np.int64), FASHION_MNIST_CLASSES)
+
+
+def batches(data: Dataset, batch_size: int, *, shuffle: bool = True, rng=None,
+            drop_last: bool = False):
+    """Yield ``(images, labels)`` mini-batches (host arrays).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator, optional
+        Source of the shuffle order; pass one to make epochs reproducible.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(data)
+    order = (rng or np.random.default_rng()).permutation(n) if shuffle else np.arange(n)
+    stop = n - n % batch_size if drop_last else n
+    for start in range(0, stop, batch_size):
+        idx = order[start:start + batch_size]
+        yield data.images[idx], data.labels[idx]
+
+
+def synthetic_dataset(n: int = 256, *, classes: int = 4, size: int = 8, channels: int = 1,
+                      noise: float = 0.5, seed: int = 0) -> Dataset:
+    """A tiny learnable set for unit tests only: per-class random templates plus noise."""
+    rng = np.random.default_rng(seed)
+    templates = rng.standard_normal((classes, channels, size, size)).astype(np.float32)
+    labels = rng.integers(0, classes, n)
+    images = templates[labels] + noise * rng.standard_normal((n, channels, size, size))
+    return Dataset(images.astype(np.float32), labels.astype(np.int64),
+                   tuple(f"class{i}" for i in range(classes)))

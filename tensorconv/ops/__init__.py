@@ -1,0 +1,10 @@
+"""Public functional API: one module per kernel family.
+
+Every op accepts NumPy arrays (computed on the CPU through the references) or
+GPU arrays (CuPy, or any DLPack / ``__cuda_array_interface__`` array, used
+without a copy) and runs our CUDA kernels on the latter.
+"""
+
+from tensorconv.ops.conv import DirectConvTile, conv2d, direct_conv_tile
+
+__all__ = ["DirectConvTile", "conv2d", "direct_conv_tile"]

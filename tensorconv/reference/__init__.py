@@ -1,0 +1,17 @@
+"""NumPy ground truth for every op: slow, written to be obviously correct.
+
+Every CUDA kernel of the toolkit is tested against a function of this package.
+Inputs may be any float dtype (tests pass float64 for an exact reference);
+CuPy inputs are copied to the host first.
+"""
+
+from tensorconv.reference.conv import (
+    conv1x1,
+    conv2d,
+    conv2d_backward_data,
+    conv2d_backward_weight,
+    depthwise_conv2d,
+)
+
+__all__ = ["conv1x1", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
+           "depthwise_conv2d"]

@@ -1,0 +1,103 @@
+"""The CUDA direct convolution against the float64 NumPy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import backend, ops, reference
+from tensorconv.checks import conv_geometry
+from tests.helpers import random_conv_case, rel_err
+
+pytestmark = pytest.mark.gpu
+TOL = 1e-5
+
+
+def _case(rng, xs, ws, with_bias):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32) if with_bias else None
+    return x, w, b
+
+
+def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, tile=None):
+    import cupy as cp
+
+    x, w, b = _case(rng, xs, ws, with_bias)
+    geom = conv_geometry(xs, ws, **kw)
+    out = cp.full(geom.output_shape, cp.nan, dtype=cp.float32)  # poisoned: every element must be written
+    ops.conv2d(cp.asarray(x), cp.asarray(w), None if b is None else cp.asarray(b),
+               relu=relu, out=out, tile=tile, **kw)
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                           None if b is None else b.astype(np.float64), **kw)
+    if relu:
+        ref = np.maximum(ref, 0)
+    got = out.get()
+    assert not np.isnan(got).any(), "unwritten outputs"
+    err = rel_err(got, ref)
+    assert err <= TOL, f"rel err {err:.2e} for x{xs} w{ws} {kw}"
+
+
+@pytest.mark.parametrize("trial", range(60))
+def test_random_shapes(rng, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=40, max_channels=40)
+    _check(rng, xs, ws, kw, relu=bool(trial % 3 == 0), with_bias=bool(trial % 2))
+
+
+RESNET_LIKE = [
+    ((1, 3, 224, 224), (64, 3, 7, 7), dict(stride=2, padding=3)),
+    ((1, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 128, 28, 28), (256, 128, 3, 3), dict(stride=2, padding=1)),
+    ((1, 512, 7, 7), (512, 512, 3, 3), dict(padding=1)),
+    ((3, 256, 14, 14), (512, 256, 1, 1), dict(stride=2)),
+    ((1, 96, 17, 13), (96, 1, 3, 3), dict(padding=1, groups=96)),  # depthwise
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", RESNET_LIKE)
+def test_network_layers(rng, xs, ws, kw):
+    _check(rng, xs, ws, kw)
+
+
+@pytest.mark.parametrize("tile", [ops.DirectConvTile(1, 32, 16, 3), ops.DirectConvTile(8, 8, 4, 1),
+                                  ops.DirectConvTile(4, 16, 8, 16), ops.DirectConvTile(16, 4, 2, 5),
+                                  ops.DirectConvTile(2, 8, 1, 7)])
+def test_explicit_tiles(rng, tile):
+    # channel counts that are not multiples of the staged chunk exercise the ragged last stage
+    _check(rng, (2, 37, 19, 23), (29, 37, 3, 3), dict(padding=1, stride=(1, 2)), tile=tile)
+
+
+def test_allocates_output_and_accepts_torch_tensors(rng):
+    import cupy as cp
+
+    x, w, _ = _case(rng, (2, 8, 10, 10), (4, 8, 3, 3), False)
+    y = ops.conv2d(cp.asarray(x), cp.asarray(w), padding=1)
+    assert isinstance(y, cp.ndarray) and y.shape == (2, 4, 10, 10)
+    assert rel_err(y.get(), reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                             padding=1)) <= TOL
+    torch = pytest.importorskip("torch")
+    xt, wt = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+    assert backend.as_array(xt).data.ptr == xt.data_ptr()  # shared, not copied
+    yt = ops.conv2d(xt, wt, padding=1)
+    assert rel_err(yt.get(), y.get()) == 0.0
+
+
+def test_bad_input_on_gpu_leaves_output_untouched(rng):
+    import cupy as cp
+
+    x = cp.ones((1, 4, 8, 8), cp.float32)
+    w = cp.ones((4, 4, 3, 3), cp.float32)
+    out = cp.full((1, 4, 8, 8), cp.nan, cp.float32)
+    with pytest.raises(TypeError, match="different device"):
+        ops.conv2d(x, np.ones((4, 4, 3, 3), np.float32), out=out)
+    with pytest.raises(TypeError, match="x must be float32"):
+        ops.conv2d(x.astype(cp.float64), w, out=out)
+    with pytest.raises(ValueError, match="w must be C-contiguous"):
+        ops.conv2d(x, cp.ones((4, 4, 3, 6), cp.float32)[..., ::2], out=out)
+    with pytest.raises(ValueError, match="out has shape"):
+        ops.conv2d(x, w, out=out)  # no padding: the output is 6x6
+    with pytest.raises(ValueError, match="shared memory"):
+        ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(32, 32, 16, 4096))
+    with pytest.raises(ValueError, match="tile.tk"):
+        ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(8, 8, 3, 1))
+    assert bool(cp.isnan(out).all())

@@ -1,0 +1,61 @@
+"""Kernel loading (cache, compile errors, CUDA headers) and the GPU timers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tensorconv import backend, bench, cuda
+
+pytestmark = pytest.mark.gpu
+
+
+def test_device_facts():
+    f = backend.device_facts()
+    assert f.sm_count > 0 and f.smem_per_block_optin >= f.smem_per_block > 0
+    assert f.arch.startswith("sm_") and f.name
+
+
+def test_kernels_are_cached():
+    a = cuda.get_kernel("direct_conv.cu", "conv2d_direct_fwd<8, 3, 3>")
+    b = cuda.get_kernel("direct_conv.cu", "conv2d_direct_fwd<8, 3, 3>")
+    assert a is b and a.num_regs > 0 and a.local_size_bytes == 0  # no spills to local memory
+
+
+def test_compile_error_names_file_options_and_log(tmp_path, monkeypatch):
+    (tmp_path / "broken.cu").write_text('extern "C" __global__ void k(float* p) { p[0] = undeclared; }\n')
+    monkeypatch.setenv("TENSORCONV_KERNEL_DIR", str(tmp_path))
+    with pytest.raises(cuda.KernelCompileError) as info:
+        cuda.get_kernel("broken.cu", "k", defines={"MY_DEFINE": 3})
+    text = str(info.value)
+    assert "broken.cu" in text and "-DMY_DEFINE=3" in text and "undeclared" in text
+
+
+def test_wmma_header_compiles_through_nvrtc(tmp_path, monkeypatch):
+    """CuPy 14's NVRTC misses crt/mma.h unless the toolkit include dir is passed."""
+    assert cuda.cuda_include_dirs(), "no CUDA include directory found"
+    (tmp_path / "wmma.cu").write_text(
+        "#include <mma.h>\n"
+        'extern "C" __global__ void k(float* out) {\n'
+        "  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;\n"
+        "  nvcuda::wmma::fill_fragment(c, 1.0f);\n"
+        "  nvcuda::wmma::store_matrix_sync(out, c, 16, nvcuda::wmma::mem_row_major);\n}\n")
+    monkeypatch.setenv("TENSORCONV_KERNEL_DIR", str(tmp_path))
+    import cupy as cp
+
+    out = cp.zeros(256, cp.float32)
+    cuda.get_kernel("wmma.cu", "k")((1,), (32,), (out,))
+    assert float(out.sum()) == 256.0
+
+
+def test_timers_return_finite_positive_times():
+    import cupy as cp
+
+    a = cp.ones(1 << 20, cp.float32)
+    b = cp.empty_like(a)
+    for t in (bench.time_events(lambda: cp.copyto(b, a), warmup=2, repeat=5),
+              bench.time_graph(lambda: cp.copyto(b, a), warmup=1, repeat=3, calls_per_graph=4)):
+        assert math.isfinite(t.median_us) and t.median_us > 0
+    floor = bench.launch_floor(quick=True)
+    assert 0 < floor["graph"].median_us < floor["eager"].median_us

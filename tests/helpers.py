@@ -1,0 +1,64 @@
+"""Helpers shared by CPU and GPU tests: random convolution cases, error measure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_err(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN anywhere in ``out`` gives NaN)."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-300))
+
+
+def random_conv_case(rng, *, max_hw: int = 24, max_channels: int = 12):
+    """Draw one valid convolution: shapes, stride, padding, dilation, groups.
+
+    Returns ``(x_shape, w_shape, kwargs)`` with odd and even sizes, rectangular
+    filters, stride up to 3, dilation up to 2, grouped and depthwise cases.
+    """
+    while True:
+        n = int(rng.integers(1, 4))
+        groups = int(rng.choice([1, 1, 1, 2, 3]))
+        cg = int(rng.integers(1, max_channels + 1))
+        kg = int(rng.integers(1, max_channels + 1))
+        if rng.random() < 0.15:  # depthwise
+            groups, cg, kg = int(rng.integers(1, 9)), 1, int(rng.integers(1, 3))
+        r, s = (int(v) for v in rng.choice([1, 2, 3, 3, 5, 7], size=2))
+        if rng.random() < 0.6:
+            s = r
+        h, w = (int(v) for v in rng.integers(1, max_hw + 1, size=2))
+        stride = tuple(int(v) for v in rng.integers(1, 4, size=2))
+        padding = tuple(int(v) for v in rng.integers(0, 4, size=2))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, size=2))
+        oh = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+        ow = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+        if oh >= 1 and ow >= 1:
+            return ((n, groups * cg, h, w), (groups * kg, cg, r, s),
+                    dict(stride=stride, padding=padding, dilation=dilation, groups=groups))
+
+
+def naive_conv2d(x, w, stride, padding, dilation, groups):
+    """Seven nested loops straight from the definition (tiny shapes only)."""
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    oh = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    kg = k // groups
+    y = np.zeros((n, k, oh, ow))
+    for b in range(n):
+        for o in range(k):
+            g = o // kg
+            for i in range(oh):
+                for j in range(ow):
+                    acc = 0.0
+                    for ci in range(cg):
+                        for u in range(r):
+                            for v in range(s):
+                                hi, wi = i * sh - ph + u * dh, j * sw - pw + v * dw
+                                if 0 <= hi < h and 0 <= wi < wd:
+                                    acc += x[b, g * cg + ci, hi, wi] * w[o, ci, u, v]
+                    y[b, o, i, j] = acc
+    return y

@@ -1,0 +1,37 @@
+"""The experiment scripts run end to end on whatever backend this machine has."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorconv import data, results
+
+
+def _have_fashion_mnist() -> bool:
+    try:
+        data.fashion_mnist_dir()
+        return True
+    except data.DatasetNotFoundError:
+        return False
+
+
+def test_bench_conv_quick(tmp_path):
+    from experiments import bench_conv
+
+    assert bench_conv.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "bench_conv.csv")
+    assert {r["case"] for r in rows} >= {"l1.3x3/n1", "r50.1x1/n1"}
+    assert all(r["value"] > 0 for r in rows if r["metric"] in ("time_us", "time_graph_us"))
+    assert (tmp_path / "bench_conv.png").stat().st_size > 0
+    assert "Direct convolution" in (tmp_path / "bench_conv.md").read_text()
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_quickstart_quick(tmp_path):
+    from experiments import quickstart
+
+    assert quickstart.main(["--quick", "--train", "1500", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "quickstart.csv")
+    acc = {r["metric"]: r["value"] for r in rows}["test_accuracy"]
+    assert 70.0 < acc <= 100.0  # chance is 10%; random conv features give ~85%
+    assert (tmp_path / "quickstart.png").stat().st_size > 0

@@ -1,0 +1,110 @@
+"""The NumPy references against the definition, finite differences and each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorconv import reference
+from tests.helpers import naive_conv2d, random_conv_case, rel_err
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_conv2d_matches_definition(rng, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=9, max_channels=4)
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    ref = naive_conv2d(x, w, kw["stride"], kw["padding"], kw["dilation"], kw["groups"])
+    assert rel_err(reference.conv2d(x, w, **kw), ref) < 1e-12
+
+
+def test_conv2d_bias_and_dtype(rng):
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    y = reference.conv2d(x, w, b, padding=1)
+    assert y.dtype == np.float32 and y.flags.c_contiguous
+    np.testing.assert_allclose(y - reference.conv2d(x, w, padding=1),
+                               np.broadcast_to(b[None, :, None, None], y.shape), rtol=1e-5, atol=1e-5)
+
+
+def _numeric_grad(f, a, eps=1e-6):
+    g = np.zeros_like(a)
+    it = np.nditer(a, flags=["multi_index"])
+    for _ in it:
+        i = it.multi_index
+        old = a[i]
+        a[i] = old + eps
+        fp = f()
+        a[i] = old - eps
+        fm = f()
+        a[i] = old
+        g[i] = (fp - fm) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_gradients_match_finite_differences(rng, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=6, max_channels=3)
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    y = reference.conv2d(x, w, **kw)
+    gy = rng.standard_normal(y.shape)
+    loss = lambda: float((reference.conv2d(x, w, **kw) * gy).sum())  # noqa: E731
+    gx = reference.conv2d_backward_data(gy, w, x.shape, **kw)
+    gw = reference.conv2d_backward_weight(x, gy, w.shape, **kw)
+    assert rel_err(gx, _numeric_grad(loss, x)) < 1e-7
+    assert rel_err(gw, _numeric_grad(loss, w)) < 1e-7
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_backward_data_is_the_adjoint(seed):
+    """<conv(x), gy> == <x, conv_backward_data(gy)> for any shapes (larger than FD allows)."""
+    rng = np.random.default_rng(seed)
+    xs, ws, kw = random_conv_case(rng, max_hw=20, max_channels=8)
+    x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+    y = reference.conv2d(x, w, **kw)
+    gy = rng.standard_normal(y.shape)
+    lhs = float((y * gy).sum())
+    assert np.isclose(lhs, float((x * reference.conv2d_backward_data(gy, w, xs, **kw)).sum()),
+                      rtol=1e-9, atol=1e-9)
+    assert np.isclose(lhs, float((w * reference.conv2d_backward_weight(x, gy, ws, **kw)).sum()),
+                      rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_depthwise_matches_grouped_conv(rng, m):
+    c = int(rng.integers(1, 6))
+    x = rng.standard_normal((2, c, 11, 8))
+    w = rng.standard_normal((c * m, 1, 3, 5))
+    b = rng.standard_normal(c * m)
+    kw = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+    assert rel_err(reference.depthwise_conv2d(x, w, b, **kw),
+                   reference.conv2d(x, w, b, groups=c, **kw)) < 1e-12
+
+
+def test_conv1x1_matches_conv2d(rng):
+    x = rng.standard_normal((3, 5, 6, 7))
+    w = rng.standard_normal((4, 5))
+    b = rng.standard_normal(4)
+    ref = reference.conv2d(x, w[:, :, None, None], b)
+    assert rel_err(reference.conv1x1(x, w, b), ref) < 1e-12
+    assert rel_err(reference.conv1x1(x, w[:, :, None, None], b), ref) < 1e-12
+
+
+def test_backward_rejects_wrong_gy_shape(rng):
+    x = rng.standard_normal((1, 2, 5, 5))
+    w = rng.standard_normal((3, 2, 3, 3))
+    with pytest.raises(ValueError, match="gy"):
+        reference.conv2d_backward_data(np.ones((1, 3, 5, 5)), w, x.shape)
+    with pytest.raises(ValueError, match="gy"):
+        reference.conv2d_backward_weight(x, np.ones((1, 3, 4, 4)), w.shape, padding=1)
+
+
+def test_conv1x1_rejects_bad_weights(rng):
+    x = rng.standard_normal((1, 2, 5, 5))
+    with pytest.raises(ValueError, match="w must be"):
+        reference.conv1x1(x, np.ones((3, 2, 3, 3)))
+    with pytest.raises(ValueError, match="input channels"):
+        reference.conv1x1(x, np.ones((3, 4)))

@@ -1,0 +1,62 @@
+"""The results format and the host-side parts of the benchmark harness."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tensorconv import bench, results
+
+
+def test_timing_summary():
+    t = bench.Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0], "events")
+    assert t.median_us == 3.0 and t.min_us == 1.0 and t.repeats == 5
+    assert t.p10_us < t.median_us < t.p90_us
+    with pytest.raises(ValueError):
+        bench.Timing.from_samples([], "events")
+
+
+def test_time_host_runs_the_callable():
+    calls = []
+    t = bench.time_host(lambda: calls.append(1), warmup=2, repeat=4)
+    assert len(calls) == 6 and t.repeats == 4 and t.method == "host"
+
+
+def test_unknown_framework():
+    with pytest.raises(ValueError, match="framework"):
+        bench.time_events(lambda: None, framework="jax")
+
+
+def test_roofline_floor_takes_the_slower_side():
+    c = bench.Ceilings(copy_bytes_per_s=1e12, fp32_flops_per_s=1e13, launch_eager_us=5,
+                       launch_graph_us=1)
+    assert math.isclose(bench.roofline_floor_us(1e9, 1e3, c), 100.0)   # compute-bound
+    assert math.isclose(bench.roofline_floor_us(1e3, 1e9, c), 1000.0)  # memory-bound
+
+
+def test_environment_records_device_and_command():
+    env = bench.environment()
+    assert {"device", "command", "numpy", "commit", "date"} <= set(env)
+
+
+def test_resultset_roundtrip(tmp_path):
+    rs = results.ResultSet("demo", {"device": "TestGPU"})
+    rs.add("a", "ours", "time_us", 10.0, "us", paper_value=12.0)
+    rs.add("a", "base", "time_us", 20.0, "us")
+    rs.add("b", "ours", "time_us", 5.5, "us", note="x,y")
+    path = rs.write_csv(tmp_path / "demo.csv")
+    rows = results.read_csv(path)
+    assert [r["value"] for r in rows] == [10.0, 20.0, 5.5]
+    assert rows[0]["paper_value"] == 12.0 and math.isnan(rows[1]["paper_value"])
+    assert rows[2]["note"] == "x,y" and rows[0]["device"] == "TestGPU"
+    assert set(rows[0]) == set(results.COLUMNS)
+    table = results.pivot_markdown(rows, "time_us")
+    assert "| a | 10.0 (paper 12.0) | 20.0 |" in table
+    assert "| b | 5.50 | – |" in table
+    assert rs.values("time_us")[("b", "ours")] == 5.5
+    md = results.write_markdown(tmp_path / "demo.md", "Demo", {"device": "TestGPU"},
+                                [("Times", table)])
+    text = md.read_text()
+    assert "# Demo" in text and "TestGPU" in text and "## Times" in text
+    assert "| b | ours | time_us | 5.50 | us | – |" in results.long_markdown(rows)

@@ -45,8 +45,10 @@ __global__ void conv2d_direct_fwd(
     const int iw0 = ow0 * stride_w - pad_w;
     const int RS = R * S;
 
-    float* sx = smem;                      // [cc][IHT][IWT]
-    float* sw = smem + cc * IHT * IWT;     // [cc][R*S][TK]
+    // Weights first: their float4 reads need 16-byte alignment, which the
+    // input patch's arbitrary size would break if it came first.
+    float* sw = smem;                      // [cc][R*S][TK]
+    float* sx = smem + cc * RS * TK;       // [cc][IHT][IWT]
 
     float acc[TK];
 #pragma unroll

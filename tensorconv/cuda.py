@@ -3,15 +3,15 @@
 Kernels never live in Python strings: each family is one ``.cu`` file in
 ``kernels_cu/`` (overridable with ``TENSORCONV_KERNEL_DIR``).  C++ templates are
 instantiated through ``name_expressions`` and compile-time constants through
-``-D`` defines.  Compiled modules are cached per (file contents, name
-expression, defines, arch, backend); a failing compile raises
-:class:`KernelCompileError` carrying the file, the options and the compiler log.
+``-D`` defines.  Compiled kernels are memoised per (directory, file, name
+expression, defines, backend, device) in the process, and on disk by CuPy; a
+failing compile raises :class:`KernelCompileError` carrying the file, the
+options and the compiler log.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -38,7 +38,10 @@ def _candidate_cuda_roots():
     if backend.cupy_installed():
         import cupy
 
-        root = cupy.cuda.get_cuda_path()
+        try:
+            root = cupy.cuda.get_cuda_path()
+        except Exception:  # CuPy without a toolkit path of its own: try the others
+            root = None
         if root:
             yield Path(root) / "include"
     yield Path("/usr/local/cuda/include")
@@ -77,12 +80,17 @@ def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) ->
 
 
 @functools.lru_cache(maxsize=None)
-def _load(path: str, digest: str, name_expression: str, options: tuple[str, ...],
-          arch: str, backend_name: str):
-    cupy = backend.require_cuda(f"kernel {name_expression} from {path}")
-    source = Path(path).read_text()
+def _load(directory: str, file: str, name_expression: str, defines: tuple, backend_name: str,
+          device: int):
+    """Compile (or fetch from CuPy's disk cache) one kernel; memoised per process."""
+    cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
+    path = Path(directory) / file
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel file {file!r} not found in {directory}")
+    options = compile_options(dict(defines))
+    arch = backend.device_facts(device).arch
     try:
-        module = cupy.RawModule(code=source, options=options, backend=backend_name,
+        module = cupy.RawModule(code=path.read_text(), options=options, backend=backend_name,
                                 name_expressions=[name_expression])
         return module.get_function(name_expression)
     except cupy.cuda.compiler.CompileException as exc:
@@ -94,6 +102,11 @@ def _load(path: str, digest: str, name_expression: str, options: tuple[str, ...]
 def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
                backend_name: str = "nvrtc"):
     """Return the compiled kernel ``name_expression`` from ``kernels_cu/<file>``.
+
+    The first call per (directory, file, name, defines, backend, device) compiles;
+    later calls are a dictionary look-up, cheap enough for every op launch.
+    Sources are not re-read within a process; CuPy's on-disk cache is keyed by
+    the source text and the options, so an edited kernel is rebuilt next run.
 
     Parameters
     ----------
@@ -112,15 +125,9 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
     cupy.RawKernel
         Call it as ``kernel(grid, block, args, shared_mem=...)``.
     """
-    path = kernel_dir() / file
-    if not path.is_file():
-        raise FileNotFoundError(f"kernel file {file!r} not found in {kernel_dir()}")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    # The header is part of every kernel: its edits must invalidate the cache too.
-    for header in sorted(kernel_dir().glob("*.cuh")):
-        digest = hashlib.sha256(digest.encode() + header.read_bytes()).hexdigest()
-    arch = backend.device_facts().arch
-    return _load(str(path), digest, name_expression, compile_options(defines), arch, backend_name)
+    cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
+    return _load(str(kernel_dir()), file, name_expression, tuple(sorted((defines or {}).items())),
+                 backend_name, cupy.cuda.runtime.getDevice())
 
 
 def set_dynamic_smem(kernel, nbytes: int) -> None:

@@ -134,3 +134,154 @@ TC_DIRECT_CONV_SIZES(2)
 TC_DIRECT_CONV_SIZES(4)
 TC_DIRECT_CONV_SIZES(8)
 TC_DIRECT_CONV_SIZES(16)
+
+// ---------------------------------------------------------------------------
+// Implicit-GEMM convolution: the GEMM  Y[k, p] = sum_q W[k, q] * X[q, p]  with
+// k the output channel (within a group), p = (image, oh, ow) the output pixel
+// and q = (c, r, s) the reduction index; X is never materialised, its tile is
+// gathered from the input on the fly.
+//
+// A block computes a BM x BN tile of Y with 256 threads, each holding a 4 x 4
+// register tile (TM = TN = 4).  The reduction walks BK-slices: the weight tile
+// (transposed to BK x BM) and the gathered input tile (BK x BN) are staged in
+// shared memory, then each thread does BK rank-1 updates from float4 loads.
+// blockIdx.z splits the reduction: with splits > 1 every split writes its
+// partial tile to `partial` ([split][K][P]) and conv2d_splitk_reduce sums them
+// and applies bias and ReLU; with one split the epilogue is fused here.
+namespace igemm {
+constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4, THREADS = 256;
+constexpr int PAD = 4;  // keeps rows 16-byte aligned and staggers banks on the transposed store
+
+__device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const float4& b) {
+    row[0] += a * b.x;
+    row[1] += a * b.y;
+    row[2] += a * b.z;
+    row[3] += a * b.w;
+}
+}  // namespace igemm
+
+// No __launch_bounds__(256): with it ptxas spills at 80 registers; without, it
+// uses 80 and spills nothing (3 blocks per SM).
+__global__ void conv2d_igemm_fwd(
+    const float* __restrict__ x,     // (N, C, H, W)
+    const float* __restrict__ w,     // (K, C / groups, R, S)
+    const float* __restrict__ bias,  // (K,) or nullptr
+    float* __restrict__ y,           // (N, K, OH, OW), written when splits == 1
+    float* __restrict__ partial,     // (splits, K, N*OH*OW), written when splits > 1
+    int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
+    int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
+    int groups, int m_tiles, int q_per_split, int relu)
+{
+    using namespace igemm;
+    __shared__ __align__(16) float As[BK][BM + PAD];
+    __shared__ __align__(16) float Bs[BK][BN + PAD];
+
+    const int Cg = C / groups, Kg = K / groups;
+    const int RS = R * S, Q = Cg * RS;
+    const int P = N * OH * OW, OHW = OH * OW;
+    const int g = blockIdx.y / m_tiles;
+    const int m0 = (blockIdx.y % m_tiles) * BM;
+    const int p0 = blockIdx.x * BN;
+    const int q_begin = blockIdx.z * q_per_split;
+    const int q_end = min(Q, q_begin + q_per_split);
+    const int tid = threadIdx.x;
+
+    // Each thread gathers the input of one fixed pixel column of the B tile.
+    const int bn = tid % BN;
+    const int bk0 = tid / BN;  // rows bk0, bk0 + 4, ... of the B tile
+    const int p_load = p0 + bn;
+    const bool p_ok = p_load < P;
+    int img = 0, ih_base = 0, iw_base = 0;
+    if (p_ok) {
+        img = p_load / OHW;
+        const int rem = p_load % OHW;
+        ih_base = (rem / OW) * stride_h - pad_h;
+        iw_base = (rem % OW) * stride_w - pad_w;
+    }
+    const float* xg = x + ((size_t)img * C + (size_t)g * Cg) * H * W;
+    const float* wg = w + ((size_t)g * Kg) * Q;
+
+    const int ty = tid / (BN / TN), tx = tid % (BN / TN);
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    for (int q0 = q_begin; q0 < q_end; q0 += BK) {
+        // Weight tile: consecutive threads read consecutive q of one row (coalesced).
+#pragma unroll
+        for (int i = 0; i < BM * BK / THREADS; ++i) {
+            const int idx = tid + i * THREADS;
+            const int m = idx / BK, kk = idx % BK;
+            const int q = q0 + kk;
+            float v = 0.f;
+            if (m0 + m < Kg && q < q_end) v = wg[(size_t)(m0 + m) * Q + q];
+            As[kk][m] = v;
+        }
+        // Input tile: consecutive threads read consecutive pixels of one (c, r, s).
+#pragma unroll
+        for (int i = 0; i < BN * BK / THREADS; ++i) {
+            const int kk = bk0 + i * (THREADS / BN);
+            const int q = q0 + kk;
+            float v = 0.f;
+            if (p_ok && q < q_end) {
+                const int c = q / RS, rs = q % RS;
+                const int ih = ih_base + (rs / S) * dil_h, iw = iw_base + (rs % S) * dil_w;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = xg[((size_t)c * H + ih) * W + iw];
+            }
+            Bs[kk][bn] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
+            const float4 b = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN]);
+            rank1_update(acc[0], a.x, b);
+            rank1_update(acc[1], a.y, b);
+            rank1_update(acc[2], a.z, b);
+            rank1_update(acc[3], a.w, b);
+        }
+        __syncthreads();
+    }
+
+    const bool split = gridDim.z > 1;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = m0 + ty * TM + i;
+        if (m >= Kg) continue;
+        const int k = g * Kg + m;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int p = p0 + tx * TN + j;
+            if (p >= P) continue;
+            if (split) {
+                partial[((size_t)blockIdx.z * K + k) * P + p] = acc[i][j];
+            } else {
+                float v = acc[i][j] + (bias != nullptr ? bias[k] : 0.f);
+                if (relu) v = fmaxf(v, 0.f);
+                y[((size_t)(p / OHW) * K + k) * OHW + p % OHW] = v;
+            }
+        }
+    }
+}
+
+// Sums the split-reduction partials of conv2d_igemm_fwd, adds bias, applies ReLU,
+// and writes NCHW.  One thread per output element, consecutive threads on
+// consecutive pixels so both the partial reads and the output writes coalesce.
+__global__ void conv2d_splitk_reduce(
+    const float* __restrict__ partial,  // (splits, K, P)
+    const float* __restrict__ bias,     // (K,) or nullptr
+    float* __restrict__ y,              // (N, K, OH, OW)
+    int splits, int K, int P, int OHW, int relu)
+{
+    const size_t total = (size_t)K * P;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int k = (int)(e / P), p = (int)(e % P);
+        float v = bias != nullptr ? bias[k] : 0.f;
+        for (int s = 0; s < splits; ++s) v += partial[(size_t)s * total + e];
+        if (relu) v = fmaxf(v, 0.f);
+        y[((size_t)(p / OHW) * K + k) * OHW + p % OHW] = v;
+    }
+}

@@ -15,6 +15,7 @@ so ours and the baseline are measured the same way in the same run.
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 import sys
@@ -271,6 +272,9 @@ def roofline_floor_us(flops: float, min_bytes: float, ceilings: Ceilings) -> flo
 # --------------------------------------------------------------------------- environment
 
 def _git_commit() -> str:
+    """The source commit: ``TENSORCONV_COMMIT`` (set where the tree has no .git), else git's."""
+    if os.environ.get("TENSORCONV_COMMIT"):
+        return os.environ["TENSORCONV_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, cwd=Path(__file__).resolve().parent, timeout=5)

@@ -23,7 +23,7 @@ def test_bench_conv_quick(tmp_path):
     assert {r["case"] for r in rows} >= {"l1.3x3/n1", "r50.1x1/n1"}
     assert all(r["value"] > 0 for r in rows if r["metric"] in ("time_us", "time_graph_us"))
     assert (tmp_path / "bench_conv.png").stat().st_size > 0
-    assert "Direct convolution" in (tmp_path / "bench_conv.md").read_text()
+    assert "Dense fp32 convolution" in (tmp_path / "bench_conv.md").read_text()
 
 
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")

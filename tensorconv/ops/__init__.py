@@ -5,6 +5,14 @@ GPU arrays (CuPy, or any DLPack / ``__cuda_array_interface__`` array, used
 without a copy) and runs our CUDA kernels on the latter.
 """
 
-from tensorconv.ops.conv import DirectConvTile, conv2d, direct_conv_tile
+from tensorconv.ops.conv import (
+    ALGORITHMS,
+    DirectConvTile,
+    choose_algorithm,
+    conv2d,
+    direct_conv_tile,
+    igemm_splits,
+)
 
-__all__ = ["DirectConvTile", "conv2d", "direct_conv_tile"]
+__all__ = ["ALGORITHMS", "DirectConvTile", "choose_algorithm", "conv2d", "direct_conv_tile",
+           "igemm_splits"]

@@ -1,7 +1,14 @@
-"""Dense fp32 direct convolution (``kernels_cu/direct_conv.cu``).
+"""Dense fp32 convolution (``kernels_cu/direct_conv.cu``), two algorithms.
 
-This module is the pattern for every op of the toolkit: argument checks, tile
-choice and launch geometry here in Python; device code only in the ``.cu``.
+* ``"igemm"`` — implicit GEMM with 64x64 register-tiled blocks and a split
+  reduction for layers whose output is too small to fill the GPU (batch 1,
+  deep layers).  Used when a group has at least 16 output channels.
+* ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the
+  right shape for depthwise and thin grouped convolutions.
+
+This module is the pattern for every op of the toolkit: argument checks,
+algorithm and tile choice and launch geometry here in Python; device code only
+in the ``.cu``.
 """
 
 from __future__ import annotations
@@ -14,10 +21,15 @@ from tensorconv import backend, cuda, reference
 from tensorconv.checks import ConvGeometry, check_array, check_conv_args
 
 _KERNEL_FILE = "direct_conv.cu"
+ALGORITHMS = ("direct", "igemm")
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
 _MAX_STAGE_CHANNELS = 16
+# conv2d_igemm_fwd's compile-time tile (igemm:: constants in the .cu)
+_IG_BM, _IG_BN, _IG_BK = 64, 64, 16
+_IG_THREADS = 256
+_MAX_SPLITS = 32
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,15 @@ def _next_pow2(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def choose_algorithm(geom: ConvGeometry) -> str:
+    """``"igemm"`` when a group has >= 16 output channels, else ``"direct"``."""
+    return "igemm" if geom.k // geom.groups >= 16 else "direct"
+
+
 def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
     """Pick a tile for ``geom``: fill the output width, ~128 threads, enough blocks.
 
@@ -50,17 +71,29 @@ def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
     tw = min(32, max(4, _next_pow2(geom.ow)))
     th = min(max(1, 128 // tw), _next_pow2(geom.oh))
     kg = geom.k // geom.groups
-    spatial = -(-geom.oh // th) * -(-geom.ow // tw) * geom.n * geom.groups
+    spatial = _cdiv(geom.oh, th) * _cdiv(geom.ow, tw) * geom.n * geom.groups
     tk = 1
     for cand in _TK_CHOICES:
         if cand > 1 and cand >= 2 * kg:
             continue  # more than half the accumulators would be idle
         tk = cand
-        if spatial * -(-kg // cand) >= 2 * sm_count:
+        if spatial * _cdiv(kg, cand) >= 2 * sm_count:
             break
     per_channel = DirectConvTile(th, tw, tk, 1).smem_bytes(geom)
     cc = max(1, min(geom.c // geom.groups, _MAX_STAGE_CHANNELS, _SMEM_BUDGET // per_channel))
     return DirectConvTile(th, tw, tk, cc)
+
+
+def igemm_splits(geom: ConvGeometry, sm_count: int = 132) -> int:
+    """How many ways to split the reduction so that about two waves of blocks run.
+
+    Each split keeps at least four 16-deep reduction steps, so the partial sums
+    it writes stay small next to the work it does.
+    """
+    p = geom.n * geom.oh * geom.ow
+    blocks = _cdiv(p, _IG_BN) * _cdiv(geom.k // geom.groups, _IG_BM) * geom.groups
+    q_steps = _cdiv((geom.c // geom.groups) * geom.r * geom.s, _IG_BK)
+    return max(1, min(_cdiv(2 * sm_count, blocks), q_steps // 4, _MAX_SPLITS))
 
 
 def _check_tile(tile: DirectConvTile, geom: ConvGeometry) -> None:
@@ -74,15 +107,78 @@ def _check_tile(tile: DirectConvTile, geom: ConvGeometry) -> None:
                          f"for this convolution; the device allows {limit}")
 
 
+_workspaces: dict = {}
+
+
+def _workspace(xp, nfloats: int):
+    """A per-(device, stream) scratch buffer that only grows.
+
+    Reusing it means a call inside CUDA-graph capture allocates nothing (the
+    warm-up call sized it), and calls on one stream are ordered, so sharing it
+    between them is safe.
+    """
+    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
+    buf = _workspaces.get(key)
+    if buf is None or buf.size < nfloats:
+        buf = xp.empty(nfloats, dtype=np.float32)
+        _workspaces[key] = buf
+    return buf
+
+
+def _geometry_args(geom: ConvGeometry):
+    i32 = np.int32
+    return (i32(geom.r), i32(geom.s), i32(geom.stride[0]), i32(geom.stride[1]),
+            i32(geom.padding[0]), i32(geom.padding[1]), i32(geom.dilation[0]),
+            i32(geom.dilation[1]), i32(geom.groups))
+
+
+def _launch_direct(x, w, bias, out, geom, tile, relu):
+    i32 = np.int32
+    kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
+    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_direct_fwd<{tile.tk}, {kr}, {ks}>")
+    smem = tile.smem_bytes(geom)
+    cuda.set_dynamic_smem(kernel, smem)
+    tiles_w = _cdiv(geom.ow, tile.tw)
+    k_tiles = _cdiv(geom.k // geom.groups, tile.tk)
+    grid = (_cdiv(geom.oh, tile.th) * tiles_w, geom.groups * k_tiles, geom.n)
+    args = (x, w, bias, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
+            i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles), i32(tile.cc),
+                                                     i32(relu))
+    kernel(grid, (tile.tw, tile.th, 1), args, shared_mem=smem)
+
+
+def _launch_igemm(x, w, bias, out, geom, splits, relu, xp):
+    i32 = np.int32
+    p = geom.n * geom.oh * geom.ow
+    q_steps = _cdiv((geom.c // geom.groups) * geom.r * geom.s, _IG_BK)
+    q_per_split = _cdiv(q_steps, splits) * _IG_BK
+    splits = _cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
+    m_tiles = _cdiv(geom.k // geom.groups, _IG_BM)
+    partial = _workspace(xp, splits * geom.k * p) if splits > 1 else np.uintp(0)
+    kernel = cuda.get_kernel(_KERNEL_FILE, "conv2d_igemm_fwd")
+    grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
+    args = (x, w, bias, out, partial, i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w),
+            i32(geom.k), i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (
+                i32(m_tiles), i32(q_per_split), i32(relu))
+    kernel(grid, (_IG_THREADS, 1, 1), args)
+    if splits > 1:
+        reduce = cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce")
+        total = geom.k * p
+        blocks = min(_cdiv(total, 256), 8 * backend.device_facts().sm_count)
+        reduce((blocks,), (256, 1, 1), (partial, bias, out, i32(splits), i32(geom.k), i32(p),
+                                        i32(geom.oh * geom.ow), i32(relu)))
+
+
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=False,
-           out=None, tile: DirectConvTile | None = None):
+           out=None, algorithm: str | None = None, tile: DirectConvTile | None = None,
+           splits: int | None = None):
     """fp32 2-D convolution (cross-correlation), NCHW, with optional bias and ReLU.
 
     Parameters
     ----------
     x : array, (N, C, H, W), float32, C-contiguous
         NumPy runs on the CPU; CuPy (or a PyTorch CUDA tensor through DLPack,
-        not copied) runs the CUDA kernel.
+        not copied) runs the CUDA kernels.
     w : array, (K, C // groups, R, S), float32, same device as ``x``
     bias : array, (K,), float32, optional
     stride, padding, dilation : int or (int, int)
@@ -92,8 +188,12 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         Apply ``max(., 0)`` after the bias, inside the kernel.
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
+    algorithm : {"igemm", "direct"}, optional
+        Default: :func:`choose_algorithm`.
     tile : DirectConvTile, optional
-        Overrides the heuristic tile (for tuning).
+        Overrides the ``"direct"`` algorithm's heuristic tile (for tuning).
+    splits : int, optional
+        Overrides the ``"igemm"`` algorithm's reduction split (for tuning).
 
     Returns
     -------
@@ -103,6 +203,11 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     bias = None if bias is None else backend.as_array(bias, "bias")
     geom = check_conv_args(x, w, bias, stride, padding, dilation, groups,
                            dtype=np.float32, contiguous=True)
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if splits is not None and (not isinstance(splits, (int, np.integer)) or not
+                               1 <= splits <= _MAX_SPLITS):
+        raise ValueError(f"splits must be an int in 1..{_MAX_SPLITS}, got {splits!r}")
     xp = backend.array_module(x)
     if xp is np:
         if out is not None:
@@ -117,23 +222,16 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         check_array(out, "out", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
         if tuple(out.shape) != geom.output_shape:
             raise ValueError(f"out has shape {tuple(out.shape)}; expected {geom.output_shape}")
-    facts = backend.device_facts()
-    tile = tile or direct_conv_tile(geom, facts.sm_count)
-    _check_tile(tile, geom)
-
-    kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
-    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_direct_fwd<{tile.tk}, {kr}, {ks}>")
-    smem = tile.smem_bytes(geom)
-    cuda.set_dynamic_smem(kernel, smem)
-    tiles_w = -(-geom.ow // tile.tw)
-    k_tiles = -(-(geom.k // geom.groups) // tile.tk)
-    grid = (-(-geom.oh // tile.th) * tiles_w, geom.groups * k_tiles, geom.n)
-    i32 = np.int32
-    args = (x, w, np.uintp(0) if bias is None else bias, out,
-            i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh), i32(geom.ow),
-            i32(geom.r), i32(geom.s), i32(geom.stride[0]), i32(geom.stride[1]),
-            i32(geom.padding[0]), i32(geom.padding[1]), i32(geom.dilation[0]),
-            i32(geom.dilation[1]), i32(geom.groups), i32(tiles_w), i32(k_tiles),
-            i32(tile.cc), i32(bool(relu)))
-    kernel(grid, (tile.tw, tile.th, 1), args, shared_mem=smem)
+    sm_count = backend.device_facts().sm_count
+    algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
+    bias_arg = np.uintp(0) if bias is None else bias
+    if algorithm == "direct":
+        tile = tile or direct_conv_tile(geom, sm_count)
+        _check_tile(tile, geom)
+        _launch_direct(x, w, bias_arg, out, geom, tile, bool(relu))
+    else:
+        if tile is not None:
+            raise ValueError("tile applies to algorithm='direct' only")
+        _launch_igemm(x, w, bias_arg, out, geom, splits or igemm_splits(geom, sm_count),
+                      bool(relu), xp)
     return out

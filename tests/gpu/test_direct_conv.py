@@ -20,14 +20,14 @@ def _case(rng, xs, ws, with_bias):
     return x, w, b
 
 
-def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, tile=None):
+def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, **algo):
     import cupy as cp
 
     x, w, b = _case(rng, xs, ws, with_bias)
     geom = conv_geometry(xs, ws, **kw)
     out = cp.full(geom.output_shape, cp.nan, dtype=cp.float32)  # poisoned: every element must be written
     ops.conv2d(cp.asarray(x), cp.asarray(w), None if b is None else cp.asarray(b),
-               relu=relu, out=out, tile=tile, **kw)
+               relu=relu, out=out, **algo, **kw)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
                            None if b is None else b.astype(np.float64), **kw)
     if relu:
@@ -35,13 +35,27 @@ def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, tile=None):
     got = out.get()
     assert not np.isnan(got).any(), "unwritten outputs"
     err = rel_err(got, ref)
-    assert err <= TOL, f"rel err {err:.2e} for x{xs} w{ws} {kw}"
+    assert err <= TOL, f"rel err {err:.2e} for x{xs} w{ws} {kw} {algo}"
 
 
 @pytest.mark.parametrize("trial", range(60))
 def test_random_shapes(rng, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=40, max_channels=40)
     _check(rng, xs, ws, kw, relu=bool(trial % 3 == 0), with_bias=bool(trial % 2))
+
+
+@pytest.mark.parametrize("algorithm", ops.ALGORITHMS)
+@pytest.mark.parametrize("trial", range(30))
+def test_random_shapes_each_algorithm(rng, algorithm, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=30, max_channels=80)
+    _check(rng, xs, ws, kw, relu=bool(trial % 2), algorithm=algorithm)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 7, 32])
+def test_igemm_reduction_splits(rng, splits):
+    # 150 = 16 * 9 + 6: a ragged last reduction step; 70 output channels: a ragged M tile
+    _check(rng, (2, 50, 9, 11), (70, 50, 3, 1), dict(padding=(1, 0)), relu=True,
+           algorithm="igemm", splits=splits)
 
 
 RESNET_LIKE = [
@@ -54,9 +68,10 @@ RESNET_LIKE = [
 ]
 
 
+@pytest.mark.parametrize("algorithm", ops.ALGORITHMS)
 @pytest.mark.parametrize("xs,ws,kw", RESNET_LIKE)
-def test_network_layers(rng, xs, ws, kw):
-    _check(rng, xs, ws, kw)
+def test_network_layers(rng, xs, ws, kw, algorithm):
+    _check(rng, xs, ws, kw, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("tile", [ops.DirectConvTile(1, 32, 16, 3), ops.DirectConvTile(8, 8, 4, 1),
@@ -100,4 +115,10 @@ def test_bad_input_on_gpu_leaves_output_untouched(rng):
         ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(32, 32, 16, 4096))
     with pytest.raises(ValueError, match="tile.tk"):
         ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(8, 8, 3, 1))
+    with pytest.raises(ValueError, match="algorithm must be"):
+        ops.conv2d(x, w, padding=1, out=out, algorithm="winograd")
+    with pytest.raises(ValueError, match="splits must be"):
+        ops.conv2d(x, w, padding=1, out=out, splits=0)
+    with pytest.raises(ValueError, match="tile applies"):
+        ops.conv2d(x, w, padding=1, out=out, algorithm="igemm", tile=ops.DirectConvTile(8, 8, 4, 1))
     assert bool(cp.isnan(out).all())

@@ -1,0 +1,122 @@
+"""``Function``: a forward/backward pair, and the topological backward pass.
+
+A subclass implements ``forward(*arrays) -> array or tuple`` and
+``backward(*grad_outputs) -> tuple of grads`` (one per input, ``None`` where no
+gradient flows), keeping what backward needs on ``self`` — Chainer's
+``FunctionNode`` pattern.  ``Function.apply`` wraps inputs and outputs as
+tensors and links the graph unless gradients are disabled with :func:`no_grad`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+
+from tensorconv.autograd.tensor import Tensor, as_tensor
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "grad_enabled", True)
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Within the block, functions record no graph (inference, parameter updates)."""
+    old = is_grad_enabled()
+    _state.grad_enabled = False
+    try:
+        yield
+    finally:
+        _state.grad_enabled = old
+
+
+class Function:
+    """Base class of every differentiable operation."""
+
+    def forward(self, *inputs):
+        raise NotImplementedError
+
+    def backward(self, *grad_outputs):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        """Run ``cls(**params).forward`` on the inputs' arrays; return output tensor(s)."""
+        fn = cls(**params)
+        xp = next((t.xp for t in inputs if isinstance(t, Tensor)), None)
+        tensors = [as_tensor(t, xp) if xp is not None else as_tensor(t) for t in inputs]
+        outputs = fn.forward(*(t.data for t in tensors))
+        single = not isinstance(outputs, tuple)
+        outputs = (outputs,) if single else outputs
+        needs_grad = is_grad_enabled() and any(t.requires_grad for t in tensors)
+        results = tuple(Tensor(o, requires_grad=needs_grad) for o in outputs)
+        if needs_grad:
+            fn.inputs = tensors
+            # Weak references: a tensor owns its creator, not the reverse, so an
+            # unused output and its graph are freed at once (no reference cycle).
+            fn.outputs = tuple(weakref.ref(r) for r in results)
+            fn.output_meta = tuple((o.shape, o.dtype) for o in outputs)
+            for r in results:
+                r.creator = fn
+        return results[0] if single else results
+
+
+def _topological_order(root: Tensor) -> list:
+    """Functions reachable from ``root``, each after every function that consumes its outputs."""
+    order, seen = [], set()
+    stack = [(root.creator, False)] if root.creator is not None else []
+    while stack:
+        fn, expanded = stack.pop()
+        if expanded:
+            order.append(fn)
+            continue
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        stack.append((fn, True))
+        for t in fn.inputs:
+            if t.creator is not None and id(t.creator) not in seen:
+                stack.append((t.creator, False))
+    return order[::-1]
+
+
+def backward(root: Tensor, grad) -> None:
+    """Propagate ``grad`` (d loss / d root) to every leaf with ``requires_grad``.
+
+    Gradients of intermediate tensors live in their ``_pending`` slot only
+    until their creator has consumed them.
+    """
+    if root.creator is None:
+        if root.requires_grad:
+            root.grad = grad if root.grad is None else root.grad + grad
+        return
+    root._pending = grad
+    xp = root.xp
+    for fn in _topological_order(root):
+        gouts = []
+        for ref, (shape, dtype) in zip(fn.outputs, fn.output_meta):
+            out = ref()
+            g = None if out is None else out._pending
+            if out is not None:
+                out._pending = None
+            gouts.append(g)
+        if all(g is None for g in gouts):
+            continue
+        gouts = [xp.zeros(shape, dtype) if g is None else g
+                 for g, (shape, dtype) in zip(gouts, fn.output_meta)]
+        gins = fn.backward(*gouts)
+        if not isinstance(gins, tuple):
+            gins = (gins,)
+        for t, g in zip(fn.inputs, gins):
+            if g is None or not t.requires_grad:
+                continue
+            if g.shape != t.shape:
+                raise RuntimeError(f"{type(fn).__name__}.backward returned a gradient of shape "
+                                   f"{g.shape} for an input of shape {t.shape}")
+            if t.creator is None:  # a leaf: keep the gradient
+                t.grad = g if t.grad is None else t.grad + g
+            else:
+                t._pending = g if t._pending is None else t._pending + g

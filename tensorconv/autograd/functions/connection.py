@@ -1,0 +1,79 @@
+"""Linear and convolution layers' functions (forward and backward side by side)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend, ops
+from tensorconv.autograd.function import Function
+from tensorconv.autograd.functions.windows import scatter_windows, windows
+from tensorconv.checks import check_conv_args
+
+
+class Linear(Function):
+    """``y = x @ w.T + b`` with x (N, in), w (out, in), b (out,)."""
+
+    def forward(self, x, w, b=None):
+        if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+            raise ValueError(f"linear: x {tuple(x.shape)} and w {tuple(w.shape)} do not match "
+                             "(need x (N, in) and w (out, in))")
+        self.x, self.w, self.has_bias = x, w, b is not None
+        y = x @ w.T
+        return y + b if b is not None else y
+
+    def backward(self, gy):
+        gx, gw = gy @ self.w, gy.T @ self.x
+        return (gx, gw, gy.sum(axis=0)) if self.has_bias else (gx, gw)
+
+
+def _im2col(x, geom):
+    """(N, C, H, W) -> (N, G, C/G * R * S, OH * OW), a copy laid out for batched GEMM."""
+    win = windows(x, (geom.r, geom.s), geom.stride, geom.padding, geom.dilation)
+    g = geom.groups
+    return win.reshape(geom.n, g, (geom.c // g) * geom.r * geom.s, geom.oh * geom.ow)
+
+
+class Conv2d(Function):
+    """2-D convolution, NCHW; im2col + batched GEMM on both backends.
+
+    On the GPU the float32 forward runs our CUDA kernel (``ops.conv2d``) instead
+    of materialising the column matrix; the backward recomputes the columns.
+    """
+
+    def __init__(self, stride=1, padding=0, dilation=1, groups=1):
+        self.params = (stride, padding, dilation, groups)
+
+    def forward(self, x, w, b=None):
+        self.geom = geom = check_conv_args(x, w, b, *self.params)
+        self.x, self.w, self.has_bias = x, w, b is not None
+        xp = backend.array_module(x)
+        if (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
+                and w.flags.c_contiguous):
+            return ops.conv2d(x, w, b, geom.stride, geom.padding, geom.dilation, geom.groups)
+        g = geom.groups
+        wg = w.reshape(g, geom.k // g, -1)
+        y = xp.matmul(wg, _im2col(x, geom)).reshape(geom.output_shape)
+        return y + b[None, :, None, None] if b is not None else y
+
+    def backward(self, gy):
+        geom, x, w = self.geom, self.x, self.w
+        xp = backend.array_module(gy)
+        g = geom.groups
+        gyg = gy.reshape(geom.n, g, geom.k // g, geom.oh * geom.ow)
+        cols = _im2col(x, geom)
+        gw = xp.matmul(gyg, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+        wg = w.reshape(g, geom.k // g, -1)
+        gcols = xp.matmul(wg.swapaxes(-1, -2), gyg)
+        gx = scatter_windows(gcols.reshape(geom.n, geom.c, geom.r, geom.s, geom.oh, geom.ow),
+                             x.shape, geom.stride, geom.padding, geom.dilation)
+        return (gx, gw, gy.sum(axis=(0, 2, 3))) if self.has_bias else (gx, gw)
+
+
+def linear(x, w, b=None):
+    return Linear.apply(x, w) if b is None else Linear.apply(x, w, b)
+
+
+def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """Differentiable convolution; see :class:`Conv2d`."""
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return Conv2d.apply(x, w, **kw) if b is None else Conv2d.apply(x, w, b, **kw)

@@ -1,0 +1,53 @@
+"""Softmax cross-entropy, computed through a stable log-softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.autograd.function import Function
+
+
+def check_labels(labels, n: int, classes: int) -> None:
+    """Labels must be an integer vector of length ``n`` with values in ``[0, classes)``."""
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must be integers, got {labels.dtype.name}")
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= classes:
+        raise ValueError(f"labels must be in [0, {classes}), got values in [{lo}, {hi}]")
+
+
+class SoftmaxCrossEntropy(Function):
+    """Mean over the batch of ``-log softmax(logits)[label]``."""
+
+    def forward(self, logits, labels):
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be (N, classes), got shape {tuple(logits.shape)}")
+        check_labels(labels, logits.shape[0], logits.shape[1])
+        xp = backend.array_module(logits)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        logp = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        self.labels, self.logp = labels, logp
+        n = logits.shape[0]
+        return -logp[xp.arange(n), labels].mean()
+
+    def backward(self, gy):
+        xp = backend.array_module(gy)
+        n = self.logp.shape[0]
+        g = xp.exp(self.logp)
+        g[xp.arange(n), self.labels] -= 1
+        return g * (gy / n), None
+
+
+def softmax_cross_entropy(logits, labels):
+    """Scalar loss; ``labels`` is an integer array (N,) (not differentiated)."""
+    return SoftmaxCrossEntropy.apply(logits, labels)
+
+
+def accuracy(logits, labels) -> float:
+    """Fraction of rows whose arg-max equals the label (host float)."""
+    data = getattr(logits, "data", logits)
+    lab = getattr(labels, "data", labels)
+    return float(backend.to_host((data.argmax(axis=1) == lab).mean()).item()) if len(lab) else np.nan

@@ -1,0 +1,94 @@
+"""Max, average and global average pooling over NCHW."""
+
+from __future__ import annotations
+
+from tensorconv import backend
+from tensorconv.autograd.function import Function
+from tensorconv.autograd.functions.windows import scatter_windows, windows
+from tensorconv.checks import pair
+
+
+def _pool_args(kernel, stride, padding):
+    kernel = pair(kernel, "kernel_size", minimum=1)
+    stride = kernel if stride is None else pair(stride, "stride", minimum=1)
+    padding = pair(padding, "padding", minimum=0)
+    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
+        raise ValueError(f"padding {padding} must be at most half the kernel {kernel}")
+    return kernel, stride, padding
+
+
+def _check_input(x, kernel, padding):
+    if x.ndim != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
+    if x.shape[2] + 2 * padding[0] < kernel[0] or x.shape[3] + 2 * padding[1] < kernel[1]:
+        raise ValueError(f"pooling window {kernel} larger than the padded input {x.shape[2:]}")
+
+
+class MaxPool2d(Function):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel, self.stride, self.padding = _pool_args(kernel_size, stride, padding)
+
+    def forward(self, x):
+        _check_input(x, self.kernel, self.padding)
+        xp = backend.array_module(x)
+        win = windows(x, self.kernel, self.stride, self.padding, pad_value=-xp.inf)
+        n, c, r, s, oh, ow = win.shape
+        flat = win.reshape(n, c, r * s, oh, ow)
+        self.argmax = flat.argmax(axis=2)
+        self.x_shape = x.shape
+        return xp.take_along_axis(flat, self.argmax[:, :, None], axis=2)[:, :, 0]
+
+    def backward(self, gy):
+        xp = backend.array_module(gy)
+        n, c, oh, ow = gy.shape
+        r, s = self.kernel
+        taps = xp.arange(r * s).reshape(1, 1, r * s, 1, 1)
+        gwin = (taps == self.argmax[:, :, None]) * gy[:, :, None]
+        return scatter_windows(gwin.reshape(n, c, r, s, oh, ow), self.x_shape, self.stride,
+                               self.padding)
+
+
+class AvgPool2d(Function):
+    """Average over each window, zero padding counted (PyTorch's default)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel, self.stride, self.padding = _pool_args(kernel_size, stride, padding)
+
+    def forward(self, x):
+        _check_input(x, self.kernel, self.padding)
+        self.x_shape = x.shape
+        return windows(x, self.kernel, self.stride, self.padding).mean(axis=(2, 3))
+
+    def backward(self, gy):
+        xp = backend.array_module(gy)
+        r, s = self.kernel
+        n, c, oh, ow = gy.shape
+        gwin = xp.broadcast_to((gy / (r * s))[:, :, None, None], (n, c, r, s, oh, ow))
+        return scatter_windows(gwin, self.x_shape, self.stride, self.padding)
+
+
+class GlobalAvgPool2d(Function):
+    """(N, C, H, W) -> (N, C): the mean over each feature map."""
+
+    def forward(self, x):
+        if x.ndim != 4:
+            raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
+        self.x_shape = x.shape
+        return x.mean(axis=(2, 3))
+
+    def backward(self, gy):
+        xp = backend.array_module(gy)
+        h, w = self.x_shape[2:]
+        return xp.broadcast_to((gy / (h * w))[:, :, None, None], self.x_shape).copy()
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    return MaxPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0):
+    return AvgPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)
+
+
+def global_avg_pool2d(x):
+    return GlobalAvgPool2d.apply(x)

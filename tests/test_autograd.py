@@ -1,0 +1,128 @@
+"""Every differentiable function passes gradcheck; the graph machinery is right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import reference
+from tensorconv.autograd import Tensor, gradcheck, no_grad
+from tensorconv.autograd import functions as F
+from tests.helpers import random_conv_case, rel_err
+
+
+def T(rng, *shape, grad=True):
+    return Tensor(rng.standard_normal(shape), requires_grad=grad)
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_conv2d_gradcheck_random_shapes(rng, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=6, max_channels=3)
+    x, w, b = T(rng, *xs), T(rng, *ws), T(rng, ws[0])
+    gradcheck(lambda x, w, b: F.conv2d(x, w, b, **kw), [x, w, b])
+    assert rel_err(F.conv2d(x, w, b, **kw).data, reference.conv2d(x.data, w.data, b.data, **kw)) < 1e-12
+
+
+def test_linear_gradcheck(rng):
+    gradcheck(F.linear, [T(rng, 4, 5), T(rng, 3, 5), T(rng, 3)])
+    gradcheck(lambda x, w: F.linear(x, w), [T(rng, 4, 5), T(rng, 3, 5)])
+
+
+def test_broadcast_arithmetic_gradcheck(rng):
+    gradcheck(lambda a, b: F.add(a, b), [T(rng, 2, 3, 4), T(rng, 1, 3, 1)])
+    gradcheck(lambda a, b: F.mul(a, b), [T(rng, 2, 3, 4), T(rng, 4)])
+    gradcheck(lambda a: a * 3.0 - a + 1.0, [T(rng, 3, 2)])
+
+
+def test_shape_functions_gradcheck(rng):
+    gradcheck(lambda a: F.reshape(a, (6, 4)), [T(rng, 2, 3, 4)])
+    gradcheck(F.flatten, [T(rng, 2, 3, 2, 2)])
+    gradcheck(lambda a, b, c: F.concat([a, b, c], axis=1),
+              [T(rng, 2, 1, 3, 3), T(rng, 2, 4, 3, 3), T(rng, 2, 2, 3, 3)])
+
+
+def test_activation_gradcheck(rng):
+    x = Tensor(rng.standard_normal((3, 4)) + np.sign(rng.standard_normal((3, 4))) * 0.1, True)
+    gradcheck(F.relu, [x])
+    gradcheck(lambda a: F.dropout(a, 0.4, np.random.default_rng(7)), [T(rng, 5, 6)])
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (1, 0))])
+def test_pooling_gradcheck(rng, kernel, stride, padding):
+    x = T(rng, 2, 3, 7, 6)
+    gradcheck(lambda a: F.max_pool2d(a, kernel, stride, padding), [x])
+    gradcheck(lambda a: F.avg_pool2d(a, kernel, stride, padding), [x])
+
+
+def test_global_avg_pool_gradcheck(rng):
+    gradcheck(F.global_avg_pool2d, [T(rng, 2, 3, 4, 5)])
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_gradcheck(rng, training):
+    c = 3
+    x, g, b = T(rng, 4, c, 3, 2), Tensor(rng.random(c) + 0.5, True), T(rng, c)
+    rm, rv = rng.standard_normal(c), rng.random(c) + 0.5
+    gradcheck(lambda x, g, b: F.batch_norm2d(x, g, b, rm.copy(), rv.copy(), training=training),
+              [x, g, b])
+
+
+def test_batch_norm_statistics(rng):
+    x = rng.standard_normal((8, 3, 5, 5)) * 2 + 1
+    rm, rv = np.zeros(3), np.ones(3)
+    y = F.batch_norm2d(Tensor(x), Tensor(np.ones(3)), Tensor(np.zeros(3)), rm, rv,
+                       training=True, momentum=0.5).data
+    np.testing.assert_allclose(y.mean(axis=(0, 2, 3)), 0, atol=1e-12)
+    np.testing.assert_allclose(y.var(axis=(0, 2, 3)), 1, atol=1e-3)
+    np.testing.assert_allclose(rm, 0.5 * x.mean(axis=(0, 2, 3)))
+    np.testing.assert_allclose(rv, 0.5 + 0.5 * x.var(axis=(0, 2, 3), ddof=1))
+
+
+def test_softmax_cross_entropy(rng):
+    logits = T(rng, 5, 4)
+    labels = np.array([0, 3, 1, 1, 2])
+    gradcheck(lambda z: F.softmax_cross_entropy(z, labels), [logits])
+    z = logits.data
+    expected = -np.mean(z[np.arange(5), labels] - np.log(np.exp(z).sum(1)))
+    assert np.isclose(F.softmax_cross_entropy(logits, labels).item(), expected)
+    big = Tensor(np.array([[1000.0, 0.0], [0.0, -1000.0]]))
+    assert np.isfinite(F.softmax_cross_entropy(big, np.array([1, 1])).item())  # stable
+
+
+def test_labels_are_checked():
+    z = Tensor(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 4\)"):
+        F.softmax_cross_entropy(z, np.array([0, 4, 1]))
+    with pytest.raises(ValueError, match="labels must have shape"):
+        F.softmax_cross_entropy(z, np.array([0, 1]))
+    with pytest.raises(TypeError, match="integers"):
+        F.softmax_cross_entropy(z, np.array([0.0, 1.0, 2.0]))
+
+
+def test_diamond_graph_accumulates(rng):
+    x = T(rng, 3)
+    y = F.mul(x, x)            # x used twice in one function
+    z = F.add(F.relu(y), y)    # y used twice downstream
+    z.backward(np.ones(3))
+    np.testing.assert_allclose(x.grad, 2 * (2 * x.data))
+
+
+def test_no_grad_records_nothing(rng):
+    x = T(rng, 3)
+    with no_grad():
+        y = F.relu(x)
+    assert y.creator is None and not y.requires_grad
+
+
+def test_backward_needs_scalar_or_grad(rng):
+    with pytest.raises(ValueError, match="one-element"):
+        F.relu(T(rng, 3)).backward()
+
+
+def test_gradcheck_catches_a_wrong_gradient(rng):
+    class Wrong(F.relu.__globals__["ReLU"]):
+        def backward(self, gy):
+            return gy * 2.0
+
+    with pytest.raises(AssertionError, match="differs"):
+        gradcheck(lambda a: Wrong.apply(a), [T(rng, 4)])

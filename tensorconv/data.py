@@ -160,10 +160,15 @@ def batches(data: Dataset, batch_size: int, *, shuffle: bool = True, rng=None,
 
 
 def synthetic_dataset(n: int = 256, *, classes: int = 4, size: int = 8, channels: int = 1,
-                      noise: float = 0.5, seed: int = 0) -> Dataset:
-    """A tiny learnable set for unit tests only: per-class random templates plus noise."""
-    rng = np.random.default_rng(seed)
-    templates = rng.standard_normal((classes, channels, size, size)).astype(np.float32)
+                      noise: float = 0.5, seed: int = 0, sample_seed: int | None = None) -> Dataset:
+    """A tiny learnable set for unit tests only: per-class random templates plus noise.
+
+    ``seed`` fixes the class templates, ``sample_seed`` (default ``seed``) the
+    examples drawn from them: a train and a test split share ``seed``.
+    """
+    templates = np.random.default_rng(seed).standard_normal(
+        (classes, channels, size, size)).astype(np.float32)
+    rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
     labels = rng.integers(0, classes, n)
     images = templates[labels] + noise * rng.standard_normal((n, channels, size, size))
     return Dataset(images.astype(np.float32), labels.astype(np.int64),

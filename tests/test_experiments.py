@@ -33,5 +33,5 @@ def test_quickstart_quick(tmp_path):
     assert quickstart.main(["--quick", "--train", "1500", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "quickstart.csv")
     acc = {r["metric"]: r["value"] for r in rows}["test_accuracy"]
-    assert 70.0 < acc <= 100.0  # chance is 10%; random conv features give ~85%
+    assert 40.0 < acc <= 100.0  # chance is 10%; 1500 images for 2 epochs give ~60%
     assert (tmp_path / "quickstart.png").stat().st_size > 0

@@ -1,0 +1,107 @@
+"""Train a zoo model on Fashion-MNIST (padded to 32x32) with SGD; accuracy curve and timing.
+
+``tensorconv run train --model resnet20`` trains ResNet-20 for 30 epochs
+(cosine schedule, Nesterov momentum, weight decay 5e-4, random crop + flip),
+checkpointing after every epoch to ``--checkpoint``.  ``--stop-after N`` ends
+the call after N epochs; the next call with the same checkpoint resumes
+exactly, so a long run fits machines with a time limit per command.  Writes
+``results/train_MODEL.{csv,md,png}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments._common import outputs, parser
+from tensorconv import bench
+from tensorconv.nn import count_flops_params
+from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
+from training.train import TrainConfig, train
+
+TARGETS = {"resnet20": 92.5}  # issue target (test accuracy, %) on Fashion-MNIST
+
+
+def main(argv=None) -> int:
+    p = parser("train", __doc__)
+    d = TrainConfig()
+    p.add_argument("--model", default=d.model)
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--schedule", default=d.schedule, choices=("cosine", "step"))
+    p.add_argument("--no-augment", action="store_true")
+    p.add_argument("--train-limit", type=int, default=None)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="checkpoint file (default: results/train_MODEL.ckpt.npz)")
+    p.add_argument("--stop-after", type=int, default=None, help="epochs to run in this call")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.train_limit = min(args.epochs, 2), args.train_limit or 2000
+    cfg = TrainConfig(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
+                      lr=args.lr, weight_decay=args.weight_decay, schedule=args.schedule,
+                      augment=not args.no_augment, train_limit=args.train_limit,
+                      test_limit=1000 if args.quick else None, seed=args.seed, device=args.device)
+    name = f"train_{args.model}"
+    paths = outputs(name, args.out)
+    ckpt = args.checkpoint or paths["csv"].with_suffix(".ckpt.npz")
+    result = train(cfg, ckpt, stop_after=args.stop_after)
+
+    env = bench.environment()
+    cost = count_flops_params(result.model, (1, 1, 32, 32))
+    rs = ResultSet(name, env)
+    variant = "cuda" if result.model.xp.__name__ == "cupy" else "numpy"
+    for h in result.history:
+        for metric in ("train_loss", "test_loss"):
+            rs.add(f"epoch{h['epoch']}", variant, metric, h[metric], "1")
+        for metric in ("train_acc", "test_acc"):
+            rs.add(f"epoch{h['epoch']}", variant, metric, 100 * h[metric], "%")
+        rs.add(f"epoch{h['epoch']}", variant, "epoch_time", h["seconds"], "s")
+    final = result.history[-1]
+    rs.add("final", variant, "test_acc", 100 * final["test_acc"], "%",
+           note=f"target >= {TARGETS[args.model]}%" if args.model in TARGETS else "")
+    rs.add("final", variant, "epochs", final["epoch"], "count")
+    rs.add("final", variant, "train_time", sum(h["seconds"] for h in result.history), "s")
+    rs.add("final", variant, "params", cost["params"], "count")
+    rs.add("final", variant, "macs_per_image", cost["macs"], "MAC")
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    status = "finished" if result.finished else f"partial: {final['epoch']}/{cfg.epochs} epochs"
+    write_markdown(paths["md"], f"Training {args.model} on Fashion-MNIST (32x32) — {status}", env,
+                   [("Final", long_markdown([r for r in rows if r["case"] == "final"])),
+                    ("Per epoch", long_markdown([r for r in rows if r["case"] != "final"])),
+                    ("Setup", f"`{cfg}`; checkpoint `{ckpt}`. Each epoch's time includes the "
+                              "evaluation on the 10,000 test images.")])
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in result.history]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a1.plot(epochs, [h["train_loss"] for h in result.history], label="train")
+    a1.plot(epochs, [h["test_loss"] for h in result.history], label="test")
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("loss")
+    a1.legend()
+    a2.plot(epochs, [100 * h["train_acc"] for h in result.history], label="train")
+    a2.plot(epochs, [100 * h["test_acc"] for h in result.history], label="test")
+    if args.model in TARGETS:
+        a2.axhline(TARGETS[args.model], color="gray", ls="--", label="target")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("accuracy (%)")
+    a2.legend()
+    fig.suptitle(f"{args.model} on Fashion-MNIST ({variant}): {100 * final['test_acc']:.2f}% "
+                 f"after {final['epoch']} epochs")
+    fig.tight_layout()
+    fig.savefig(paths["png"], dpi=120)
+    plt.close(fig)
+    print(f"{status}; test accuracy {100 * final['test_acc']:.2f}%; wrote {paths['csv']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

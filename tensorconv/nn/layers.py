@@ -1,0 +1,160 @@
+"""Layers: thin modules over :mod:`tensorconv.autograd.functions`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorconv.autograd import functions as F
+from tensorconv.checks import pair
+from tensorconv.nn.module import Module, Parameter
+
+
+def _rng(rng):
+    return rng if rng is not None else np.random.default_rng(0)
+
+
+class Conv2d(Module):
+    """2-D convolution layer; He-normal (fan-out) initialisation, as torchvision's ResNets.
+
+    After each forward, ``macs`` holds the multiply-accumulates it did.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, rng=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and "
+                             f"out_channels={out_channels}")
+        kh, kw = pair(kernel_size, "kernel_size", minimum=1)
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride, self.padding, self.dilation = (kh, kw), stride, padding, dilation
+        std = math.sqrt(2.0 / (out_channels * kh * kw / groups))
+        w = _rng(rng).standard_normal((out_channels, in_channels // groups, kh, kw)) * std
+        self.weight = Parameter(w.astype(np.float32))
+        self.bias = Parameter(np.zeros(out_channels, np.float32)) if bias else None
+        self.macs = 0
+
+    def forward(self, x):
+        y = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                     self.groups)
+        kh, kw = self.kernel_size
+        self.macs = y.size * (self.in_channels // self.groups) * kh * kw
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, groups={self.groups}")
+
+
+class Linear(Module):
+    """Fully connected layer, ``U(-1/sqrt(in), 1/sqrt(in))`` initialisation."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, rng=None):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)
+        rng = _rng(rng)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)).astype(np.float32))
+        self.bias = (Parameter(rng.uniform(-bound, bound, out_features).astype(np.float32))
+                     if bias else None)
+        self.macs = 0
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.bias)
+        self.macs = y.size * self.in_features
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}"
+
+
+class BatchNorm2d(Module):
+    def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5):
+        super().__init__()
+        self.channels, self.momentum, self.eps = channels, momentum, eps
+        self.weight = Parameter(np.ones(channels, np.float32))
+        self.bias = Parameter(np.zeros(channels, np.float32))
+        self.register_buffer("running_mean", np.zeros(channels, np.float32))
+        self.register_buffer("running_var", np.ones(channels, np.float32))
+
+    def forward(self, x):
+        return F.batch_norm2d(x, self.weight, self.bias, self.running_mean, self.running_var,
+                              training=self.training, momentum=self.momentum, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return str(self.channels)
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return F.relu(x)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.args = (kernel_size, stride, padding)
+
+    def forward(self, x):
+        return F.max_pool2d(x, *self.args)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.args = (kernel_size, stride, padding)
+
+    def forward(self, x):
+        return F.avg_pool2d(x, *self.args)
+
+
+class GlobalAvgPool2d(Module):
+    def forward(self, x):
+        return F.global_avg_pool2d(x)
+
+
+class Flatten(Module):
+    def forward(self, x):
+        return F.flatten(x)
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Dropout(Module):
+    """Dropout with its own generator, so a run is reproducible from ``seed``."""
+
+    def __init__(self, p: float = 0.5, seed: int = 0):
+        super().__init__()
+        self.p, self.seed = p, seed
+        self.rng = None
+
+    def forward(self, x):
+        if self.rng is None:
+            self.rng = x.xp.random.default_rng(self.seed)
+        return F.dropout(x, self.p, self.rng, training=self.training)
+
+
+class Sequential(Module):
+    def __init__(self, *layers: Module):
+        super().__init__()
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __getitem__(self, i: int) -> Module:
+        return list(self._modules.values())[i]
+
+    def forward(self, x):
+        for layer in self:
+            x = layer(x)
+        return x

@@ -1,0 +1,34 @@
+"""Model zoo, by name: ``get_model("resnet20", in_channels=1, num_classes=10)``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from tensorconv.nn.models.densenet import DenseNet, densenet121
+from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
+from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
+from tensorconv.nn.models.smallcnn import SmallCNN, small_cnn
+from tensorconv.nn.models.vgg import VGG, vgg16
+
+MODELS = {
+    "resnet20": resnet20,
+    "resnet18": resnet18,
+    "resnet18_imagenet": partial(resnet18, stem="imagenet", num_classes=1000),
+    "resnet50": resnet50,
+    "vgg16": vgg16,
+    "mobilenet_v1": mobilenet_v1,
+    "densenet121": densenet121,
+    "small_cnn": small_cnn,
+}
+
+
+def get_model(name: str, **kwargs):
+    """Build a model of the zoo; ``kwargs`` go to its constructor (in_channels, num_classes, seed)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
+    return MODELS[name](**kwargs)
+
+
+__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "MobileNetV1", "ResNet", "SmallCNN", "VGG",
+           "densenet121", "get_model", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn",
+           "vgg16"]

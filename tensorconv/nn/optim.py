@@ -1,0 +1,104 @@
+"""SGD (momentum, Nesterov, coupled or decoupled weight decay), LR schedules, clipping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorconv import backend
+
+
+class SGD:
+    """Stochastic gradient descent.
+
+    Parameters
+    ----------
+    params : list of Parameter
+    lr : float
+    momentum : float
+        Heavy-ball coefficient ``mu``: ``v = mu * v + g``.
+    nesterov : bool
+        Step along ``g + mu * v`` instead of ``v``.
+    weight_decay : float
+    decoupled : bool
+        False: add ``weight_decay * p`` to the gradient (L2, PyTorch's SGD);
+        True: shrink ``p`` by ``lr * weight_decay`` apart from the gradient step
+        (Loshchilov & Hutter's decoupled decay).
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, decoupled: bool = False):
+        if lr <= 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(f"need lr > 0, momentum >= 0, weight_decay >= 0; got lr={lr}, "
+                             f"momentum={momentum}, weight_decay={weight_decay}")
+        if nesterov and momentum == 0:
+            raise ValueError("nesterov needs momentum > 0")
+        self.params = list(params)
+        self.lr, self.momentum, self.nesterov = lr, momentum, nesterov
+        self.weight_decay, self.decoupled = weight_decay, decoupled
+        self.velocity = [None] * len(self.params)
+        self.steps = 0
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        lr, mu, wd = self.lr, self.momentum, self.weight_decay
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if g is None:
+                continue
+            if wd and not self.decoupled:
+                g = g + wd * p.data
+            if mu:
+                v = self.velocity[i]
+                v = g.copy() if v is None else v * mu + g
+                self.velocity[i] = v
+                g = g + mu * v if self.nesterov else v
+            if wd and self.decoupled:
+                p.data *= 1.0 - lr * wd
+            p.data -= lr * g
+        self.steps += 1
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "steps": self.steps,
+                "velocity": [None if v is None else backend.to_host(v).copy()
+                             for v in self.velocity]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["velocity"]) != len(self.params):
+            raise ValueError(f"optimizer state has {len(state['velocity'])} buffers for "
+                             f"{len(self.params)} parameters")
+        self.lr, self.steps = float(state["lr"]), int(state["steps"])
+        self.velocity = [None if v is None else p.xp.asarray(v).copy()
+                         for v, p in zip(state["velocity"], self.params)]
+
+
+def step_lr(base_lr: float, epoch: int, milestones, gamma: float = 0.1) -> float:
+    """``base_lr * gamma ** (number of milestones <= epoch)``."""
+    return base_lr * gamma ** sum(epoch >= m for m in milestones)
+
+
+def cosine_lr(base_lr: float, step: int, total_steps: int, warmup_steps: int = 0,
+              min_lr: float = 0.0) -> float:
+    """Linear warm-up, then half a cosine from ``base_lr`` down to ``min_lr``."""
+    if warmup_steps and step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    t = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr + 0.5 * (base_lr - min_lr) * (1 + math.cos(math.pi * t))
+
+
+def clip_grad_norm(params, max_norm: float) -> float:
+    """Scale all gradients so their global L2 norm is at most ``max_norm``; return the norm."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    xp = backend.array_module(grads[0])
+    total = float(xp.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))
+    if total > max_norm:
+        for p in params:
+            if p.grad is not None:
+                p.grad = p.grad * (max_norm / (total + 1e-12))
+    return total

@@ -1,0 +1,140 @@
+"""Modules, models, FLOP counting and the optimiser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv.autograd import Tensor, gradcheck
+from tensorconv.nn import BatchNorm2d, Conv2d, Linear, Sequential, count_flops_params, get_model
+from tensorconv.nn.models import BasicBlock
+from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+
+
+@pytest.mark.parametrize("name,shape,classes", [
+    ("resnet20", (2, 1, 32, 32), 10), ("resnet18", (2, 1, 32, 32), 10),
+    ("vgg16", (2, 1, 32, 32), 10), ("mobilenet_v1", (2, 1, 32, 32), 10),
+    ("small_cnn", (2, 1, 28, 28), 10), ("resnet50", (1, 3, 64, 64), 1000),
+    ("resnet18_imagenet", (1, 3, 64, 64), 1000),
+])
+def test_models_forward_shapes(name, shape, classes):
+    model = get_model(name, in_channels=shape[1], num_classes=classes)
+    model.eval()
+    assert model(Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))).shape == (shape[0], classes)
+
+
+def test_densenet121_forward_cifar_stem():
+    model = get_model("densenet121", in_channels=1, num_classes=10, stem="cifar")
+    model.eval()
+    assert model(Tensor(np.ones((1, 1, 32, 32), np.float32))).shape == (1, 10)
+
+
+def test_known_costs():
+    r18 = count_flops_params(get_model("resnet18_imagenet"), (1, 3, 224, 224))
+    assert round(r18["macs"] / 1e9, 3) == 1.814 and round(r18["params"] / 1e6, 2) == 11.69
+    r50 = count_flops_params(get_model("resnet50"), (1, 3, 224, 224))
+    assert round(r50["macs"] / 1e9, 2) == 4.09 and round(r50["params"] / 1e6, 2) == 25.56
+    r20 = count_flops_params(get_model("resnet20"), (1, 3, 32, 32))
+    assert 40e6 < r20["macs"] < 42e6 and r20["flops"] == 2 * r20["macs"]
+
+
+def test_model_rejects_wrong_input_shape():
+    model = get_model("resnet20", in_channels=1)
+    with pytest.raises(ValueError, match=r"expects input \(N, 1, H, W\)"):
+        model(Tensor(np.zeros((2, 3, 32, 32), np.float32)))
+    with pytest.raises(ValueError, match="expects input"):
+        model(Tensor(np.zeros((32, 32), np.float32)))
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="unknown model"):
+        get_model("alexnet")
+
+
+def test_block_gradcheck_float64(rng):
+    block = BasicBlock(2, 3, 2, rng)
+    params = block.parameters()
+    for p in params:
+        p.data = p.data.astype(np.float64)
+    for prefix, m in block.named_modules():
+        for name in list(m._buffers):
+            m._buffers[name] = m._buffers[name].astype(np.float64)
+    block.eval()  # running statistics: BN is affine, the check is exact
+    x = Tensor(rng.standard_normal((2, 2, 5, 5)), requires_grad=True)
+    gradcheck(lambda x, *ps: block(x), [x, *params])
+
+
+def test_state_dict_roundtrip_and_errors():
+    a, b = get_model("small_cnn", seed=1), get_model("small_cnn", seed=2)
+    b.load_state_dict(a.state_dict())
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and np.array_equal(va, vb)
+    sd = a.state_dict()
+    sd["fc.weight"] = sd["fc.weight"][:5]
+    before = b.state_dict()
+    with pytest.raises(ValueError, match="shape mismatches"):
+        b.load_state_dict(sd)
+    with pytest.raises(ValueError, match="missing"):
+        b.load_state_dict({})
+    assert all(np.array_equal(before[k], v) for k, v in b.state_dict().items())  # untouched
+
+
+def test_registration_and_modes():
+    seq = Sequential(Conv2d(1, 2, 3), BatchNorm2d(2), Linear(4, 3))
+    names = [n for n, _ in seq.named_parameters()]
+    assert names == ["0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+    assert [n for n, _ in seq.named_buffers()] == ["1.running_mean", "1.running_var"]
+    seq.eval()
+    assert not any(m.training for m in seq.modules())
+    with pytest.raises(ValueError, match="groups"):
+        Conv2d(3, 4, 3, groups=2)
+
+
+def _param(value, grad):
+    p = Linear(1, 1, bias=False).weight
+    p.data = np.array(value, dtype=np.float64)
+    p.grad = np.array(grad, dtype=np.float64)
+    return p
+
+
+def test_sgd_momentum_nesterov_and_decay():
+    p = _param([1.0], [0.5])
+    opt = SGD([p], lr=0.1, momentum=0.9, nesterov=False, weight_decay=0.1)
+    opt.step()                          # g = 0.5 + 0.1 = 0.6, v = 0.6
+    assert np.allclose(p.data, 1.0 - 0.06)
+    p.grad = np.array([0.5])
+    opt.step()                          # g = 0.5 + 0.1*0.94, v = 0.9*0.6 + g
+    g = 0.5 + 0.1 * 0.94
+    assert np.allclose(p.data, 0.94 - 0.1 * (0.54 + g))
+
+    q = _param([1.0], [0.5])
+    SGD([q], lr=0.1, momentum=0.9, nesterov=True).step()  # v = g; step g + mu v = 0.95
+    assert np.allclose(q.data, 1.0 - 0.095)
+
+    r = _param([1.0], [0.5])
+    SGD([r], lr=0.1, weight_decay=0.1, decoupled=True).step()
+    assert np.allclose(r.data, 1.0 * (1 - 0.01) - 0.05)
+
+
+def test_sgd_state_roundtrip_and_errors():
+    p = _param([1.0, 2.0], [0.1, 0.2])
+    opt = SGD([p], lr=0.1, momentum=0.9)
+    opt.step()
+    other = SGD([_param([0.0, 0.0], [0.0, 0.0])], lr=1.0, momentum=0.9)
+    other.load_state_dict(opt.state_dict())
+    assert other.lr == 0.1 and other.steps == 1 and np.array_equal(other.velocity[0], opt.velocity[0])
+    with pytest.raises(ValueError, match="nesterov"):
+        SGD([p], lr=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="lr > 0"):
+        SGD([p], lr=0.0)
+
+
+def test_schedules_and_clipping():
+    assert step_lr(1.0, 0, (10, 20)) == 1.0 and step_lr(1.0, 15, (10, 20)) == pytest.approx(0.1)
+    assert step_lr(1.0, 25, (10, 20)) == pytest.approx(0.01)
+    assert cosine_lr(1.0, 0, 100) == 1.0 and cosine_lr(1.0, 100, 100) == pytest.approx(0.0)
+    assert cosine_lr(1.0, 50, 100) == pytest.approx(0.5)
+    assert cosine_lr(1.0, 0, 100, warmup_steps=10) == pytest.approx(0.1)
+    p = _param([0.0, 0.0], [3.0, 4.0])
+    assert clip_grad_norm([p], 1.0) == pytest.approx(5.0)
+    assert np.allclose(p.grad, [0.6, 0.8])

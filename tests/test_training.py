@@ -1,0 +1,108 @@
+"""The training loop: exact resume, atomic checkpoints, clear failures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training import checkpoint as ckpt
+from training import train as train_mod
+from training.train import TrainConfig, augment_batch, train
+
+
+def _cfg(**kw):
+    base = dict(model="small_cnn", dataset="synthetic", epochs=2, batch_size=32, lr=0.05,
+                train_limit=128, test_limit=64, pad_to=8, device="cpu", warmup_epochs=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_resume_is_bit_identical(tmp_path):
+    full = train(_cfg(), tmp_path / "full.npz", progress=False)
+    part = train(_cfg(), tmp_path / "part.npz", stop_after=1, progress=False)  # "killed" after 1
+    assert not part.finished and len(part.history) == 1
+    resumed = train(_cfg(), tmp_path / "part.npz", progress=False)
+    assert resumed.finished
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert [h["test_loss"] for h in full.history] == [h["test_loss"] for h in resumed.history]
+
+
+def test_training_learns_the_synthetic_set(tmp_path):
+    result = train(_cfg(epochs=4, train_limit=256, augment=False), progress=False)
+    assert result.history[-1]["test_acc"] > 0.9
+
+
+def test_checkpoint_from_another_model_is_refused_and_kept(tmp_path):
+    path = tmp_path / "run.npz"
+    train(_cfg(epochs=1), path, progress=False)
+    before = path.read_bytes()
+    with pytest.raises(ckpt.CheckpointMismatchError, match="small_cnn"):
+        train(_cfg(model="resnet20"), path, progress=False)
+    with pytest.raises(ckpt.CheckpointMismatchError, match="batch_size"):
+        train(_cfg(batch_size=16), path, progress=False)
+    assert path.read_bytes() == before
+
+
+def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
+    real = train_mod.load_data
+
+    def poisoned(cfg):
+        tr, te = real(cfg)
+        tr.images[:] = np.nan  # every batch's loss is NaN: the first step must be named
+        return tr, te
+
+    monkeypatch.setattr(train_mod, "load_data", poisoned)
+    path = tmp_path / "c.npz"
+    with pytest.raises(FloatingPointError, match=r"loss became nan at epoch 1, step 1 "):
+        train(_cfg(epochs=1), path, progress=False, log_every=3)
+    assert not path.exists()
+
+
+def test_labels_out_of_range_are_refused(monkeypatch):
+    real = train_mod.load_data
+
+    def bad_labels(cfg):
+        tr, te = real(cfg)
+        tr.labels[3] = 99
+        return tr, te
+
+    monkeypatch.setattr(train_mod, "load_data", bad_labels)
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 4\)"):
+        train(_cfg(), progress=False)
+
+
+def test_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "c.npz"
+    train(_cfg(epochs=1), path, progress=False)
+    before = path.read_bytes()
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.np, "savez", boom)
+    with pytest.raises(KeyboardInterrupt):
+        train(_cfg(epochs=2), path, progress=False)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]  # no temporary left behind
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="dataset"):
+        train(_cfg(dataset="mnist"), progress=False)
+    with pytest.raises(ValueError, match="device"):
+        train(_cfg(device="tpu"), progress=False)
+    with pytest.raises(ValueError, match="batch_size"):
+        train(_cfg(batch_size=4096), progress=False)
+
+
+def test_augment_batch_crops_and_flips(rng):
+    x = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+    y = augment_batch(x, np.random.default_rng(0), fill=-9.0)
+    assert y.shape == x.shape and y.flags.c_contiguous
+    # every output is a shifted (maybe mirrored) window of the padded input
+    pad = np.pad(x, ((0, 0), (0, 0), (4, 4), (4, 4)), constant_values=-9.0)
+    for i in range(16):
+        hits = [np.array_equal(y[i, 0], cand[oy:oy + 8, ox:ox + 8])
+                for cand in (pad[i, 0], pad[i, 0][:, ::-1]) for oy in range(9) for ox in range(9)]
+        assert any(hits)

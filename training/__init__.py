@@ -1,0 +1,1 @@
+"""Training loops: plain SGD (``train``); later ADMM Tucker, pruning, SCC."""

@@ -1,0 +1,239 @@
+"""Plain SGD training of a zoo model on Fashion-MNIST (or the synthetic test set).
+
+Checkpoints are written atomically after every epoch and hold the model, the
+optimiser, the epoch, the history and the state of the one random generator
+that shuffles and augments, so a resumed run continues bit-for-bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import tensorconv
+from tensorconv import backend, data
+from tensorconv.autograd import Tensor, no_grad
+from tensorconv.autograd import functions as F
+from tensorconv.autograd.functions.loss import check_labels
+from tensorconv.nn import get_model
+from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from training import checkpoint as ckpt
+
+# Config fields a resumed run may change; every other field must match the checkpoint.
+_RESUMABLE_CHANGES = {"epochs", "device"}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (stored in its checkpoints)."""
+
+    model: str = "resnet20"
+    dataset: str = "fashion_mnist"     # or "synthetic" (tests)
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"           # or "step" (x0.1 at 50% and 75% of the epochs)
+    warmup_epochs: int = 1
+    augment: bool = True               # random crop (padding 4) and horizontal flip
+    pad_to: int | None = 32
+    train_limit: int | None = None
+    test_limit: int | None = None
+    clip_grad: float | None = None
+    seed: int = 0
+    device: str = "auto"               # "cpu", "gpu" or "auto"
+
+
+@dataclass
+class TrainResult:
+    model: object
+    history: list = field(default_factory=list)   # one dict per epoch
+    step_losses: list = field(default_factory=list)  # (global step, loss), every log interval
+    finished: bool = False
+
+
+def load_data(cfg: TrainConfig):
+    """Train and test :class:`tensorconv.data.Dataset` for ``cfg``."""
+    if cfg.dataset == "fashion_mnist":
+        train = data.load_fashion_mnist("train", pad_to=cfg.pad_to, limit=cfg.train_limit)
+        test = data.load_fashion_mnist("test", pad_to=cfg.pad_to, limit=cfg.test_limit)
+    elif cfg.dataset == "synthetic":
+        size = cfg.pad_to or 8
+        train = data.synthetic_dataset(cfg.train_limit or 256, size=size, seed=cfg.seed)
+        test = data.synthetic_dataset(cfg.test_limit or 128, size=size, seed=cfg.seed,
+                                      sample_seed=cfg.seed + 1)
+    else:
+        raise ValueError(f"dataset must be 'fashion_mnist' or 'synthetic', got {cfg.dataset!r}")
+    return train, test
+
+
+def augment_batch(x: np.ndarray, rng: np.random.Generator, fill: float, pad: int = 4):
+    """Random crop of the zero-padded (value ``fill``) image, then a random horizontal flip."""
+    n, c, h, w = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    oy, ox = rng.integers(0, 2 * pad + 1, size=(2, n))
+    rows = oy[:, None] + np.arange(h)
+    cols = ox[:, None] + np.arange(w)
+    flip = rng.random(n) < 0.5
+    cols = np.where(flip[:, None], cols[:, ::-1], cols)
+    out = padded[np.arange(n)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+def learning_rate(cfg: TrainConfig, step: int, steps_per_epoch: int) -> float:
+    total = cfg.epochs * steps_per_epoch
+    if cfg.schedule == "cosine":
+        return cosine_lr(cfg.lr, step, total, cfg.warmup_epochs * steps_per_epoch)
+    if cfg.schedule == "step":
+        return step_lr(cfg.lr, step // steps_per_epoch, (cfg.epochs // 2, 3 * cfg.epochs // 4))
+    raise ValueError(f"schedule must be 'cosine' or 'step', got {cfg.schedule!r}")
+
+
+def evaluate(model, dataset, xp, batch_size: int = 1000) -> tuple[float, float]:
+    """Mean loss and accuracy of ``model`` on ``dataset`` (evaluation mode, no graph)."""
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    with no_grad():
+        for xb, yb in data.batches(dataset, batch_size, shuffle=False):
+            logits = model(Tensor(xp.asarray(xb)))
+            y = xp.asarray(yb)
+            loss_sum += float(F.softmax_cross_entropy(logits, y, check=False).item()) * len(yb)
+            correct += int((logits.data.argmax(axis=1) == y).sum())
+    model.train()
+    return loss_sum / len(dataset), correct / len(dataset)
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "gpu" if backend.gpu_available() else "cpu"
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
+    if device == "gpu":
+        backend.require_cuda("training on the GPU")
+    return device
+
+
+def _restore(path: Path, cfg: TrainConfig, model, opt):
+    model_state, opt_state, meta = ckpt.load(path)
+    saved = meta["config"]
+    diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
+            if k not in _RESUMABLE_CHANGES and saved.get(k) != v}
+    if diff:
+        raise ckpt.CheckpointMismatchError(
+            f"checkpoint {path} was written by another run (model {saved.get('model')!r}); "
+            f"differing settings (checkpoint, now): {diff}. Use another checkpoint path.")
+    try:
+        model.load_state_dict(model_state)
+        opt.load_state_dict(opt_state)
+    except ValueError as exc:
+        raise ckpt.CheckpointMismatchError(f"checkpoint {path} does not fit {cfg.model}: {exc}") from exc
+    return meta
+
+
+def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after: int | None = None,
+          progress: bool = True, log_every: int = 25) -> TrainResult:
+    """Train ``cfg.model``; resume from ``checkpoint`` when it exists.
+
+    Parameters
+    ----------
+    checkpoint : path, optional
+        Written atomically after every epoch; read first if present.
+    stop_after : int, optional
+        Stop after this many epochs in this call (a chunk of a longer run that a
+        later call resumes).
+    log_every : int
+        Steps between host reads of the loss (progress bar, NaN check).
+
+    Raises
+    ------
+    CheckpointMismatchError
+        The checkpoint belongs to another model or configuration (nothing is overwritten).
+    FloatingPointError
+        The loss became NaN or infinite; the message names the epoch and step.
+    """
+    from tqdm import tqdm
+
+    device = _resolve_device(cfg.device)
+    train_set, test_set = load_data(cfg)
+    model = get_model(cfg.model, in_channels=train_set.images.shape[1],
+                      num_classes=len(train_set.classes), seed=cfg.seed)
+    check_labels(train_set.labels, len(train_set), model.num_classes)
+    check_labels(test_set.labels, len(test_set), model.num_classes)
+    if device == "gpu":
+        model.to("gpu")
+    xp = model.xp
+    opt = SGD(model.parameters(), cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    rng = np.random.default_rng(cfg.seed)
+    result = TrainResult(model)
+    start_epoch = 0
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is not None and path.exists():
+        meta = _restore(path, cfg, model, opt)
+        rng.bit_generator.state = meta["rng_state"]
+        start_epoch = meta["epoch"]
+        result.history, result.step_losses = meta["history"], meta["step_losses"]
+
+    steps_per_epoch = len(train_set) // cfg.batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training images")
+    fill = float(train_set.images.min())
+    end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
+    for epoch in range(start_epoch, end_epoch):
+        t0 = time.perf_counter()
+        model.train()
+        order = rng.permutation(len(train_set))
+        losses, correct = [], []
+        bar = tqdm(range(steps_per_epoch), desc=f"{cfg.model} epoch {epoch + 1}/{cfg.epochs}",
+                   disable=not progress, leave=False)
+        for i in bar:
+            step = epoch * steps_per_epoch + i
+            idx = order[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+            xb = train_set.images[idx]
+            if cfg.augment:
+                xb = augment_batch(xb, rng, fill)
+            x, y = Tensor(xp.asarray(xb)), xp.asarray(train_set.labels[idx])
+            opt.lr = learning_rate(cfg, step, steps_per_epoch)
+            logits = model(x)
+            loss = F.softmax_cross_entropy(logits, y, check=False)
+            opt.zero_grad()
+            loss.backward()
+            if cfg.clip_grad:
+                clip_grad_norm(opt.params, cfg.clip_grad)
+            opt.step()
+            losses.append(loss.data)
+            correct.append((logits.data.argmax(axis=1) == y).sum())
+            if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
+                recent = backend.to_host(xp.stack(losses[-log_every:]))
+                bad = np.flatnonzero(~np.isfinite(recent))
+                if bad.size:
+                    at = i + 1 - len(recent) + int(bad[0])
+                    raise FloatingPointError(
+                        f"loss became {recent[bad[0]]} at epoch {epoch + 1}, step {at + 1} "
+                        f"(lr {opt.lr:.4g}); the last checkpoint ({path}) is untouched")
+                result.step_losses.append((step + 1, float(recent[-1])))
+                bar.set_postfix(loss=f"{recent.mean():.3f}", lr=f"{opt.lr:.3g}")
+        train_loss = float(backend.to_host(xp.stack(losses)).mean())
+        train_acc = float(backend.to_host(xp.stack(correct)).sum()) / (steps_per_epoch * cfg.batch_size)
+        test_loss, test_acc = evaluate(model, test_set, xp)
+        result.history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
+                               "test_loss": test_loss, "test_acc": test_acc, "lr": opt.lr,
+                               "seconds": time.perf_counter() - t0})
+        if progress:
+            print(f"epoch {epoch + 1}/{cfg.epochs}: train loss {train_loss:.4f} acc {train_acc:.4f}"
+                  f" | test loss {test_loss:.4f} acc {test_acc:.4f} | {result.history[-1]['seconds']:.1f}s")
+        if path is not None:
+            ckpt.save(path, model_state=model.state_dict(), optimizer_state=opt.state_dict(),
+                      meta={"config": dataclasses.asdict(cfg), "epoch": epoch + 1,
+                            "history": result.history, "step_losses": result.step_losses,
+                            "rng_state": rng.bit_generator.state, "tensorconv": tensorconv.__version__})
+    result.finished = (result.history[-1]["epoch"] if result.history else 0) >= cfg.epochs
+    if not math.isfinite(result.history[-1]["test_loss"]) if result.history else False:
+        raise FloatingPointError("test loss is not finite after training")
+    return result

@@ -1,0 +1,67 @@
+"""The autograd and training on CuPy agree with NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv.autograd import Tensor
+from tensorconv.autograd import functions as F
+from tensorconv.nn import get_model
+from tensorconv.nn.optim import SGD
+from tests.helpers import random_conv_case, rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_conv_function_gradients_match_cpu(rng, trial):
+    import cupy as cp
+
+    xs, ws, kw = random_conv_case(rng, max_hw=20, max_channels=24)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    outs = []
+    for xp in (np, cp):
+        tx, tw, tb = (Tensor(xp.asarray(a), requires_grad=True) for a in (x, w, b))
+        y = F.conv2d(tx, tw, tb, **kw)
+        gy = xp.asarray(np.random.default_rng(1).standard_normal(y.shape).astype(np.float32))
+        y.backward(gy)
+        outs.append([cp.asnumpy(a) for a in (y.data, tx.grad, tw.grad, tb.grad)])
+    for cpu, gpu in zip(*outs):
+        assert rel_err(gpu, cpu) < 1e-5
+
+
+def _one_step_then_loss(xp, x, y):
+    model = get_model("resnet20", in_channels=1, num_classes=10, seed=3)
+    if xp is not np:
+        model.to("gpu")
+    opt = SGD(model.parameters(), 0.1, 0.9, True, 5e-4)
+    xt, yt = Tensor(xp.asarray(x)), xp.asarray(y)
+    loss0 = F.softmax_cross_entropy(model(xt), yt)
+    opt.zero_grad()
+    loss0.backward()
+    opt.step()
+    loss1 = F.softmax_cross_entropy(model(xt), yt)
+    return loss0.item(), loss1.item()
+
+
+def test_training_step_matches_cpu(rng):
+    import cupy as cp
+
+    x = rng.standard_normal((32, 1, 32, 32)).astype(np.float32)
+    y = rng.integers(0, 10, 32)
+    cpu = _one_step_then_loss(np, x, y)
+    gpu = _one_step_then_loss(cp, x, y)
+    assert abs(cpu[0] - gpu[0]) < 1e-4 and abs(cpu[1] - gpu[1]) < 1e-4, (cpu, gpu)
+
+
+def test_module_device_roundtrip():
+    model = get_model("small_cnn")
+    before = model.state_dict()
+    model.to("gpu")
+    assert model.xp.__name__ == "cupy"
+    model.to("cpu")
+    after = model.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)

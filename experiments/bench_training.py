@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--profile", action="store_true",
+                   help="print the Python profile of our training steps (host overhead)")
     args = p.parse_args(argv)
     gpu = backend.gpu_available()
     xp = backend.require_cuda(NAME) if gpu else np
@@ -122,6 +124,13 @@ def main(argv=None) -> int:
     env = bench.environment(with_torch=gpu)
     rs = ResultSet(NAME, env)
     case = f"resnet20/b{args.batch}"
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(ours_step_time, args.batch, steps, 1, xp)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     t_ours = ours_step_time(args.batch, steps, repeats, xp)
     variant = "ours-cuda" if gpu else "ours-numpy"
     rs.add(case, variant, "images_per_s", args.batch / t_ours, "images/s")

@@ -136,18 +136,23 @@ TC_DIRECT_CONV_SIZES(8)
 TC_DIRECT_CONV_SIZES(16)
 
 // ---------------------------------------------------------------------------
-// Implicit-GEMM convolution: the GEMM  Y[k, p] = sum_q W[k, q] * X[q, p]  with
-// k the output channel (within a group), p = (image, oh, ow) the output pixel
-// and q = (c, r, s) the reduction index; X is never materialised, its tile is
-// gathered from the input on the fly.
+// Implicit-GEMM convolution, forward and both gradients, as one GEMM
+//     OUT[m, p] = sum_q A[m, q] * B[q, p]
+// whose operands are gathered from the tensors on the fly (never materialised):
 //
-// A block computes a BM x BN tile of Y with 256 threads, each holding a 4 x 4
-// register tile (TM = TN = 4).  The reduction walks BK-slices: the weight tile
-// (transposed to BK x BM) and the gathered input tile (BK x BN) are staged in
-// shared memory, then each thread does BK rank-1 updates from float4 loads.
-// blockIdx.z splits the reduction: with splits > 1 every split writes its
-// partial tile to `partial` ([split][K][P]) and conv2d_splitk_reduce sums them
-// and applies bias and ReLU; with one split the epilogue is fused here.
+//   MODE  what                M rows            P columns            Q reduction
+//   0     y = conv(x, w)      k of the group    (n, oh, ow)          (c, r, s)
+//   1     gx = dgrad(gy, w)   c of the group    (n, h, w)            (k, r, s)
+//   2     gw = wgrad(x, gy)   k of the group    (c, r, s)            (n, oh, ow)
+//
+// A block computes a BM x BN tile of OUT with 256 threads, each holding a 4 x 4
+// register tile.  The reduction walks BK-slices: the A tile (transposed to
+// BK x BM) and the B tile (BK x BN) are staged in shared memory, then each
+// thread does BK rank-1 updates from float4 loads.  blockIdx.z splits the
+// reduction: with splits > 1 each split writes its partial tile to `partial`
+// ([split][Mtot][Ptot]) and conv2d_splitk_reduce sums them and runs the
+// epilogue; with one split the epilogue (bias, residual, ReLU: forward only)
+// is fused here.
 namespace igemm {
 constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4, THREADS = 256;
 constexpr int PAD = 4;  // keeps rows 16-byte aligned and staggers banks on the transposed store
@@ -162,12 +167,14 @@ __device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const fl
 
 // No __launch_bounds__(256): with it ptxas spills at 80 registers; without, it
 // uses 80 and spills nothing (3 blocks per SM).
-__global__ void conv2d_igemm_fwd(
-    const float* __restrict__ x,     // (N, C, H, W)
-    const float* __restrict__ w,     // (K, C / groups, R, S)
-    const float* __restrict__ bias,  // (K,) or nullptr
-    float* __restrict__ y,           // (N, K, OH, OW), written when splits == 1
-    float* __restrict__ partial,     // (splits, K, N*OH*OW), written when splits > 1
+template <int MODE>
+__global__ void conv2d_igemm(
+    const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
+    const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
+    const float* __restrict__ bias,      // (K,) or nullptr (MODE 0 only)
+    const float* __restrict__ residual,  // like y, or nullptr (MODE 0 only)
+    float* __restrict__ out,             // MODE 0: y;  MODE 1: gx;  MODE 2: gw
+    float* __restrict__ partial,         // (splits, Mtot, Ptot) when splits > 1
     int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
     int groups, int m_tiles, int q_per_split, int relu)
@@ -177,8 +184,13 @@ __global__ void conv2d_igemm_fwd(
     __shared__ __align__(16) float Bs[BK][BN + PAD];
 
     const int Cg = C / groups, Kg = K / groups;
-    const int RS = R * S, Q = Cg * RS;
-    const int P = N * OH * OW, OHW = OH * OW;
+    const int RS = R * S, OHW = OH * OW, HW = H * W;
+    // GEMM sizes of this mode (per group)
+    const int M = MODE == 1 ? Cg : Kg;
+    const int P = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : Cg * RS;
+    const int Q = MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : N * OHW;
+    const int Mtot = MODE == 1 ? C : K;
+
     const int g = blockIdx.y / m_tiles;
     const int m0 = (blockIdx.y % m_tiles) * BM;
     const int p0 = blockIdx.x * BN;
@@ -186,20 +198,22 @@ __global__ void conv2d_igemm_fwd(
     const int q_end = min(Q, q_begin + q_per_split);
     const int tid = threadIdx.x;
 
-    // Each thread gathers the input of one fixed pixel column of the B tile.
-    const int bn = tid % BN;
-    const int bk0 = tid / BN;  // rows bk0, bk0 + 4, ... of the B tile
-    const int p_load = p0 + bn;
-    const bool p_ok = p_load < P;
-    int img = 0, ih_base = 0, iw_base = 0;
-    if (p_ok) {
-        img = p_load / OHW;
-        const int rem = p_load % OHW;
-        ih_base = (rem / OW) * stride_h - pad_h;
-        iw_base = (rem % OW) * stride_w - pad_w;
+    // B loads.  Modes 0 and 1: each thread owns one pixel column (consecutive
+    // threads, consecutive pixels: coalesced).  Mode 2: each thread owns one
+    // reduction row kk and walks columns (consecutive threads, consecutive
+    // output pixels of the reduction: coalesced reads of x along ow).
+    const int bn = tid % BN, bk0 = tid / BN;
+    int img = 0, pa = 0, pb = 0;  // modes 0/1: image and the pixel's base row / column
+    const int pcol = p0 + bn;
+    if (MODE != 2 && pcol < P) {
+        const int plane = MODE == 0 ? OHW : HW, width = MODE == 0 ? OW : W;
+        img = pcol / plane;
+        const int rem = pcol % plane;
+        pa = rem / width;
+        pb = rem % width;
+        if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
+        else { pa += pad_h; pb += pad_w; }
     }
-    const float* xg = x + ((size_t)img * C + (size_t)g * Cg) * H * W;
-    const float* wg = w + ((size_t)g * Kg) * Q;
 
     const int ty = tid / (BN / TN), tx = tid % (BN / TN);
     float acc[TM][TN];
@@ -209,28 +223,65 @@ __global__ void conv2d_igemm_fwd(
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
     for (int q0 = q_begin; q0 < q_end; q0 += BK) {
-        // Weight tile: consecutive threads read consecutive q of one row (coalesced).
+        // ---- A tile: consecutive threads read consecutive q of one row m
 #pragma unroll
         for (int i = 0; i < BM * BK / THREADS; ++i) {
             const int idx = tid + i * THREADS;
-            const int m = idx / BK, kk = idx % BK;
+            const int m = m0 + idx / BK, kk = idx % BK;
             const int q = q0 + kk;
             float v = 0.f;
-            if (m0 + m < Kg && q < q_end) v = wg[(size_t)(m0 + m) * Q + q];
-            As[kk][m] = v;
+            if (m < M && q < q_end) {
+                if (MODE == 0) {
+                    v = a_src[((size_t)(g * Kg + m)) * Q + q];
+                } else if (MODE == 1) {
+                    const int k = q / RS, rs = q % RS;
+                    v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + rs];
+                } else {
+                    const int n = q / OHW, rem = q % OHW;
+                    v = a_src[((size_t)n * K + g * Kg + m) * OHW + rem];
+                }
+            }
+            As[kk][idx / BK] = v;
         }
-        // Input tile: consecutive threads read consecutive pixels of one (c, r, s).
+        // ---- B tile
 #pragma unroll
         for (int i = 0; i < BN * BK / THREADS; ++i) {
-            const int kk = bk0 + i * (THREADS / BN);
-            const int q = q0 + kk;
             float v = 0.f;
-            if (p_ok && q < q_end) {
-                const int c = q / RS, rs = q % RS;
-                const int ih = ih_base + (rs / S) * dil_h, iw = iw_base + (rs % S) * dil_w;
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = xg[((size_t)c * H + ih) * W + iw];
+            if (MODE == 0) {
+                const int kk = bk0 + i * (THREADS / BN), q = q0 + kk;
+                if (pcol < P && q < q_end) {
+                    const int c = q / RS, rs = q % RS;
+                    const int ih = pa + (rs / S) * dil_h, iw = pb + (rs % S) * dil_w;
+                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                        v = b_src[(((size_t)img * C + g * Cg + c) * H + ih) * W + iw];
+                }
+                Bs[kk][bn] = v;
+            } else if (MODE == 1) {
+                const int kk = bk0 + i * (THREADS / BN), q = q0 + kk;
+                if (pcol < P && q < q_end) {
+                    const int k = q / RS, rs = q % RS;
+                    const int th = pa - (rs / S) * dil_h, tw = pb - (rs % S) * dil_w;
+                    if (th >= 0 && tw >= 0 && th % stride_h == 0 && tw % stride_w == 0) {
+                        const int oh = th / stride_h, ow = tw / stride_w;
+                        if (oh < OH && ow < OW)
+                            v = b_src[(((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow];
+                    }
+                }
+                Bs[kk][bn] = v;
+            } else {
+                const int idx = tid + i * THREADS;
+                const int kk = idx % BK, col = idx / BK;
+                const int q = q0 + kk, pc = p0 + col;
+                if (pc < P && q < q_end) {
+                    const int c = pc / RS, rs = pc % RS;
+                    const int n = q / OHW, rem = q % OHW;
+                    const int ih = (rem / OW) * stride_h - pad_h + (rs / S) * dil_h;
+                    const int iw = (rem % OW) * stride_w - pad_w + (rs % S) * dil_w;
+                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                        v = b_src[(((size_t)n * C + g * Cg + c) * H + ih) * W + iw];
+                }
+                Bs[kk][col] = v;
             }
-            Bs[kk][bn] = v;
         }
         __syncthreads();
 #pragma unroll
@@ -245,43 +296,59 @@ __global__ void conv2d_igemm_fwd(
         __syncthreads();
     }
 
+    // ---- epilogue: row = channel index in the full tensor, p = GEMM column
     const bool split = gridDim.z > 1;
+    const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : P;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int m = m0 + ty * TM + i;
-        if (m >= Kg) continue;
-        const int k = g * Kg + m;
+        if (m >= M) continue;
+        const int row = (MODE == 1 ? g * Cg : g * Kg) + m;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int p = p0 + tx * TN + j;
             if (p >= P) continue;
             if (split) {
-                partial[((size_t)blockIdx.z * K + k) * P + p] = acc[i][j];
+                partial[((size_t)blockIdx.z * Mtot + row) * P + p] = acc[i][j];
             } else {
-                float v = acc[i][j] + (bias != nullptr ? bias[k] : 0.f);
-                if (relu) v = fmaxf(v, 0.f);
-                y[((size_t)(p / OHW) * K + k) * OHW + p % OHW] = v;
+                const size_t o = ((size_t)(p / plane) * Mtot + row) * plane + p % plane;
+                float v = acc[i][j];
+                if (MODE == 0) {
+                    if (bias != nullptr) v += bias[row];
+                    if (residual != nullptr) v += residual[o];
+                    if (relu) v = fmaxf(v, 0.f);
+                }
+                out[o] = v;
             }
         }
     }
 }
 
-// Sums the split-reduction partials of conv2d_igemm_fwd, adds bias, applies ReLU,
-// and writes NCHW.  One thread per output element, consecutive threads on
-// consecutive pixels so both the partial reads and the output writes coalesce.
+template __global__ void conv2d_igemm<0>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+template __global__ void conv2d_igemm<1>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+template __global__ void conv2d_igemm<2>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+
+// Sums the split-reduction partials of conv2d_igemm, adds bias and residual,
+// applies ReLU, and writes `out` with row `r` of column `p` at
+// ((p / plane) * rows + r) * plane + p % plane (NCHW for the convolution
+// outputs, row-major for the weight gradient).  Consecutive threads take
+// consecutive p, so the partial reads and the output writes coalesce.
 __global__ void conv2d_splitk_reduce(
-    const float* __restrict__ partial,  // (splits, K, P)
-    const float* __restrict__ bias,     // (K,) or nullptr
-    float* __restrict__ y,              // (N, K, OH, OW)
-    int splits, int K, int P, int OHW, int relu)
+    const float* __restrict__ partial,   // (splits, rows, P)
+    const float* __restrict__ bias,      // (rows,) or nullptr
+    const float* __restrict__ residual,  // like out, or nullptr
+    float* __restrict__ out,
+    int splits, int rows, int P, int plane, int relu)
 {
-    const size_t total = (size_t)K * P;
+    const size_t total = (size_t)rows * P;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
-        const int k = (int)(e / P), p = (int)(e % P);
-        float v = bias != nullptr ? bias[k] : 0.f;
+        const int r = (int)(e / P), p = (int)(e % P);
+        float v = bias != nullptr ? bias[r] : 0.f;
         for (int s = 0; s < splits; ++s) v += partial[(size_t)s * total + e];
+        const size_t o = ((size_t)(p / plane) * rows + r) * plane + p % plane;
+        if (residual != nullptr) v += residual[o];
         if (relu) v = fmaxf(v, 0.f);
-        y[((size_t)(p / OHW) * K + k) * OHW + p % OHW] = v;
+        out[o] = v;
     }
 }

@@ -44,8 +44,25 @@ class SGD:
         for p in self.params:
             p.grad = None
 
+    def _fused(self) -> bool:
+        """All parameters and gradients are contiguous CuPy float32: one kernel does the step."""
+        return all(p.grad is not None and backend.is_cupy_array(p.data)
+                   and p.data.dtype == np.float32 and p.grad.dtype == np.float32
+                   and p.grad.flags.c_contiguous for p in self.params)
+
     def step(self) -> None:
         lr, mu, wd = self.lr, self.momentum, self.weight_decay
+        if self._fused():
+            from tensorconv.ops import sgd_multi_tensor
+
+            for i, p in enumerate(self.params):
+                if self.velocity[i] is None:
+                    self.velocity[i] = p.xp.zeros_like(p.data)  # mu * 0 + g == g: same as below
+            sgd_multi_tensor([p.data for p in self.params], [p.grad for p in self.params],
+                             self.velocity, lr=lr, momentum=mu, weight_decay=wd,
+                             nesterov=self.nesterov, decoupled=self.decoupled)
+            self.steps += 1
+            return
         for i, p in enumerate(self.params):
             g = p.grad
             if g is None:

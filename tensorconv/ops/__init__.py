@@ -10,9 +10,15 @@ from tensorconv.ops.conv import (
     DirectConvTile,
     choose_algorithm,
     conv2d,
+    conv2d_backward_data,
+    conv2d_backward_weight,
     direct_conv_tile,
     igemm_splits,
 )
 
-__all__ = ["ALGORITHMS", "DirectConvTile", "choose_algorithm", "conv2d", "direct_conv_tile",
-           "igemm_splits"]
+from tensorconv.ops.norm import batch_norm_backward, batch_norm_forward
+from tensorconv.ops.sgd import sgd_multi_tensor
+
+__all__ = ["ALGORITHMS", "DirectConvTile", "batch_norm_backward", "batch_norm_forward",
+           "choose_algorithm", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
+           "direct_conv_tile", "igemm_splits", "sgd_multi_tensor"]

@@ -1,10 +1,16 @@
-"""Dense fp32 convolution (``kernels_cu/direct_conv.cu``), two algorithms.
+"""Dense fp32 convolution (``kernels_cu/direct_conv.cu``): forward and both gradients.
+
+Forward, two algorithms:
 
 * ``"igemm"`` — implicit GEMM with 64x64 register-tiled blocks and a split
   reduction for layers whose output is too small to fill the GPU (batch 1,
-  deep layers).  Used when a group has at least 16 output channels.
+  deep layers).  Used when a group has at least 16 output channels.  Bias, a
+  residual input and ReLU are fused into its epilogue.
 * ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the
   right shape for depthwise and thin grouped convolutions.
+
+The gradients (:func:`conv2d_backward_data`, :func:`conv2d_backward_weight`)
+are the same implicit-GEMM kernel in its other two modes.
 
 This module is the pattern for every op of the toolkit: argument checks,
 algorithm and tile choice and launch geometry here in Python; device code only
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.checks import ConvGeometry, check_array, check_conv_args
+from tensorconv.checks import ConvGeometry, check_array, check_conv_args, conv_geometry
 
 _KERNEL_FILE = "direct_conv.cu"
 ALGORITHMS = ("direct", "igemm")
@@ -29,7 +35,7 @@ _MAX_STAGE_CHANNELS = 16
 # conv2d_igemm_fwd's compile-time tile (igemm:: constants in the .cu)
 _IG_BM, _IG_BN, _IG_BK = 64, 64, 16
 _IG_THREADS = 256
-_MAX_SPLITS = 32
+_MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
@@ -84,16 +90,23 @@ def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
     return DirectConvTile(th, tw, tk, cc)
 
 
-def igemm_splits(geom: ConvGeometry, sm_count: int = 132) -> int:
+def _gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
+    """(M, P, Q) of the per-group GEMM that ``conv2d_igemm<mode>`` computes."""
+    cg, kg, rs = geom.c // geom.groups, geom.k // geom.groups, geom.r * geom.s
+    pixels_out, pixels_in = geom.n * geom.oh * geom.ow, geom.n * geom.h * geom.w
+    return {0: (kg, pixels_out, cg * rs), 1: (cg, pixels_in, kg * rs),
+            2: (kg, cg * rs, pixels_out)}[mode]
+
+
+def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     """How many ways to split the reduction so that about two waves of blocks run.
 
     Each split keeps at least four 16-deep reduction steps, so the partial sums
     it writes stay small next to the work it does.
     """
-    p = geom.n * geom.oh * geom.ow
-    blocks = _cdiv(p, _IG_BN) * _cdiv(geom.k // geom.groups, _IG_BM) * geom.groups
-    q_steps = _cdiv((geom.c // geom.groups) * geom.r * geom.s, _IG_BK)
-    return max(1, min(_cdiv(2 * sm_count, blocks), q_steps // 4, _MAX_SPLITS))
+    m, p, q = _gemm_sizes(geom, mode)
+    blocks = _cdiv(p, _IG_BN) * _cdiv(m, _IG_BM) * geom.groups
+    return max(1, min(_cdiv(2 * sm_count, blocks), _cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
 
 
 def _check_tile(tile: DirectConvTile, geom: ConvGeometry) -> None:
@@ -147,32 +160,55 @@ def _launch_direct(x, w, bias, out, geom, tile, relu):
     kernel(grid, (tile.tw, tile.th, 1), args, shared_mem=smem)
 
 
-def _launch_igemm(x, w, bias, out, geom, splits, relu, xp):
-    i32 = np.int32
-    p = geom.n * geom.oh * geom.ow
-    q_steps = _cdiv((geom.c // geom.groups) * geom.r * geom.s, _IG_BK)
+def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
+    """Run ``conv2d_igemm<mode>`` (and the split reduction when ``splits > 1``)."""
+    i32, null = np.int32, np.uintp(0)
+    m, p, q = _gemm_sizes(geom, mode)
+    q_steps = _cdiv(q, _IG_BK)
     q_per_split = _cdiv(q_steps, splits) * _IG_BK
     splits = _cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
-    m_tiles = _cdiv(geom.k // geom.groups, _IG_BM)
-    partial = _workspace(xp, splits * geom.k * p) if splits > 1 else np.uintp(0)
-    kernel = cuda.get_kernel(_KERNEL_FILE, "conv2d_igemm_fwd")
+    rows = geom.c if mode == 1 else geom.k
+    m_tiles = _cdiv(m, _IG_BM)
+    partial = _workspace(xp, splits * rows * p) if splits > 1 else null
+    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}>")
     grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
-    args = (x, w, bias, out, partial, i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w),
-            i32(geom.k), i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (
+    bias = null if bias is None else bias
+    residual = null if residual is None else residual
+    args = (a, b, bias, residual, out, partial, i32(geom.n), i32(geom.c), i32(geom.h),
+            i32(geom.w), i32(geom.k), i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (
                 i32(m_tiles), i32(q_per_split), i32(relu))
     kernel(grid, (_IG_THREADS, 1, 1), args)
     if splits > 1:
         reduce = cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce")
-        total = geom.k * p
-        blocks = min(_cdiv(total, 256), 8 * backend.device_facts().sm_count)
-        reduce((blocks,), (256, 1, 1), (partial, bias, out, i32(splits), i32(geom.k), i32(p),
-                                        i32(geom.oh * geom.ow), i32(relu)))
+        plane = {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: p}[mode]
+        blocks = min(_cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
+        reduce((blocks,), (256, 1, 1), (partial, bias, residual, out, i32(splits), i32(rows),
+                                        i32(p), i32(plane), i32(relu)))
+
+
+def _output(xp, out, shape, name="out"):
+    """A fresh float32 array of ``shape``, or ``out`` after checking it fits."""
+    if out is None:
+        return xp.empty(shape, dtype=np.float32)
+    out = backend.as_array(out, name)
+    check_array(out, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    return out
+
+
+def _check_splits(splits):
+    if splits is not None and (not isinstance(splits, (int, np.integer))
+                               or not 1 <= splits <= _MAX_SPLITS):
+        raise ValueError(f"splits must be an int in 1..{_MAX_SPLITS}, got {splits!r}")
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=False,
-           out=None, algorithm: str | None = None, tile: DirectConvTile | None = None,
-           splits: int | None = None):
-    """fp32 2-D convolution (cross-correlation), NCHW, with optional bias and ReLU.
+           residual=None, out=None, algorithm: str | None = None,
+           tile: DirectConvTile | None = None, splits: int | None = None):
+    """fp32 2-D convolution (cross-correlation), NCHW, with fused bias, residual and ReLU.
+
+    Computes ``relu?(conv(x, w) + bias + residual)``.
 
     Parameters
     ----------
@@ -185,7 +221,9 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     groups : int
         Must divide both C and K (``groups == C`` is a depthwise convolution).
     relu : bool
-        Apply ``max(., 0)`` after the bias, inside the kernel.
+        Apply ``max(., 0)`` last, inside the kernel.
+    residual : array, (N, K, OH, OW), float32, optional
+        Added before the ReLU (a ResNet block's shortcut); ``"igemm"`` only.
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
     algorithm : {"igemm", "direct"}, optional
@@ -205,33 +243,105 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
                            dtype=np.float32, contiguous=True)
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    if splits is not None and (not isinstance(splits, (int, np.integer)) or not
-                               1 <= splits <= _MAX_SPLITS):
-        raise ValueError(f"splits must be an int in 1..{_MAX_SPLITS}, got {splits!r}")
+    _check_splits(splits)
     xp = backend.array_module(x)
+    if residual is not None:
+        residual = backend.as_array(residual, "residual")
+        check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+        if tuple(residual.shape) != geom.output_shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)}; expected "
+                             f"{geom.output_shape}")
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
         y = reference.conv2d(x, w, bias, geom.stride, geom.padding, geom.dilation, geom.groups)
+        if residual is not None:
+            y += residual
         return np.maximum(y, 0, out=y) if relu else y
 
-    if out is None:
-        out = xp.empty(geom.output_shape, dtype=np.float32)
-    else:
-        out = backend.as_array(out, "out")
-        check_array(out, "out", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
-        if tuple(out.shape) != geom.output_shape:
-            raise ValueError(f"out has shape {tuple(out.shape)}; expected {geom.output_shape}")
+    out = _output(xp, out, geom.output_shape)
     sm_count = backend.device_facts().sm_count
     algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
-    bias_arg = np.uintp(0) if bias is None else bias
     if algorithm == "direct":
+        if residual is not None:
+            raise ValueError("residual needs algorithm='igemm'")
         tile = tile or direct_conv_tile(geom, sm_count)
         _check_tile(tile, geom)
-        _launch_direct(x, w, bias_arg, out, geom, tile, bool(relu))
+        _launch_direct(x, w, np.uintp(0) if bias is None else bias, out, geom, tile, bool(relu))
     else:
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' only")
-        _launch_igemm(x, w, bias_arg, out, geom, splits or igemm_splits(geom, sm_count),
-                      bool(relu), xp)
+        _launch_igemm(0, w, x, bias, residual, out, geom,
+                      splits or igemm_splits(geom, sm_count, 0), bool(relu), xp)
+    return out
+
+
+def _check_grad_args(gy, geom, xp):
+    check_array(gy, "gy", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(gy.shape) != geom.output_shape:
+        raise ValueError(f"gy has shape {tuple(gy.shape)}; the convolution's output is "
+                         f"{geom.output_shape}")
+
+
+def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups=1, *,
+                         out=None, splits: int | None = None):
+    """Gradient of :func:`conv2d` with respect to ``x`` (fp32).
+
+    Parameters
+    ----------
+    gy : array, (N, K, OH, OW), float32, C-contiguous
+    w : array, (K, C // groups, R, S), float32
+    x_shape : tuple (N, C, H, W)
+    out : array, (N, C, H, W), float32, optional (GPU only)
+
+    Returns
+    -------
+    array, (N, C, H, W), float32
+    """
+    gy, w = backend.as_array(gy, "gy"), backend.as_array(w, "w")
+    xp = backend.array_module(gy)
+    check_array(w, "w", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    if len(x_shape) != 4:
+        raise ValueError(f"x_shape must be (N, C, H, W), got {x_shape!r}")
+    geom = conv_geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
+    _check_grad_args(gy, geom, xp)
+    _check_splits(splits)
+    if xp is np:
+        return reference.conv2d_backward_data(gy, w, x_shape, geom.stride, geom.padding,
+                                              geom.dilation, geom.groups)
+    out = _output(xp, out, tuple(x_shape))
+    sm = backend.device_facts().sm_count
+    _launch_igemm(1, w, gy, None, None, out, geom, splits or igemm_splits(geom, sm, 1), False, xp)
+    return out
+
+
+def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, groups=1, *,
+                           out=None, splits: int | None = None):
+    """Gradient of :func:`conv2d` with respect to ``w`` (fp32).
+
+    Parameters
+    ----------
+    x : array, (N, C, H, W), float32, C-contiguous
+    gy : array, (N, K, OH, OW), float32, C-contiguous
+    w_shape : tuple (K, C // groups, R, S)
+    out : array, (K, C // groups, R, S), float32, optional (GPU only)
+
+    Returns
+    -------
+    array, (K, C // groups, R, S), float32
+    """
+    x, gy = backend.as_array(x, "x"), backend.as_array(gy, "gy")
+    xp = backend.array_module(x)
+    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
+    if len(w_shape) != 4:
+        raise ValueError(f"w_shape must be (K, C // groups, R, S), got {w_shape!r}")
+    geom = conv_geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
+    _check_grad_args(gy, geom, xp)
+    _check_splits(splits)
+    if xp is np:
+        return reference.conv2d_backward_weight(x, gy, w_shape, geom.stride, geom.padding,
+                                                geom.dilation, geom.groups)
+    out = _output(xp, out, tuple(w_shape))
+    sm = backend.device_facts().sm_count
+    _launch_igemm(2, gy, x, None, None, out, geom, splits or igemm_splits(geom, sm, 2), False, xp)
     return out

@@ -122,3 +122,46 @@ def test_bad_input_on_gpu_leaves_output_untouched(rng):
     with pytest.raises(ValueError, match="tile applies"):
         ops.conv2d(x, w, padding=1, out=out, algorithm="igemm", tile=ops.DirectConvTile(8, 8, 4, 1))
     assert bool(cp.isnan(out).all())
+
+
+@pytest.mark.parametrize("trial", range(30))
+def test_backward_kernels_random_shapes(rng, trial):
+    import cupy as cp
+
+    xs, ws, kw = random_conv_case(rng, max_hw=30, max_channels=40)
+    geom = conv_geometry(xs, ws, **kw)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    gy = rng.standard_normal(geom.output_shape).astype(np.float32)
+    splits = [None, 1, int(rng.integers(2, 9))][trial % 3]
+    gx = cp.full(xs, cp.nan, cp.float32)
+    gw = cp.full(ws, cp.nan, cp.float32)
+    ops.conv2d_backward_data(cp.asarray(gy), cp.asarray(w), xs, out=gx, splits=splits, **kw)
+    ops.conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), ws, out=gw, splits=splits, **kw)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    ref_gx = reference.conv2d_backward_data(gy64, w64, xs, **kw)
+    ref_gw = reference.conv2d_backward_weight(x64, gy64, ws, **kw)
+    assert not cp.isnan(gx).any() and not cp.isnan(gw).any()
+    assert rel_err(gx.get(), ref_gx) <= TOL, (xs, ws, kw, splits)
+    assert rel_err(gw.get(), ref_gw) <= TOL, (xs, ws, kw, splits)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_residual_epilogue(rng, splits):
+    import cupy as cp
+
+    x = rng.standard_normal((2, 24, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((32, 24, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    res = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
+    out = cp.full((2, 32, 9, 9), cp.nan, cp.float32)
+    ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
+               residual=cp.asarray(res), out=out, splits=splits)
+    ref = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                      b.astype(np.float64), padding=1) + res, 0)
+    assert rel_err(out.get(), ref) <= TOL
+    with pytest.raises(ValueError, match="residual has shape"):
+        ops.conv2d(cp.asarray(x), cp.asarray(w), residual=cp.asarray(res), out=out)
+    with pytest.raises(ValueError, match="residual needs"):
+        ops.conv2d(cp.asarray(x), cp.asarray(w), padding=1, residual=cp.asarray(res),
+                   algorithm="direct")

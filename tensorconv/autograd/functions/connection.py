@@ -36,8 +36,9 @@ def _im2col(x, geom):
 class Conv2d(Function):
     """2-D convolution, NCHW; im2col + batched GEMM on both backends.
 
-    On the GPU the float32 forward runs our CUDA kernel (``ops.conv2d``) instead
-    of materialising the column matrix; the backward recomputes the columns.
+    On the GPU, float32 runs our implicit-GEMM kernels for the forward and both
+    gradients (``ops.conv2d``, ``ops.conv2d_backward_data``,
+    ``ops.conv2d_backward_weight``): no column matrix is materialised.
     """
 
     def __init__(self, stride=1, padding=0, dilation=1, groups=1):
@@ -47,8 +48,9 @@ class Conv2d(Function):
         self.geom = geom = check_conv_args(x, w, b, *self.params)
         self.x, self.w, self.has_bias = x, w, b is not None
         xp = backend.array_module(x)
-        if (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
-                and w.flags.c_contiguous):
+        self.on_gpu = (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
+                       and w.flags.c_contiguous)
+        if self.on_gpu:
             return ops.conv2d(x, w, b, geom.stride, geom.padding, geom.dilation, geom.groups)
         g = geom.groups
         wg = w.reshape(g, geom.k // g, -1)
@@ -57,6 +59,13 @@ class Conv2d(Function):
 
     def backward(self, gy):
         geom, x, w = self.geom, self.x, self.w
+        gb = gy.sum(axis=(0, 2, 3)) if self.has_bias else None
+        if self.on_gpu:
+            gy = gy if gy.flags.c_contiguous else gy.copy()
+            conv = (geom.stride, geom.padding, geom.dilation, geom.groups)
+            gx = ops.conv2d_backward_data(gy, w, x.shape, *conv)
+            gw = ops.conv2d_backward_weight(x, gy, w.shape, *conv)
+            return (gx, gw, gb) if self.has_bias else (gx, gw)
         xp = backend.array_module(gy)
         g = geom.groups
         gyg = gy.reshape(geom.n, g, geom.k // g, geom.oh * geom.ow)
@@ -66,7 +75,7 @@ class Conv2d(Function):
         gcols = xp.matmul(wg.swapaxes(-1, -2), gyg)
         gx = scatter_windows(gcols.reshape(geom.n, geom.c, geom.r, geom.s, geom.oh, geom.ow),
                              x.shape, geom.stride, geom.padding, geom.dilation)
-        return (gx, gw, gy.sum(axis=(0, 2, 3))) if self.has_bias else (gx, gw)
+        return (gx, gw, gb) if self.has_bias else (gx, gw)
 
 
 def linear(x, w, b=None):

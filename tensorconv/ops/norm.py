@@ -1,0 +1,90 @@
+"""Batch normalisation for training (``kernels_cu/batchnorm.cu``).
+
+On CuPy float32 arrays the training-mode forward is three launches and the
+backward two; everything else (NumPy, other dtypes, evaluation mode) runs the
+reference formulas with the array module of the input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend, cuda, reference
+from tensorconv.checks import check_array
+
+_FILE = "batchnorm.cu"
+_THREADS = 256
+
+
+def _check(x, gamma, beta=None):
+    xp = backend.array_module(x)
+    check_array(x, "x", ndim=4)
+    for name, a in (("gamma", gamma), ("beta", beta)):
+        if a is None:
+            continue
+        check_array(a, name, ndim=1, xp=xp)
+        if a.shape[0] != x.shape[1]:
+            raise ValueError(f"{name} has {a.shape[0]} entries; x has {x.shape[1]} channels")
+    return xp
+
+
+def _kernel_path(xp, *arrays) -> bool:
+    return xp is not np and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+
+
+def _chunks(n: int, c: int) -> tuple[int, int]:
+    """(chunks, images per chunk): about two blocks per SM over the C x chunks grid."""
+    want = max(1, min(n, -(-2 * backend.device_facts().sm_count // c)))
+    per = -(-n // want)
+    return -(-n // per), per
+
+
+def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
+                       momentum: float = 0.1, eps: float = 1e-5):
+    """Batch norm of ``x`` (N, C, H, W); see :func:`tensorconv.reference.batch_norm_forward`.
+
+    Returns ``(y, mean, invstd)``; in training the running statistics are
+    updated in place.
+    """
+    xp = _check(x, gamma, beta)
+    n, c, h, w = x.shape
+    if training and n * h * w < 2:
+        raise ValueError("batch norm needs more than one value per channel in training")
+    if not (training and _kernel_path(xp, x, gamma, beta, running_mean, running_var)):
+        return reference.batch_norm_forward(x, gamma, beta, running_mean, running_var,
+                                            training=training, momentum=momentum, eps=eps)
+    chunks, per = _chunks(n, c)
+    partial = xp.empty((chunks, c, 2), dtype=np.float64)
+    i32 = np.int32
+    cuda.get_kernel(_FILE, "bn_partial_sums")((c, chunks), (_THREADS,),
+                                              (x, partial, i32(n), i32(c), i32(h * w), i32(per)))
+    mean, invstd = xp.empty(c, np.float32), xp.empty(c, np.float32)
+    cuda.get_kernel(_FILE, "bn_finalize")((-(-c // 128),), (128,), (
+        partial, i32(chunks), i32(c), i32(n * h * w), mean, invstd, running_mean, running_var,
+        np.float32(momentum), np.float32(eps)))
+    y = xp.empty_like(x)
+    blocks = min(-(-x.size // _THREADS), 16 * backend.device_facts().sm_count)
+    cuda.get_kernel(_FILE, "bn_apply")((blocks,), (_THREADS,), (
+        x, mean, invstd, gamma, beta, y, i32(c), i32(h * w), np.uint64(x.size)))
+    return y, mean, invstd
+
+
+def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool):
+    """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`."""
+    xp = _check(x, gamma)
+    if gy.shape != x.shape:
+        raise ValueError(f"gy has shape {tuple(gy.shape)}; x has {tuple(x.shape)}")
+    if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma)):
+        return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training)
+    n, c, h, w = x.shape
+    chunks, per = _chunks(n, c)
+    partial = xp.empty((chunks, c, 2), dtype=np.float64)
+    i32 = np.int32
+    cuda.get_kernel(_FILE, "bn_backward_sums")((c, chunks), (_THREADS,), (
+        x, gy, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
+    gx = xp.empty_like(x)
+    dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
+    cuda.get_kernel(_FILE, "bn_backward_data")((c, chunks), (_THREADS,), (
+        x, gy, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
+        i32(h * w), i32(per)))
+    return gx, dgamma, dbeta

@@ -1,0 +1,87 @@
+"""Batch-norm and multi-tensor SGD kernels against their NumPy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import ops, reference
+from tensorconv.nn.optim import SGD
+from tests.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("shape", [(128, 16, 32, 32), (3, 5, 7, 9), (1, 64, 7, 7), (37, 3, 1, 2)])
+def test_batch_norm_kernels(rng, shape):
+    import cupy as cp
+
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)  # a large mean: no cancellation
+    gy = rng.standard_normal(shape).astype(np.float32)
+    gamma = rng.random(c).astype(np.float32) + 0.5
+    beta = rng.standard_normal(c).astype(np.float32)
+    rm, rv = rng.standard_normal(c).astype(np.float32), rng.random(c).astype(np.float32) + 0.5
+    rm_ref, rv_ref = rm.astype(np.float64), rv.astype(np.float64)
+    y_ref, mean_ref, invstd_ref = reference.batch_norm_forward(
+        x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), rm_ref, rv_ref,
+        training=True)
+    rm_d, rv_d = cp.asarray(rm), cp.asarray(rv)
+    y, mean, invstd = ops.batch_norm_forward(cp.asarray(x), cp.asarray(gamma), cp.asarray(beta),
+                                             rm_d, rv_d, training=True)
+    assert rel_err(y.get(), y_ref) < 1e-5
+    assert rel_err(rm_d.get(), rm_ref) < 1e-6 and rel_err(rv_d.get(), rv_ref) < 1e-6
+    gx, dg, db = ops.batch_norm_backward(cp.asarray(x), cp.asarray(gy), mean, invstd,
+                                         cp.asarray(gamma), training=True)
+    gx_ref, dg_ref, db_ref = reference.batch_norm_backward(
+        x.astype(np.float64), gy.astype(np.float64), mean_ref, invstd_ref,
+        gamma.astype(np.float64), training=True)
+    assert rel_err(gx.get(), gx_ref) < 1e-4
+    assert rel_err(dg.get(), dg_ref) < 1e-5 and rel_err(db.get(), db_ref) < 1e-5
+
+
+def test_batch_norm_bad_input():
+    import cupy as cp
+
+    x = cp.ones((2, 3, 4, 4), cp.float32)
+    with pytest.raises(ValueError, match="gamma has 2 entries"):
+        ops.batch_norm_forward(x, cp.ones(2, cp.float32), cp.ones(3, cp.float32),
+                               cp.zeros(3, cp.float32), cp.ones(3, cp.float32), training=True)
+    with pytest.raises(ValueError, match="more than one value"):
+        ops.batch_norm_forward(cp.ones((1, 3, 1, 1), cp.float32), cp.ones(3, cp.float32),
+                               cp.ones(3, cp.float32), cp.zeros(3, cp.float32),
+                               cp.ones(3, cp.float32), training=True)
+
+
+@pytest.mark.parametrize("nesterov,decoupled", [(False, False), (True, False), (True, True)])
+def test_fused_sgd_matches_numpy(rng, nesterov, decoupled):
+    import cupy as cp
+
+    from tensorconv.nn.module import Parameter
+
+    shapes = [(16, 3, 3, 3), (16,), (10, 64), (1,), (4097,)]
+    data = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    results = []
+    for xp in (np, cp):
+        params = [Parameter(xp.asarray(d)) for d in data]
+        opt = SGD(params, 0.1, 0.9, nesterov, 5e-2, decoupled)
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = xp.asarray(g)
+            opt.step()
+        results.append([cp.asnumpy(p.data) for p in params])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_kernel_bad_input():
+    import cupy as cp
+
+    with pytest.raises(ValueError, match="non-empty"):
+        ops.sgd_multi_tensor([], [], [], lr=0.1, momentum=0.9, weight_decay=0, nesterov=False,
+                             decoupled=False)
+    p = cp.zeros(3, cp.float32)
+    with pytest.raises(TypeError, match="grads\\[0\\]"):
+        ops.sgd_multi_tensor([p], [cp.zeros(3, cp.float64)], [p], lr=0.1, momentum=0.9,
+                             weight_decay=0, nesterov=False, decoupled=False)

@@ -79,15 +79,19 @@ extern "C" __global__ void bn_finalize(
                              momentum * var * count / (count - 1));
 }
 
+// Also the inference engine's stand-alone BN (+ ReLU) where BN cannot be folded
+// into a neighbouring convolution (DenseNet's pre-activation layers).
 extern "C" __global__ void bn_apply(
     const float* __restrict__ x, const float* __restrict__ mean,
     const float* __restrict__ invstd, const float* __restrict__ gamma,
-    const float* __restrict__ beta, float* __restrict__ y, int C, int HW, size_t total)
+    const float* __restrict__ beta, float* __restrict__ y, int C, int HW, size_t total,
+    int relu)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)((e / HW) % C);
-        y[e] = (x[e] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+        const float v = (x[e] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+        y[e] = relu ? fmaxf(v, 0.f) : v;
     }
 }
 

@@ -63,10 +63,30 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
         partial, i32(chunks), i32(c), i32(n * h * w), mean, invstd, running_mean, running_var,
         np.float32(momentum), np.float32(eps)))
     y = xp.empty_like(x)
+    batch_norm_apply(x, mean, invstd, gamma, beta, out=y)
+    return y, mean, invstd
+
+
+def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=None):
+    """``relu?((x - mean) * invstd * gamma + beta)`` per channel, one launch (GPU float32).
+
+    Parameters
+    ----------
+    x, out : CuPy float32 (N, C, H, W), C-contiguous
+    mean, invstd, gamma, beta : CuPy float32 (C,)
+    """
+    xp = _check(x, gamma, beta)
+    if not _kernel_path(xp, x, mean, invstd, gamma, beta):
+        raise TypeError("batch_norm_apply needs C-contiguous CuPy float32 arrays")
+    out = xp.empty_like(x) if out is None else out
+    if out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(x.shape)}")
+    n, c, h, w = x.shape
     blocks = min(-(-x.size // _THREADS), 16 * backend.device_facts().sm_count)
     cuda.get_kernel(_FILE, "bn_apply")((blocks,), (_THREADS,), (
-        x, mean, invstd, gamma, beta, y, i32(c), i32(h * w), np.uint64(x.size)))
-    return y, mean, invstd
+        x, mean, invstd, gamma, beta, out, np.int32(c), np.int32(h * w), np.uint64(x.size),
+        np.int32(relu)))
+    return out
 
 
 def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool):

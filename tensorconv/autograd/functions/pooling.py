@@ -8,7 +8,7 @@ from tensorconv.autograd.functions.windows import scatter_windows, windows
 from tensorconv.checks import pair
 
 
-def _pool_args(kernel, stride, padding):
+def pool_args(kernel, stride, padding):
     kernel = pair(kernel, "kernel_size", minimum=1)
     stride = kernel if stride is None else pair(stride, "stride", minimum=1)
     padding = pair(padding, "padding", minimum=0)
@@ -26,7 +26,7 @@ def _check_input(x, kernel, padding):
 
 class MaxPool2d(Function):
     def __init__(self, kernel_size, stride=None, padding=0):
-        self.kernel, self.stride, self.padding = _pool_args(kernel_size, stride, padding)
+        self.kernel, self.stride, self.padding = pool_args(kernel_size, stride, padding)
 
     def forward(self, x):
         _check_input(x, self.kernel, self.padding)
@@ -52,7 +52,7 @@ class AvgPool2d(Function):
     """Average over each window, zero padding counted (PyTorch's default)."""
 
     def __init__(self, kernel_size, stride=None, padding=0):
-        self.kernel, self.stride, self.padding = _pool_args(kernel_size, stride, padding)
+        self.kernel, self.stride, self.padding = pool_args(kernel_size, stride, padding)
 
     def forward(self, x):
         _check_input(x, self.kernel, self.padding)

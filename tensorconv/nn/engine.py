@@ -1,0 +1,389 @@
+"""Inference engine: BN folding, preallocated buffers, one CUDA graph per model.
+
+A model is turned into a *plan*: a list of launches writing into buffers
+allocated once.  Planning walks the module tree through one dispatch point,
+:data:`PLANNERS` (module type -> planner); convolution-like layers are planned
+through :data:`CONV_PLANNERS`, which take the batch norm to fold, a residual to
+add and whether to apply ReLU, so that a structured convolution added later
+only registers its own planner.  The plan is warmed up (kernels compiled,
+workspaces sized), then captured into a CUDA graph on its own stream;
+``engine(x)`` copies ``x`` in and replays the graph.
+
+Only our own kernels and CuPy element-wise/reduction kernels are launched:
+CuPy 14 refuses cuBLAS during stream capture, so linear layers run as 1x1
+convolutions on our implicit-GEMM kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend, ops
+from tensorconv.autograd.functions.pooling import pool_args
+from tensorconv.autograd.functions.windows import windows
+from tensorconv.checks import check_conv_args
+from tensorconv.nn import layers as L
+from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
+from tensorconv.nn.models.mobilenet import MobileNetV1
+from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
+from tensorconv.nn.models.smallcnn import SmallCNN
+from tensorconv.nn.models.vgg import VGG
+
+
+class Plan:
+    """Buffers allocated once and the launches (zero-argument callables) that fill them."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.steps = []
+        self.buffers = []   # keeps every array a launch touches alive for the graph's lifetime
+
+    def alloc(self, shape):
+        buf = self.xp.empty(tuple(int(s) for s in shape), dtype=np.float32)
+        self.buffers.append(buf)
+        return buf
+
+    def keep(self, array):
+        self.buffers.append(array)
+        return array
+
+    def add(self, launch) -> None:
+        self.steps.append(launch)
+
+    def run(self) -> None:
+        for launch in self.steps:
+            launch()
+
+
+PLANNERS: dict = {}
+CONV_PLANNERS: dict = {}
+
+
+def register_planner(*types):
+    """Decorator: ``fn(module, plan, x) -> output buffer`` plans modules of ``types``."""
+    def deco(fn):
+        for t in types:
+            PLANNERS[t] = fn
+        return fn
+    return deco
+
+
+def register_conv_planner(*types):
+    """Decorator: ``fn(module, plan, x, *, bn, relu, residual) -> output`` for conv-like layers."""
+    def deco(fn):
+        for t in types:
+            CONV_PLANNERS[t] = fn
+        return fn
+    return deco
+
+
+def _lookup(table, module, what):
+    for cls in type(module).__mro__:
+        if cls in table:
+            return table[cls]
+    raise NotImplementedError(f"the inference engine has no {what} for {type(module).__name__}; "
+                              f"register one with tensorconv.nn.engine.register_{what}")
+
+
+def plan_module(module, plan: Plan, x):
+    """Plan ``module`` applied to buffer ``x``; return its output buffer."""
+    return _lookup(PLANNERS, module, "planner")(module, plan, x)
+
+
+def plan_conv(module, plan: Plan, x, *, bn=None, relu=False, residual=None):
+    """Plan a conv-like layer with a folded BN, an added residual and a ReLU."""
+    return _lookup(CONV_PLANNERS, module, "conv_planner")(module, plan, x, bn=bn, relu=relu,
+                                                          residual=residual)
+
+
+def is_conv(module) -> bool:
+    return any(cls in CONV_PLANNERS for cls in type(module).__mro__)
+
+
+def bn_scale_shift(bn: L.BatchNorm2d):
+    """(scale, shift) with ``bn(y) == scale * y + shift`` in evaluation mode (float64, host)."""
+    gamma, beta = (backend.to_host(p.data).astype(np.float64) for p in (bn.weight, bn.bias))
+    mean = backend.to_host(bn.running_mean).astype(np.float64)
+    var = backend.to_host(bn.running_var).astype(np.float64)
+    scale = gamma / np.sqrt(var + bn.eps)
+    return scale, beta - mean * scale
+
+
+def fold_bn(weight, bias, bn):
+    """Weights (K, ...) and bias (K,) of ``bn(conv(x))`` as one convolution (host float32)."""
+    w = backend.to_host(weight).astype(np.float64)
+    b = np.zeros(w.shape[0]) if bias is None else backend.to_host(bias).astype(np.float64)
+    if bn is None:
+        return w.astype(np.float32), (None if bias is None else b.astype(np.float32))
+    scale, shift = bn_scale_shift(bn)
+    w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return w.astype(np.float32), (b * scale + shift).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- layers
+
+@register_conv_planner(L.Conv2d)
+def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
+    w, b = fold_bn(m.weight.data, None if m.bias is None else m.bias.data, bn)
+    w, b = plan.keep(plan.xp.asarray(w)), (None if b is None else plan.keep(plan.xp.asarray(b)))
+    geom = check_conv_args(x, w, b, m.stride, m.padding, m.dilation, m.groups,
+                           dtype=np.float32, contiguous=True)
+    out = plan.alloc(geom.output_shape)
+    algorithm = ops.choose_algorithm(geom)
+    if residual is not None and algorithm == "direct":
+        algorithm = "igemm"  # only the implicit-GEMM epilogue adds a residual
+    args = (geom.stride, geom.padding, geom.dilation, geom.groups)
+    plan.add(lambda: ops.conv2d(x, w, b, *args, relu=relu, residual=residual, out=out,
+                                algorithm=algorithm))
+    return out
+
+
+@register_conv_planner(L.Linear)
+def _plan_linear(m: L.Linear, plan, x, *, bn=None, relu=False, residual=None):
+    if bn is not None or residual is not None:
+        raise NotImplementedError("a linear layer with a folded BN or a residual")
+    w = plan.keep(plan.xp.asarray(backend.to_host(m.weight.data))[:, :, None, None].copy())
+    b = None if m.bias is None else plan.keep(plan.xp.asarray(backend.to_host(m.bias.data)))
+    n = x.shape[0]
+    x4 = x.reshape(n, -1, 1, 1)
+    out = plan.alloc((n, m.out_features, 1, 1))
+    plan.add(lambda: ops.conv2d(x4, w, b, relu=relu, out=out, algorithm="igemm"))
+    return out.reshape(n, m.out_features)
+
+
+@register_planner(L.Conv2d, L.Linear)
+def _plan_conv_alone(m, plan, x):
+    return plan_conv(m, plan, x)
+
+
+@register_planner(L.BatchNorm2d)
+def _plan_bn(m: L.BatchNorm2d, plan, x, relu: bool = False):
+    xp = plan.xp
+    scale, shift = bn_scale_shift(m)
+    zeros, ones = xp.zeros(len(scale), np.float32), xp.ones(len(scale), np.float32)
+    scale, shift = xp.asarray(scale, np.float32), xp.asarray(shift, np.float32)
+    plan.keep(zeros), plan.keep(ones), plan.keep(scale), plan.keep(shift)
+    out = plan.alloc(x.shape)
+    plan.add(lambda: ops.norm.batch_norm_apply(x, zeros, ones, scale, shift, relu=relu, out=out))
+    return out
+
+
+@register_planner(L.ReLU)
+def _plan_relu(m, plan, x):
+    out = plan.alloc(x.shape)
+    plan.add(lambda: plan.xp.maximum(x, 0, out=out))
+    return out
+
+
+def _plan_pool(plan, x, kernel, stride, padding, reduce, pad_value):
+    xp = plan.xp
+    (ph, pw) = padding
+    if ph or pw:
+        padded = plan.keep(xp.full((x.shape[0], x.shape[1], x.shape[2] + 2 * ph,
+                                    x.shape[3] + 2 * pw), pad_value, np.float32))
+        interior = padded[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]]
+        plan.add(lambda: interior.__setitem__(Ellipsis, x))
+        src = padded
+    else:
+        src = x
+    win = windows(src, kernel, stride, (0, 0))   # a strided view: no copy, fixed pointers
+    out = plan.alloc((x.shape[0], x.shape[1]) + win.shape[4:])
+    plan.add(lambda: reduce(win, axis=(2, 3), out=out))
+    return out
+
+
+@register_planner(L.MaxPool2d)
+def _plan_maxpool(m, plan, x):
+    kernel, stride, padding = pool_args(*m.args)
+    return _plan_pool(plan, x, kernel, stride, padding, plan.xp.max, -np.inf)
+
+
+@register_planner(L.AvgPool2d)
+def _plan_avgpool(m, plan, x):
+    kernel, stride, padding = pool_args(*m.args)
+    return _plan_pool(plan, x, kernel, stride, padding, plan.xp.mean, 0.0)
+
+
+@register_planner(L.GlobalAvgPool2d)
+def _plan_gap(m, plan, x):
+    out = plan.alloc(x.shape[:2])
+    plan.add(lambda: plan.xp.mean(x, axis=(2, 3), out=out))
+    return out
+
+
+@register_planner(L.Flatten)
+def _plan_flatten(m, plan, x):
+    return x.reshape(x.shape[0], -1)
+
+
+@register_planner(L.Identity)
+def _plan_identity(m, plan, x):
+    return x
+
+
+@register_planner(L.Dropout)
+def _plan_dropout(m, plan, x):
+    return x  # identity at inference
+
+
+@register_planner(L.Sequential)
+def _plan_sequential(seq, plan, x, relu_last: bool = False):
+    """Conv -> BN (-> ReLU) runs fold into one launch; a lone BN -> ReLU pair into another."""
+    mods = list(seq)
+    i = 0
+    while i < len(mods):
+        m = mods[i]
+        nxt = mods[i + 1] if i + 1 < len(mods) else None
+        if is_conv(m):
+            bn = nxt if isinstance(nxt, L.BatchNorm2d) else None
+            j = i + 1 + (bn is not None)
+            relu = j < len(mods) and isinstance(mods[j], L.ReLU)
+            last = j + relu >= len(mods)
+            x = plan_conv(m, plan, x, bn=bn, relu=relu or (last and relu_last))
+            i = j + relu
+        elif isinstance(m, L.BatchNorm2d) and isinstance(nxt, L.ReLU):
+            x = _plan_bn(m, plan, x, relu=True)
+            i += 2
+        else:
+            x = plan_module(m, plan, x)
+            i += 1
+    return x
+
+
+def _plan_conv_bn(seq_or_conv, plan, x, *, relu=False, residual=None):
+    """A shortcut or stem: a Sequential(conv, BN) or a bare conv, planned as one launch."""
+    if isinstance(seq_or_conv, L.Sequential):
+        conv, bn = seq_or_conv[0], seq_or_conv[1] if len(seq_or_conv) > 1 else None
+        return plan_conv(conv, plan, x, bn=bn, relu=relu, residual=residual)
+    return plan_conv(seq_or_conv, plan, x, relu=relu, residual=residual)
+
+
+# --------------------------------------------------------------------------- blocks and models
+
+@register_planner(BasicBlock)
+def _plan_basic(b: BasicBlock, plan, x):
+    short = x if isinstance(b.shortcut, L.Identity) else _plan_conv_bn(b.shortcut, plan, x)
+    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
+    return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
+
+
+@register_planner(Bottleneck)
+def _plan_bottleneck(b: Bottleneck, plan, x):
+    short = x if isinstance(b.shortcut, L.Identity) else _plan_conv_bn(b.shortcut, plan, x)
+    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
+    y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
+    return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
+
+
+@register_planner(ResNet)
+def _plan_resnet(m: ResNet, plan, x):
+    y = _plan_conv_bn(m.stem, plan, x, relu=True)
+    y = plan_module(m.pool, plan, y)
+    y = plan_module(m.stages, plan, y)
+    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+
+
+@register_planner(VGG)
+def _plan_vgg(m: VGG, plan, x):
+    y = plan_module(m.features, plan, x)
+    return plan_module(m.fc, plan, plan_module(m.flatten, plan, y))
+
+
+@register_planner(MobileNetV1, SmallCNN)
+def _plan_features_gap_fc(m, plan, x):
+    y = plan_module(m.features, plan, x)
+    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+
+
+@register_planner(DenseLayer)
+def _plan_dense_layer(m: DenseLayer, plan, x):
+    y = _plan_bn(m.bn1, plan, x, relu=True)
+    y = plan_conv(m.conv1, plan, y, bn=m.bn2, relu=True)
+    y = plan_conv(m.conv2, plan, y)
+    out = plan.alloc((x.shape[0], x.shape[1] + y.shape[1]) + x.shape[2:])
+    head, tail = out[:, :x.shape[1]], out[:, x.shape[1]:]
+    plan.add(lambda: (head.__setitem__(Ellipsis, x), tail.__setitem__(Ellipsis, y)))
+    return out
+
+
+@register_planner(Transition)
+def _plan_transition(m: Transition, plan, x):
+    y = _plan_bn(m.bn, plan, x, relu=True)
+    return plan_module(m.pool, plan, plan_conv(m.conv, plan, y))
+
+
+@register_planner(DenseNet)
+def _plan_densenet(m: DenseNet, plan, x):
+    y = _plan_conv_bn(m.stem, plan, x, relu=True)
+    y = plan_module(m.pool, plan, y)
+    y = plan_module(m.features, plan, y)
+    y = _plan_bn(m.bn, plan, y, relu=True)
+    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+
+
+# --------------------------------------------------------------------------- the engine
+
+class InferenceEngine:
+    """A model's forward at a fixed input shape, BN folded, replayed from a CUDA graph.
+
+    Parameters
+    ----------
+    model : Module
+        On the GPU (``model.to("gpu")``); it is read once, at construction.
+    input_shape : tuple (N, C, H, W)
+    graph : bool
+        Capture the plan into a CUDA graph (default); False runs it eagerly.
+
+    Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
+    the engine's own output buffer (overwritten by the next call) unless
+    ``copy=True``.
+    """
+
+    def __init__(self, model, input_shape, *, graph: bool = True):
+        cp = backend.require_cuda("InferenceEngine")
+        if model.xp is not cp:
+            raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
+        if len(input_shape) != 4 or model.in_channels != input_shape[1]:
+            raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W), "
+                             f"got {tuple(input_shape)}")
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.plan = Plan(cp)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        with self.stream:
+            self.input = self.plan.alloc(self.input_shape)
+            self.input[...] = 0
+            self.output = plan_module(model, self.plan, self.input)
+            self.plan.run()  # compile kernels, size workspaces: nothing is allocated in capture
+            self.plan.run()
+            self.stream.synchronize()
+            self.graph = None
+            if graph:
+                self.stream.begin_capture()
+                try:
+                    self.plan.run()
+                finally:
+                    self.graph = self.stream.end_capture()
+        self.launches = len(self.plan.steps)
+
+    def replay(self) -> None:
+        """Run the captured graph (or the eager plan) on the engine's input buffer."""
+        with self.stream:
+            if self.graph is not None:
+                self.graph.launch(self.stream)
+            else:
+                self.plan.run()
+
+    def __call__(self, x, copy: bool = True):
+        x = backend.as_array(x, "x")
+        if tuple(x.shape) != self.input_shape:
+            raise ValueError(f"x has shape {tuple(x.shape)}; the engine was built for "
+                             f"{self.input_shape}")
+        cp = self.plan.xp
+        if not backend.is_cupy_array(x):
+            raise TypeError("x must be on the GPU (a CuPy or DLPack CUDA array)")
+        cp.cuda.get_current_stream().synchronize()  # x may still be being written
+        with self.stream:
+            self.input[...] = x
+        self.replay()
+        self.stream.synchronize()
+        return self.output.copy() if copy else self.output

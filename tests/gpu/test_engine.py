@@ -1,0 +1,75 @@
+"""The inference engine (BN folded, CUDA graph) against the model's own forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv.autograd import Tensor, no_grad
+from tensorconv.nn import get_model
+from tensorconv.nn.engine import InferenceEngine
+from tensorconv.nn.layers import BatchNorm2d
+from tests.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    ("resnet20", dict(in_channels=1), (2, 1, 32, 32)),
+    ("resnet18", dict(in_channels=3), (1, 3, 32, 32)),
+    ("resnet18_imagenet", dict(), (1, 3, 64, 64)),
+    ("resnet50", dict(), (2, 3, 64, 64)),
+    ("vgg16", dict(in_channels=1), (3, 1, 32, 32)),
+    ("mobilenet_v1", dict(), (1, 3, 32, 32)),
+    ("densenet121", dict(stem="imagenet"), (1, 3, 64, 64)),
+    ("densenet121", dict(stem="cifar", in_channels=1, num_classes=10), (2, 1, 32, 32)),
+    ("small_cnn", dict(), (4, 1, 28, 28)),
+]
+
+
+def _randomise_bn(model, rng):
+    """Non-trivial BN statistics, so that folding them is really tested."""
+    for m in model.modules():
+        if isinstance(m, BatchNorm2d):
+            c = m.channels
+            m.weight.data = m.xp.asarray(rng.random(c).astype(np.float32) + 0.5)
+            m.bias.data = m.xp.asarray(rng.standard_normal(c).astype(np.float32) * 0.1)
+            m.running_mean = m.xp.asarray(rng.standard_normal(c).astype(np.float32) * 0.1)
+            m.running_var = m.xp.asarray(rng.random(c).astype(np.float32) + 0.5)
+
+
+@pytest.mark.parametrize("name,kw,shape", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
+def test_engine_matches_model(rng, name, kw, shape):
+    import cupy as cp
+
+    model = get_model(name, **kw).to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    for graph in (True, False):
+        engine = InferenceEngine(model, shape, graph=graph)
+        out = engine(x)
+        assert out.shape == ref.shape
+        assert rel_err(out.get(), ref) < 1e-4, (name, graph)
+    # a second input through the same graph: the buffers are reused, not stale
+    x2 = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    with no_grad():
+        ref2 = model(Tensor(x2)).data.get()
+    assert rel_err(engine(x2).get(), ref2) < 1e-4
+
+
+def test_engine_bad_input():
+    import cupy as cp
+
+    model = get_model("small_cnn")
+    with pytest.raises(ValueError, match="model.to"):
+        InferenceEngine(model, (1, 1, 28, 28))
+    model.to("gpu")
+    with pytest.raises(ValueError, match="input_shape"):
+        InferenceEngine(model, (1, 3, 28, 28))
+    engine = InferenceEngine(model, (1, 1, 28, 28))
+    with pytest.raises(ValueError, match="built for"):
+        engine(cp.zeros((2, 1, 28, 28), cp.float32))
+    with pytest.raises(TypeError, match="on the GPU"):
+        engine(np.zeros((1, 1, 28, 28), np.float32))

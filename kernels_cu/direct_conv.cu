@@ -165,9 +165,11 @@ __device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const fl
 }
 }  // namespace igemm
 
+// KR, KS: the filter size fixed at compile time (0: taken at run time), which
+// turns the index arithmetic's divisions by R*S and S into multiplications.
 // No __launch_bounds__(256): with it ptxas spills at 80 registers; without, it
 // uses 80 and spills nothing (3 blocks per SM).
-template <int MODE>
+template <int MODE, int KR, int KS>
 __global__ void conv2d_igemm(
     const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
@@ -183,6 +185,8 @@ __global__ void conv2d_igemm(
     __shared__ __align__(16) float As[BK][BM + PAD];
     __shared__ __align__(16) float Bs[BK][BN + PAD];
 
+    if (KR > 0) R = KR;
+    if (KS > 0) S = KS;
     const int Cg = C / groups, Kg = K / groups;
     const int RS = R * S, OHW = OH * OW, HW = H * W;
     // GEMM sizes of this mode (per group)
@@ -222,13 +226,17 @@ __global__ void conv2d_igemm(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-    for (int q0 = q_begin; q0 < q_end; q0 += BK) {
-        // ---- A tile: consecutive threads read consecutive q of one row m
+    // Global loads go to registers first (fetch) and to shared memory after the
+    // previous slice's multiply-adds (stash): the next slice's loads are in
+    // flight while the current one is computed.
+    constexpr int NA = BM * BK / THREADS, NB = BN * BK / THREADS;
+    float ra[NA], rb[NB];
+    auto fetch = [&](int q0) {
+        // A: consecutive threads read consecutive q of one row m
 #pragma unroll
-        for (int i = 0; i < BM * BK / THREADS; ++i) {
+        for (int i = 0; i < NA; ++i) {
             const int idx = tid + i * THREADS;
-            const int m = m0 + idx / BK, kk = idx % BK;
-            const int q = q0 + kk;
+            const int m = m0 + idx / BK, q = q0 + idx % BK;
             float v = 0.f;
             if (m < M && q < q_end) {
                 if (MODE == 0) {
@@ -241,23 +249,22 @@ __global__ void conv2d_igemm(
                     v = a_src[((size_t)n * K + g * Kg + m) * OHW + rem];
                 }
             }
-            As[kk][idx / BK] = v;
+            ra[i] = v;
         }
-        // ---- B tile
+        // B: modes 0/1 gather this thread's pixel column; mode 2 one reduction row
 #pragma unroll
-        for (int i = 0; i < BN * BK / THREADS; ++i) {
+        for (int i = 0; i < NB; ++i) {
             float v = 0.f;
             if (MODE == 0) {
-                const int kk = bk0 + i * (THREADS / BN), q = q0 + kk;
+                const int q = q0 + bk0 + i * (THREADS / BN);
                 if (pcol < P && q < q_end) {
                     const int c = q / RS, rs = q % RS;
                     const int ih = pa + (rs / S) * dil_h, iw = pb + (rs % S) * dil_w;
                     if (ih >= 0 && ih < H && iw >= 0 && iw < W)
                         v = b_src[(((size_t)img * C + g * Cg + c) * H + ih) * W + iw];
                 }
-                Bs[kk][bn] = v;
             } else if (MODE == 1) {
-                const int kk = bk0 + i * (THREADS / BN), q = q0 + kk;
+                const int q = q0 + bk0 + i * (THREADS / BN);
                 if (pcol < P && q < q_end) {
                     const int k = q / RS, rs = q % RS;
                     const int th = pa - (rs / S) * dil_h, tw = pb - (rs % S) * dil_w;
@@ -267,11 +274,9 @@ __global__ void conv2d_igemm(
                             v = b_src[(((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow];
                     }
                 }
-                Bs[kk][bn] = v;
             } else {
                 const int idx = tid + i * THREADS;
-                const int kk = idx % BK, col = idx / BK;
-                const int q = q0 + kk, pc = p0 + col;
+                const int q = q0 + idx % BK, pc = p0 + idx / BK;
                 if (pc < P && q < q_end) {
                     const int c = pc / RS, rs = pc % RS;
                     const int n = q / OHW, rem = q % OHW;
@@ -280,10 +285,32 @@ __global__ void conv2d_igemm(
                     if (ih >= 0 && ih < H && iw >= 0 && iw < W)
                         v = b_src[(((size_t)n * C + g * Cg + c) * H + ih) * W + iw];
                 }
-                Bs[kk][col] = v;
+            }
+            rb[i] = v;
+        }
+    };
+    auto stash = [&]() {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) {
+            const int idx = tid + i * THREADS;
+            As[idx % BK][idx / BK] = ra[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+            if (MODE == 2) {
+                const int idx = tid + i * THREADS;
+                Bs[idx % BK][idx / BK] = rb[i];
+            } else {
+                Bs[bk0 + i * (THREADS / BN)][bn] = rb[i];
             }
         }
+    };
+
+    if (q_begin < q_end) fetch(q_begin);
+    for (int q0 = q_begin; q0 < q_end; q0 += BK) {
+        stash();
         __syncthreads();
+        if (q0 + BK < q_end) fetch(q0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
@@ -324,9 +351,15 @@ __global__ void conv2d_igemm(
     }
 }
 
-template __global__ void conv2d_igemm<0>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-template __global__ void conv2d_igemm<1>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-template __global__ void conv2d_igemm<2>(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+#define TC_IGEMM_INSTANCE(MODE, KR, KS)                                                  \
+    template __global__ void conv2d_igemm<MODE, KR, KS>(                                 \
+        const float*, const float*, const float*, const float*, float*, float*, int, int, \
+        int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+#define TC_IGEMM_SIZES(MODE) \
+    TC_IGEMM_INSTANCE(MODE, 0, 0) TC_IGEMM_INSTANCE(MODE, 1, 1) TC_IGEMM_INSTANCE(MODE, 3, 3)
+TC_IGEMM_SIZES(0)
+TC_IGEMM_SIZES(1)
+TC_IGEMM_SIZES(2)
 
 // Sums the split-reduction partials of conv2d_igemm, adds bias and residual,
 // applies ReLU, and writes `out` with row `r` of column `p` at

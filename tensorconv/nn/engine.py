@@ -47,7 +47,9 @@ class Plan:
         self.buffers.append(array)
         return array
 
-    def add(self, launch) -> None:
+    def add(self, launch, label: str = "") -> None:
+        """Append a launch; ``label`` names it in per-launch profiles."""
+        launch.label = label
         self.steps.append(launch)
 
     def run(self) -> None:
@@ -134,7 +136,8 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
         algorithm = "igemm"  # only the implicit-GEMM epilogue adds a residual
     args = (geom.stride, geom.padding, geom.dilation, geom.groups)
     plan.add(lambda: ops.conv2d(x, w, b, *args, relu=relu, residual=residual, out=out,
-                                algorithm=algorithm))
+                                algorithm=algorithm),
+             f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}")
     return out
 
 
@@ -147,7 +150,8 @@ def _plan_linear(m: L.Linear, plan, x, *, bn=None, relu=False, residual=None):
     n = x.shape[0]
     x4 = x.reshape(n, -1, 1, 1)
     out = plan.alloc((n, m.out_features, 1, 1))
-    plan.add(lambda: ops.conv2d(x4, w, b, relu=relu, out=out, algorithm="igemm"))
+    plan.add(lambda: ops.conv2d(x4, w, b, relu=relu, out=out, algorithm="igemm"),
+             f"linear {tuple(w.shape[:2])}")
     return out.reshape(n, m.out_features)
 
 
@@ -188,7 +192,7 @@ def _plan_pool(plan, x, kernel, stride, padding, reduce, pad_value):
         src = x
     win = windows(src, kernel, stride, (0, 0))   # a strided view: no copy, fixed pointers
     out = plan.alloc((x.shape[0], x.shape[1]) + win.shape[4:])
-    plan.add(lambda: reduce(win, axis=(2, 3), out=out))
+    plan.add(lambda: reduce(win, axis=(2, 3), out=out), f"pool {kernel} {reduce.__name__}")
     return out
 
 
@@ -207,7 +211,7 @@ def _plan_avgpool(m, plan, x):
 @register_planner(L.GlobalAvgPool2d)
 def _plan_gap(m, plan, x):
     out = plan.alloc(x.shape[:2])
-    plan.add(lambda: plan.xp.mean(x, axis=(2, 3), out=out))
+    plan.add(lambda: plan.xp.mean(x, axis=(2, 3), out=out), "global average pool")
     return out
 
 

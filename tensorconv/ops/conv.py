@@ -170,7 +170,8 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
     rows = geom.c if mode == 1 else geom.k
     m_tiles = _cdiv(m, _IG_BM)
     partial = _workspace(xp, splits * rows * p) if splits > 1 else null
-    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}>")
+    kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
+    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}>")
     grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
     bias = null if bias is None else bias
     residual = null if residual is None else residual

@@ -64,7 +64,7 @@ def test_fused_sgd_matches_numpy(rng, nesterov, decoupled):
     grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
     results = []
     for xp in (np, cp):
-        params = [Parameter(xp.asarray(d)) for d in data]
+        params = [Parameter(xp.array(d)) for d in data]  # copies: the NumPy run updates in place
         opt = SGD(params, 0.1, 0.9, nesterov, 5e-2, decoupled)
         for step in grads:
             for p, g in zip(params, step):

@@ -167,10 +167,11 @@ __device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const fl
 
 // KR, KS: the filter size fixed at compile time (0: taken at run time), which
 // turns the index arithmetic's divisions by R*S and S into multiplications.
-// No __launch_bounds__(256): with it ptxas spills at 80 registers; without, it
-// uses 80 and spills nothing (3 blocks per SM).
+// __launch_bounds__(256, 3) caps registers at 80 so that three blocks fit an
+// SM: left free, ptxas gives the weight-gradient mode 95 registers (two blocks)
+// and the others up to 109 when the bound has no minimum.
 template <int MODE, int KR, int KS>
-__global__ void conv2d_igemm(
+__global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
     const float* __restrict__ bias,      // (K,) or nullptr (MODE 0 only)

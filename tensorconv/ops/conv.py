@@ -19,6 +19,7 @@ in the ``.cu``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,7 @@ def _gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
             2: (kg, cg * rs, pixels_out)}[mode]
 
 
+@functools.lru_cache(maxsize=4096)
 def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     """How many ways to split the reduction so that about two waves of blocks run.
 
@@ -160,31 +162,43 @@ def _launch_direct(x, w, bias, out, geom, tile, relu):
     kernel(grid, (tile.tw, tile.th, 1), args, shared_mem=smem)
 
 
-def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
-    """Run ``conv2d_igemm<mode>`` (and the split reduction when ``splits > 1``)."""
-    i32, null = np.int32, np.uintp(0)
+@functools.lru_cache(maxsize=4096)
+def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device: int):
+    """Kernels, grid and integer arguments of one implicit-GEMM launch (cached: the
+    per-call host work is then only the array pointers)."""
+    i32 = np.int32
     m, p, q = _gemm_sizes(geom, mode)
     q_steps = _cdiv(q, _IG_BK)
     q_per_split = _cdiv(q_steps, splits) * _IG_BK
     splits = _cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
     rows = geom.c if mode == 1 else geom.k
     m_tiles = _cdiv(m, _IG_BM)
-    partial = _workspace(xp, splits * rows * p) if splits > 1 else null
     kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
     kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}>")
     grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
-    bias = null if bias is None else bias
-    residual = null if residual is None else residual
-    args = (a, b, bias, residual, out, partial, i32(geom.n), i32(geom.c), i32(geom.h),
-            i32(geom.w), i32(geom.k), i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (
-                i32(m_tiles), i32(q_per_split), i32(relu))
-    kernel(grid, (_IG_THREADS, 1, 1), args)
+    ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
+            i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
+    reduce = None
     if splits > 1:
-        reduce = cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce")
         plane = {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: p}[mode]
         blocks = min(_cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
-        reduce((blocks,), (256, 1, 1), (partial, bias, residual, out, i32(splits), i32(rows),
-                                        i32(p), i32(plane), i32(relu)))
+        reduce = (cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce"), (blocks,),
+                  (i32(splits), i32(rows), i32(p), i32(plane), i32(relu)))
+    return kernel, grid, ints, splits * rows * p if splits > 1 else 0, reduce
+
+
+def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
+    """Run ``conv2d_igemm<mode>`` (and the split reduction when ``splits > 1``)."""
+    null = np.uintp(0)
+    kernel, grid, ints, workspace, reduce = _igemm_config(geom, mode, splits, bool(relu),
+                                                          xp.cuda.runtime.getDevice())
+    partial = _workspace(xp, workspace) if workspace else null
+    bias = null if bias is None else bias
+    residual = null if residual is None else residual
+    kernel(grid, (_IG_THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
+    if reduce is not None:
+        rkernel, rgrid, rints = reduce
+        rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)
 
 
 def _output(xp, out, shape, name="out"):

@@ -6,6 +6,8 @@
 //           bn_apply         (grid-stride)        -> y = (x - mean) * invstd * gamma + beta
 // Backward: bn_backward_sums (grid C x chunks)  -> per-chunk sum(gy), sum(gy * xhat)
 //           bn_backward_data (grid C x chunks)  -> gx; chunk 0 also writes dgamma, dbeta
+// A ReLU after the normalisation is fused: bn_apply takes `relu`, and the
+// backward kernels take the forward output `y` and drop gy where y <= 0.
 // Partial sums are in double and combined in a fixed order: the result does not
 // depend on scheduling (no atomics), and large means do not cancel.
 #include "tc_common.cuh"
@@ -97,6 +99,7 @@ extern "C" __global__ void bn_apply(
 
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
+                 const float* __restrict__ y,  // ReLU output to mask gy with, or nullptr
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  double* __restrict__ partial,  // (chunks, C, 2): sum gy, sum gy * xhat
                  int N, int C, int HW, int per_chunk)
@@ -108,7 +111,7 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
     for (int n = n0; n < n1; ++n) {
         const size_t base = ((size_t)n * C + c) * HW;
         for (int i = threadIdx.x; i < HW; i += bn::THREADS) {
-            const float g = gy[base + i];
+            const float g = (y == nullptr || y[base + i] > 0.f) ? gy[base + i] : 0.f;
             s += g;
             sx += (double)g * ((x[base + i] - m) * is);
         }
@@ -122,6 +125,7 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
 
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
+                 const float* __restrict__ y,  // ReLU output to mask gy with, or nullptr
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  const float* __restrict__ gamma, const double* __restrict__ partial,
                  int chunks, float* __restrict__ gx, float* __restrict__ dgamma,
@@ -145,7 +149,8 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
         const size_t base = ((size_t)n * C + c) * HW;
         for (int i = threadIdx.x; i < HW; i += bn::THREADS) {
             const float xhat = (x[base + i] - m) * is;
-            gx[base + i] = scale * (gy[base + i] - mg - xhat * mgx);
+            const float g = (y == nullptr || y[base + i] > 0.f) ? gy[base + i] : 0.f;
+            gx[base + i] = scale * (g - mg - xhat * mgx);
         }
     }
 }

@@ -122,7 +122,10 @@ __global__ void conv2d_direct_fwd(
 }
 
 // Explicit instantiations of every variant the Python op may pick, so that an
-// offline nvcc build (CI) type-checks them all.
+// offline nvcc build (CI) type-checks them all.  NVRTC skips them: the loader
+// instantiates the one variant it needs through name_expressions, and
+// compiling all of them would multiply every run-time compile.
+#ifndef __CUDACC_RTC__
 #define TC_DIRECT_CONV_INSTANCE(TK, KR, KS)                                        \
     template __global__ void conv2d_direct_fwd<TK, KR, KS>(                        \
         const float*, const float*, const float*, float*, int, int, int, int, int, \
@@ -134,6 +137,7 @@ TC_DIRECT_CONV_SIZES(2)
 TC_DIRECT_CONV_SIZES(4)
 TC_DIRECT_CONV_SIZES(8)
 TC_DIRECT_CONV_SIZES(16)
+#endif
 
 // ---------------------------------------------------------------------------
 // Implicit-GEMM convolution, forward and both gradients, as one GEMM
@@ -145,8 +149,9 @@ TC_DIRECT_CONV_SIZES(16)
 //   1     gx = dgrad(gy, w)   c of the group    (n, h, w)            (k, r, s)
 //   2     gw = wgrad(x, gy)   k of the group    (c, r, s)            (n, oh, ow)
 //
-// A block computes a BM x BN tile of OUT with 256 threads, each holding a 4 x 4
-// register tile.  The reduction walks BK-slices: the A tile (transposed to
+// A block computes a BM x BN tile of OUT with 256 threads, each holding a TM x 4
+// register tile (BM = 16 * TM: TM = 1 or 2 keeps thin layers, 16 or 32
+// channels, from wasting most of a 64-row tile).  The reduction walks BK-slices: the A tile (transposed to
 // BK x BM) and the B tile (BK x BN) are staged in shared memory, then each
 // thread does BK rank-1 updates from float4 loads.  blockIdx.z splits the
 // reduction: with splits > 1 each split writes its partial tile to `partial`
@@ -154,7 +159,7 @@ TC_DIRECT_CONV_SIZES(16)
 // epilogue; with one split the epilogue (bias, residual, ReLU: forward only)
 // is fused here.
 namespace igemm {
-constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4, THREADS = 256;
+constexpr int BN = 64, BK = 16, TN = 4, THREADS = 256;
 constexpr int PAD = 4;  // keeps rows 16-byte aligned and staggers banks on the transposed store
 
 __device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const float4& b) {
@@ -170,7 +175,7 @@ __device__ __forceinline__ void rank1_update(float (&row)[TN], float a, const fl
 // __launch_bounds__(256, 3) caps registers at 80 so that three blocks fit an
 // SM: left free, ptxas gives the weight-gradient mode 95 registers (two blocks)
 // and the others up to 109 when the bound has no minimum.
-template <int MODE, int KR, int KS>
+template <int MODE, int KR, int KS, int TM>
 __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
@@ -183,6 +188,7 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     int groups, int m_tiles, int q_per_split, int relu)
 {
     using namespace igemm;
+    constexpr int BM = 16 * TM;
     __shared__ __align__(16) float As[BK][BM + PAD];
     __shared__ __align__(16) float Bs[BK][BN + PAD];
 
@@ -314,12 +320,17 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
         if (q0 + BK < q_end) fetch(q0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
             const float4 b = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN]);
-            rank1_update(acc[0], a.x, b);
-            rank1_update(acc[1], a.y, b);
-            rank1_update(acc[2], a.z, b);
-            rank1_update(acc[3], a.w, b);
+            if constexpr (TM == 4) {
+                const float4 a = *reinterpret_cast<const float4*>(&As[kk][ty * TM]);
+                rank1_update(acc[0], a.x, b);
+                rank1_update(acc[1], a.y, b);
+                rank1_update(acc[2], a.z, b);
+                rank1_update(acc[3], a.w, b);
+            } else {
+#pragma unroll
+                for (int i = 0; i < TM; ++i) rank1_update(acc[i], As[kk][ty * TM + i], b);
+            }
         }
         __syncthreads();
     }
@@ -352,15 +363,19 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     }
 }
 
-#define TC_IGEMM_INSTANCE(MODE, KR, KS)                                                  \
-    template __global__ void conv2d_igemm<MODE, KR, KS>(                                 \
+#ifndef __CUDACC_RTC__  // offline type-check of every variant (see above)
+#define TC_IGEMM_TILE(MODE, KR, KS, TM)                                                  \
+    template __global__ void conv2d_igemm<MODE, KR, KS, TM>(                             \
         const float*, const float*, const float*, const float*, float*, float*, int, int, \
         int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+#define TC_IGEMM_INSTANCE(MODE, KR, KS) \
+    TC_IGEMM_TILE(MODE, KR, KS, 1) TC_IGEMM_TILE(MODE, KR, KS, 2) TC_IGEMM_TILE(MODE, KR, KS, 4)
 #define TC_IGEMM_SIZES(MODE) \
     TC_IGEMM_INSTANCE(MODE, 0, 0) TC_IGEMM_INSTANCE(MODE, 1, 1) TC_IGEMM_INSTANCE(MODE, 3, 3)
 TC_IGEMM_SIZES(0)
 TC_IGEMM_SIZES(1)
 TC_IGEMM_SIZES(2)
+#endif
 
 // Sums the split-reduction partials of conv2d_igemm, adds bias and residual,
 // applies ReLU, and writes `out` with row `r` of column `p` at

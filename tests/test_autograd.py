@@ -67,6 +67,17 @@ def test_batch_norm_gradcheck(rng, training):
               [x, g, b])
 
 
+def test_batch_norm_relu_fused_gradcheck(rng):
+    c = 3
+    x, g, b = T(rng, 4, c, 3, 2), Tensor(rng.random(c) + 0.5, True), T(rng, c)
+    rm, rv = np.zeros(c), np.ones(c)
+    fused = lambda x, g, b: F.batch_norm2d(x, g, b, rm.copy(), rv.copy(), training=True,  # noqa: E731
+                                           relu=True)
+    gradcheck(fused, [x, g, b])
+    plain = F.relu(F.batch_norm2d(x, g, b, rm.copy(), rv.copy(), training=True))
+    np.testing.assert_array_equal(fused(x, g, b).data, plain.data)
+
+
 def test_batch_norm_statistics(rng):
     x = rng.standard_normal((8, 3, 5, 5)) * 2 + 1
     rm, rv = np.zeros(3), np.ones(3)

@@ -254,26 +254,25 @@ def _plan_sequential(seq, plan, x, relu_last: bool = False):
     return x
 
 
-def _plan_conv_bn(seq_or_conv, plan, x, *, relu=False, residual=None):
-    """A shortcut or stem: a Sequential(conv, BN) or a bare conv, planned as one launch."""
-    if isinstance(seq_or_conv, L.Sequential):
-        conv, bn = seq_or_conv[0], seq_or_conv[1] if len(seq_or_conv) > 1 else None
-        return plan_conv(conv, plan, x, bn=bn, relu=relu, residual=residual)
-    return plan_conv(seq_or_conv, plan, x, relu=relu, residual=residual)
+def _plan_shortcut(shortcut, plan, x):
+    """A projection shortcut, Sequential(conv, BN), as one launch; the identity as ``x``."""
+    if isinstance(shortcut, L.Identity):
+        return x
+    return plan_conv(shortcut[0], plan, x, bn=shortcut[1])
 
 
 # --------------------------------------------------------------------------- blocks and models
 
 @register_planner(BasicBlock)
 def _plan_basic(b: BasicBlock, plan, x):
-    short = x if isinstance(b.shortcut, L.Identity) else _plan_conv_bn(b.shortcut, plan, x)
+    short = _plan_shortcut(b.shortcut, plan, x)
     y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
     return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
 
 
 @register_planner(Bottleneck)
 def _plan_bottleneck(b: Bottleneck, plan, x):
-    short = x if isinstance(b.shortcut, L.Identity) else _plan_conv_bn(b.shortcut, plan, x)
+    short = _plan_shortcut(b.shortcut, plan, x)
     y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
     y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
     return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
@@ -281,8 +280,7 @@ def _plan_bottleneck(b: Bottleneck, plan, x):
 
 @register_planner(ResNet)
 def _plan_resnet(m: ResNet, plan, x):
-    y = _plan_conv_bn(m.stem, plan, x, relu=True)
-    y = plan_module(m.pool, plan, y)
+    y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
     y = plan_module(m.stages, plan, y)
     return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
 
@@ -318,8 +316,7 @@ def _plan_transition(m: Transition, plan, x):
 
 @register_planner(DenseNet)
 def _plan_densenet(m: DenseNet, plan, x):
-    y = _plan_conv_bn(m.stem, plan, x, relu=True)
-    y = plan_module(m.pool, plan, y)
+    y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
     y = plan_module(m.features, plan, y)
     y = _plan_bn(m.bn, plan, y, relu=True)
     return plan_module(m.fc, plan, plan_module(m.gap, plan, y))

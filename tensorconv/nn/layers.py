@@ -79,9 +79,11 @@ class BatchNorm2d(Module):
         self.register_buffer("running_mean", np.zeros(channels, np.float32))
         self.register_buffer("running_var", np.ones(channels, np.float32))
 
-    def forward(self, x):
+    def forward(self, x, relu: bool = False):
+        """``relu=True`` fuses the ReLU that follows into the normalisation kernels."""
         return F.batch_norm2d(x, self.weight, self.bias, self.running_mean, self.running_var,
-                              training=self.training, momentum=self.momentum, eps=self.eps)
+                              training=self.training, momentum=self.momentum, eps=self.eps,
+                              relu=relu)
 
     def extra_repr(self) -> str:
         return str(self.channels)
@@ -155,6 +157,14 @@ class Sequential(Module):
         return list(self._modules.values())[i]
 
     def forward(self, x):
-        for layer in self:
-            x = layer(x)
+        layers = list(self)
+        i = 0
+        while i < len(layers):
+            if (isinstance(layers[i], BatchNorm2d) and i + 1 < len(layers)
+                    and isinstance(layers[i + 1], ReLU)):
+                x = layers[i](x, relu=True)  # BN -> ReLU in one pass
+                i += 2
+            else:
+                x = layers[i](x)
+                i += 1
         return x

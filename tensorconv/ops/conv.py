@@ -33,8 +33,7 @@ _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
 _MAX_STAGE_CHANNELS = 16
-# conv2d_igemm_fwd's compile-time tile (igemm:: constants in the .cu)
-_IG_BM, _IG_BN, _IG_BK = 64, 64, 16
+_IG_BN, _IG_BK = 64, 16  # tile columns and reduction depth; rows are igemm_rows(m)
 _IG_THREADS = 256
 _MAX_SPLITS = 64
 
@@ -100,6 +99,11 @@ def _gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=4096)
+def igemm_rows(m: int) -> int:
+    """Tile rows per block (16, 32 or 64): the smallest that holds a group's ``m`` rows."""
+    return 16 if m <= 16 else 32 if m <= 32 else 64
+
+
 def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     """How many ways to split the reduction so that about two waves of blocks run.
 
@@ -107,7 +111,7 @@ def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     it writes stay small next to the work it does.
     """
     m, p, q = _gemm_sizes(geom, mode)
-    blocks = _cdiv(p, _IG_BN) * _cdiv(m, _IG_BM) * geom.groups
+    blocks = _cdiv(p, _IG_BN) * _cdiv(m, igemm_rows(m)) * geom.groups
     return max(1, min(_cdiv(2 * sm_count, blocks), _cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
 
 
@@ -172,9 +176,10 @@ def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device
     q_per_split = _cdiv(q_steps, splits) * _IG_BK
     splits = _cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
     rows = geom.c if mode == 1 else geom.k
-    m_tiles = _cdiv(m, _IG_BM)
+    bm = igemm_rows(m)
+    m_tiles = _cdiv(m, bm)
     kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
-    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}>")
+    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}, {bm // 16}>")
     grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
     ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))

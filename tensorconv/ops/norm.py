@@ -40,19 +40,21 @@ def _chunks(n: int, c: int) -> tuple[int, int]:
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
-                       momentum: float = 0.1, eps: float = 1e-5):
+                       momentum: float = 0.1, eps: float = 1e-5, relu: bool = False):
     """Batch norm of ``x`` (N, C, H, W); see :func:`tensorconv.reference.batch_norm_forward`.
 
     Returns ``(y, mean, invstd)``; in training the running statistics are
-    updated in place.
+    updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.
     """
     xp = _check(x, gamma, beta)
     n, c, h, w = x.shape
     if training and n * h * w < 2:
         raise ValueError("batch norm needs more than one value per channel in training")
     if not (training and _kernel_path(xp, x, gamma, beta, running_mean, running_var)):
-        return reference.batch_norm_forward(x, gamma, beta, running_mean, running_var,
-                                            training=training, momentum=momentum, eps=eps)
+        y, mean, invstd = reference.batch_norm_forward(x, gamma, beta, running_mean, running_var,
+                                                       training=training, momentum=momentum,
+                                                       eps=eps)
+        return (xp.maximum(y, 0) if relu else y), mean, invstd
     chunks, per = _chunks(n, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
@@ -63,7 +65,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
         partial, i32(chunks), i32(c), i32(n * h * w), mean, invstd, running_mean, running_var,
         np.float32(momentum), np.float32(eps)))
     y = xp.empty_like(x)
-    batch_norm_apply(x, mean, invstd, gamma, beta, out=y)
+    batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=y)
     return y, mean, invstd
 
 
@@ -89,22 +91,28 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     return out
 
 
-def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool):
-    """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`."""
+def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None):
+    """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`.
+
+    ``y``: the forward output when it had a fused ReLU (``gy`` is dropped where ``y <= 0``).
+    """
     xp = _check(x, gamma)
-    if gy.shape != x.shape:
-        raise ValueError(f"gy has shape {tuple(gy.shape)}; x has {tuple(x.shape)}")
+    if gy.shape != x.shape or (y is not None and y.shape != x.shape):
+        raise ValueError(f"gy {tuple(gy.shape)} and y must have x's shape {tuple(x.shape)}")
     if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma)):
+        if y is not None:
+            gy = gy * (y > 0)
         return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training)
     n, c, h, w = x.shape
     chunks, per = _chunks(n, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
+    mask = np.uintp(0) if y is None else y
     cuda.get_kernel(_FILE, "bn_backward_sums")((c, chunks), (_THREADS,), (
-        x, gy, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
+        x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
     gx = xp.empty_like(x)
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
     cuda.get_kernel(_FILE, "bn_backward_data")((c, chunks), (_THREADS,), (
-        x, gy, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
+        x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
         i32(h * w), i32(per)))
     return gx, dgamma, dbeta

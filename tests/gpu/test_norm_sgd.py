@@ -12,8 +12,9 @@ from tests.helpers import rel_err
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("shape", [(128, 16, 32, 32), (3, 5, 7, 9), (1, 64, 7, 7), (37, 3, 1, 2)])
-def test_batch_norm_kernels(rng, shape):
+def test_batch_norm_kernels(rng, shape, relu):
     import cupy as cp
 
     c = shape[1]
@@ -28,13 +29,17 @@ def test_batch_norm_kernels(rng, shape):
         training=True)
     rm_d, rv_d = cp.asarray(rm), cp.asarray(rv)
     y, mean, invstd = ops.batch_norm_forward(cp.asarray(x), cp.asarray(gamma), cp.asarray(beta),
-                                             rm_d, rv_d, training=True)
+                                             rm_d, rv_d, training=True, relu=relu)
+    if relu:
+        y_ref = np.maximum(y_ref, 0)
     assert rel_err(y.get(), y_ref) < 1e-5
     assert rel_err(rm_d.get(), rm_ref) < 1e-6 and rel_err(rv_d.get(), rv_ref) < 1e-6
     gx, dg, db = ops.batch_norm_backward(cp.asarray(x), cp.asarray(gy), mean, invstd,
-                                         cp.asarray(gamma), training=True)
+                                         cp.asarray(gamma), training=True,
+                                         y=y if relu else None)
+    gy_ref = gy.astype(np.float64) * (y_ref > 0) if relu else gy.astype(np.float64)
     gx_ref, dg_ref, db_ref = reference.batch_norm_backward(
-        x.astype(np.float64), gy.astype(np.float64), mean_ref, invstd_ref,
+        x.astype(np.float64), gy_ref, mean_ref, invstd_ref,
         gamma.astype(np.float64), training=True)
     assert rel_err(gx.get(), gx_ref) < 1e-4
     assert rel_err(dg.get(), dg_ref) < 1e-5 and rel_err(db.get(), db_ref) < 1e-5

@@ -16,9 +16,9 @@ class BatchNorm2d(Function):
     on CuPy float32 (``tensorconv.ops.norm``), the reference formulas otherwise.
     """
 
-    def __init__(self, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    def __init__(self, running_mean, running_var, training, momentum=0.1, eps=1e-5, relu=False):
         self.running_mean, self.running_var = running_mean, running_var
-        self.training, self.momentum, self.eps = training, momentum, eps
+        self.training, self.momentum, self.eps, self.relu = training, momentum, eps, relu
 
     def forward(self, x, gamma, beta):
         if x.ndim != 4 or x.shape[1] != gamma.shape[0]:
@@ -26,16 +26,18 @@ class BatchNorm2d(Function):
                              f"C = {gamma.shape[0]}")
         y, self.mean, self.invstd = norm.batch_norm_forward(
             x, gamma, beta, self.running_mean, self.running_var, training=self.training,
-            momentum=self.momentum, eps=self.eps)
+            momentum=self.momentum, eps=self.eps, relu=self.relu)
         self.x, self.gamma = x, gamma
+        self.y = y if self.relu else None
         return y
 
     def backward(self, gy):
         return norm.batch_norm_backward(self.x, gy, self.mean, self.invstd, self.gamma,
-                                        training=self.training)
+                                        training=self.training, y=self.y)
 
 
 def batch_norm2d(x, gamma, beta, running_mean, running_var, *, training: bool,
-                 momentum: float = 0.1, eps: float = 1e-5):
+                 momentum: float = 0.1, eps: float = 1e-5, relu: bool = False):
+    """Batch norm, optionally followed by a ReLU in the same kernels (``relu=True``)."""
     return BatchNorm2d.apply(x, gamma, beta, running_mean=running_mean, running_var=running_var,
-                             training=training, momentum=momentum, eps=eps)
+                             training=training, momentum=momentum, eps=eps, relu=relu)

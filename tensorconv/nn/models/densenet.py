@@ -6,7 +6,7 @@ import numpy as np
 
 from tensorconv.autograd import functions as F
 from tensorconv.nn.layers import (AvgPool2d, BatchNorm2d, Conv2d, GlobalAvgPool2d, Identity,
-                                  Linear, MaxPool2d, Sequential)
+                                  Linear, MaxPool2d, ReLU, Sequential)
 from tensorconv.nn.models.resnet import check_input
 from tensorconv.nn.module import Module
 
@@ -22,8 +22,8 @@ class DenseLayer(Module):
         self.conv2 = Conv2d(bn_size * growth, growth, 3, 1, 1, bias=False, rng=rng)
 
     def forward(self, x):
-        y = self.conv1(F.relu(self.bn1(x)))
-        y = self.conv2(F.relu(self.bn2(y)))
+        y = self.conv1(self.bn1(x, relu=True))
+        y = self.conv2(self.bn2(y, relu=True))
         return F.concat([x, y], axis=1)
 
 
@@ -35,7 +35,7 @@ class Transition(Module):
         self.pool = AvgPool2d(2, 2)
 
     def forward(self, x):
-        return self.pool(self.conv(F.relu(self.bn(x))))
+        return self.pool(self.conv(self.bn(x, relu=True)))
 
 
 class DenseNet(Module):
@@ -48,11 +48,11 @@ class DenseNet(Module):
         c = 2 * growth
         if stem == "imagenet":
             self.stem = Sequential(Conv2d(in_channels, c, 7, 2, 3, bias=False, rng=rng),
-                                   BatchNorm2d(c))
+                                   BatchNorm2d(c), ReLU())
             self.pool, self.min_size = MaxPool2d(3, 2, 1), 32
         else:
             self.stem = Sequential(Conv2d(in_channels, c, 3, 1, 1, bias=False, rng=rng),
-                                   BatchNorm2d(c))
+                                   BatchNorm2d(c), ReLU())
             self.pool, self.min_size = Identity(), 8
         parts = []
         for i, n in enumerate(blocks):
@@ -70,8 +70,8 @@ class DenseNet(Module):
 
     def forward(self, x):
         check_input(self, x)
-        y = self.pool(F.relu(self.stem(x)))
-        y = F.relu(self.bn(self.features(y)))
+        y = self.pool(self.stem(x))
+        y = self.bn(self.features(y), relu=True)
         return self.fc(self.gap(y))
 
 

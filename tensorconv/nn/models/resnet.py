@@ -9,7 +9,7 @@ import numpy as np
 
 from tensorconv.autograd import functions as F
 from tensorconv.nn.layers import (BatchNorm2d, Conv2d, GlobalAvgPool2d, Identity, Linear,
-                                  MaxPool2d, Sequential)
+                                  MaxPool2d, ReLU, Sequential)
 from tensorconv.nn.module import Module
 
 
@@ -35,7 +35,7 @@ class BasicBlock(Module):
                          if stride != 1 or cin != cout else Identity())
 
     def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn1(self.conv1(x), relu=True)
         y = self.bn2(self.conv2(y))
         return F.relu(y + self.shortcut(x))
 
@@ -57,8 +57,8 @@ class Bottleneck(Module):
                          if stride != 1 or cin != cout else Identity())
 
     def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn1(self.conv1(x), relu=True)
+        y = self.bn2(self.conv2(y), relu=True)
         y = self.bn3(self.conv3(y))
         return F.relu(y + self.shortcut(x))
 
@@ -88,11 +88,11 @@ class ResNet(Module):
         w0 = widths[0]
         if stem == "cifar":
             self.stem = Sequential(Conv2d(in_channels, w0, 3, 1, 1, bias=False, rng=rng),
-                                   BatchNorm2d(w0))
+                                   BatchNorm2d(w0), ReLU())
             self.pool = Identity()
         else:
             self.stem = Sequential(Conv2d(in_channels, w0, 7, 2, 3, bias=False, rng=rng),
-                                   BatchNorm2d(w0))
+                                   BatchNorm2d(w0), ReLU())
             self.pool = MaxPool2d(3, 2, 1)
         stages, cin = [], w0
         for i, (n, width) in enumerate(zip(layers, widths)):
@@ -107,7 +107,7 @@ class ResNet(Module):
 
     def forward(self, x):
         check_input(self, x)
-        y = self.pool(F.relu(self.stem(x)))
+        y = self.pool(self.stem(x))
         return self.fc(self.gap(self.stages(y)))
 
 

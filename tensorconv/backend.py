@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,8 +51,14 @@ def require_cuda(what: str):
 
 
 def is_cupy_array(x) -> bool:
-    """True for a ``cupy.ndarray`` (without importing CuPy when it is absent)."""
-    return type(x).__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
+    """True for a ``cupy.ndarray``; never imports CuPy (an array of it implies it is loaded).
+
+    This runs several hundred times per training step, so it is a dictionary
+    look-up and an ``isinstance``: reading ``__cuda_array_interface__`` would
+    build a dictionary each time.
+    """
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
 
 
 def array_module(*arrays):

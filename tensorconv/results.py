@@ -83,6 +83,8 @@ def read_csv(path) -> list[dict]:
 def _fmt(v: float) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "–"
+    if v != 0 and abs(v) < 0.01:
+        return f"{v:.2e}"  # relative errors and the like
     if abs(v) >= 100:
         return f"{v:.0f}"
     if abs(v) >= 10:

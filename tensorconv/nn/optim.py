@@ -39,6 +39,7 @@ class SGD:
         self.weight_decay, self.decoupled = weight_decay, decoupled
         self.velocity = [None] * len(self.params)
         self.steps = 0
+        self._tables = None  # the fused GPU step's pointer tables (tensorconv.ops.sgd)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -53,14 +54,16 @@ class SGD:
     def step(self) -> None:
         lr, mu, wd = self.lr, self.momentum, self.weight_decay
         if self._fused():
-            from tensorconv.ops import sgd_multi_tensor
+            from tensorconv.ops.sgd import PointerTables, sgd_multi_tensor
 
+            self._tables = self._tables or PointerTables()
             for i, p in enumerate(self.params):
                 if self.velocity[i] is None:
                     self.velocity[i] = p.xp.zeros_like(p.data)  # mu * 0 + g == g: same as below
             sgd_multi_tensor([p.data for p in self.params], [p.grad for p in self.params],
                              self.velocity, lr=lr, momentum=mu, weight_decay=wd,
-                             nesterov=self.nesterov, decoupled=self.decoupled)
+                             nesterov=self.nesterov, decoupled=self.decoupled,
+                             tables=self._tables)
             self.steps += 1
             return
         for i, p in enumerate(self.params):

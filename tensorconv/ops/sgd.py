@@ -7,13 +7,37 @@ import numpy as np
 from tensorconv import backend, cuda
 
 
+class PointerTables:
+    """Device copies of the kernel's pointer and size tables, uploaded only when they change.
+
+    A host-to-device copy from pageable memory waits for the GPU to drain, so
+    uploading every step would serialise the host and the device.  CuPy's
+    memory pool hands the gradients the same blocks step after step, so the
+    tables rarely change.
+    """
+
+    def __init__(self):
+        self.host = None
+        self.device = None
+
+    def get(self, xp, table: np.ndarray, sizes: np.ndarray):
+        key = np.concatenate([table.ravel(), sizes.astype(np.uint64)])
+        if self.host is None or not np.array_equal(self.host, key):
+            self.host = key
+            self.device = (xp.asarray(table), xp.asarray(sizes))
+        return self.device
+
+
 def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
-                     weight_decay: float, nesterov: bool, decoupled: bool) -> None:
+                     weight_decay: float, nesterov: bool, decoupled: bool,
+                     tables: PointerTables | None = None) -> None:
     """Update every ``params[i]`` in place from ``grads[i]`` (and ``velocities[i]``).
 
     Parameters
     ----------
     params, grads, velocities : lists of CuPy float32 C-contiguous arrays, pairwise same shape
+    tables : PointerTables, optional
+        Keep one per optimiser to skip re-uploading unchanged pointer tables.
     """
     if not (len(params) == len(grads) == len(velocities)) or not params:
         raise ValueError("params, grads and velocities must be non-empty lists of one length")
@@ -27,9 +51,10 @@ def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
     table = np.array([[p.data.ptr, g.data.ptr, v.data.ptr]
                       for p, g, v in zip(params, grads, velocities)], dtype=np.uint64)
     sizes = np.array([p.size for p in params], dtype=np.int64)
+    d_table, d_sizes = (tables or PointerTables()).get(xp, table, sizes)
     threads = 256
     blocks_x = min(-(-int(sizes.max()) // threads), 64)
     cuda.get_kernel("sgd.cu", "sgd_multi_tensor")(
         (blocks_x, len(params)), (threads,),
-        (xp.asarray(table), xp.asarray(sizes), np.float32(lr), np.float32(momentum),
-         np.float32(weight_decay), np.int32(nesterov), np.int32(decoupled)))
+        (d_table, d_sizes, np.float32(lr), np.float32(momentum), np.float32(weight_decay),
+         np.int32(nesterov), np.int32(decoupled)))

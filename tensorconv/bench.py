@@ -237,18 +237,25 @@ def measure_ceilings(quick: bool = False) -> Ceilings:
     """Measure the copy bandwidth, the fp32 GEMM rate and the launch floor."""
     cp = backend.require_cuda("measure_ceilings")
     nbytes = (64 if quick else 512) << 20
-    src = cp.random.random(nbytes // 4, dtype=cp.float32)
-    dst = cp.empty_like(src)
-    t_copy = time_events(lambda: cp.copyto(dst, src), warmup=3, repeat=10 if quick else 30)
     n = 4096 if quick else 8192
-    a = cp.random.random((n, n), dtype=cp.float32)
-    b = cp.random.random((n, n), dtype=cp.float32)
-    c = cp.empty((n, n), dtype=cp.float32)
-    t_gemm = time_events(lambda: cp.matmul(a, b, out=c), warmup=2, repeat=5 if quick else 10)
+
+    def copy_time() -> float:
+        src = cp.random.random(nbytes // 4, dtype=cp.float32)
+        dst = cp.empty_like(src)
+        return time_events(lambda: cp.copyto(dst, src), warmup=3,
+                           repeat=10 if quick else 30).median_us
+
+    def gemm_time() -> float:
+        a = cp.random.random((n, n), dtype=cp.float32)
+        b = cp.random.random((n, n), dtype=cp.float32)
+        c = cp.empty((n, n), dtype=cp.float32)
+        return time_events(lambda: cp.matmul(a, b, out=c), warmup=2,
+                           repeat=5 if quick else 10).median_us
+
+    t_copy, t_gemm = copy_time(), gemm_time()
+    cp.get_default_memory_pool().free_all_blocks()  # the big operands are gone: give them back
     floor = launch_floor(quick)
-    del src, dst, a, b, c
-    cp.get_default_memory_pool().free_all_blocks()
-    return Ceilings(2 * nbytes / (t_copy.median_us * 1e-6), 2 * n ** 3 / (t_gemm.median_us * 1e-6),
+    return Ceilings(2 * nbytes / (t_copy * 1e-6), 2 * n ** 3 / (t_gemm * 1e-6),
                     floor["eager"].median_us, floor["graph"].median_us)
 
 

@@ -206,8 +206,8 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
         rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)
 
 
-def _output(xp, out, shape, name="out"):
-    """A fresh float32 array of ``shape``, or ``out`` after checking it fits."""
+def output_buffer(xp, out, shape, name="out"):
+    """A fresh float32 array of ``shape``, or ``out`` after checking it fits (shared by the ops)."""
     if out is None:
         return xp.empty(shape, dtype=np.float32)
     out = backend.as_array(out, name)
@@ -279,7 +279,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
             y += residual
         return np.maximum(y, 0, out=y) if relu else y
 
-    out = _output(xp, out, geom.output_shape)
+    out = output_buffer(xp, out, geom.output_shape)
     sm_count = backend.device_facts().sm_count
     algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
     if algorithm == "direct":
@@ -329,7 +329,7 @@ def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups
     if xp is np:
         return reference.conv2d_backward_data(gy, w, x_shape, geom.stride, geom.padding,
                                               geom.dilation, geom.groups)
-    out = _output(xp, out, tuple(x_shape))
+    out = output_buffer(xp, out, tuple(x_shape))
     sm = backend.device_facts().sm_count
     _launch_igemm(1, w, gy, None, None, out, geom, splits or igemm_splits(geom, sm, 1), False, xp)
     return out
@@ -361,7 +361,7 @@ def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, grou
     if xp is np:
         return reference.conv2d_backward_weight(x, gy, w_shape, geom.stride, geom.padding,
                                                 geom.dilation, geom.groups)
-    out = _output(xp, out, tuple(w_shape))
+    out = output_buffer(xp, out, tuple(w_shape))
     sm = backend.device_facts().sm_count
     _launch_igemm(2, gy, x, None, None, out, geom, splits or igemm_splits(geom, sm, 2), False, xp)
     return out

@@ -1,0 +1,64 @@
+"""Shared measurement of one TDC core-convolution shape (figures 4 and 6)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorconv import bench, ops, reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import tucker
+from tensorconv.results import ResultSet
+from tensorconv.tuning import oracle, tdc_model
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+
+
+def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
+                       quick: bool, cudnn: bool = True, check: bool = True) -> dict:
+    """Time the core conv (C -> N, 3x3, pad 1, batch 1) every way; add rows; return µs by variant."""
+    import cupy as cp
+
+    rng = np.random.default_rng(0)
+    x_h = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    w_h = (rng.standard_normal((n, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
+    x, wt = cp.asarray(x_h), cp.asarray(w_h)
+    geom = conv_geometry(x.shape, wt.shape, 1, 1)
+    out = cp.empty(geom.output_shape, cp.float32)
+    w_crsn = tucker.to_crsn(wt)
+    reps = dict(repeat=10 if quick else 30)
+    model_tile = tdc_model.choose_tile(geom)
+    best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
+                                               use_cache=False)
+    runs = {
+        "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
+                                                w_crsn=w_crsn, out=out),
+        "tdc-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=best_tile,
+                                                 w_crsn=w_crsn, out=out),
+        "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
+    }
+    times = {}
+    ref = reference.conv2d(x_h.astype(np.float64), w_h.astype(np.float64), padding=1) if check else None
+    for name, run in runs.items():
+        out.fill(np.nan)
+        run()
+        if check:
+            err = float(np.linalg.norm(out.get() - ref) / np.linalg.norm(ref))
+            rs.add(case, name, "rel_err", err, "1")
+        times[name] = bench.time_graph(run, **reps).median_us
+    if cudnn and bench.torch_cudnn_available():
+        for tf32 in (False, True):
+            run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
+            times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
+                run, framework="torch", **reps).median_us
+    times["ours-best"] = min(times["tdc-oracle"], times["igemm"])
+    picked = "tdc" if times["tdc-oracle"] <= times["igemm"] else "igemm"
+    notes = {"tdc-model": f"tile {model_tile}", "tdc-oracle": f"tile {best_tile} of "
+             f"{len(tile_times)} timed", "ours-best": f"picked {picked}"}
+    for name, us in times.items():
+        rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))
+    return times

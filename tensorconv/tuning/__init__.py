@@ -1,0 +1,1 @@
+"""Tile selection: analytic performance models, exhaustive (oracle) tuners, a tune cache."""

@@ -1,0 +1,37 @@
+"""Exhaustive ("oracle") tuning of the TDC core-convolution tile, with the tune cache."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tensorconv import backend, bench
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops import tucker
+from tensorconv.tuning import cache
+
+
+def time_tile(x, w, w_crsn, out, geom: ConvGeometry, tile: tucker.CoreTile,
+              repeat: int = 10) -> float:
+    """Kernel time (µs, CUDA-graph replay median) of one tile."""
+    run = lambda: tucker.core_conv2d(x, w, geom.stride, geom.padding, variant="tdc",  # noqa: E731
+                                     tile=tile, w_crsn=w_crsn, out=out)
+    return bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
+
+
+def oracle_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
+    """Time every candidate tile; return ``(best tile, {tile: µs})`` and remember the best.
+
+    The cache key holds the device, the kernel source hash and the shape; a
+    cache hit returns the stored tile and an empty timing dict.
+    """
+    key = cache.make_key("tdc_oracle", "tucker_core_conv.cu", geom)
+    if use_cache and (hit := cache.lookup(key)) is not None:
+        return tucker.CoreTile(**hit["tile"]), {}
+    facts = backend.device_facts()
+    w_crsn = tucker.to_crsn(w)
+    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
+    times = {t: time_tile(x, w, w_crsn, out, geom, t, repeat)
+             for t in tucker.candidate_tiles(geom, facts.smem_per_block_optin)}
+    best = min(times, key=times.get)
+    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
+    return best, times

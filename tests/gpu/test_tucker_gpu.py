@@ -1,0 +1,96 @@
+"""TDC core convolution kernel, its tile model and oracle, on the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import tucker
+from tensorconv.tuning import oracle, tdc_model
+from tests.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+def _check(rng, xs, ws, stride, padding, **kw):
+    import cupy as cp
+
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    geom = conv_geometry(xs, ws, stride, padding)
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    tucker.core_conv2d(cp.asarray(x), cp.asarray(w), stride, padding, out=out, **kw)
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), stride=stride,
+                           padding=padding)
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref) <= 1e-5, (xs, ws, stride, padding, kw)
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_tdc_random_shapes_and_tiles(rng, trial):
+    b = int(rng.integers(1, 4))
+    c, n = (int(v) for v in rng.integers(1, 100, size=2))       # ranks not multiples of 32
+    h, w = (int(v) for v in rng.integers(3, 40, size=2))         # odd sizes too
+    stride = int(rng.choice([1, 1, 2]))
+    padding = int(rng.choice([0, 1, 1]))
+    geom = conv_geometry((b, c, h, w), (n, c, 3, 3), stride, padding)
+    tiles = tucker.candidate_tiles(geom, 48 * 1024)
+    tile = tiles[int(rng.integers(len(tiles)))]                  # tc < C exercises the atomics
+    _check(rng, (b, c, h, w), (n, c, 3, 3), stride, padding, variant="tdc", tile=tile)
+
+
+@pytest.mark.parametrize("variant", [None, "igemm"])
+def test_model_tile_and_igemm_variant(rng, variant):
+    _check(rng, (1, 64, 28, 28), (32, 64, 3, 3), 1, 1, variant=variant)
+
+
+def test_non_3x3_falls_back_or_refuses(rng, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="tensorconv.ops.tucker"):
+        _check(rng, (1, 16, 9, 9), (8, 16, 5, 5), 1, 2)
+    assert "falls back to igemm" in caplog.text
+    import cupy as cp
+
+    with pytest.raises(ValueError, match="3x3 filters only"):
+        tucker.core_conv2d(cp.ones((1, 16, 9, 9), cp.float32), cp.ones((8, 16, 5, 5), cp.float32),
+                           variant="tdc")
+
+
+def test_bad_input_before_launch():
+    import cupy as cp
+
+    x = cp.ones((1, 16, 14, 14), cp.float32)
+    w = cp.ones((8, 16, 3, 3), cp.float32)
+    out = cp.full((1, 8, 14, 14), cp.nan, cp.float32)
+    with pytest.raises(ValueError, match="shared memory"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tdc", tile=tucker.CoreTile(8, 4, 4096), out=out)
+    with pytest.raises(ValueError, match="tile.tc"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tdc", tile=tucker.CoreTile(2, 2, 0), out=out)
+    with pytest.raises(ValueError, match="tile sides"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tdc", tile=tucker.CoreTile(3, 2, 4), out=out)
+    with pytest.raises(ValueError, match="w_crsn has shape"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tdc", w_crsn=cp.ones((8, 3, 3, 16), cp.float32),
+                           out=out)
+    with pytest.raises(ValueError, match="variant must be"):
+        tucker.core_conv2d(x, w, 1, 1, variant="winograd", out=out)
+    with pytest.raises(TypeError, match="runs on the GPU"):
+        tucker.core_conv2d(np.ones((1, 16, 14, 14), np.float32), np.ones((8, 16, 3, 3), np.float32))
+    assert bool(cp.isnan(out).all())
+
+
+def test_oracle_and_model(rng, tmp_path, monkeypatch):
+    import cupy as cp
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    x = cp.asarray(rng.standard_normal((1, 32, 14, 14)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((32, 32, 3, 3)).astype(np.float32))
+    geom = conv_geometry(x.shape, w.shape, 1, 1)
+    best, times = oracle.oracle_tile(x, w, geom, repeat=3)
+    assert best in times and times[best] == min(times.values())
+    again, cached = oracle.oracle_tile(x, w, geom)
+    assert again == best and cached == {}            # from the tune cache
+    model = tdc_model.choose_tile(geom)
+    assert model in times                             # a valid, timed candidate

@@ -1,0 +1,99 @@
+"""Tucker format of conv kernels, the TDC tile model, and the tune cache (CPU)."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pytest
+
+from tensorconv.checks import conv_geometry
+from tensorconv.decomp import tucker
+from tensorconv.ops.tucker import CoreTile, candidate_tiles
+from tensorconv.tuning import cache, tdc_model
+from tests.helpers import rel_err
+
+
+def test_full_rank_hosvd_is_exact(rng):
+    w = rng.standard_normal((8, 6, 3, 3))
+    f = tucker.hosvd(w, (6, 8))
+    assert f.ranks == (6, 8) and f.core.shape == (8, 6, 3, 3)
+    assert rel_err(tucker.reconstruct(f), w) < 1e-12
+
+
+def test_projection_is_idempotent_and_low_rank(rng):
+    w = rng.standard_normal((10, 7, 3, 3))
+    p = tucker.hosvd_project(w, (3, 4))
+    assert rel_err(tucker.hosvd_project(p, (3, 4)), p) < 1e-10
+    assert np.linalg.matrix_rank(p.reshape(10, -1)) == 4
+    assert np.linalg.matrix_rank(p.transpose(1, 0, 2, 3).reshape(7, -1)) == 3
+
+
+def test_hooi_is_no_worse_than_hosvd(rng):
+    w = rng.standard_normal((12, 9, 3, 3))
+    e_hosvd = rel_err(tucker.hosvd_project(w, (4, 5)), w)
+    f = tucker.partial_tucker(w, (4, 5))
+    assert f.u_out.shape == (12, 5) and f.u_in.shape == (9, 4) and f.core.shape == (5, 4, 3, 3)
+    assert rel_err(tucker.reconstruct(f), w) <= e_hosvd + 1e-9
+
+
+def test_rank_errors(rng):
+    w = rng.standard_normal((8, 6, 3, 3))
+    with pytest.raises(ValueError, match="D1=7 must be in 1..6"):
+        tucker.hosvd(w, (7, 2))
+    with pytest.raises(ValueError, match="D2=9 must be in 1..8"):
+        tucker.partial_tucker(w, (2, 9))
+    with pytest.raises(ValueError, match="must be \\(N, C, R, S\\)"):
+        tucker.hosvd(w[0], (2, 2))
+
+
+def test_reduction_ratios():
+    # C = N = 64, 3x3, 56x56, D1 = D2 = 32: hand-computed
+    assert tucker.param_reduction(64, 64, 3, 3, 32, 32) == pytest.approx(36864 / (2048 + 9216 + 2048))
+    macs_tucker = 56 * 56 * 64 * 32 + 56 * 56 * 32 * (9 * 32 + 64)
+    assert tucker.flops_reduction(64, 64, 3, 3, 32, 32, 56, 56, 56, 56) == pytest.approx(
+        56 * 56 * 9 * 64 * 64 / macs_tucker)
+
+
+FACTS = types.SimpleNamespace(sm_count=132, max_threads_per_sm=2048, regs_per_sm=65536,
+                              smem_per_sm=228 * 1024, smem_per_block_optin=227 * 1024)
+
+
+def test_candidate_tiles_fit_shared_memory():
+    geom = conv_geometry((1, 64, 28, 28), (32, 64, 3, 3), padding=1)
+    tiles = candidate_tiles(geom, 8 * 1024)
+    assert tiles and all(t.smem_bytes(geom) <= 8 * 1024 and t.th * t.tw <= 32 for t in tiles)
+    assert CoreTile(8, 4, 64).smem_bytes(geom) == 4 * 64 * 10 * 6
+
+
+def test_model_occupancy_and_volume():
+    assert tdc_model.occupancy(64, 32, 0, FACTS) == 1.0           # 32 blocks x 64 threads
+    assert tdc_model.occupancy(256, 128, 0, FACTS) == 0.25         # registers bind: 2 blocks
+    geom = conv_geometry((1, 32, 14, 14), (32, 32, 3, 3), padding=1)
+    t = CoreTile(7, 7, 32)
+    # eqs. 16-19 with 4 tiles: kernel 4*32*32*9, input 4*32*9*9, output 14*14*32*1
+    assert tdc_model.memory_volume(geom, t) == 4 * 32 * 9 * 9 + 14 * 14 * 32 + 4 * 32 * 32 * 9
+
+
+def test_model_ranks_every_candidate_and_prefers_full_waves():
+    geom = conv_geometry((1, 64, 28, 28), (32, 64, 3, 3), padding=1)
+    ranked = tdc_model.rank(geom, lambda t: 40, FACTS)
+    assert len(ranked) == len(candidate_tiles(geom, FACTS.smem_per_block_optin))
+    best = ranked[0]
+    assert best.waves == min(p.waves for p in ranked[:max(1, round(len(ranked) * 0.05))])
+
+
+def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
+    path = tmp_path / "tune.json"
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(path))
+    key = cache.make_key("test", "direct_conv.cu", (1, 2, 3))
+    assert cache.lookup(key) is None
+    cache.store(key, {"tile": [1, 2]})
+    assert cache.lookup(key) == {"tile": [1, 2]}
+    path.write_text("{ not json")
+    assert cache.lookup(key) is None            # corrupt: ignored, not fatal
+    cache.store(key, 5)
+    assert json.loads(path.read_text()) == {key: 5}   # rebuilt
+    path.write_text("[1, 2]")
+    assert cache.lookup(key) is None

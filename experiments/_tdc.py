@@ -19,8 +19,13 @@ def geomean(values) -> float:
 
 
 def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
-                       quick: bool, cudnn: bool = True, check: bool = True) -> dict:
-    """Time the core conv (C -> N, 3x3, pad 1, batch 1) every way; add rows; return µs by variant."""
+                       quick: bool, cudnn: bool = True, check: bool = True,
+                       tile_rows: ResultSet | None = None) -> dict:
+    """Time the core conv (C -> N, 3x3, pad 1, batch 1) every way; add rows; return µs by variant.
+
+    ``tile_rows`` collects the time of every tile the oracle tried (with the
+    kernel's registers), the data the analytic model is judged against.
+    """
     import cupy as cp
 
     rng = np.random.default_rng(0)
@@ -34,6 +39,10 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     model_tile = tdc_model.choose_tile(geom)
     best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
                                                use_cache=False)
+    if tile_rows is not None:
+        for t, us in tile_times.items():
+            tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
+                          note=f"regs {tucker.tdc_kernel(t, geom).num_regs}")
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),

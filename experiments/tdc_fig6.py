@@ -29,16 +29,20 @@ VARIANTS = ["tdc-model", "tdc-oracle", "igemm", "ours-best", "cudnn-fp32", "cudn
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
+    p.add_argument("--tiles", action="store_true",
+                   help="also write every oracle tile time to results/tdc_fig6_tiles.csv")
     args = p.parse_args(argv)
     backend.require_cuda(NAME)
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
+    tile_rows = ResultSet(f"{NAME}_tiles", env) if args.tiles else None
     from tqdm import tqdm
 
     per_shape = {}
     for c, n, h, w in tqdm(QUICK if args.quick else SHAPES, desc=NAME):
         case = f"{c}_{n}_{h}_{w}"
-        per_shape[case] = measure_core_shape(rs, case, c, n, h, w, quick=args.quick)
+        per_shape[case] = measure_core_shape(rs, case, c, n, h, w, quick=args.quick,
+                                             tile_rows=tile_rows)
     have_cudnn = all("cudnn-fp32" in t for t in per_shape.values())
     summary = {}
     if have_cudnn:
@@ -62,6 +66,8 @@ def main(argv=None) -> int:
                note={"tdc-model/tdc-oracle time": "paper: model ~25% slower than oracle"}.get(k, ""))
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
+    if tile_rows is not None:
+        tile_rows.write_csv(paths["csv"].with_name(f"{NAME}_tiles.csv"))
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC figure 6: core-convolution time per shape (H100, batch 1, fp32)",
                    env, [("Time (µs, CUDA-graph replay)", pivot_markdown(rows, "time_us", VARIANTS)),

@@ -65,8 +65,10 @@ def test_bad_input_before_launch():
     x = cp.ones((1, 16, 14, 14), cp.float32)
     w = cp.ones((8, 16, 3, 3), cp.float32)
     out = cp.full((1, 8, 14, 14), cp.nan, cp.float32)
+    wide = cp.ones((1, 2048, 14, 14), cp.float32)  # a 2048-channel cube of 10 x 6 is 480 KiB
     with pytest.raises(ValueError, match="shared memory"):
-        tucker.core_conv2d(x, w, 1, 1, variant="tdc", tile=tucker.CoreTile(8, 4, 4096), out=out)
+        tucker.core_conv2d(wide, cp.ones((8, 2048, 3, 3), cp.float32), 1, 1, variant="tdc",
+                           tile=tucker.CoreTile(8, 4, 2048), out=out)
     with pytest.raises(ValueError, match="tile.tc"):
         tucker.core_conv2d(x, w, 1, 1, variant="tdc", tile=tucker.CoreTile(2, 2, 0), out=out)
     with pytest.raises(ValueError, match="tile sides"):

@@ -37,6 +37,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     w_crsn = tucker.to_crsn(wt)
     reps = dict(repeat=10 if quick else 30)
     model_tile = tdc_model.choose_tile(geom)
+    paper_tile = tdc_model.choose_tile(geom, method="paper")
     best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
                                                use_cache=False)
     if tile_rows is not None:
@@ -46,6 +47,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),
+        "tdc-paper-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc",
+                                                      tile=paper_tile, w_crsn=w_crsn, out=out),
         "tdc-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=best_tile,
                                                  w_crsn=w_crsn, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
@@ -66,7 +69,9 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
                 run, framework="torch", **reps).median_us
     times["ours-best"] = min(times["tdc-oracle"], times["igemm"])
     picked = "tdc" if times["tdc-oracle"] <= times["igemm"] else "igemm"
-    notes = {"tdc-model": f"tile {model_tile}", "tdc-oracle": f"tile {best_tile} of "
+    notes = {"tdc-model": f"calibrated model, tile {model_tile}",
+             "tdc-paper-model": f"the paper's rule, tile {paper_tile}",
+             "tdc-oracle": f"tile {best_tile} of "
              f"{len(tile_times)} timed", "ours-best": f"picked {picked}"}
     for name, us in times.items():
         rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))

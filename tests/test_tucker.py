@@ -97,3 +97,17 @@ def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
     assert json.loads(path.read_text()) == {key: 5}   # rebuilt
     path.write_text("[1, 2]")
     assert cache.lookup(key) is None
+
+
+def test_calibration_fit_recovers_known_coefficients():
+    geoms = [conv_geometry((1, c, h, h), (n, c, 3, 3), 1, 1)
+             for c, n, h in ((32, 32, 14), (64, 32, 28), (96, 64, 7))]
+    truth = (0.2, 0.04, 0.15, 0.3, 5.0)
+    samples = []
+    for g in geoms:
+        for t in candidate_tiles(g, FACTS.smem_per_block_optin)[::7]:
+            feats = tdc_model.calibrated_features(g, t, 40, FACTS)
+            samples.append((g, t, 40, sum(a * f for a, f in zip(truth, feats))))
+    assert np.allclose(tdc_model.fit_calibration(samples, FACTS), truth, rtol=1e-6)
+    with pytest.raises(ValueError, match="method"):
+        tdc_model.choose_tile.__wrapped__(geoms[0], method="magic")

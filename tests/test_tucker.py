@@ -111,3 +111,45 @@ def test_calibration_fit_recovers_known_coefficients():
     assert np.allclose(tdc_model.fit_calibration(samples, FACTS), truth, rtol=1e-6)
     with pytest.raises(ValueError, match="method"):
         tdc_model.choose_tile.__wrapped__(geoms[0], method="magic")
+
+
+# ---- the TuckerConv2d layer and tuckerize
+from tensorconv.autograd import Tensor, gradcheck  # noqa: E402
+from tensorconv.nn import Conv2d, count_flops_params, get_model  # noqa: E402
+from tensorconv.nn.tucker import TuckerConv2d, tucker_candidates, tuckerize, uniform_ranks  # noqa: E402
+
+
+def test_full_rank_tucker_layer_reproduces_the_conv(rng):
+    conv = Conv2d(6, 8, 3, stride=2, padding=1, rng=rng)
+    conv.bias.data = rng.standard_normal(8).astype(np.float32)
+    x = Tensor(rng.standard_normal((2, 6, 9, 7)).astype(np.float32))
+    for method in ("hooi", "hosvd"):
+        layer = TuckerConv2d.from_conv(conv, (6, 8), method=method)
+        assert rel_err(layer(x).data, conv(x).data) < 1e-5
+    assert layer.macs == layer.first.macs + layer.core.macs + layer.last.macs
+
+
+def test_tucker_layer_gradcheck(rng):
+    layer = TuckerConv2d(4, 5, 3, (2, 3), stride=1, padding=1, bias=True, rng=rng)
+    params = layer.parameters()
+    for p in params:
+        p.data = p.data.astype(np.float64)
+    x = Tensor(rng.standard_normal((2, 4, 5, 5)), requires_grad=True)
+    gradcheck(lambda x, *ps: layer(x), [x, *params])
+
+
+def test_tuckerize_budget_and_errors():
+    model = get_model("resnet20", in_channels=1)
+    assert "stem.0" not in tucker_candidates(model)  # one input channel: left dense
+    base = count_flops_params(model, (1, 1, 32, 32))["macs"]
+    ranks = uniform_ranks(model, 0.6, (1, 1, 32, 32))
+    tuckerize(model, ranks, decompose=False)
+    after = count_flops_params(model, (1, 1, 32, 32))["macs"]
+    assert 0.55 < 1 - after / base < 0.65
+    assert isinstance(model.stages[0][0].conv1, TuckerConv2d)
+    with pytest.raises(ValueError, match="no dense R x S convolution"):
+        tuckerize(get_model("resnet20"), {"stages.9.conv1": (4, 4)})
+    with pytest.raises(ValueError, match="ranks"):
+        TuckerConv2d(8, 8, 3, (9, 2))
+    with pytest.raises(ValueError, match="reduction"):
+        uniform_ranks(get_model("resnet20"), 1.5, (1, 3, 32, 32))

@@ -73,3 +73,21 @@ def test_engine_bad_input():
         engine(cp.zeros((2, 1, 28, 28), cp.float32))
     with pytest.raises(TypeError, match="on the GPU"):
         engine(np.zeros((1, 1, 28, 28), np.float32))
+
+
+def test_engine_runs_tucker_models(rng):
+    import cupy as cp
+
+    from tensorconv.nn.tucker import tuckerize, uniform_ranks
+
+    model = get_model("resnet18_imagenet")
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
+    model.to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal((1, 3, 64, 64)).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    engine = InferenceEngine(model, (1, 3, 64, 64))
+    assert any("tdc core" in getattr(s, "label", "") for s in engine.plan.steps)
+    assert rel_err(engine(x).get(), ref) < 1e-4

@@ -1,0 +1,192 @@
+"""Tucker-format convolution layers (TDC): ``TuckerConv2d`` and ``tuckerize``.
+
+A ``TuckerConv2d`` runs a 1x1 convolution C -> D1, the core R x S convolution
+D1 -> D2 (with the layer's stride and padding) and a 1x1 convolution D2 -> N;
+it trains through the autograd like any layer and runs on the TDC core kernel
+in the inference engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.checks import check_conv_args
+from tensorconv.decomp import tucker as td
+from tensorconv.nn.layers import Conv2d
+from tensorconv.nn.module import Module
+
+
+class TuckerConv2d(Module):
+    """Tucker-format convolution with ranks (D1, D2).
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    kernel_size : int or (int, int)
+    ranks : (D1, D2)
+        Input and output channels of the core convolution.
+    stride, padding : as :class:`Conv2d`
+    bias : bool
+    rng : numpy Generator, optional
+        For the random initialisation (training a Tucker model from scratch).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, ranks, stride=1,
+                 padding=0, bias: bool = False, rng=None):
+        super().__init__()
+        d1, d2 = (int(r) for r in ranks)
+        if not (1 <= d1 <= in_channels and 1 <= d2 <= out_channels):
+            raise ValueError(f"ranks (D1, D2) = {(d1, d2)} must lie in 1..{in_channels} and "
+                             f"1..{out_channels}")
+        self.first = Conv2d(in_channels, d1, 1, bias=False, rng=rng)
+        self.core = Conv2d(d1, d2, kernel_size, stride, padding, bias=False, rng=rng)
+        self.last = Conv2d(d2, out_channels, 1, bias=bias, rng=rng)
+        self.in_channels, self.out_channels, self.ranks = in_channels, out_channels, (d1, d2)
+        self.kernel_size, self.stride, self.padding = self.core.kernel_size, stride, padding
+        self.macs = 0
+
+    def forward(self, x):
+        y = self.last(self.core(self.first(x)))
+        self.macs = self.first.macs + self.core.macs + self.last.macs
+        return y
+
+    def num_macs(self) -> int:
+        return self.macs
+
+    @classmethod
+    def from_conv(cls, conv: Conv2d, ranks, *, method: str = "hooi") -> "TuckerConv2d":
+        """Decompose a trained ``Conv2d`` (HOOI or truncated HOSVD) into a ``TuckerConv2d``."""
+        if conv.groups != 1 or conv.dilation not in (1, (1, 1)):
+            raise ValueError("only dense, undilated convolutions have a Tucker format here")
+        w = conv.weight.data
+        if method == "hooi":
+            f = td.partial_tucker(w.astype(np.float64) if backend.array_module(w) is np else w, ranks)
+        elif method == "hosvd":
+            f = td.hosvd(w, ranks)
+        else:
+            raise ValueError(f"method must be 'hooi' or 'hosvd', got {method!r}")
+        layer = cls(conv.in_channels, conv.out_channels, conv.kernel_size, ranks, conv.stride,
+                    conv.padding, bias=conv.bias is not None)
+        xp = backend.array_module(w)
+        dt = w.dtype
+        layer.first.weight.data = xp.ascontiguousarray(f.u_in.T[:, :, None, None].astype(dt))
+        layer.core.weight.data = xp.ascontiguousarray(f.core.astype(dt))
+        layer.last.weight.data = xp.ascontiguousarray(f.u_out[:, :, None, None].astype(dt))
+        if conv.bias is not None:
+            layer.last.bias.data = conv.bias.data.copy()
+        return layer
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"ranks={self.ranks}, stride={self.stride}, padding={self.padding}")
+
+
+def tucker_candidates(model, min_channels: int = 16) -> dict:
+    """Convolutions a Tucker format applies to: dense, R x S > 1, undilated, and at
+    least ``min_channels`` in and out (a stem reading 1-3 image channels is left alone)."""
+    return {name.rstrip("."): m for name, m in model.named_modules()
+            if type(m) is Conv2d and m.groups == 1 and m.kernel_size != (1, 1)
+            and m.dilation in (1, (1, 1))
+            and min(m.in_channels, m.out_channels) >= min_channels}
+
+
+def tuckerize(model, ranks: dict, *, decompose: bool = True, method: str = "hooi", seed: int = 0):
+    """Replace the named convolutions of ``model`` by ``TuckerConv2d`` layers, in place.
+
+    Parameters
+    ----------
+    ranks : dict name -> (D1, D2)
+        Names as in ``model.named_modules()`` (e.g. ``"stages.0.0.conv1"``).
+    decompose : bool
+        True: initialise from the trained weights (HOOI / HOSVD); False: random
+        initialisation (training the Tucker model from scratch).
+    """
+    convs = tucker_candidates(model)
+    unknown = sorted(set(ranks) - set(convs))
+    if unknown:
+        raise ValueError(f"no dense R x S convolution named {unknown[:3]} in the model")
+    rng = np.random.default_rng(seed)
+    for name, r in ranks.items():
+        conv = convs[name]
+        if decompose:
+            layer = TuckerConv2d.from_conv(conv, r, method=method)
+        else:
+            layer = TuckerConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, r,
+                                 conv.stride, conv.padding, bias=conv.bias is not None, rng=rng)
+            if model.xp is not np:
+                layer.to("gpu")
+        parent_name, _, attr = name.rpartition(".")
+        parent = dict(model.named_modules())[parent_name + "." if parent_name else ""]
+        setattr(parent, attr, layer)
+    return model
+
+
+def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1) -> dict:
+    """Ranks (D1, D2) = fraction of (C, N) for every candidate conv so that the
+    model's total MACs drop by about ``reduction`` (0..1), the simplest budget rule
+    (Algorithm 1's hardware-aware choice lives in ``tensorconv.tuning.ranks``).
+    """
+    from tensorconv.nn.flops import count_flops_params
+
+    if not 0 < reduction < 1:
+        raise ValueError(f"reduction must be in (0, 1), got {reduction}")
+    base = count_flops_params(model, input_shape)
+    convs = tucker_candidates(model)
+    per_layer = {name.rstrip("."): macs for name, _, macs, _ in base["layers"]}
+    target = base["macs"] * (1 - reduction)
+
+    def total(frac):
+        macs = base["macs"]
+        for name, conv in convs.items():
+            d1, d2 = _ranks(conv, frac, multiple)
+            o = per_layer[name]
+            hw_out = o // (conv.out_channels * conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1])
+            hw_in = hw_out * (conv.stride if isinstance(conv.stride, int) else conv.stride[0]) ** 2
+            kh, kw = conv.kernel_size
+            new = hw_in * conv.in_channels * d1 + hw_out * d2 * (kh * kw * d1 + conv.out_channels)
+            macs += new - o
+        return macs
+
+    lo, hi = 1e-3, 1.0
+    for _ in range(40):  # bisection on the shared fraction
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if total(mid) < target else (lo, mid)
+    return {name: _ranks(conv, lo, multiple) for name, conv in convs.items()}
+
+
+def _ranks(conv, frac, multiple):
+    def r(ch):
+        v = max(1, int(round(ch * frac / multiple)) * multiple)
+        return min(ch, v)
+    return r(conv.in_channels), r(conv.out_channels)
+
+
+# ---- inference: the engine plans a TuckerConv2d as 1x1 -> TDC core -> 1x1 (BN, residual and
+# ReLU folded into the last 1x1's epilogue)
+def _register_engine_planner():
+    from tensorconv.nn import engine
+    from tensorconv.ops import tucker as tucker_ops
+
+    @engine.register_conv_planner(TuckerConv2d)
+    def plan_tucker(m: TuckerConv2d, plan, x, *, bn=None, relu=False, residual=None):
+        y = engine.plan_conv(m.first, plan, x)
+        core = m.core
+        w = plan.keep(plan.xp.ascontiguousarray(core.weight.data))
+        geom = check_conv_args(y, w, None, core.stride, core.padding, 1, 1,
+                               dtype=np.float32, contiguous=True)
+        if tucker_ops.tdc_supported(geom):
+            z = engine.plan_conv(core, plan, y)  # not a 3x3 core: the dense kernel
+        else:
+            from tensorconv.tuning.tdc_model import choose_tile
+
+            tile = choose_tile(geom)
+            w_crsn = plan.keep(tucker_ops.to_crsn(w))
+            z = plan.alloc(geom.output_shape)
+            plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
+                                                    variant="tdc", tile=tile, w_crsn=w_crsn,
+                                                    out=z), f"tdc core {tuple(w.shape)} {tile}")
+        return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
+
+
+_register_engine_planner()

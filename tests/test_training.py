@@ -106,3 +106,45 @@ def test_augment_batch_crops_and_flips(rng):
         hits = [np.array_equal(y[i, 0], cand[oy:oy + 8, ox:ox + 8])
                 for cand in (pad[i, 0], pad[i, 0][:, ::-1]) for oy in range(9) for ox in range(9)]
         assert any(hits)
+
+
+# ---- ADMM towards Tucker ranks, decomposition, fine-tuning (TDC's Algorithm 1)
+ADMM_RANKS = {"features.4": (8, 8), "features.8": (8, 16)}
+
+
+def test_admm_closes_the_gap_and_resumes_exactly(tmp_path):
+    base = train(_cfg(epochs=1), tmp_path / "base.npz", progress=False)
+    assert base.finished
+    cfg = _cfg(epochs=3, train_limit=512, init_from=str(tmp_path / "base.npz"),
+               admm_ranks=ADMM_RANKS, admm_rho=1.0, admm_rho_growth=2.0)
+    full = train(cfg, tmp_path / "admm.npz", progress=False)
+    gaps = [h["admm_gap"] for h in full.history]
+    assert gaps[-1] < gaps[0]
+    part = train(cfg, tmp_path / "admm2.npz", stop_after=2, progress=False)
+    resumed = train(cfg, tmp_path / "admm2.npz", progress=False)
+    assert part.history[:2] == resumed.history[:2]
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_decompose_then_finetune_and_direct_tucker(tmp_path):
+    from tensorconv.nn.tucker import TuckerConv2d
+
+    base = train(_cfg(epochs=4, augment=False, train_limit=256), tmp_path / "base.npz",
+                 progress=False)
+    full_ranks = {"features.4": (16, 32), "features.8": (32, 64)}  # exact decomposition
+    ft = train(_cfg(epochs=1, augment=False, train_limit=256, lr=1e-6, warmup_epochs=0,
+                    init_from=str(tmp_path / "base.npz"), tucker_ranks=full_ranks),
+               progress=False)
+    assert isinstance(ft.model.features[4], TuckerConv2d)
+    assert abs(ft.history[-1]["test_acc"] - base.history[-1]["test_acc"]) <= 0.02
+    direct = train(_cfg(epochs=1, tucker_ranks=ADMM_RANKS, tucker_init="random"), progress=False)
+    assert direct.model.features[8].ranks == (8, 16)
+
+
+def test_init_from_another_model_is_refused(tmp_path):
+    train(_cfg(epochs=1), tmp_path / "base.npz", progress=False)
+    with pytest.raises(ckpt.CheckpointMismatchError, match="init_from"):
+        train(_cfg(model="resnet20", init_from=str(tmp_path / "base.npz")), progress=False)
+    with pytest.raises(ValueError, match="ADMM ranks name"):
+        train(_cfg(admm_ranks={"features.99": (2, 2)}), progress=False)

@@ -14,7 +14,8 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint exists but was written for another model or configuration."""
 
 
-def save(path, *, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
+def save(path, *, model_state: dict, optimizer_state: dict, meta: dict,
+         extra: dict | None = None) -> Path:
     """Write the checkpoint to a temporary file beside ``path``, then rename it over ``path``.
 
     A run killed while writing leaves the previous checkpoint intact.
@@ -24,6 +25,7 @@ def save(path, *, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
     arrays = {f"model/{k}": v for k, v in model_state.items()}
     velocity = optimizer_state["velocity"]
     arrays.update({f"opt/velocity/{i}": v for i, v in enumerate(velocity) if v is not None})
+    arrays.update({f"extra/{k}": v for k, v in (extra or {}).items()})
     meta = dict(meta, optimizer={"lr": optimizer_state["lr"], "steps": optimizer_state["steps"],
                                  "n_velocity": len(velocity)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -40,13 +42,14 @@ def save(path, *, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
 
 
 def load(path) -> tuple[dict, dict, dict]:
-    """Return ``(model_state, optimizer_state, meta)`` from a checkpoint file."""
+    """Return ``(model_state, optimizer_state, meta)``; ``meta["extra"]`` holds the extra arrays."""
     with np.load(path) as z:
         meta = json.loads(bytes(z["meta"]).decode())
         model_state = {k[len("model/"):]: z[k] for k in z.files if k.startswith("model/")}
         n = meta["optimizer"]["n_velocity"]
         velocity = [z[f"opt/velocity/{i}"] if f"opt/velocity/{i}" in z.files else None
                     for i in range(n)]
+        meta["extra"] = {k[len("extra/"):]: z[k] for k in z.files if k.startswith("extra/")}
     optimizer_state = {"lr": meta["optimizer"]["lr"], "steps": meta["optimizer"]["steps"],
                        "velocity": velocity}
     return model_state, optimizer_state, meta

@@ -8,6 +8,7 @@ that shuffles and augments, so a resumed run continues bit-for-bit on the CPU.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from tensorconv.nn.tucker import tuckerize
 from training import checkpoint as ckpt
+from training.admm_tucker import ADMMTucker
 
 # Config fields a resumed run may change; every other field must match the checkpoint.
 _RESUMABLE_CHANGES = {"epochs", "device"}
@@ -49,6 +52,12 @@ class TrainConfig:
     clip_grad: float | None = None
     seed: int = 0
     device: str = "auto"               # "cpu", "gpu" or "auto"
+    init_from: str | None = None       # checkpoint whose model weights start this run
+    tucker_ranks: dict | None = None   # conv name -> (D1, D2): train a Tucker-format model
+    tucker_init: str = "decompose"     # "decompose" the starting weights, or "random"
+    admm_ranks: dict | None = None     # conv name -> (D1, D2): ADMM towards these ranks
+    admm_rho: float = 1e-3
+    admm_rho_growth: float = 1.3
 
 
 @dataclass
@@ -120,10 +129,22 @@ def _resolve_device(device: str) -> str:
     return device
 
 
+def _init_from(model, cfg: TrainConfig) -> None:
+    """Start from the model weights of another run's checkpoint (same zoo model)."""
+    state, _, meta = ckpt.load(cfg.init_from)
+    if meta["config"].get("model") != cfg.model or meta["config"].get("tucker_ranks"):
+        raise ckpt.CheckpointMismatchError(
+            f"init_from {cfg.init_from} holds a {meta['config'].get('model')!r} model "
+            f"(Tucker ranks: {bool(meta['config'].get('tucker_ranks'))}); this run builds a dense "
+            f"{cfg.model!r}")
+    model.load_state_dict(state)
+
+
 def _restore(path: Path, cfg: TrainConfig, model, opt):
     model_state, opt_state, meta = ckpt.load(path)
     saved = meta["config"]
-    diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored: tuples become lists
+    diff = {k: (saved.get(k), v) for k, v in now.items()
             if k not in _RESUMABLE_CHANGES and saved.get(k) != v}
     if diff:
         raise ckpt.CheckpointMismatchError(
@@ -166,9 +187,18 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                       num_classes=len(train_set.classes), seed=cfg.seed)
     check_labels(train_set.labels, len(train_set), model.num_classes)
     check_labels(test_set.labels, len(test_set), model.num_classes)
+    if cfg.init_from:
+        _init_from(model, cfg)
+    if cfg.tucker_ranks:
+        if cfg.tucker_init not in ("decompose", "random"):
+            raise ValueError(f"tucker_init must be 'decompose' or 'random', got {cfg.tucker_init!r}")
+        tuckerize(model, {k: tuple(v) for k, v in cfg.tucker_ranks.items()},
+                  decompose=cfg.tucker_init == "decompose", seed=cfg.seed)
     if device == "gpu":
         model.to("gpu")
     xp = model.xp
+    admm = (ADMMTucker(model, cfg.admm_ranks, cfg.admm_rho, cfg.admm_rho_growth)
+            if cfg.admm_ranks else None)
     opt = SGD(model.parameters(), cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed)
     result = TrainResult(model)
@@ -177,6 +207,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     if path is not None and path.exists():
         meta = _restore(path, cfg, model, opt)
         rng.bit_generator.state = meta["rng_state"]
+        if admm is not None:
+            admm.load_state(meta["extra"], meta["admm_rho"])
         start_epoch = meta["epoch"]
         result.history, result.step_losses = meta["history"], meta["step_losses"]
 
@@ -204,6 +236,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             loss = F.softmax_cross_entropy(logits, y, check=False)
             opt.zero_grad()
             loss.backward()
+            if admm is not None:
+                admm.after_backward()
             if cfg.clip_grad:
                 clip_grad_norm(opt.params, cfg.clip_grad)
             opt.step()
@@ -225,6 +259,9 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         result.history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
                                "test_loss": test_loss, "test_acc": test_acc, "lr": opt.lr,
                                "seconds": time.perf_counter() - t0})
+        if admm is not None:
+            admm.end_epoch()
+            result.history[-1].update(admm_gap=admm.gap(), admm_rho=admm.rho)
         if progress:
             print(f"epoch {epoch + 1}/{cfg.epochs}: train loss {train_loss:.4f} acc {train_acc:.4f}"
                   f" | test loss {test_loss:.4f} acc {test_acc:.4f} | {result.history[-1]['seconds']:.1f}s")
@@ -232,7 +269,10 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             ckpt.save(path, model_state=model.state_dict(), optimizer_state=opt.state_dict(),
                       meta={"config": dataclasses.asdict(cfg), "epoch": epoch + 1,
                             "history": result.history, "step_losses": result.step_losses,
-                            "rng_state": rng.bit_generator.state, "tensorconv": tensorconv.__version__})
+                            "rng_state": rng.bit_generator.state,
+                            "admm_rho": admm.rho if admm is not None else None,
+                            "tensorconv": tensorconv.__version__},
+                      extra=admm.state_arrays() if admm is not None else None)
     result.finished = (result.history[-1]["epoch"] if result.history else 0) >= cfg.epochs
     if not math.isfinite(result.history[-1]["test_loss"]) if result.history else False:
         raise FloatingPointError("test loss is not finite after training")

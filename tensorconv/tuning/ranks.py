@@ -1,0 +1,202 @@
+"""Hardware-aware Tucker-rank selection (TDC, section 6 and Algorithm 1).
+
+For each convolution a performance table T over ranks (D1, D2), in steps of
+32 (the paper's choice; smaller nets want a smaller step), holds the measured
+latency of the Tucker-format layer (1x1 -> core -> 1x1).  Under a FLOPs budget
+B (the fraction of the model's convolution MACs to remove) every layer takes
+the fastest ranks whose MACs fit its share of the budget, larger ranks winning
+ties.  A layer whose best Tucker form is not at least ``theta`` (15%) faster
+than the dense layer stays dense; the reduction it would have contributed is
+redistributed over the remaining layers, which then must cut more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One convolution's sizes: C -> N, R x S filter, H x W input, OH x OW output."""
+
+    name: str
+    c: int
+    n: int
+    r: int
+    s: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    stride: int = 1
+    padding: int = 0
+
+    @property
+    def dense_macs(self) -> int:
+        return self.oh * self.ow * self.r * self.s * self.c * self.n
+
+    def tucker_macs(self, d1: int, d2: int) -> int:
+        """MACs of 1x1 (C -> D1, at the input size), core, 1x1 (D2 -> N): TDC's FLOPs count."""
+        return self.h * self.w * self.c * d1 + self.oh * self.ow * d2 * (self.r * self.s * d1 + self.n)
+
+
+def candidate_ranks(spec: LayerSpec, step: int = 32) -> list[tuple[int, int]]:
+    """(D1, D2) on a grid of ``step`` below the full ranks (C, N)."""
+    d1s = [d for d in range(step, spec.c, step)] or [max(1, spec.c // 2)]
+    d2s = [d for d in range(step, spec.n, step)] or [max(1, spec.n // 2)]
+    return [(a, b) for a in d1s for b in d2s]
+
+
+@dataclass
+class RankPlan:
+    ranks: dict = field(default_factory=dict)        # name -> (D1, D2); absent: stays dense
+    dense: list = field(default_factory=list)        # names kept dense (theta rule or no fit)
+    reduction: float = 0.0                           # achieved fraction of the MACs removed
+    latency: float = 0.0                             # sum of the chosen per-layer latencies
+    dense_latency: float = 0.0
+
+
+def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time: dict, *,
+                 theta: float = 0.15, max_rounds: int = 20) -> RankPlan:
+    """Algorithm 1's rank choice.
+
+    Parameters
+    ----------
+    layers : list of LayerSpec
+    budget : float
+        Fraction (0..1) of the layers' total MACs to remove.
+    table : dict name -> {(D1, D2): latency}
+        The performance table T of each layer (any time unit, the same everywhere).
+    dense_time : dict name -> latency of the dense layer
+    theta : float
+        Keep a layer dense unless its Tucker form is at least this much faster.
+
+    Returns
+    -------
+    RankPlan; raises ``ValueError`` when no assignment reaches the budget.
+    """
+    if not 0 < budget < 1:
+        raise ValueError(f"budget must be in (0, 1), got {budget}")
+    for spec in layers:
+        if spec.name not in table or not table[spec.name]:
+            raise ValueError(f"no performance table for layer {spec.name!r}")
+        if spec.name not in dense_time:
+            raise ValueError(f"no dense latency for layer {spec.name!r}")
+    total = sum(s.dense_macs for s in layers)
+    dense = set()
+    for _ in range(max_rounds):
+        active = [s for s in layers if s.name not in dense]
+        if not active:
+            raise ValueError(f"no layer can be compressed profitably at budget {budget:.0%}")
+        active_macs = sum(s.dense_macs for s in active)
+        # the share every compressed layer must now cut, dense layers cutting nothing
+        share = budget * total / active_macs
+        if share >= 1:
+            raise ValueError(f"budget {budget:.0%} needs the compressed layers to cut "
+                             f"{share:.0%} of their MACs: impossible")
+        ranks, newly_dense = {}, set()
+        for s in active:
+            fits = {r: t for r, t in table[s.name].items()
+                    if s.tucker_macs(*r) <= (1 - share) * s.dense_macs}
+            if not fits:
+                raise ValueError(f"layer {s.name}: no ranks in its table cut {share:.0%} of its MACs")
+            best = min(fits.values())
+            pick = max((r for r, t in fits.items() if t == best), key=lambda r: r[0] * r[1])
+            if best >= (1 - theta) * dense_time[s.name]:
+                newly_dense.add(s.name)
+            ranks[s.name] = pick
+        if not newly_dense:
+            break
+        dense |= newly_dense
+    else:
+        raise ValueError("rank selection did not settle")
+    macs = sum(s.tucker_macs(*ranks[s.name]) if s.name in ranks else s.dense_macs for s in layers)
+    return RankPlan(ranks=ranks, dense=sorted(dense), reduction=1 - macs / total,
+                    latency=sum(table[n][r] for n, r in ranks.items())
+                    + sum(dense_time[n] for n in dense),
+                    dense_latency=sum(dense_time[s.name] for s in layers))
+
+
+def layer_specs(model, input_shape, min_channels: int = 16) -> list[LayerSpec]:
+    """LayerSpecs of a model's Tucker candidates, sizes read from one forward pass."""
+    import numpy as np
+
+    from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.checks import pair
+    from tensorconv.nn.tucker import tucker_candidates
+
+    convs = tucker_candidates(model, min_channels)
+    seen = {}
+
+    def spy(name, conv):
+        forward = conv.forward
+
+        def wrapped(x):
+            y = forward(x)
+            seen[name] = (x.shape, y.shape)
+            return y
+        return wrapped
+
+    for n, c in convs.items():
+        c.forward = spy(n, c)
+    was_training = model.training
+    model.eval()
+    try:
+        with no_grad():
+            model(Tensor(model.xp.zeros(input_shape, dtype=np.float32)))
+    finally:
+        for c in convs.values():
+            c.__dict__.pop("forward", None)  # back to the class's method
+        model.train(was_training)
+    specs = []
+    for n, c in convs.items():
+        (_, ci, h, w), (_, co, oh, ow) = seen[n]
+        specs.append(LayerSpec(n, ci, co, *c.kernel_size, h, w, oh, ow,
+                               pair(c.stride, "stride", minimum=1)[0],
+                               pair(c.padding, "padding", minimum=0)[0]))
+    return specs
+
+
+def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, dict]:
+    """GPU latency (µs, CUDA-graph replay) of the dense layer and of its Tucker form per rank pair.
+
+    The Tucker form runs as our kernels run it in the inference engine: 1x1
+    (implicit GEMM), the TDC core kernel with the calibrated model's tile (the
+    implicit-GEMM kernel for non-3x3 cores), 1x1.
+    """
+    import numpy as np
+
+    from tensorconv import backend, bench, ops
+    from tensorconv.checks import conv_geometry
+    from tensorconv.ops import tucker
+    from tensorconv.tuning.tdc_model import choose_tile
+
+    cp = backend.require_cuda("measure_table")
+    rng = np.random.default_rng(0)
+    x = cp.asarray(rng.standard_normal((1, spec.c, spec.h, spec.w)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((spec.n, spec.c, spec.r, spec.s)).astype(np.float32))
+    y = cp.empty((1, spec.n, spec.oh, spec.ow), cp.float32)
+    conv = (spec.stride, spec.padding)
+    dense = bench.time_graph(lambda: ops.conv2d(x, w, None, *conv, out=y), repeat=repeat).median_us
+    times = {}
+    for d1, d2 in ranks:
+        u_in = cp.asarray(rng.standard_normal((d1, spec.c, 1, 1)).astype(np.float32))
+        core = cp.asarray(rng.standard_normal((d2, d1, spec.r, spec.s)).astype(np.float32))
+        u_out = cp.asarray(rng.standard_normal((spec.n, d2, 1, 1)).astype(np.float32))
+        z1 = cp.empty((1, d1, spec.h, spec.w), cp.float32)
+        z2 = cp.empty((1, d2, spec.oh, spec.ow), cp.float32)
+        geom = conv_geometry(z1.shape, core.shape, *conv)
+        if tucker.tdc_supported(geom) is None:
+            tile, w_crsn = choose_tile(geom), tucker.to_crsn(core)
+            run_core = lambda: tucker.core_conv2d(z1, core, *conv, variant="tdc",  # noqa: E731
+                                                  tile=tile, w_crsn=w_crsn, out=z2)
+        else:
+            run_core = lambda: ops.conv2d(z1, core, None, *conv, out=z2)  # noqa: E731
+
+        def run():
+            ops.conv2d(x, u_in, out=z1)
+            run_core()
+            ops.conv2d(z2, u_out, out=y)
+
+        times[(d1, d2)] = bench.time_graph(run, repeat=repeat).median_us
+    return dense, times

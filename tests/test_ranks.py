@@ -1,0 +1,62 @@
+"""Hardware-aware rank selection (TDC Algorithm 1) on synthetic performance tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorconv.nn import get_model
+from tensorconv.tuning.ranks import LayerSpec, candidate_ranks, layer_specs, select_ranks
+
+A = LayerSpec("a", 128, 128, 3, 3, 28, 28, 28, 28, 1, 1)
+B = LayerSpec("b", 256, 256, 3, 3, 14, 14, 14, 14, 1, 1)
+
+
+def _table(spec, speed=1.0):
+    """Latency grows with the core's MACs in steps (a staircase), like the measured ones."""
+    return {r: speed * (1 + (spec.tucker_macs(*r) // 2_000_000)) for r in candidate_ranks(spec)}
+
+
+def test_candidates_step_32():
+    assert candidate_ranks(A)[:3] == [(32, 32), (32, 64), (32, 96)]
+    assert all(d1 < 128 and d2 < 128 for d1, d2 in candidate_ranks(A))
+
+
+def test_fastest_fitting_ranks_and_ties_to_larger_ranks():
+    table = {"a": _table(A), "b": _table(B)}
+    plan = select_ranks([A, B], 0.5, table, {"a": 100.0, "b": 100.0})
+    assert plan.reduction >= 0.5 and not plan.dense
+    for spec in (A, B):
+        d1, d2 = plan.ranks[spec.name]
+        t = table[spec.name][(d1, d2)]
+        fits = {r: v for r, v in table[spec.name].items() if spec.tucker_macs(*r) <= 0.5 * spec.dense_macs}
+        assert t == min(fits.values())
+        assert d1 * d2 == max(r[0] * r[1] for r, v in fits.items() if v == t)
+
+
+def test_theta_keeps_slow_layers_dense_and_redistributes():
+    table = {"a": _table(A), "b": _table(B)}
+    # layer a's Tucker forms are no faster than its dense form: it stays dense, b cuts more
+    plan = select_ranks([A, B], 0.3, table, {"a": 1.0, "b": 100.0})
+    assert plan.dense == ["a"] and "a" not in plan.ranks
+    assert plan.reduction >= 0.3
+    d1, d2 = plan.ranks["b"]
+    assert B.tucker_macs(d1, d2) <= (1 - 0.3 * (A.dense_macs + B.dense_macs) / B.dense_macs) * B.dense_macs
+
+
+def test_impossible_budgets_are_errors():
+    table = {"a": _table(A), "b": _table(B)}
+    with pytest.raises(ValueError, match="budget must be"):
+        select_ranks([A, B], 1.2, table, {"a": 1, "b": 1})
+    with pytest.raises(ValueError, match="no layer can be compressed|impossible"):
+        select_ranks([A, B], 0.5, table, {"a": 0.5, "b": 0.5})
+    with pytest.raises(ValueError, match="no performance table"):
+        select_ranks([A], 0.5, {}, {"a": 1})
+
+
+def test_layer_specs_from_a_model():
+    specs = layer_specs(get_model("resnet18_imagenet"), (1, 3, 224, 224))
+    first = specs[0]
+    assert (first.name, first.c, first.n, first.h, first.oh) == ("stages.0.0.conv1", 64, 64, 56, 56)
+    down = next(s for s in specs if s.name == "stages.1.0.conv1")
+    assert (down.stride, down.h, down.oh) == (2, 56, 28)
+    assert len(specs) == 16  # every 3x3 conv of the blocks; the 7x7 stem reads 3 channels

@@ -4,7 +4,8 @@ Measures the performance table T (latency of each 3x3 layer's Tucker form,
 1x1 -> TDC core -> 1x1 with our kernels, for (D1, D2) in steps of 32) and the
 dense layers, then selects ranks at FLOPs budgets of 65/70/75/80% (of the 3x3 block convolutions' MACs for the
 hardware-aware choice, of the whole model's for the uniform one) with the
-theta = 15% rule, and times the resulting Tucker models end to end through
+theta = 15% rule (and without it, theta = 0), and times the resulting Tucker
+models end to end through
 our inference engine against the same budgets with uniform ranks.  ImageNet-
 style ResNet-18 at 224x224, batch 1, fp32 (the paper's Table 3 trend:
 69.70/67.86/66.59/64.81% top-1 at 66/70/76/80% — accuracy needs the training
@@ -53,16 +54,17 @@ def main(argv=None) -> int:
     reps = dict(repeat=20 if args.quick else 100)
     for budget in (float(b) for b in args.budgets.split(",")):
         case = f"budget{round(100 * budget)}"
-        plans = {"hardware-aware": None, "uniform": None}
-        try:
-            plan = select_ranks(specs, budget, table, dense)
-            plans["hardware-aware"] = plan.ranks
-            rs.add(case, "hardware-aware", "dense_layers_kept", len(plan.dense), "count",
-                   note=", ".join(plan.dense) or "none")
-            rs.add(case, "hardware-aware", "table_latency_sum", plan.latency, "us",
-                   note=f"dense layers sum {plan.dense_latency:.0f} us")
-        except ValueError as exc:
-            rs.add(case, "hardware-aware", "infeasible", 1, "flag", note=str(exc))
+        plans = {"hardware-aware": None, "hardware-aware-theta0": None, "uniform": None}
+        for label, theta in (("hardware-aware", 0.15), ("hardware-aware-theta0", 0.0)):
+            try:
+                plan = select_ranks(specs, budget, table, dense, theta=theta)
+                plans[label] = plan.ranks
+                rs.add(case, label, "dense_layers_kept", len(plan.dense), "count",
+                       note=", ".join(plan.dense) or "none")
+                rs.add(case, label, "table_latency_sum", plan.latency, "us",
+                       note=f"dense layers sum {plan.dense_latency:.0f} us")
+            except ValueError as exc:
+                rs.add(case, label, "infeasible", 1, "flag", note=str(exc))
         plans["uniform"] = uniform_ranks(get_model("resnet18_imagenet"), budget, shape,
                                          multiple=8)
         for label, ranks in plans.items():
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for label in ("hardware-aware", "uniform"):
+    for label in ("hardware-aware", "hardware-aware-theta0", "uniform"):
         pts = [(int(r["case"][6:]), r["value"]) for r in rows
                if r["variant"] == label and r["metric"] == "model_latency_us"]
         if pts:

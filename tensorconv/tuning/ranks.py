@@ -57,8 +57,15 @@ class RankPlan:
 
 
 def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time: dict, *,
-                 theta: float = 0.15, max_rounds: int = 20) -> RankPlan:
+                 theta: float = 0.15, max_rounds: int = 50) -> RankPlan:
     """Algorithm 1's rank choice.
+
+    Every layer still free to move must cut the same share of its MACs; that
+    share is what the budget needs once the fixed layers are counted.  A layer
+    is fixed when it stays dense (its fastest fitting Tucker form is not
+    ``theta`` faster, the paper's rule) or when no rank pair of its table
+    reaches the share (it then takes its largest cut, unless that is not
+    ``theta`` faster either).  Rounds repeat until nothing new is fixed.
 
     Parameters
     ----------
@@ -73,7 +80,7 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
 
     Returns
     -------
-    RankPlan; raises ``ValueError`` when no assignment reaches the budget.
+    RankPlan; raises ``ValueError`` naming the reason when the budget cannot be met.
     """
     if not 0 < budget < 1:
         raise ValueError(f"budget must be in (0, 1), got {budget}")
@@ -83,35 +90,44 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
         if spec.name not in dense_time:
             raise ValueError(f"no dense latency for layer {spec.name!r}")
     total = sum(s.dense_macs for s in layers)
-    dense = set()
+    fixed: dict = {}          # name -> (D1, D2) at its largest cut, or None: dense
+    ranks: dict = {}
     for _ in range(max_rounds):
-        active = [s for s in layers if s.name not in dense]
-        if not active:
-            raise ValueError(f"no layer can be compressed profitably at budget {budget:.0%}")
-        active_macs = sum(s.dense_macs for s in active)
-        # the share every compressed layer must now cut, dense layers cutting nothing
-        share = budget * total / active_macs
-        if share >= 1:
-            raise ValueError(f"budget {budget:.0%} needs the compressed layers to cut "
-                             f"{share:.0%} of their MACs: impossible")
-        ranks, newly_dense = {}, set()
-        for s in active:
+        free = [s for s in layers if s.name not in fixed]
+        saved = sum(s.dense_macs - s.tucker_macs(*r) for s in layers
+                    if (r := fixed.get(s.name)) is not None)
+        needed = budget * total - saved
+        if not free:
+            if needed > 0:
+                kept = sorted(n for n, r in fixed.items() if r is None)
+                raise ValueError(f"budget {budget:.0%} cannot be met: the layers that help "
+                                 f"cut {saved / total:.0%} at most; {len(kept)} stay dense "
+                                 f"(theta = {theta:.0%} rule)")
+            break
+        share = max(0.0, needed / sum(s.dense_macs for s in free))
+        ranks, changed = {}, False
+        for s in free:
             fits = {r: t for r, t in table[s.name].items()
                     if s.tucker_macs(*r) <= (1 - share) * s.dense_macs}
-            if not fits:
-                raise ValueError(f"layer {s.name}: no ranks in its table cut {share:.0%} of its MACs")
-            best = min(fits.values())
-            pick = max((r for r, t in fits.items() if t == best), key=lambda r: r[0] * r[1])
-            if best >= (1 - theta) * dense_time[s.name]:
-                newly_dense.add(s.name)
-            ranks[s.name] = pick
-        if not newly_dense:
+            if fits:
+                best = min(fits.values())
+                pick = max((r for r, t in fits.items() if t == best), key=lambda r: r[0] * r[1])
+            else:  # cannot reach the share: its largest cut, fixed for the next rounds
+                pick = min(table[s.name], key=lambda r: s.tucker_macs(*r))
+            if table[s.name][pick] >= (1 - theta) * dense_time[s.name]:
+                fixed[s.name], changed = None, True
+            elif not fits:
+                fixed[s.name], changed = pick, True
+            else:
+                ranks[s.name] = pick
+        if not changed:
             break
-        dense |= newly_dense
     else:
         raise ValueError("rank selection did not settle")
+    ranks.update({n: r for n, r in fixed.items() if r is not None})
+    dense = sorted(n for n, r in fixed.items() if r is None)
     macs = sum(s.tucker_macs(*ranks[s.name]) if s.name in ranks else s.dense_macs for s in layers)
-    return RankPlan(ranks=ranks, dense=sorted(dense), reduction=1 - macs / total,
+    return RankPlan(ranks=ranks, dense=dense, reduction=1 - macs / total,
                     latency=sum(table[n][r] for n, r in ranks.items())
                     + sum(dense_time[n] for n in dense),
                     dense_latency=sum(dense_time[s.name] for s in layers))

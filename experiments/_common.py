@@ -22,3 +22,22 @@ def outputs(name: str, out: Path | None) -> dict:
     d = out or results_dir()
     d.mkdir(parents=True, exist_ok=True)
     return {ext: d / f"{name}.{ext}" for ext in ("csv", "md", "png")}
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (experiments run on machines without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write at 120 dpi and close ``fig``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
@@ -108,10 +108,7 @@ def _cpu_case(rs: ResultSet, case: str, layer, batch: int):
 
 
 def _plot(rows, path, batches):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     metric = "time_graph_us" if any(r["metric"] == "time_graph_us" for r in rows) else "time_us"
     variants = [v for v in ("ours", "cudnn-fp32", "cudnn-tf32", "roofline", "numpy")
@@ -131,9 +128,7 @@ def _plot(rows, path, batches):
         ax.set_ylabel(f"{metric} (µs, log)")
         ax.set_title(f"ResNet-18 conv layers, batch {batch}, fp32")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

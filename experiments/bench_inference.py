@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.nn import get_model
@@ -135,19 +135,14 @@ def main(argv=None) -> int:
                               "same run; both TF32 settings are shown."))
     write_markdown(paths["md"], "ResNet-18 batch-1 inference latency (fp32, 224x224)", env, sections)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lat = [r for r in rows if r["metric"] == "latency_us"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.barh([r["variant"] for r in lat], [r["value"] for r in lat], color="tab:blue")
     ax.set_xscale("log")
     ax.set_xlabel("latency (µs, log), ResNet-18 batch %d fp32" % args.batch)
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0
 

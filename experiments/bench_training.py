@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
@@ -152,18 +152,13 @@ def main(argv=None) -> int:
                               "median. Target: ours >= 0.5x PyTorch eager."))
     write_markdown(paths["md"], "ResNet-20 training-step throughput", env, sections)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ips = [r for r in rows if r["metric"] == "images_per_s"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.barh([r["variant"] for r in ips], [r["value"] for r in ips])
     ax.set_xlabel("images/s (ResNet-20 training step, batch %d, fp32)" % args.batch)
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(sections[0][1])
     if len(sections) > 3:
         print(sections[2][1])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
 from tensorconv.nn import count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
@@ -103,10 +103,7 @@ def main(argv=None) -> int:
                     ("Setup", f"`{cfg}`\n\nNo paper figure: a check that the stack trains "
                               "end to end. ResNet-20 results are in `train_resnet20.md`.")])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     steps, losses = zip(*result.step_losses)
@@ -117,9 +114,7 @@ def main(argv=None) -> int:
     a2.set_xlabel("epoch")
     a2.set_ylabel("test accuracy (%)")
     fig.suptitle(f"small CNN on Fashion-MNIST ({variant}): {100 * last['test_acc']:.1f}%")
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
 
     print(f"device: {env['device']}")
     print(table)

@@ -8,7 +8,7 @@ N = 32, 64, ..., 256 (3x3, pad 1, batch 1, fp32, CUDA-graph replay).
 
 from __future__ import annotations
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from experiments._tdc import measure_core_shape
 from tensorconv import backend, bench
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
@@ -37,10 +37,7 @@ def main(argv=None) -> int:
                    [("Time (µs, CUDA-graph replay)", pivot_markdown(rows, "time_us")),
                     ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, hw in zip(axes, (28, 14)):
@@ -52,9 +49,7 @@ def main(argv=None) -> int:
         ax.set_xlabel("N (output channels)")
         ax.legend(fontsize=8)
     axes[0].set_ylabel("µs")
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(pivot_markdown(rows, "time_us"))
     return 0
 

@@ -13,7 +13,7 @@ oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,
 
 from __future__ import annotations
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from experiments._tdc import geomean, measure_core_shape
 from tensorconv import backend, bench
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
@@ -80,10 +80,7 @@ def main(argv=None) -> int:
                           pivot_markdown(rows, "rel_err")),
                          ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     cases = list(per_shape)
@@ -99,9 +96,7 @@ def main(argv=None) -> int:
     ax.set_xlabel("core convolution (C, N, H, W), 3x3, pad 1, batch 1")
     ax.legend(fontsize=8, ncol=3)
     ax.set_title("TDC fig. 6 on an H100 (paper: A100, speedups only as averages)")
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(pivot_markdown(rows, "time_us", VARIANTS))
     print(long_markdown([r for r in rows if r["case"] == "summary"]))
     return 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from experiments.bench_inference import torch_name
 from tensorconv import backend, bench
 from tensorconv.nn import count_flops_params, get_model
@@ -121,18 +121,13 @@ def main(argv=None) -> int:
                                                             if r["metric"] != "latency_us"])),
                     ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lat = [r for r in rows if r["metric"] == "latency_us"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.barh([r["variant"] for r in lat], [r["value"] for r in lat])
     ax.set_xlabel("ResNet-18 batch-1 latency (µs), H100")
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(long_markdown(rows))
     return 0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.nn import get_model
 from tensorconv.nn.engine import InferenceEngine
@@ -98,10 +98,7 @@ def main(argv=None) -> int:
                     ("Layers", long_markdown([r for r in rows if r["metric"] == "layer_us"])),
                     ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for label in ("hardware-aware", "hardware-aware-theta0", "uniform"):
@@ -115,9 +112,7 @@ def main(argv=None) -> int:
     ax.set_xlabel("FLOPs budget (% of 3x3-layer MACs removed)")
     ax.set_ylabel("ResNet-18 latency (µs)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(long_markdown([r for r in rows if r["metric"] != "layer_us"]))
     return 0
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.nn.tucker import uniform_ranks
@@ -121,10 +121,7 @@ def main(argv=None) -> int:
                                    f"+ {args.finetune_epochs} fine-tuning epochs (lr 0.01, "
                                    "cosine). The paper's numbers are CIFAR-10.")])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     acc = [r for r in rows if r["metric"] == "test_acc"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -134,9 +131,7 @@ def main(argv=None) -> int:
     ax.set_xlim(min(r["value"] for r in acc) - 5, 100)
     ax.set_xlabel("test accuracy (%)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(long_markdown(rows))
     return 0
 

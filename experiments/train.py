@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
 from tensorconv.nn import count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
@@ -75,10 +75,7 @@ def main(argv=None) -> int:
                     ("Setup", f"`{cfg}`; checkpoint `{ckpt}`. Each epoch's time includes the "
                               "evaluation on the 10,000 test images.")])
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     epochs = [h["epoch"] for h in result.history]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -96,9 +93,7 @@ def main(argv=None) -> int:
     a2.legend()
     fig.suptitle(f"{args.model} on Fashion-MNIST ({variant}): {100 * final['test_acc']:.2f}% "
                  f"after {final['epoch']} epochs")
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
+    save_figure(fig, paths["png"])
     print(f"{status}; test accuracy {100 * final['test_acc']:.2f}%; wrote {paths['csv']}")
     return 0
 

@@ -1,4 +1,4 @@
-"""Tensor decompositions of convolution kernels (Tucker; CP to come)."""
+"""Tensor decompositions of convolution kernels: Tucker (``tucker``) and CP (``cp``)."""
 
 from tensorconv.decomp.tucker import (
     TuckerFactors,

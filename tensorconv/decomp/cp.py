@@ -1,0 +1,59 @@
+"""CP (CANDECOMP/PARAFAC) format of a convolution kernel (Reustle et al., eq. 2).
+
+A kernel ``w`` (N, C, kh, kw) of CP rank R is
+``w[n, c, i, j] = sum_r T[n, r] S[c, r] H[i, r] W[j, r]`` with factors
+S (C x R), H (kh x R), W (kw x R), T (N x R) — the paper's names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tensorconv import backend
+
+
+@dataclass
+class CPFactors:
+    """The four factor matrices, arrays of the kernel's array module."""
+
+    s: object   # (C, R)
+    h: object   # (kh, R)
+    w: object   # (kw, R)
+    t: object   # (N, R)
+
+    @property
+    def rank(self) -> int:
+        return self.s.shape[1]
+
+
+def reconstruct(f: CPFactors):
+    """The full kernel (N, C, kh, kw) of CP factors."""
+    xp = backend.array_module(f.s)
+    return xp.einsum("nr,cr,ir,jr->ncij", f.t, f.s, f.h, f.w)
+
+
+def relative_error(w, f: CPFactors) -> float:
+    """||w - reconstruct(f)|| / ||w|| (host float)."""
+    xp = backend.array_module(w)
+    return float(xp.linalg.norm(w - reconstruct(f)) / xp.linalg.norm(w))
+
+
+def parafac(w, rank: int, *, n_iter_max: int = 200, seed: int = 0) -> CPFactors:
+    """Rank-``rank`` CP decomposition of a kernel (N, C, kh, kw) by ALS (tensorly).
+
+    Runs on the kernel's own backend; the weights tensorly returns are folded into T.
+    """
+    import tensorly as tl
+    from tensorly.decomposition import parafac as tl_parafac
+
+    if w.ndim != 4:
+        raise ValueError(f"w must be (N, C, kh, kw), got shape {tuple(w.shape)}")
+    if not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank must be a positive int, got {rank!r}")
+    xp = backend.array_module(w)
+    with tl.backend_context("cupy" if xp.__name__ == "cupy" else "numpy"):
+        weights, (t, s, h, ww) = tl_parafac(w, rank, n_iter_max=n_iter_max, init="random",
+                                           random_state=seed, normalize_factors=False)
+    if weights is not None:
+        t = t * weights[None, :]
+    return CPFactors(s, h, ww, t)

@@ -1,0 +1,64 @@
+"""CP format of conv kernels and the CPConv2d layer (CPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import reference
+from tensorconv.autograd import Tensor, gradcheck
+from tensorconv.decomp import cp as cpd
+from tensorconv.nn import count_flops_params, get_model
+from tensorconv.nn.cp import CPConv2d, cpize
+from tests.helpers import rel_err
+
+
+def _factors(rng, n, c, kh, kw, r):
+    return cpd.CPFactors(rng.standard_normal((c, r)), rng.standard_normal((kh, r)),
+                         rng.standard_normal((kw, r)), rng.standard_normal((n, r)))
+
+
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 1), ((1, 2), (0, 2)), (2, 0)])
+def test_layer_equals_conv_with_the_reconstructed_kernel(rng, stride, padding):
+    f = _factors(rng, 7, 5, 3, 5, 4)
+    layer = CPConv2d(5, 7, (3, 5), 4, stride, padding, bias=False)
+    for p in layer.parameters():
+        p.data = p.data.astype(np.float64)  # first: load_factors keeps the layer's dtype
+    layer.load_factors(f)
+    x = rng.standard_normal((2, 5, 11, 9))
+    ref = reference.conv2d(x, cpd.reconstruct(f), stride=stride, padding=padding)
+    assert rel_err(layer(Tensor(x)).data, ref) < 1e-12
+    g = layer.factors()
+    assert rel_err(cpd.reconstruct(g), cpd.reconstruct(f)) < 1e-12
+
+
+def test_parafac_recovers_an_exact_low_rank_kernel(rng):
+    w = cpd.reconstruct(_factors(rng, 8, 6, 3, 3, 2))
+    f = cpd.parafac(w, 2, n_iter_max=500)
+    assert f.rank == 2 and cpd.relative_error(w, f) < 1e-4
+    assert cpd.relative_error(w, cpd.parafac(w, 1)) > 1e-3   # rank 1 cannot
+
+
+def test_cp_layer_gradcheck(rng):
+    layer = CPConv2d(3, 4, 3, 2, stride=2, padding=1, bias=True, rng=rng)
+    params = layer.parameters()
+    for p in params:
+        p.data = p.data.astype(np.float64)
+    x = Tensor(rng.standard_normal((2, 3, 6, 5)), requires_grad=True)
+    gradcheck(lambda x, *ps: layer(x), [x, *params])
+
+
+def test_cpize_and_errors():
+    model = get_model("resnet20", in_channels=1)
+    base = count_flops_params(model, (1, 1, 32, 32))["macs"]
+    errors = cpize(model, 4)
+    assert len(errors) == 18 and all(0 < e < 1 for e in errors.values())
+    assert isinstance(model.stages[2][1].conv2, CPConv2d)
+    assert count_flops_params(model, (1, 1, 32, 32))["macs"] < 0.2 * base
+    with pytest.raises(ValueError, match="rank must be"):
+        CPConv2d(4, 4, 3, 0)
+    with pytest.raises(ValueError, match="factor S has shape"):
+        CPConv2d(4, 4, 3, 2).load_factors(cpd.CPFactors(np.ones((5, 2)), np.ones((3, 2)),
+                                                         np.ones((3, 2)), np.ones((4, 2))))
+    with pytest.raises(ValueError, match="rank must be a positive int"):
+        cpd.parafac(np.ones((4, 4, 3, 3)), 0)

@@ -62,3 +62,17 @@ def naive_conv2d(x, w, stride, padding, dilation, groups):
                                     acc += x[b, g * cg + ci, hi, wi] * w[o, ci, u, v]
                     y[b, o, i, j] = acc
     return y
+
+
+def gradcheck_module(module, x_shape, rng) -> bool:
+    """gradcheck a module's input and parameter gradients in float64 (buffers cast too)."""
+    from tensorconv.autograd import Tensor, gradcheck
+
+    params = module.parameters()
+    for p in params:
+        p.data = p.data.astype(np.float64)
+    for _, m in module.named_modules():
+        for name in list(m._buffers):
+            m._buffers[name] = m._buffers[name].astype(np.float64)
+    x = Tensor(rng.standard_normal(x_shape), requires_grad=True)
+    return gradcheck(lambda x, *ps: module(x), [x, *params])

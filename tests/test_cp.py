@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from tensorconv import reference
-from tensorconv.autograd import Tensor, gradcheck
+from tensorconv.autograd import Tensor
 from tensorconv.decomp import cp as cpd
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.nn.cp import CPConv2d, cpize
-from tests.helpers import rel_err
+from tests.helpers import gradcheck_module, rel_err
 
 
 def _factors(rng, n, c, kh, kw, r):
@@ -41,11 +41,7 @@ def test_parafac_recovers_an_exact_low_rank_kernel(rng):
 
 def test_cp_layer_gradcheck(rng):
     layer = CPConv2d(3, 4, 3, 2, stride=2, padding=1, bias=True, rng=rng)
-    params = layer.parameters()
-    for p in params:
-        p.data = p.data.astype(np.float64)
-    x = Tensor(rng.standard_normal((2, 3, 6, 5)), requires_grad=True)
-    gradcheck(lambda x, *ps: layer(x), [x, *params])
+    gradcheck_module(layer, (2, 3, 6, 5), rng)
 
 
 def test_cpize_and_errors():

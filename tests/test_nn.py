@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv.autograd import Tensor, gradcheck
+from tensorconv.autograd import Tensor
 from tensorconv.nn import BatchNorm2d, Conv2d, Linear, Sequential, count_flops_params, get_model
 from tensorconv.nn.models import BasicBlock
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from tests.helpers import gradcheck_module
 
 
 @pytest.mark.parametrize("name,shape,classes", [
@@ -53,15 +54,8 @@ def test_unknown_model():
 
 def test_block_gradcheck_float64(rng):
     block = BasicBlock(2, 3, 2, rng)
-    params = block.parameters()
-    for p in params:
-        p.data = p.data.astype(np.float64)
-    for prefix, m in block.named_modules():
-        for name in list(m._buffers):
-            m._buffers[name] = m._buffers[name].astype(np.float64)
     block.eval()  # running statistics: BN is affine, the check is exact
-    x = Tensor(rng.standard_normal((2, 2, 5, 5)), requires_grad=True)
-    gradcheck(lambda x, *ps: block(x), [x, *params])
+    gradcheck_module(block, (2, 2, 5, 5), rng)
 
 
 def test_state_dict_roundtrip_and_errors():

@@ -12,7 +12,7 @@ from tensorconv.checks import conv_geometry
 from tensorconv.decomp import tucker
 from tensorconv.ops.tucker import CoreTile, candidate_tiles
 from tensorconv.tuning import cache, tdc_model
-from tests.helpers import rel_err
+from tests.helpers import gradcheck_module, rel_err
 
 
 def test_full_rank_hosvd_is_exact(rng):
@@ -114,7 +114,7 @@ def test_calibration_fit_recovers_known_coefficients():
 
 
 # ---- the TuckerConv2d layer and tuckerize
-from tensorconv.autograd import Tensor, gradcheck  # noqa: E402
+from tensorconv.autograd import Tensor  # noqa: E402
 from tensorconv.nn import Conv2d, count_flops_params, get_model  # noqa: E402
 from tensorconv.nn.tucker import TuckerConv2d, tucker_candidates, tuckerize, uniform_ranks  # noqa: E402
 
@@ -131,11 +131,7 @@ def test_full_rank_tucker_layer_reproduces_the_conv(rng):
 
 def test_tucker_layer_gradcheck(rng):
     layer = TuckerConv2d(4, 5, 3, (2, 3), stride=1, padding=1, bias=True, rng=rng)
-    params = layer.parameters()
-    for p in params:
-        p.data = p.data.astype(np.float64)
-    x = Tensor(rng.standard_normal((2, 4, 5, 5)), requires_grad=True)
-    gradcheck(lambda x, *ps: layer(x), [x, *params])
+    gradcheck_module(layer, (2, 4, 5, 5), rng)
 
 
 def test_tuckerize_budget_and_errors():

@@ -84,8 +84,9 @@ def rank(geom: ConvGeometry, regs_of, facts, top_fraction: float = 0.05) -> list
     return head + preds[keep:]
 
 
-# Fitted on the 2,794 tile times of `tdc_fig6 --tiles` on the H100 (commit 3d07fd2); choosing
-# each of the 18 shapes with coefficients fitted on the other 17 lands 1.11x from the oracle.
+# Fitted on the 2,794 tile times of `tdc_fig6 --tiles` on the H100 (commit 3d07fd2), kept as
+# results/tdc_fig6_tiles.csv (a test refits them); choosing each of the 18 shapes with
+# coefficients fitted on the other 17 lands 1.11x from the oracle.
 CALIBRATION_H100 = (0.1933, 0.03870, 0.1376, -0.4028, 5.585)
 
 
@@ -108,6 +109,21 @@ def fit_calibration(samples, facts):
     y = np.array([us for *_, us in samples], dtype=float)
     coef, *_ = np.linalg.lstsq(a / y[:, None], np.ones(len(y)), rcond=None)
     return tuple(float(c) for c in coef)
+
+
+def load_tile_samples(path) -> list:
+    """``(geom, tile, regs, µs)`` samples from a ``tdc_fig6 --tiles`` CSV (batch 1, 3x3, pad 1)."""
+    from tensorconv.checks import conv_geometry
+    from tensorconv.results import read_csv
+
+    samples = []
+    for row in read_csv(path):
+        c, n, h, w = (int(v) for v in row["case"].split("_"))
+        th, tw, tc = (int(v) for v in row["variant"].split("x"))
+        regs = int(row["note"].split()[1])
+        samples.append((conv_geometry((1, c, h, w), (n, c, 3, 3), 1, 1),
+                        tucker.CoreTile(th, tw, tc), regs, row["value"]))
+    return samples
 
 
 @functools.lru_cache(maxsize=1024)

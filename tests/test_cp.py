@@ -60,3 +60,20 @@ def test_cpize_and_errors():
                                                          np.ones((3, 2)), np.ones((4, 2))))
     with pytest.raises(ValueError, match="rank must be a positive int"):
         cpd.parafac(np.ones((4, 4, 3, 3)), 0)
+
+
+def test_cp_conv2d_cpu_path_and_bad_input(rng):
+    from tensorconv.ops import cp as cpops
+
+    x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    f = [rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3, 3), (5, 3), (6, 3))]
+    y = cpops.cp_conv2d(x, *f, stride=1, padding=(1, 2))
+    f64 = cpd.CPFactors(*(a.astype(np.float64) for a in f))
+    ref = reference.conv2d(x.astype(np.float64), cpd.reconstruct(f64), padding=(1, 2))
+    assert rel_err(y, ref) < 1e-5
+    with pytest.raises(ValueError, match="variant"):
+        cpops.cp_conv2d(x, *f, variant="gemm")
+    with pytest.raises(ValueError, match="template limit"):
+        cpops.cp_conv2d(x, *[np.ones((a.shape[0], 40), np.float32) for a in f])
+    with pytest.raises(ValueError, match="does not fit"):
+        cpops.cp_conv2d(np.ascontiguousarray(x[:, :, :2, :2]), *f)

@@ -102,3 +102,18 @@ def cpize(model, rank: int, *, min_channels: int = 16) -> dict:
         setattr(modules[parent_name + "." if parent_name else ""], attr, layer)
         errors[name] = err
     return errors
+
+
+# ---- inference: the engine plans a CPConv2d as its four convolutions, with BN, a residual
+# and ReLU folded into the last 1x1 (the fused CP kernel is not wired in yet)
+def _register_engine_planner():
+    from tensorconv.nn import engine
+
+    @engine.register_conv_planner(CPConv2d)
+    def plan_cp(m: CPConv2d, plan, x, *, bn=None, relu=False, residual=None):
+        y = engine.plan_conv(m.contract_in, plan, x)
+        y = engine.plan_conv(m.conv_w, plan, engine.plan_conv(m.conv_h, plan, y))
+        return engine.plan_conv(m.contract_out, plan, y, bn=bn, relu=relu, residual=residual)
+
+
+_register_engine_planner()

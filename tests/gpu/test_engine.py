@@ -91,3 +91,19 @@ def test_engine_runs_tucker_models(rng):
     engine = InferenceEngine(model, (1, 3, 64, 64))
     assert any("tdc core" in getattr(s, "label", "") for s in engine.plan.steps)
     assert rel_err(engine(x).get(), ref) < 1e-4
+
+
+def test_engine_runs_cp_models(rng):
+    import cupy as cp
+
+    from tensorconv.nn.cp import cpize
+
+    model = get_model("resnet20", in_channels=1)
+    cpize(model, 4)
+    model.to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal((2, 1, 32, 32)).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    assert rel_err(InferenceEngine(model, (2, 1, 32, 32))(x).get(), ref) < 1e-4

@@ -75,35 +75,34 @@ def test_engine_bad_input():
         engine(np.zeros((1, 1, 28, 28), np.float32))
 
 
-def test_engine_runs_tucker_models(rng):
+def _engine_against_model(model, shape, rng):
+    """Build the engine for a GPU model with randomised BN; return it and its error vs the model."""
     import cupy as cp
 
+    model.to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    engine = InferenceEngine(model, shape)
+    return engine, rel_err(engine(x).get(), ref)
+
+
+def test_engine_runs_tucker_models(rng):
     from tensorconv.nn.tucker import tuckerize, uniform_ranks
 
     model = get_model("resnet18_imagenet")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
-    model.to("gpu")
-    _randomise_bn(model, rng)
-    model.eval()
-    x = cp.asarray(rng.standard_normal((1, 3, 64, 64)).astype(np.float32))
-    with no_grad():
-        ref = model(Tensor(x)).data.get()
-    engine = InferenceEngine(model, (1, 3, 64, 64))
+    engine, err = _engine_against_model(model, (1, 3, 64, 64), rng)
     assert any("tdc core" in getattr(s, "label", "") for s in engine.plan.steps)
-    assert rel_err(engine(x).get(), ref) < 1e-4
+    assert err < 1e-4
 
 
 def test_engine_runs_cp_models(rng):
-    import cupy as cp
-
     from tensorconv.nn.cp import cpize
 
     model = get_model("resnet20", in_channels=1)
     cpize(model, 4)
-    model.to("gpu")
-    _randomise_bn(model, rng)
-    model.eval()
-    x = cp.asarray(rng.standard_normal((2, 1, 32, 32)).astype(np.float32))
-    with no_grad():
-        ref = model(Tensor(x)).data.get()
-    assert rel_err(InferenceEngine(model, (2, 1, 32, 32))(x).get(), ref) < 1e-4
+    _, err = _engine_against_model(model, (2, 1, 32, 32), rng)
+    assert err < 1e-4

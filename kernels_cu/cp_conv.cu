@@ -6,10 +6,13 @@
 // cp_conv_fused: Algorithm 2.  Threads come in groups of S_TILE lanes, one
 // group per output pixel; lane l walks input channels l, l + S_TILE, ... and
 // keeps two length-R register vectors: p (the H x W filtered input of one
-// channel) and q (p scaled by S, summed over its channels).  For each output
-// channel the group reduces <q, T[t,:]> with warp shuffles and lane 0 writes
-// the one output.  The small factors H, W, T are staged in shared memory.
-// R is a template parameter so that p and q stay in registers.
+// channel) and q (p scaled by S, summed over its channels).  R is a template
+// parameter so that p and q stay in registers.  Two departures from the
+// paper's listing, both for speed: the lanes all-reduce q once (shuffles, plus
+// shared memory when S_TILE > 32) and then split the output channels among
+// themselves, where the paper reduces <q, T[t,:]> once per output channel; and
+// the epilogue adds a bias and a residual and applies ReLU, so that a network
+// folds its batch norm into T and the bias.  Still one write per output.
 #include "tc_common.cuh"
 
 extern "C" __global__ void cp_conv_naive(
@@ -40,30 +43,42 @@ extern "C" __global__ void cp_conv_naive(
     }
 }
 
+// Row stride of T in shared memory: odd, so that the lanes of a pixel reading
+// consecutive output channels hit distinct banks.
+template <int R> struct TStride { static constexpr int value = R | 1; };
+
 template <int R>
 __global__ void cp_conv_fused(
     const float* __restrict__ U, const float* __restrict__ S, const float* __restrict__ H,
-    const float* __restrict__ W, const float* __restrict__ T, float* __restrict__ V,
+    const float* __restrict__ W, const float* __restrict__ T, const float* __restrict__ bias,
+    const float* __restrict__ residual, float* __restrict__ V,
     int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW,
-    int stride_h, int stride_w, int pad_h, int pad_w)
+    int stride_h, int stride_w, int pad_h, int pad_w, int relu)
 {
-    extern __shared__ float smem[];  // H (KH x R), W (KW x R), T (K x R)
-    float* sH = smem;
-    float* sW = sH + KH * R;
-    float* sT = sW + KW * R;
-    const int lanes = blockDim.x;  // S_TILE, a power of two dividing 32
+    // Shared: HW[i,j,:] = H[i,:] o W[j,:] (the Hadamard product of line 7, formed once per
+    // block), T with an odd row stride, and one length-R slot per warp for the cross-warp
+    // reduction when a pixel has more than 32 lanes.
+    constexpr int RT = TStride<R>::value;
+    extern __shared__ float smem[];
+    float* sHW = smem;
+    float* sT = sHW + KH * KW * R;
+    float* sRed = sT + K * RT;
+    const int lanes = blockDim.x;  // S_TILE: a power of two, 1..1024
     const int tid = threadIdx.y * lanes + threadIdx.x;
     const int nthreads = lanes * blockDim.y;
-    for (int i = tid; i < KH * R; i += nthreads) sH[i] = H[i];
-    for (int i = tid; i < KW * R; i += nthreads) sW[i] = W[i];
-    for (int i = tid; i < K * R; i += nthreads) sT[i] = T[i];
+    for (int e = tid; e < KH * KW * R; e += nthreads) {
+        const int r = e % R, ij = e / R;
+        sHW[e] = H[(ij / KW) * R + r] * W[(ij % KW) * R + r];
+    }
+    for (int e = tid; e < K * R; e += nthreads) sT[(e / R) * RT + e % R] = T[e];
     __syncthreads();
 
     const size_t pixels = (size_t)N * OH * OW;
     const size_t pix = (size_t)blockIdx.x * blockDim.y + threadIdx.y;
-    const bool active = pix < pixels;  // idle groups still take part in the shuffles
+    const bool active = pix < pixels;  // idle groups still take part in the reductions
     const int x = active ? (int)(pix % OW) : 0, y = active ? (int)(pix / OW % OH) : 0;
     const int n = active ? (int)(pix / ((size_t)OW * OH)) : 0;
+    const int y0 = y * stride_h - pad_h, x0 = x * stride_w - pad_w;
 
     float q[R];
 #pragma unroll
@@ -74,33 +89,65 @@ __global__ void cp_conv_fused(
         for (int r = 0; r < R; ++r) p[r] = 0.f;
         const float* Us = U + ((size_t)n * C + s) * IH * IW;
         for (int i = 0; i < KH; ++i) {
-            const int iy = y * stride_h + i - pad_h;
+            const int iy = y0 + i;
             if (iy < 0 || iy >= IH) continue;
             for (int j = 0; j < KW; ++j) {
-                const int ix = x * stride_w + j - pad_w;
+                const int ix = x0 + j;
                 if (ix < 0 || ix >= IW) continue;
                 const float u = __ldg(Us + (size_t)iy * IW + ix);
+                const float* hw = sHW + (i * KW + j) * R;
 #pragma unroll
-                for (int r = 0; r < R; ++r) p[r] += u * sH[i * R + r] * sW[j * R + r];
+                for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[r], p[r]);
             }
         }
+        const float* Ss = S + (size_t)s * R;
 #pragma unroll
-        for (int r = 0; r < R; ++r) q[r] += p[r] * __ldg(S + (size_t)s * R + r);
+        for (int r = 0; r < R; ++r) q[r] = fmaf(p[r], __ldg(Ss + r), q[r]);
     }
 
-    for (int t = 0; t < K; ++t) {
-        float a = 0.f;
+    // Every lane of the pixel gets the full q (butterfly inside the warp, shared memory
+    // across warps), so that the lanes split the output channels in the loop below
+    // instead of reducing once per output channel.
+    const int width = lanes < 32 ? lanes : 32;
+    for (int off = width / 2; off > 0; off >>= 1) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) a += q[r] * sT[t * R + r];
-        for (int off = lanes / 2; off > 0; off >>= 1) a += __shfl_down_sync(0xffffffffu, a, off, lanes);
-        if (active && threadIdx.x == 0) V[(((size_t)n * K + t) * OH + y) * OW + x] = a;
+        for (int r = 0; r < R; ++r) q[r] += __shfl_xor_sync(0xffffffffu, q[r], off, width);
+    }
+    if (lanes > 32) {
+        const int warps = lanes / 32, warp = threadIdx.x / 32;
+        float* red = sRed + (size_t)threadIdx.y * warps * R;
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) red[warp * R + r] = q[r];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float v = 0.f;
+            for (int w = 0; w < warps; ++w) v += red[w * R + r];
+            q[r] = v;
+        }
+    }
+    if (!active) return;
+
+    const size_t plane = (size_t)OH * OW;
+    const size_t base = (size_t)n * K * plane + (size_t)y * OW + x;
+    for (int t = threadIdx.x; t < K; t += lanes) {
+        float a = bias ? bias[t] : 0.f;
+        const float* tr = sT + t * RT;
+#pragma unroll
+        for (int r = 0; r < R; ++r) a = fmaf(q[r], tr[r], a);
+        const size_t o = base + (size_t)t * plane;
+        if (residual) a += residual[o];
+        V[o] = relu ? fmaxf(a, 0.f) : a;
     }
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of every rank the Python op may ask for
 #define TC_CP(R) template __global__ void cp_conv_fused<R>(const float*, const float*, \
-    const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int);
+    const float*, const float*, const float*, const float*, const float*, float*, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int);
 TC_CP(1) TC_CP(2) TC_CP(3) TC_CP(4) TC_CP(5) TC_CP(6) TC_CP(7) TC_CP(8)
 TC_CP(9) TC_CP(10) TC_CP(11) TC_CP(12) TC_CP(13) TC_CP(14) TC_CP(15) TC_CP(16)
 TC_CP(17) TC_CP(18) TC_CP(19) TC_CP(20) TC_CP(21) TC_CP(22) TC_CP(23) TC_CP(24)

@@ -77,3 +77,37 @@ def test_cp_conv2d_cpu_path_and_bad_input(rng):
         cpops.cp_conv2d(x, *[np.ones((a.shape[0], 40), np.float32) for a in f])
     with pytest.raises(ValueError, match="does not fit"):
         cpops.cp_conv2d(np.ascontiguousarray(x[:, :, :2, :2]), *f)
+
+
+def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
+    from tensorconv.ops import cp as cpops
+
+    x = rng.standard_normal((2, 5, 6, 7)).astype(np.float32)
+    f = [rng.standard_normal(s).astype(np.float32) for s in ((5, 2), (3, 2), (3, 2), (4, 2))]
+    bias = rng.standard_normal(4).astype(np.float32)
+    res = rng.standard_normal((2, 4, 6, 7)).astype(np.float32)
+    y = cpops.cp_conv2d(x, *f, padding=1, bias=bias, residual=res, relu=True)
+    ref = np.maximum(reference.conv2d(x, cpd.reconstruct(cpd.CPFactors(*f)), bias, padding=1)
+                     + res, 0)
+    assert rel_err(y, ref) < 1e-6
+    with pytest.raises(ValueError, match="residual has shape"):
+        cpops.cp_conv2d(x, *f, padding=0, residual=res)
+    with pytest.raises(ValueError, match="lanes must be a power of two"):
+        cpops.cp_conv2d(x, *f, tile=cpops.CPTile(4, 48))
+    # the default tile splits channels further when a batch-1 layer has few pixels
+    small, large = cpops.default_tile(1, 192, 13, 13), cpops.default_tile(1, 192, 224, 224)
+    assert small.lanes > large.lanes and small.threads % small.lanes == 0
+    for tile in cpops.candidate_tiles(300):
+        tile.validate()
+    assert max(t.lanes for t in cpops.candidate_tiles(300)) == 512
+    assert max(t.lanes for t in cpops.candidate_tiles(3)) == 4
+
+
+def test_intermediate_bytes_of_the_cp_sequence():
+    from tensorconv.decomp import gnetcon as g
+
+    net = g.cp_conv_network(1, 48, 256, 55, 55, 5, 5, 4)
+    plan = g.gnetcon(net)
+    sizes = g.intermediate_bytes(net, plan)
+    assert len(sizes) == 4 and sizes[-1] == 4 * 256 * 55 * 55
+    assert max(sizes[:-1]) == plan.peak_bytes

@@ -22,6 +22,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tensorconv import backend
 
 
@@ -139,6 +141,22 @@ def gnetcon(net: Network, memory_cap: int | None = None) -> Plan:
     return Plan(best[full][0], best[full][1], _tree(net, split, full))
 
 
+def intermediate_bytes(net: Network, plan: Plan) -> list[int]:
+    """Bytes of every tensor a plan builds, in evaluation order (the last is the output)."""
+    index = {name: i for i, name in enumerate(net.tensors)}
+    sizes = []
+
+    def rec(node) -> int:
+        if isinstance(node, str):
+            return 1 << index[node]
+        mask = rec(node[0]) | rec(node[1])
+        sizes.append(net.elements(net.labels(mask)) * net.bytes_per_element)
+        return mask
+
+    rec(plan.sequence)
+    return sizes
+
+
 def brute_force_cost(net: Network, memory_cap: int | None = None) -> int:
     """Minimum cost over every pairwise order, by exhaustive recursion (tests only)."""
     def rec(masks):
@@ -166,45 +184,150 @@ def brute_force_cost(net: Network, memory_cap: int | None = None) -> int:
 # --------------------------------------------------------------------------- executor
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+GEMM_BACKENDS = ("cublas", "igemm")
 
 
-def _combine(net: Network, a, la, b, lb, out_labels):
-    """Evaluate one pair: convolve pending conv edges, then einsum the rest."""
-    xp = backend.array_module(a, b)
-    for inp, filt in net.conv:
-        if inp in la and filt in lb or inp in lb and filt in la:
-            if inp in lb:
-                a, la, b, lb = b, lb, a, la
-            # windows of the input along `inp`: a new axis over the filter taps (same padding)
-            k = net.sizes[filt]
-            axis = la.index(inp)
-            pad = [(0, 0)] * a.ndim
-            pad[axis] = ((k - 1) // 2, k // 2)
-            ap = xp.ascontiguousarray(xp.pad(a, pad))
-            shape = a.shape + (k,)
-            strides = ap.strides + (ap.strides[axis],)
-            a = xp.lib.stride_tricks.as_strided(ap, shape=shape, strides=strides)
-            la = la + (filt,)
+def _step_labels(net: Network, la, lb, out_set):
+    """Output label order of one step: the operand holding more labels keeps its order,
+    the other's new labels take the place of the first label summed away (so that a
+    chain of steps needs no transposes: (n,s,y,x) . (s,r) -> (n,r,y,x))."""
+    if len(lb) > len(la):
+        la, lb = lb, la
+    new = [lab for lab in lb if lab in out_set and lab not in la]
+    order, placed = [], False
+    for lab in la:
+        if lab in out_set:
+            order.append(lab)
+        elif not placed:
+            order += new
+            placed = True
+    if not placed:
+        order += new
+    return tuple(order)
+
+
+def _einsum(xp, a, la, b, lb, out):
     letters = {lab: _LETTERS[i] for i, lab in enumerate(dict.fromkeys(la + lb))}
-    spec = "".join(letters[x] for x in la) + "," + "".join(letters[x] for x in lb) + "->" + \
-        "".join(letters[x] for x in out_labels)
+    spec = ("".join(letters[x] for x in la) + "," + "".join(letters[x] for x in lb) + "->"
+            + "".join(letters[x] for x in out))
     return xp.einsum(spec, a, b)
 
 
-def execute(net: Network, plan: Plan, arrays: dict):
-    """Evaluate the network with ``arrays`` (name -> array) in the plan's order."""
+def _prod(shape) -> int:
+    n = 1
+    for v in shape:
+        n *= int(v)
+    return n
+
+
+def _as_1x1_conv(a, la, b, lb, out):
+    """``(operand, matrix (F, C))`` when the step is a 1x1 convolution of ``a`` by ``b``:
+    ``b`` has one summed label c and one new label f, and ``out`` is ``la`` with c
+    replaced by f; else None."""
+    if len(lb) != 2 or len(out) != len(la):
+        return None
+    summed = [lab for lab in lb if lab not in out]
+    if len(summed) != 1 or summed[0] not in la:
+        return None
+    c = summed[0]
+    f = lb[0] if lb[1] == c else lb[1]
+    if tuple(f if lab == c else lab for lab in la) != tuple(out):
+        return None
+    pos = la.index(c)
+    a4 = a.reshape(_prod(a.shape[:pos]), a.shape[pos], _prod(a.shape[pos + 1:]), 1)
+    w = b if lb == (f, c) else b.T
+    return a4, w
+
+
+def _as_depthwise(net, a, la, b, lb, out, edges):
+    """``(a as (B, G, Y, X), filter (G, 1, kh, kw), padding)`` when the step convolves
+    ``a`` along one or two spatial labels, channel by channel over the labels it shares
+    with the filter (odd filter sizes); else None."""
+    shared = [lab for lab in lb if lab in la]
+    filters = [f for _, f in edges]
+    if set(lb) != set(shared) | set(filters) or tuple(out) != tuple(la) or not shared:
+        return None
+    if any(net.sizes[f] % 2 == 0 for f in filters):
+        return None
+    pos = la.index(shared[0])
+    ys = [la.index(i) for i, _ in edges]
+    if tuple(la[pos:pos + len(shared)]) != tuple(shared) or ys[0] != pos + len(shared) or \
+            (len(ys) == 2 and ys[1] != ys[0] + 1):
+        return None
+    g = _prod(a.shape[pos:pos + len(shared)])
+    ny = a.shape[ys[0]]
+    a4 = a.reshape(_prod(a.shape[:pos]), g, ny, _prod(a.shape[ys[0] + 1:]))
+    kh = net.sizes[filters[0]]
+    kw = net.sizes[filters[1]] if len(filters) == 2 else 1
+    w = b.transpose([lb.index(lab) for lab in shared + filters]).reshape(g, 1, kh, kw)
+    return a4, w, ((kh - 1) // 2, (kw - 1) // 2)
+
+
+def _windowed(net, xp, a, la, edges):
+    """``a`` with a new axis of filter taps per convolution edge ("same" padding)."""
+    for inp, filt in edges:
+        k = net.sizes[filt]
+        axis = la.index(inp)
+        pad = [(0, 0)] * a.ndim
+        pad[axis] = ((k - 1) // 2, k // 2)
+        ap = xp.ascontiguousarray(xp.pad(a, pad))
+        a = xp.lib.stride_tricks.as_strided(ap, shape=a.shape + (k,),
+                                            strides=ap.strides + (ap.strides[axis],))
+        la = la + (filt,)
+    return a, la
+
+
+def _combine(net: Network, a, la, b, lb, out, gemm: str):
+    """Evaluate one pair on the best call we have: our depthwise kernel for convolution
+    edges, a GEMM (cuBLAS through einsum, or our implicit-GEMM 1x1 convolution, which a
+    CUDA graph can capture) for contractions, broadcasting for outer products."""
+    from tensorconv import ops
+
+    xp = backend.array_module(a, b)
+    edges = [(i, f) for i, f in net.conv if (i in la and f in lb) or (i in lb and f in la)]
+    if edges and any(i in lb for i, _ in edges):
+        a, la, b, lb = b, lb, a, la
+    on_gpu = xp is not np
+    if edges:
+        dw = _as_depthwise(net, a, la, b, lb, out, edges) if on_gpu else None
+        if dw is not None:
+            a4, w, padding = dw
+            w = xp.ascontiguousarray(w)
+            y = ops.conv2d(xp.ascontiguousarray(a4), w, padding=padding, groups=w.shape[0])
+            return y.reshape(a.shape)
+        a, la = _windowed(net, xp, a, la, edges)
+        return _einsum(xp, a, la, b, lb, out)
+    if gemm == "igemm" and on_gpu:
+        for x, lx, m, lm in ((a, la, b, lb), (b, lb, a, la)):
+            conv = _as_1x1_conv(x, lx, m, lm, out)
+            if conv is not None:
+                x4, w = conv
+                y = ops.conv2d(xp.ascontiguousarray(x4), xp.ascontiguousarray(w)[:, :, None, None],
+                               algorithm="igemm")
+                return y.reshape(tuple(net.sizes[lab] for lab in out))
+    return _einsum(xp, a, la, b, lb, out)
+
+
+def execute(net: Network, plan: Plan, arrays: dict, *, gemm: str = "cublas"):
+    """Evaluate the network with ``arrays`` (name -> array) in the plan's order.
+
+    ``gemm`` picks the contraction call on the GPU: ``"cublas"`` (einsum, which
+    CuPy lowers to cuBLAS) or ``"igemm"`` (our implicit-GEMM kernel as a 1x1
+    convolution, capturable in a CUDA graph, which CuPy's cuBLAS is not).
+    """
+    if gemm not in GEMM_BACKENDS:
+        raise ValueError(f"gemm must be one of {GEMM_BACKENDS}, got {gemm!r}")
     index = {name: i for i, name in enumerate(net.tensors)}
 
     def rec(node):
         if isinstance(node, str):
-            return arrays[node], net.tensors[node], 1 << index[node]
+            return arrays[node], tuple(net.tensors[node]), 1 << index[node]
         (a, la, ma), (b, lb, mb) = rec(node[0]), rec(node[1])
-        out = net.labels(ma | mb)
-        return _combine(net, a, tuple(la), b, tuple(lb), out), out, ma | mb
+        out = _step_labels(net, la, lb, set(net.labels(ma | mb)))
+        return _combine(net, a, la, b, lb, out, gemm), out, ma | mb
 
     result, labels, _ = rec(plan.sequence)
-    order = [labels.index(lab) for lab in net.output]
-    return result.transpose(order)
+    return result.transpose([labels.index(lab) for lab in net.output])
 
 
 def cp_conv_network(n: int, s: int, t: int, y: int, x: int, kh: int, kw: int, r: int) -> Network:

@@ -6,7 +6,8 @@ convolution with H, a (1 x kw) per-rank convolution with W (the partial outer
 products over R make them depthwise), and a 1x1 contraction R -> N with T.
 Stride and padding split between the two spatial stages, which gives exactly
 the strided, padded convolution with the reconstructed kernel.  It trains
-through the autograd; the fused GPU kernel of the paper is issue 5's next step.
+through the autograd; at inference the engine runs it as one launch of the
+paper's fused kernel (:func:`tensorconv.ops.cp.cp_conv2d`).
 """
 
 from __future__ import annotations
@@ -104,16 +105,37 @@ def cpize(model, rank: int, *, min_channels: int = 16) -> dict:
     return errors
 
 
-# ---- inference: the engine plans a CPConv2d as its four convolutions, with BN, a residual
-# and ReLU folded into the last 1x1 (the fused CP kernel is not wired in yet)
+# ---- inference: the engine runs a CPConv2d as one fused-kernel launch, the batch norm folded
+# into T and the bias, the residual and ReLU in the kernel's epilogue; ranks above the
+# kernel's template limit run as the four small convolutions
 def _register_engine_planner():
     from tensorconv.nn import engine
+    from tensorconv.ops import cp as cpops
+    from tensorconv.tuning import cp_tuner
 
     @engine.register_conv_planner(CPConv2d)
     def plan_cp(m: CPConv2d, plan, x, *, bn=None, relu=False, residual=None):
-        y = engine.plan_conv(m.contract_in, plan, x)
-        y = engine.plan_conv(m.conv_w, plan, engine.plan_conv(m.conv_h, plan, y))
-        return engine.plan_conv(m.contract_out, plan, y, bn=bn, relu=relu, residual=residual)
+        if m.rank > cpops.MAX_RANK:
+            y = engine.plan_conv(m.contract_in, plan, x)
+            y = engine.plan_conv(m.conv_w, plan, engine.plan_conv(m.conv_h, plan, y))
+            return engine.plan_conv(m.contract_out, plan, y, bn=bn, relu=relu, residual=residual)
+        xp = plan.xp
+        f = m.factors()
+        t, b = engine.fold_bn(f.t, None if m.contract_out.bias is None else
+                              m.contract_out.bias.data, bn)
+        s, h, w = (plan.keep(xp.ascontiguousarray(xp.asarray(a, np.float32)))
+                   for a in (f.s, f.h, f.w))
+        t, b = plan.keep(xp.asarray(t)), (None if b is None else plan.keep(xp.asarray(b)))
+        stride, padding = pair(m.stride, "stride"), pair(m.padding, "padding")
+        tile = cp_tuner.known_tile(x, (s, h, w, t), stride, padding)
+        kh, kw = m.kernel_size
+        oh = (x.shape[2] + 2 * padding[0] - kh) // stride[0] + 1
+        ow = (x.shape[3] + 2 * padding[1] - kw) // stride[1] + 1
+        out = plan.alloc((x.shape[0], m.out_channels, oh, ow))
+        plan.add(lambda: cpops.cp_conv2d(x, s, h, w, t, stride, padding, bias=b,
+                                         residual=residual, relu=relu, tile=tile, out=out),
+                 f"cp fused R={m.rank} {m.in_channels}->{m.out_channels} on {tuple(x.shape)}")
+        return out
 
 
 _register_engine_planner()

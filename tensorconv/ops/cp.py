@@ -3,11 +3,15 @@
 ``cp_conv2d(x, s, h, w, t)`` computes the convolution with the kernel
 ``K[n, c, i, j] = sum_r t[n, r] s[c, r] h[i, r] w[j, r]`` without forming it.
 The ``"fused"`` variant is the paper's Algorithm 2 (register vectors of length
-R, channel striding by S_TILE lanes, warp-shuffle reduction); ``"naive"`` is
-Algorithm 1.  Ranks 1..32 (``MAX_RANK``) have fused instantiations.
+R, channel striding by S_TILE lanes, shuffle reduction, one write per output)
+with a bias/residual/ReLU epilogue; ``"naive"`` is Algorithm 1.  Ranks 1..32
+(``MAX_RANK``) have fused instantiations.  :func:`default_tile` picks the
+launch shape from the problem; :mod:`tensorconv.tuning.cp_tuner` times them all.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,30 +23,87 @@ from tensorconv.ops.conv import output_buffer
 _FILE = "cp_conv.cu"
 VARIANTS = ("fused", "naive")
 MAX_RANK = 32
-_THREADS = 256
+_NAIVE_THREADS = 256
 
 
 def _next_pow2(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
-def default_s_tile(channels: int) -> int:
-    """Lanes per output pixel: enough to split the input channels, at most a warp."""
-    return min(32, _next_pow2(max(1, channels // 4)))
+@dataclass(frozen=True)
+class CPTile:
+    """Launch shape of the fused kernel: ``lanes`` (S_TILE) threads per output pixel,
+    ``threads`` per block (so ``threads // lanes`` pixels per block)."""
+
+    lanes: int
+    threads: int
+
+    def validate(self) -> None:
+        ok = (self.lanes in tuple(1 << i for i in range(11)) and self.threads % 32 == 0
+              and self.threads % self.lanes == 0 and 32 <= self.threads <= 1024)
+        if not ok:
+            raise ValueError(f"tile {self}: lanes must be a power of two up to 1024 and threads "
+                             "a multiple of 32 and of lanes, 32..1024")
+
+    def smem_bytes(self, kh: int, kw: int, k: int, rank: int) -> int:
+        warps = self.lanes // 32 if self.lanes > 32 else 0  # cross-warp reduction slots
+        return 4 * (kh * kw * rank + k * (rank | 1) + (self.threads // self.lanes) * warps * rank)
 
 
-def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, variant: str = "fused",
-              s_tile: int | None = None, out=None):
-    """Convolution of ``x`` with a CP-format kernel, fp32, NCHW, no bias.
+def default_tile(n: int, c: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:
+    """About four input channels per lane, then more lanes while the launch has fewer
+    than eight warps per SM (batch-1 layers with small images need the channel split
+    to fill the GPU)."""
+    lanes = min(32, _next_pow2(max(1, c // 4)))
+    pixels = n * oh * ow
+    while lanes < min(512, _next_pow2(c)) and pixels * lanes < 8 * 32 * sm_count:
+        lanes *= 2
+    return CPTile(lanes, max(128, lanes))
+
+
+def candidate_tiles(c: int) -> list[CPTile]:
+    """Every launch shape worth timing for ``c`` input channels (the tuner's search space)."""
+    top = min(512, max(1, _next_pow2(c)))
+    tiles = []
+    lanes = 1
+    while lanes <= top:
+        for threads in (128, 256, 512):
+            if threads >= lanes:
+                tiles.append(CPTile(lanes, threads))
+        lanes *= 2
+    return tiles
+
+
+def _check_factors(x, xp, s, h, w, t):
+    factors = {}
+    for name, a in (("s", s), ("h", h), ("w", w), ("t", t)):
+        a = backend.as_array(a, name)
+        check_array(a, name, ndim=2, dtype=np.float32, contiguous=True, xp=xp)
+        factors[name] = a
+    rank = factors["s"].shape[1]
+    if rank < 1 or any(a.shape[1] != rank for a in factors.values()):
+        raise ValueError("factors s, h, w, t must share their rank (second dimension, >= 1); got "
+                         + ", ".join(f"{k}{tuple(v.shape)}" for k, v in factors.items()))
+    if factors["s"].shape[0] != x.shape[1]:
+        raise ValueError(f"s has {factors['s'].shape[0]} rows; x has {x.shape[1]} channels")
+    return factors, rank
+
+
+def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
+              relu: bool = False, variant: str = "fused", tile: CPTile | None = None, out=None):
+    """Convolution of ``x`` with a CP-format kernel, fp32, NCHW: ``relu?(conv + bias + residual)``.
 
     Parameters
     ----------
     x : array, (N, C, H, W), float32, C-contiguous (CuPy: our kernels; NumPy: the reference)
     s, h, w, t : arrays (C, R), (kh, R), (kw, R), (K, R), float32, C-contiguous
     stride, padding : int or (int, int)
-    variant : {"fused", "naive"}
-    s_tile : int, optional
-        Lanes per output pixel for ``"fused"`` (a power of two up to 32).
+    bias : array, (K,), float32, optional
+    residual : array, (N, K, OH, OW), float32, optional
+    relu : bool
+    variant : {"fused", "naive"}; ``"naive"`` has no epilogue (bias, residual, relu)
+    tile : CPTile, optional
+        Launch shape of ``"fused"``; :func:`default_tile` when omitted.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -52,17 +113,7 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, variant: str = "fused",
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
-    factors = {}
-    for name, a in (("s", s), ("h", h), ("w", w), ("t", t)):
-        a = backend.as_array(a, name)
-        check_array(a, name, ndim=2, dtype=np.float32, contiguous=True, xp=xp)
-        factors[name] = a
-    rank = factors["s"].shape[1]
-    if any(a.shape[1] != rank for a in factors.values()):
-        raise ValueError("factors s, h, w, t must share their rank (second dimension); got "
-                         + ", ".join(f"{k}{tuple(v.shape)}" for k, v in factors.items()))
-    if factors["s"].shape[0] != x.shape[1]:
-        raise ValueError(f"s has {factors['s'].shape[0]} rows; x has {x.shape[1]} channels")
+    factors, rank = _check_factors(x, xp, s, h, w, t)
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if variant == "fused" and rank > MAX_RANK:
@@ -74,27 +125,47 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, variant: str = "fused",
     if oh < 1 or ow < 1:
         raise ValueError(f"the {kh}x{kw} filter does not fit the {ih}x{iw} input with "
                          f"padding {(ph, pw)}")
+    if bias is not None:
+        bias = backend.as_array(bias, "bias")
+        check_array(bias, "bias", ndim=1, dtype=np.float32, contiguous=True, xp=xp)
+        if bias.shape[0] != k:
+            raise ValueError(f"bias has {bias.shape[0]} entries; t has {k} rows")
+    if residual is not None:
+        residual = backend.as_array(residual, "residual")
+        check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+        if tuple(residual.shape) != (n, k, oh, ow):
+            raise ValueError(f"residual has shape {tuple(residual.shape)}; expected "
+                             f"{(n, k, oh, ow)}")
+    if variant == "naive" and (bias is not None or residual is not None or relu):
+        raise ValueError("variant='naive' (Algorithm 1) has no epilogue: bias, residual and "
+                         "relu need variant='fused'")
+    if variant == "fused":
+        tile = tile or default_tile(n, c, oh, ow, backend.device_facts().sm_count
+                                    if xp is not np else 132)
+        tile.validate()
     if xp is np:
-        kernel = reconstruct(CPFactors(**factors))
-        return reference.conv2d(x, kernel.astype(np.float32), stride=(sh, sw), padding=(ph, pw))
+        kernel = reconstruct(CPFactors(**factors)).astype(np.float32)
+        y = reference.conv2d(x, kernel, bias, stride=(sh, sw), padding=(ph, pw))
+        if residual is not None:
+            y += residual
+        return np.maximum(y, 0, out=y) if relu else y
     out = output_buffer(xp, out, (n, k, oh, ow))
     i32 = np.int32
     geometry = (i32(n), i32(c), i32(ih), i32(iw), i32(k), i32(oh), i32(ow), i32(kh), i32(kw))
     conv = (i32(sh), i32(sw), i32(ph), i32(pw))
-    args = (x, factors["s"], factors["h"], factors["w"], factors["t"], out)
+    fs = (factors["s"], factors["h"], factors["w"], factors["t"])
     if variant == "naive":
         total = n * k * oh * ow
-        blocks = min(-(-total // _THREADS), 32 * backend.device_facts().sm_count)
-        cuda.get_kernel(_FILE, "cp_conv_naive")((blocks,), (_THREADS,),
-                                                args + geometry + (i32(rank),) + conv)
+        blocks = min(-(-total // _NAIVE_THREADS), 32 * backend.device_facts().sm_count)
+        cuda.get_kernel(_FILE, "cp_conv_naive")((blocks,), (_NAIVE_THREADS,),
+                                                (x,) + fs + (out,) + geometry + (i32(rank),) + conv)
         return out
-    s_tile = s_tile or default_s_tile(c)
-    if s_tile not in (1, 2, 4, 8, 16, 32):
-        raise ValueError(f"s_tile must be a power of two up to 32, got {s_tile}")
-    smem = 4 * rank * (kh + kw + k)
+    smem = tile.smem_bytes(kh, kw, k, rank)
     kernel = cuda.get_kernel(_FILE, f"cp_conv_fused<{rank}>")
     cuda.set_dynamic_smem(kernel, smem)
-    groups = _THREADS // s_tile
-    blocks = -(-(n * oh * ow) // groups)
-    kernel((blocks,), (s_tile, groups), args + geometry + conv, shared_mem=smem)
+    groups = tile.threads // tile.lanes
+    null = np.uintp(0)
+    kernel((-(-(n * oh * ow) // groups),), (tile.lanes, groups),
+           (x,) + fs + (null if bias is None else bias, null if residual is None else residual,
+                        out) + geometry + conv + (i32(bool(relu)),), shared_mem=smem)
     return out

@@ -36,11 +36,43 @@ def test_random_shapes(rng, variant, trial):
                            cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
                            stride=stride, padding=padding)
     out = cp.full(ref.shape, cp.nan, cp.float32)
-    s_tile = [None, 1, 8, 32][trial % 4]
+    tiles = [None] + cpops.candidate_tiles(c)
+    tile = tiles[int(rng.integers(len(tiles)))] if variant == "fused" else None
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), stride, padding,
-                    variant=variant, out=out, **({"s_tile": s_tile} if variant == "fused" else {}))
+                    variant=variant, out=out, **({"tile": tile} if variant == "fused" else {}))
     assert not cp.isnan(out).any()
-    assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, stride, s_tile)
+    assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, stride, tile)
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_fused_epilogue(rng, trial):
+    """bias + residual + ReLU in the epilogue, against the NumPy path of the same op."""
+    import cupy as cp
+
+    n, c, k, r = 2, int(rng.integers(1, 300)), int(rng.integers(1, 90)), int(rng.integers(1, 33))
+    x, f = _case(rng, n, c, k, 9, 11, 3, 3, r)
+    bias = rng.standard_normal(k).astype(np.float32)
+    res = rng.standard_normal((n, k, 9, 11)).astype(np.float32)
+    ref = cpops.cp_conv2d(x, *f, 1, 1, bias=bias, residual=res, relu=True)
+    tile = cpops.candidate_tiles(c)[trial * 7 % len(cpops.candidate_tiles(c))]
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), 1, 1, bias=cp.asarray(bias),
+                    residual=cp.asarray(res), relu=True, tile=tile, out=out)
+    assert rel_err(out.get(), ref) <= 1e-5, (c, k, r, tile)
+    assert float(out.min()) >= 0.0
+
+
+def test_tuner_picks_a_timed_tile(tmp_path, monkeypatch, rng):
+    import cupy as cp
+
+    from tensorconv.tuning import cp_tuner
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    x, f = _case(rng, 1, 48, 64, 13, 13, 3, 3, 4)
+    factors = tuple(cp.asarray(a) for a in f)
+    best, times = cp_tuner.tune_tile(cp.asarray(x), factors, 1, 1, repeat=3, use_cache=False)
+    assert best in times and times[best] == min(times.values())
+    assert (tmp_path / "tune.json").exists()
 
 
 def test_bad_input():
@@ -55,7 +87,43 @@ def test_bad_input():
     with pytest.raises(ValueError, match="template limit 32"):
         big = [cp.ones((s[0], 33), cp.float32) for s in ((4,), (3,), (3,), (5,))]
         cpops.cp_conv2d(x, *big)
-    with pytest.raises(ValueError, match="s_tile"):
-        cpops.cp_conv2d(x, *good, s_tile=3)
+    with pytest.raises(ValueError, match="lanes must be a power of two"):
+        cpops.cp_conv2d(x, *good, tile=cpops.CPTile(3, 96))
+    with pytest.raises(ValueError, match="no epilogue"):
+        cpops.cp_conv2d(x, *good, variant="naive", relu=True)
+    with pytest.raises(ValueError, match="bias has 4 entries"):
+        cpops.cp_conv2d(x, *good, bias=cp.ones(4, cp.float32))
     with pytest.raises(TypeError, match="float32"):
         cpops.cp_conv2d(x.astype(cp.float64), *good)
+
+
+@pytest.mark.parametrize("gemm", ["cublas", "igemm"])
+@pytest.mark.parametrize("trial", range(4))
+def test_pairwise_executor_on_library_calls(rng, monkeypatch, gemm, trial):
+    """The gnetcon sequence on the GPU: contractions as GEMMs, convolution edges on our
+    depthwise kernel (counted: the windowed-einsum fallback must not run)."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.decomp import gnetcon as g
+
+    n, s, t = int(rng.integers(1, 3)), int(rng.integers(2, 60)), int(rng.integers(2, 60))
+    y, x = (int(v) for v in rng.integers(3, 20, size=2))
+    kh, kw = (int(v) for v in rng.choice([1, 3, 5], size=2))
+    r = int(rng.integers(1, 17))
+    net = g.cp_conv_network(n, s, t, y, x, kh, kw, r)
+    plan = g.gnetcon(net)
+    x_, f = _case(rng, n, s, t, y, x, kh, kw, r)
+    calls = []
+    real = ops.conv2d
+    monkeypatch.setattr(ops, "conv2d", lambda *a, **k: calls.append(k) or real(*a, **k))
+    monkeypatch.setattr(g, "_windowed", None)
+    out = g.execute(net, plan, dict(zip("USHWT", (cp.asarray(a) for a in [x_] + f))), gemm=gemm)
+    ref = reference.conv2d(x_.astype(np.float64),
+                           cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
+                           padding=((kh - 1) // 2, (kw - 1) // 2))
+    assert rel_err(out.get(), ref) <= 1e-5
+    convs = sum(1 for k in calls if "groups" in k)
+    assert convs == 2 or plan.sequence != (((("U", "S"), "H"), "W"), "T")
+    if gemm == "igemm":
+        assert sum(1 for k in calls if k.get("algorithm") == "igemm") >= 1

@@ -13,11 +13,6 @@ from tensorconv.results import ResultSet
 from tensorconv.tuning import oracle, tdc_model
 
 
-def geomean(values) -> float:
-    values = [v for v in values if v > 0 and math.isfinite(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
-
 def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
                        quick: bool, cudnn: bool = True, check: bool = True,
                        tile_rows: ResultSet | None = None) -> dict:

@@ -13,8 +13,8 @@ oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,
 
 from __future__ import annotations
 
-from experiments._common import outputs, parser, pyplot, save_figure
-from experiments._tdc import geomean, measure_core_shape
+from experiments._common import geomean, outputs, parser, pyplot, save_figure
+from experiments._tdc import measure_core_shape
 from tensorconv import backend, bench
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 

@@ -16,7 +16,6 @@ several machine sessions.  Paper (CIFAR-10): 91.25 / 87.41 / 91.02.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
@@ -25,7 +24,7 @@ from tensorconv.nn import count_flops_params, get_model
 from tensorconv.nn.tucker import uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
-from training.train import TrainConfig, train
+from training.train import TimeBudget, TrainConfig, train_within
 
 NAME = "tdc_table2"
 PAPER = {"baseline": 91.25, "direct": 87.41, "admm": 91.02}
@@ -69,21 +68,13 @@ def main(argv=None) -> int:
     _, _, pre_meta = ckpt.load(args.pretrained)
     model = get_model("resnet20", in_channels=1)
     ranks = uniform_ranks(model, args.reduction, (1, 1, 32, 32))
-    start, last_epoch_s = time.perf_counter(), 0.0
+    budget = TimeBudget(args.time_budget)
     results = {}
     for name, cfg in phases(args, ranks, work):
-        path = work / f"{name}.npz"
-        while True:
-            done = path.exists() and ckpt.load(path)[2]["epoch"] >= cfg.epochs
-            left = None if args.time_budget is None else args.time_budget - (time.perf_counter() - start)
-            if done or (left is not None and left < 1.3 * last_epoch_s):
-                break
-            t0 = time.perf_counter()
-            results[name] = train(cfg, path, stop_after=1)
-            last_epoch_s = max(last_epoch_s, time.perf_counter() - t0)
-        if path.exists():
-            results[name] = ckpt.load(path)[2]
-        if not (path.exists() and ckpt.load(path)[2]["epoch"] >= cfg.epochs):
+        meta, finished = train_within(cfg, work / f"{name}.npz", budget)
+        if meta is not None:
+            results[name] = meta
+        if not finished:
             break  # later phases depend on earlier ones finishing
 
     env = bench.environment()
@@ -93,7 +84,7 @@ def main(argv=None) -> int:
     rs.add(case, "baseline", "test_acc", 100 * pre_meta["history"][-1]["test_acc"], "%",
            paper_value=PAPER["baseline"], note="pretrained checkpoint; paper: CIFAR-10")
     for name, meta in results.items():
-        hist = meta["history"] if isinstance(meta, dict) else meta.history
+        hist = meta["history"]
         if not hist:
             continue
         epochs = hist[-1]["epoch"]

@@ -221,6 +221,71 @@ def cublas_conv1x1(x, w):
     return run
 
 
+def torch_cp_sequence(x, s, h, w, t, padding=0, *, allow_tf32: bool = False):
+    """A callable running a CP layer as PyTorch's four calls (cuDNN 1x1, depthwise kh x 1,
+    depthwise 1 x kw, cuDNN 1x1): the pairwise sequence on the vendor libraries.
+
+    Factors as for :func:`tensorconv.ops.cp.cp_conv2d`; CuPy arrays shared through
+    DLPack.  Stride 1; ``padding`` is (ph, pw).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    xt = torch.from_dlpack(x)
+    st, ht, wt, tt = (torch.from_dlpack(a) for a in (s, h, w, t))
+    r = st.shape[1]
+    w_in = st.t().contiguous()[:, :, None, None]
+    w_h = ht.t().contiguous()[:, None, :, None]
+    w_w = wt.t().contiguous()[:, None, None, :]
+    w_out = tt.contiguous()[:, :, None, None]
+    ph, pw = padding
+
+    def run():
+        y = F.conv2d(xt, w_in)
+        y = F.conv2d(y, w_h, padding=(ph, 0), groups=r)
+        y = F.conv2d(y, w_w, padding=(0, pw), groups=r)
+        return F.conv2d(y, w_out)
+
+    return run
+
+
+def peak_device_bytes(fn, framework: str = "cupy") -> int:
+    """Device memory ``fn`` allocates at its peak beyond what was already in use: its
+    outputs, intermediates and workspace (CuPy's pool through a memory hook, or
+    PyTorch's allocator statistics)."""
+    if framework == "torch":
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - base)
+    cp = backend.require_cuda("peak_device_bytes")
+    pool = cp.get_default_memory_pool()
+
+    class Peak(cp.cuda.MemoryHook):
+        name = "tensorconv_peak"
+
+        def __init__(self):
+            self.peak = pool.used_bytes()
+
+        def malloc_postprocess(self, **kwargs):
+            self.peak = max(self.peak, pool.used_bytes())
+
+    cp.cuda.Device().synchronize()
+    base = pool.used_bytes()
+    with Peak() as hook:
+        result = fn()
+        cp.cuda.Device().synchronize()
+    del result
+    return int(hook.peak - base)
+
+
 # --------------------------------------------------------------------------- roofline
 
 @dataclass(frozen=True)

@@ -38,3 +38,60 @@ def test_quickstart_quick(tmp_path):
     reduction = next(r["value"] for r in rows if r["metric"] == "flops_reduction")
     assert 40.0 < reduction < 70.0
     assert (tmp_path / "quickstart.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_cp_accuracy_quick_resumes_from_its_work_dir(tmp_path):
+    from experiments import cp_accuracy
+    from training.train import TrainConfig, train
+
+    pre = tmp_path / "pre.npz"
+    train(TrainConfig(model="resnet20", epochs=1, train_limit=256, test_limit=200, device="cpu"),
+          pre, progress=False)
+    args = ["--quick", "--pretrained", str(pre), "--ranks", "2", "--device", "cpu",
+            "--out", str(tmp_path)]
+    assert cp_accuracy.main(args + ["--time-budget", "0"]) == 0   # no epoch fits: partial
+    rows = results.read_csv(tmp_path / "cp_accuracy.csv")
+    assert not any(r["variant"] == "fine-tuned" for r in rows)
+    assert cp_accuracy.main(args) == 0
+    rows = results.read_csv(tmp_path / "cp_accuracy.csv")
+    cell = {(r["case"], r["variant"], r["metric"]): r for r in rows}
+    assert 0 <= cell[("rank2", "fine-tuned", "test_acc")]["value"] <= 100
+    assert 0 < cell[("rank2", "decomposed", "reconstruction_error")]["value"] < 1
+    assert cell[("rank2", "decomposed", "macs")]["value"] < cell[("dense", "trained", "macs")]["value"]
+    assert (tmp_path / "cp_accuracy.png").stat().st_size > 0
+
+
+def test_torch_mirror_matches_our_forward(rng):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from experiments._torch_mirror import to_torch
+    from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.nn import get_model
+    from tensorconv.nn.cp import cpize
+
+    for cp_rank in (None, 3):
+        model = get_model("resnet20", in_channels=1)
+        if cp_rank:
+            cpize(model, cp_rank)
+        model.eval()
+        x = rng.standard_normal((2, 1, 32, 32)).astype(np.float32)
+        with no_grad():
+            ours = model(Tensor(x)).data
+        with torch.no_grad():
+            theirs = to_torch(model)(torch.from_numpy(x)).numpy()
+        assert np.linalg.norm(ours - theirs) <= 1e-4 * np.linalg.norm(ours)
+
+
+@pytest.mark.gpu
+def test_cp_table2_quick(tmp_path):
+    from experiments import cp_fig6, cp_table2
+
+    assert cp_table2.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "cp_table2.csv")
+    errs = [r["value"] for r in rows if r["metric"] == "rel_err" and "tf32" not in r["variant"]]
+    assert errs and max(errs) < 1e-4
+    assert {r["case"] for r in rows} >= {"L2_R1", "L4_R8", "summary"}
+    assert cp_fig6.main(["--out", str(tmp_path)]) == 0
+    assert (tmp_path / "cp_fig6.png").stat().st_size > 0

@@ -148,3 +148,20 @@ def test_init_from_another_model_is_refused(tmp_path):
         train(_cfg(model="resnet20", init_from=str(tmp_path / "base.npz")), progress=False)
     with pytest.raises(ValueError, match="ADMM ranks name"):
         train(_cfg(admm_ranks={"features.99": (2, 2)}), progress=False)
+
+
+def test_cp_finetune_from_a_dense_checkpoint_resumes_exactly(tmp_path):
+    from tensorconv.nn.cp import CPConv2d
+
+    train(_cfg(epochs=1, augment=False), tmp_path / "base.npz", progress=False)
+    cfg = _cfg(epochs=2, lr=0.01, init_from=str(tmp_path / "base.npz"), cp_rank=3)
+    full = train(cfg, tmp_path / "full.npz", progress=False)
+    assert sum(isinstance(m, CPConv2d) for _, m in full.model.named_modules()) >= 2
+    train(cfg, tmp_path / "part.npz", stop_after=1, progress=False)
+    resumed = train(cfg, tmp_path / "part.npz", progress=False)
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="two formats"):
+        train(_cfg(cp_rank=2, tucker_ranks=ADMM_RANKS), progress=False)
+    with pytest.raises(ckpt.CheckpointMismatchError, match="CP rank: 3"):
+        train(_cfg(init_from=str(tmp_path / "full.npz")), progress=False)

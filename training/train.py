@@ -23,6 +23,7 @@ from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from tensorconv.nn.cp import cpize
 from tensorconv.nn.tucker import tuckerize
 from training import checkpoint as ckpt
 from training.admm_tucker import ADMMTucker
@@ -55,6 +56,8 @@ class TrainConfig:
     init_from: str | None = None       # checkpoint whose model weights start this run
     tucker_ranks: dict | None = None   # conv name -> (D1, D2): train a Tucker-format model
     tucker_init: str = "decompose"     # "decompose" the starting weights, or "random"
+    cp_rank: int | None = None         # train a CP-format model (every dense conv with >= 16
+                                       # channels in and out, decomposed at this rank)
     admm_ranks: dict | None = None     # conv name -> (D1, D2): ADMM towards these ranks
     admm_rho: float = 1e-3
     admm_rho_growth: float = 1.3
@@ -132,11 +135,12 @@ def _resolve_device(device: str) -> str:
 def _init_from(model, cfg: TrainConfig) -> None:
     """Start from the model weights of another run's checkpoint (same zoo model)."""
     state, _, meta = ckpt.load(cfg.init_from)
-    if meta["config"].get("model") != cfg.model or meta["config"].get("tucker_ranks"):
+    saved = meta["config"]
+    if saved.get("model") != cfg.model or saved.get("tucker_ranks") or saved.get("cp_rank"):
         raise ckpt.CheckpointMismatchError(
-            f"init_from {cfg.init_from} holds a {meta['config'].get('model')!r} model "
-            f"(Tucker ranks: {bool(meta['config'].get('tucker_ranks'))}); this run builds a dense "
-            f"{cfg.model!r}")
+            f"init_from {cfg.init_from} holds a {saved.get('model')!r} model (Tucker ranks: "
+            f"{bool(saved.get('tucker_ranks'))}, CP rank: {saved.get('cp_rank')}); this run "
+            f"builds a dense {cfg.model!r}")
     model.load_state_dict(state)
 
 
@@ -181,6 +185,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     """
     from tqdm import tqdm
 
+    if cfg.tucker_ranks and cfg.cp_rank:
+        raise ValueError("tucker_ranks and cp_rank are two formats: give one")
     device = _resolve_device(cfg.device)
     train_set, test_set = load_data(cfg)
     model = get_model(cfg.model, in_channels=train_set.images.shape[1],
@@ -194,6 +200,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             raise ValueError(f"tucker_init must be 'decompose' or 'random', got {cfg.tucker_init!r}")
         tuckerize(model, {k: tuple(v) for k, v in cfg.tucker_ranks.items()},
                   decompose=cfg.tucker_init == "decompose", seed=cfg.seed)
+    if cfg.cp_rank:
+        cpize(model, cfg.cp_rank)
     if device == "gpu":
         model.to("gpu")
     xp = model.xp
@@ -277,3 +285,40 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     if not math.isfinite(result.history[-1]["test_loss"]) if result.history else False:
         raise FloatingPointError("test loss is not finite after training")
     return result
+
+
+class TimeBudget:
+    """Seconds left to this process for whole epochs (None: no limit), judged by the
+    slowest epoch so far, so that a device session ends between epochs."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.start, self.slowest = seconds, time.perf_counter(), 0.0
+
+    def fits_another_epoch(self) -> bool:
+        if self.seconds is None:
+            return True
+        return self.seconds - (time.perf_counter() - self.start) >= 1.3 * self.slowest
+
+    def spend(self, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        self.slowest = max(self.slowest, time.perf_counter() - t0)
+        return out
+
+
+def train_within(cfg: TrainConfig, checkpoint: str | Path, budget: TimeBudget,
+                 **kwargs) -> tuple[dict | None, bool]:
+    """Train epoch by epoch into ``checkpoint`` while ``budget`` allows; a later call resumes.
+
+    Returns the checkpoint's metadata (None before its first epoch) and whether
+    the run has reached ``cfg.epochs``.
+    """
+    path = Path(checkpoint)
+
+    def epochs_done() -> int:
+        return ckpt.load(path)[2]["epoch"] if path.exists() else 0
+
+    while epochs_done() < cfg.epochs and budget.fits_another_epoch():
+        budget.spend(lambda: train(cfg, path, stop_after=1, **kwargs))
+    meta = ckpt.load(path)[2] if path.exists() else None
+    return meta, epochs_done() >= cfg.epochs

@@ -104,5 +104,6 @@ def test_engine_runs_cp_models(rng):
 
     model = get_model("resnet20", in_channels=1)
     cpize(model, 4)
-    _, err = _engine_against_model(model, (2, 1, 32, 32), rng)
+    engine, err = _engine_against_model(model, (2, 1, 32, 32), rng)
+    assert sum("cp fused" in getattr(s, "label", "") for s in engine.plan.steps) == 18
     assert err < 1e-4

@@ -111,3 +111,12 @@ def test_intermediate_bytes_of_the_cp_sequence():
     sizes = g.intermediate_bytes(net, plan)
     assert len(sizes) == 4 and sizes[-1] == 4 * 256 * 55 * 55
     assert max(sizes[:-1]) == plan.peak_bytes
+
+
+def test_known_tile_is_none_until_tuned(tmp_path, monkeypatch, rng):
+    from tensorconv.tuning import cp_tuner
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    x = np.zeros((1, 8, 9, 9), np.float32)
+    f = tuple(np.zeros(s, np.float32) for s in ((8, 2), (3, 2), (3, 2), (4, 2)))
+    assert cp_tuner.known_tile(x, f, 1, (1, 1)) is None

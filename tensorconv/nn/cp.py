@@ -126,7 +126,8 @@ def _register_engine_planner():
         s, h, w = (plan.keep(xp.ascontiguousarray(xp.asarray(a, np.float32)))
                    for a in (f.s, f.h, f.w))
         t, b = plan.keep(xp.asarray(t)), (None if b is None else plan.keep(xp.asarray(b)))
-        stride, padding = pair(m.stride, "stride"), pair(m.padding, "padding")
+        stride = pair(m.stride, "stride", minimum=1)
+        padding = pair(m.padding, "padding", minimum=0)
         tile = cp_tuner.known_tile(x, (s, h, w, t), stride, padding)
         kh, kw = m.kernel_size
         oh = (x.shape[2] + 2 * padding[0] - kh) // stride[0] + 1

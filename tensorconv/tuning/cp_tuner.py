@@ -15,7 +15,7 @@ _MEMO: dict = {}
 def _problem(x, factors, stride, padding) -> str:
     s, h, w, t = factors
     return (f"x{tuple(x.shape)}|R{s.shape[1]}|k{(h.shape[0], w.shape[0], t.shape[0])}"
-            f"|s{pair(stride, 'stride')}|p{pair(padding, 'padding')}")
+            f"|s{pair(stride, 'stride', minimum=1)}|p{pair(padding, 'padding', minimum=0)}")
 
 
 def tune_tile(x, factors, stride=1, padding=0, *, repeat: int = 10, use_cache: bool = True):

@@ -144,3 +144,18 @@ def test_bad_networks():
         g.Network(tensors={"A": ("i",)}, sizes={"i": 2}, conv=[("i", "q")])
     with pytest.raises(ValueError, match="at least two"):
         g.gnetcon(g.Network(tensors={"A": ("i",)}, sizes={"i": 2}, output=("i",)))
+
+
+@pytest.mark.parametrize("kh,kw", [(3, 5), (1, 3), (5, 1)])
+def test_depthwise_view_equals_the_windowed_einsum(rng, kh, kw):
+    """The GPU executor's depthwise-kernel view of a convolution step (run here through the
+    NumPy reference conv) against the windowed einsum it replaces."""
+    net = g.cp_conv_network(2, 5, 4, 7, 6, kh, kw, 3)
+    a = rng.standard_normal((2, 3, 7, 6))
+    labels = ("n", "r", "y", "x")
+    for inp, filt, k in (("y", "h", kh), ("x", "w", kw)):
+        f = rng.standard_normal((k, 3))
+        a4, w, pad = g._as_depthwise(net, a, labels, f, (filt, "r"), labels, [(inp, filt)])
+        got = reference.conv2d(a4, w, padding=pad, groups=w.shape[0]).reshape(a.shape)
+        aw, law = g._windowed(net, np, a, labels, [(inp, filt)])
+        assert np.allclose(got, g._einsum(np, aw, law, f, (filt, "r"), labels))

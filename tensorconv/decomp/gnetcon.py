@@ -241,25 +241,26 @@ def _as_1x1_conv(a, la, b, lb, out):
 
 def _as_depthwise(net, a, la, b, lb, out, edges):
     """``(a as (B, G, Y, X), filter (G, 1, kh, kw), padding)`` when the step convolves
-    ``a`` along one or two spatial labels, channel by channel over the labels it shares
-    with the filter (odd filter sizes); else None."""
+    ``a`` channel by channel over the labels it shares with the filter, along the one or
+    two labels that follow them (odd filter sizes); else None."""
     shared = [lab for lab in lb if lab in la]
-    filters = [f for _, f in edges]
-    if set(lb) != set(shared) | set(filters) or tuple(out) != tuple(la) or not shared:
+    filt_of = dict(edges)
+    if set(lb) != set(shared) | set(filt_of.values()) or tuple(out) != tuple(la) or not shared:
         return None
-    if any(net.sizes[f] % 2 == 0 for f in filters):
+    if any(net.sizes[f] % 2 == 0 for f in filt_of.values()):
         return None
     pos = la.index(shared[0])
-    ys = [la.index(i) for i, _ in edges]
-    if tuple(la[pos:pos + len(shared)]) != tuple(shared) or ys[0] != pos + len(shared) or \
-            (len(ys) == 2 and ys[1] != ys[0] + 1):
+    rest = la[pos + len(shared):]
+    if tuple(la[pos:pos + len(shared)]) != tuple(shared) or not rest:
         return None
+    if any(i not in rest[:2] for i in filt_of) or (len(rest) > 2 and rest[1] in filt_of):
+        return None  # a convolved axis must stay an axis of its own in the 4-D view
     g = _prod(a.shape[pos:pos + len(shared)])
-    ny = a.shape[ys[0]]
-    a4 = a.reshape(_prod(a.shape[:pos]), g, ny, _prod(a.shape[ys[0] + 1:]))
-    kh = net.sizes[filters[0]]
-    kw = net.sizes[filters[1]] if len(filters) == 2 else 1
-    w = b.transpose([lb.index(lab) for lab in shared + filters]).reshape(g, 1, kh, kw)
+    a4 = a.reshape(_prod(a.shape[:pos]), g, net.sizes[rest[0]], _prod(a.shape[pos + 1 + len(shared):]))
+    taps = [filt_of[lab] for lab in rest[:2] if lab in filt_of]
+    kh = net.sizes[filt_of[rest[0]]] if rest[0] in filt_of else 1
+    kw = net.sizes[filt_of[rest[1]]] if len(rest) > 1 and rest[1] in filt_of else 1
+    w = b.transpose([lb.index(lab) for lab in shared + taps]).reshape(g, 1, kh, kw)
     return a4, w, ((kh - 1) // 2, (kw - 1) // 2)
 
 

@@ -62,8 +62,12 @@ def _factors(rng, s, t, kh, kw, r):
     return [a.astype(np.float32) for a in f]
 
 
-def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool) -> dict:
-    """Check and time one (layer, rank) every way; add rows; return µs by variant."""
+def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
+                  tile_rows: ResultSet | None = None) -> tuple[dict, dict]:
+    """Check and time one (layer, rank) every way; add rows; return µs and bytes by variant.
+
+    ``tile_rows`` collects the time of every launch shape the tuner tried.
+    """
     import cupy as cp
 
     s, y, x, t, kh, kw = LAYERS[layer]
@@ -84,6 +88,9 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool) -> dict:
     tile, tile_times = cp_tuner.tune_tile(u, fs, 1, pad, repeat=5 if quick else 10,
                                           use_cache=False)
     default = cpops.default_tile(1, s, y, x, backend.device_facts().sm_count)
+    if tile_rows is not None:
+        for tl, us in tile_times.items():
+            tile_rows.add(case, f"lanes{tl.lanes}_threads{tl.threads}", "time_us", us, "us")
 
     ours = {
         "fused": lambda: cpops.cp_conv2d(u, *fs, 1, pad, tile=tile, out=out),
@@ -236,20 +243,27 @@ def plot(rows: list[dict], path) -> None:
 
 
 def main(argv=None) -> int:
-    args = parser(NAME, __doc__).parse_args(argv)
+    p = parser(NAME, __doc__)
+    p.add_argument("--tiles", action="store_true",
+                   help="also write every tuner timing to cp_table2_tiles.csv")
+    args = p.parse_args(argv)
     backend.require_cuda(NAME)
     from tqdm import tqdm
 
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
+    tile_rows = ResultSet(f"{NAME}_tiles", env) if args.tiles else None
     cases = [(layer, r) for layer in (QUICK_LAYERS if args.quick else LAYERS)
              for r in (QUICK_RANKS if args.quick else RANKS)]
     times, mem = {}, {}
     for layer, r in tqdm(cases, desc=NAME):
-        times[f"L{layer}_R{r}"], mem[f"L{layer}_R{r}"] = measure_layer(rs, layer, r, quick=args.quick)
+        times[f"L{layer}_R{r}"], mem[f"L{layer}_R{r}"] = measure_layer(rs, layer, r, quick=args.quick,
+                                                                     tile_rows=tile_rows)
     summarize(rs, times, mem)
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
+    if tile_rows is not None:
+        tile_rows.write_csv(paths["csv"].with_name(f"{NAME}_tiles.csv"))
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "CP convolution, Table 2: Table 1 layers at batch 1 (fp32)", env, [
         ("Time (µs)", pivot_markdown(rows, "time_us", TIME_VARIANTS)),

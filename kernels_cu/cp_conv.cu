@@ -7,12 +7,14 @@
 // group per output pixel; lane l walks input channels l, l + S_TILE, ... and
 // keeps two length-R register vectors: p (the H x W filtered input of one
 // channel) and q (p scaled by S, summed over its channels).  R is a template
-// parameter so that p and q stay in registers.  Two departures from the
-// paper's listing, both for speed: the lanes all-reduce q once (shuffles, plus
-// shared memory when S_TILE > 32) and then split the output channels among
-// themselves, where the paper reduces <q, T[t,:]> once per output channel; and
-// the epilogue adds a bias and a residual and applies ReLU, so that a network
-// folds its batch norm into T and the bias.  Still one write per output.
+// parameter so that p and q stay in registers.  Departures from the paper's
+// listing, all for speed: the lanes reduce q once (shuffles, plus shared memory
+// when S_TILE > 32) instead of reducing <q, T[t,:]> once per output channel;
+// the block's threads then share the <q, T[t,:]> products with the pixel
+// fastest, so that the writes are coalesced; windows inside the image skip
+// the bounds checks; and an epilogue adds a bias and a residual and applies
+// ReLU, so that a network folds its batch norm into T and the bias.  Still one
+// write per output.
 #include "tc_common.cuh"
 
 extern "C" __global__ void cp_conv_naive(
@@ -43,9 +45,9 @@ extern "C" __global__ void cp_conv_naive(
     }
 }
 
-// Row stride of T in shared memory: odd, so that the lanes of a pixel reading
-// consecutive output channels hit distinct banks.
-template <int R> struct TStride { static constexpr int value = R | 1; };
+// Odd row strides in shared memory, so that threads reading consecutive rows of T
+// (or consecutive pixels' q) hit distinct banks.
+template <int R> struct OddStride { static constexpr int value = R | 1; };
 
 template <int R>
 __global__ void cp_conv_fused(
@@ -56,29 +58,32 @@ __global__ void cp_conv_fused(
     int stride_h, int stride_w, int pad_h, int pad_w, int relu)
 {
     // Shared: HW[i,j,:] = H[i,:] o W[j,:] (the Hadamard product of line 7, formed once per
-    // block), T with an odd row stride, and one length-R slot per warp for the cross-warp
-    // reduction when a pixel has more than 32 lanes.
-    constexpr int RT = TStride<R>::value;
+    // block), T, and one partial q per warp of each pixel.
+    constexpr int RP = OddStride<R>::value;
     extern __shared__ float smem[];
     float* sHW = smem;
     float* sT = sHW + KH * KW * R;
-    float* sRed = sT + K * RT;
+    float* sQ = sT + K * RP;
     const int lanes = blockDim.x;  // S_TILE: a power of two, 1..1024
+    const int groups = blockDim.y;  // pixels per block
     const int tid = threadIdx.y * lanes + threadIdx.x;
-    const int nthreads = lanes * blockDim.y;
+    const int nthreads = lanes * groups;
     for (int e = tid; e < KH * KW * R; e += nthreads) {
         const int r = e % R, ij = e / R;
         sHW[e] = H[(ij / KW) * R + r] * W[(ij % KW) * R + r];
     }
-    for (int e = tid; e < K * R; e += nthreads) sT[(e / R) * RT + e % R] = T[e];
+    for (int e = tid; e < K * R; e += nthreads) sT[(e / R) * RP + e % R] = T[e];
     __syncthreads();
 
-    const size_t pixels = (size_t)N * OH * OW;
-    const size_t pix = (size_t)blockIdx.x * blockDim.y + threadIdx.y;
-    const bool active = pix < pixels;  // idle groups still take part in the reductions
+    const size_t plane = (size_t)OH * OW;
+    const size_t pixels = (size_t)N * plane;
+    const size_t pix0 = (size_t)blockIdx.x * groups;
+    const size_t pix = pix0 + threadIdx.y;
+    const bool active = pix < pixels;
     const int x = active ? (int)(pix % OW) : 0, y = active ? (int)(pix / OW % OH) : 0;
-    const int n = active ? (int)(pix / ((size_t)OW * OH)) : 0;
+    const int n = active ? (int)(pix / plane) : 0;
     const int y0 = y * stride_h - pad_h, x0 = x * stride_w - pad_w;
+    const bool interior = y0 >= 0 && y0 + KH <= IH && x0 >= 0 && x0 + KW <= IW;
 
     float q[R];
 #pragma unroll
@@ -88,16 +93,29 @@ __global__ void cp_conv_fused(
 #pragma unroll
         for (int r = 0; r < R; ++r) p[r] = 0.f;
         const float* Us = U + ((size_t)n * C + s) * IH * IW;
-        for (int i = 0; i < KH; ++i) {
-            const int iy = y0 + i;
-            if (iy < 0 || iy >= IH) continue;
-            for (int j = 0; j < KW; ++j) {
-                const int ix = x0 + j;
-                if (ix < 0 || ix >= IW) continue;
-                const float u = __ldg(Us + (size_t)iy * IW + ix);
-                const float* hw = sHW + (i * KW + j) * R;
+        if (interior) {  // no bounds checks, and unrolled so that loads overlap
+            for (int i = 0; i < KH; ++i) {
+                const float* row = Us + (size_t)(y0 + i) * IW + x0;
+                const float* hw = sHW + i * KW * R;
+#pragma unroll 4
+                for (int j = 0; j < KW; ++j) {
+                    const float u = __ldg(row + j);
 #pragma unroll
-                for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[r], p[r]);
+                    for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[j * R + r], p[r]);
+                }
+            }
+        } else {
+            for (int i = 0; i < KH; ++i) {
+                const int iy = y0 + i;
+                if (iy < 0 || iy >= IH) continue;
+                for (int j = 0; j < KW; ++j) {
+                    const int ix = x0 + j;
+                    if (ix < 0 || ix >= IW) continue;
+                    const float u = __ldg(Us + (size_t)iy * IW + ix);
+                    const float* hw = sHW + (i * KW + j) * R;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[r], p[r]);
+                }
             }
         }
         const float* Ss = S + (size_t)s * R;
@@ -105,40 +123,43 @@ __global__ void cp_conv_fused(
         for (int r = 0; r < R; ++r) q[r] = fmaf(p[r], __ldg(Ss + r), q[r]);
     }
 
-    // Every lane of the pixel gets the full q (butterfly inside the warp, shared memory
-    // across warps), so that the lanes split the output channels in the loop below
-    // instead of reducing once per output channel.
+    // Reduce q over the pixel's lanes: shuffles inside a warp, then the warps' partial
+    // sums through shared memory.
     const int width = lanes < 32 ? lanes : 32;
     for (int off = width / 2; off > 0; off >>= 1) {
 #pragma unroll
         for (int r = 0; r < R; ++r) q[r] += __shfl_xor_sync(0xffffffffu, q[r], off, width);
     }
-    if (lanes > 32) {
-        const int warps = lanes / 32, warp = threadIdx.x / 32;
-        float* red = sRed + (size_t)threadIdx.y * warps * R;
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
+    const int warps = lanes > 32 ? lanes / 32 : 1;  // partial sums per pixel
+    if ((threadIdx.x & 31) == 0) {
+        float* dst = sQ + ((size_t)threadIdx.y * warps + threadIdx.x / 32) * RP;
 #pragma unroll
-            for (int r = 0; r < R; ++r) red[warp * R + r] = q[r];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            float v = 0.f;
-            for (int w = 0; w < warps; ++w) v += red[w * R + r];
-            q[r] = v;
-        }
+        for (int r = 0; r < R; ++r) dst[r] = q[r];
     }
-    if (!active) return;
+    __syncthreads();
+    if (warps > 1) {
+        for (int e = tid; e < groups * R; e += nthreads) {
+            const int g = e / R, r = e % R;
+            float v = 0.f;
+            for (int w = 0; w < warps; ++w) v += sQ[((size_t)g * warps + w) * RP + r];
+            sQ[(size_t)g * warps * RP + r] = v;  // slot 0 of the pixel; its other slots are read above
+        }
+        __syncthreads();
+    }
 
-    const size_t plane = (size_t)OH * OW;
-    const size_t base = (size_t)n * K * plane + (size_t)y * OW + x;
-    for (int t = threadIdx.x; t < K; t += lanes) {
+    // Output phase: the block's threads walk (t, pixel) with the pixel fastest, so that
+    // consecutive threads write consecutive pixels of one output plane (the block's
+    // pixels are consecutive in (n, y, x)).  One write per output.
+    for (int e = tid; e < K * groups; e += nthreads) {
+        const int g = e % groups, t = e / groups;
+        const size_t pg = pix0 + g;
+        if (pg >= pixels) continue;
+        const float* qg = sQ + (size_t)g * warps * RP;
+        const float* tr = sT + t * RP;
         float a = bias ? bias[t] : 0.f;
-        const float* tr = sT + t * RT;
 #pragma unroll
-        for (int r = 0; r < R; ++r) a = fmaf(q[r], tr[r], a);
-        const size_t o = base + (size_t)t * plane;
+        for (int r = 0; r < R; ++r) a = fmaf(qg[r], tr[r], a);
+        const size_t o = (pg / plane * K + t) * plane + pg % plane;
         if (residual) a += residual[o];
         V[o] = relu ? fmaxf(a, 0.f) : a;
     }

@@ -130,14 +130,20 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
                  backend_name, cupy.cuda.runtime.getDevice())
 
 
+_SMEM_GRANTED: dict = {}  # kernel -> dynamic bytes already allowed (attribute queries cost µs)
+
+
 def set_dynamic_smem(kernel, nbytes: int) -> None:
     """Allow ``kernel`` to launch with ``nbytes`` of dynamic shared memory.
 
     Blocks may use more than 48 KiB only after this opt-in; asking for more than
     the device allows raises ``ValueError`` before any launch.
     """
+    if nbytes <= _SMEM_GRANTED.get(kernel, -1):
+        return
     limit = backend.device_facts().smem_per_block_optin - kernel.shared_size_bytes
     if nbytes > limit:
         raise ValueError(f"tile needs {nbytes} bytes of shared memory; the device allows {limit}")
     if nbytes > kernel.max_dynamic_shared_size_bytes:
         kernel.max_dynamic_shared_size_bytes = nbytes
+    _SMEM_GRANTED[kernel] = max(nbytes, _SMEM_GRANTED.get(kernel, -1))

@@ -46,8 +46,9 @@ class CPTile:
                              "a multiple of 32 and of lanes, 32..1024")
 
     def smem_bytes(self, kh: int, kw: int, k: int, rank: int) -> int:
-        warps = self.lanes // 32 if self.lanes > 32 else 0  # cross-warp reduction slots
-        return 4 * (kh * kw * rank + k * (rank | 1) + (self.threads // self.lanes) * warps * rank)
+        """H o W products, T, and one partial q per warp of each pixel (odd row strides)."""
+        partials = (self.threads // self.lanes) * max(1, self.lanes // 32)
+        return 4 * (kh * kw * rank + (k + partials) * (rank | 1))
 
 
 def default_tile(n: int, c: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:

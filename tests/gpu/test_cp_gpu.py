@@ -117,13 +117,15 @@ def test_pairwise_executor_on_library_calls(rng, monkeypatch, gemm, trial):
     calls = []
     real = ops.conv2d
     monkeypatch.setattr(ops, "conv2d", lambda *a, **k: calls.append(k) or real(*a, **k))
-    monkeypatch.setattr(g, "_windowed", None)
+    standard = plan.sequence == (((("U", "S"), "H"), "W"), "T")
+    if standard:  # other orders (ties with 1x1 filters) may convolve through windowed einsum
+        monkeypatch.setattr(g, "_windowed", None)
     out = g.execute(net, plan, dict(zip("USHWT", (cp.asarray(a) for a in [x_] + f))), gemm=gemm)
     ref = reference.conv2d(x_.astype(np.float64),
                            cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
                            padding=((kh - 1) // 2, (kw - 1) // 2))
     assert rel_err(out.get(), ref) <= 1e-5
     convs = sum(1 for k in calls if "groups" in k)
-    assert convs == 2 or plan.sequence != (((("U", "S"), "H"), "W"), "T")
+    assert convs == 2 or not standard
     if gemm == "igemm":
         assert sum(1 for k in calls if k.get("algorithm") == "igemm") >= 1

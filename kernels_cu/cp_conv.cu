@@ -45,9 +45,49 @@ extern "C" __global__ void cp_conv_naive(
     }
 }
 
-// Odd row strides in shared memory, so that threads reading consecutive rows of T
-// (or consecutive pixels' q) hit distinct banks.
-template <int R> struct OddStride { static constexpr int value = R | 1; };
+// Row stride of T and of the q partials in shared memory: R + 4 when R is a multiple of
+// four (rows stay 16-byte aligned for float4 reads, and eight lanes reading eight rows
+// hit distinct bank groups), else odd (distinct banks for scalar reads).
+template <int R> struct RowStride { static constexpr int value = R % 4 == 0 ? R + 4 : (R | 1); };
+
+// acc[r] += u * row[r] for a shared-memory row (float4 reads when R % 4 == 0).
+template <int R>
+__device__ __forceinline__ void axpy_row(float u, const float* row, float (&acc)[R])
+{
+    if (R % 4 == 0) {
+        const float4* row4 = reinterpret_cast<const float4*>(row);
+#pragma unroll
+        for (int k = 0; k < R / 4; ++k) {
+            const float4 h = row4[k];
+            acc[4 * k] = fmaf(u, h.x, acc[4 * k]);
+            acc[4 * k + 1] = fmaf(u, h.y, acc[4 * k + 1]);
+            acc[4 * k + 2] = fmaf(u, h.z, acc[4 * k + 2]);
+            acc[4 * k + 3] = fmaf(u, h.w, acc[4 * k + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = fmaf(u, row[r], acc[r]);
+    }
+}
+
+// acc + <a, b> for two shared-memory rows.
+template <int R>
+__device__ __forceinline__ float dot_rows(const float* a, const float* b, float acc)
+{
+    if (R % 4 == 0) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        const float4* b4 = reinterpret_cast<const float4*>(b);
+#pragma unroll
+        for (int k = 0; k < R / 4; ++k) {
+            const float4 x = a4[k], y = b4[k];
+            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, fmaf(x.z, y.z, fmaf(x.w, y.w, acc))));
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc = fmaf(a[r], b[r], acc);
+    }
+    return acc;
+}
 
 template <int R>
 __global__ void cp_conv_fused(
@@ -58,14 +98,17 @@ __global__ void cp_conv_fused(
     int stride_h, int stride_w, int pad_h, int pad_w, int relu)
 {
     // Shared: HW[i,j,:] = H[i,:] o W[j,:] (the Hadamard product of line 7, formed once per
-    // block), T, and one partial q per warp of each pixel.
-    constexpr int RP = OddStride<R>::value;
-    extern __shared__ float smem[];
-    float* sHW = smem;
+    // block), T, one partial q per warp of each pixel, and each pixel's output offset.
+    constexpr int RP = RowStride<R>::value;
+    extern __shared__ float4 smem4[];  // float4: 16-byte alignment for the row reads
+    float* sHW = reinterpret_cast<float*>(smem4);
     float* sT = sHW + KH * KW * R;
+    const int lanes = blockDim.x;   // S_TILE: a power of two, 1..1024
+    const int groups = blockDim.y;  // pixels per block, a power of two
+    const int warps = lanes > 32 ? lanes / 32 : 1;  // partial sums per pixel
     float* sQ = sT + K * RP;
-    const int lanes = blockDim.x;  // S_TILE: a power of two, 1..1024
-    const int groups = blockDim.y;  // pixels per block
+    const int floats = KH * KW * R + (K + groups * warps) * RP;
+    long long* sBase = reinterpret_cast<long long*>(sHW + ((floats + 1) & ~1));  // 8-byte aligned
     const int tid = threadIdx.y * lanes + threadIdx.x;
     const int nthreads = lanes * groups;
     for (int e = tid; e < KH * KW * R; e += nthreads) {
@@ -73,18 +116,19 @@ __global__ void cp_conv_fused(
         sHW[e] = H[(ij / KW) * R + r] * W[(ij % KW) * R + r];
     }
     for (int e = tid; e < K * R; e += nthreads) sT[(e / R) * RP + e % R] = T[e];
+
+    const long long plane = (long long)OH * OW;
+    const long long pixels = (long long)N * plane;
+    const long long pix = (long long)blockIdx.x * groups + threadIdx.y;
+    const bool active = pix < pixels;
+    const int n = active ? (int)(pix / plane) : 0;
+    const int yx = active ? (int)(pix - n * plane) : 0;
+    const int y = yx / OW, x = yx - y * OW;
+    if (threadIdx.x == 0) sBase[threadIdx.y] = active ? (long long)n * K * plane + yx : -1;
     __syncthreads();
 
-    const size_t plane = (size_t)OH * OW;
-    const size_t pixels = (size_t)N * plane;
-    const size_t pix0 = (size_t)blockIdx.x * groups;
-    const size_t pix = pix0 + threadIdx.y;
-    const bool active = pix < pixels;
-    const int x = active ? (int)(pix % OW) : 0, y = active ? (int)(pix / OW % OH) : 0;
-    const int n = active ? (int)(pix / plane) : 0;
     const int y0 = y * stride_h - pad_h, x0 = x * stride_w - pad_w;
     const bool interior = y0 >= 0 && y0 + KH <= IH && x0 >= 0 && x0 + KW <= IW;
-
     float q[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) q[r] = 0.f;
@@ -92,17 +136,14 @@ __global__ void cp_conv_fused(
         float p[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) p[r] = 0.f;
-        const float* Us = U + ((size_t)n * C + s) * IH * IW;
+        const float* Us = U + ((long long)n * C + s) * IH * IW;
         if (interior) {  // no bounds checks, and unrolled so that loads overlap
+            const float* hw = sHW;
             for (int i = 0; i < KH; ++i) {
-                const float* row = Us + (size_t)(y0 + i) * IW + x0;
-                const float* hw = sHW + i * KW * R;
+                const float* row = Us + (long long)(y0 + i) * IW + x0;
 #pragma unroll 4
-                for (int j = 0; j < KW; ++j) {
-                    const float u = __ldg(row + j);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[j * R + r], p[r]);
-                }
+                for (int j = 0; j < KW; ++j) axpy_row<R>(__ldg(row + j), hw + j * R, p);
+                hw += KW * R;
             }
         } else {
             for (int i = 0; i < KH; ++i) {
@@ -111,14 +152,11 @@ __global__ void cp_conv_fused(
                 for (int j = 0; j < KW; ++j) {
                     const int ix = x0 + j;
                     if (ix < 0 || ix >= IW) continue;
-                    const float u = __ldg(Us + (size_t)iy * IW + ix);
-                    const float* hw = sHW + (i * KW + j) * R;
-#pragma unroll
-                    for (int r = 0; r < R; ++r) p[r] = fmaf(u, hw[r], p[r]);
+                    axpy_row<R>(__ldg(Us + (long long)iy * IW + ix), sHW + (i * KW + j) * R, p);
                 }
             }
         }
-        const float* Ss = S + (size_t)s * R;
+        const float* Ss = S + (long long)s * R;
 #pragma unroll
         for (int r = 0; r < R; ++r) q[r] = fmaf(p[r], __ldg(Ss + r), q[r]);
     }
@@ -130,9 +168,8 @@ __global__ void cp_conv_fused(
 #pragma unroll
         for (int r = 0; r < R; ++r) q[r] += __shfl_xor_sync(0xffffffffu, q[r], off, width);
     }
-    const int warps = lanes > 32 ? lanes / 32 : 1;  // partial sums per pixel
     if ((threadIdx.x & 31) == 0) {
-        float* dst = sQ + ((size_t)threadIdx.y * warps + threadIdx.x / 32) * RP;
+        float* dst = sQ + (threadIdx.y * warps + threadIdx.x / 32) * RP;
 #pragma unroll
         for (int r = 0; r < R; ++r) dst[r] = q[r];
     }
@@ -141,25 +178,22 @@ __global__ void cp_conv_fused(
         for (int e = tid; e < groups * R; e += nthreads) {
             const int g = e / R, r = e % R;
             float v = 0.f;
-            for (int w = 0; w < warps; ++w) v += sQ[((size_t)g * warps + w) * RP + r];
-            sQ[(size_t)g * warps * RP + r] = v;  // slot 0 of the pixel; its other slots are read above
+            for (int w = 0; w < warps; ++w) v += sQ[(g * warps + w) * RP + r];
+            sQ[g * warps * RP + r] = v;  // slot 0 of the pixel, read above by this thread only
         }
         __syncthreads();
     }
 
     // Output phase: the block's threads walk (t, pixel) with the pixel fastest, so that
-    // consecutive threads write consecutive pixels of one output plane (the block's
-    // pixels are consecutive in (n, y, x)).  One write per output.
+    // consecutive threads write consecutive pixels of one output plane.  One write per
+    // output.
+    const int gshift = __ffs(groups) - 1;
     for (int e = tid; e < K * groups; e += nthreads) {
-        const int g = e % groups, t = e / groups;
-        const size_t pg = pix0 + g;
-        if (pg >= pixels) continue;
-        const float* qg = sQ + (size_t)g * warps * RP;
-        const float* tr = sT + t * RP;
-        float a = bias ? bias[t] : 0.f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) a = fmaf(qg[r], tr[r], a);
-        const size_t o = (pg / plane * K + t) * plane + pg % plane;
+        const int g = e & (groups - 1), t = e >> gshift;
+        const long long base = sBase[g];
+        if (base < 0) continue;
+        float a = dot_rows<R>(sQ + g * warps * RP, sT + t * RP, bias ? bias[t] : 0.f);
+        const long long o = base + t * plane;
         if (residual) a += residual[o];
         V[o] = relu ? fmaxf(a, 0.f) : a;
     }

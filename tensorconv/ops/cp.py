@@ -46,9 +46,12 @@ class CPTile:
                              "a multiple of 32 and of lanes, 32..1024")
 
     def smem_bytes(self, kh: int, kw: int, k: int, rank: int) -> int:
-        """H o W products, T, and one partial q per warp of each pixel (odd row strides)."""
-        partials = (self.threads // self.lanes) * max(1, self.lanes // 32)
-        return 4 * (kh * kw * rank + (k + partials) * (rank | 1))
+        """H o W products, T and one partial q per warp of each pixel (rows padded as in
+        ``RowStride``), then each pixel's 8-byte output offset."""
+        stride = rank + 4 if rank % 4 == 0 else rank | 1
+        groups = self.threads // self.lanes
+        floats = kh * kw * rank + (k + groups * max(1, self.lanes // 32)) * stride
+        return 4 * (floats + (floats & 1)) + 8 * groups
 
 
 def default_tile(n: int, c: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:

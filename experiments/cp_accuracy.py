@@ -50,7 +50,7 @@ def cp_model(pretrained: Path, rank: int, state: dict | None = None):
     """The pretrained model decomposed at ``rank`` (and its reconstruction errors), or,
     with ``state``, the fine-tuned CP model of that rank."""
     model = dense_model(pretrained)
-    errors = cpize(model, rank)
+    errors = cpize(model, rank, decompose=state is None)
     if state is not None:
         model.load_state_dict(state)
     return model, errors

@@ -200,8 +200,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             raise ValueError(f"tucker_init must be 'decompose' or 'random', got {cfg.tucker_init!r}")
         tuckerize(model, {k: tuple(v) for k, v in cfg.tucker_ranks.items()},
                   decompose=cfg.tucker_init == "decompose", seed=cfg.seed)
-    if cfg.cp_rank:
-        cpize(model, cfg.cp_rank)
+    if cfg.cp_rank:  # a resumed run loads its factors: no need to decompose again
+        cpize(model, cfg.cp_rank, decompose=not (checkpoint is not None and Path(checkpoint).exists()))
     if device == "gpu":
         model.to("gpu")
     xp = model.xp

@@ -89,19 +89,28 @@ class CPConv2d(Module):
                 f"rank={self.rank}, stride={self.stride}, padding={self.padding}")
 
 
-def cpize(model, rank: int, *, min_channels: int = 16) -> dict:
+def cpize(model, rank: int, *, min_channels: int = 16, decompose: bool = True) -> dict:
     """Replace every dense R x S convolution (>= ``min_channels`` in and out) by a
-    rank-``rank`` ``CPConv2d`` decomposed from it, in place; return
-    ``{name: relative reconstruction error}``."""
+    rank-``rank`` ``CPConv2d``, in place.
+
+    With ``decompose`` the factors come from CP-ALS on the layer's kernel and the
+    result is ``{name: relative reconstruction error}``; without it the new layers keep
+    their random initialisation (weights about to be loaded from a checkpoint) and the
+    result is ``{name: nan}``.
+    """
     from tensorconv.nn.tucker import tucker_candidates
 
     errors = {}
     modules = dict(model.named_modules())
     for name, conv in tucker_candidates(model, min_channels).items():
-        layer, err = CPConv2d.from_conv(conv, rank)
+        if decompose:
+            layer, errors[name] = CPConv2d.from_conv(conv, rank)
+        else:
+            layer = CPConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, rank,
+                             conv.stride, conv.padding, bias=conv.bias is not None)
+            errors[name] = float("nan")
         parent_name, _, attr = name.rpartition(".")
         setattr(modules[parent_name + "." if parent_name else ""], attr, layer)
-        errors[name] = err
     return errors
 
 

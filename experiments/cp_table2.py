@@ -87,10 +87,11 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     arrays = dict(zip("USHWT", (u,) + fs))
     tile, tile_times = cp_tuner.tune_tile(u, fs, 1, pad, repeat=5 if quick else 10,
                                           use_cache=False)
-    default = cpops.default_tile(1, s, y, x, backend.device_facts().sm_count)
+    default = cpops.default_tile(1, s, kh, y, x, backend.device_facts().sm_count)
     if tile_rows is not None:
         for tl, us in tile_times.items():
-            tile_rows.add(case, f"lanes{tl.lanes}_threads{tl.threads}", "time_us", us, "us")
+            tile_rows.add(case, f"lanes{tl.lanes}_threads{tl.threads}_rows{tl.rows}", "time_us",
+                          us, "us")
 
     ours = {
         "fused": lambda: cpops.cp_conv2d(u, *fs, 1, pad, tile=tile, out=out),
@@ -146,9 +147,8 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     paper = {"cudnn-fp32": PAPER_CUDNN[layer] if rank == RANKS[0] else None,
              "fused": dict(zip(RANKS, PAPER_FUSED[layer])).get(rank) if layer in PAPER_FUSED else None,
              "pairwise-torch-eager": PAPER_PAIRWISE[layer].get(rank)}
-    notes = {"fused": f"tuned tile lanes={tile.lanes} threads={tile.threads} "
-                      f"(of {len(tile_times)} timed)",
-             "fused-default": f"lanes={default.lanes} threads={default.threads}",
+    notes = {"fused": f"tuned tile {tile} (of {len(tile_times)} timed)",
+             "fused-default": f"default tile {default}",
              "pairwise-torch-eager": "paper value: its TensorFlow pairwise sequence",
              "cudnn-fp32": "paper value: cuDNN 7.4 PREFER_FASTEST (rank-independent)"}
     for name, us in times.items():

@@ -95,7 +95,7 @@ __global__ void cp_conv_fused(
     const float* __restrict__ W, const float* __restrict__ T, const float* __restrict__ bias,
     const float* __restrict__ residual, float* __restrict__ V,
     int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW,
-    int stride_h, int stride_w, int pad_h, int pad_w, int relu)
+    int stride_h, int stride_w, int pad_h, int pad_w, int rows, int relu)
 {
     // Shared: HW[i,j,:] = H[i,:] o W[j,:] (the Hadamard product of line 7, formed once per
     // block), T, one partial q per warp of each pixel, and each pixel's output offset.
@@ -127,32 +127,35 @@ __global__ void cp_conv_fused(
     if (threadIdx.x == 0) sBase[threadIdx.y] = active ? (long long)n * K * plane + yx : -1;
     __syncthreads();
 
+    // The pixel's work is split into items of `rows` filter rows of one input channel
+    // (a whole channel, as in the paper, or fewer rows when there are too few channels
+    // to keep the lanes busy); the lanes stride over the items.  S scales each item's
+    // partial p, which is exact because the sum is linear.
     const int y0 = y * stride_h - pad_h, x0 = x * stride_w - pad_w;
-    const bool interior = y0 >= 0 && y0 + KH <= IH && x0 >= 0 && x0 + KW <= IW;
+    const bool cols_inside = x0 >= 0 && x0 + KW <= IW;
+    const int per_channel = (KH + rows - 1) / rows;
     float q[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) q[r] = 0.f;
-    for (int s = threadIdx.x; active && s < C; s += lanes) {
+    for (int item = threadIdx.x; active && item < C * per_channel; item += lanes) {
+        const int s = item / per_channel;
+        const int i0 = (item - s * per_channel) * rows;
+        const int i1 = min(KH, i0 + rows);
         float p[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) p[r] = 0.f;
         const float* Us = U + ((long long)n * C + s) * IH * IW;
-        if (interior) {  // no bounds checks, and unrolled so that loads overlap
-            const float* hw = sHW;
-            for (int i = 0; i < KH; ++i) {
-                const float* row = Us + (long long)(y0 + i) * IW + x0;
+        for (int i = i0; i < i1; ++i) {
+            const int iy = y0 + i;
+            if (iy < 0 || iy >= IH) continue;
+            const float* row = Us + (long long)iy * IW + x0;
+            const float* hw = sHW + i * KW * R;
+            if (cols_inside) {  // no bounds checks, and unrolled so that loads overlap
 #pragma unroll 4
                 for (int j = 0; j < KW; ++j) axpy_row<R>(__ldg(row + j), hw + j * R, p);
-                hw += KW * R;
-            }
-        } else {
-            for (int i = 0; i < KH; ++i) {
-                const int iy = y0 + i;
-                if (iy < 0 || iy >= IH) continue;
+            } else {
                 for (int j = 0; j < KW; ++j) {
-                    const int ix = x0 + j;
-                    if (ix < 0 || ix >= IW) continue;
-                    axpy_row<R>(__ldg(Us + (long long)iy * IW + ix), sHW + (i * KW + j) * R, p);
+                    if (x0 + j >= 0 && x0 + j < IW) axpy_row<R>(__ldg(row + j), hw + j * R, p);
                 }
             }
         }
@@ -202,7 +205,7 @@ __global__ void cp_conv_fused(
 #ifndef __CUDACC_RTC__  // offline type-check of every rank the Python op may ask for
 #define TC_CP(R) template __global__ void cp_conv_fused<R>(const float*, const float*, \
     const float*, const float*, const float*, const float*, const float*, float*, int, int, \
-    int, int, int, int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int, int, int, int);
 TC_CP(1) TC_CP(2) TC_CP(3) TC_CP(4) TC_CP(5) TC_CP(6) TC_CP(7) TC_CP(8)
 TC_CP(9) TC_CP(10) TC_CP(11) TC_CP(12) TC_CP(13) TC_CP(14) TC_CP(15) TC_CP(16)
 TC_CP(17) TC_CP(18) TC_CP(19) TC_CP(20) TC_CP(21) TC_CP(22) TC_CP(23) TC_CP(24)

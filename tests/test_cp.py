@@ -95,12 +95,14 @@ def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
     with pytest.raises(ValueError, match="lanes must be a power of two"):
         cpops.cp_conv2d(x, *f, tile=cpops.CPTile(4, 48))
     # the default tile splits channels further when a batch-1 layer has few pixels
-    small, large = cpops.default_tile(1, 192, 13, 13), cpops.default_tile(1, 192, 224, 224)
+    small, large = cpops.default_tile(1, 192, 3, 13, 13), cpops.default_tile(1, 192, 3, 224, 224)
     assert small.lanes > large.lanes and small.threads % small.lanes == 0
-    for tile in cpops.candidate_tiles(300):
+    assert small.rows == 0 and cpops.default_tile(1, 3, 11, 224, 224).rows == 1
+    for tile in cpops.candidate_tiles(300, 3):
         tile.validate()
-    assert max(t.lanes for t in cpops.candidate_tiles(300)) == 512
-    assert max(t.lanes for t in cpops.candidate_tiles(3)) == 4
+    assert max(t.lanes for t in cpops.candidate_tiles(300, 3)) == 512
+    assert max(t.lanes for t in cpops.candidate_tiles(3, 1)) == 4
+    assert max(t.lanes for t in cpops.candidate_tiles(3, 11) if t.rows == 1) == 64
 
 
 def test_intermediate_bytes_of_the_cp_sequence():

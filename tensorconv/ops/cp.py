@@ -33,17 +33,21 @@ def _next_pow2(v: int) -> int:
 @dataclass(frozen=True)
 class CPTile:
     """Launch shape of the fused kernel: ``lanes`` (S_TILE) threads per output pixel,
-    ``threads`` per block (so ``threads // lanes`` pixels per block)."""
+    ``threads`` per block (so ``threads // lanes`` pixels per block), and the work item
+    the lanes stride over: a whole input channel (``rows=0``, the paper's choice) or
+    ``rows`` filter rows of one channel (for layers with few input channels)."""
 
     lanes: int
     threads: int
+    rows: int = 0
 
     def validate(self) -> None:
         ok = (self.lanes in tuple(1 << i for i in range(11)) and self.threads % 32 == 0
-              and self.threads % self.lanes == 0 and 32 <= self.threads <= 1024)
+              and self.threads % self.lanes == 0 and 32 <= self.threads <= 1024
+              and self.rows >= 0)
         if not ok:
-            raise ValueError(f"tile {self}: lanes must be a power of two up to 1024 and threads "
-                             "a multiple of 32 and of lanes, 32..1024")
+            raise ValueError(f"tile {self}: lanes must be a power of two up to 1024, threads "
+                             "a multiple of 32 and of lanes, 32..1024, and rows >= 0")
 
     def smem_bytes(self, kh: int, kw: int, k: int, rank: int) -> int:
         """H o W products, T and one partial q per warp of each pixel (rows padded as in
@@ -54,27 +58,34 @@ class CPTile:
         return 4 * (floats + (floats & 1)) + 8 * groups
 
 
-def default_tile(n: int, c: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:
-    """About four input channels per lane, then more lanes while the launch has fewer
-    than eight warps per SM (batch-1 layers with small images need the channel split
-    to fill the GPU)."""
-    lanes = min(32, _next_pow2(max(1, c // 4)))
+def _items(c: int, kh: int, rows: int) -> int:
+    """Work items per output pixel: channels times row blocks."""
+    return c * (-(-kh // rows) if rows else 1)
+
+
+def default_tile(n: int, c: int, kh: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:
+    """Row items when there are fewer than 16 channels, about four items per lane, then
+    more lanes while the launch has fewer than eight warps per SM (batch-1 layers with
+    small images need the split to fill the GPU)."""
+    rows = 1 if c < 16 and kh > 1 else 0
+    items = _items(c, kh, rows)
+    lanes = min(32, _next_pow2(max(1, items // 4)))
     pixels = n * oh * ow
-    while lanes < min(512, _next_pow2(c)) and pixels * lanes < 8 * 32 * sm_count:
+    while lanes < min(512, _next_pow2(items)) and pixels * lanes < 8 * 32 * sm_count:
         lanes *= 2
-    return CPTile(lanes, max(128, lanes))
+    return CPTile(lanes, max(128, lanes), rows)
 
 
-def candidate_tiles(c: int) -> list[CPTile]:
-    """Every launch shape worth timing for ``c`` input channels (the tuner's search space)."""
-    top = min(512, max(1, _next_pow2(c)))
+def candidate_tiles(c: int, kh: int) -> list[CPTile]:
+    """Every launch shape worth timing for ``c`` input channels and ``kh`` filter rows
+    (the tuner's search space)."""
     tiles = []
-    lanes = 1
-    while lanes <= top:
-        for threads in (128, 256, 512):
-            if threads >= lanes:
-                tiles.append(CPTile(lanes, threads))
-        lanes *= 2
+    for rows in ((0, 1) if kh > 1 else (0,)):
+        top = min(512, _next_pow2(_items(c, kh, rows)))
+        lanes = 1
+        while lanes <= top:
+            tiles += [CPTile(lanes, threads, rows) for threads in (128, 256, 512) if threads >= lanes]
+            lanes *= 2
     return tiles
 
 
@@ -144,7 +155,7 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
         raise ValueError("variant='naive' (Algorithm 1) has no epilogue: bias, residual and "
                          "relu need variant='fused'")
     if variant == "fused":
-        tile = tile or default_tile(n, c, oh, ow, backend.device_facts().sm_count
+        tile = tile or default_tile(n, c, kh, oh, ow, backend.device_facts().sm_count
                                     if xp is not np else 132)
         tile.validate()
     if xp is np:
@@ -171,5 +182,6 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
     null = np.uintp(0)
     kernel((-(-(n * oh * ow) // groups),), (tile.lanes, groups),
            (x,) + fs + (null if bias is None else bias, null if residual is None else residual,
-                        out) + geometry + conv + (i32(bool(relu)),), shared_mem=smem)
+                        out) + geometry + conv + (i32(tile.rows or kh), i32(bool(relu))),
+           shared_mem=smem)
     return out

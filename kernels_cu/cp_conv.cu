@@ -202,6 +202,111 @@ __global__ void cp_conv_fused(
     }
 }
 
+// p[r] += a[r] * b[r] for two shared-memory rows.
+template <int R>
+__device__ __forceinline__ void fma_rows(const float* a, const float* b, float (&p)[R])
+{
+    if (R % 4 == 0) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        const float4* b4 = reinterpret_cast<const float4*>(b);
+#pragma unroll
+        for (int k = 0; k < R / 4; ++k) {
+            const float4 x = a4[k], y = b4[k];
+            p[4 * k] = fmaf(x.x, y.x, p[4 * k]);
+            p[4 * k + 1] = fmaf(x.y, y.y, p[4 * k + 1]);
+            p[4 * k + 2] = fmaf(x.z, y.z, p[4 * k + 2]);
+            p[4 * k + 3] = fmaf(x.w, y.w, p[4 * k + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) p[r] = fmaf(a[r], b[r], p[r]);
+    }
+}
+
+// cp_conv_fused_sep: the fused kernel for stride 1 with the filter applied separably.
+// H o W is rank one per r, so p = sum_i H[i] sum_j W[j] u[i,j] costs KH + KW products
+// per pixel and channel instead of KH * KW when neighbouring pixels share the column
+// sums: a block owns a 32 x TH output tile, stages each input channel's tile (with its
+// halo) in shared memory, forms the column sums v[r] = sum_i H[i,r] u[y+i, x'] for the
+// tile's rows and halo columns, and each thread (one per pixel) finishes its p with W,
+// scales it by S into its q, and after the last channel writes its K outputs.  For few
+// input channels and large filters (AlexNet's first layer), where the paper's per-pixel
+// loop is long and the GPU is short of pixels to hide it.
+template <int R>
+__global__ void cp_conv_fused_sep(
+    const float* __restrict__ U, const float* __restrict__ S, const float* __restrict__ H,
+    const float* __restrict__ W, const float* __restrict__ T, const float* __restrict__ bias,
+    const float* __restrict__ residual, float* __restrict__ V,
+    int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW, int pad_h, int pad_w,
+    int relu)
+{
+    constexpr int RP = RowStride<R>::value;
+    constexpr int TW = 32;
+    const int TH = blockDim.y;
+    const int XW = TW + KW - 1, YH = TH + KH - 1;
+    extern __shared__ float4 smem4[];
+    float* sT = reinterpret_cast<float*>(smem4);  // K rows; all row blocks stay 16-byte aligned
+    float* sV = sT + K * RP;                      // TH x XW column sums, rows of RP
+    float* sH = sV + TH * XW * RP;                // KH x R
+    float* sW = sH + KH * R;                      // KW x R
+    float* sU = sW + KW * R;                      // YH x XW input tile of one channel
+    const int tid = threadIdx.y * TW + threadIdx.x;
+    const int nthreads = TW * TH;
+    for (int e = tid; e < K * R; e += nthreads) sT[(e / R) * RP + e % R] = T[e];
+    for (int e = tid; e < KH * R; e += nthreads) sH[e] = H[e];
+    for (int e = tid; e < KW * R; e += nthreads) sW[e] = W[e];
+
+    const int n = blockIdx.z;
+    const int ox0 = blockIdx.x * TW, oy0 = blockIdx.y * TH;
+    const int ix0 = ox0 - pad_w, iy0 = oy0 - pad_h;
+    float q[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) q[r] = 0.f;
+    for (int s = 0; s < C; ++s) {
+        __syncthreads();  // the previous channel's tile and sums are no longer read
+        const float* Us = U + ((long long)n * C + s) * IH * IW;
+        for (int e = tid; e < YH * XW; e += nthreads) {
+            const int iy = iy0 + e / XW, ix = ix0 + e % XW;
+            sU[e] = (iy >= 0 && iy < IH && ix >= 0 && ix < IW) ? __ldg(Us + (long long)iy * IW + ix)
+                                                               : 0.f;
+        }
+        __syncthreads();
+        for (int e = tid; e < TH * XW; e += nthreads) {
+            float v[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) v[r] = 0.f;
+            const float* col = sU + e;  // row e / XW of the tile, column e % XW
+            for (int i = 0; i < KH; ++i) axpy_row<R>(col[i * XW], sH + i * R, v);
+            float* dst = sV + e * RP;
+#pragma unroll
+            for (int r = 0; r < R; ++r) dst[r] = v[r];
+        }
+        __syncthreads();
+        float p[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) p[r] = 0.f;
+        const float* vrow = sV + (threadIdx.y * XW + threadIdx.x) * RP;
+        for (int j = 0; j < KW; ++j) fma_rows<R>(sW + j * R, vrow + j * RP, p);
+        const float* Ss = S + (long long)s * R;
+#pragma unroll
+        for (int r = 0; r < R; ++r) q[r] = fmaf(p[r], __ldg(Ss + r), q[r]);
+    }
+
+    const int oy = oy0 + threadIdx.y, ox = ox0 + threadIdx.x;
+    if (oy >= OH || ox >= OW) return;
+    const long long plane = (long long)OH * OW;
+    const long long base = (long long)n * K * plane + (long long)oy * OW + ox;
+    for (int t = 0; t < K; ++t) {  // every lane reads the same row of T: a broadcast
+        float a = bias ? bias[t] : 0.f;
+        const float* tr = sT + t * RP;
+#pragma unroll
+        for (int r = 0; r < R; ++r) a = fmaf(q[r], tr[r], a);
+        const long long o = base + t * plane;
+        if (residual) a += residual[o];
+        V[o] = relu ? fmaxf(a, 0.f) : a;
+    }
+}
+
 #ifndef __CUDACC_RTC__  // offline type-check of every rank the Python op may ask for
 #define TC_CP(R) template __global__ void cp_conv_fused<R>(const float*, const float*, \
     const float*, const float*, const float*, const float*, const float*, float*, int, int, \
@@ -210,4 +315,13 @@ TC_CP(1) TC_CP(2) TC_CP(3) TC_CP(4) TC_CP(5) TC_CP(6) TC_CP(7) TC_CP(8)
 TC_CP(9) TC_CP(10) TC_CP(11) TC_CP(12) TC_CP(13) TC_CP(14) TC_CP(15) TC_CP(16)
 TC_CP(17) TC_CP(18) TC_CP(19) TC_CP(20) TC_CP(21) TC_CP(22) TC_CP(23) TC_CP(24)
 TC_CP(25) TC_CP(26) TC_CP(27) TC_CP(28) TC_CP(29) TC_CP(30) TC_CP(31) TC_CP(32)
+#define TC_CP_SEP(R) template __global__ void cp_conv_fused_sep<R>(const float*, \
+    const float*, const float*, const float*, const float*, const float*, const float*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_CP_SEP(1) TC_CP_SEP(2) TC_CP_SEP(3) TC_CP_SEP(4) TC_CP_SEP(5) TC_CP_SEP(6) TC_CP_SEP(7)
+TC_CP_SEP(8) TC_CP_SEP(9) TC_CP_SEP(10) TC_CP_SEP(11) TC_CP_SEP(12) TC_CP_SEP(13)
+TC_CP_SEP(14) TC_CP_SEP(15) TC_CP_SEP(16) TC_CP_SEP(17) TC_CP_SEP(18) TC_CP_SEP(19)
+TC_CP_SEP(20) TC_CP_SEP(21) TC_CP_SEP(22) TC_CP_SEP(23) TC_CP_SEP(24) TC_CP_SEP(25)
+TC_CP_SEP(26) TC_CP_SEP(27) TC_CP_SEP(28) TC_CP_SEP(29) TC_CP_SEP(30) TC_CP_SEP(31)
+TC_CP_SEP(32)
 #endif

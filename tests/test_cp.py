@@ -103,6 +103,10 @@ def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
     assert max(t.lanes for t in cpops.candidate_tiles(300, 3)) == 512
     assert max(t.lanes for t in cpops.candidate_tiles(3, 1)) == 4
     assert max(t.lanes for t in cpops.candidate_tiles(3, 11) if t.rows == 1) == 64
+    assert any(t.scheme == "separable" for t in cpops.candidate_tiles(3, 11, 11))
+    assert not any(t.scheme == "separable" for t in cpops.candidate_tiles(3, 11, 11, (2, 2)))
+    with pytest.raises(ValueError, match="separable scheme needs stride 1"):
+        cpops.cp_conv2d(x, *f, 2, tile=cpops.CPTile(1, 64, scheme="separable"))
 
 
 def test_intermediate_bytes_of_the_cp_sequence():

@@ -32,27 +32,37 @@ def _next_pow2(v: int) -> int:
 
 @dataclass(frozen=True)
 class CPTile:
-    """Launch shape of the fused kernel: ``lanes`` (S_TILE) threads per output pixel,
-    ``threads`` per block (so ``threads // lanes`` pixels per block), and the work item
-    the lanes stride over: a whole input channel (``rows=0``, the paper's choice) or
-    ``rows`` filter rows of one channel (for layers with few input channels)."""
+    """Launch shape of the fused kernel.
+
+    ``scheme="direct"`` (the paper's Algorithm 2): ``lanes`` (S_TILE) threads per
+    output pixel, ``threads`` per block (so ``threads // lanes`` pixels per block),
+    and the work item the lanes stride over: a whole input channel (``rows=0``, the
+    paper's choice) or ``rows`` filter rows of one channel (for few input channels).
+    ``scheme="separable"`` (stride 1 only): a block computes a 32 x ``threads // 32``
+    output tile, one thread per pixel, applying H and W one after the other through
+    shared memory; ``lanes`` and ``rows`` are unused (keep the defaults).
+    """
 
     lanes: int
     threads: int
     rows: int = 0
+    scheme: str = "direct"
 
     def validate(self) -> None:
         ok = (self.lanes in tuple(1 << i for i in range(11)) and self.threads % 32 == 0
               and self.threads % self.lanes == 0 and 32 <= self.threads <= 1024
-              and self.rows >= 0)
+              and self.rows >= 0 and self.scheme in ("direct", "separable"))
         if not ok:
             raise ValueError(f"tile {self}: lanes must be a power of two up to 1024, threads "
-                             "a multiple of 32 and of lanes, 32..1024, and rows >= 0")
+                             "a multiple of 32 and of lanes, 32..1024, rows >= 0, and scheme "
+                             "'direct' or 'separable'")
 
     def smem_bytes(self, kh: int, kw: int, k: int, rank: int) -> int:
-        """H o W products, T and one partial q per warp of each pixel (rows padded as in
-        ``RowStride``), then each pixel's 8-byte output offset."""
+        """Dynamic shared memory of a launch (rows padded as in ``RowStride``)."""
         stride = rank + 4 if rank % 4 == 0 else rank | 1
+        if self.scheme == "separable":
+            th, xw = self.threads // 32, 32 + kw - 1
+            return 4 * ((k + th * xw) * stride + (kh + kw) * rank + (th + kh - 1) * xw)
         groups = self.threads // self.lanes
         floats = kh * kw * rank + (k + groups * max(1, self.lanes // 32)) * stride
         return 4 * (floats + (floats & 1)) + 8 * groups
@@ -76,9 +86,10 @@ def default_tile(n: int, c: int, kh: int, oh: int, ow: int, sm_count: int = 132)
     return CPTile(lanes, max(128, lanes), rows)
 
 
-def candidate_tiles(c: int, kh: int) -> list[CPTile]:
-    """Every launch shape worth timing for ``c`` input channels and ``kh`` filter rows
-    (the tuner's search space)."""
+def candidate_tiles(c: int, kh: int, kw: int = 1, stride=(1, 1)) -> list[CPTile]:
+    """Every launch shape worth timing for ``c`` input channels and a ``kh`` x ``kw``
+    filter (the tuner's search space); separable tiles for stride 1 and filters of
+    at least 3 x 3, where sharing the column sums saves work."""
     tiles = []
     for rows in ((0, 1) if kh > 1 else (0,)):
         top = min(512, _next_pow2(_items(c, kh, rows)))
@@ -86,6 +97,8 @@ def candidate_tiles(c: int, kh: int) -> list[CPTile]:
         while lanes <= top:
             tiles += [CPTile(lanes, threads, rows) for threads in (128, 256, 512) if threads >= lanes]
             lanes *= 2
+    if tuple(stride) == (1, 1) and min(kh, kw) >= 3:
+        tiles += [CPTile(1, threads, scheme="separable") for threads in (64, 128, 256)]
     return tiles
 
 
@@ -158,6 +171,8 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
         tile = tile or default_tile(n, c, kh, oh, ow, backend.device_facts().sm_count
                                     if xp is not np else 132)
         tile.validate()
+        if tile.scheme == "separable" and (sh, sw) != (1, 1):
+            raise ValueError(f"the separable scheme needs stride 1, got {(sh, sw)}")
     if xp is np:
         kernel = reconstruct(CPFactors(**factors)).astype(np.float32)
         y = reference.conv2d(x, kernel, bias, stride=(sh, sw), padding=(ph, pw))
@@ -176,12 +191,20 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
                                                 (x,) + fs + (out,) + geometry + (i32(rank),) + conv)
         return out
     smem = tile.smem_bytes(kh, kw, k, rank)
+    null = np.uintp(0)
+    epilogue = (null if bias is None else bias, null if residual is None else residual, out)
+    if tile.scheme == "separable":
+        kernel = cuda.get_kernel(_FILE, f"cp_conv_fused_sep<{rank}>")
+        cuda.set_dynamic_smem(kernel, smem)
+        th = tile.threads // 32
+        kernel((-(-ow // 32), -(-oh // th), n), (32, th),
+               (x,) + fs + epilogue + geometry + (i32(ph), i32(pw), i32(bool(relu))),
+               shared_mem=smem)
+        return out
     kernel = cuda.get_kernel(_FILE, f"cp_conv_fused<{rank}>")
     cuda.set_dynamic_smem(kernel, smem)
     groups = tile.threads // tile.lanes
-    null = np.uintp(0)
     kernel((-(-(n * oh * ow) // groups),), (tile.lanes, groups),
-           (x,) + fs + (null if bias is None else bias, null if residual is None else residual,
-                        out) + geometry + conv + (i32(tile.rows or kh), i32(bool(relu))),
+           (x,) + fs + epilogue + geometry + conv + (i32(tile.rows or kh), i32(bool(relu))),
            shared_mem=smem)
     return out

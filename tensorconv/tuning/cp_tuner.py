@@ -36,7 +36,7 @@ def tune_tile(x, factors, stride=1, padding=0, *, repeat: int = 10, use_cache: b
     facts = backend.device_facts()
     kh, kw, k, r = factors[1].shape[0], factors[2].shape[0], factors[3].shape[0], factors[0].shape[1]
     times = {}
-    for tile in cpops.candidate_tiles(x.shape[1], kh):
+    for tile in cpops.candidate_tiles(x.shape[1], kh, kw, pair(stride, "stride", minimum=1)):
         if tile.smem_bytes(kh, kw, k, r) > facts.smem_per_block_optin:
             continue
         run = lambda tile=tile: cpops.cp_conv2d(x, *factors, stride, padding,  # noqa: E731

@@ -36,12 +36,45 @@ def test_random_shapes(rng, variant, trial):
                            cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
                            stride=stride, padding=padding)
     out = cp.full(ref.shape, cp.nan, cp.float32)
-    tiles = [None] + cpops.candidate_tiles(c, kh)
+    tiles = [None] + cpops.candidate_tiles(c, kh, kw, (stride, stride))
     tile = tiles[int(rng.integers(len(tiles)))] if variant == "fused" else None
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), stride, padding,
                     variant=variant, out=out, **({"tile": tile} if variant == "fused" else {}))
     assert not cp.isnan(out).any()
     assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, stride, tile)
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_separable_scheme(rng, trial):
+    """The separable fused kernel (stride 1) on random shapes, paddings and ranks, with and
+    without the epilogue, against float64."""
+    import cupy as cp
+
+    n, c, k = int(rng.integers(1, 4)), int(rng.integers(1, 40)), int(rng.integers(1, 120))
+    ih, iw = (int(v) for v in rng.integers(3, 70, size=2))
+    kh, kw = (int(v) for v in rng.choice([3, 5, 7, 11], size=2))
+    kh, kw = min(kh, ih + 2), min(kw, iw + 2)
+    r = int(rng.integers(1, 33))
+    padding = (int(rng.integers(0, kh)), int(rng.integers(0, kw)))
+    if ih + 2 * padding[0] < kh or iw + 2 * padding[1] < kw:
+        padding = ((kh - 1) // 2, (kw - 1) // 2)
+    x, f = _case(rng, n, c, k, ih, iw, kh, kw, r)
+    ref = reference.conv2d(x.astype(np.float64),
+                           cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
+                           padding=padding)
+    args = {}
+    if trial % 2:
+        bias = rng.standard_normal(k)
+        res = rng.standard_normal(ref.shape)
+        ref = np.maximum(ref + bias[None, :, None, None] + res, 0)
+        args = dict(bias=cp.asarray(bias.astype(np.float32)),
+                    residual=cp.asarray(res.astype(np.float32)), relu=True)
+    tile = cpops.CPTile(1, [64, 128, 256][trial % 3], scheme="separable")
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), 1, padding, tile=tile, out=out,
+                    **args)
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, padding, tile)
 
 
 @pytest.mark.parametrize("trial", range(6))
@@ -54,7 +87,7 @@ def test_fused_epilogue(rng, trial):
     bias = rng.standard_normal(k).astype(np.float32)
     res = rng.standard_normal((n, k, 9, 11)).astype(np.float32)
     ref = cpops.cp_conv2d(x, *f, 1, 1, bias=bias, residual=res, relu=True)
-    tiles = cpops.candidate_tiles(c, 3)
+    tiles = cpops.candidate_tiles(c, 3, 3)
     tile = tiles[trial * 7 % len(tiles)]
     out = cp.full(ref.shape, cp.nan, cp.float32)
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), 1, 1, bias=cp.asarray(bias),
@@ -90,6 +123,8 @@ def test_bad_input():
         cpops.cp_conv2d(x, *big)
     with pytest.raises(ValueError, match="lanes must be a power of two"):
         cpops.cp_conv2d(x, *good, tile=cpops.CPTile(3, 96))
+    with pytest.raises(ValueError, match="separable scheme needs stride 1"):
+        cpops.cp_conv2d(x, *good, 2, tile=cpops.CPTile(1, 64, scheme="separable"))
     with pytest.raises(ValueError, match="no epilogue"):
         cpops.cp_conv2d(x, *good, variant="naive", relu=True)
     with pytest.raises(ValueError, match="bias has 4 entries"):

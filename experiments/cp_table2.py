@@ -87,11 +87,12 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     arrays = dict(zip("USHWT", (u,) + fs))
     tile, tile_times = cp_tuner.tune_tile(u, fs, 1, pad, repeat=5 if quick else 10,
                                           use_cache=False)
-    default = cpops.default_tile(1, s, kh, y, x, backend.device_facts().sm_count)
+    default = cpops.default_tile(1, s, kh, kw, y, x, sm_count=backend.device_facts().sm_count)
     if tile_rows is not None:
         for tl, us in tile_times.items():
-            tile_rows.add(case, f"lanes{tl.lanes}_threads{tl.threads}_rows{tl.rows}", "time_us",
-                          us, "us")
+            label = (f"separable_threads{tl.threads}" if tl.scheme == "separable" else
+                     f"lanes{tl.lanes}_threads{tl.threads}_rows{tl.rows}")
+            tile_rows.add(case, label, "time_us", us, "us")
 
     ours = {
         "fused": lambda: cpops.cp_conv2d(u, *fs, 1, pad, tile=tile, out=out),

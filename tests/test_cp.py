@@ -95,9 +95,10 @@ def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
     with pytest.raises(ValueError, match="lanes must be a power of two"):
         cpops.cp_conv2d(x, *f, tile=cpops.CPTile(4, 48))
     # the default tile splits channels further when a batch-1 layer has few pixels
-    small, large = cpops.default_tile(1, 192, 3, 13, 13), cpops.default_tile(1, 192, 3, 224, 224)
+    small, large = cpops.default_tile(1, 192, 3, 3, 13, 13), cpops.default_tile(1, 192, 3, 3, 224, 224)
     assert small.lanes > large.lanes and small.threads % small.lanes == 0
-    assert small.rows == 0 and cpops.default_tile(1, 3, 11, 224, 224).rows == 1
+    assert small.rows == 0 and cpops.default_tile(1, 3, 11, 11, 224, 224, (2, 2)).rows == 1
+    assert cpops.default_tile(1, 3, 11, 11, 224, 224).scheme == "separable"
     for tile in cpops.candidate_tiles(300, 3):
         tile.validate()
     assert max(t.lanes for t in cpops.candidate_tiles(300, 3)) == 512

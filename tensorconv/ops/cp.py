@@ -73,14 +73,19 @@ def _items(c: int, kh: int, rows: int) -> int:
     return c * (-(-kh // rows) if rows else 1)
 
 
-def default_tile(n: int, c: int, kh: int, oh: int, ow: int, sm_count: int = 132) -> CPTile:
-    """Row items when there are fewer than 16 channels, about four items per lane, then
-    more lanes while the launch has fewer than eight warps per SM (batch-1 layers with
-    small images need the split to fill the GPU)."""
+def default_tile(n: int, c: int, kh: int, kw: int, oh: int, ow: int, stride=(1, 1),
+                 sm_count: int = 132) -> CPTile:
+    """The separable scheme for large filters over few channels at stride 1 (where it
+    won on the H100); otherwise the direct scheme with row items when there are fewer
+    than 16 channels, about four items per lane, then more lanes while the launch has
+    fewer than eight warps per SM (batch-1 layers with small images need the split to
+    fill the GPU)."""
+    pixels = n * oh * ow
+    if tuple(stride) == (1, 1) and c < 16 and kh * kw >= 25:
+        return CPTile(1, 256 if pixels >= 256 * sm_count else 128, scheme="separable")
     rows = 1 if c < 16 and kh > 1 else 0
     items = _items(c, kh, rows)
     lanes = min(32, _next_pow2(max(1, items // 4)))
-    pixels = n * oh * ow
     while lanes < min(512, _next_pow2(items)) and pixels * lanes < 8 * 32 * sm_count:
         lanes *= 2
     return CPTile(lanes, max(128, lanes), rows)
@@ -168,8 +173,8 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
         raise ValueError("variant='naive' (Algorithm 1) has no epilogue: bias, residual and "
                          "relu need variant='fused'")
     if variant == "fused":
-        tile = tile or default_tile(n, c, kh, oh, ow, backend.device_facts().sm_count
-                                    if xp is not np else 132)
+        tile = tile or default_tile(n, c, kh, kw, oh, ow, (sh, sw),
+                                    backend.device_facts().sm_count if xp is not np else 132)
         tile.validate()
         if tile.scheme == "separable" and (sh, sw) != (1, 1):
             raise ValueError(f"the separable scheme needs stride 1, got {(sh, sw)}")

@@ -89,6 +89,27 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, float 
     return acc;
 }
 
+// p[r] += a[r] * b[r] for two shared-memory rows.
+template <int R>
+__device__ __forceinline__ void fma_rows(const float* a, const float* b, float (&p)[R])
+{
+    if (R % 4 == 0) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        const float4* b4 = reinterpret_cast<const float4*>(b);
+#pragma unroll
+        for (int k = 0; k < R / 4; ++k) {
+            const float4 x = a4[k], y = b4[k];
+            p[4 * k] = fmaf(x.x, y.x, p[4 * k]);
+            p[4 * k + 1] = fmaf(x.y, y.y, p[4 * k + 1]);
+            p[4 * k + 2] = fmaf(x.z, y.z, p[4 * k + 2]);
+            p[4 * k + 3] = fmaf(x.w, y.w, p[4 * k + 3]);
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) p[r] = fmaf(a[r], b[r], p[r]);
+    }
+}
+
 template <int R>
 __global__ void cp_conv_fused(
     const float* __restrict__ U, const float* __restrict__ S, const float* __restrict__ H,
@@ -199,27 +220,6 @@ __global__ void cp_conv_fused(
         const long long o = base + t * plane;
         if (residual) a += residual[o];
         V[o] = relu ? fmaxf(a, 0.f) : a;
-    }
-}
-
-// p[r] += a[r] * b[r] for two shared-memory rows.
-template <int R>
-__device__ __forceinline__ void fma_rows(const float* a, const float* b, float (&p)[R])
-{
-    if (R % 4 == 0) {
-        const float4* a4 = reinterpret_cast<const float4*>(a);
-        const float4* b4 = reinterpret_cast<const float4*>(b);
-#pragma unroll
-        for (int k = 0; k < R / 4; ++k) {
-            const float4 x = a4[k], y = b4[k];
-            p[4 * k] = fmaf(x.x, y.x, p[4 * k]);
-            p[4 * k + 1] = fmaf(x.y, y.y, p[4 * k + 1]);
-            p[4 * k + 2] = fmaf(x.z, y.z, p[4 * k + 2]);
-            p[4 * k + 3] = fmaf(x.w, y.w, p[4 * k + 3]);
-        }
-    } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) p[r] = fmaf(a[r], b[r], p[r]);
     }
 }
 

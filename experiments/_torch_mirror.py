@@ -2,7 +2,7 @@
 
 :func:`to_torch` walks one of our models and builds ``torch.nn`` modules that
 compute the same evaluation-mode forward (a ``CPConv2d`` becomes its four
-convolutions, the way a PyTorch user runs a CP layer).  Experiments only: the
+convolutions and a ``TuckerConv2d`` its three, the way a PyTorch user runs them).  Experiments only: the
 library never imports PyTorch.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 from tensorconv import backend
 from tensorconv.nn import layers as L
 from tensorconv.nn.cp import CPConv2d
+from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
 from tensorconv.nn.models.vgg import VGG
+from tensorconv.nn.tucker import TuckerConv2d
 
 
 def _tensor(a):
@@ -36,6 +38,16 @@ def to_torch(m):
 
         def forward(self, x):
             return torch.relu(self.body(x) + self.shortcut(x))
+
+    class Concat(tnn.Module):
+        """cat([x, body(x)]) over channels, our DenseNet layer."""
+
+        def __init__(self, body):
+            super().__init__()
+            self.body = body
+
+        def forward(self, x):
+            return torch.cat([x, self.body(x)], dim=1)
 
     if isinstance(m, L.Conv2d):
         t = tnn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,
@@ -71,6 +83,16 @@ def to_torch(m):
     if isinstance(m, CPConv2d):
         return tnn.Sequential(*(to_torch(c) for c in (m.contract_in, m.conv_h, m.conv_w,
                                                       m.contract_out)))
+    if isinstance(m, TuckerConv2d):
+        return tnn.Sequential(*(to_torch(c) for c in (m.first, m.core, m.last)))
+    if isinstance(m, DenseLayer):
+        return Concat(tnn.Sequential(to_torch(m.bn1), tnn.ReLU(), to_torch(m.conv1),
+                                     to_torch(m.bn2), tnn.ReLU(), to_torch(m.conv2)))
+    if isinstance(m, Transition):
+        return tnn.Sequential(to_torch(m.bn), tnn.ReLU(), to_torch(m.conv), to_torch(m.pool))
+    if isinstance(m, DenseNet):
+        return tnn.Sequential(to_torch(m.stem), to_torch(m.pool), to_torch(m.features),
+                              to_torch(m.bn), tnn.ReLU(), to_torch(m.gap), to_torch(m.fc)).eval()
     if isinstance(m, BasicBlock):
         body = tnn.Sequential(to_torch(m.conv1), to_torch(m.bn1), tnn.ReLU(), to_torch(m.conv2),
                               to_torch(m.bn2))

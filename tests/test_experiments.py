@@ -71,10 +71,15 @@ def test_torch_mirror_matches_our_forward(rng):
     from tensorconv.nn import get_model
     from tensorconv.nn.cp import cpize
 
-    for cp_rank in (None, 3):
-        model = get_model("resnet20", in_channels=1)
-        if cp_rank:
-            cpize(model, cp_rank)
+    from tensorconv.nn.tucker import tuckerize, uniform_ranks
+
+    for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", "tucker"),
+                      ("densenet121", None), ("vgg16", None), ("resnet50", "tucker")):
+        model = get_model(name, in_channels=1)
+        if fmt == "cp":
+            cpize(model, 3)
+        elif fmt == "tucker":
+            tuckerize(model, uniform_ranks(model, 0.5, (1, 1, 32, 32)), decompose=False)
         model.eval()
         x = rng.standard_normal((2, 1, 32, 32)).astype(np.float32)
         with no_grad():

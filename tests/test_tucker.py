@@ -102,7 +102,7 @@ def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
 def test_calibration_fit_recovers_known_coefficients():
     geoms = [conv_geometry((1, c, h, h), (n, c, 3, 3), 1, 1)
              for c, n, h in ((32, 32, 14), (64, 32, 28), (96, 64, 7))]
-    truth = (0.2, 0.04, 0.15, 0.3, 5.0)
+    truth = (0.2, 0.04, 0.15, 0.3, 5.0, 0.02, 1.1)
     samples = []
     for g in geoms:
         for t in candidate_tiles(g, FACTS.smem_per_block_optin)[::7]:
@@ -153,7 +153,7 @@ def test_tuckerize_budget_and_errors():
 
 def test_calibration_reproduces_from_the_committed_tile_times():
     """CALIBRATION_H100 is what fit_calibration gives on results/tdc_fig6_tiles.csv, and its
-    choices land within ~11% of the best tile (geomean), far closer than the paper's rule."""
+    choices land within 10% of the best tile (geomean), far closer than the paper's rule."""
     import math
     from pathlib import Path
 
@@ -171,4 +171,4 @@ def test_calibration_reproduces_from_the_committed_tile_times():
             g, row[0], row[1], FACTS)))
         pick = min(rows, key=est)
         ratios.append(pick[2] / min(row[2] for row in rows))
-    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.12
+    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.09

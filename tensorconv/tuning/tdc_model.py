@@ -89,7 +89,9 @@ def rank(geom: ConvGeometry, regs_of, facts, top_fraction: float = 0.05) -> list
 # (a test refits them).  Fitted on one run and judged on the other, its picks land 1.075x and
 # 1.12x from that run's best tile (geomean over the 18 shapes): run-to-run timing noise of a
 # few percent is the size of the remaining gap.  The five-term model without the memory terms
-# scored 1.10x and 1.11x the same way.
+# scored 1.10x and 1.11x the same way.  On a third run that the fit never saw (commit e763bfe,
+# results/tdc_fig6_tiles_run3.csv) the picks land 1.083x from the best tile, and tdc_fig6's
+# side-by-side timing of model and oracle tiles in that run gives 1.06x.
 CALIBRATION_H100 = (0.00039, 0.020277, 0.12998, -0.843573, 6.064445, 0.018295, 1.282181)
 
 

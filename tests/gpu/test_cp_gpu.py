@@ -165,3 +165,30 @@ def test_pairwise_executor_on_library_calls(rng, monkeypatch, gemm, trial):
     assert convs == 2 or not standard
     if gemm == "igemm":
         assert sum(1 for k in calls if k.get("algorithm") == "igemm") >= 1
+
+
+def test_parafac_and_cpize_on_the_gpu(rng):
+    """CP-ALS through tensorly's CuPy backend: factors stay on the GPU, an exact rank-2 kernel
+    is recovered, and cpize of a GPU model keeps the model's output within the CP error."""
+    import cupy as cp
+
+    from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.nn import get_model
+    from tensorconv.nn.cp import cpize
+
+    f = [np.random.default_rng(0).standard_normal(s) for s in ((6, 2), (5, 2), (3, 2), (3, 2))]
+    w = cp.asarray(np.einsum("nr,cr,ir,jr->ncij", *f))
+    got = cpd.parafac(w, 2, n_iter_max=500)
+    assert all(isinstance(a, cp.ndarray) for a in (got.s, got.h, got.w, got.t))
+    assert cpd.relative_error(w, got) < 1e-6
+
+    model = get_model("small_cnn", in_channels=1).to("gpu")
+    model.eval()
+    x = Tensor(cp.asarray(rng.standard_normal((2, 1, 16, 16)).astype(np.float32)))
+    with no_grad():
+        dense = model(x).data
+    errors = cpize(model, 32)
+    with no_grad():
+        out = model(x).data
+    assert errors and all(0 <= e < 1 for e in errors.values())
+    assert float(cp.linalg.norm(out - dense) / cp.linalg.norm(dense)) < 2 * max(errors.values()) + 0.05

@@ -4,7 +4,7 @@ From a trained checkpoint (``--pretrained``), every 3x3 convolution with at
 least 16 input and output channels (18 of ResNet-20's 19; the 1-channel stem
 stays dense) is replaced by a rank-R ``CPConv2d`` whose factors come from CP-ALS
 (tensorly ``parafac``) on the trained kernel; the model is then fine-tuned
-(SGD, lr 0.01, cosine, checkpointed every epoch; ``--time-budget`` stops
+(SGD from each ``--lrs`` learning rate, cosine, checkpointed every epoch; ``--time-budget`` stops
 between epochs and a later call resumes).  Reported per rank: the mean
 reconstruction error, test accuracy right after decomposition and after
 fine-tuning, the MAC count, and batch-1 latency (32x32): our inference engine
@@ -36,8 +36,8 @@ NAME = "cp_accuracy"
 INPUT = (1, 1, 32, 32)
 
 
-def config(args, rank: int) -> TrainConfig:
-    return TrainConfig(model="resnet20", batch_size=128, lr=0.01, warmup_epochs=0,
+def config(args, rank: int, lr: float) -> TrainConfig:
+    return TrainConfig(model="resnet20", batch_size=128, lr=lr, warmup_epochs=0,
                        epochs=args.finetune_epochs, init_from=str(args.pretrained), cp_rank=rank,
                        device=args.device, train_limit=2000 if args.quick else None,
                        test_limit=1000 if args.quick else None)
@@ -108,6 +108,8 @@ def main(argv=None) -> int:
     p.add_argument("--pretrained", type=Path, required=True, help="trained ResNet-20 checkpoint")
     p.add_argument("--ranks", type=int, nargs="+", default=[4, 8, 16, 32])
     p.add_argument("--finetune-epochs", type=int, default=5)
+    p.add_argument("--lrs", type=float, nargs="+", default=[0.01, 0.001],
+                   help="fine-tune once from each of these learning rates")
     p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/cp_accuracy_work)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
@@ -120,7 +122,7 @@ def main(argv=None) -> int:
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
     budget = TimeBudget(args.time_budget)
-    _, test_set = load_data(config(args, args.ranks[0]))
+    _, test_set = load_data(config(args, args.ranks[0], args.lrs[0]))
     base = dense_model(args.pretrained)
     base_macs = count_flops_params(base, INPUT)["macs"]
     pre_acc = ckpt.load(args.pretrained)[2]["history"][-1]["test_acc"]
@@ -130,8 +132,6 @@ def main(argv=None) -> int:
     finished_all = True
     for rank in args.ranks:
         case = f"rank{rank}"
-        meta, finished = train_within(config(args, rank), work / f"{case}.npz", budget)
-        finished_all &= finished
         model, errors = cp_model(args.pretrained, rank)
         rs.add(case, "decomposed", "reconstruction_error", float(np.mean(list(errors.values()))),
                "1", note=f"mean over {len(errors)} layers, max {max(errors.values()):.3f}")
@@ -141,13 +141,18 @@ def main(argv=None) -> int:
                note="before fine-tuning")
         rs.add(case, "decomposed", "macs", count_flops_params(model, INPUT)["macs"], "MAC",
                note=f"{100 * (1 - count_flops_params(model, INPUT)['macs'] / base_macs):.1f}% fewer")
-        if meta is not None:
-            epochs = meta["history"][-1]["epoch"]
-            rs.add(case, "fine-tuned", "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
-                   note=f"{epochs}/{args.finetune_epochs} epochs" + ("" if finished else ", partial"))
-        if gpu and finished:
-            tuned, _ = cp_model(args.pretrained, rank, ckpt.load(work / f"{case}.npz")[0])
-            latency(rs, case, tuned, args.quick)
+        for lr in args.lrs:
+            path = work / f"{case}_lr{lr:g}.npz"
+            meta, finished = train_within(config(args, rank, lr), path, budget)
+            finished_all &= finished
+            if meta is not None:
+                epochs = meta["history"][-1]["epoch"]
+                rs.add(case, f"fine-tuned lr={lr:g}", "test_acc",
+                       100 * meta["history"][-1]["test_acc"], "%",
+                       note=f"{epochs}/{args.finetune_epochs} epochs" + ("" if finished else ", partial"))
+            if gpu and finished and lr == args.lrs[0]:  # latency does not depend on the weights
+                tuned, _ = cp_model(args.pretrained, rank, ckpt.load(path)[0])
+                latency(rs, case, tuned, args.quick)
     if gpu:
         latency(rs, "dense", base, args.quick)
     rs.write_csv(paths["csv"])
@@ -159,18 +164,18 @@ def main(argv=None) -> int:
                        ("All rows", long_markdown(rows)),
                        ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " ")
                         + ("" if finished_all else " Some fine-tuning runs are partial."))])
-    _plot(rows, args.ranks, paths["png"])
+    _plot(rows, args.ranks, args.lrs, paths["png"])
     print(pivot_markdown(rows, "test_acc"))
     print(pivot_markdown(rows, "latency_us"))
     return 0
 
 
-def _plot(rows, ranks, path) -> None:
+def _plot(rows, ranks, lrs, path) -> None:
     plt = pyplot()
     cell = {(r["case"], r["variant"], r["metric"]): r["value"] for r in rows}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for v, st in (("decomposed", "C3-o"), ("fine-tuned", "C0-o")):
-        a1.plot(ranks, [cell.get((f"rank{r}", v, "test_acc"), np.nan) for r in ranks], st, label=v)
+    for v in ["decomposed"] + [f"fine-tuned lr={lr:g}" for lr in lrs]:
+        a1.plot(ranks, [cell.get((f"rank{r}", v, "test_acc"), np.nan) for r in ranks], "-o", label=v)
     a1.axhline(cell[("dense", "trained", "test_acc")], color="k", ls="--", label="dense")
     a1.set_xscale("log", base=2)
     a1.set_xlabel("CP rank")

@@ -3,7 +3,8 @@
 From a trained checkpoint (``--pretrained``), every 3x3 convolution with at
 least 16 input and output channels (18 of ResNet-20's 19; the 1-channel stem
 stays dense) is replaced by a rank-R ``CPConv2d`` whose factors come from CP-ALS
-(tensorly ``parafac``) on the trained kernel; the model is then fine-tuned
+(tensorly ``parafac``, each term's four factors balanced to equal norms) on the
+trained kernel; the model is then fine-tuned
 (SGD from each ``--lrs`` learning rate, cosine, checkpointed every epoch; ``--time-budget`` stops
 between epochs and a later call resumes).  Reported per rank: the mean
 reconstruction error, test accuracy right after decomposition and after
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--pretrained", type=Path, required=True, help="trained ResNet-20 checkpoint")
     p.add_argument("--ranks", type=int, nargs="+", default=[4, 8, 16, 32])
     p.add_argument("--finetune-epochs", type=int, default=5)
-    p.add_argument("--lrs", type=float, nargs="+", default=[0.01, 0.001],
+    p.add_argument("--lrs", type=float, nargs="+", default=[0.001],
                    help="fine-tune once from each of these learning rates")
     p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/cp_accuracy_work)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")

@@ -127,3 +127,12 @@ def test_known_tile_is_none_until_tuned(tmp_path, monkeypatch, rng):
     x = np.zeros((1, 8, 9, 9), np.float32)
     f = tuple(np.zeros(s, np.float32) for s in ((8, 2), (3, 2), (3, 2), (4, 2)))
     assert cp_tuner.known_tile(x, f, 1, (1, 1)) is None
+
+
+def test_balance_keeps_the_kernel_and_equalises_column_norms(rng):
+    f = _factors(rng, 7, 5, 3, 3, 4)
+    f = cpd.CPFactors(f.s * 300.0, f.h, f.w, f.t / 500.0)
+    b = cpd.balance(f)
+    assert np.allclose(cpd.reconstruct(b), cpd.reconstruct(f))
+    norms = np.stack([np.linalg.norm(a, axis=0) for a in (b.s, b.h, b.w, b.t)])
+    assert np.allclose(norms, norms[0:1])

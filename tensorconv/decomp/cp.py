@@ -56,4 +56,20 @@ def parafac(w, rank: int, *, n_iter_max: int = 200, seed: int = 0) -> CPFactors:
                                            random_state=seed, normalize_factors=False)
     if weights is not None:
         t = t * weights[None, :]
-    return CPFactors(s, h, ww, t)
+    return balance(CPFactors(s, h, ww, t))
+
+
+def balance(f: CPFactors) -> CPFactors:
+    """The same kernel with each rank-one term's four factor columns scaled to equal norms.
+
+    ALS leaves the scale of a term wherever it lands (a column of S in the hundreds, its
+    column of T in the thousandths); gradient steps then move the small factors far more
+    than their size, and fine-tuning the CP layer falls apart.  Equal norms keep SGD (and
+    weight decay) acting alike on all four.
+    """
+    xp = backend.array_module(f.s)
+    cols = [f.s, f.h, f.w, f.t]
+    norms = [xp.linalg.norm(a, axis=0) for a in cols]
+    target = (norms[0] * norms[1] * norms[2] * norms[3]) ** 0.25
+    return CPFactors(*(a * xp.where(n > 0, target / xp.where(n > 0, n, 1), 1)
+                       for a, n in zip(cols, norms)))

@@ -35,6 +35,8 @@ def test_known_costs():
     assert round(r18["macs"] / 1e9, 3) == 1.814 and round(r18["params"] / 1e6, 2) == 11.69
     r50 = count_flops_params(get_model("resnet50"), (1, 3, 224, 224))
     assert round(r50["macs"] / 1e9, 2) == 4.09 and round(r50["params"] / 1e6, 2) == 25.56
+    d201 = count_flops_params(get_model("densenet201"), (1, 3, 224, 224))  # torchvision's figures
+    assert round(d201["macs"] / 1e9, 2) == 4.29 and d201["params"] == 20_013_928
     r20 = count_flops_params(get_model("resnet20"), (1, 3, 32, 32))
     assert 40e6 < r20["macs"] < 42e6 and r20["flops"] == 2 * r20["macs"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from tensorconv.nn.models.densenet import DenseNet, densenet121
+from tensorconv.nn.models.densenet import DenseNet, densenet121, densenet201
 from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
 from tensorconv.nn.models.smallcnn import SmallCNN, small_cnn
@@ -18,6 +18,7 @@ MODELS = {
     "vgg16": vgg16,
     "mobilenet_v1": mobilenet_v1,
     "densenet121": densenet121,
+    "densenet201": densenet201,
     "small_cnn": small_cnn,
 }
 
@@ -30,5 +31,5 @@ def get_model(name: str, **kwargs):
 
 
 __all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "MobileNetV1", "ResNet", "SmallCNN", "VGG",
-           "densenet121", "get_model", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn",
+           "densenet121", "densenet201", "get_model", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn",
            "vgg16"]

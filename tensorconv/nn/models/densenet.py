@@ -78,3 +78,9 @@ class DenseNet(Module):
 def densenet121(in_channels: int = 3, num_classes: int = 1000, seed: int = 0,
                 stem: str = "imagenet") -> DenseNet:
     return DenseNet((6, 12, 24, 16), 32, 4, 0.5, stem, in_channels, num_classes, seed)
+
+
+def densenet201(in_channels: int = 3, num_classes: int = 1000, seed: int = 0,
+                stem: str = "imagenet") -> DenseNet:
+    """DenseNet-201: blocks of 6, 12, 48 and 32 layers, growth 32."""
+    return DenseNet((6, 12, 48, 32), 32, 4, 0.5, stem, in_channels, num_classes, seed)

@@ -374,6 +374,15 @@ class InferenceEngine:
             else:
                 self.plan.run()
 
+    def time(self, **kwargs):
+        """Latency of :meth:`replay` (a :class:`tensorconv.bench.Timing`), events recorded on
+        the engine's own stream — on any other stream they would time nothing.  ``kwargs``
+        go to :func:`tensorconv.bench.time_events`."""
+        from tensorconv import bench
+
+        with self.stream:
+            return bench.time_events(self.replay, **kwargs)
+
     def __call__(self, x, copy: bool = True):
         x = backend.as_array(x, "x")
         if tuple(x.shape) != self.input_shape:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -35,10 +36,17 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     paper_tile = tdc_model.choose_tile(geom, method="paper")
     best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
                                                use_cache=False)
+    cluster_default = tucker.default_cluster_tile(geom)
+    cluster_best, cluster_times = oracle.tune_cluster_tile(x, wt, geom, repeat=5 if quick else 10,
+                                                           use_cache=False)
     if tile_rows is not None:
         for t, us in tile_times.items():
             tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
                           note=f"regs {tucker.tdc_kernel(t, geom).num_regs}")
+        for t, us in cluster_times.items():
+            tile_rows.add(case, "cluster:" + "x".join(str(v) for v in dataclasses.astuple(t)),
+                          "time_us", us, "us", note=f"regs {tucker.cluster_kernel(t, geom).num_regs}"
+                          f"; estimate {tucker.cluster_estimate(geom, t, 132):.0f}")
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),
@@ -46,6 +54,10 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
                                                       tile=paper_tile, w_crsn=w_crsn, out=out),
         "tdc-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=best_tile,
                                                  w_crsn=w_crsn, out=out),
+        "cluster-default": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
+                                                      tile=cluster_default, w_crsn=w_crsn, out=out),
+        "cluster-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
+                                                     tile=cluster_best, w_crsn=w_crsn, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times = {}
@@ -62,12 +74,15 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
             run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
             times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
                 run, framework="torch", **reps).median_us
-    times["ours-best"] = min(times["tdc-oracle"], times["igemm"])
-    picked = "tdc" if times["tdc-oracle"] <= times["igemm"] else "igemm"
+    mine = ("tdc-oracle", "cluster-oracle", "igemm")
+    picked = min(mine, key=times.get)
+    times["ours-best"] = times[picked]
     notes = {"tdc-model": f"calibrated model, tile {model_tile}",
              "tdc-paper-model": f"the paper's rule, tile {paper_tile}",
-             "tdc-oracle": f"tile {best_tile} of "
-             f"{len(tile_times)} timed", "ours-best": f"picked {picked}"}
+             "tdc-oracle": f"tile {best_tile} of {len(tile_times)} timed",
+             "cluster-default": f"estimate's tile {cluster_default}",
+             "cluster-oracle": f"tile {cluster_best} of {len(cluster_times)} timed",
+             "ours-best": f"picked {picked}"}
     for name, us in times.items():
         rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))
     return times

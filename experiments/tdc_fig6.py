@@ -25,8 +25,8 @@ SHAPES = [(32, 32, 7, 7), (32, 32, 14, 14), (32, 32, 28, 28), (32, 32, 56, 56), 
           (128, 96, 14, 14), (160, 96, 28, 28), (192, 96, 14, 14), (192, 96, 28, 28),
           (192, 160, 7, 7)]
 QUICK = [(32, 32, 14, 14), (64, 32, 56, 56), (192, 160, 7, 7)]
-VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "igemm", "ours-best", "cudnn-fp32",
-            "cudnn-tf32"]
+VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "cluster-default", "cluster-oracle",
+            "igemm", "ours-best", "cudnn-fp32", "cudnn-tf32"]
 
 
 def main(argv=None) -> int:
@@ -52,6 +52,10 @@ def main(argv=None) -> int:
             summary[f"ours-best/{base}"] = geomean(t[base] / t["ours-best"] for t in per_shape.values())
             summary[f"tdc-oracle/{base}"] = geomean(t[base] / t["tdc-oracle"] for t in per_shape.values())
             summary[f"tdc-model/{base}"] = geomean(t[base] / t["tdc-model"] for t in per_shape.values())
+            summary[f"cluster-oracle/{base}"] = geomean(t[base] / t["cluster-oracle"]
+                                                        for t in per_shape.values())
+            summary[f"cluster-default/{base}"] = geomean(t[base] / t["cluster-default"]
+                                                         for t in per_shape.values())
         best_cudnn = {k: min(t["cudnn-fp32"], t["cudnn-tf32"]) for k, t in per_shape.items()}
         summary["ours-best/cudnn-best"] = geomean(best_cudnn[k] / t["ours-best"]
                                                   for k, t in per_shape.items())
@@ -61,6 +65,8 @@ def main(argv=None) -> int:
                "count", note=" ".join(slower) or "none")
     summary["tdc-model/tdc-oracle time"] = geomean(t["tdc-model"] / t["tdc-oracle"]
                                                    for t in per_shape.values())
+    summary["cluster-default/cluster-oracle time"] = geomean(
+        t["cluster-default"] / t["cluster-oracle"] for t in per_shape.values())
     summary["tdc-paper-model/tdc-oracle time"] = geomean(t["tdc-paper-model"] / t["tdc-oracle"]
                                                          for t in per_shape.values())
     paper = {"tdc-model/tdc-oracle time": 1.25, "tdc-paper-model/tdc-oracle time": 1.25}

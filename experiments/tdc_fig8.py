@@ -10,7 +10,7 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   1x1, uniform ranks for the paper's FLOPs budget of that network) through
   PyTorch/cuDNN;
 * ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
-  epilogues, the TDC core kernel for the Tucker cores, one CUDA graph).
+  epilogues, our cluster core kernel with tuned tiles for the Tucker cores, one CUDA graph).
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  Paper (A100, oracle tiles), speed-up of the
@@ -60,7 +60,7 @@ def measure(rs: ResultSet, name: str, quick: bool) -> None:
     times = {}
     for label, model in (("original", original), ("tucker", tucker)):
         model.to("gpu").eval()
-        engine = InferenceEngine(model, shape)
+        engine = InferenceEngine(model, shape, tune=True)
         out = engine(x)
         times[f"ours-{label}"] = engine.time(**reps).median_us
         rs.add(case, f"ours-{label}", "launches", engine.launches, "count")

@@ -77,6 +77,201 @@ __global__ void tdc_core_conv(
         }
 }
 
+
+// ---------------------------------------------------------------------------
+// The "cluster" scheme: our variant for the H100, where the paper's kernel is
+// weak on small planes (one thread per output channel leaves most of the GPU
+// idle) and on large ones (one shared-memory read per pixel and filter tap).
+//
+// A block owns NB output channels x a TH x TW pixel tile (TW = TWG * PT) and a
+// 1/CL share of the C input channels; each thread computes NT channels x PT
+// consecutive pixels of one row, so one input-row read (PT + S - 1 values at
+// stride 1) feeds S * NT * PT multiply-adds and one weight vector NT * PT.
+// Lanes run over channel groups fastest: a warp reads a few distinct weight
+// vectors and a few distinct input rows, broadcast to the rest.  Input cube and
+// weights (CRSN, zero-filled past N) come in CK-channel stages through cp.async,
+// two stages deep, the halo zero-filled by the copy itself.
+//
+// The CL blocks sharing a tile form a thread-block cluster (blockIdx.z is the
+// rank): each stages its partial sums in its own shared memory, and after a
+// cluster barrier block q sums slice q of the tile across the cluster through
+// distributed shared memory, in a fixed order (deterministic, no atomics, no
+// zero-filled output), then writes it pixel-fastest (coalesced).
+namespace tdcx {
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The float at `local`'s offset in the shared memory of cluster block `rank`.
+__device__ __forceinline__ float ld_peer(const float* local, unsigned rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(local), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+}  // namespace tdcx
+
+template <int R, int S, int STRIDE, int NT, int PT, int CL>
+__global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_cluster(
+    const float* __restrict__ x,       // (B, C, H, W)
+    const float* __restrict__ w_crsn,  // (C, R, S, N)
+    float* __restrict__ y,             // (B, N, OH, OW)
+    int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
+    int NB, int TH, int TWG, int CK, int tiles_w, int n_tiles)
+{
+    constexpr int VN = (PT - 1) * STRIDE + S;  // input columns under one thread's PT pixels
+    constexpr int VN4 = (VN + 3) / 4 * 4;
+    constexpr bool VEC_IN = (PT * STRIDE) % 4 == 0;  // thread rows start 16-byte aligned
+    extern __shared__ __align__(16) float smem[];
+    const int TW = TWG * PT, THW = TH * TW;
+    const int IHT = (TH - 1) * STRIDE + R, IWT = (TW - 1) * STRIDE + S;
+    const int IWP = ((TWG - 1) * PT * STRIDE + VN4 + 3) / 4 * 4;  // row pitch: float4 over-reads stay in the row
+    const int in_stage = CK * IHT * IWP, w_stage = (CK * R * S * NB + 3) / 4 * 4;
+
+    const int tid = threadIdx.x, threads = blockDim.x, NG = NB / NT;
+    const int ng = tid % NG, pg = tid / NG;
+    const int ph = pg / TWG, pw = pg % TWG;
+    const int b = blockIdx.y / n_tiles, n0 = (blockIdx.y % n_tiles) * NB;
+    const int oh0 = (blockIdx.x / tiles_w) * TH, ow0 = (blockIdx.x % tiles_w) * TW;
+    const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
+    const int split = blockIdx.z;
+    const int c_per = (C + CL - 1) / CL;
+    const int c_begin = min(C, split * c_per), c_end = min(C, c_begin + c_per);
+    const int stages = (c_end - c_begin + CK - 1) / CK;
+    const bool vec_w = N % 4 == 0 && NB % 4 == 0;
+    const float* xb = x + (size_t)b * C * H * W;
+
+    auto issue = [&](int k) {
+        const int cb = c_begin + k * CK, cn = min(CK, c_end - cb);
+        float* is = smem + (k & 1) * in_stage;
+        float* ws = smem + 2 * in_stage + (k & 1) * w_stage;
+        const int plane = IHT * IWT;
+        for (int i = tid; i < cn * plane; i += threads) {
+            const int c = i / plane, p = i - c * plane;
+            const int r = p / IWT, q = p - r * IWT;
+            const int ih = ih0 + r, iw = iw0 + q;
+            const bool ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+            tdcx::cp_async4(is + (c * IHT + r) * IWP + q,
+                            ok ? xb + ((size_t)(cb + c) * H + ih) * W + iw : xb, ok);
+        }
+        const float* wsrc = w_crsn + (size_t)cb * R * S * N + n0;
+        const int rows = cn * R * S;
+        if (vec_w) {
+            const int nb4 = NB / 4;
+            for (int i = tid; i < rows * nb4; i += threads) {
+                const int row = i / nb4, n = (i - row * nb4) * 4;
+                const bool ok = n0 + n < N;
+                tdcx::cp_async16(ws + row * NB + n, ok ? wsrc + (size_t)row * N + n : w_crsn, ok);
+            }
+        } else {
+            for (int i = tid; i < rows * NB; i += threads) {
+                const int row = i / NB, n = i - row * NB;
+                const bool ok = n0 + n < N;
+                tdcx::cp_async4(ws + row * NB + n, ok ? wsrc + (size_t)row * N + n : w_crsn, ok);
+            }
+        }
+        tdcx::cp_async_commit();
+    };
+
+    float acc[NT][PT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < PT; ++j) acc[n][j] = 0.f;
+
+    const int in_off = ph * STRIDE * IWP + pw * PT * STRIDE;
+    if (stages > 0) issue(0);
+    for (int k = 0; k < stages; ++k) {
+        if (k + 1 < stages) {
+            issue(k + 1);
+            tdcx::cp_async_wait<1>();
+        } else {
+            tdcx::cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int cn = min(CK, c_end - (c_begin + k * CK));
+        const float* is = smem + (k & 1) * in_stage + in_off;
+        const float* ws = smem + 2 * in_stage + (k & 1) * w_stage + ng * NT;
+        for (int c = 0; c < cn; ++c) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float* row = is + (c * IHT + r) * IWP;
+                float v[VN4];
+                if constexpr (VEC_IN) {
+#pragma unroll
+                    for (int q = 0; q < VN4 / 4; ++q) {
+                        const float4 t = reinterpret_cast<const float4*>(row)[q];
+                        v[4 * q] = t.x; v[4 * q + 1] = t.y; v[4 * q + 2] = t.z; v[4 * q + 3] = t.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VN; ++q) v[q] = row[q];
+                }
+#pragma unroll
+                for (int s = 0; s < S; ++s) {
+                    const float* wr = ws + ((c * R + r) * S + s) * NB;
+                    float wk[NT];
+                    if constexpr (NT % 4 == 0) {
+#pragma unroll
+                        for (int q = 0; q < NT / 4; ++q) {
+                            const float4 t = reinterpret_cast<const float4*>(wr)[q];
+                            wk[4 * q] = t.x; wk[4 * q + 1] = t.y; wk[4 * q + 2] = t.z; wk[4 * q + 3] = t.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < NT; ++q) wk[q] = wr[q];
+                    }
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int j = 0; j < PT; ++j)
+                            acc[n][j] = fmaf(v[j * STRIDE + s], wk[n], acc[n][j]);
+                }
+            }
+        }
+        __syncthreads();  // the next issue() overwrites this stage
+    }
+
+    // Partial sums to shared memory (the stage buffers are idle), channel-major, pixel fastest.
+    float* red = smem;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < PT; ++j) red[(ng * NT + n) * THW + ph * TW + pw * PT + j] = acc[n][j];
+    if constexpr (CL > 1) tdcx::cluster_sync(); else __syncthreads();
+    const int total = NB * THW, chunk = (total + CL - 1) / CL;
+    const int e_end = min(total, (split + 1) * chunk);
+    for (int e = split * chunk + tid; e < e_end; e += threads) {
+        float v = 0.f;
+        if constexpr (CL > 1) {
+#pragma unroll
+            for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(red + e, q);
+        } else {
+            v = red[e];
+        }
+        const int n = e / THW, p = e - n * THW;
+        const int oh = oh0 + p / TW, ow = ow0 + p % TW;
+        if (n0 + n < N && oh < OH && ow < OW) y[(((size_t)b * N + n0 + n) * OH + oh) * OW + ow] = v;
+    }
+    if constexpr (CL > 1) tdcx::cluster_sync();  // peers may still read this block's partials
+}
+
 // Offline type-check of every tile the Python op may pick (NVRTC instantiates
 // only the requested one through name_expressions).
 #ifndef __CUDACC_RTC__
@@ -88,4 +283,9 @@ TC_TDC_ROW(1)
 TC_TDC_ROW(2)
 TC_TDC_ROW(4)
 TC_TDC(7, 1) TC_TDC(7, 2) TC_TDC(7, 4) TC_TDC(8, 1) TC_TDC(8, 2) TC_TDC(8, 4)
+#define TC_TDCX(ST, NT, PT, CL) \
+    template __global__ void tdc_core_conv_cluster<3, 3, ST, NT, PT, CL>(const float*, \
+        const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_TDCX(1, 4, 4, 1) TC_TDCX(1, 4, 4, 8) TC_TDCX(1, 8, 4, 2) TC_TDCX(1, 2, 4, 4) TC_TDCX(1, 4, 2, 4)
+TC_TDCX(2, 4, 4, 1) TC_TDCX(2, 4, 2, 2) TC_TDCX(1, 1, 1, 1) TC_TDCX(2, 1, 1, 2)
 #endif

@@ -175,3 +175,24 @@ def test_calibration_reproduces_from_the_committed_tile_times():
             pick = min(rows, key=est)
             ratios.append(pick[2] / min(row[2] for row in rows))
         assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.10
+
+
+def test_cluster_candidates_are_valid_and_diverse():
+    from tensorconv.checks import conv_geometry
+    from tensorconv.ops import tucker
+
+    geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
+    tile = tucker.ClusterTile(4, 4, 32, 4, 4, 8, 2)
+    # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice; the 32 x 4 x 16 sum tile is smaller
+    assert tile.smem_bytes(geom) == 4 * 2 * (8 * 6 * 20 + 8 * 9 * 32)
+    assert tile.threads == 8 * 4 * 4 and tile.grid(geom) == (14 * 4, 2, 2)
+    picked = tucker.cluster_candidates(geom, 48 * 1024, 132, limit=40)
+    assert len(picked) == 40 and len(set(picked)) == 40
+    assert all(t.threads <= tucker.CLUSTER_MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024
+               for t in picked)
+    assert len({(t.nt, t.pt, t.splits) for t in picked}) >= 12   # every family gets a look
+    est = [tucker.cluster_estimate(geom, t, 132) for t in picked]
+    assert est == sorted(est)
+    assert tucker.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 9, 9), 1, 0))
+    assert tucker.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 3, 3), 3, 0))
+    assert tucker.cluster_supported(geom) is None

@@ -33,8 +33,9 @@ from tensorconv.nn.models.vgg import VGG
 class Plan:
     """Buffers allocated once and the launches (zero-argument callables) that fill them."""
 
-    def __init__(self, xp):
+    def __init__(self, xp, tune: bool = False):
         self.xp = xp
+        self.tune = tune    # planners may time tile candidates (tune cache) instead of guessing
         self.steps = []
         self.buffers = []   # keeps every array a launch touches alive for the graph's lifetime
 
@@ -334,13 +335,17 @@ class InferenceEngine:
     input_shape : tuple (N, C, H, W)
     graph : bool
         Capture the plan into a CUDA graph (default); False runs it eagerly.
+    tune : bool
+        Time tile candidates of tunable kernels (Tucker cores) while planning and
+        keep the winners in the tune cache; default False uses tuned tiles already
+        in the cache, else each kernel's default tile.
 
     Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
     the engine's own output buffer (overwritten by the next call) unless
     ``copy=True``.
     """
 
-    def __init__(self, model, input_shape, *, graph: bool = True):
+    def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False):
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
@@ -348,7 +353,7 @@ class InferenceEngine:
             raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W), "
                              f"got {tuple(input_shape)}")
         self.input_shape = tuple(int(s) for s in input_shape)
-        self.plan = Plan(cp)
+        self.plan = Plan(cp, tune=tune)
         self.stream = cp.cuda.Stream(non_blocking=True)
         with self.stream:
             self.input = self.plan.alloc(self.input_shape)

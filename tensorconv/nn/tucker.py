@@ -162,8 +162,8 @@ def _ranks(conv, frac, multiple):
     return r(conv.in_channels), r(conv.out_channels)
 
 
-# ---- inference: the engine plans a TuckerConv2d as 1x1 -> TDC core -> 1x1 (BN, residual and
-# ReLU folded into the last 1x1's epilogue)
+# ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (our cluster kernel) -> 1x1
+# (BN, residual and ReLU folded into the last 1x1's epilogue)
 def _register_engine_planner():
     from tensorconv.nn import engine
     from tensorconv.ops import tucker as tucker_ops
@@ -175,17 +175,20 @@ def _register_engine_planner():
         w = plan.keep(plan.xp.ascontiguousarray(core.weight.data))
         geom = check_conv_args(y, w, None, core.stride, core.padding, 1, 1,
                                dtype=np.float32, contiguous=True)
-        if tucker_ops.tdc_supported(geom):
-            z = engine.plan_conv(core, plan, y)  # not a 3x3 core: the dense kernel
+        if tucker_ops.cluster_supported(geom):
+            z = engine.plan_conv(core, plan, y)  # a core the cluster kernel does not take
         else:
-            from tensorconv.tuning.tdc_model import choose_tile
+            from tensorconv.tuning import oracle
 
-            tile = choose_tile(geom)
+            if plan.tune:
+                tile = oracle.tune_cluster_tile(y, w, geom)[0]
+            else:
+                tile = oracle.known_cluster_tile(geom) or tucker_ops.default_cluster_tile(geom)
             w_crsn = plan.keep(tucker_ops.to_crsn(w))
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
-                                                    variant="tdc", tile=tile, w_crsn=w_crsn,
-                                                    out=z), f"tdc core {tuple(w.shape)} {tile}")
+                                                    variant="cluster", tile=tile, w_crsn=w_crsn,
+                                                    out=z), f"core {tuple(w.shape)} {tile}")
         return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
 
 

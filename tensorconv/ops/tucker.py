@@ -1,15 +1,19 @@
 """Tucker-format core convolution (``kernels_cu/tucker_core_conv.cu``).
 
-Two variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
+Three variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
 
 * ``"tdc"`` — the paper's scheme (TDC, PPoPP'23, Listing 2): a block per
   TH x TW x TC input tile, one thread per output channel, the input cube staged
   once, weights in CRSN order, channel-tile partial sums added atomically.
-* ``"igemm"`` — our implicit-GEMM kernel (:mod:`tensorconv.ops.conv`), whose
-  split reduction keeps the GPU busy where the paper's scheme is weak (large
-  H x W with few channels).
+* ``"cluster"`` — our scheme for the H100 (the default): each thread computes
+  NT channels x PT pixels from a cp.async-staged input cube and weight slab, and
+  the blocks splitting the input channels form a thread-block cluster that sums
+  its partials through distributed shared memory (no atomics, no zero-filled
+  output, deterministic).  Tile: :class:`ClusterTile`.
+* ``"igemm"`` — our general implicit-GEMM kernel (:mod:`tensorconv.ops.conv`).
 
-Only 3 x 3 filters have ``"tdc"`` instantiations; other sizes run ``"igemm"``.
+``"tdc"`` is instantiated for 3 x 3 filters only, ``"cluster"`` for filters up
+to 7 x 7 at stride 1 or 2; anything else runs ``"igemm"`` (logged).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from tensorconv.checks import ConvGeometry, check_array, check_conv_args
 from tensorconv.ops import conv as dense
 
 _FILE = "tucker_core_conv.cu"
-VARIANTS = ("tdc", "igemm")
+VARIANTS = ("tdc", "cluster", "igemm")
 TILE_SIDES = (1, 2, 4, 7, 8)        # TH, TW instantiated in tucker_core_conv.cu
 MAX_TILE_OUTPUTS = 32               # TH * TW register accumulators per thread
 _SUPPORTED_FILTERS = ((3, 3),)
@@ -76,6 +80,177 @@ def candidate_tiles(geom: ConvGeometry, smem_limit: int) -> list[CoreTile]:
     return out
 
 
+@dataclass(frozen=True)
+class ClusterTile:
+    """Launch shape of the ``"cluster"`` scheme.
+
+    A block computes ``nb`` output channels x ``th`` rows x ``twg * pt`` columns
+    from a ``1 / splits`` share of the input channels, staged ``ck`` channels at
+    a time; each of its ``(nb / nt) * th * twg`` threads owns ``nt`` channels x
+    ``pt`` consecutive pixels.  ``splits`` blocks form one thread-block cluster.
+    """
+
+    nt: int
+    pt: int
+    nb: int
+    th: int
+    twg: int
+    ck: int
+    splits: int
+
+    @property
+    def threads(self) -> int:
+        return self.nb // self.nt * self.th * self.twg
+
+    @property
+    def tw(self) -> int:
+        return self.twg * self.pt
+
+    def smem_bytes(self, geom: ConvGeometry) -> int:
+        """Two pipeline stages (input cube, weight slab), or the partial-sum tile if larger.
+
+        Mirrors the layout computed in ``tdc_core_conv_cluster``.
+        """
+        st = geom.stride[0]
+        vn4 = -(-((self.pt - 1) * st + geom.s) // 4) * 4
+        iwp = -(-((self.twg - 1) * self.pt * st + vn4) // 4) * 4
+        iht = (self.th - 1) * st + geom.r
+        in_stage = self.ck * iht * iwp
+        w_stage = -(-(self.ck * geom.r * geom.s * self.nb) // 4) * 4
+        return 4 * max(2 * (in_stage + w_stage), self.nb * self.th * self.tw)
+
+    def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
+        """(pixel tiles, batch x channel tiles, splits): the cluster spans z."""
+        tiles = -(-geom.oh // self.th) * -(-geom.ow // self.tw)
+        return tiles, geom.n * -(-geom.k // self.nb), self.splits
+
+
+CLUSTER_NT = (1, 2, 4, 8)
+CLUSTER_PT = (1, 2, 4, 8)
+CLUSTER_SPLITS = (1, 2, 4, 8)  # portable cluster sizes
+CLUSTER_MAX_THREADS = 256      # the kernel's __launch_bounds__
+CLUSTER_MAX_FILTER = 7
+
+
+def cluster_supported(geom: ConvGeometry) -> str | None:
+    """None when the ``"cluster"`` kernel runs ``geom``; otherwise the reason it cannot."""
+    if geom.r > CLUSTER_MAX_FILTER or geom.s > CLUSTER_MAX_FILTER:
+        return (f"the cluster kernel takes filters up to {CLUSTER_MAX_FILTER}x"
+                f"{CLUSTER_MAX_FILTER}, not {geom.r}x{geom.s}")
+    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
+        return f"the cluster kernel takes stride 1 or 2 (equal in both axes), not {geom.stride}"
+    if geom.dilation != (1, 1) or geom.groups != 1:
+        return "the cluster kernel supports neither dilation nor groups"
+    return None
+
+
+def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:
+    if tile.nt not in CLUSTER_NT or tile.pt not in CLUSTER_PT:
+        raise ValueError(f"tile.nt must be in {CLUSTER_NT} and tile.pt in {CLUSTER_PT}, got {tile}")
+    if tile.splits not in CLUSTER_SPLITS:
+        raise ValueError(f"tile.splits must be in {CLUSTER_SPLITS}, got {tile.splits}")
+    if tile.nb < tile.nt or tile.nb % tile.nt:
+        raise ValueError(f"tile.nb must be a positive multiple of tile.nt, got {tile}")
+    if min(tile.th, tile.twg, tile.ck) < 1:
+        raise ValueError(f"tile.th, tile.twg and tile.ck must be >= 1, got {tile}")
+    if not 1 <= tile.threads <= CLUSTER_MAX_THREADS:
+        raise ValueError(f"tile {tile} has {tile.threads} threads; at most {CLUSTER_MAX_THREADS}")
+    limit = backend.device_facts().smem_per_block_optin
+    if tile.smem_bytes(geom) > limit:
+        raise ValueError(f"tile {tile} needs {tile.smem_bytes(geom)} bytes of shared memory; "
+                         f"the device allows {limit}")
+
+
+def cluster_kernel(tile: ClusterTile, geom: ConvGeometry):
+    """The compiled ``tdc_core_conv_cluster`` instantiation for ``tile`` and ``geom``."""
+    return cuda.get_kernel(_FILE, f"tdc_core_conv_cluster<{geom.r}, {geom.s}, {geom.stride[0]}, "
+                                  f"{tile.nt}, {tile.pt}, {tile.splits}>")
+
+
+def cluster_estimate(geom: ConvGeometry, tile: ClusterTile, sm_count: int,
+                     smem_per_sm: int = 228 * 1024) -> float:
+    """A rough cost (cycles) of a cluster tile, used only to order candidates.
+
+    Waves of blocks times the slowest of: a thread's multiply-add chain, its
+    SM's issue slots (multiply-adds and shared-memory loads), its SM's
+    shared-memory wavefronts; plus the exposed latency of the first stage, the
+    later stages' barriers and the cluster reduction.  The oracle
+    (:func:`tensorconv.tuning.oracle.tune_cluster_tile`) has the last word.
+    """
+    threads, ng, st = tile.threads, tile.nb // tile.nt, geom.stride[0]
+    regs = 40 + 1.5 * tile.nt * tile.pt
+    per_sm = max(1, min(32, 2048 // threads, int(65536 // (regs * threads)),
+                        smem_per_sm // max(1, tile.smem_bytes(geom))))
+    blocks = int(np.prod(tile.grid(geom)))
+    waves = -(-blocks // (sm_count * per_sm))
+    resident = min(per_sm, -(-blocks // sm_count)) * -(-threads // 32)
+    c_per = -(-geom.c // tile.splits)
+    steps = c_per * geom.r                       # (channel, filter row) steps per thread
+    fma = tile.nt * tile.pt * geom.s * steps
+    vn4 = -(-((tile.pt - 1) * st + geom.s) // 4) * 4
+    in_instr, w_instr = vn4 // 4, geom.s * -(-tile.nt // 4)
+    rows_per_warp = max(1, 32 // min(ng, 32))
+    in_wf = max(in_instr, -(-rows_per_warp * vn4 * 4 // 128))
+    w_wf = w_instr * max(1, -(-min(ng, 32) * min(tile.nt, 4) * 4 // 128))
+    chain = fma * 4 / min(4, tile.nt * tile.pt)  # 4-cycle FMA latency, NT*PT chains
+    issue = resident * (fma + steps * (in_instr + w_instr)) / 4
+    smem = resident * steps * (in_wf + w_wf)
+    stages = -(-c_per // tile.ck)
+    outs = tile.nb * tile.th * tile.tw / threads
+    reduce = 300 + 40 * outs * tile.splits if tile.splits > 1 else 20 * outs
+    return waves * (max(chain, issue, smem) + 800 + 150 * stages + reduce)
+
+
+def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
+                       limit: int | None = 48) -> list[ClusterTile]:
+    """Valid cluster tiles for ``geom``, best :func:`cluster_estimate` first.
+
+    With ``limit``: the best two of every (nt, pt, splits) family first, then
+    the overall best, so the oracle sees every family whatever the estimate's bias.
+    """
+    rk = -(-geom.k // 4) * 4
+    out = []
+    for nt in (2, 4, 8):
+        for pt in (2, 4, 8):
+            for ng in (1, 2, 4, 8, 16):
+                nb = nt * ng
+                if nb > max(rk, nt) or (nb < min(geom.k, 16) and ng < 16):
+                    continue
+                for th in (1, 2, 4, 7, 8):
+                    if th > geom.oh:
+                        continue
+                    for twg in (1, 2, 4, 8):
+                        if (twg - 1) * pt >= geom.ow:
+                            continue
+                        for splits in CLUSTER_SPLITS:
+                            if geom.c < 4 * splits:
+                                continue
+                            ck = min(8, -(-geom.c // splits))
+                            t = ClusterTile(nt, pt, nb, th, twg, ck, splits)
+                            if (32 <= t.threads <= CLUSTER_MAX_THREADS
+                                    and t.smem_bytes(geom) <= smem_limit):
+                                out.append(t)
+    if not out:  # tiny problems: one small tile still runs
+        out.append(ClusterTile(1, 1, 1, 1, 1, min(8, geom.c), 1))
+    out.sort(key=lambda t: cluster_estimate(geom, t, sm_count))
+    if not limit:
+        return out
+    picked, seen = [], {}
+    for t in out:
+        fam = (t.nt, t.pt, t.splits)
+        if seen.get(fam, 0) < 2:
+            seen[fam] = seen.get(fam, 0) + 1
+            picked.append(t)
+    picked += [t for t in out if t not in picked]
+    return sorted(picked[:limit], key=lambda t: cluster_estimate(geom, t, sm_count))
+
+
+def default_cluster_tile(geom: ConvGeometry) -> ClusterTile:
+    """The estimate's best tile (no timing)."""
+    facts = backend.device_facts()
+    return cluster_candidates(geom, facts.smem_per_block_optin, facts.sm_count, limit=1)[0]
+
+
 def to_crsn(w):
     """Core weights (N, C, R, S) -> the kernel's CRSN order (C, R, S, N), contiguous."""
     return backend.array_module(w).ascontiguousarray(w.transpose(1, 2, 3, 0))
@@ -106,7 +281,7 @@ def tdc_threads(geom: ConvGeometry) -> int:
 
 
 def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
-                tile: CoreTile | None = None, w_crsn=None, out=None):
+                tile: CoreTile | ClusterTile | None = None, w_crsn=None, out=None):
     """The core convolution of a Tucker-format layer, fp32, NCHW, no bias.
 
     Parameters
@@ -114,11 +289,13 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
     x : CuPy (or DLPack CUDA) array, (B, D1, H, W), float32, C-contiguous
     w : array, (D2, D1, R, S), float32 — the core tensor in our (N, C, R, S) layout
     stride, padding : int or (int, int)
-    variant : {"tdc", "igemm"}, optional
-        Default ``"tdc"`` when it supports the shape (3x3, no dilation), else
-        ``"igemm"`` (logged).
-    tile : CoreTile, optional
-        ``"tdc"`` tile; default :func:`tensorconv.tuning.tdc_model.choose_tile`.
+    variant : {"tdc", "cluster", "igemm"}, optional
+        Default ``"cluster"`` when it supports the shape, else ``"igemm"`` (logged).
+    tile : CoreTile (``"tdc"``) or ClusterTile (``"cluster"``), optional
+        Default: the tuned tile when this shape was tuned on this device
+        (:func:`tensorconv.tuning.oracle.known_cluster_tile`), else
+        :func:`default_cluster_tile`; for ``"tdc"`` the calibrated model's
+        (:func:`tensorconv.tuning.tdc_model.choose_tile`).
     w_crsn : array, (D1, R, S, D2), optional
         :func:`to_crsn` of ``w``, precomputed once (inference) instead of per call.
     out : array, (B, D2, OH, OW), float32, optional
@@ -135,24 +312,31 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
                         "(tensorconv.ops.conv2d computes the same on the CPU)")
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    reason = tdc_supported(geom)
-    if variant == "tdc" and reason:
-        raise ValueError(reason)
+    if variant in ("tdc", "cluster"):
+        reason = (tdc_supported if variant == "tdc" else cluster_supported)(geom)
+        if reason:
+            raise ValueError(reason)
     if variant is None:
-        variant = "igemm" if reason else "tdc"
+        reason = cluster_supported(geom)
+        variant = "igemm" if reason else "cluster"
         if reason:
             log.info("core_conv2d falls back to igemm: %s", reason)
+    expected = {"tdc": CoreTile, "cluster": ClusterTile}.get(variant)
+    if tile is not None and not (expected and isinstance(tile, expected)):
+        raise ValueError(f"tile {tile!r} does not fit variant={variant!r}"
+                         + (f" (expects a {expected.__name__})" if expected else ""))
     if variant == "igemm":
-        if tile is not None:
-            raise ValueError("tile applies to variant='tdc' only")
         return dense.conv2d(x, w, None, geom.stride, geom.padding, out=out, algorithm="igemm")
 
-    out = dense.output_buffer(xp, out, geom.output_shape)
-    if tile is None:
+    if tile is None and variant == "cluster":
+        from tensorconv.tuning.oracle import known_cluster_tile
+
+        tile = known_cluster_tile(geom) or default_cluster_tile(geom)
+    elif tile is None:
         from tensorconv.tuning.tdc_model import choose_tile
 
         tile = choose_tile(geom)
-    _check_tile(tile, geom)
+    (_check_cluster_tile if variant == "cluster" else _check_tile)(tile, geom)
     if w_crsn is None:
         w_crsn = to_crsn(w)
     else:
@@ -161,6 +345,24 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         if tuple(w_crsn.shape) != (geom.c, geom.r, geom.s, geom.k):
             raise ValueError(f"w_crsn has shape {tuple(w_crsn.shape)}; expected "
                              f"{(geom.c, geom.r, geom.s, geom.k)} (to_crsn(w))")
+    out = dense.output_buffer(xp, out, geom.output_shape)
+    (_launch_cluster if variant == "cluster" else _launch_tdc)(x, w_crsn, out, geom, tile)
+    return out
+
+
+def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile) -> None:
+    kernel = cluster_kernel(tile, geom)
+    smem = tile.smem_bytes(geom)
+    cuda.set_dynamic_smem(kernel, smem)
+    i32 = np.int32
+    kernel(tile.grid(geom), (tile.threads,), (
+        x, w_crsn, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
+        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.nb), i32(tile.th),
+        i32(tile.twg), i32(tile.ck), i32(-(-geom.ow // tile.tw)), i32(-(-geom.k // tile.nb))),
+        shared_mem=smem)
+
+
+def _launch_tdc(x, w_crsn, out, geom: ConvGeometry, tile: CoreTile) -> None:
     kernel = tdc_kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(kernel, smem)
@@ -176,4 +378,3 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         i32(geom.ow), i32(geom.stride[0]), i32(geom.stride[1]), i32(geom.padding[0]),
         i32(geom.padding[1]), i32(tile.tc), i32(tiles_w), i32(tiles_hw), i32(atomic)),
         shared_mem=smem)
-    return out

@@ -1,4 +1,10 @@
-"""Exhaustive ("oracle") tuning of the TDC core-convolution tile, with the tune cache."""
+"""Exhaustive ("oracle") tuning of the core-convolution tiles, with the tune cache.
+
+``"tdc"`` (the paper's scheme): every valid tile is timed — the analytic model
+is judged against this.  ``"cluster"`` (ours): the estimate's best candidates
+are timed; the engine and ``core_conv2d`` reuse the winner through
+:func:`known_cluster_tile`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from tensorconv import backend, bench
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import tucker
 from tensorconv.tuning import cache
+
+_MEMO: dict = {}
 
 
 def time_tile(x, w, w_crsn, out, geom: ConvGeometry, tile: tucker.CoreTile,
@@ -35,3 +43,39 @@ def oracle_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool =
     best = min(times, key=times.get)
     cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
     return best, times
+
+
+def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 48, repeat: int = 10,
+                      use_cache: bool = True):
+    """Time the ``candidates`` best-estimated cluster tiles; return ``(best, {tile: µs})``.
+
+    The winner is stored in the tune cache (device, kernel source hash, shape);
+    a cache hit returns it with an empty timing dict.
+    """
+    key = cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
+    if use_cache and (hit := known_cluster_tile(geom)) is not None:
+        return hit, {}
+    facts = backend.device_facts()
+    w_crsn = tucker.to_crsn(w)
+    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
+    times = {}
+    for t in tucker.cluster_candidates(geom, facts.smem_per_block_optin, facts.sm_count,
+                                       limit=candidates):
+        run = lambda t=t: tucker.core_conv2d(x, w, geom.stride, geom.padding,  # noqa: E731
+                                             variant="cluster", tile=t, w_crsn=w_crsn, out=out)
+        times[t] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
+    best = min(times, key=times.get)
+    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
+    _MEMO[key] = best
+    return best, times
+
+
+def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
+    """The tuned cluster tile when ``geom`` was tuned on this device, else None; never times."""
+    key = cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
+    if key not in _MEMO:
+        hit = cache.lookup(key)
+        if hit is None:
+            return None
+        _MEMO[key] = tucker.ClusterTile(**hit["tile"])
+    return _MEMO[key]

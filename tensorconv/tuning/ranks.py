@@ -177,15 +177,16 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
     """GPU latency (µs, CUDA-graph replay) of the dense layer and of its Tucker form per rank pair.
 
     The Tucker form runs as our kernels run it in the inference engine: 1x1
-    (implicit GEMM), the TDC core kernel with the calibrated model's tile (the
-    implicit-GEMM kernel for non-3x3 cores), 1x1.
+    (implicit GEMM), the cluster core kernel with its tuned tile when the tune
+    cache has one, else its default tile (the implicit-GEMM kernel for cores it
+    does not take), 1x1.
     """
     import numpy as np
 
     from tensorconv import backend, bench, ops
     from tensorconv.checks import conv_geometry
     from tensorconv.ops import tucker
-    from tensorconv.tuning.tdc_model import choose_tile
+    from tensorconv.tuning.oracle import known_cluster_tile
 
     cp = backend.require_cuda("measure_table")
     rng = np.random.default_rng(0)
@@ -202,9 +203,10 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
         z1 = cp.empty((1, d1, spec.h, spec.w), cp.float32)
         z2 = cp.empty((1, d2, spec.oh, spec.ow), cp.float32)
         geom = conv_geometry(z1.shape, core.shape, *conv)
-        if tucker.tdc_supported(geom) is None:
-            tile, w_crsn = choose_tile(geom), tucker.to_crsn(core)
-            run_core = lambda: tucker.core_conv2d(z1, core, *conv, variant="tdc",  # noqa: E731
+        if tucker.cluster_supported(geom) is None:
+            tile = known_cluster_tile(geom) or tucker.default_cluster_tile(geom)
+            w_crsn = tucker.to_crsn(core)
+            run_core = lambda: tucker.core_conv2d(z1, core, *conv, variant="cluster",  # noqa: E731
                                                   tile=tile, w_crsn=w_crsn, out=z2)
         else:
             run_core = lambda: ops.conv2d(z1, core, None, *conv, out=z2)  # noqa: E731

@@ -120,12 +120,15 @@ def fit_calibration(samples, facts):
 
 
 def load_tile_samples(path) -> list:
-    """``(geom, tile, regs, µs)`` samples from a ``tdc_fig6 --tiles`` CSV (batch 1, 3x3, pad 1)."""
+    """``(geom, tile, regs, µs)`` samples of the ``"tdc"`` kernel from a ``tdc_fig6 --tiles``
+    CSV (batch 1, 3x3, pad 1); the ``cluster:`` rows of our own kernel are skipped."""
     from tensorconv.checks import conv_geometry
     from tensorconv.results import read_csv
 
     samples = []
     for row in read_csv(path):
+        if row["variant"].startswith("cluster:"):
+            continue
         c, n, h, w = (int(v) for v in row["case"].split("_"))
         th, tw, tc = (int(v) for v in row["variant"].split("x"))
         regs = int(row["note"].split()[1])

@@ -125,6 +125,22 @@ __device__ __forceinline__ float ld_peer(const float* local, unsigned rank) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
     return v;
 }
+// n / d for a block-uniform run-time divisor 1 <= d < 2^16 and 0 <= n < 2^31
+// (the round-up multiply-shift method): the staging loops divide every element
+// index, and a hardware-free 32-bit division costs ~20 instructions.
+struct FastDiv {
+    unsigned d, m, l;
+    __device__ explicit FastDiv(unsigned div) : d(div), l(0) {
+        while ((1u << l) < d) ++l;
+        // floor(2^32 (2^l - d) / d) + 1 by long division in two 16-bit digits
+        // (2^l - d < d < 2^16): 32-bit divisions only, no 64-bit division call
+        const unsigned a = (1u << l) - d, hi = (a << 16) / d, rem = (a << 16) % d;
+        m = (hi << 16) + ((rem << 16) / d) + 1u;
+    }
+    __device__ __forceinline__ int div(int n) const {
+        return (int)((__umulhi((unsigned)n, m) + (unsigned)n) >> l);
+    }
+};
 }  // namespace tdcx
 
 template <int R, int S, int STRIDE, int NT, int PT, int CL>
@@ -154,17 +170,19 @@ __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_
     const int c_per = (C + CL - 1) / CL;
     const int c_begin = min(C, split * c_per), c_end = min(C, c_begin + c_per);
     const int stages = (c_end - c_begin + CK - 1) / CK;
+    const int nbuf = (c_per + CK - 1) / CK > 1 ? 2 : 1;  // a single stage needs one buffer (the op sizes smem alike)
     const bool vec_w = N % 4 == 0 && NB % 4 == 0;
     const float* xb = x + (size_t)b * C * H * W;
+    const tdcx::FastDiv by_plane(IHT * IWT), by_iwt(IWT), by_nb4(vec_w ? NB / 4 : NB);
 
     auto issue = [&](int k) {
         const int cb = c_begin + k * CK, cn = min(CK, c_end - cb);
         float* is = smem + (k & 1) * in_stage;
-        float* ws = smem + 2 * in_stage + (k & 1) * w_stage;
+        float* ws = smem + nbuf * in_stage + (k & 1) * w_stage;
         const int plane = IHT * IWT;
         for (int i = tid; i < cn * plane; i += threads) {
-            const int c = i / plane, p = i - c * plane;
-            const int r = p / IWT, q = p - r * IWT;
+            const int c = by_plane.div(i), p = i - c * plane;
+            const int r = by_iwt.div(p), q = p - r * IWT;
             const int ih = ih0 + r, iw = iw0 + q;
             const bool ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
             tdcx::cp_async4(is + (c * IHT + r) * IWP + q,
@@ -175,13 +193,13 @@ __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_
         if (vec_w) {
             const int nb4 = NB / 4;
             for (int i = tid; i < rows * nb4; i += threads) {
-                const int row = i / nb4, n = (i - row * nb4) * 4;
+                const int row = by_nb4.div(i), n = (i - row * nb4) * 4;
                 const bool ok = n0 + n < N;
                 tdcx::cp_async16(ws + row * NB + n, ok ? wsrc + (size_t)row * N + n : w_crsn, ok);
             }
         } else {
             for (int i = tid; i < rows * NB; i += threads) {
-                const int row = i / NB, n = i - row * NB;
+                const int row = by_nb4.div(i), n = i - row * NB;
                 const bool ok = n0 + n < N;
                 tdcx::cp_async4(ws + row * NB + n, ok ? wsrc + (size_t)row * N + n : w_crsn, ok);
             }
@@ -196,7 +214,7 @@ __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_
         for (int j = 0; j < PT; ++j) acc[n][j] = 0.f;
 
     const int in_off = ph * STRIDE * IWP + pw * PT * STRIDE;
-    if (stages > 0) issue(0);
+    if (c_begin < c_end) issue(0);
     for (int k = 0; k < stages; ++k) {
         if (k + 1 < stages) {
             issue(k + 1);
@@ -207,7 +225,7 @@ __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_
         __syncthreads();
         const int cn = min(CK, c_end - (c_begin + k * CK));
         const float* is = smem + (k & 1) * in_stage + in_off;
-        const float* ws = smem + 2 * in_stage + (k & 1) * w_stage + ng * NT;
+        const float* ws = smem + nbuf * in_stage + (k & 1) * w_stage + ng * NT;
         for (int c = 0; c < cn; ++c) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {

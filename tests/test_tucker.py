@@ -183,8 +183,10 @@ def test_cluster_candidates_are_valid_and_diverse():
 
     geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
     tile = tucker.ClusterTile(4, 4, 32, 4, 4, 8, 2)
-    # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice; the 32 x 4 x 16 sum tile is smaller
+    # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice (32 channels per split); the
+    # 32 x 4 x 16 sum tile is smaller; ck = 32 covers the split: one stage
     assert tile.smem_bytes(geom) == 4 * 2 * (8 * 6 * 20 + 8 * 9 * 32)
+    assert tucker.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (32 * 6 * 20 + 32 * 9 * 32)
     assert tile.threads == 8 * 4 * 4 and tile.grid(geom) == (14 * 4, 2, 2)
     picked = tucker.cluster_candidates(geom, 48 * 1024, 132, limit=40)
     assert len(picked) == 40 and len(set(picked)) == 40

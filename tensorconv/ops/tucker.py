@@ -107,9 +107,11 @@ class ClusterTile:
         return self.twg * self.pt
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Two pipeline stages (input cube, weight slab), or the partial-sum tile if larger.
+        """Two pipeline stages (input cube, weight slab) — one when ``ck`` covers a
+        split's channels — or the partial-sum tile if larger.
 
-        Mirrors the layout computed in ``tdc_core_conv_cluster``.
+        Mirrors the layout computed in ``tdc_core_conv_cluster`` (whose fast
+        divisions need an input plane below 2^16 floats: the smem limit implies it).
         """
         st = geom.stride[0]
         vn4 = -(-((self.pt - 1) * st + geom.s) // 4) * 4
@@ -117,7 +119,9 @@ class ClusterTile:
         iht = (self.th - 1) * st + geom.r
         in_stage = self.ck * iht * iwp
         w_stage = -(-(self.ck * geom.r * geom.s * self.nb) // 4) * 4
-        return 4 * max(2 * (in_stage + w_stage), self.nb * self.th * self.tw)
+        c_per = -(-geom.c // self.splits)
+        nbuf = 2 if c_per > self.ck else 1   # a single stage needs no second buffer
+        return 4 * max(nbuf * (in_stage + w_stage), self.nb * self.th * self.tw)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel tiles, splits): the cluster spans z."""
@@ -173,8 +177,9 @@ def cluster_estimate(geom: ConvGeometry, tile: ClusterTile, sm_count: int,
 
     Waves of blocks times the slowest of: a thread's multiply-add chain, its
     SM's issue slots (multiply-adds and shared-memory loads), its SM's
-    shared-memory wavefronts; plus the exposed latency of the first stage, the
-    later stages' barriers and the cluster reduction.  The oracle
+    shared-memory wavefronts; plus the exposed latency of every stage (timed:
+    with a few warps per SM the double buffer hides little of it) and the
+    cluster reduction.  The oracle
     (:func:`tensorconv.tuning.oracle.tune_cluster_tile`) has the last word.
     """
     threads, ng, st = tile.threads, tile.nb // tile.nt, geom.stride[0]
@@ -198,11 +203,11 @@ def cluster_estimate(geom: ConvGeometry, tile: ClusterTile, sm_count: int,
     stages = -(-c_per // tile.ck)
     outs = tile.nb * tile.th * tile.tw / threads
     reduce = 300 + 40 * outs * tile.splits if tile.splits > 1 else 20 * outs
-    return waves * (max(chain, issue, smem) + 800 + 150 * stages + reduce)
+    return waves * (max(chain, issue, smem) + 800 + 600 * (stages - 1) + reduce)
 
 
 def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
-                       limit: int | None = 48) -> list[ClusterTile]:
+                       limit: int | None = 64) -> list[ClusterTile]:
     """Valid cluster tiles for ``geom``, best :func:`cluster_estimate` first.
 
     With ``limit``: the best two of every (nt, pt, splits) family first, then
@@ -225,11 +230,12 @@ def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
                         for splits in CLUSTER_SPLITS:
                             if geom.c < 4 * splits:
                                 continue
-                            ck = min(8, -(-geom.c // splits))
-                            t = ClusterTile(nt, pt, nb, th, twg, ck, splits)
-                            if (32 <= t.threads <= CLUSTER_MAX_THREADS
-                                    and t.smem_bytes(geom) <= smem_limit):
-                                out.append(t)
+                            c_per = -(-geom.c // splits)
+                            for ck in sorted({min(8, c_per), min(16, c_per), c_per}):
+                                t = ClusterTile(nt, pt, nb, th, twg, ck, splits)
+                                if (32 <= t.threads <= CLUSTER_MAX_THREADS
+                                        and t.smem_bytes(geom) <= smem_limit):
+                                    out.append(t)
     if not out:  # tiny problems: one small tile still runs
         out.append(ClusterTile(1, 1, 1, 1, 1, min(8, geom.c), 1))
     out.sort(key=lambda t: cluster_estimate(geom, t, sm_count))

@@ -45,7 +45,7 @@ def oracle_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool =
     return best, times
 
 
-def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 48, repeat: int = 10,
+def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
                       use_cache: bool = True):
     """Time the ``candidates`` best-estimated cluster tiles; return ``(best, {tile: µs})``.
 

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from tensorconv import bench, ops, reference
+from tensorconv import backend, bench, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker
 from tensorconv.results import ResultSet
-from tensorconv.tuning import oracle, tdc_model
+from tensorconv.tuning import cluster_model, oracle, tdc_model
 
 
 def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
@@ -36,7 +36,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     paper_tile = tdc_model.choose_tile(geom, method="paper")
     best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
                                                use_cache=False)
-    cluster_default = tucker.default_cluster_tile(geom)
+    cluster_default = cluster_model.choose_tile(geom)
+    sms = backend.device_facts().sm_count
     cluster_best, cluster_times = oracle.tune_cluster_tile(x, wt, geom, repeat=5 if quick else 10,
                                                            use_cache=False)
     if tile_rows is not None:
@@ -46,7 +47,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
         for t, us in cluster_times.items():
             tile_rows.add(case, "cluster:" + "x".join(str(v) for v in dataclasses.astuple(t)),
                           "time_us", us, "us", note=f"regs {tucker.cluster_kernel(t, geom).num_regs}"
-                          f"; estimate {tucker.cluster_estimate(geom, t, 132):.0f}")
+                          f"; estimate {cluster_model.estimate(geom, t, sms):.2f} us")
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),

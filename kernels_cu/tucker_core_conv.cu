@@ -96,7 +96,19 @@ __global__ void tdc_core_conv(
 // rank): each stages its partial sums in its own shared memory, and after a
 // cluster barrier block q sums slice q of the tile across the cluster through
 // distributed shared memory, in a fixed order (deterministic, no atomics, no
-// zero-filled output), then writes it pixel-fastest (coalesced).
+// zero-filled output), then writes it pixel-fastest (coalesced).  Without a
+// split the registers go straight to memory: at batch 1 a block's latency chain
+// is the kernel's time, and a shared-memory round trip lengthens it.
+// Clusters and distributed shared memory need sm_90; older devices get the
+// kernel without them, and the Python op then allows a cluster size of 1 only.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define TDCX_CLUSTER_DIMS(CL)
+#define TDCX_SM90_ONLY(...) __trap()
+#else
+#define TDCX_CLUSTER_DIMS(CL) __cluster_dims__(1, 1, CL)
+#define TDCX_SM90_ONLY(...) __VA_ARGS__
+#endif
+
 namespace tdcx {
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -114,15 +126,16 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    TDCX_SM90_ONLY(asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                                "barrier.cluster.wait.acquire.aligned;\n" ::: "memory"));
 }
 // The float at `local`'s offset in the shared memory of cluster block `rank`.
 __device__ __forceinline__ float ld_peer(const float* local, unsigned rank) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(local), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    float v = 0.f;
+    TDCX_SM90_ONLY(
+        unsigned a = (unsigned)__cvta_generic_to_shared(local); unsigned remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory"));
     return v;
 }
 // n / d for a block-uniform run-time divisor 1 <= d < 2^16 and 0 <= n < 2^31
@@ -144,7 +157,7 @@ struct FastDiv {
 }  // namespace tdcx
 
 template <int R, int S, int STRIDE, int NT, int PT, int CL>
-__global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_cluster(
+__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_cluster(
     const float* __restrict__ x,       // (B, C, H, W)
     const float* __restrict__ w_crsn,  // (C, R, S, N)
     float* __restrict__ y,             // (B, N, OH, OW)
@@ -266,28 +279,44 @@ __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(256) tdc_core_conv_
         __syncthreads();  // the next issue() overwrites this stage
     }
 
+    if constexpr (CL == 1) {
+        // Nothing to combine: store straight from registers (PT consecutive pixels per row).
+        const int oh = oh0 + ph;
+        if (oh < OH) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int nn = n0 + ng * NT + n;
+                if (nn >= N) break;
+                float* dst = y + (((size_t)b * N + nn) * OH + oh) * OW;
+#pragma unroll
+                for (int j = 0; j < PT; ++j) {
+                    const int ow = ow0 + pw * PT + j;
+                    if (ow < OW) dst[ow] = acc[n][j];
+                }
+            }
+        }
+        return;
+    }
     // Partial sums to shared memory (the stage buffers are idle), channel-major, pixel fastest.
     float* red = smem;
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int j = 0; j < PT; ++j) red[(ng * NT + n) * THW + ph * TW + pw * PT + j] = acc[n][j];
-    if constexpr (CL > 1) tdcx::cluster_sync(); else __syncthreads();
+    tdcx::cluster_sync();
+    const tdcx::FastDiv by_thw(THW), by_tw(TW);
     const int total = NB * THW, chunk = (total + CL - 1) / CL;
     const int e_end = min(total, (split + 1) * chunk);
     for (int e = split * chunk + tid; e < e_end; e += threads) {
         float v = 0.f;
-        if constexpr (CL > 1) {
 #pragma unroll
-            for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(red + e, q);
-        } else {
-            v = red[e];
-        }
-        const int n = e / THW, p = e - n * THW;
-        const int oh = oh0 + p / TW, ow = ow0 + p % TW;
+        for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(red + e, q);
+        const int n = by_thw.div(e), p = e - n * THW;
+        const int r = by_tw.div(p);
+        const int oh = oh0 + r, ow = ow0 + p - r * TW;
         if (n0 + n < N && oh < OH && ow < OW) y[(((size_t)b * N + n0 + n) * OH + oh) * OW + ow] = v;
     }
-    if constexpr (CL > 1) tdcx::cluster_sync();  // peers may still read this block's partials
+    tdcx::cluster_sync();  // peers may still read this block's partials
 }
 
 // Offline type-check of every tile the Python op may pick (NVRTC instantiates

@@ -100,3 +100,22 @@ def test_cp_table2_quick(tmp_path):
     assert {r["case"] for r in rows} >= {"L2_R1", "L4_R8", "summary"}
     assert cp_fig6.main(["--out", str(tmp_path)]) == 0
     assert (tmp_path / "cp_fig6.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
+    from experiments import tdc_table3
+
+    args = ["--quick", "--model", "resnet20", "--train-limit", "256", "--budgets", "0.7",
+            "--device", "cpu", "--out", str(tmp_path)]
+    assert tdc_table3.main(args + ["--time-budget", "0"]) == 0     # no epoch fits
+    assert not (tmp_path / "tdc_table3_work" / "baseline.npz").exists()
+    assert tdc_table3.main(args) == 0
+    rows = results.read_csv(tmp_path / "tdc_table3.csv")
+    cell = {(r["case"], r["variant"], r["metric"]): r for r in rows}
+    assert 0 <= cell[("baseline", "dense", "test_acc")]["value"] <= 100
+    assert 0 <= cell[("budget70", "admm", "test_acc")]["value"] <= 100
+    assert cell[("budget70", "admm-phase", "epochs")]["value"] == 1
+    assert 40 < cell[("budget70", "admm", "model_flops_reduction")]["value"] < 90
+    assert "uniform" in cell[("budget70", "admm", "ranks")]["note"]    # no GPU here: no table
+    assert (tmp_path / "tdc_table3.png").stat().st_size > 0

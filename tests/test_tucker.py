@@ -178,23 +178,39 @@ def test_calibration_reproduces_from_the_committed_tile_times():
 
 
 def test_cluster_candidates_are_valid_and_diverse():
-    from tensorconv.checks import conv_geometry
-    from tensorconv.ops import tucker
+    from tensorconv.ops import tucker as ops
+    from tensorconv.tuning import cluster_model
 
     geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
-    tile = tucker.ClusterTile(4, 4, 32, 4, 4, 8, 2)
+    tile = ops.ClusterTile(4, 4, 32, 4, 4, 8, 2)
     # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice (32 channels per split); the
     # 32 x 4 x 16 sum tile is smaller; ck = 32 covers the split: one stage
     assert tile.smem_bytes(geom) == 4 * 2 * (8 * 6 * 20 + 8 * 9 * 32)
-    assert tucker.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (32 * 6 * 20 + 32 * 9 * 32)
+    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (32 * 6 * 20 + 32 * 9 * 32)
     assert tile.threads == 8 * 4 * 4 and tile.grid(geom) == (14 * 4, 2, 2)
-    picked = tucker.cluster_candidates(geom, 48 * 1024, 132, limit=40)
-    assert len(picked) == 40 and len(set(picked)) == 40
-    assert all(t.threads <= tucker.CLUSTER_MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024
-               for t in picked)
+    every = ops.cluster_candidates(geom, 48 * 1024)
+    assert all(t.threads <= ops.CLUSTER_MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024
+               for t in every)
+    picked = cluster_model.ranked_tiles(geom, 48 * 1024, 132, limit=40)
+    assert len(picked) == 40 and len(set(picked)) == 40 and set(picked) <= set(every)
     assert len({(t.nt, t.pt, t.splits) for t in picked}) >= 12   # every family gets a look
-    est = [tucker.cluster_estimate(geom, t, 132) for t in picked]
-    assert est == sorted(est)
-    assert tucker.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 9, 9), 1, 0))
-    assert tucker.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 3, 3), 3, 0))
-    assert tucker.cluster_supported(geom) is None
+    est = [cluster_model.estimate(geom, t, 132) for t in picked]
+    assert est == sorted(est) and est[0] == min(cluster_model.estimate(geom, t, 132) for t in every)
+    assert ops.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 9, 9), 1, 0))
+    assert ops.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 3, 3), 3, 0))
+    assert ops.cluster_supported(geom) is None
+
+
+def test_cluster_calibration_reproduces_from_the_committed_tile_times():
+    """CALIBRATION_H100 of the cluster estimate is the fit on the committed tile times, and its
+    pick among the timed tiles is within 12% of the best (geomean over the 18 shapes)."""
+    from pathlib import Path
+
+    from tensorconv.tuning import cluster_model
+
+    path = Path(__file__).resolve().parent.parent / "results" / "tdc_fig6_tiles_run4.csv"
+    samples = cluster_model.load_samples(path)
+    assert len(samples) > 1000
+    coef = cluster_model.fit_calibration(samples, 132)
+    assert np.allclose(coef, cluster_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
+    assert cluster_model.pick_ratio(samples, 132) < 1.12

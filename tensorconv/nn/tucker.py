@@ -178,12 +178,12 @@ def _register_engine_planner():
         if tucker_ops.cluster_supported(geom):
             z = engine.plan_conv(core, plan, y)  # a core the cluster kernel does not take
         else:
-            from tensorconv.tuning import oracle
+            from tensorconv.tuning import cluster_model, oracle
 
             if plan.tune:
                 tile = oracle.tune_cluster_tile(y, w, geom)[0]
             else:
-                tile = oracle.known_cluster_tile(geom) or tucker_ops.default_cluster_tile(geom)
+                tile = oracle.known_cluster_tile(geom) or cluster_model.choose_tile(geom)
             w_crsn = plan.keep(tucker_ops.to_crsn(w))
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,

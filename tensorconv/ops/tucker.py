@@ -153,6 +153,9 @@ def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:
         raise ValueError(f"tile.nt must be in {CLUSTER_NT} and tile.pt in {CLUSTER_PT}, got {tile}")
     if tile.splits not in CLUSTER_SPLITS:
         raise ValueError(f"tile.splits must be in {CLUSTER_SPLITS}, got {tile.splits}")
+    if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
+        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
+                         f"this device is {backend.device_facts().arch}")
     if tile.nb < tile.nt or tile.nb % tile.nt:
         raise ValueError(f"tile.nb must be a positive multiple of tile.nt, got {tile}")
     if min(tile.th, tile.twg, tile.ck) < 1:
@@ -171,47 +174,16 @@ def cluster_kernel(tile: ClusterTile, geom: ConvGeometry):
                                   f"{tile.nt}, {tile.pt}, {tile.splits}>")
 
 
-def cluster_estimate(geom: ConvGeometry, tile: ClusterTile, sm_count: int,
-                     smem_per_sm: int = 228 * 1024) -> float:
-    """A rough cost (cycles) of a cluster tile, used only to order candidates.
+def cluster_candidates(geom: ConvGeometry, smem_limit: int,
+                       clusters: bool = True) -> list[ClusterTile]:
+    """Every cluster tile worth timing for ``geom`` that fits ``smem_limit`` bytes.
 
-    Waves of blocks times the slowest of: a thread's multiply-add chain, its
-    SM's issue slots (multiply-adds and shared-memory loads), its SM's
-    shared-memory wavefronts; plus the exposed latency of every stage (timed:
-    with a few warps per SM the double buffer hides little of it) and the
-    cluster reduction.  The oracle
-    (:func:`tensorconv.tuning.oracle.tune_cluster_tile`) has the last word.
-    """
-    threads, ng, st = tile.threads, tile.nb // tile.nt, geom.stride[0]
-    regs = 40 + 1.5 * tile.nt * tile.pt
-    per_sm = max(1, min(32, 2048 // threads, int(65536 // (regs * threads)),
-                        smem_per_sm // max(1, tile.smem_bytes(geom))))
-    blocks = int(np.prod(tile.grid(geom)))
-    waves = -(-blocks // (sm_count * per_sm))
-    resident = min(per_sm, -(-blocks // sm_count)) * -(-threads // 32)
-    c_per = -(-geom.c // tile.splits)
-    steps = c_per * geom.r                       # (channel, filter row) steps per thread
-    fma = tile.nt * tile.pt * geom.s * steps
-    vn4 = -(-((tile.pt - 1) * st + geom.s) // 4) * 4
-    in_instr, w_instr = vn4 // 4, geom.s * -(-tile.nt // 4)
-    rows_per_warp = max(1, 32 // min(ng, 32))
-    in_wf = max(in_instr, -(-rows_per_warp * vn4 * 4 // 128))
-    w_wf = w_instr * max(1, -(-min(ng, 32) * min(tile.nt, 4) * 4 // 128))
-    chain = fma * 4 / min(4, tile.nt * tile.pt)  # 4-cycle FMA latency, NT*PT chains
-    issue = resident * (fma + steps * (in_instr + w_instr)) / 4
-    smem = resident * steps * (in_wf + w_wf)
-    stages = -(-c_per // tile.ck)
-    outs = tile.nb * tile.th * tile.tw / threads
-    reduce = 300 + 40 * outs * tile.splits if tile.splits > 1 else 20 * outs
-    return waves * (max(chain, issue, smem) + 800 + 600 * (stages - 1) + reduce)
-
-
-def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
-                       limit: int | None = 64) -> list[ClusterTile]:
-    """Valid cluster tiles for ``geom``, best :func:`cluster_estimate` first.
-
-    With ``limit``: the best two of every (nt, pt, splits) family first, then
-    the overall best, so the oracle sees every family whatever the estimate's bias.
+    Micro-tiles NT x PT of 2..8 each; channel groups up to 16; rows 1..8 and
+    column groups 1..8 within the output (plus one tile of margin); cluster
+    sizes that leave at least 4 channels per block (1 only without ``clusters``,
+    i.e. before sm_90); stage depths of 8, 16 or
+    the whole split (one stage); 32..256 threads.  Ordered and chosen by
+    :mod:`tensorconv.tuning.cluster_model`.
     """
     rk = -(-geom.k // 4) * 4
     out = []
@@ -227,8 +199,8 @@ def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
                     for twg in (1, 2, 4, 8):
                         if (twg - 1) * pt >= geom.ow:
                             continue
-                        for splits in CLUSTER_SPLITS:
-                            if geom.c < 4 * splits:
+                        for splits in CLUSTER_SPLITS if clusters else (1,):
+                            if geom.c < 4 * splits and splits > 1:
                                 continue
                             c_per = -(-geom.c // splits)
                             for ck in sorted({min(8, c_per), min(16, c_per), c_per}):
@@ -238,23 +210,7 @@ def cluster_candidates(geom: ConvGeometry, smem_limit: int, sm_count: int,
                                     out.append(t)
     if not out:  # tiny problems: one small tile still runs
         out.append(ClusterTile(1, 1, 1, 1, 1, min(8, geom.c), 1))
-    out.sort(key=lambda t: cluster_estimate(geom, t, sm_count))
-    if not limit:
-        return out
-    picked, seen = [], {}
-    for t in out:
-        fam = (t.nt, t.pt, t.splits)
-        if seen.get(fam, 0) < 2:
-            seen[fam] = seen.get(fam, 0) + 1
-            picked.append(t)
-    picked += [t for t in out if t not in picked]
-    return sorted(picked[:limit], key=lambda t: cluster_estimate(geom, t, sm_count))
-
-
-def default_cluster_tile(geom: ConvGeometry) -> ClusterTile:
-    """The estimate's best tile (no timing)."""
-    facts = backend.device_facts()
-    return cluster_candidates(geom, facts.smem_per_block_optin, facts.sm_count, limit=1)[0]
+    return out
 
 
 def to_crsn(w):
@@ -299,8 +255,9 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         Default ``"cluster"`` when it supports the shape, else ``"igemm"`` (logged).
     tile : CoreTile (``"tdc"``) or ClusterTile (``"cluster"``), optional
         Default: the tuned tile when this shape was tuned on this device
-        (:func:`tensorconv.tuning.oracle.known_cluster_tile`), else
-        :func:`default_cluster_tile`; for ``"tdc"`` the calibrated model's
+        (:func:`tensorconv.tuning.oracle.known_cluster_tile`), else the
+        calibrated estimate's (:func:`tensorconv.tuning.cluster_model.choose_tile`);
+        for ``"tdc"`` the calibrated model's
         (:func:`tensorconv.tuning.tdc_model.choose_tile`).
     w_crsn : array, (D1, R, S, D2), optional
         :func:`to_crsn` of ``w``, precomputed once (inference) instead of per call.
@@ -335,9 +292,10 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         return dense.conv2d(x, w, None, geom.stride, geom.padding, out=out, algorithm="igemm")
 
     if tile is None and variant == "cluster":
+        from tensorconv.tuning import cluster_model
         from tensorconv.tuning.oracle import known_cluster_tile
 
-        tile = known_cluster_tile(geom) or default_cluster_tile(geom)
+        tile = known_cluster_tile(geom) or cluster_model.choose_tile(geom)
     elif tile is None:
         from tensorconv.tuning.tdc_model import choose_tile
 

@@ -13,7 +13,7 @@ import dataclasses
 from tensorconv import backend, bench
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import tucker
-from tensorconv.tuning import cache
+from tensorconv.tuning import cache, cluster_model
 
 _MEMO: dict = {}
 
@@ -59,8 +59,9 @@ def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat:
     w_crsn = tucker.to_crsn(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
     times = {}
-    for t in tucker.cluster_candidates(geom, facts.smem_per_block_optin, facts.sm_count,
-                                       limit=candidates):
+    for t in cluster_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
+                                        limit=candidates,
+                                        clusters=facts.compute_capability >= (9, 0)):
         run = lambda t=t: tucker.core_conv2d(x, w, geom.stride, geom.padding,  # noqa: E731
                                              variant="cluster", tile=t, w_crsn=w_crsn, out=out)
         times[t] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us

@@ -186,6 +186,7 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
     from tensorconv import backend, bench, ops
     from tensorconv.checks import conv_geometry
     from tensorconv.ops import tucker
+    from tensorconv.tuning import cluster_model
     from tensorconv.tuning.oracle import known_cluster_tile
 
     cp = backend.require_cuda("measure_table")
@@ -204,7 +205,7 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
         z2 = cp.empty((1, d2, spec.oh, spec.ow), cp.float32)
         geom = conv_geometry(z1.shape, core.shape, *conv)
         if tucker.cluster_supported(geom) is None:
-            tile = known_cluster_tile(geom) or tucker.default_cluster_tile(geom)
+            tile = known_cluster_tile(geom) or cluster_model.choose_tile(geom)
             w_crsn = tucker.to_crsn(core)
             run_core = lambda: tucker.core_conv2d(z1, core, *conv, variant="cluster",  # noqa: E731
                                                   tile=tile, w_crsn=w_crsn, out=z2)

@@ -8,7 +8,7 @@ import pytest
 from tensorconv import reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker
-from tensorconv.tuning import oracle, tdc_model
+from tensorconv.tuning import cluster_model, oracle, tdc_model
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
@@ -41,13 +41,20 @@ def test_tdc_random_shapes_and_tiles(rng, trial):
     _check(rng, (b, c, h, w), (n, c, 3, 3), stride, padding, variant="tdc", tile=tile)
 
 
+def _splits():
+    """Cluster sizes this device runs: clusters need sm_90."""
+    from tensorconv import backend
+
+    return tucker.CLUSTER_SPLITS if backend.device_facts().compute_capability >= (9, 0) else (1,)
+
+
 def _random_cluster_tile(rng, geom):
     """Any valid cluster tile — odd channel groups, stage depths not dividing C, every cluster size."""
     while True:
         nt, pt = (int(rng.choice(v)) for v in (tucker.CLUSTER_NT, tucker.CLUSTER_PT))
         tile = tucker.ClusterTile(nt, pt, nt * int(rng.integers(1, 9)), int(rng.integers(1, 9)),
                                   int(rng.integers(1, 5)), int(rng.integers(1, 17)),
-                                  int(rng.choice(tucker.CLUSTER_SPLITS)))
+                                  int(rng.choice(_splits())))
         if tile.threads <= tucker.CLUSTER_MAX_THREADS and tile.smem_bytes(geom) <= 96 * 1024:
             return tile
 
@@ -72,7 +79,7 @@ def test_cluster_candidates_and_default_tile_run(rng):
     from tensorconv import backend
 
     facts = backend.device_facts()
-    for tile in tucker.cluster_candidates(geom, facts.smem_per_block_optin, facts.sm_count, 12):
+    for tile in cluster_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count, 12):
         _check(rng, (2, 48, 15, 13), (40, 48, 3, 3), 2, 1, variant="cluster", tile=tile)
 
 
@@ -81,7 +88,7 @@ def test_cluster_is_deterministic(rng):
 
     x = cp.asarray(rng.standard_normal((1, 96, 28, 28)).astype(np.float32))
     w = cp.asarray(rng.standard_normal((64, 96, 3, 3)).astype(np.float32))
-    tile = tucker.ClusterTile(4, 4, 32, 4, 4, 8, 8)
+    tile = tucker.ClusterTile(4, 4, 32, 4, 4, 8, max(_splits()))
     a = tucker.core_conv2d(x, w, 1, 1, variant="cluster", tile=tile)
     b = tucker.core_conv2d(x, w, 1, 1, variant="cluster", tile=tile)
     assert bool((a == b).all())                               # fixed-order cluster sums, no atomics

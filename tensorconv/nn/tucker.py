@@ -188,7 +188,7 @@ def _register_engine_planner():
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
                                                     variant="cluster", tile=tile, w_crsn=w_crsn,
-                                                    out=z), f"core {tuple(w.shape)} {tile}")
+                                                    out=z), f"cluster core {tuple(w.shape)} {tile}")
         return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
 
 

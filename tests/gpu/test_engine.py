@@ -95,7 +95,7 @@ def test_engine_runs_tucker_models(rng):
     model = get_model("resnet18_imagenet")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
     engine, err = _engine_against_model(model, (1, 3, 64, 64), rng)
-    assert any("tdc core" in getattr(s, "label", "") for s in engine.plan.steps)
+    assert any("cluster core" in getattr(s, "label", "") for s in engine.plan.steps)
     assert err < 1e-4
 
 

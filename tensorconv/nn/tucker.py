@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend
-from tensorconv.checks import check_conv_args
+from tensorconv.checks import check_conv_args, conv_geometry
 from tensorconv.decomp import tucker as td
 from tensorconv.nn.layers import Conv2d
 from tensorconv.nn.module import Module
@@ -162,24 +162,45 @@ def _ranks(conv, frac, multiple):
     return r(conv.in_channels), r(conv.out_channels)
 
 
-# ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (our cluster kernel) -> 1x1
-# (BN, residual and ReLU folded into the last 1x1's epilogue)
+# ---- inference: the engine plans a TuckerConv2d as one fused launch (1x1 -> core -> 1x1 with
+# BN, residual and ReLU in the epilogue) on sm_90, else as 1x1 -> cluster core -> 1x1
 def _register_engine_planner():
     from tensorconv.nn import engine
     from tensorconv.ops import tucker as tucker_ops
+    from tensorconv.ops import tucker_layer as fused
 
     @engine.register_conv_planner(TuckerConv2d)
     def plan_tucker(m: TuckerConv2d, plan, x, *, bn=None, relu=False, residual=None):
-        y = engine.plan_conv(m.first, plan, x)
+        from tensorconv.tuning import cluster_model, oracle
+
         core = m.core
+        geom = conv_geometry((x.shape[0], m.ranks[0], x.shape[2], x.shape[3]),
+                             core.weight.data.shape, core.stride, core.padding)
+        if fused.fused_supported(geom) is None:
+            u3, b3 = engine.fold_bn(m.last.weight.data,
+                                    None if m.last.bias is None else m.last.bias.data, bn)
+            u1, w = m.first.weight.data, core.weight.data
+            n = u3.shape[0]
+            if plan.tune:
+                tile = oracle.tune_fused_tile(x, u1, w, u3, b3, geom.stride, geom.padding)[0]
+            else:
+                tile = (oracle.known_fused_tile(geom, *m.ranks, n, x.shape[1])
+                        or fused.default_tile(geom, *m.ranks, n))
+            packed = fused.pack_weights(u1, w, u3, b3, tile.cluster, xp=plan.xp)
+            for a in (packed.u1t, packed.core, packed.u3t, packed.bias):
+                plan.keep(a)
+            out = plan.alloc((x.shape[0], n, geom.oh, geom.ow))
+            plan.add(lambda: fused.tucker_layer(x, packed, geom.stride, geom.padding,
+                                                residual=residual, relu=relu, tile=tile, out=out),
+                     f"fused tucker {m.ranks} on {tuple(x.shape)} {tile}")
+            return out
+        y = engine.plan_conv(m.first, plan, x)
         w = plan.keep(plan.xp.ascontiguousarray(core.weight.data))
         geom = check_conv_args(y, w, None, core.stride, core.padding, 1, 1,
                                dtype=np.float32, contiguous=True)
         if tucker_ops.cluster_supported(geom):
             z = engine.plan_conv(core, plan, y)  # a core the cluster kernel does not take
         else:
-            from tensorconv.tuning import cluster_model, oracle
-
             if plan.tune:
                 tile = oracle.tune_cluster_tile(y, w, geom)[0]
             else:

@@ -80,3 +80,51 @@ def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
             return None
         _MEMO[key] = tucker.ClusterTile(**hit["tile"])
     return _MEMO[key]
+
+
+def _fused_key(geom: ConvGeometry, d1: int, d2: int, n: int, c: int) -> str:
+    return cache.make_key("tucker_fused", "tucker_layer.cu", f"{geom}|C{c}|D{d1}x{d2}|N{n}")
+
+
+def tune_fused_tile(x, u1, core, u3, bias, stride, padding, *, candidates: int = 16,
+                    repeat: int = 10, use_cache: bool = True):
+    """Time the ``candidates`` lowest-cost fused Tucker-layer tiles; return ``(best, {tile: µs})``.
+
+    ``u1, core, u3, bias`` as for :func:`tensorconv.ops.tucker_layer.pack_weights`; the
+    winner goes to the tune cache (a hit returns it with an empty timing dict).
+    """
+    from tensorconv.checks import conv_geometry
+    from tensorconv.ops import tucker_layer as tl
+
+    d2, d1, r, s = core.shape
+    n = u3.shape[0]
+    geom = conv_geometry((x.shape[0], d1, x.shape[2], x.shape[3]), core.shape, stride, padding)
+    key = _fused_key(geom, d1, d2, n, x.shape[1])
+    if use_cache and (hit := known_fused_tile(geom, d1, d2, n, x.shape[1])) is not None:
+        return hit, {}
+    xp = backend.array_module(x)
+    out = xp.empty((x.shape[0], n, geom.oh, geom.ow), dtype="float32")
+    packed, times = {}, {}
+    for t in tl.ranked_tiles(geom, d1, d2, n, limit=candidates):
+        if t.cluster not in packed:
+            packed[t.cluster] = tl.pack_weights(u1, core, u3, bias, t.cluster, xp=xp)
+        run = lambda t=t: tl.tucker_layer(x, packed[t.cluster], stride, padding,  # noqa: E731
+                                          tile=t, out=out)
+        times[t] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
+    best = min(times, key=times.get)
+    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
+    _MEMO[key] = best
+    return best, times
+
+
+def known_fused_tile(geom: ConvGeometry, d1: int, d2: int, n: int, c: int):
+    """The tuned fused tile for this layer on this device, else None; never times."""
+    from tensorconv.ops import tucker_layer as tl
+
+    key = _fused_key(geom, d1, d2, n, c)
+    if key not in _MEMO:
+        hit = cache.lookup(key)
+        if hit is None:
+            return None
+        _MEMO[key] = tl.FusedTile(**hit["tile"])
+    return _MEMO[key]

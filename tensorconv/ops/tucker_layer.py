@@ -1,0 +1,244 @@
+"""A whole Tucker-format layer in one launch (``kernels_cu/tucker_layer.cu``).
+
+``y = act(U3 · core(U1 · x) + bias [+ residual])``: the first 1x1 convolution
+(C -> D1), the R x S core (D1 -> D2, stride, padding) and the last 1x1 (D2 -> N)
+with a bias (the folded BN), residual and ReLU epilogue.  The blocks of a
+thread-block cluster share one output tile and split each stage's channels;
+the intermediates stay in the cluster's shared memory.  At batch 1 that
+replaces three launches, each too small to fill the GPU, with one.
+
+Weights are laid out once (:func:`pack_weights`): channel-last, transposed,
+zero-padded to a multiple of ``4 * cluster`` channels per stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.checks import ConvGeometry, check_array, conv_geometry
+from tensorconv.ops import conv as dense
+
+_FILE = "tucker_layer.cu"
+THREADS = 256
+CLUSTERS = (1, 2, 4, 8)
+TILE_SIDES = (1, 2, 4, 7, 8, 14, 16)
+MAX_FILTER = 7
+
+
+@dataclass(frozen=True)
+class FusedTile:
+    """An output tile of ``th`` x ``tw`` pixels per cluster of ``cluster`` blocks."""
+
+    th: int
+    tw: int
+    cluster: int
+
+    def smem_bytes(self, geom: ConvGeometry, d1: int, d2: int) -> int:
+        """z1 (halo) and z2 (tile) slices, plus the gathered whole of both in a real cluster."""
+        d1c, d2c = _slice(d1, self.cluster), _slice(d2, self.cluster)
+        pa = ((self.th - 1) * geom.stride[0] + geom.r) * ((self.tw - 1) * geom.stride[1] + geom.s)
+        po = self.th * self.tw
+        mine = d1c * pa + d2c * po
+        return 4 * (mine + (self.cluster * mine if self.cluster > 1 else 0))
+
+    def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
+        return -(-geom.oh // self.th) * -(-geom.ow // self.tw), geom.n, self.cluster
+
+
+def _slice(channels: int, cluster: int) -> int:
+    """Channels per block: an equal share, rounded up to a float4."""
+    return -(-(-(-channels // cluster)) // 4) * 4
+
+
+@dataclass(frozen=True)
+class PackedWeights:
+    """A Tucker layer's weights in the fused kernel's layouts (see :func:`pack_weights`)."""
+
+    u1t: object      # (C, D1p)
+    core: object     # (D1p, R, S, D2p)
+    u3t: object      # (D2p, Np)
+    bias: object     # (Np,)
+    c: int
+    d1: int
+    d2: int
+    n: int
+    r: int
+    s: int
+    cluster: int
+
+
+def pack_weights(u1, core, u3, bias, cluster: int, xp=None) -> PackedWeights:
+    """Lay out a Tucker layer's weights for the fused kernel with clusters of ``cluster``.
+
+    Parameters
+    ----------
+    u1 : array, (D1, C, 1, 1) or (D1, C), float32 — the first 1x1 convolution
+    core : array, (D2, D1, R, S), float32
+    u3 : array, (N, D2, 1, 1) or (N, D2), float32 — the last 1x1 (BN folded in)
+    bias : array (N,) or None
+    cluster : int in (1, 2, 4, 8)
+    xp : module, optional
+        Array module of the result (default: that of ``core``).
+
+    Returns
+    -------
+    PackedWeights
+    """
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster must be one of {CLUSTERS}, got {cluster}")
+    xp = xp or backend.array_module(core)
+    host = [None if a is None else backend.to_host(a).astype(np.float32) for a in (u1, core, u3, bias)]
+    u1, core, u3, bias = host
+    if core.ndim != 4:
+        raise ValueError(f"core must be (D2, D1, R, S), got shape {core.shape}")
+    d2, d1, r, s = core.shape
+    u1, u3 = u1.reshape(u1.shape[0], -1), u3.reshape(u3.shape[0], -1)
+    if u1.shape[0] != d1:
+        raise ValueError(f"u1 has {u1.shape[0]} output channels; the core takes D1 = {d1}")
+    if u3.shape[1] != d2:
+        raise ValueError(f"u3 takes {u3.shape[1]} input channels; the core gives D2 = {d2}")
+    c, n = u1.shape[1], u3.shape[0]
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
+    d1p, d2p, np_ = (cluster * _slice(k, cluster) for k in (d1, d2, n))
+    u1t = np.zeros((c, d1p), np.float32)
+    u1t[:, :d1] = u1.T
+    core_p = np.zeros((d1p, r, s, d2p), np.float32)
+    core_p[:d1, :, :, :d2] = core.transpose(1, 2, 3, 0)
+    u3t = np.zeros((d2p, np_), np.float32)
+    u3t[:d2, :n] = u3.T
+    b = np.zeros(np_, np.float32)
+    if bias is not None:
+        b[:n] = bias
+    return PackedWeights(*(xp.asarray(a) for a in (u1t, core_p, u3t, b)), c, d1, d2, n, r, s,
+                         cluster)
+
+
+def fused_supported(geom: ConvGeometry) -> str | None:
+    """None when the fused kernel takes the core geometry ``geom``; otherwise why not."""
+    if geom.r > MAX_FILTER or geom.s > MAX_FILTER:
+        return f"the fused Tucker layer takes cores up to {MAX_FILTER}x{MAX_FILTER}"
+    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
+        return f"the fused Tucker layer takes stride 1 or 2, not {geom.stride}"
+    if geom.dilation != (1, 1) or geom.groups != 1:
+        return "the fused Tucker layer supports neither dilation nor groups"
+    if backend.gpu_available() and backend.device_facts().compute_capability < (9, 0):
+        return "the fused Tucker layer needs thread-block clusters (sm_90)"
+    return None
+
+
+def candidate_tiles(geom: ConvGeometry, d1: int, d2: int, smem_limit: int) -> list[FusedTile]:
+    """Tiles whose shared memory fits: sides up to the output (one tile of margin), every cluster."""
+    out = []
+    for th in TILE_SIDES:
+        for tw in TILE_SIDES:
+            if th > max(geom.oh, 1) * 2 or tw > max(geom.ow, 1) * 2 or th * tw > 256:
+                continue
+            for cl in CLUSTERS:
+                t = FusedTile(th, tw, cl)
+                if t.smem_bytes(geom, d1, d2) <= smem_limit:
+                    out.append(t)
+    return out
+
+
+def tile_cost(geom: ConvGeometry, t: FusedTile, d1: int, d2: int, n: int, facts) -> float:
+    """A rough cost of ``t``: a thread's multiply-adds over the three stages times the waves of
+    blocks, plus a cluster barrier per block size step; used to order and default tiles."""
+    pa = ((t.th - 1) * geom.stride[0] + geom.r) * ((t.tw - 1) * geom.stride[1] + geom.s)
+    po = t.th * t.tw
+    d1c, d2c, nc = (_slice(k, t.cluster) for k in (d1, d2, n))
+    work = (d1c * pa * geom.c + d2c * po * d1c * t.cluster * geom.r * geom.s
+            + nc * po * d2c * t.cluster) / THREADS
+    blocks = int(np.prod(t.grid(geom)))
+    per_sm = max(1, min(8, facts.smem_per_sm // max(1, t.smem_bytes(geom, d1, d2))))
+    waves = -(-blocks // (facts.sm_count * per_sm))
+    return waves * (work + 400 * t.cluster) + 2 * blocks / facts.sm_count
+
+
+def ranked_tiles(geom: ConvGeometry, d1: int, d2: int, n: int, limit: int | None = None):
+    """Candidate tiles that fit this device's shared memory, lowest :func:`tile_cost` first."""
+    facts = backend.device_facts()
+    tiles = sorted(candidate_tiles(geom, d1, d2, facts.smem_per_block_optin),
+                   key=lambda t: tile_cost(geom, t, d1, d2, n, facts))
+    if not tiles:
+        raise ValueError(f"no fused tile fits shared memory for D1 = {d1}, D2 = {d2}")
+    return tiles[:limit] if limit else tiles
+
+
+def default_tile(geom: ConvGeometry, d1: int, d2: int, n: int) -> FusedTile:
+    """The lowest-cost tile (no timing)."""
+    return ranked_tiles(geom, d1, d2, n, limit=1)[0]
+
+
+def fused_kernel(tile: FusedTile, geom: ConvGeometry):
+    return cuda.get_kernel(_FILE, f"tucker_layer_fused<{geom.r}, {geom.s}, {geom.stride[0]}, "
+                                  f"{tile.cluster}>")
+
+
+def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None,
+                 relu: bool = False, tile: FusedTile | None = None, out=None):
+    """One Tucker-format layer in one launch, fp32, NCHW.
+
+    Parameters
+    ----------
+    x : CuPy (or DLPack CUDA) array, (B, C, H, W), float32, C-contiguous
+    packed : PackedWeights
+        From :func:`pack_weights` with the cluster size of ``tile``.
+    stride, padding : int or (int, int)
+        Of the core convolution.
+    residual : array like the output, optional
+        Added before the ReLU.
+    relu : bool
+    tile : FusedTile, optional
+        Default :func:`default_tile` with ``packed.cluster``'s cluster size.
+    out : array, (B, N, OH, OW), float32, optional
+
+    Returns
+    -------
+    CuPy array, (B, N, OH, OW), float32
+    """
+    x = backend.as_array(x, "x")
+    xp = backend.array_module(x)
+    if xp is np:
+        raise TypeError("tucker_layer runs on the GPU: pass CuPy arrays")
+    if not isinstance(packed, PackedWeights):
+        raise TypeError("packed must come from pack_weights()")
+    if x.ndim != 4 or x.shape[1] != packed.c:
+        raise ValueError(f"x must be (B, {packed.c}, H, W), got shape {tuple(x.shape)}")
+    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    # the core's geometry, on an input of D1 channels
+    geom = conv_geometry((x.shape[0], packed.d1, x.shape[2], x.shape[3]),
+                         (packed.d2, packed.d1, packed.r, packed.s), stride, padding)
+    if (reason := fused_supported(geom)) is not None:
+        raise ValueError(reason)
+    tile = tile or default_tile(geom, packed.d1, packed.d2, packed.n)
+    if tile.cluster != packed.cluster:
+        raise ValueError(f"tile.cluster = {tile.cluster} but the weights were packed for "
+                         f"clusters of {packed.cluster}")
+    if tile.th < 1 or tile.tw < 1 or tile.th * tile.tw > 256:
+        raise ValueError(f"tile sides must be >= 1 with th * tw <= 256, got {tile}")
+    smem = tile.smem_bytes(geom, packed.d1, packed.d2)
+    limit = backend.device_facts().smem_per_block_optin
+    if smem > limit:
+        raise ValueError(f"tile {tile} needs {smem} bytes of shared memory; the device allows {limit}")
+    out_shape = (x.shape[0], packed.n, geom.oh, geom.ow)
+    if residual is not None:
+        residual = backend.as_array(residual, "residual")
+        check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+        if tuple(residual.shape) != out_shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)}; expected {out_shape}")
+    out = dense.output_buffer(xp, out, out_shape)
+    kernel = fused_kernel(tile, geom)
+    cuda.set_dynamic_smem(kernel, smem)
+    cl = tile.cluster
+    i32 = np.int32
+    kernel(tile.grid(geom), (THREADS,), (
+        x, packed.u1t, packed.core, packed.u3t, packed.bias,
+        np.uintp(0) if residual is None else residual, out, i32(packed.c), i32(geom.h), i32(geom.w), i32(packed.n), i32(geom.oh), i32(geom.ow),
+        i32(geom.padding[0]), i32(geom.padding[1]), i32(_slice(packed.d1, cl)),
+        i32(_slice(packed.d2, cl)), i32(_slice(packed.n, cl)), i32(tile.th), i32(tile.tw),
+        i32(-(-geom.ow // tile.tw)), i32(relu)), shared_mem=smem)
+    return out

@@ -193,7 +193,7 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
         Added before the ReLU.
     relu : bool
     tile : FusedTile, optional
-        Default :func:`default_tile` with ``packed.cluster``'s cluster size.
+        Default: the lowest-cost tile (:func:`ranked_tiles`) of ``packed.cluster``'s size.
     out : array, (B, N, OH, OW), float32, optional
 
     Returns
@@ -214,7 +214,11 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
                          (packed.d2, packed.d1, packed.r, packed.s), stride, padding)
     if (reason := fused_supported(geom)) is not None:
         raise ValueError(reason)
-    tile = tile or default_tile(geom, packed.d1, packed.d2, packed.n)
+    if tile is None:  # the lowest-cost tile of the cluster size the weights were packed for
+        tile = next((t for t in ranked_tiles(geom, packed.d1, packed.d2, packed.n)
+                     if t.cluster == packed.cluster), None)
+        if tile is None:
+            raise ValueError(f"no tile with clusters of {packed.cluster} fits shared memory")
     if tile.cluster != packed.cluster:
         raise ValueError(f"tile.cluster = {tile.cluster} but the weights were packed for "
                          f"clusters of {packed.cluster}")

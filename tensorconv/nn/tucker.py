@@ -162,39 +162,20 @@ def _ranks(conv, frac, multiple):
     return r(conv.in_channels), r(conv.out_channels)
 
 
-# ---- inference: the engine plans a TuckerConv2d as one fused launch (1x1 -> core -> 1x1 with
-# BN, residual and ReLU in the epilogue) on sm_90, else as 1x1 -> cluster core -> 1x1
+# ---- inference: the engine plans a TuckerConv2d as 1x1 -> cluster core -> 1x1 (BN, residual
+# and ReLU in the last 1x1's epilogue), or as one fused launch where that was timed faster
 def _register_engine_planner():
+    from dataclasses import asdict
+
+    from tensorconv import bench
     from tensorconv.nn import engine
     from tensorconv.ops import tucker as tucker_ops
     from tensorconv.ops import tucker_layer as fused
+    from tensorconv.tuning import cache, cluster_model, oracle
 
-    @engine.register_conv_planner(TuckerConv2d)
-    def plan_tucker(m: TuckerConv2d, plan, x, *, bn=None, relu=False, residual=None):
-        from tensorconv.tuning import cluster_model, oracle
-
-        core = m.core
-        geom = conv_geometry((x.shape[0], m.ranks[0], x.shape[2], x.shape[3]),
-                             core.weight.data.shape, core.stride, core.padding)
-        if fused.fused_supported(geom) is None:
-            u3, b3 = engine.fold_bn(m.last.weight.data,
-                                    None if m.last.bias is None else m.last.bias.data, bn)
-            u1, w = m.first.weight.data, core.weight.data
-            n = u3.shape[0]
-            if plan.tune:
-                tile = oracle.tune_fused_tile(x, u1, w, u3, b3, geom.stride, geom.padding)[0]
-            else:
-                tile = (oracle.known_fused_tile(geom, *m.ranks, n, x.shape[1])
-                        or fused.default_tile(geom, *m.ranks, n))
-            packed = fused.pack_weights(u1, w, u3, b3, tile.cluster, xp=plan.xp)
-            for a in (packed.u1t, packed.core, packed.u3t, packed.bias):
-                plan.keep(a)
-            out = plan.alloc((x.shape[0], n, geom.oh, geom.ow))
-            plan.add(lambda: fused.tucker_layer(x, packed, geom.stride, geom.padding,
-                                                residual=residual, relu=relu, tile=tile, out=out),
-                     f"fused tucker {m.ranks} on {tuple(x.shape)} {tile}")
-            return out
+    def plan_three(m: TuckerConv2d, plan, x, bn, relu, residual):
         y = engine.plan_conv(m.first, plan, x)
+        core = m.core
         w = plan.keep(plan.xp.ascontiguousarray(core.weight.data))
         geom = check_conv_args(y, w, None, core.stride, core.padding, 1, 1,
                                dtype=np.float32, contiguous=True)
@@ -211,6 +192,54 @@ def _register_engine_planner():
                                                     variant="cluster", tile=tile, w_crsn=w_crsn,
                                                     out=z), f"cluster core {tuple(w.shape)} {tile}")
         return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
+
+    @engine.register_conv_planner(TuckerConv2d)
+    def plan_tucker(m: TuckerConv2d, plan, x, *, bn=None, relu=False, residual=None):
+        """The fused launch when the tune cache says it beat the three launches on this layer
+        (``plan.tune`` times both and records the winner); else the three launches."""
+        core = m.core
+        geom = conv_geometry((x.shape[0], m.ranks[0], x.shape[2], x.shape[3]),
+                             core.weight.data.shape, core.stride, core.padding)
+        if fused.fused_supported(geom) is not None:
+            return plan_three(m, plan, x, bn, relu, residual)
+        u3, b3 = engine.fold_bn(m.last.weight.data,
+                                None if m.last.bias is None else m.last.bias.data, bn)
+        n = u3.shape[0]
+        key = cache.make_key("tucker_path", "tucker_layer.cu",
+                             f"{geom}|C{x.shape[1]}|D{m.ranks}|N{n}|res{residual is not None}")
+        choice = cache.lookup(key)
+        three = None
+        if plan.tune and choice is None:
+            sub = engine.Plan(plan.xp, tune=True)
+            three = plan_three(m, sub, x, bn, relu, residual)
+            three_us = bench.time_graph(sub.run, repeat=10).median_us
+            tile = oracle.tune_fused_tile(x, m.first.weight.data, core.weight.data, u3, b3,
+                                          geom.stride, geom.padding)[0]
+            packed = fused.pack_weights(m.first.weight.data, core.weight.data, u3, b3,
+                                        tile.cluster, xp=plan.xp)
+            out = plan.xp.empty((x.shape[0], n, geom.oh, geom.ow), np.float32)
+            fused_us = bench.time_graph(lambda: fused.tucker_layer(
+                x, packed, geom.stride, geom.padding, residual=residual, relu=relu, tile=tile,
+                out=out), repeat=10).median_us
+            choice = {"fused": fused_us < three_us, "tile": asdict(tile),
+                      "fused_us": fused_us, "three_us": three_us}
+            cache.store(key, choice)
+        if choice is None or not choice["fused"]:
+            if three is not None:  # already planned (and timed) on the side: take it over
+                plan.steps += sub.steps
+                plan.buffers += sub.buffers
+                return three
+            return plan_three(m, plan, x, bn, relu, residual)
+        tile = fused.FusedTile(**choice["tile"])
+        packed = fused.pack_weights(m.first.weight.data, core.weight.data, u3, b3, tile.cluster,
+                                    xp=plan.xp)
+        for a in (packed.u1t, packed.core, packed.u3t, packed.bias):
+            plan.keep(a)
+        out = plan.alloc((x.shape[0], n, geom.oh, geom.ow))
+        plan.add(lambda: fused.tucker_layer(x, packed, geom.stride, geom.padding,
+                                            residual=residual, relu=relu, tile=tile, out=out),
+                 f"fused tucker {m.ranks} on {tuple(x.shape)} {tile}")
+        return out
 
 
 _register_engine_planner()

@@ -93,7 +93,7 @@ def test_fused_layer_bad_input():
     out = cp.full((1, 16, 10, 10), cp.nan, cp.float32)
     with pytest.raises(ValueError, match="cluster must be"):
         tl.pack_weights(u1, core, u3, None, 3)
-    with pytest.raises(ValueError, match="u1 has 8 output channels"):
+    with pytest.raises(ValueError, match="u1 has 4 output channels"):
         tl.pack_weights(u1[:4], core, u3, None, 2)
     with pytest.raises(ValueError, match=r"x must be \(B, 16, H, W\)"):
         tl.tucker_layer(cp.ones((1, 8, 10, 10), cp.float32), packed, 1, 1, out=out)

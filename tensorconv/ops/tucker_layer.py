@@ -28,6 +28,10 @@ TILE_SIDES = (1, 2, 4, 7, 8, 14, 16)
 MAX_FILTER = 7
 
 
+STAGE_FLOATS = 8192   # a streamed operand chunk: 32 KiB of shared memory
+ITEMS = (1, 2, 4)     # instantiated items (4 channels x 1 pixel) per thread and stage
+
+
 @dataclass(frozen=True)
 class FusedTile:
     """An output tile of ``th`` x ``tw`` pixels per cluster of ``cluster`` blocks."""
@@ -36,13 +40,21 @@ class FusedTile:
     tw: int
     cluster: int
 
-    def smem_bytes(self, geom: ConvGeometry, d1: int, d2: int) -> int:
-        """z1 (halo) and z2 (tile) slices, plus the gathered whole of both in a real cluster."""
-        d1c, d2c = _slice(d1, self.cluster), _slice(d2, self.cluster)
+    def sizes(self, geom: ConvGeometry, c: int, d1: int, d2: int, n: int) -> dict:
+        """Launch sizes: per-block channel slices, halo, chunk depths, items per thread, smem."""
+        cl = self.cluster
+        d1c, d2c, nc = _slice(d1, cl), _slice(d2, cl), _slice(n, cl)
         pa = ((self.th - 1) * geom.stride[0] + geom.r) * ((self.tw - 1) * geom.stride[1] + geom.s)
-        po = self.th * self.tw
+        pa4, po = -(-pa // 4) * 4, self.th * self.tw
+        cka = max(1, min(c, STAGE_FLOATS // (pa4 + d1c)))
+        ckb = max(1, min(cl * d1c, STAGE_FLOATS // (geom.r * geom.s * d2c)))
+        ckc = max(1, min(cl * d2c, STAGE_FLOATS // nc))
+        stage = max(cka * (pa4 + d1c), ckb * geom.r * geom.s * d2c, ckc * nc)
         mine = d1c * pa + d2c * po
-        return 4 * (mine + (self.cluster * mine if self.cluster > 1 else 0))
+        items = max(d1c // 4 * pa, d2c // 4 * po, nc // 4 * po)
+        it = next((k for k in ITEMS if k * THREADS >= items), None)
+        return dict(d1c=d1c, d2c=d2c, nc=nc, cka=cka, ckb=ckb, ckc=ckc, items=it,
+                    smem=4 * (mine + (cl * mine if cl > 1 else 0) + stage))
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         return -(-geom.oh // self.th) * -(-geom.ow // self.tw), geom.n, self.cluster
@@ -130,8 +142,10 @@ def fused_supported(geom: ConvGeometry) -> str | None:
     return None
 
 
-def candidate_tiles(geom: ConvGeometry, d1: int, d2: int, smem_limit: int) -> list[FusedTile]:
-    """Tiles whose shared memory fits: sides up to the output (one tile of margin), every cluster."""
+def candidate_tiles(geom: ConvGeometry, c: int, d1: int, d2: int, n: int,
+                    smem_limit: int) -> list[FusedTile]:
+    """Tiles that fit ``smem_limit`` and the instantiated items per thread: sides up to the
+    output (one tile of margin), every cluster size."""
     out = []
     for th in TILE_SIDES:
         for tw in TILE_SIDES:
@@ -139,43 +153,46 @@ def candidate_tiles(geom: ConvGeometry, d1: int, d2: int, smem_limit: int) -> li
                 continue
             for cl in CLUSTERS:
                 t = FusedTile(th, tw, cl)
-                if t.smem_bytes(geom, d1, d2) <= smem_limit:
+                z = t.sizes(geom, c, d1, d2, n)
+                if z["items"] is not None and z["smem"] <= smem_limit:
                     out.append(t)
     return out
 
 
-def tile_cost(geom: ConvGeometry, t: FusedTile, d1: int, d2: int, n: int, facts) -> float:
-    """A rough cost of ``t``: a thread's multiply-adds over the three stages times the waves of
-    blocks, plus a cluster barrier per block size step; used to order and default tiles."""
-    pa = ((t.th - 1) * geom.stride[0] + geom.r) * ((t.tw - 1) * geom.stride[1] + geom.s)
-    po = t.th * t.tw
-    d1c, d2c, nc = (_slice(k, t.cluster) for k in (d1, d2, n))
-    work = (d1c * pa * geom.c + d2c * po * d1c * t.cluster * geom.r * geom.s
-            + nc * po * d2c * t.cluster) / THREADS
+def tile_cost(geom: ConvGeometry, t: FusedTile, c: int, d1: int, d2: int, n: int, facts) -> float:
+    """A rough cost (µs) of ``t``: the slower of a thread's multiply-adds over the three stages
+    times the waves of blocks (at ~1.9 GHz) and the weights every block streams from L2 (at
+    ~4 TB/s: small tiles re-read them many times), plus the chunks' and the cluster's barriers."""
+    z = t.sizes(geom, c, d1, d2, n)
+    d1p, d2p = z["d1c"] * t.cluster, z["d2c"] * t.cluster
+    work = z["items"] * 4 * (c + d1p * geom.r * geom.s + d2p)
+    chunks = -(-c // z["cka"]) + -(-d1p // z["ckb"]) + -(-d2p // z["ckc"])
     blocks = int(np.prod(t.grid(geom)))
-    per_sm = max(1, min(8, facts.smem_per_sm // max(1, t.smem_bytes(geom, d1, d2))))
+    per_sm = max(1, min(8, facts.smem_per_sm // max(1, z["smem"])))
     waves = -(-blocks // (facts.sm_count * per_sm))
-    return waves * (work + 400 * t.cluster) + 2 * blocks / facts.sm_count
+    weights = 4 * blocks * (c * z["d1c"] + d1p * geom.r * geom.s * z["d2c"] + d2p * z["nc"])
+    return max(waves * work / 1.9e3, weights / 4e6) + waves * (0.3 * chunks + 0.5 * t.cluster)
 
 
-def ranked_tiles(geom: ConvGeometry, d1: int, d2: int, n: int, limit: int | None = None):
-    """Candidate tiles that fit this device's shared memory, lowest :func:`tile_cost` first."""
+def ranked_tiles(geom: ConvGeometry, c: int, d1: int, d2: int, n: int,
+                 limit: int | None = None) -> list[FusedTile]:
+    """Candidate tiles that fit this device, lowest :func:`tile_cost` first."""
     facts = backend.device_facts()
-    tiles = sorted(candidate_tiles(geom, d1, d2, facts.smem_per_block_optin),
-                   key=lambda t: tile_cost(geom, t, d1, d2, n, facts))
+    tiles = sorted(candidate_tiles(geom, c, d1, d2, n, facts.smem_per_block_optin),
+                   key=lambda t: tile_cost(geom, t, c, d1, d2, n, facts))
     if not tiles:
         raise ValueError(f"no fused tile fits shared memory for D1 = {d1}, D2 = {d2}")
     return tiles[:limit] if limit else tiles
 
 
-def default_tile(geom: ConvGeometry, d1: int, d2: int, n: int) -> FusedTile:
+def default_tile(geom: ConvGeometry, c: int, d1: int, d2: int, n: int) -> FusedTile:
     """The lowest-cost tile (no timing)."""
-    return ranked_tiles(geom, d1, d2, n, limit=1)[0]
+    return ranked_tiles(geom, c, d1, d2, n, limit=1)[0]
 
 
-def fused_kernel(tile: FusedTile, geom: ConvGeometry):
+def fused_kernel(tile: FusedTile, geom: ConvGeometry, items: int):
     return cuda.get_kernel(_FILE, f"tucker_layer_fused<{geom.r}, {geom.s}, {geom.stride[0]}, "
-                                  f"{tile.cluster}>")
+                                  f"{tile.cluster}, {items}>")
 
 
 def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None,
@@ -214,9 +231,9 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
                          (packed.d2, packed.d1, packed.r, packed.s), stride, padding)
     if (reason := fused_supported(geom)) is not None:
         raise ValueError(reason)
+    dims = (packed.c, packed.d1, packed.d2, packed.n)
     if tile is None:  # the lowest-cost tile of the cluster size the weights were packed for
-        tile = next((t for t in ranked_tiles(geom, packed.d1, packed.d2, packed.n)
-                     if t.cluster == packed.cluster), None)
+        tile = next((t for t in ranked_tiles(geom, *dims) if t.cluster == packed.cluster), None)
         if tile is None:
             raise ValueError(f"no tile with clusters of {packed.cluster} fits shared memory")
     if tile.cluster != packed.cluster:
@@ -224,10 +241,13 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
                          f"clusters of {packed.cluster}")
     if tile.th < 1 or tile.tw < 1 or tile.th * tile.tw > 256:
         raise ValueError(f"tile sides must be >= 1 with th * tw <= 256, got {tile}")
-    smem = tile.smem_bytes(geom, packed.d1, packed.d2)
+    z = tile.sizes(geom, *dims)
+    if z["items"] is None:
+        raise ValueError(f"tile {tile} gives a thread more than {ITEMS[-1]} items per stage")
     limit = backend.device_facts().smem_per_block_optin
-    if smem > limit:
-        raise ValueError(f"tile {tile} needs {smem} bytes of shared memory; the device allows {limit}")
+    if z["smem"] > limit:
+        raise ValueError(f"tile {tile} needs {z['smem']} bytes of shared memory; "
+                         f"the device allows {limit}")
     out_shape = (x.shape[0], packed.n, geom.oh, geom.ow)
     if residual is not None:
         residual = backend.as_array(residual, "residual")
@@ -235,14 +255,14 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
         if tuple(residual.shape) != out_shape:
             raise ValueError(f"residual has shape {tuple(residual.shape)}; expected {out_shape}")
     out = dense.output_buffer(xp, out, out_shape)
-    kernel = fused_kernel(tile, geom)
-    cuda.set_dynamic_smem(kernel, smem)
-    cl = tile.cluster
+    kernel = fused_kernel(tile, geom, z["items"])
+    cuda.set_dynamic_smem(kernel, z["smem"])
     i32 = np.int32
     kernel(tile.grid(geom), (THREADS,), (
         x, packed.u1t, packed.core, packed.u3t, packed.bias,
-        np.uintp(0) if residual is None else residual, out, i32(packed.c), i32(geom.h), i32(geom.w), i32(packed.n), i32(geom.oh), i32(geom.ow),
-        i32(geom.padding[0]), i32(geom.padding[1]), i32(_slice(packed.d1, cl)),
-        i32(_slice(packed.d2, cl)), i32(_slice(packed.n, cl)), i32(tile.th), i32(tile.tw),
-        i32(-(-geom.ow // tile.tw)), i32(relu)), shared_mem=smem)
+        np.uintp(0) if residual is None else residual, out, i32(packed.c), i32(geom.h),
+        i32(geom.w), i32(packed.n), i32(geom.oh), i32(geom.ow), i32(geom.padding[0]),
+        i32(geom.padding[1]), i32(z["d1c"]), i32(z["d2c"]), i32(z["nc"]), i32(tile.th),
+        i32(tile.tw), i32(-(-geom.ow // tile.tw)), i32(z["cka"]), i32(z["ckb"]), i32(z["ckc"]),
+        i32(relu)), shared_mem=z["smem"])
     return out

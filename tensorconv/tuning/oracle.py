@@ -105,7 +105,7 @@ def tune_fused_tile(x, u1, core, u3, bias, stride, padding, *, candidates: int =
     xp = backend.array_module(x)
     out = xp.empty((x.shape[0], n, geom.oh, geom.ow), dtype="float32")
     packed, times = {}, {}
-    for t in tl.ranked_tiles(geom, d1, d2, n, limit=candidates):
+    for t in tl.ranked_tiles(geom, x.shape[1], d1, d2, n, limit=candidates):
         if t.cluster not in packed:
             packed[t.cluster] = tl.pack_weights(u1, core, u3, bias, t.cluster, xp=xp)
         run = lambda t=t: tl.tucker_layer(x, packed[t.cluster], stride, padding,  # noqa: E731

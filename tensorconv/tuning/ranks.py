@@ -221,7 +221,7 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
 
         best = bench.time_graph(run, repeat=repeat).median_us
         if fused.fused_supported(geom) is None:
-            ftile = fused.default_tile(geom, d1, d2, spec.n)
+            ftile = fused.default_tile(geom, spec.c, d1, d2, spec.n)
             packed = fused.pack_weights(u_in, core, u_out, None, ftile.cluster)
             best = min(best, bench.time_graph(
                 lambda: fused.tucker_layer(x, packed, *conv, tile=ftile, out=y),

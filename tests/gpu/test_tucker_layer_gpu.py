@@ -34,7 +34,7 @@ def _check(rng, b, c, d1, d2, n, h, w, k, stride, padding, tile=None, residual=F
     bias = rng.standard_normal(n).astype(np.float32)
     geom = conv_geometry((b, d1, h, w), core.shape, stride, padding)
     res = rng.standard_normal((b, n, geom.oh, geom.ow)).astype(np.float32) if residual else None
-    tile = tile or tl.default_tile(geom, d1, d2, n)
+    tile = tile or tl.default_tile(geom, c, d1, d2, n)
     packed = tl.pack_weights(u1, core, u3, bias, tile.cluster, xp=cp)
     out = cp.full((b, n, geom.oh, geom.ow), cp.nan, cp.float32)
     tl.tucker_layer(cp.asarray(x), packed, stride, padding, tile=tile, out=out, relu=relu,
@@ -55,7 +55,7 @@ def test_fused_layer_random_shapes_and_tiles(rng, trial):
     if h + 2 * padding < k or w + 2 * padding < k:
         padding = k
     geom = conv_geometry((b, d1, h, w), (d2, d1, k, k), stride, padding)
-    tiles = tl.candidate_tiles(geom, d1, d2, 96 * 1024)
+    tiles = tl.candidate_tiles(geom, c, d1, d2, n, 96 * 1024)
     tile = tiles[int(rng.integers(len(tiles)))]
     _check(rng, b, c, d1, d2, n, h, w, k, stride, padding, tile=tile,
            residual=bool(rng.integers(2)), relu=bool(rng.integers(2)))
@@ -101,7 +101,7 @@ def test_fused_layer_bad_input():
         tl.tucker_layer(x, packed, 1, 1, tile=tl.FusedTile(4, 4, 4), out=out)
     wide = tl.pack_weights(np.ones((256, 16, 1, 1), np.float32), np.ones((256, 256, 3, 3), np.float32),
                            np.ones((16, 256, 1, 1), np.float32), None, 1, xp=cp)
-    with pytest.raises(ValueError, match="shared memory"):   # 256 x 18 x 18 + 256 x 256 floats
+    with pytest.raises(ValueError, match="more than 4 items|shared memory"):   # 64 x 256 items
         tl.tucker_layer(x, wide, 1, 1, tile=tl.FusedTile(16, 16, 1), out=out)
     with pytest.raises(ValueError, match="residual has shape"):
         tl.tucker_layer(x, packed, 1, 1, residual=cp.ones((1, 16, 5, 5), cp.float32), out=out)

@@ -2,9 +2,10 @@
 
 For each of the paper's 18 core-convolution shapes (C, N, H, W): the paper's
 scheme with the analytic model's tile (``tdc-model``) and with the best of all
-tiles (``tdc-oracle``), our implicit-GEMM kernel (``igemm``), the faster of the
-two (``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and
-on.  Every time is a CUDA-graph replay median; the outputs are checked
+tiles (``tdc-oracle``), our cluster kernel with its calibrated estimate's tile
+(``cluster-default``) and with the best of the estimate's 64 candidates
+(``cluster-oracle``), our implicit-GEMM kernel (``igemm``), the fastest of ours
+(``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.  Every time is a CUDA-graph replay median; the outputs are checked
 against the float64 reference first.  ``tdc-paper-model`` is the paper's tile rule as specified (sections 5.3-5.5),
 ``tdc-model`` our calibrated version (tensorconv.tuning.tdc_model).  The paper reports averages on an A100:
 oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,

@@ -1,5 +1,5 @@
-// Thread-block-cluster helpers (sm_90) shared by the Tucker kernels: cp.async
-// copies, the cluster barrier, distributed-shared-memory loads, fast division.
+// Helpers shared by the Tucker kernels: cp.async copies, the thread-block
+// cluster barrier and distributed-shared-memory loads (sm_90), fast division.
 #pragma once
 
 // Clusters and distributed shared memory need sm_90; older devices get the

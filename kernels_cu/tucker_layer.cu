@@ -61,14 +61,30 @@ __device__ __forceinline__ void land() {
     __syncthreads();
 }
 
-// Every block's `mine` slice into `all`, in rank order (slices are whole float4s).
-template <int CL>
-__device__ __forceinline__ void gather(float* all, const float* mine, int slice) {
-    const int n4 = slice / 4;
-    for (int r = 0; r < CL; ++r) {
-        float4* dst = reinterpret_cast<float4*>(all + r * slice);
-        for (int i = threadIdx.x; i < n4; i += THREADS) dst[i] = tdcx::ld_peer4(mine + 4 * i, r);
+// A stage's register items (4 channels x 1 position each, item = group * pitch +
+// position) into this block's slice `mine` (rows x pitch), then every block's
+// slice into `all`, in rank order, through distributed shared memory.
+template <int CL, int IT>
+__device__ __forceinline__ void publish(const float4 (&acc)[IT], int items, float* mine,
+                                        float* all, int pitch, int rows,
+                                        const tdcx::FastDiv& by_pitch) {
+#pragma unroll
+    for (int k = 0; k < IT; ++k) {
+        const int it = threadIdx.x + k * THREADS;
+        if (it < items) {
+            const int g = by_pitch.div(it);
+            store4(mine + 4 * g * pitch, pitch, it - g * pitch, acc[k]);
+        }
     }
+    if constexpr (CL > 1) {
+        tdcx::cluster_sync();
+        const int n4 = rows * pitch / 4;  // slices are whole float4s: rows come in fours
+        for (int r = 0; r < CL; ++r) {
+            float4* dst = reinterpret_cast<float4*>(all + r * rows * pitch);
+            for (int i = threadIdx.x; i < n4; i += THREADS) dst[i] = tdcx::ld_peer4(mine + 4 * i, r);
+        }
+    }
+    __syncthreads();
 }
 }  // namespace tlf
 
@@ -135,20 +151,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tlf::THREADS) tucker_lay
             }
             __syncthreads();  // the next chunk overwrites the stage
         }
-#pragma unroll
-        for (int k = 0; k < IT; ++k) {
-            const int it = tid + k * THREADS;
-            if (it < items) {
-                const int g = by_pa.div(it);
-                store4(z1_mine + 4 * g * PA, PA, it - g * PA, acc[k]);
-            }
-        }
+        publish<CL>(acc, items, z1_mine, z1_all, PA, D1c, by_pa);
     }
-    if constexpr (CL > 1) {
-        tdcx::cluster_sync();
-        gather<CL>(z1_all, z1_mine, D1c * PA);
-    }
-    __syncthreads();
 
     // B: z2 = core(z1) on the tile, channels [q D2c, (q + 1) D2c).  Chunks of CKB
     // core input channels: their R x S x D2c weights.
@@ -181,20 +185,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tlf::THREADS) tucker_lay
             }
             __syncthreads();
         }
-#pragma unroll
-        for (int k = 0; k < IT; ++k) {
-            const int it = tid + k * THREADS;
-            if (it < items) {
-                const int g = by_po.div(it);
-                store4(z2_mine + 4 * g * PO, PO, it - g * PO, acc[k]);
-            }
-        }
+        publish<CL>(acc, items, z2_mine, z2_all, PO, D2c, by_po);
     }
-    if constexpr (CL > 1) {
-        tdcx::cluster_sync();
-        gather<CL>(z2_all, z2_mine, D2c * PO);
-    }
-    __syncthreads();
 
     // C: y = U3 z2 + bias (+ residual), ReLU; channels [q Nc, (q + 1) Nc).  Chunks
     // of CKC core output channels: U3's rows.

@@ -162,9 +162,14 @@ def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:
         raise ValueError(f"tile.th, tile.twg and tile.ck must be >= 1, got {tile}")
     if not 1 <= tile.threads <= CLUSTER_MAX_THREADS:
         raise ValueError(f"tile {tile} has {tile.threads} threads; at most {CLUSTER_MAX_THREADS}")
+    check_smem(tile, tile.smem_bytes(geom))
+
+
+def check_smem(tile, nbytes: int) -> None:
+    """Raise ``ValueError`` when ``tile`` needs more shared memory than a block may have here."""
     limit = backend.device_facts().smem_per_block_optin
-    if tile.smem_bytes(geom) > limit:
-        raise ValueError(f"tile {tile} needs {tile.smem_bytes(geom)} bytes of shared memory; "
+    if nbytes > limit:
+        raise ValueError(f"tile {tile} needs {nbytes} bytes of shared memory; "
                          f"the device allows {limit}")
 
 
@@ -226,10 +231,7 @@ def _check_tile(tile: CoreTile, geom: ConvGeometry) -> None:
                          f"at most {MAX_TILE_OUTPUTS}")
     if not 1 <= tile.tc <= geom.c:
         raise ValueError(f"tile.tc must be in 1..{geom.c}, got {tile.tc}")
-    limit = backend.device_facts().smem_per_block_optin
-    if tile.smem_bytes(geom) > limit:
-        raise ValueError(f"tile {tile} needs {tile.smem_bytes(geom)} bytes of shared memory; "
-                         f"the device allows {limit}")
+    check_smem(tile, tile.smem_bytes(geom))
 
 
 def tdc_kernel(tile: CoreTile, geom: ConvGeometry):

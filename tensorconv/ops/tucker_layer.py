@@ -20,6 +20,7 @@ import numpy as np
 from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry, check_array, conv_geometry
 from tensorconv.ops import conv as dense
+from tensorconv.ops.tucker import check_smem
 
 _FILE = "tucker_layer.cu"
 THREADS = 256
@@ -244,10 +245,7 @@ def tucker_layer(x, packed: PackedWeights, stride=1, padding=0, *, residual=None
     z = tile.sizes(geom, *dims)
     if z["items"] is None:
         raise ValueError(f"tile {tile} gives a thread more than {ITEMS[-1]} items per stage")
-    limit = backend.device_facts().smem_per_block_optin
-    if z["smem"] > limit:
-        raise ValueError(f"tile {tile} needs {z['smem']} bytes of shared memory; "
-                         f"the device allows {limit}")
+    check_smem(tile, z["smem"])
     out_shape = (x.shape[0], packed.n, geom.oh, geom.ow)
     if residual is not None:
         residual = backend.as_array(residual, "residual")

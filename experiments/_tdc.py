@@ -10,6 +10,7 @@ import numpy as np
 from tensorconv import backend, bench, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker
+from tensorconv.ops import tucker_tf32x3 as tf32x3
 from tensorconv.results import ResultSet
 from tensorconv.tuning import cluster_model, oracle, tdc_model
 
@@ -40,6 +41,10 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     sms = backend.device_facts().sm_count
     cluster_best, cluster_times = oracle.tune_cluster_tile(x, wt, geom, repeat=5 if quick else 10,
                                                            use_cache=False)
+    tc_default = tf32x3.default_tile(geom)
+    tc_best, tc_times = oracle.tune_tf32x3_tile(x, wt, geom, repeat=5 if quick else 10,
+                                                use_cache=False)
+    w_packed = tf32x3.pack_weights(wt)
     if tile_rows is not None:
         for t, us in tile_times.items():
             tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
@@ -48,6 +53,10 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
             tile_rows.add(case, "cluster:" + "x".join(str(v) for v in dataclasses.astuple(t)),
                           "time_us", us, "us", note=f"regs {tucker.cluster_kernel(t, geom).num_regs}"
                           f"; estimate {cluster_model.estimate(geom, t, sms):.2f} us")
+        for t, us in tc_times.items():
+            tile_rows.add(case, "tf32x3:" + "x".join(str(v) for v in dataclasses.astuple(t)),
+                          "time_us", us, "us", note=f"regs {tf32x3.kernel(t, geom).num_regs}"
+                          f"; estimate {tf32x3.estimate(geom, t, sms):.2f} us")
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),
@@ -59,6 +68,10 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
                                                       tile=cluster_default, w_crsn=w_crsn, out=out),
         "cluster-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
                                                      tile=cluster_best, w_crsn=w_crsn, out=out),
+        "tf32x3-default": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
+                                                     tile=tc_default, w_packed=w_packed, out=out),
+        "tf32x3-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
+                                                    tile=tc_best, w_packed=w_packed, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times = {}
@@ -75,7 +88,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
             run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
             times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
                 run, framework="torch", **reps).median_us
-    mine = ("tdc-oracle", "cluster-oracle", "igemm")
+    mine = ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm")
     picked = min(mine, key=times.get)
     times["ours-best"] = times[picked]
     notes = {"tdc-model": f"calibrated model, tile {model_tile}",
@@ -83,6 +96,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
              "tdc-oracle": f"tile {best_tile} of {len(tile_times)} timed",
              "cluster-default": f"estimate's tile {cluster_default}",
              "cluster-oracle": f"tile {cluster_best} of {len(cluster_times)} timed",
+             "tf32x3-default": f"estimate's tile {tc_default}",
+             "tf32x3-oracle": f"tile {tc_best} of {len(tc_times)} timed",
              "ours-best": f"picked {picked}"}
     for name, us in times.items():
         rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))

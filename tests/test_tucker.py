@@ -214,3 +214,39 @@ def test_cluster_calibration_reproduces_from_the_committed_tile_times():
     coef = cluster_model.fit_calibration(samples, 132)
     assert np.allclose(coef, cluster_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
     assert cluster_model.pick_ratio(samples, 132) < 1.12
+
+
+def test_tf32x3_packing_splits_and_orders_the_weights(rng):
+    from tensorconv.ops import tucker_tf32x3 as tf32x3
+
+    w = rng.standard_normal((13, 11, 3, 2)).astype(np.float32) * 10.0 ** rng.uniform(-4, 4)
+    geom = conv_geometry((1, 11, 9, 9), w.shape, 1, 0)
+    p = tf32x3.pack_weights(w)
+    assert p.shape == tf32x3.packed_shape(geom) == (2, 6, 2, 32, 4)
+    bits = p.view(np.uint32)
+    assert not (bits & 0x1FFF).any()                       # every part is a tf32 value
+    full = np.zeros((16, 16, 3, 2), np.float32)
+    full[:13, :11] = w
+    for c8, rs, n8, lane in np.ndindex(p.shape[:4]):
+        g, t = divmod(lane, 4)
+        r, s = divmod(rs, 2)
+        for half in range(2):
+            want = full[8 * n8 + g, 8 * c8 + t + 4 * half, r, s]
+            big, small = p[c8, rs, n8, lane, half], p[c8, rs, n8, lane, 2 + half]
+            assert abs(big + small - want) <= 2.0 ** -21 * abs(want)
+            assert abs(small) <= 2.0 ** -10 * abs(want)
+
+
+def test_tf32x3_candidates_fit_and_rank_every_family():
+    from tensorconv.ops import tucker_tf32x3 as tf32x3
+
+    for shape in [(1, 64, 224, 224), (1, 32, 7, 7), (2, 5, 20, 3)]:
+        geom = conv_geometry(shape, (40, shape[1], 3, 3), 1, 1)
+        tiles = tf32x3.candidates(geom, 100 * 1024)
+        assert tiles and all(t.smem_bytes(geom) <= 100 * 1024 for t in tiles)
+        assert all(t.pixels % t.tw == 0 and t.warps_m * t.warps_n <= 8 for t in tiles)
+        ranked = tf32x3.ranked_tiles(geom, 100 * 1024, 132, limit=32)
+        est = [tf32x3.estimate(geom, t, 132) for t in ranked]
+        assert est == sorted(est) and len(set(ranked)) == len(ranked)
+        families = {(t.wm, t.wn) for t in tiles}
+        assert families <= {(t.wm, t.wn) for t in ranked} or len(ranked) == 32

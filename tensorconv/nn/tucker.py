@@ -162,8 +162,9 @@ def _ranks(conv, frac, multiple):
     return r(conv.in_channels), r(conv.out_channels)
 
 
-# ---- inference: the engine plans a TuckerConv2d as 1x1 -> cluster core -> 1x1 (BN, residual
-# and ReLU in the last 1x1's epilogue), or as one fused launch where that was timed faster
+# ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (cluster or tf32x3) -> 1x1
+# (BN, residual and ReLU in the last 1x1's epilogue), or as one fused launch where that was
+# timed faster
 def _register_engine_planner():
     from dataclasses import asdict
 
@@ -171,7 +172,8 @@ def _register_engine_planner():
     from tensorconv.nn import engine
     from tensorconv.ops import tucker as tucker_ops
     from tensorconv.ops import tucker_layer as fused
-    from tensorconv.tuning import cache, cluster_model, oracle
+    from tensorconv.ops import tucker_tf32x3 as tf32x3
+    from tensorconv.tuning import cache, oracle
 
     def plan_three(m: TuckerConv2d, plan, x, bn, relu, residual):
         y = engine.plan_conv(m.first, plan, x)
@@ -183,14 +185,15 @@ def _register_engine_planner():
             z = engine.plan_conv(core, plan, y)  # a core the cluster kernel does not take
         else:
             if plan.tune:
-                tile = oracle.tune_cluster_tile(y, w, geom)[0]
+                variant, tile = oracle.tune_core(y, w, geom)
             else:
-                tile = oracle.known_cluster_tile(geom) or cluster_model.choose_tile(geom)
-            w_crsn = plan.keep(tucker_ops.to_crsn(w))
+                variant, tile = oracle.default_core(geom)
+            prepared = {"w_packed": plan.keep(tf32x3.pack_weights(w))} if variant == "tf32x3" \
+                else {"w_crsn": plan.keep(tucker_ops.to_crsn(w))}
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
-                                                    variant="cluster", tile=tile, w_crsn=w_crsn,
-                                                    out=z), f"cluster core {tuple(w.shape)} {tile}")
+                                                    variant=variant, tile=tile, out=z, **prepared),
+                     f"{variant} core {tuple(w.shape)} {tile}")
         return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
 
     @engine.register_conv_planner(TuckerConv2d)

@@ -10,10 +10,12 @@ Three variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
   the blocks splitting the input channels form a thread-block cluster that sums
   its partials through distributed shared memory (no atomics, no zero-filled
   output, deterministic).  Tile: :class:`ClusterTile`.
+* ``"tf32x3"`` — an implicit GEMM on the tensor cores with fp32 accuracy
+  (3xTF32) for large planes: :mod:`tensorconv.ops.tucker_tf32x3`.
 * ``"igemm"`` — our general implicit-GEMM kernel (:mod:`tensorconv.ops.conv`).
 
-``"tdc"`` is instantiated for 3 x 3 filters only, ``"cluster"`` for filters up
-to 7 x 7 at stride 1 or 2; anything else runs ``"igemm"`` (logged).
+``"tdc"`` is instantiated for 3 x 3 filters only, ``"cluster"`` and ``"tf32x3"``
+for filters up to 7 x 7 at stride 1 or 2; anything else runs ``"igemm"`` (logged).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ import numpy as np
 from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry, check_array, check_conv_args
 from tensorconv.ops import conv as dense
+from tensorconv.ops import tucker_tf32x3 as tf32x3
 
 _FILE = "tucker_core_conv.cu"
-VARIANTS = ("tdc", "cluster", "igemm")
+VARIANTS = ("tdc", "cluster", "tf32x3", "igemm")
 TILE_SIDES = (1, 2, 4, 7, 8)        # TH, TW instantiated in tucker_core_conv.cu
 MAX_TILE_OUTPUTS = 32               # TH * TW register accumulators per thread
 _SUPPORTED_FILTERS = ((3, 3),)
@@ -245,7 +248,8 @@ def tdc_threads(geom: ConvGeometry) -> int:
 
 
 def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
-                tile: CoreTile | ClusterTile | None = None, w_crsn=None, out=None):
+                tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | None = None, w_crsn=None,
+                w_packed=None, out=None):
     """The core convolution of a Tucker-format layer, fp32, NCHW, no bias.
 
     Parameters
@@ -253,16 +257,22 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
     x : CuPy (or DLPack CUDA) array, (B, D1, H, W), float32, C-contiguous
     w : array, (D2, D1, R, S), float32 — the core tensor in our (N, C, R, S) layout
     stride, padding : int or (int, int)
-    variant : {"tdc", "cluster", "igemm"}, optional
-        Default ``"cluster"`` when it supports the shape, else ``"igemm"`` (logged).
-    tile : CoreTile (``"tdc"``) or ClusterTile (``"cluster"``), optional
+    variant : {"tdc", "cluster", "tf32x3", "igemm"}, optional
+        Default: the faster of ``"cluster"`` and ``"tf32x3"`` when this shape was
+        tuned on this device (:func:`tensorconv.tuning.oracle.tune_core`), else
+        ``"cluster"``; ``"igemm"`` when neither supports the shape (logged).
+    tile : CoreTile (``"tdc"``), ClusterTile (``"cluster"``) or Tf32x3Tile (``"tf32x3"``), optional
         Default: the tuned tile when this shape was tuned on this device
-        (:func:`tensorconv.tuning.oracle.known_cluster_tile`), else the
-        calibrated estimate's (:func:`tensorconv.tuning.cluster_model.choose_tile`);
-        for ``"tdc"`` the calibrated model's
-        (:func:`tensorconv.tuning.tdc_model.choose_tile`).
+        (:mod:`tensorconv.tuning.oracle`), else the estimate's
+        (:func:`tensorconv.tuning.cluster_model.choose_tile`,
+        :func:`tensorconv.ops.tucker_tf32x3.default_tile`); for ``"tdc"`` the
+        calibrated model's (:func:`tensorconv.tuning.tdc_model.choose_tile`).
     w_crsn : array, (D1, R, S, D2), optional
-        :func:`to_crsn` of ``w``, precomputed once (inference) instead of per call.
+        :func:`to_crsn` of ``w`` (``"tdc"``, ``"cluster"``), precomputed once
+        (inference) instead of per call.
+    w_packed : array, optional
+        :func:`tensorconv.ops.tucker_tf32x3.pack_weights` of ``w`` (``"tf32x3"``),
+        precomputed once.
     out : array, (B, D2, OH, OW), float32, optional
 
     Returns
@@ -277,22 +287,28 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
                         "(tensorconv.ops.conv2d computes the same on the CPU)")
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if variant in ("tdc", "cluster"):
-        reason = (tdc_supported if variant == "tdc" else cluster_supported)(geom)
+    if variant in _SUPPORT:
+        reason = _SUPPORT[variant](geom)
         if reason:
             raise ValueError(reason)
     if variant is None:
-        reason = cluster_supported(geom)
-        variant = "igemm" if reason else "cluster"
-        if reason:
-            log.info("core_conv2d falls back to igemm: %s", reason)
-    expected = {"tdc": CoreTile, "cluster": ClusterTile}.get(variant)
+        variant, tuned = _default_variant(geom)
+        tile = tile if tile is not None or variant == "igemm" else tuned
+    expected = {"tdc": CoreTile, "cluster": ClusterTile, "tf32x3": tf32x3.Tf32x3Tile}.get(variant)
     if tile is not None and not (expected and isinstance(tile, expected)):
         raise ValueError(f"tile {tile!r} does not fit variant={variant!r}"
                          + (f" (expects a {expected.__name__})" if expected else ""))
     if variant == "igemm":
         return dense.conv2d(x, w, None, geom.stride, geom.padding, out=out, algorithm="igemm")
 
+    if variant == "tf32x3":
+        tile = tile or tf32x3.default_tile(geom)
+        tf32x3.check_tile(tile, geom)
+        w_packed = _prepared(tf32x3.pack_weights, w, w_packed, "w_packed",
+                             tf32x3.packed_shape(geom), "tucker_tf32x3.pack_weights(w)", xp)
+        out = dense.output_buffer(xp, out, geom.output_shape)
+        tf32x3.launch(x, w_packed, out, geom, tile)
+        return out
     if tile is None and variant == "cluster":
         from tensorconv.tuning import cluster_model
         from tensorconv.tuning.oracle import known_cluster_tile
@@ -303,17 +319,37 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
 
         tile = choose_tile(geom)
     (_check_cluster_tile if variant == "cluster" else _check_tile)(tile, geom)
-    if w_crsn is None:
-        w_crsn = to_crsn(w)
-    else:
-        w_crsn = backend.as_array(w_crsn, "w_crsn")
-        check_array(w_crsn, "w_crsn", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
-        if tuple(w_crsn.shape) != (geom.c, geom.r, geom.s, geom.k):
-            raise ValueError(f"w_crsn has shape {tuple(w_crsn.shape)}; expected "
-                             f"{(geom.c, geom.r, geom.s, geom.k)} (to_crsn(w))")
+    w_crsn = _prepared(to_crsn, w, w_crsn, "w_crsn", (geom.c, geom.r, geom.s, geom.k),
+                       "to_crsn(w)", xp)
     out = dense.output_buffer(xp, out, geom.output_shape)
     (_launch_cluster if variant == "cluster" else _launch_tdc)(x, w_crsn, out, geom, tile)
     return out
+
+
+_SUPPORT = {"tdc": tdc_supported, "cluster": cluster_supported, "tf32x3": tf32x3.supported}
+
+
+def _default_variant(geom: ConvGeometry):
+    """(variant, tile): the tuned winner for ``geom`` on this device, else the
+    cluster kernel, else ``"igemm"`` (tile None; logged)."""
+    from tensorconv.tuning.oracle import default_core
+
+    reason = cluster_supported(geom)
+    if reason:
+        log.info("core_conv2d falls back to igemm: %s", reason)
+        return "igemm", None
+    return default_core(geom)
+
+
+def _prepared(prepare, w, given, name: str, shape: tuple, how: str, xp):
+    """``given`` checked against ``shape``, or ``prepare(w)`` when not given."""
+    if given is None:
+        return prepare(w)
+    given = backend.as_array(given, name)
+    check_array(given, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(given.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(given.shape)}; expected {shape} ({how})")
+    return given
 
 
 def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 from tensorconv import backend, bench
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import tucker
+from tensorconv.ops import tucker_tf32x3 as tf32x3
 from tensorconv.tuning import cache, cluster_model
 
 _MEMO: dict = {}
@@ -45,6 +46,34 @@ def oracle_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool =
     return best, times
 
 
+def _time_tiles(key: str, tiles, run_tile, repeat: int):
+    """Time ``run_tile(t)`` for every tile; store and remember the fastest; return it and the times."""
+    times = {t: bench.time_graph(lambda t=t: run_tile(t), warmup=2, repeat=repeat,
+                                 calls_per_graph=10).median_us for t in tiles}
+    best = min(times, key=times.get)
+    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
+    _MEMO[key] = best
+    return best, times
+
+
+def _known(key: str, tile_type):
+    """The tile stored under ``key`` (memoised), else None."""
+    if key not in _MEMO:
+        hit = cache.lookup(key)
+        if hit is None:
+            return None
+        _MEMO[key] = tile_type(**hit["tile"])
+    return _MEMO[key]
+
+
+def _cluster_key(geom: ConvGeometry) -> str:
+    return cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
+
+
+def _tf32x3_key(geom: ConvGeometry) -> str:
+    return cache.make_key("tdc_tf32x3", "tucker_core_tf32x3.cu", geom)
+
+
 def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
                       use_cache: bool = True):
     """Time the ``candidates`` best-estimated cluster tiles; return ``(best, {tile: µs})``.
@@ -52,33 +81,89 @@ def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat:
     The winner is stored in the tune cache (device, kernel source hash, shape);
     a cache hit returns it with an empty timing dict.
     """
-    key = cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
     if use_cache and (hit := known_cluster_tile(geom)) is not None:
         return hit, {}
     facts = backend.device_facts()
     w_crsn = tucker.to_crsn(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
-    times = {}
-    for t in cluster_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
-                                        limit=candidates,
-                                        clusters=facts.compute_capability >= (9, 0)):
-        run = lambda t=t: tucker.core_conv2d(x, w, geom.stride, geom.padding,  # noqa: E731
-                                             variant="cluster", tile=t, w_crsn=w_crsn, out=out)
-        times[t] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
-    best = min(times, key=times.get)
-    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
-    _MEMO[key] = best
-    return best, times
+    tiles = cluster_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
+                                       limit=candidates,
+                                       clusters=facts.compute_capability >= (9, 0))
+    return _time_tiles(_cluster_key(geom), tiles, lambda t: tucker.core_conv2d(
+        x, w, geom.stride, geom.padding, variant="cluster", tile=t, w_crsn=w_crsn, out=out),
+        repeat)
 
 
 def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
     """The tuned cluster tile when ``geom`` was tuned on this device, else None; never times."""
-    key = cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
+    return _known(_cluster_key(geom), tucker.ClusterTile)
+
+
+def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 32, repeat: int = 10,
+                     use_cache: bool = True):
+    """Time the ``candidates`` best-estimated ``"tf32x3"`` tiles; return ``(best, {tile: µs})``
+    (stored in the tune cache; a hit returns it with an empty timing dict)."""
+    if use_cache and (hit := known_tf32x3_tile(geom)) is not None:
+        return hit, {}
+    facts = backend.device_facts()
+    w_packed = tf32x3.pack_weights(w)
+    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
+    tiles = tf32x3.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
+                                limit=candidates)
+    return _time_tiles(_tf32x3_key(geom), tiles, lambda t: tucker.core_conv2d(
+        x, w, geom.stride, geom.padding, variant="tf32x3", tile=t, w_packed=w_packed, out=out),
+        repeat)
+
+
+def known_tf32x3_tile(geom: ConvGeometry) -> tf32x3.Tf32x3Tile | None:
+    """The tuned ``"tf32x3"`` tile when ``geom`` was tuned on this device, else None."""
+    return _known(_tf32x3_key(geom), tf32x3.Tf32x3Tile)
+
+
+def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
+    """Tune both core kernels on ``geom``; return ``(variant, tile)`` of the faster.
+
+    ``"tf32x3"`` is tried only where it runs the shape; the choice goes to the
+    tune cache, where :func:`known_core_choice` (and ``core_conv2d``'s default) finds it.
+    """
+    if use_cache and (hit := known_core_choice(geom)) is not None:
+        return hit
+    cluster, times = tune_cluster_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
+    best = ("cluster", cluster, times.get(cluster) or cache.lookup(_cluster_key(geom))["us"])
+    if tf32x3.supported(geom) is None and tf32x3.candidates(
+            geom, backend.device_facts().smem_per_block_optin):
+        tile, times = tune_tf32x3_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
+        us = times.get(tile) or cache.lookup(_tf32x3_key(geom))["us"]
+        if us < best[2]:
+            best = ("tf32x3", tile, us)
+    cache.store(_core_key(geom), {"variant": best[0], "tile": dataclasses.asdict(best[1]),
+                                  "us": best[2]})
+    _MEMO.pop(_core_key(geom), None)
+    return best[0], best[1]
+
+
+def default_core(geom: ConvGeometry):
+    """``(variant, tile)`` that runs ``geom`` untold: the tuned faster kernel, else the
+    cluster kernel with its tuned (or estimated) tile; never times."""
+    return known_core_choice(geom) or ("cluster", known_cluster_tile(geom)
+                                       or cluster_model.choose_tile(geom))
+
+
+def _core_key(geom: ConvGeometry) -> str:
+    # both kernels' sources: an edit of either invalidates the choice
+    return cache.make_key("tdc_core", "tucker_core_tf32x3.cu",
+                          f"{cache.kernel_version('tucker_core_conv.cu')}|{geom}")
+
+
+def known_core_choice(geom: ConvGeometry):
+    """``(variant, tile)`` of the faster core kernel when ``geom`` was tuned here, else None."""
+    key = _core_key(geom)
     if key not in _MEMO:
         hit = cache.lookup(key)
         if hit is None:
             return None
-        _MEMO[key] = tucker.ClusterTile(**hit["tile"])
+        tile_type = tf32x3.Tf32x3Tile if hit["variant"] == "tf32x3" else tucker.ClusterTile
+        _MEMO[key] = (hit["variant"], tile_type(**hit["tile"]))
     return _MEMO[key]
 
 
@@ -104,27 +189,17 @@ def tune_fused_tile(x, u1, core, u3, bias, stride, padding, *, candidates: int =
         return hit, {}
     xp = backend.array_module(x)
     out = xp.empty((x.shape[0], n, geom.oh, geom.ow), dtype="float32")
-    packed, times = {}, {}
-    for t in tl.ranked_tiles(geom, x.shape[1], d1, d2, n, limit=candidates):
+    packed = {}
+    tiles = tl.ranked_tiles(geom, x.shape[1], d1, d2, n, limit=candidates)
+    for t in tiles:
         if t.cluster not in packed:
             packed[t.cluster] = tl.pack_weights(u1, core, u3, bias, t.cluster, xp=xp)
-        run = lambda t=t: tl.tucker_layer(x, packed[t.cluster], stride, padding,  # noqa: E731
-                                          tile=t, out=out)
-        times[t] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
-    best = min(times, key=times.get)
-    cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
-    _MEMO[key] = best
-    return best, times
+    return _time_tiles(key, tiles, lambda t: tl.tucker_layer(
+        x, packed[t.cluster], stride, padding, tile=t, out=out), repeat)
 
 
 def known_fused_tile(geom: ConvGeometry, d1: int, d2: int, n: int, c: int):
     """The tuned fused tile for this layer on this device, else None; never times."""
     from tensorconv.ops import tucker_layer as tl
 
-    key = _fused_key(geom, d1, d2, n, c)
-    if key not in _MEMO:
-        hit = cache.lookup(key)
-        if hit is None:
-            return None
-        _MEMO[key] = tl.FusedTile(**hit["tile"])
-    return _MEMO[key]
+    return _known(_fused_key(geom, d1, d2, n, c), tl.FusedTile)

@@ -177,9 +177,9 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
     """GPU latency (µs, CUDA-graph replay) of the dense layer and of its Tucker form per rank pair.
 
     The Tucker form runs as the inference engine may run it, the faster of:
-    1x1 (implicit GEMM), the cluster core kernel (tuned tile when the tune cache
-    has one, else its default; the implicit-GEMM kernel for cores it does not
-    take), 1x1; and, where the device has thread-block clusters, the fused
+    1x1 (implicit GEMM), the core kernel the tune cache holds for the shape
+    (:func:`tensorconv.tuning.oracle.default_core`: else the cluster kernel's
+    default; the implicit-GEMM kernel for cores it does not take), 1x1; and, where the device has thread-block clusters, the fused
     one-launch layer (:func:`tensorconv.ops.tucker_layer.tucker_layer`, default tile).
     """
     import numpy as np
@@ -188,8 +188,8 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
     from tensorconv.checks import conv_geometry
     from tensorconv.ops import tucker
     from tensorconv.ops import tucker_layer as fused
-    from tensorconv.tuning import cluster_model
-    from tensorconv.tuning.oracle import known_cluster_tile
+    from tensorconv.ops import tucker_tf32x3 as tf32x3
+    from tensorconv.tuning.oracle import default_core
 
     cp = backend.require_cuda("measure_table")
     rng = np.random.default_rng(0)
@@ -207,10 +207,11 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
         z2 = cp.empty((1, d2, spec.oh, spec.ow), cp.float32)
         geom = conv_geometry(z1.shape, core.shape, *conv)
         if tucker.cluster_supported(geom) is None:
-            tile = known_cluster_tile(geom) or cluster_model.choose_tile(geom)
-            w_crsn = tucker.to_crsn(core)
+            variant, tile = default_core(geom)
+            prepared = ({"w_packed": tf32x3.pack_weights(core)} if variant == "tf32x3"
+                        else {"w_crsn": tucker.to_crsn(core)})
             run_core = lambda: tucker.core_conv2d(  # noqa: E731
-                z1, core, *conv, variant="cluster", tile=tile, w_crsn=w_crsn, out=z2)
+                z1, core, *conv, variant=variant, tile=tile, out=z2, **prepared)
         else:
             run_core = lambda: ops.conv2d(z1, core, None, *conv, out=z2)  # noqa: E731
 

@@ -1,0 +1,264 @@
+"""Tucker core convolution on the tensor cores at fp32 accuracy (``kernels_cu/tucker_core_tf32x3.cu``).
+
+The ``"tf32x3"`` variant of :func:`tensorconv.ops.tucker.core_conv2d`: an
+implicit GEMM (output pixels x output channels over input channels x taps) on
+``mma.sync`` tf32 tiles, each fp32 operand split into two tf32 parts and three
+products accumulated in fp32, so that the result keeps fp32 accuracy.  It is
+meant for the large planes (56 x 56 and up) where the fp32 ``"cluster"`` kernel
+is bound by its multiply-add issue rate; on small planes the cluster kernel's
+split over input channels wins.  This module owns the tile, the weight packing,
+the launch and a cost estimate that orders tiles for the tuner
+(:func:`tensorconv.tuning.oracle.tune_tf32x3_tile`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.checks import ConvGeometry
+
+_FILE = "tucker_core_tf32x3.cu"
+WARP_TILES = (1, 2, 4)        # WM (16-pixel) and WN (8-channel) mma tiles per warp
+TILE_WIDTHS = (8, 16, 32, 64)
+STAGE_CHANNELS = (8, 16, 32)
+MAX_WARPS = 8                 # the kernel's __launch_bounds__(256)
+MAX_FILTER = 7
+
+
+@dataclass(frozen=True)
+class Tf32x3Tile:
+    """Launch shape of the ``"tf32x3"`` kernel.
+
+    A block of ``warps_m x warps_n`` warps computes ``th x tw`` output pixels
+    (``th * tw = warps_m * wm * 16``) by ``warps_n * wn * 8`` output channels;
+    each warp ``wm x wn`` m16n8k8 tiles; operands are staged ``ck`` input
+    channels at a time.
+    """
+
+    wm: int
+    wn: int
+    warps_m: int
+    warps_n: int
+    tw: int
+    ck: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def pixels(self) -> int:
+        return self.warps_m * self.wm * 16
+
+    @property
+    def th(self) -> int:
+        return self.pixels // self.tw
+
+    @property
+    def n8(self) -> int:
+        """8-channel tiles per block."""
+        return self.warps_n * self.wn
+
+    def layout(self, geom: ConvGeometry) -> tuple[int, int]:
+        """(row pitch, channel plane) of a staged input cube, in floats.
+
+        The plane is padded to 8 mod 32 words so that the four channels a warp's
+        A fragment reads at once land in distinct bank octets (and stays 16-byte aligned).
+        """
+        st = geom.stride[0]
+        iwp = (self.tw - 1) * st + geom.s
+        plane = ((self.th - 1) * st + geom.r) * iwp
+        plane += (8 - plane) % 32
+        return iwp, plane
+
+    def chunks(self, geom: ConvGeometry) -> int:
+        return -(-geom.c // self.ck)
+
+    def smem_bytes(self, geom: ConvGeometry) -> int:
+        """Two operand stages (one when a single stage covers the input channels)."""
+        stage = self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
+        return 4 * stage * (2 if self.chunks(geom) > 1 else 1)
+
+    def grid(self, geom: ConvGeometry) -> tuple[int, int]:
+        """(pixel tiles, batch x channel blocks)."""
+        tiles = -(-geom.oh // self.th) * -(-geom.ow // self.tw)
+        return tiles, geom.n * -(-geom.k // (8 * self.n8))
+
+
+def supported(geom: ConvGeometry) -> str | None:
+    """None when the ``"tf32x3"`` kernel runs ``geom``; otherwise the reason it cannot."""
+    if geom.r > MAX_FILTER or geom.s > MAX_FILTER:
+        return f"the tf32x3 kernel takes filters up to {MAX_FILTER}x{MAX_FILTER}, not {geom.r}x{geom.s}"
+    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
+        return f"the tf32x3 kernel takes stride 1 or 2 (equal in both axes), not {geom.stride}"
+    if geom.dilation != (1, 1) or geom.groups != 1:
+        return "the tf32x3 kernel supports neither dilation nor groups"
+    if backend.device_facts().compute_capability < (8, 0):
+        return "the tf32x3 kernel needs tf32 tensor cores (sm_80 or newer)"
+    return None
+
+
+def check_tile(tile: Tf32x3Tile, geom: ConvGeometry) -> None:
+    """Raise ``ValueError`` naming what is wrong with ``tile`` for ``geom``."""
+    from tensorconv.ops.tucker import check_smem
+
+    if tile.wm not in WARP_TILES or tile.wn not in WARP_TILES:
+        raise ValueError(f"tile.wm and tile.wn must be in {WARP_TILES}, got {tile}")
+    if tile.warps_m < 1 or tile.warps_n < 1 or tile.warps_m * tile.warps_n > MAX_WARPS:
+        raise ValueError(f"tile {tile} must have 1..{MAX_WARPS} warps")
+    if tile.tw not in TILE_WIDTHS or tile.pixels % tile.tw:
+        raise ValueError(f"tile.tw must be in {TILE_WIDTHS} and divide the block's "
+                         f"{tile.pixels} pixels, got {tile}")
+    if tile.ck not in STAGE_CHANNELS:
+        raise ValueError(f"tile.ck must be in {STAGE_CHANNELS}, got {tile.ck}")
+    check_smem(tile, tile.smem_bytes(geom))
+
+
+def candidates(geom: ConvGeometry, smem_limit: int) -> list[Tf32x3Tile]:
+    """Every tile worth timing: tiles no wider than the output (rounded up to 8), no
+    more channel tiles than the output needs, stages no deeper than the input."""
+    n8_need = -(-geom.k // 8)
+    ow8 = -(-geom.ow // 8) * 8
+    c8 = -(-geom.c // 8) * 8
+    out = []
+    for wm in WARP_TILES:
+        for wn in WARP_TILES:
+            for warps_m in (1, 2, 4, 8):
+                for warps_n in (1, 2, 4):
+                    bn8 = warps_n * wn
+                    if warps_m * warps_n > MAX_WARPS or (bn8 > 1 and bn8 >= 2 * n8_need):
+                        continue
+                    for tw in TILE_WIDTHS:
+                        pixels = warps_m * wm * 16
+                        if pixels % tw or tw > ow8 or pixels // tw > 2 * geom.oh:
+                            continue
+                        for ck in STAGE_CHANNELS:
+                            if ck > max(8, c8):
+                                continue
+                            t = Tf32x3Tile(wm, wn, warps_m, warps_n, tw, ck)
+                            if t.smem_bytes(geom) <= smem_limit:
+                                out.append(t)
+    return out
+
+
+# Cycles per mma.sync issue on one SM sub-partition, per shared-memory wavefront
+# (one per SM per cycle), per staged element a thread copies, per stage
+# (barriers), per block, and the clock (GHz): rough H100 values; the tuner
+# times the best-estimated tiles of every warp-tile family.
+_MMA, _WAVEFRONT, _COPY, _STAGE, _BLOCK, _CLOCK_GHZ = 8.0, 1.0, 4.0, 300.0, 2000.0, 1.75
+
+
+def estimate(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> float:
+    """Rough time (µs) of ``tile``: waves x (the larger of the busiest
+    sub-partition's mma issues and the SM's shared-memory wavefronts, plus the
+    copies, stages and a block's fixed cost).  Orders tiles; does not predict."""
+    warps = tile.warps_m * tile.warps_n
+    regs = 48 + 9 * tile.wm * tile.wn
+    per_sm = max(1, min(64 // warps, 65536 // (regs * tile.threads),
+                        228 * 1024 // max(1, tile.smem_bytes(geom))))
+    blocks = int(np.prod(tile.grid(geom)))
+    waves = -(-blocks // (sm_count * per_sm))
+    resident = min(per_sm, -(-blocks // sm_count))
+    chunks = tile.chunks(geom)
+    ksteps = chunks * tile.ck // 8 * geom.r * geom.s
+    mma = -(-resident * warps // 4) * tile.wm * tile.wn * 3 * ksteps * _MMA
+    smem = resident * warps * ksteps * 4 * (tile.wm + tile.wn) * _WAVEFRONT
+    st = geom.stride[0]
+    cube = tile.ck * ((tile.th - 1) * st + geom.r) * ((tile.tw - 1) * st + geom.s)
+    copies = chunks * resident * (cube + tile.ck * geom.r * geom.s * tile.n8 * 8) / tile.threads
+    cycles = max(mma, smem) + copies * _COPY + chunks * _STAGE + _BLOCK
+    return waves * cycles / (_CLOCK_GHZ * 1e3)
+
+
+def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
+                 limit: int | None = 32) -> list[Tf32x3Tile]:
+    """Valid tiles, best estimate first.
+
+    With ``limit``: the best three of every warp tile (wm, wn) come first, then
+    the overall best, so the tuner sees every family whatever the estimate's bias.
+    """
+    tiles = sorted(candidates(geom, smem_limit), key=lambda t: estimate(geom, t, sm_count))
+    if not limit:
+        return tiles
+    picked, per_family = [], {}
+    for t in tiles:
+        if per_family.get((t.wm, t.wn), 0) < 3:
+            per_family[(t.wm, t.wn)] = per_family.get((t.wm, t.wn), 0) + 1
+            picked.append(t)
+    picked += [t for t in tiles if t not in picked]
+    return sorted(picked[:limit], key=lambda t: estimate(geom, t, sm_count))
+
+
+def default_tile(geom: ConvGeometry) -> Tf32x3Tile:
+    """The estimate's best tile for ``geom`` on this device."""
+    facts = backend.device_facts()
+    tiles = ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count, limit=1)
+    if not tiles:
+        raise ValueError(f"no tf32x3 tile fits {geom} in shared memory")
+    return tiles[0]
+
+
+def _round_tf32(a, xp):
+    """Round fp32 to the nearest tf32 (ties away from zero, as cvt.rna), finite values only."""
+    bits = a.view(xp.uint32)
+    rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+    return xp.where(xp.isfinite(a), rounded, a)
+
+
+def pack_weights(w, xp=None):
+    """Split core weights into tf32 (big, small) parts in the kernel's fragment order.
+
+    Parameters
+    ----------
+    w : array, (N, C, R, S), float32
+    xp : module, optional
+        ``numpy`` or ``cupy``; default: the module of ``w``.
+
+    Returns
+    -------
+    array, (ceil(C/8), R*S, ceil(N/8), 32, 4), float32: for 8-channel group c8,
+    tap rs, output tile n8 and lane (g, t), the B-fragment values
+    ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]`` — big parts,
+    then small parts; zero beyond N and C.
+    """
+    xp = xp or backend.array_module(w)
+    n, c, r, s = w.shape
+    n8, c8 = -(-n // 8), -(-c // 8)
+    full = xp.zeros((n8 * 8, c8 * 8, r, s), xp.float32)
+    full[:n, :c] = xp.asarray(w, dtype=xp.float32)
+    big = _round_tf32(full, xp)
+    small = _round_tf32(full - big, xp)
+
+    def fragments(a):  # (n8, g, c8, half, t, r, s) -> (c8, r, s, n8, g, t, half)
+        return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(2, 5, 6, 0, 1, 4, 3)
+
+    packed = xp.stack([fragments(big), fragments(small)], axis=-2)
+    return xp.ascontiguousarray(packed.reshape(c8, r * s, n8, 32, 4))
+
+
+def kernel(tile: Tf32x3Tile, geom: ConvGeometry):
+    """The compiled ``tdc_core_conv_tf32x3`` instantiation for ``tile`` and ``geom``."""
+    return cuda.get_kernel(_FILE, f"tdc_core_conv_tf32x3<{geom.r}, {geom.s}, {geom.stride[0]}, "
+                                  f"{tile.wm}, {tile.wn}>")
+
+
+def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
+    """Run the kernel on checked arguments (``core_conv2d`` checks them)."""
+    k = kernel(tile, geom)
+    smem = tile.smem_bytes(geom)
+    cuda.set_dynamic_smem(k, smem)
+    iwp, plane = tile.layout(geom)
+    i32 = np.int32
+    k(tile.grid(geom), (tile.threads,), (
+        x, w_packed, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
+        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.tw),
+        i32(tile.ck), i32(tile.warps_m), i32(-(-geom.ow // tile.tw)),
+        i32(-(-geom.k // (8 * tile.n8))), i32(iwp), i32(plane)), shared_mem=smem)
+
+
+def packed_shape(geom: ConvGeometry) -> tuple[int, ...]:
+    """Shape of :func:`pack_weights` for ``geom``'s weights."""
+    return (-(-geom.c // 8), geom.r * geom.s, -(-geom.k // 8), 32, 4)

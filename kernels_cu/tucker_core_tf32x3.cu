@@ -4,13 +4,14 @@
 // channels (N) over input channels x filter taps (K).  A block owns a TH x TW
 // pixel tile (TH * TW = WARPS_M * WM * 16) and WARPS_N * WN * 8 channels; each
 // warp computes WM x WN mma.sync.m16n8k8 tiles.  Every fp32 operand is split
-// into a tf32 "big" part and the tf32 rounding of its remainder, and the three
-// products big*big + big*small + small*big are accumulated in fp32: the
-// discarded small*small term is ~2^-22 of the product, so the result matches
-// fp32 (<= 1e-5 relative), not tf32 (~3e-4).  Weights arrive split and in
-// fragment order (tensorconv/ops/tucker_tf32x3.py packs them); inputs are
-// split as the fragments are loaded, because the tensor pipe, not the issue
-// slots, bounds this kernel.
+// into a tf32 "big" part and its remainder (whose low bits the tensor core
+// drops), and the three products big*big + big*small + small*big are
+// accumulated in fp32: the discarded small*small term is ~2^-22 of the
+// product, so the result matches fp32 (<= 1e-5 relative), not tf32 (~3e-4).
+// Weights arrive split and in fragment order (tensorconv/ops/tucker_tf32x3.py
+// packs them).  Inputs are split once per staged element, in shared memory:
+// splitting at every fragment load cost more instructions than the mma's
+// themselves (the kernel was issue-bound, the tensor pipe 35 % busy).
 //
 // Operands stream through shared memory in chunks of CK input channels, two
 // stages deep (cp.async, halo and channel padding zero-filled by the copy).
@@ -18,16 +19,19 @@
 #include "tc_cluster.cuh"
 
 namespace tf32x3 {
-__device__ __forceinline__ unsigned to_tf32(float v) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-    return r;
+// In place: v -> its leading 11 significant bits (a tf32 value); small <- the
+// rest (0 for inf and NaN, which the big part carries).
+__device__ __forceinline__ void split(float& v, float& small) {
+    const float big = __uint_as_float(__float_as_uint(v) & 0xFFFFE000u);
+    small = isfinite(v) ? v - big : 0.f;
+    v = big;
 }
 // d += a * b on one m16n8k8 tile (a: 4 tf32 of the 16 x 8 A tile, b: 2 of the 8 x 8 B tile).
+// Not volatile: a pure function of its operands, which the compiler may schedule freely.
+// (Issuing the two m16n8k4 halves separately was tried: no faster, and twice the error.)
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                     unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -35,12 +39,13 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
 }  // namespace tf32x3
 
 template <int R, int S, int STRIDE, int WM, int WN>
-__global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
+__global__ void __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
     const float* __restrict__ x,      // (B, C, H, W)
-    const float4* __restrict__ wpk,   // (C8, R*S, N8, 32 lanes): big b0, b1, small b0, b1
+    const float4* __restrict__ wpk,   // (N8, C8, R*S, 32 lanes): big b0, b1, small b0, b1
     float* __restrict__ y,            // (B, N, OH, OW)
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
-    int TH, int TW, int CK, int warps_m, int tiles_w, int n_blocks, int iwp, int plane)
+    int TH, int TW, int CK, int warps_m, int tiles_w, int n_blocks, int iwp, int plane,
+    int lead, int vec)
 {
     constexpr int RS = R * S;
     extern __shared__ __align__(16) float smem[];
@@ -55,7 +60,9 @@ __global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int iht = (TH - 1) * STRIDE + R, iwt = (TW - 1) * STRIDE + S;
     const int ck8 = CK >> 3;
-    const int in_stage = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
+    // A stage: the cube's big parts, its small parts, the weights.
+    const int cube_words = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
+    const int in_stage = 2 * cube_words;
     const float* xb = x + (size_t)b * C * H * W;
 
     // Shared-memory offsets of this lane's pixels (rows g and g + 8 of each m tile).
@@ -65,45 +72,59 @@ __global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int p = (wm * WM + i) * 16 + g + 8 * h;
-            poff[i][h] = (p / TW) * STRIDE * iwp + (p % TW) * STRIDE;
+            poff[i][h] = (p / TW) * STRIDE * iwp + (p % TW) * STRIDE + lead;
         }
 
+    // Staging costs instructions that a block with few warps cannot hide, so the
+    // copy loops carry no per-element division: the input cube is indexed through
+    // multiply-shift divisions, and each channel tile's weights of a chunk are one
+    // contiguous run of the packed (N8, C8, R*S, 32) array.  With vec (W % 4 == 0)
+    // rows are copied 16 bytes at a time from the aligned column iw0 - lead, each
+    // 4-column group wholly inside or outside the image; else word by word.
+    const int width = vec ? 4 : 1, cols = vec ? iwp >> 2 : iwt;
+    const int iw0a = iw0 - lead, cube = CK * iht * cols, w_run = ck8 * RS * 32;
+    const tdcx::FastDiv div_cube(iht * cols), div_row(cols);
     auto stage = [&](int chunk, int buf) {
         float* in = smem + buf * (in_stage + w_stage);
         float4* ws = reinterpret_cast<float4*>(in + in_stage);
         const int c0 = chunk * CK;
-        for (int row = warp; row < CK * iht; row += warps) {
-            const int c = row / iht, ih = ih0 + row % iht;
-            const bool row_ok = c0 + c < C && ih >= 0 && ih < H;
-            const float* src = xb + ((size_t)(c0 + c) * H + ih) * W;
-            for (int col = lane; col < iwt; col += 32) {
-                const int iw = iw0 + col;
-                const bool ok = row_ok && iw >= 0 && iw < W;
-                tdcx::cp_async4(in + c * plane + (row % iht) * iwp + col, ok ? src + iw : x, ok);
-            }
+        for (int i = threadIdx.x; i < cube; i += blockDim.x) {
+            const int c = div_cube.div(i), rem = i - c * iht * cols;
+            const int row = div_row.div(rem), col = (rem - row * cols) * width;
+            const int ih = ih0 + row, iw = iw0a + col;
+            const bool ok = c0 + c < C && ih >= 0 && ih < H && iw >= 0 && iw < W;
+            float* dst = in + c * plane + row * iwp + col;
+            const float* src = ok ? xb + ((size_t)(c0 + c) * H + ih) * W + iw : x;
+            if (vec)
+                tdcx::cp_async16(dst, src, ok);
+            else
+                tdcx::cp_async4(dst, src, ok);
         }
-        const int w_items = ck8 * RS * bn8 * 32;
-        for (int i = threadIdx.x; i < w_items; i += blockDim.x) {
-            const int l = i & 31, rest = i >> 5;
-            const int j = rest % bn8, krs = rest / bn8;
-            const int k8 = chunk * ck8 + krs / RS, rs = krs % RS;
-            const bool ok = k8 < c8_total && nb0 + j < n8_total;
-            tdcx::cp_async16(reinterpret_cast<float*>(ws + i),
-                             reinterpret_cast<const float*>(
-                                 ok ? wpk + (((size_t)k8 * RS + rs) * n8_total + nb0 + j) * 32 + l
-                                    : wpk),
-                             ok);
+        const int c8_left = (c8_total - chunk * ck8) * RS * 32;  // items before C8 ends
+        for (int j = 0; j < bn8; ++j) {
+            const bool tile_ok = nb0 + j < n8_total;
+            const float4* src = wpk + ((size_t)(nb0 + j) * c8_total + chunk * ck8) * RS * 32;
+            for (int i = threadIdx.x; i < w_run; i += blockDim.x) {
+                const bool ok = tile_ok && i < c8_left;
+                tdcx::cp_async16(reinterpret_cast<float*>(ws + j * w_run + i),
+                                 reinterpret_cast<const float*>(ok ? src + i : wpk), ok);
+            }
         }
         tdcx::cp_async_commit();
     };
 
-    float acc[WM][WN][4];
+    // The three products of a k step go to SETS independent accumulators: a dependent
+    // mma costs ~26 cycles, and small warp tiles have too few tiles to hide that.
+    constexpr int SETS = WM * WN <= 2 ? 3 : (WM * WN <= 4 ? 2 : 1);
+    float acc[SETS][WM][WN][4];
 #pragma unroll
-    for (int i = 0; i < WM; ++i)
+    for (int q = 0; q < SETS; ++q)
 #pragma unroll
-        for (int j = 0; j < WN; ++j)
+        for (int i = 0; i < WM; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+            for (int j = 0; j < WN; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[q][i][j][e] = 0.f;
 
     const int chunks = (C + CK - 1) / CK;
     stage(0, 0);
@@ -116,7 +137,19 @@ __global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
             tdcx::cp_async_wait<0>();
         }
         __syncthreads();
-        const float* in = smem + buf * (in_stage + w_stage);
+        float* in = smem + buf * (in_stage + w_stage);
+        // Split the staged cube, four words at a time; the plane padding is split too
+        // (never read), which keeps the loop free of index arithmetic.
+        for (int i = threadIdx.x * 4; i < cube_words; i += blockDim.x * 4) {
+            float4 v = *reinterpret_cast<float4*>(in + i), lo;
+            tf32x3::split(v.x, lo.x);
+            tf32x3::split(v.y, lo.y);
+            tf32x3::split(v.z, lo.z);
+            tf32x3::split(v.w, lo.w);
+            *reinterpret_cast<float4*>(in + i) = v;
+            *reinterpret_cast<float4*>(in + cube_words + i) = lo;
+        }
+        __syncthreads();
         const float4* ws = reinterpret_cast<const float4*>(in + in_stage);
         for (int k8 = 0; k8 < ck8; ++k8) {
             const float* ch = in + (k8 * 8 + t) * plane;
@@ -127,31 +160,42 @@ __global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
                     unsigned bbig[WN][2], bsml[WN][2];
 #pragma unroll
                     for (int j = 0; j < WN; ++j) {
-                        const float4 v = ws[((k8 * RS + r * S + s) * bn8 + wn * WN + j) * 32 + lane];
+                        const float4 v = ws[((wn * WN + j) * ck8 * RS + k8 * RS + r * S + s) * 32
+                                            + lane];
                         bbig[j][0] = __float_as_uint(v.x);
                         bbig[j][1] = __float_as_uint(v.y);
                         bsml[j][0] = __float_as_uint(v.z);
                         bsml[j][1] = __float_as_uint(v.w);
                     }
+                    // All A fragments first, then the products grouped by kind, so that
+                    // consecutive mma's update different accumulators.
+                    const float* tap = ch + r * iwp + s;
+                    unsigned abig[WM][4], asml[WM][4];
 #pragma unroll
                     for (int i = 0; i < WM; ++i) {
-                        const float* tap = ch + r * iwp + s;
-                        const float av[4] = {tap[poff[i][0]], tap[poff[i][1]],
-                                             tap[4 * plane + poff[i][0]],
-                                             tap[4 * plane + poff[i][1]]};
-                        unsigned abig[4], asml[4];
+                        const int off[4] = {poff[i][0], poff[i][1], 4 * plane + poff[i][0],
+                                            4 * plane + poff[i][1]};
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            abig[e] = tf32x3::to_tf32(av[e]);
-                            asml[e] = tf32x3::to_tf32(av[e] - __uint_as_float(abig[e]));
-                        }
-#pragma unroll
-                        for (int j = 0; j < WN; ++j) {
-                            tf32x3::mma(acc[i][j], asml, bbig[j][0], bbig[j][1]);
-                            tf32x3::mma(acc[i][j], abig, bsml[j][0], bsml[j][1]);
-                            tf32x3::mma(acc[i][j], abig, bbig[j][0], bbig[j][1]);
+                            abig[i][e] = __float_as_uint(tap[off[e]]);
+                            asml[i][e] = __float_as_uint(tap[cube_words + off[e]]);
                         }
                     }
+#pragma unroll
+                    for (int i = 0; i < WM; ++i)
+#pragma unroll
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[2 % SETS][i][j], asml[i], bbig[j][0], bbig[j][1]);
+#pragma unroll
+                    for (int i = 0; i < WM; ++i)
+#pragma unroll
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[1 % SETS][i][j], abig[i], bsml[j][0], bsml[j][1]);
+#pragma unroll
+                    for (int i = 0; i < WM; ++i)
+#pragma unroll
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[0][i][j], abig[i], bbig[j][0], bbig[j][1]);
                 }
         }
         __syncthreads();  // the next iteration's copy overwrites this buffer
@@ -171,7 +215,10 @@ __global__ void __launch_bounds__(256) tdc_core_conv_tf32x3(
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int n = (nb0 + wn * WN + j) * 8 + 2 * t + e;
-                    if (n < N) yp[(size_t)n * OH * OW] = acc[i][j][2 * h + e];
+                    float v = acc[0][i][j][2 * h + e];
+#pragma unroll
+                    for (int q = 1; q < SETS; ++q) v += acc[q][i][j][2 * h + e];
+                    if (n < N) yp[(size_t)n * OH * OW] = v;
                 }
         }
 }

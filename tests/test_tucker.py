@@ -222,17 +222,17 @@ def test_tf32x3_packing_splits_and_orders_the_weights(rng):
     w = rng.standard_normal((13, 11, 3, 2)).astype(np.float32) * 10.0 ** rng.uniform(-4, 4)
     geom = conv_geometry((1, 11, 9, 9), w.shape, 1, 0)
     p = tf32x3.pack_weights(w)
-    assert p.shape == tf32x3.packed_shape(geom) == (2, 6, 2, 32, 4)
+    assert p.shape == tf32x3.packed_shape(geom) == (2, 2, 6, 32, 4)
     bits = p.view(np.uint32)
     assert not (bits & 0x1FFF).any()                       # every part is a tf32 value
     full = np.zeros((16, 16, 3, 2), np.float32)
     full[:13, :11] = w
-    for c8, rs, n8, lane in np.ndindex(p.shape[:4]):
+    for n8, c8, rs, lane in np.ndindex(p.shape[:4]):
         g, t = divmod(lane, 4)
         r, s = divmod(rs, 2)
         for half in range(2):
             want = full[8 * n8 + g, 8 * c8 + t + 4 * half, r, s]
-            big, small = p[c8, rs, n8, lane, half], p[c8, rs, n8, lane, 2 + half]
+            big, small = p[n8, c8, rs, lane, half], p[n8, c8, rs, lane, 2 + half]
             assert abs(big + small - want) <= 2.0 ** -21 * abs(want)
             assert abs(small) <= 2.0 ** -10 * abs(want)
 

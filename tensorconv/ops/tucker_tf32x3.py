@@ -62,24 +62,30 @@ class Tf32x3Tile:
         """8-channel tiles per block."""
         return self.warps_n * self.wn
 
-    def layout(self, geom: ConvGeometry) -> tuple[int, int]:
-        """(row pitch, channel plane) of a staged input cube, in floats.
+    def layout(self, geom: ConvGeometry) -> tuple[int, int, int]:
+        """(row pitch, channel plane, lead) of a staged input cube, in floats.
 
-        The plane is padded to 8 mod 32 words so that the four channels a warp's
-        A fragment reads at once land in distinct bank octets (and stays 16-byte aligned).
+        When the input width is a multiple of 4 the kernel copies rows 16 bytes
+        at a time from the aligned column ``lead`` words left of the tile's
+        first, so the pitch covers ``lead`` too.  The plane is padded to 8 mod 32
+        words so that the four channels a warp's A fragment reads at once land
+        in distinct bank octets (and stays 16-byte aligned).
         """
         st = geom.stride[0]
-        iwp = (self.tw - 1) * st + geom.s
+        iwt = (self.tw - 1) * st + geom.s
+        lead = (-geom.padding[1]) % 4 if geom.w % 4 == 0 else 0
+        iwp = -(-(lead + iwt) // 4) * 4 if geom.w % 4 == 0 else iwt
         plane = ((self.th - 1) * st + geom.r) * iwp
         plane += (8 - plane) % 32
-        return iwp, plane
+        return iwp, plane, lead
 
     def chunks(self, geom: ConvGeometry) -> int:
         return -(-geom.c // self.ck)
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Two operand stages (one when a single stage covers the input channels)."""
-        stage = self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
+        """Two operand stages (one when a single stage covers the input channels), each
+        the input cube's big and small parts and the weights."""
+        stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
         return 4 * stage * (2 if self.chunks(geom) > 1 else 1)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int]:
@@ -156,7 +162,7 @@ def estimate(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> float:
     sub-partition's mma issues and the SM's shared-memory wavefronts, plus the
     copies, stages and a block's fixed cost).  Orders tiles; does not predict."""
     warps = tile.warps_m * tile.warps_n
-    regs = 48 + 9 * tile.wm * tile.wn
+    regs = min(255, 100 + 12 * tile.wm * tile.wn)
     per_sm = max(1, min(64 // warps, 65536 // (regs * tile.threads),
                         228 * 1024 // max(1, tile.smem_bytes(geom))))
     blocks = int(np.prod(tile.grid(geom)))
@@ -219,8 +225,8 @@ def pack_weights(w, xp=None):
 
     Returns
     -------
-    array, (ceil(C/8), R*S, ceil(N/8), 32, 4), float32: for 8-channel group c8,
-    tap rs, output tile n8 and lane (g, t), the B-fragment values
+    array, (ceil(N/8), ceil(C/8), R*S, 32, 4), float32: for output tile n8,
+    8-channel group c8, tap rs and lane (g, t), the B-fragment values
     ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]`` — big parts,
     then small parts; zero beyond N and C.
     """
@@ -232,11 +238,11 @@ def pack_weights(w, xp=None):
     big = _round_tf32(full, xp)
     small = _round_tf32(full - big, xp)
 
-    def fragments(a):  # (n8, g, c8, half, t, r, s) -> (c8, r, s, n8, g, t, half)
-        return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(2, 5, 6, 0, 1, 4, 3)
+    def fragments(a):  # (n8, g, c8, half, t, r, s) -> (n8, c8, r, s, g, t, half)
+        return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(0, 2, 5, 6, 1, 4, 3)
 
     packed = xp.stack([fragments(big), fragments(small)], axis=-2)
-    return xp.ascontiguousarray(packed.reshape(c8, r * s, n8, 32, 4))
+    return xp.ascontiguousarray(packed.reshape(n8, c8, r * s, 32, 4))
 
 
 def kernel(tile: Tf32x3Tile, geom: ConvGeometry):
@@ -250,15 +256,16 @@ def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
     k = kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(k, smem)
-    iwp, plane = tile.layout(geom)
+    iwp, plane, lead = tile.layout(geom)
     i32 = np.int32
     k(tile.grid(geom), (tile.threads,), (
         x, w_packed, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
         i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.tw),
         i32(tile.ck), i32(tile.warps_m), i32(-(-geom.ow // tile.tw)),
-        i32(-(-geom.k // (8 * tile.n8))), i32(iwp), i32(plane)), shared_mem=smem)
+        i32(-(-geom.k // (8 * tile.n8))), i32(iwp), i32(plane), i32(lead),
+        i32(geom.w % 4 == 0)), shared_mem=smem)
 
 
 def packed_shape(geom: ConvGeometry) -> tuple[int, ...]:
     """Shape of :func:`pack_weights` for ``geom``'s weights."""
-    return (-(-geom.c // 8), geom.r * geom.s, -(-geom.k // 8), 32, 4)
+    return (-(-geom.k // 8), -(-geom.c // 8), geom.r * geom.s, 32, 4)

@@ -38,9 +38,10 @@ def test_random_shapes_and_tiles(rng, trial):
            tile=_random_tile(rng, geom))
 
 
+@pytest.mark.parametrize("width", [17, 20])   # word-by-word and 16-byte row copies
 @pytest.mark.parametrize("ks,stride,padding", [(1, 1, 0), (5, 1, 2), (7, 2, 3), (2, 2, 0)])
-def test_other_filters(rng, ks, stride, padding):
-    _check(rng, (2, 24, 31, 17), (40, 24, ks, ks), stride, padding, variant="tf32x3")
+def test_other_filters(rng, ks, stride, padding, width):
+    _check(rng, (2, 24, 31, width), (40, 24, ks, ks), stride, padding, variant="tf32x3")
 
 
 def test_fp32_accuracy_on_wide_ranges(rng):

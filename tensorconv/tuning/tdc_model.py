@@ -121,13 +121,14 @@ def fit_calibration(samples, facts):
 
 def load_tile_samples(path) -> list:
     """``(geom, tile, regs, µs)`` samples of the ``"tdc"`` kernel from a ``tdc_fig6 --tiles``
-    CSV (batch 1, 3x3, pad 1); the ``cluster:`` rows of our own kernel are skipped."""
+    CSV (batch 1, 3x3, pad 1); the rows of our own kernels (``cluster:``, ``tf32x3:``) are
+    skipped."""
     from tensorconv.checks import conv_geometry
     from tensorconv.results import read_csv
 
     samples = []
     for row in read_csv(path):
-        if row["variant"].startswith("cluster:"):
+        if ":" in row["variant"]:
             continue
         c, n, h, w = (int(v) for v in row["case"].split("_"))
         th, tw, tc = (int(v) for v in row["variant"].split("x"))

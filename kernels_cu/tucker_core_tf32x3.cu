@@ -38,8 +38,8 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
 }
 }  // namespace tf32x3
 
-template <int R, int S, int STRIDE, int WM, int WN>
-__global__ void __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
+template <int R, int S, int STRIDE, int WM, int WN, int CL>
+__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
     const float* __restrict__ x,      // (B, C, H, W)
     const float4* __restrict__ wpk,   // (N8, C8, R*S, 32 lanes): big b0, b1, small b0, b1
     float* __restrict__ y,            // (B, N, OH, OW)
@@ -126,11 +126,13 @@ __global__ void __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[q][i][j][e] = 0.f;
 
-    const int chunks = (C + CK - 1) / CK;
-    stage(0, 0);
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-        const int buf = chunk & 1;
-        if (chunk + 1 < chunks) {
+    // Split blockIdx.z of the cluster takes its share of the input-channel chunks.
+    const int chunks = (C + CK - 1) / CK, per_split = (chunks + CL - 1) / CL;
+    const int first = blockIdx.z * per_split, last = min(chunks, first + per_split);
+    if (first < last) stage(first, 0);
+    for (int chunk = first; chunk < last; ++chunk) {
+        const int buf = (chunk - first) & 1;
+        if (chunk + 1 < last) {
             stage(chunk + 1, buf ^ 1);
             tdcx::cp_async_wait<1>();
         } else {
@@ -202,23 +204,66 @@ __global__ void __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
     }
 
     // Accumulator (i, j, e): pixel row g + 8 * (e >> 1), channel 2 t + (e & 1).
+    if constexpr (CL == 1) {
+#pragma unroll
+        for (int i = 0; i < WM; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int p = (wm * WM + i) * 16 + g + 8 * h;
+                const int oh = oh0 + p / TW, ow = ow0 + p % TW;
+                if (oh >= OH || ow >= OW) continue;
+                float* yp = y + ((size_t)b * N * OH + oh) * OW + ow;
+#pragma unroll
+                for (int j = 0; j < WN; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int n = (nb0 + wn * WN + j) * 8 + 2 * t + e;
+                        float v = acc[0][i][j][2 * h + e];
+#pragma unroll
+                        for (int q = 1; q < SETS; ++q) v += acc[q][i][j][2 * h + e];
+                        if (n < N) yp[(size_t)n * OH * OW] = v;
+                    }
+            }
+        return;
+    }
+    // Partial sums to shared memory (the stage buffers are idle), channel-major; each
+    // block of the cluster then adds 1/CL of them over all peers in rank order
+    // (deterministic, no atomics) and stores pixel-consecutive runs.
+    const int pixels = TH * TW;
 #pragma unroll
     for (int i = 0; i < WM; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int p = (wm * WM + i) * 16 + g + 8 * h;
-            const int oh = oh0 + p / TW, ow = ow0 + p % TW;
-            if (oh >= OH || ow >= OW) continue;
-            float* yp = y + ((size_t)b * N * OH + oh) * OW + ow;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int j = 0; j < WN; ++j)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int n = (nb0 + wn * WN + j) * 8 + 2 * t + e;
                     float v = acc[0][i][j][2 * h + e];
 #pragma unroll
                     for (int q = 1; q < SETS; ++q) v += acc[q][i][j][2 * h + e];
-                    if (n < N) yp[(size_t)n * OH * OW] = v;
+                    smem[((wn * WN + j) * 8 + 2 * t + e) * pixels + (wm * WM + i) * 16 + g + 8 * h] = v;
                 }
-        }
+    tdcx::cluster_sync();
+    const tdcx::FastDiv by_pixels(pixels), by_tw(TW);
+    const int total = bn8 * 8 * pixels, share = (total + CL - 1) / CL;
+    const int e_end = min(total, ((int)blockIdx.z + 1) * share);
+    for (int e = blockIdx.z * share + threadIdx.x; e < e_end; e += blockDim.x) {
+        float v = 0.f;
+#pragma unroll
+        for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(smem + e, q);
+        const int nl = by_pixels.div(e), p = e - nl * pixels, ph = by_tw.div(p);
+        const int n = nb0 * 8 + nl, oh = oh0 + ph, ow = ow0 + p - ph * TW;
+        if (n < N && oh < OH && ow < OW) y[(((size_t)b * N + n) * OH + oh) * OW + ow] = v;
+    }
+    tdcx::cluster_sync();  // peers may still read this block's partials
 }
+
+// Offline type-check of a few instantiations (NVRTC instantiates only the one
+// the Python op requests, through name_expressions).
+#ifndef __CUDACC_RTC__
+#define TC_TF32X3(ST, WM, WN, CL) \
+    template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL>(const float*, \
+        const float4*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+        int, int, int, int, int);
+TC_TF32X3(1, 1, 1, 1) TC_TF32X3(1, 2, 4, 1) TC_TF32X3(1, 4, 4, 2) TC_TF32X3(2, 1, 2, 4)
+#endif

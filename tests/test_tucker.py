@@ -248,5 +248,5 @@ def test_tf32x3_candidates_fit_and_rank_every_family():
         ranked = tf32x3.ranked_tiles(geom, 100 * 1024, 132, limit=32)
         est = [tf32x3.estimate(geom, t, 132) for t in ranked]
         assert est == sorted(est) and len(set(ranked)) == len(ranked)
-        families = {(t.wm, t.wn) for t in tiles}
-        assert families <= {(t.wm, t.wn) for t in ranked} or len(ranked) == 32
+        assert all(t.splits == 1 for t in tf32x3.candidates(geom, 100 * 1024, clusters=False))
+        assert all(t.splits <= -(-geom.c // t.ck) for t in tiles)

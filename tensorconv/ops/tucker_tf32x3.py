@@ -24,6 +24,7 @@ _FILE = "tucker_core_tf32x3.cu"
 WARP_TILES = (1, 2, 4)        # WM (16-pixel) and WN (8-channel) mma tiles per warp
 TILE_WIDTHS = (8, 16, 32, 64)
 STAGE_CHANNELS = (8, 16, 32)
+SPLITS = (1, 2, 4)            # blocks of a thread-block cluster that split the input channels
 MAX_WARPS = 8                 # the kernel's __launch_bounds__(256)
 MAX_FILTER = 7
 
@@ -35,7 +36,8 @@ class Tf32x3Tile:
     A block of ``warps_m x warps_n`` warps computes ``th x tw`` output pixels
     (``th * tw = warps_m * wm * 16``) by ``warps_n * wn * 8`` output channels;
     each warp ``wm x wn`` m16n8k8 tiles; operands are staged ``ck`` input
-    channels at a time.
+    channels at a time.  ``splits`` blocks (a thread-block cluster) share the
+    input channels and add their partial sums through distributed shared memory.
     """
 
     wm: int
@@ -44,6 +46,7 @@ class Tf32x3Tile:
     warps_n: int
     tw: int
     ck: int
+    splits: int = 1
 
     @property
     def threads(self) -> int:
@@ -80,18 +83,21 @@ class Tf32x3Tile:
         return iwp, plane, lead
 
     def chunks(self, geom: ConvGeometry) -> int:
-        return -(-geom.c // self.ck)
+        """Stages of ``ck`` input channels one block of the cluster works through."""
+        return -(-(-(-geom.c // self.ck)) // self.splits)
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Two operand stages (one when a single stage covers the input channels), each
-        the input cube's big and small parts and the weights."""
+        """Two operand stages (one when a single stage covers a block's input channels),
+        each the input cube's big and small parts and the weights; with splits, at
+        least the block's partial sums."""
         stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
-        return 4 * stage * (2 if self.chunks(geom) > 1 else 1)
+        partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
+        return 4 * max(stage * (2 if self.chunks(geom) > 1 else 1), partials)
 
-    def grid(self, geom: ConvGeometry) -> tuple[int, int]:
-        """(pixel tiles, batch x channel blocks)."""
+    def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
+        """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""
         tiles = -(-geom.oh // self.th) * -(-geom.ow // self.tw)
-        return tiles, geom.n * -(-geom.k // (8 * self.n8))
+        return tiles, geom.n * -(-geom.k // (8 * self.n8)), self.splits
 
 
 def supported(geom: ConvGeometry) -> str | None:
@@ -120,12 +126,18 @@ def check_tile(tile: Tf32x3Tile, geom: ConvGeometry) -> None:
                          f"{tile.pixels} pixels, got {tile}")
     if tile.ck not in STAGE_CHANNELS:
         raise ValueError(f"tile.ck must be in {STAGE_CHANNELS}, got {tile.ck}")
+    if tile.splits not in SPLITS:
+        raise ValueError(f"tile.splits must be in {SPLITS}, got {tile.splits}")
+    if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
+        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
+                         f"this device is {backend.device_facts().arch}")
     check_smem(tile, tile.smem_bytes(geom))
 
 
-def candidates(geom: ConvGeometry, smem_limit: int) -> list[Tf32x3Tile]:
+def candidates(geom: ConvGeometry, smem_limit: int, clusters: bool = True) -> list[Tf32x3Tile]:
     """Every tile worth timing: tiles no wider than the output (rounded up to 8), no
-    more channel tiles than the output needs, stages no deeper than the input."""
+    more channel tiles than the output needs, stages no deeper than the input, and
+    splits (only with ``clusters``, i.e. sm_90) that leave every block a stage."""
     n8_need = -(-geom.k // 8)
     ow8 = -(-geom.ow // 8) * 8
     c8 = -(-geom.c // 8) * 8
@@ -144,9 +156,12 @@ def candidates(geom: ConvGeometry, smem_limit: int) -> list[Tf32x3Tile]:
                         for ck in STAGE_CHANNELS:
                             if ck > max(8, c8):
                                 continue
-                            t = Tf32x3Tile(wm, wn, warps_m, warps_n, tw, ck)
-                            if t.smem_bytes(geom) <= smem_limit:
-                                out.append(t)
+                            for splits in SPLITS if clusters else (1,):
+                                if splits > -(-geom.c // ck):
+                                    continue
+                                t = Tf32x3Tile(wm, wn, warps_m, warps_n, tw, ck, splits)
+                                if t.smem_bytes(geom) <= smem_limit:
+                                    out.append(t)
     return out
 
 
@@ -175,7 +190,9 @@ def estimate(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> float:
     st = geom.stride[0]
     cube = tile.ck * ((tile.th - 1) * st + geom.r) * ((tile.tw - 1) * st + geom.s)
     copies = chunks * resident * (cube + tile.ck * geom.r * geom.s * tile.n8 * 8) / tile.threads
-    cycles = max(mma, smem) + copies * _COPY + chunks * _STAGE + _BLOCK
+    reduce = (tile.n8 * 8 * tile.pixels * (1 + 1 / tile.splits) / tile.threads * _COPY
+              if tile.splits > 1 else 0.0)
+    cycles = max(mma, smem) + copies * _COPY + chunks * _STAGE + _BLOCK + reduce
     return waves * cycles / (_CLOCK_GHZ * 1e3)
 
 
@@ -183,16 +200,21 @@ def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
                  limit: int | None = 32) -> list[Tf32x3Tile]:
     """Valid tiles, best estimate first.
 
-    With ``limit``: the best three of every warp tile (wm, wn) come first, then
-    the overall best, so the tuner sees every family whatever the estimate's bias.
+    With ``limit``: the best two of every warp tile and split (wm, wn, splits)
+    come first, then the overall best, so the tuner sees every family whatever
+    the estimate's bias.
     """
-    tiles = sorted(candidates(geom, smem_limit), key=lambda t: estimate(geom, t, sm_count))
+    clusters = backend.device_facts().compute_capability >= (9, 0) if backend.gpu_available() \
+        else True
+    tiles = sorted(candidates(geom, smem_limit, clusters),
+                   key=lambda t: estimate(geom, t, sm_count))
     if not limit:
         return tiles
     picked, per_family = [], {}
     for t in tiles:
-        if per_family.get((t.wm, t.wn), 0) < 3:
-            per_family[(t.wm, t.wn)] = per_family.get((t.wm, t.wn), 0) + 1
+        family = (t.wm, t.wn, t.splits)
+        if per_family.get(family, 0) < 2:
+            per_family[family] = per_family.get(family, 0) + 1
             picked.append(t)
     picked += [t for t in tiles if t not in picked]
     return sorted(picked[:limit], key=lambda t: estimate(geom, t, sm_count))
@@ -248,7 +270,7 @@ def pack_weights(w, xp=None):
 def kernel(tile: Tf32x3Tile, geom: ConvGeometry):
     """The compiled ``tdc_core_conv_tf32x3`` instantiation for ``tile`` and ``geom``."""
     return cuda.get_kernel(_FILE, f"tdc_core_conv_tf32x3<{geom.r}, {geom.s}, {geom.stride[0]}, "
-                                  f"{tile.wm}, {tile.wn}>")
+                                  f"{tile.wm}, {tile.wn}, {tile.splits}>")
 
 
 def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:

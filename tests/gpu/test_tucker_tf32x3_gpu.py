@@ -14,13 +14,21 @@ from tests.gpu.test_tucker_gpu import _check
 pytestmark = pytest.mark.gpu
 
 
+def _splits():
+    from tensorconv import backend
+
+    return tf32x3.SPLITS if backend.device_facts().compute_capability >= (9, 0) else (1,)
+
+
 def _random_tile(rng, geom):
-    """Any valid tile: every warp tile, widths wider than the output, stages deeper than C."""
+    """Any valid tile: every warp tile, widths wider than the output, stages deeper than C,
+    every cluster size (also more splits than stages: blocks with no channels)."""
     while True:
         wm, wn = (int(rng.choice(tf32x3.WARP_TILES)) for _ in range(2))
         warps_m, warps_n = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4]))
         tw = int(rng.choice(tf32x3.TILE_WIDTHS))
-        tile = tf32x3.Tf32x3Tile(wm, wn, warps_m, warps_n, tw, int(rng.choice(tf32x3.STAGE_CHANNELS)))
+        tile = tf32x3.Tf32x3Tile(wm, wn, warps_m, warps_n, tw,
+                                 int(rng.choice(tf32x3.STAGE_CHANNELS)), int(rng.choice(_splits())))
         if (warps_m * warps_n <= tf32x3.MAX_WARPS and tile.pixels % tw == 0
                 and tile.smem_bytes(geom) <= 96 * 1024):
             return tile
@@ -42,6 +50,17 @@ def test_random_shapes_and_tiles(rng, trial):
 @pytest.mark.parametrize("ks,stride,padding", [(1, 1, 0), (5, 1, 2), (7, 2, 3), (2, 2, 0)])
 def test_other_filters(rng, ks, stride, padding, width):
     _check(rng, (2, 24, 31, width), (40, 24, ks, ks), stride, padding, variant="tf32x3")
+
+
+def test_split_channels_are_deterministic(rng):
+    import cupy as cp
+
+    x = cp.asarray(rng.standard_normal((1, 96, 28, 28)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((64, 96, 3, 3)).astype(np.float32))
+    tile = tf32x3.Tf32x3Tile(1, 2, 4, 1, 16, 8, _splits()[-1])
+    first = tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=tile)
+    for _ in range(3):
+        assert bool((tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=tile) == first).all())
 
 
 def test_fp32_accuracy_on_wide_ranges(rng):
@@ -75,6 +94,8 @@ def test_bad_input_before_launch():
         tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=T(1, 1, 1, 1, 32, 8), out=out)
     with pytest.raises(ValueError, match="tile.ck"):
         tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=T(1, 1, 1, 1, 8, 12), out=out)
+    with pytest.raises(ValueError, match="tile.splits"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=T(1, 1, 1, 1, 8, 8, 3), out=out)
     with pytest.raises(ValueError, match="shared memory"):
         tucker.core_conv2d(cp.ones((1, 64, 300, 300), cp.float32),
                            cp.ones((32, 64, 7, 7), cp.float32), 1, 3, variant="tf32x3",

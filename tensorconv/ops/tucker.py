@@ -154,11 +154,7 @@ def cluster_supported(geom: ConvGeometry) -> str | None:
 def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:
     if tile.nt not in CLUSTER_NT or tile.pt not in CLUSTER_PT:
         raise ValueError(f"tile.nt must be in {CLUSTER_NT} and tile.pt in {CLUSTER_PT}, got {tile}")
-    if tile.splits not in CLUSTER_SPLITS:
-        raise ValueError(f"tile.splits must be in {CLUSTER_SPLITS}, got {tile.splits}")
-    if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
-        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
-                         f"this device is {backend.device_facts().arch}")
+    check_splits(tile, CLUSTER_SPLITS)
     if tile.nb < tile.nt or tile.nb % tile.nt:
         raise ValueError(f"tile.nb must be a positive multiple of tile.nt, got {tile}")
     if min(tile.th, tile.twg, tile.ck) < 1:
@@ -166,6 +162,35 @@ def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:
     if not 1 <= tile.threads <= CLUSTER_MAX_THREADS:
         raise ValueError(f"tile {tile} has {tile.threads} threads; at most {CLUSTER_MAX_THREADS}")
     check_smem(tile, tile.smem_bytes(geom))
+
+
+def check_splits(tile, allowed: tuple) -> None:
+    """Raise ``ValueError`` when ``tile.splits`` is not allowed, or needs clusters this device lacks."""
+    if tile.splits not in allowed:
+        raise ValueError(f"tile.splits must be in {allowed}, got {tile.splits}")
+    if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
+        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
+                         f"this device is {backend.device_facts().arch}")
+
+
+def family_first(tiles, cost, family, limit: int | None, per_family: int = 2) -> list:
+    """The ``limit`` tiles a tuner should time, cheapest ``cost`` first.
+
+    The ``per_family`` cheapest tiles of every ``family(tile)`` come first, then
+    the overall cheapest, so that the tuner sees every family whatever the
+    estimate's bias; without ``limit``, every tile by cost.
+    """
+    tiles = sorted(tiles, key=cost)
+    if not limit:
+        return tiles
+    picked, seen = [], {}
+    for t in tiles:
+        f = family(t)
+        if seen.get(f, 0) < per_family:
+            seen[f] = seen.get(f, 0) + 1
+            picked.append(t)
+    picked += [t for t in tiles if t not in picked]
+    return sorted(picked[:limit], key=cost)
 
 
 def check_smem(tile, nbytes: int) -> None:

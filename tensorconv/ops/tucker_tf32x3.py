@@ -115,7 +115,7 @@ def supported(geom: ConvGeometry) -> str | None:
 
 def check_tile(tile: Tf32x3Tile, geom: ConvGeometry) -> None:
     """Raise ``ValueError`` naming what is wrong with ``tile`` for ``geom``."""
-    from tensorconv.ops.tucker import check_smem
+    from tensorconv.ops.tucker import check_smem, check_splits
 
     if tile.wm not in WARP_TILES or tile.wn not in WARP_TILES:
         raise ValueError(f"tile.wm and tile.wn must be in {WARP_TILES}, got {tile}")
@@ -126,11 +126,7 @@ def check_tile(tile: Tf32x3Tile, geom: ConvGeometry) -> None:
                          f"{tile.pixels} pixels, got {tile}")
     if tile.ck not in STAGE_CHANNELS:
         raise ValueError(f"tile.ck must be in {STAGE_CHANNELS}, got {tile.ck}")
-    if tile.splits not in SPLITS:
-        raise ValueError(f"tile.splits must be in {SPLITS}, got {tile.splits}")
-    if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
-        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
-                         f"this device is {backend.device_facts().arch}")
+    check_splits(tile, SPLITS)
     check_smem(tile, tile.smem_bytes(geom))
 
 
@@ -206,18 +202,11 @@ def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
     """
     clusters = backend.device_facts().compute_capability >= (9, 0) if backend.gpu_available() \
         else True
-    tiles = sorted(candidates(geom, smem_limit, clusters),
-                   key=lambda t: estimate(geom, t, sm_count))
-    if not limit:
-        return tiles
-    picked, per_family = [], {}
-    for t in tiles:
-        family = (t.wm, t.wn, t.splits)
-        if per_family.get(family, 0) < 2:
-            per_family[family] = per_family.get(family, 0) + 1
-            picked.append(t)
-    picked += [t for t in tiles if t not in picked]
-    return sorted(picked[:limit], key=lambda t: estimate(geom, t, sm_count))
+    from tensorconv.ops.tucker import family_first
+
+    return family_first(candidates(geom, smem_limit, clusters),
+                        lambda t: estimate(geom, t, sm_count), lambda t: (t.wm, t.wn, t.splits),
+                        limit)
 
 
 def default_tile(geom: ConvGeometry) -> Tf32x3Tile:

@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv.checks import ConvGeometry, conv_geometry
-from tensorconv.ops.tucker import ClusterTile, cluster_candidates
+from tensorconv.ops.tucker import ClusterTile, cluster_candidates, family_first
 
 # µs per unit of each features() term on the H100: fit_calibration on the
 # cluster rows of results/tdc_fig6_tiles_run4.csv (tests/test_tucker.py refits it).
@@ -76,18 +76,9 @@ def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
     then the overall best, so the oracle sees every family whatever the
     estimate's bias; the chosen ``limit`` tiles are returned best estimate first.
     """
-    tiles = sorted(cluster_candidates(geom, smem_limit, clusters),
-                   key=lambda t: estimate(geom, t, sm_count))
-    if not limit:
-        return tiles
-    picked, seen = [], {}
-    for t in tiles:
-        fam = (t.nt, t.pt, t.splits)
-        if seen.get(fam, 0) < 2:
-            seen[fam] = seen.get(fam, 0) + 1
-            picked.append(t)
-    picked += [t for t in tiles if t not in picked]
-    return sorted(picked[:limit], key=lambda t: estimate(geom, t, sm_count))
+    return family_first(cluster_candidates(geom, smem_limit, clusters),
+                        lambda t: estimate(geom, t, sm_count), lambda t: (t.nt, t.pt, t.splits),
+                        limit)
 
 
 @functools.lru_cache(maxsize=1024)

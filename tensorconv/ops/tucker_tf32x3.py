@@ -24,7 +24,7 @@ _FILE = "tucker_core_tf32x3.cu"
 WARP_TILES = (1, 2, 4)        # WM (16-pixel) and WN (8-channel) mma tiles per warp
 TILE_WIDTHS = (8, 16, 32, 64)
 STAGE_CHANNELS = (8, 16, 32)
-SPLITS = (1, 2, 4)            # blocks of a thread-block cluster that split the input channels
+SPLITS = (1, 2, 4, 8)         # blocks of a thread-block cluster that split the input channels
 MAX_WARPS = 8                 # the kernel's __launch_bounds__(256)
 MAX_FILTER = 7
 
@@ -70,16 +70,16 @@ class Tf32x3Tile:
 
         When the input width is a multiple of 4 the kernel copies rows 16 bytes
         at a time from the aligned column ``lead`` words left of the tile's
-        first, so the pitch covers ``lead`` too.  The plane is padded to 8 mod 32
-        words so that the four channels a warp's A fragment reads at once land
-        in distinct bank octets (and stays 16-byte aligned).
+        first, so the pitch covers ``lead`` too.  The plane is padded to 4 mod 16
+        words so that the four channels whose (big, small) pairs a half warp
+        reads at once land in distinct bank octets (and stays 16-byte aligned).
         """
         st = geom.stride[0]
         iwt = (self.tw - 1) * st + geom.s
         lead = (-geom.padding[1]) % 4 if geom.w % 4 == 0 else 0
         iwp = -(-(lead + iwt) // 4) * 4 if geom.w % 4 == 0 else iwt
         plane = ((self.th - 1) * st + geom.r) * iwp
-        plane += (8 - plane) % 32
+        plane += (4 - plane) % 16
         return iwp, plane, lead
 
     def chunks(self, geom: ConvGeometry) -> int:
@@ -87,12 +87,13 @@ class Tf32x3Tile:
         return -(-(-(-geom.c // self.ck)) // self.splits)
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Two operand stages (one when a single stage covers a block's input channels),
-        each the input cube's big and small parts and the weights; with splits, at
-        least the block's partial sums."""
-        stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
+        """The raw input cube, its (big, small) pairs and two weight stages (one when a
+        single stage covers a block's input channels); with splits, at least the
+        block's partial sums."""
+        cube = 3 * self.ck * self.layout(geom)[1]
+        weights = self.ck // 8 * geom.r * geom.s * self.n8 * 128
         partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
-        return 4 * max(stage * (2 if self.chunks(geom) > 1 else 1), partials)
+        return 4 * max(cube + weights * (2 if self.chunks(geom) > 1 else 1), partials)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""

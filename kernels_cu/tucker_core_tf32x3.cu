@@ -60,14 +60,13 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int iht = (TH - 1) * STRIDE + R, iwt = (TW - 1) * STRIDE + S;
     const int ck8 = CK >> 3;
-    // Shared memory: the raw cube a copy lands in, its (big, small) pairs the
-    // fragments read (one 8-byte load per element), and two weight stages.  The
-    // raw cube and the pairs need one buffer each: the next chunk's copy starts
-    // once this chunk is split, and its split waits for this chunk's products.
+    // Shared memory: two stages of (raw cube, weights) that copies land in, and
+    // one buffer of the cube's (big, small) pairs that the fragments read (one
+    // 8-byte load per element).  The next chunk's copy is issued before this
+    // chunk is split, so that it overlaps the split and the products.
     const int cube_words = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
-    float* raw = smem;
-    float2* pairs = reinterpret_cast<float2*>(smem + cube_words);
-    float* wbufs = smem + 3 * cube_words;
+    float2* pairs = reinterpret_cast<float2*>(smem);
+    float* stages = smem + 2 * cube_words;
     const float* xb = x + (size_t)b * C * H * W;
 
     // Shared-memory offsets of this lane's pixels (rows g and g + 8 of each m tile).
@@ -89,9 +88,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int width = vec ? 4 : 1, cols = vec ? iwp >> 2 : iwt;
     const int iw0a = iw0 - lead, cube = CK * iht * cols, w_run = ck8 * RS * 32;
     const tdcx::FastDiv div_cube(iht * cols), div_row(cols);
-    auto stage = [&](int chunk, int wb) {
-        float* in = raw;
-        float4* ws = reinterpret_cast<float4*>(wbufs + wb * w_stage);
+    auto stage = [&](int chunk, int buf) {
+        float* in = stages + buf * (cube_words + w_stage);
+        float4* ws = reinterpret_cast<float4*>(in + cube_words);
         const int c0 = chunk * CK;
         for (int i = threadIdx.x; i < cube; i += blockDim.x) {
             const int c = div_cube.div(i), rem = i - c * iht * cols;
@@ -136,9 +135,15 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int first = blockIdx.z * per_split, last = min(chunks, first + per_split);
     if (first < last) stage(first, 0);
     for (int chunk = first; chunk < last; ++chunk) {
-        const int wb = (chunk - first) & 1;
-        tdcx::cp_async_wait<0>();
-        __syncthreads();  // this chunk landed; every warp is done with the last one's pairs
+        const int buf = (chunk - first) & 1;
+        if (chunk + 1 < last) {
+            stage(chunk + 1, buf ^ 1);
+            tdcx::cp_async_wait<1>();
+        } else {
+            tdcx::cp_async_wait<0>();
+        }
+        __syncthreads();
+        const float* raw = stages + buf * (cube_words + w_stage);
         // Split the raw cube, four words at a time; the plane padding is split too
         // (never read), which keeps the loop free of index arithmetic.
         for (int i = threadIdx.x * 4; i < cube_words; i += blockDim.x * 4) {
@@ -150,9 +155,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
             reinterpret_cast<float4*>(pairs + i)[0] = make_float4(v.x, lo.x, v.y, lo.y);
             reinterpret_cast<float4*>(pairs + i)[1] = make_float4(v.z, lo.z, v.w, lo.w);
         }
-        __syncthreads();  // pairs ready; the raw buffer is free for the next copy
-        if (chunk + 1 < last) stage(chunk + 1, wb ^ 1);
-        const float4* ws = reinterpret_cast<const float4*>(wbufs + wb * w_stage);
+        __syncthreads();
+        const float4* ws = reinterpret_cast<const float4*>(raw + cube_words);
         for (int k8 = 0; k8 < ck8; ++k8) {
             const float2* ch = pairs + (k8 * 8 + t) * plane;
 #pragma unroll
@@ -201,6 +205,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                             tf32x3::mma(acc[0][i][j], abig[i], bbig[j][0], bbig[j][1]);
                 }
         }
+        __syncthreads();  // the next copy and split overwrite this stage and the pairs
     }
 
     // Accumulator (i, j, e): pixel row g + 8 * (e >> 1), channel 2 t + (e & 1).
@@ -230,7 +235,6 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     // block of the cluster then adds 1/CL of them over all peers in rank order
     // (deterministic, no atomics) and stores pixel-consecutive runs.
     const int pixels = TH * TW;
-    __syncthreads();  // the partials overwrite the operands other warps may still read
 #pragma unroll
     for (int i = 0; i < WM; ++i)
 #pragma unroll

@@ -87,13 +87,14 @@ class Tf32x3Tile:
         return -(-(-(-geom.c // self.ck)) // self.splits)
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """The raw input cube, its (big, small) pairs and two weight stages (one when a
-        single stage covers a block's input channels); with splits, at least the
-        block's partial sums."""
-        cube = 3 * self.ck * self.layout(geom)[1]
+        """The (big, small) pairs of the input cube and two stages of raw cube and
+        weights (one when a single stage covers a block's input channels); with
+        splits, at least the block's partial sums."""
+        cube = self.ck * self.layout(geom)[1]
         weights = self.ck // 8 * geom.r * geom.s * self.n8 * 128
         partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
-        return 4 * max(cube + weights * (2 if self.chunks(geom) > 1 else 1), partials)
+        return 4 * max(2 * cube + (cube + weights) * (2 if self.chunks(geom) > 1 else 1),
+                       partials)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""

@@ -99,7 +99,7 @@ def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
     return _known(_cluster_key(geom), tucker.ClusterTile)
 
 
-def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 48, repeat: int = 10,
+def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
                      use_cache: bool = True):
     """Time the ``candidates`` best-estimated ``"tf32x3"`` tiles; return ``(best, {tile: µs})``
     (stored in the tune cache; a hit returns it with an empty timing dict)."""

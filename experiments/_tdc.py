@@ -12,7 +12,7 @@ from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker
 from tensorconv.ops import tucker_tf32x3 as tf32x3
 from tensorconv.results import ResultSet
-from tensorconv.tuning import cluster_model, oracle, tdc_model
+from tensorconv.tuning import cluster_model, oracle, tdc_model, tf32x3_model
 
 
 def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
@@ -41,7 +41,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     sms = backend.device_facts().sm_count
     cluster_best, cluster_times = oracle.tune_cluster_tile(x, wt, geom, repeat=5 if quick else 10,
                                                            use_cache=False)
-    tc_default = tf32x3.default_tile(geom)
+    tc_default = tf32x3_model.choose_tile(geom)
     tc_best, tc_times = oracle.tune_tf32x3_tile(x, wt, geom, repeat=5 if quick else 10,
                                                 use_cache=False)
     w_packed = tf32x3.pack_weights(wt)
@@ -56,7 +56,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
         for t, us in tc_times.items():
             tile_rows.add(case, "tf32x3:" + "x".join(str(v) for v in dataclasses.astuple(t)),
                           "time_us", us, "us", note=f"regs {tf32x3.kernel(t, geom).num_regs}"
-                          f"; estimate {tf32x3.estimate(geom, t, sms):.2f} us")
+                          f"; estimate {tf32x3_model.estimate(geom, t, sms):.2f} us")
     runs = {
         "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
                                                 w_crsn=w_crsn, out=out),

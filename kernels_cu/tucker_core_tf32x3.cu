@@ -11,7 +11,8 @@
 // Weights arrive split and in fragment order (tensorconv/ops/tucker_tf32x3.py
 // packs them).  Inputs are split once per staged element, in shared memory:
 // splitting at every fragment load cost more instructions than the mma's
-// themselves (the kernel was issue-bound, the tensor pipe 35 % busy).
+// themselves (the kernel was issue-bound, the tensor pipe 35 % busy).  (Storing
+// (big, small) pairs for one 8-byte load each was tried: ~4 % slower per tile.)
 //
 // Operands stream through shared memory in chunks of CK input channels, two
 // stages deep (cp.async, halo and channel padding zero-filled by the copy).
@@ -60,13 +61,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int iht = (TH - 1) * STRIDE + R, iwt = (TW - 1) * STRIDE + S;
     const int ck8 = CK >> 3;
-    // Shared memory: two stages of (raw cube, weights) that copies land in, and
-    // one buffer of the cube's (big, small) pairs that the fragments read (one
-    // 8-byte load per element).  The next chunk's copy is issued before this
-    // chunk is split, so that it overlaps the split and the products.
+    // A stage: the cube's big parts, its small parts, the weights.
     const int cube_words = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
-    float2* pairs = reinterpret_cast<float2*>(smem);
-    float* stages = smem + 2 * cube_words;
+    const int in_stage = 2 * cube_words;
     const float* xb = x + (size_t)b * C * H * W;
 
     // Shared-memory offsets of this lane's pixels (rows g and g + 8 of each m tile).
@@ -89,8 +86,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int iw0a = iw0 - lead, cube = CK * iht * cols, w_run = ck8 * RS * 32;
     const tdcx::FastDiv div_cube(iht * cols), div_row(cols);
     auto stage = [&](int chunk, int buf) {
-        float* in = stages + buf * (cube_words + w_stage);
-        float4* ws = reinterpret_cast<float4*>(in + cube_words);
+        float* in = smem + buf * (in_stage + w_stage);
+        float4* ws = reinterpret_cast<float4*>(in + in_stage);
         const int c0 = chunk * CK;
         for (int i = threadIdx.x; i < cube; i += blockDim.x) {
             const int c = div_cube.div(i), rem = i - c * iht * cols;
@@ -143,22 +140,22 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
             tdcx::cp_async_wait<0>();
         }
         __syncthreads();
-        const float* raw = stages + buf * (cube_words + w_stage);
-        // Split the raw cube, four words at a time; the plane padding is split too
+        float* in = smem + buf * (in_stage + w_stage);
+        // Split the staged cube, four words at a time; the plane padding is split too
         // (never read), which keeps the loop free of index arithmetic.
         for (int i = threadIdx.x * 4; i < cube_words; i += blockDim.x * 4) {
-            float4 v = *reinterpret_cast<const float4*>(raw + i), lo;
+            float4 v = *reinterpret_cast<float4*>(in + i), lo;
             tf32x3::split(v.x, lo.x);
             tf32x3::split(v.y, lo.y);
             tf32x3::split(v.z, lo.z);
             tf32x3::split(v.w, lo.w);
-            reinterpret_cast<float4*>(pairs + i)[0] = make_float4(v.x, lo.x, v.y, lo.y);
-            reinterpret_cast<float4*>(pairs + i)[1] = make_float4(v.z, lo.z, v.w, lo.w);
+            *reinterpret_cast<float4*>(in + i) = v;
+            *reinterpret_cast<float4*>(in + cube_words + i) = lo;
         }
         __syncthreads();
-        const float4* ws = reinterpret_cast<const float4*>(raw + cube_words);
+        const float4* ws = reinterpret_cast<const float4*>(in + in_stage);
         for (int k8 = 0; k8 < ck8; ++k8) {
-            const float2* ch = pairs + (k8 * 8 + t) * plane;
+            const float* ch = in + (k8 * 8 + t) * plane;
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -175,7 +172,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                     }
                     // All A fragments first, then the products grouped by kind, so that
                     // consecutive mma's update different accumulators.
-                    const float2* tap = ch + r * iwp + s;
+                    const float* tap = ch + r * iwp + s;
                     unsigned abig[WM][4], asml[WM][4];
 #pragma unroll
                     for (int i = 0; i < WM; ++i) {
@@ -183,9 +180,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                                             4 * plane + poff[i][1]};
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const float2 v = tap[off[e]];
-                            abig[i][e] = __float_as_uint(v.x);
-                            asml[i][e] = __float_as_uint(v.y);
+                            abig[i][e] = __float_as_uint(tap[off[e]]);
+                            asml[i][e] = __float_as_uint(tap[cube_words + off[e]]);
                         }
                     }
 #pragma unroll
@@ -205,7 +201,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                             tf32x3::mma(acc[0][i][j], abig[i], bbig[j][0], bbig[j][1]);
                 }
         }
-        __syncthreads();  // the next copy and split overwrite this stage and the pairs
+        __syncthreads();  // the next iteration's copy overwrites this buffer
     }
 
     // Accumulator (i, j, e): pixel row g + 8 * (e >> 1), channel 2 t + (e & 1).

@@ -239,14 +239,36 @@ def test_tf32x3_packing_splits_and_orders_the_weights(rng):
 
 def test_tf32x3_candidates_fit_and_rank_every_family():
     from tensorconv.ops import tucker_tf32x3 as tf32x3
+    from tensorconv.tuning import tf32x3_model
 
     for shape in [(1, 64, 224, 224), (1, 32, 7, 7), (2, 5, 20, 3)]:
         geom = conv_geometry(shape, (40, shape[1], 3, 3), 1, 1)
         tiles = tf32x3.candidates(geom, 100 * 1024)
         assert tiles and all(t.smem_bytes(geom) <= 100 * 1024 for t in tiles)
         assert all(t.pixels % t.tw == 0 and t.warps_m * t.warps_n <= 8 for t in tiles)
-        ranked = tf32x3.ranked_tiles(geom, 100 * 1024, 132, limit=32)
-        est = [tf32x3.estimate(geom, t, 132) for t in ranked]
+        ranked = tf32x3_model.ranked_tiles(geom, 100 * 1024, 132, limit=32)
+        est = [tf32x3_model.estimate(geom, t, 132) for t in ranked]
         assert est == sorted(est) and len(set(ranked)) == len(ranked)
         assert all(t.splits == 1 for t in tf32x3.candidates(geom, 100 * 1024, clusters=False))
         assert all(t.splits <= -(-geom.c // t.ck) for t in tiles)
+
+
+def test_tf32x3_calibration_reproduces_from_the_committed_tile_times():
+    """tf32x3_model.CALIBRATION_H100 is what fit_calibration gives on the committed
+    tile times, and its choices land within 10 % of the best timed tile (geomean)."""
+    import math
+    from pathlib import Path
+
+    from tensorconv.tuning import tf32x3_model
+
+    path = Path(__file__).resolve().parent.parent / "results" / "tdc_fig6_tiles_run6.csv"
+    samples = tf32x3_model.load_samples(path)
+    assert len(samples) > 800
+    coef = tf32x3_model.fit_calibration(samples, 132)
+    assert np.allclose(coef, tf32x3_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
+    by_case = {}
+    for g, t, us in samples:
+        by_case.setdefault(g, []).append((t, us))
+    ratios = [min(rows, key=lambda r: tf32x3_model.estimate(g, r[0], 132))[1]
+              / min(us for _, us in rows) for g, rows in by_case.items()]
+    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.10

@@ -290,7 +290,7 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         Default: the tuned tile when this shape was tuned on this device
         (:mod:`tensorconv.tuning.oracle`), else the estimate's
         (:func:`tensorconv.tuning.cluster_model.choose_tile`,
-        :func:`tensorconv.ops.tucker_tf32x3.default_tile`); for ``"tdc"`` the
+        :func:`tensorconv.tuning.tf32x3_model.choose_tile`); for ``"tdc"`` the
         calibrated model's (:func:`tensorconv.tuning.tdc_model.choose_tile`).
     w_crsn : array, (D1, R, S, D2), optional
         :func:`to_crsn` of ``w`` (``"tdc"``, ``"cluster"``), precomputed once
@@ -327,7 +327,9 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         return dense.conv2d(x, w, None, geom.stride, geom.padding, out=out, algorithm="igemm")
 
     if variant == "tf32x3":
-        tile = tile or tf32x3.default_tile(geom)
+        from tensorconv.tuning import tf32x3_model
+
+        tile = tile or tf32x3_model.choose_tile(geom)
         tf32x3.check_tile(tile, geom)
         w_packed = _prepared(tf32x3.pack_weights, w, w_packed, "w_packed",
                              tf32x3.packed_shape(geom), "tucker_tf32x3.pack_weights(w)", xp)

@@ -7,8 +7,8 @@ products accumulated in fp32, so that the result keeps fp32 accuracy.  It is
 meant for the large planes (56 x 56 and up) where the fp32 ``"cluster"`` kernel
 is bound by its multiply-add issue rate; on small planes the cluster kernel's
 split over input channels wins.  This module owns the tile, the weight packing,
-the launch and a cost estimate that orders tiles for the tuner
-(:func:`tensorconv.tuning.oracle.tune_tf32x3_tile`).
+the launch; :mod:`tensorconv.tuning.tf32x3_model` orders its tiles for the
+tuner (:func:`tensorconv.tuning.oracle.tune_tf32x3_tile`).
 """
 
 from __future__ import annotations
@@ -70,16 +70,16 @@ class Tf32x3Tile:
 
         When the input width is a multiple of 4 the kernel copies rows 16 bytes
         at a time from the aligned column ``lead`` words left of the tile's
-        first, so the pitch covers ``lead`` too.  The plane is padded to 4 mod 16
-        words so that the four channels whose (big, small) pairs a half warp
-        reads at once land in distinct bank octets (and stays 16-byte aligned).
+        first, so the pitch covers ``lead`` too.  The plane is padded to 8 mod 32
+        words so that the four channels a warp's A fragment reads at once land
+        in distinct bank octets (and stays 16-byte aligned).
         """
         st = geom.stride[0]
         iwt = (self.tw - 1) * st + geom.s
         lead = (-geom.padding[1]) % 4 if geom.w % 4 == 0 else 0
         iwp = -(-(lead + iwt) // 4) * 4 if geom.w % 4 == 0 else iwt
         plane = ((self.th - 1) * st + geom.r) * iwp
-        plane += (4 - plane) % 16
+        plane += (8 - plane) % 32
         return iwp, plane, lead
 
     def chunks(self, geom: ConvGeometry) -> int:
@@ -87,14 +87,12 @@ class Tf32x3Tile:
         return -(-(-(-geom.c // self.ck)) // self.splits)
 
     def smem_bytes(self, geom: ConvGeometry) -> int:
-        """The (big, small) pairs of the input cube and two stages of raw cube and
-        weights (one when a single stage covers a block's input channels); with
-        splits, at least the block's partial sums."""
-        cube = self.ck * self.layout(geom)[1]
-        weights = self.ck // 8 * geom.r * geom.s * self.n8 * 128
+        """Two operand stages (one when a single stage covers a block's input channels),
+        each the input cube's big and small parts and the weights; with splits, at
+        least the block's partial sums."""
+        stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
         partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
-        return 4 * max(2 * cube + (cube + weights) * (2 if self.chunks(geom) > 1 else 1),
-                       partials)
+        return 4 * max(stage * (2 if self.chunks(geom) > 1 else 1), partials)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""
@@ -161,63 +159,6 @@ def candidates(geom: ConvGeometry, smem_limit: int, clusters: bool = True) -> li
                                 if t.smem_bytes(geom) <= smem_limit:
                                     out.append(t)
     return out
-
-
-# Cycles per mma.sync issue on one SM sub-partition, per shared-memory wavefront
-# (one per SM per cycle), per staged element a thread copies, per stage
-# (barriers), per block, and the clock (GHz): rough H100 values; the tuner
-# times the best-estimated tiles of every warp-tile family.
-_MMA, _WAVEFRONT, _COPY, _STAGE, _BLOCK, _CLOCK_GHZ = 8.0, 1.0, 4.0, 300.0, 2000.0, 1.75
-
-
-def estimate(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> float:
-    """Rough time (µs) of ``tile``: waves x (the larger of the busiest
-    sub-partition's mma issues and the SM's shared-memory wavefronts, plus the
-    copies, stages and a block's fixed cost).  Orders tiles; does not predict."""
-    warps = tile.warps_m * tile.warps_n
-    regs = min(255, 100 + 12 * tile.wm * tile.wn)
-    per_sm = max(1, min(64 // warps, 65536 // (regs * tile.threads),
-                        228 * 1024 // max(1, tile.smem_bytes(geom))))
-    blocks = int(np.prod(tile.grid(geom)))
-    waves = -(-blocks // (sm_count * per_sm))
-    resident = min(per_sm, -(-blocks // sm_count))
-    chunks = tile.chunks(geom)
-    ksteps = chunks * tile.ck // 8 * geom.r * geom.s
-    mma = -(-resident * warps // 4) * tile.wm * tile.wn * 3 * ksteps * _MMA
-    smem = resident * warps * ksteps * 4 * (tile.wm + tile.wn) * _WAVEFRONT
-    st = geom.stride[0]
-    cube = tile.ck * ((tile.th - 1) * st + geom.r) * ((tile.tw - 1) * st + geom.s)
-    copies = chunks * resident * (cube + tile.ck * geom.r * geom.s * tile.n8 * 8) / tile.threads
-    reduce = (tile.n8 * 8 * tile.pixels * (1 + 1 / tile.splits) / tile.threads * _COPY
-              if tile.splits > 1 else 0.0)
-    cycles = max(mma, smem) + copies * _COPY + chunks * _STAGE + _BLOCK + reduce
-    return waves * cycles / (_CLOCK_GHZ * 1e3)
-
-
-def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
-                 limit: int | None = 32) -> list[Tf32x3Tile]:
-    """Valid tiles, best estimate first.
-
-    With ``limit``: the best two of every warp tile and split (wm, wn, splits)
-    come first, then the overall best, so the tuner sees every family whatever
-    the estimate's bias.
-    """
-    clusters = backend.device_facts().compute_capability >= (9, 0) if backend.gpu_available() \
-        else True
-    from tensorconv.ops.tucker import family_first
-
-    return family_first(candidates(geom, smem_limit, clusters),
-                        lambda t: estimate(geom, t, sm_count), lambda t: (t.wm, t.wn, t.splits),
-                        limit)
-
-
-def default_tile(geom: ConvGeometry) -> Tf32x3Tile:
-    """The estimate's best tile for ``geom`` on this device."""
-    facts = backend.device_facts()
-    tiles = ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count, limit=1)
-    if not tiles:
-        raise ValueError(f"no tf32x3 tile fits {geom} in shared memory")
-    return tiles[0]
 
 
 def _round_tf32(a, xp):

@@ -14,7 +14,7 @@ from tensorconv import backend, bench
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import tucker
 from tensorconv.ops import tucker_tf32x3 as tf32x3
-from tensorconv.tuning import cache, cluster_model
+from tensorconv.tuning import cache, cluster_model, tf32x3_model
 
 _MEMO: dict = {}
 
@@ -108,8 +108,9 @@ def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: 
     facts = backend.device_facts()
     w_packed = tf32x3.pack_weights(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
-    tiles = tf32x3.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
-                                limit=candidates)
+    tiles = tf32x3_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
+                                      limit=candidates,
+                                      clusters=facts.compute_capability >= (9, 0))
     return _time_tiles(_tf32x3_key(geom), tiles, lambda t: tucker.core_conv2d(
         x, w, geom.stride, geom.padding, variant="tf32x3", tile=t, w_packed=w_packed, out=out),
         repeat)

@@ -2,9 +2,9 @@
 
 The paper (2080 Ti) shows that the time stays flat over ranges of N — the
 reason TDC picks ranks by measured latency rather than FLOPs.  We time the
-paper's scheme with the oracle tile, our cluster kernel with its oracle tile,
-our implicit-GEMM kernel and cuDNN for N = 32, 64, ..., 256 (3x3, pad 1,
-batch 1, fp32, CUDA-graph replay).
+paper's scheme with the oracle tile, our cluster and tensor-core (3xTF32)
+kernels with their oracle tiles, our implicit-GEMM kernel and cuDNN for
+N = 32, 64, ..., 256 (3x3, pad 1, batch 1, fp32, CUDA-graph replay).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, hw in zip(axes, (28, 14)):
-        for v in ("tdc-oracle", "cluster-oracle", "igemm", "cudnn-fp32"):
+        for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm", "cudnn-fp32"):
             ys = [series[(hw, n)].get(v) for n in ns]
             if all(y is not None for y in ys):
                 ax.step(ns, ys, where="mid", marker="o", label=v)

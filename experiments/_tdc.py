@@ -44,7 +44,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     tc_default = tf32x3_model.choose_tile(geom)
     tc_best, tc_times = oracle.tune_tf32x3_tile(x, wt, geom, repeat=5 if quick else 10,
                                                 use_cache=False)
-    w_packed = {m: tf32x3.pack_weights(wt, bf16=m) for m in (False, True)}
+    w_packed = tf32x3.pack_weights(wt)
     if tile_rows is not None:
         for t, us in tile_times.items():
             tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
@@ -69,12 +69,9 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
         "cluster-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
                                                      tile=cluster_best, w_crsn=w_crsn, out=out),
         "tf32x3-default": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
-                                                     tile=tc_default,
-                                                     w_packed=w_packed[bool(tc_default.bf16)],
-                                                     out=out),
+                                                     tile=tc_default, w_packed=w_packed, out=out),
         "tf32x3-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
-                                                    tile=tc_best,
-                                                    w_packed=w_packed[bool(tc_best.bf16)], out=out),
+                                                    tile=tc_best, w_packed=w_packed, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times = {}

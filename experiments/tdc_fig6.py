@@ -5,7 +5,7 @@ scheme with the analytic model's tile (``tdc-model``) and with the best of all
 tiles (``tdc-oracle``), our cluster kernel with its calibrated estimate's tile
 (``cluster-default``) and with the best of the estimate's 64 candidates
 (``cluster-oracle``), our tensor-core kernel at fp32 accuracy (3xTF32) with its
-estimate's tile and the best of 96 timed (3xTF32 and bf16-correction tiles) (``tf32x3-default``, ``tf32x3-oracle``),
+estimate's tile and the best of 64 timed (``tf32x3-default``, ``tf32x3-oracle``),
 our implicit-GEMM kernel (``igemm``), the fastest of ours
 (``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.  Every time is a CUDA-graph replay median; the outputs are checked
 against the float64 reference first.  ``tdc-paper-model`` is the paper's tile rule as specified (sections 5.3-5.5),

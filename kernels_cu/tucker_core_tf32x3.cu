@@ -37,37 +37,16 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// d += a * b on one m16n8k16 bf16 tile (a: 4 registers of two bf16, b: 2 of two bf16).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// Two floats as bf16 (round to nearest even) in one register, lo in the low half.
-__device__ __forceinline__ float bf16x2(float lo, float hi) {
-    unsigned d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-    return __uint_as_float(d);
-}
 }  // namespace tf32x3
 
-// BF16: the two correction products (small * big, big * small) run as one bf16
-// m16n8k16 mma (K = the 8 channels twice) instead of two tf32 ones: 2/3 of the
-// tensor work, relative error ~2^-20 instead of ~2^-22 (still below 1e-5).  The
-// input is then split into one 16-byte record per (channel pair, position): the
-// two big parts as tf32, the pair's small parts and big parts as bf16x2; tf32
-// column t of the mma holds channel 2t and column t + 4 channel 2t + 1, so one
-// 16-byte load feeds both mma's of a fragment row.
-template <int R, int S, int STRIDE, int WM, int WN, int CL, bool BF16>
+template <int R, int S, int STRIDE, int WM, int WN, int CL>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf32x3(
     const float* __restrict__ x,      // (B, C, H, W)
     const float4* __restrict__ wpk,   // (N8, C8, R*S, 32 lanes): big b0, b1, small b0, b1
     float* __restrict__ y,            // (B, N, OH, OW)
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
     int TH, int TW, int CK, int warps_m, int tiles_w, int n_blocks, int iwp, int plane,
-    int lead, int vec, int plane_p)
+    int lead, int vec)
 {
     constexpr int RS = R * S;
     extern __shared__ __align__(16) float smem[];
@@ -82,12 +61,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int iht = (TH - 1) * STRIDE + R, iwt = (TW - 1) * STRIDE + S;
     const int ck8 = CK >> 3;
-    // A stage: the cube's big parts, its small parts, the weights.  BF16: the raw
-    // cube and the weights, the records in one buffer ahead of the two stages.
+    // A stage: the cube's big parts, its small parts, the weights.
     const int cube_words = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
-    const int in_stage = BF16 ? cube_words : 2 * cube_words;
-    const int records = BF16 ? (CK >> 1) * plane_p * 4 : 0;
-    float4* rec = reinterpret_cast<float4*>(smem);
+    const int in_stage = 2 * cube_words;
     const float* xb = x + (size_t)b * C * H * W;
 
     // Shared-memory offsets of this lane's pixels (rows g and g + 8 of each m tile).
@@ -110,7 +86,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int iw0a = iw0 - lead, cube = CK * iht * cols, w_run = ck8 * RS * 32;
     const tdcx::FastDiv div_cube(iht * cols), div_row(cols);
     auto stage = [&](int chunk, int buf) {
-        float* in = smem + records + buf * (in_stage + w_stage);
+        float* in = smem + buf * (in_stage + w_stage);
         float4* ws = reinterpret_cast<float4*>(in + in_stage);
         const int c0 = chunk * CK;
         for (int i = threadIdx.x; i < cube; i += blockDim.x) {
@@ -138,9 +114,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
         tdcx::cp_async_commit();
     };
 
-    // The products of a k step go to SETS independent accumulators: a dependent
+    // The three products of a k step go to SETS independent accumulators: a dependent
     // mma costs ~26 cycles, and small warp tiles have too few tiles to hide that.
-    constexpr int SETS = BF16 ? (WM * WN <= 4 ? 2 : 1) : (WM * WN <= 2 ? 3 : (WM * WN <= 4 ? 2 : 1));
+    constexpr int SETS = WM * WN <= 2 ? 3 : (WM * WN <= 4 ? 2 : 1);
     float acc[SETS][WM][WN][4];
 #pragma unroll
     for (int q = 0; q < SETS; ++q)
@@ -164,39 +140,27 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
             tdcx::cp_async_wait<0>();
         }
         __syncthreads();
-        float* in = smem + records + buf * (in_stage + w_stage);
-        const float4* ws = reinterpret_cast<const float4*>(in + in_stage);
-        if constexpr (BF16) {
-            // One record per (channel pair, cube position), the plane padding included.
-            const tdcx::FastDiv by_plane(plane);
-            for (int i = threadIdx.x; i < (CK >> 1) * plane; i += blockDim.x) {
-                const int pair = by_plane.div(i), pos = i - pair * plane;
-                float a = in[2 * pair * plane + pos], b = in[(2 * pair + 1) * plane + pos], sa, sb;
-                tf32x3::split(a, sa);
-                tf32x3::split(b, sb);
-                rec[pair * plane_p + pos] =
-                    make_float4(a, b, tf32x3::bf16x2(sa, sb), tf32x3::bf16x2(a, b));
-            }
-        } else {
-            // Split the staged cube, four words at a time; the plane padding is split too
-            // (never read), which keeps the loop free of index arithmetic.
-            for (int i = threadIdx.x * 4; i < cube_words; i += blockDim.x * 4) {
-                float4 v = *reinterpret_cast<float4*>(in + i), lo;
-                tf32x3::split(v.x, lo.x);
-                tf32x3::split(v.y, lo.y);
-                tf32x3::split(v.z, lo.z);
-                tf32x3::split(v.w, lo.w);
-                *reinterpret_cast<float4*>(in + i) = v;
-                *reinterpret_cast<float4*>(in + cube_words + i) = lo;
-            }
+        float* in = smem + buf * (in_stage + w_stage);
+        // Split the staged cube, four words at a time; the plane padding is split too
+        // (never read), which keeps the loop free of index arithmetic.
+        for (int i = threadIdx.x * 4; i < cube_words; i += blockDim.x * 4) {
+            float4 v = *reinterpret_cast<float4*>(in + i), lo;
+            tf32x3::split(v.x, lo.x);
+            tf32x3::split(v.y, lo.y);
+            tf32x3::split(v.z, lo.z);
+            tf32x3::split(v.w, lo.w);
+            *reinterpret_cast<float4*>(in + i) = v;
+            *reinterpret_cast<float4*>(in + cube_words + i) = lo;
         }
         __syncthreads();
+        const float4* ws = reinterpret_cast<const float4*>(in + in_stage);
         for (int k8 = 0; k8 < ck8; ++k8) {
+            const float* ch = in + (k8 * 8 + t) * plane;
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
                 for (int s = 0; s < S; ++s) {
-                    unsigned bbig[WN][2], bsml[WN][2];  // BF16: tf32 pair, then bf16x2 pair
+                    unsigned bbig[WN][2], bsml[WN][2];
 #pragma unroll
                     for (int j = 0; j < WN; ++j) {
                         const float4 v = ws[((wn * WN + j) * ck8 * RS + k8 * RS + r * S + s) * 32
@@ -208,50 +172,28 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                     }
                     // All A fragments first, then the products grouped by kind, so that
                     // consecutive mma's update different accumulators.
+                    const float* tap = ch + r * iwp + s;
                     unsigned abig[WM][4], asml[WM][4];
-                    if constexpr (BF16) {
-                        const float4* tap = rec + (k8 * 4 + t) * plane_p + r * iwp + s;
 #pragma unroll
-                        for (int i = 0; i < WM; ++i) {
-                            const float4 u = tap[poff[i][0]], v = tap[poff[i][1]];
-                            abig[i][0] = __float_as_uint(u.x);  // tf32: rows g, g + 8 of
-                            abig[i][1] = __float_as_uint(v.x);  // channel 2t, then 2t + 1
-                            abig[i][2] = __float_as_uint(u.y);
-                            abig[i][3] = __float_as_uint(v.y);
-                            asml[i][0] = __float_as_uint(u.z);  // bf16: small parts, then
-                            asml[i][1] = __float_as_uint(v.z);  // big parts (K 8..15)
-                            asml[i][2] = __float_as_uint(u.w);
-                            asml[i][3] = __float_as_uint(v.w);
+                    for (int i = 0; i < WM; ++i) {
+                        const int off[4] = {poff[i][0], poff[i][1], 4 * plane + poff[i][0],
+                                            4 * plane + poff[i][1]};
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            abig[i][e] = __float_as_uint(tap[off[e]]);
+                            asml[i][e] = __float_as_uint(tap[cube_words + off[e]]);
                         }
-#pragma unroll
-                        for (int i = 0; i < WM; ++i)
-#pragma unroll
-                            for (int j = 0; j < WN; ++j)
-                                tf32x3::mma_bf16(acc[1 % SETS][i][j], asml[i], bsml[j][0],
-                                                 bsml[j][1]);
-                    } else {
-                        const float* tap = in + (k8 * 8 + t) * plane + r * iwp + s;
-#pragma unroll
-                        for (int i = 0; i < WM; ++i) {
-                            const int off[4] = {poff[i][0], poff[i][1], 4 * plane + poff[i][0],
-                                                4 * plane + poff[i][1]};
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                abig[i][e] = __float_as_uint(tap[off[e]]);
-                                asml[i][e] = __float_as_uint(tap[cube_words + off[e]]);
-                            }
-                        }
-#pragma unroll
-                        for (int i = 0; i < WM; ++i)
-#pragma unroll
-                            for (int j = 0; j < WN; ++j)
-                                tf32x3::mma(acc[2 % SETS][i][j], asml[i], bbig[j][0], bbig[j][1]);
-#pragma unroll
-                        for (int i = 0; i < WM; ++i)
-#pragma unroll
-                            for (int j = 0; j < WN; ++j)
-                                tf32x3::mma(acc[1 % SETS][i][j], abig[i], bsml[j][0], bsml[j][1]);
                     }
+#pragma unroll
+                    for (int i = 0; i < WM; ++i)
+#pragma unroll
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[2 % SETS][i][j], asml[i], bbig[j][0], bbig[j][1]);
+#pragma unroll
+                    for (int i = 0; i < WM; ++i)
+#pragma unroll
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[1 % SETS][i][j], abig[i], bsml[j][0], bsml[j][1]);
 #pragma unroll
                     for (int i = 0; i < WM; ++i)
 #pragma unroll
@@ -320,10 +262,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 // Offline type-check of a few instantiations (NVRTC instantiates only the one
 // the Python op requests, through name_expressions).
 #ifndef __CUDACC_RTC__
-#define TC_TF32X3(ST, WM, WN, CL, BF) \
-    template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL, BF>(const float*, \
+#define TC_TF32X3(ST, WM, WN, CL) \
+    template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL>(const float*, \
         const float4*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        int, int, int, int, int, int);
-TC_TF32X3(1, 1, 1, 1, false) TC_TF32X3(1, 2, 4, 1, false) TC_TF32X3(1, 4, 4, 2, false)
-TC_TF32X3(2, 1, 2, 4, false) TC_TF32X3(1, 2, 4, 1, true) TC_TF32X3(2, 1, 1, 2, true)
+        int, int, int, int, int);
+TC_TF32X3(1, 1, 1, 1) TC_TF32X3(1, 2, 4, 1) TC_TF32X3(1, 4, 4, 2) TC_TF32X3(2, 1, 2, 4)
 #endif

@@ -237,35 +237,6 @@ def test_tf32x3_packing_splits_and_orders_the_weights(rng):
             assert abs(small) <= 2.0 ** -10 * abs(want)
 
 
-def test_tf32x3_bf16_packing_holds_the_pairs(rng):
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
-
-    w = rng.standard_normal((13, 11, 3, 2)).astype(np.float32) * 10.0 ** rng.uniform(-4, 4)
-    geom = conv_geometry((1, 11, 9, 9), w.shape, 1, 0)
-    p = tf32x3.pack_weights(w, bf16=True)
-    assert p.shape == tf32x3.packed_shape(geom, True) == (2, 2, 6, 32, 2, 2)
-    words = p.reshape(2, 2, 6, 32, 4)
-
-    def halves(col):  # bf16x2 word -> the two floats
-        bits = col.view(np.uint32)
-        return ((bits & 0xFFFF) << 16).view(np.float32), (bits & 0xFFFF0000).view(np.float32)
-
-    full = np.zeros((16, 16, 3, 2), np.float32)
-    full[:13, :11] = w
-    for n8, c8, rs, lane in np.ndindex(words.shape[:4]):
-        g, t = divmod(lane, 4)
-        r, s = divmod(rs, 2)
-        rec = words[n8, c8, rs, lane]
-        big_bf = halves(rec[2:3])
-        small_bf = halves(rec[3:4])
-        for e in range(2):
-            want = full[8 * n8 + g, 8 * c8 + 2 * t + e, r, s]
-            assert not (rec[e:e + 1].view(np.uint32) & 0x1FFF).any()      # tf32 big part
-            assert abs(rec[e] - want) <= 2.0 ** -10 * abs(want)
-            assert abs(big_bf[e][0] - rec[e]) <= 2.0 ** -8 * abs(rec[e])
-            assert abs(rec[e] + small_bf[e][0] - want) <= 2.0 ** -18 * abs(want)
-
-
 def test_tf32x3_candidates_fit_and_rank_every_family():
     from tensorconv.ops import tucker_tf32x3 as tf32x3
     from tensorconv.tuning import tf32x3_model

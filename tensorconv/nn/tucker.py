@@ -188,10 +188,8 @@ def _register_engine_planner():
                 variant, tile = oracle.tune_core(y, w, geom)
             else:
                 variant, tile = oracle.default_core(geom)
-            if variant == "tf32x3":
-                prepared = {"w_packed": plan.keep(tf32x3.pack_weights(w, bf16=tile.bf16))}
-            else:
-                prepared = {"w_crsn": plan.keep(tucker_ops.to_crsn(w))}
+            prepared = {"w_packed": plan.keep(tf32x3.pack_weights(w))} if variant == "tf32x3" \
+                else {"w_crsn": plan.keep(tucker_ops.to_crsn(w))}
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
                                                     variant=variant, tile=tile, out=z, **prepared),

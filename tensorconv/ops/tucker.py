@@ -296,8 +296,7 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         :func:`to_crsn` of ``w`` (``"tdc"``, ``"cluster"``), precomputed once
         (inference) instead of per call.
     w_packed : array, optional
-        :func:`tensorconv.ops.tucker_tf32x3.pack_weights` of ``w`` for the tile's
-        ``bf16`` mode (``"tf32x3"``),
+        :func:`tensorconv.ops.tucker_tf32x3.pack_weights` of ``w`` (``"tf32x3"``),
         precomputed once.
     out : array, (B, D2, OH, OW), float32, optional
 
@@ -332,9 +331,8 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
 
         tile = tile or tf32x3_model.choose_tile(geom)
         tf32x3.check_tile(tile, geom)
-        w_packed = _prepared(lambda a: tf32x3.pack_weights(a, bf16=tile.bf16), w, w_packed,
-                             "w_packed", tf32x3.packed_shape(geom, tile.bf16),
-                             f"tucker_tf32x3.pack_weights(w, bf16={bool(tile.bf16)})", xp)
+        w_packed = _prepared(tf32x3.pack_weights, w, w_packed, "w_packed",
+                             tf32x3.packed_shape(geom), "tucker_tf32x3.pack_weights(w)", xp)
         out = dense.output_buffer(xp, out, geom.output_shape)
         tf32x3.launch(x, w_packed, out, geom, tile)
         return out

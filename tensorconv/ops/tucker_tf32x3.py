@@ -38,9 +38,6 @@ class Tf32x3Tile:
     each warp ``wm x wn`` m16n8k8 tiles; operands are staged ``ck`` input
     channels at a time.  ``splits`` blocks (a thread-block cluster) share the
     input channels and add their partial sums through distributed shared memory.
-    ``bf16 = 1`` runs the two correction products as one bf16 mma (2/3 of the
-    tensor work, relative error ~2^-20 rather than ~2^-22) on weights packed by
-    ``pack_weights(w, bf16=True)``.
     """
 
     wm: int
@@ -50,7 +47,6 @@ class Tf32x3Tile:
     tw: int
     ck: int
     splits: int = 1
-    bf16: int = 0
 
     @property
     def threads(self) -> int:
@@ -69,25 +65,22 @@ class Tf32x3Tile:
         """8-channel tiles per block."""
         return self.warps_n * self.wn
 
-    def layout(self, geom: ConvGeometry) -> tuple[int, int, int, int]:
-        """(row pitch, channel plane, lead, record plane) of a staged input cube.
+    def layout(self, geom: ConvGeometry) -> tuple[int, int, int]:
+        """(row pitch, channel plane, lead) of a staged input cube, in floats.
 
         When the input width is a multiple of 4 the kernel copies rows 16 bytes
         at a time from the aligned column ``lead`` words left of the tile's
         first, so the pitch covers ``lead`` too.  The plane is padded to 8 mod 32
         words so that the four channels a warp's A fragment reads at once land
-        in distinct bank octets (and stays 16-byte aligned).  With ``bf16`` the
-        cube is split into 16-byte records per channel pair and position, whose
-        plane is padded to 2 mod 8 records for the same reason.
+        in distinct bank octets (and stays 16-byte aligned).
         """
         st = geom.stride[0]
         iwt = (self.tw - 1) * st + geom.s
         lead = (-geom.padding[1]) % 4 if geom.w % 4 == 0 else 0
         iwp = -(-(lead + iwt) // 4) * 4 if geom.w % 4 == 0 else iwt
         plane = ((self.th - 1) * st + geom.r) * iwp
-        records = plane + (2 - plane) % 8
         plane += (8 - plane) % 32
-        return iwp, plane, lead, records
+        return iwp, plane, lead
 
     def chunks(self, geom: ConvGeometry) -> int:
         """Stages of ``ck`` input channels one block of the cluster works through."""
@@ -97,12 +90,9 @@ class Tf32x3Tile:
         """Two operand stages (one when a single stage covers a block's input channels),
         each the input cube's big and small parts and the weights; with splits, at
         least the block's partial sums."""
-        _, plane, _, records = self.layout(geom)
-        weights = self.ck // 8 * geom.r * geom.s * self.n8 * 128
-        stage = (1 if self.bf16 else 2) * self.ck * plane + weights
-        fixed = self.ck // 2 * records * 4 if self.bf16 else 0
+        stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
         partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
-        return 4 * max(fixed + stage * (2 if self.chunks(geom) > 1 else 1), partials)
+        return 4 * max(stage * (2 if self.chunks(geom) > 1 else 1), partials)
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""
@@ -137,8 +127,6 @@ def check_tile(tile: Tf32x3Tile, geom: ConvGeometry) -> None:
     if tile.ck not in STAGE_CHANNELS:
         raise ValueError(f"tile.ck must be in {STAGE_CHANNELS}, got {tile.ck}")
     check_splits(tile, SPLITS)
-    if tile.bf16 not in (0, 1):
-        raise ValueError(f"tile.bf16 must be 0 or 1, got {tile.bf16}")
     check_smem(tile, tile.smem_bytes(geom))
 
 
@@ -167,10 +155,9 @@ def candidates(geom: ConvGeometry, smem_limit: int, clusters: bool = True) -> li
                             for splits in SPLITS if clusters else (1,):
                                 if splits > -(-geom.c // ck):
                                     continue
-                                for bf16 in (0, 1):
-                                    t = Tf32x3Tile(wm, wn, warps_m, warps_n, tw, ck, splits, bf16)
-                                    if t.smem_bytes(geom) <= smem_limit:
-                                        out.append(t)
+                                t = Tf32x3Tile(wm, wn, warps_m, warps_n, tw, ck, splits)
+                                if t.smem_bytes(geom) <= smem_limit:
+                                    out.append(t)
     return out
 
 
@@ -181,13 +168,7 @@ def _round_tf32(a, xp):
     return xp.where(xp.isfinite(a), rounded, a)
 
 
-def _bf16_bits(a, xp):
-    """fp32 -> bf16 bit patterns (round to nearest even) in uint32, finite values."""
-    bits = a.view(xp.uint32)
-    return (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> xp.uint32(16)
-
-
-def pack_weights(w, xp=None, bf16: bool = False):
+def pack_weights(w, xp=None):
     """Split core weights into tf32 (big, small) parts in the kernel's fragment order.
 
     Parameters
@@ -195,17 +176,13 @@ def pack_weights(w, xp=None, bf16: bool = False):
     w : array, (N, C, R, S), float32
     xp : module, optional
         ``numpy`` or ``cupy``; default: the module of ``w``.
-    bf16 : bool
-        Pack for tiles with ``bf16 = 1``.
 
     Returns
     -------
-    array, float32, zero beyond N and C.  ``bf16=False``: (ceil(N/8), ceil(C/8),
-    R*S, 32, 4): for output tile n8, 8-channel group c8, tap rs and lane (g, t),
-    the B-fragment values ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]``
-    — big parts, then small parts.  ``bf16=True``: (ceil(N/8), ceil(C/8), R*S,
-    32, 2, 2): the big parts of channels ``8 c8 + 2t`` and ``8 c8 + 2t + 1`` as
-    tf32, then those big parts and the two small parts as bf16x2 words.
+    array, (ceil(N/8), ceil(C/8), R*S, 32, 4), float32: for output tile n8,
+    8-channel group c8, tap rs and lane (g, t), the B-fragment values
+    ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]`` — big parts,
+    then small parts; zero beyond N and C.
     """
     xp = xp or backend.array_module(w)
     n, c, r, s = w.shape
@@ -213,31 +190,19 @@ def pack_weights(w, xp=None, bf16: bool = False):
     full = xp.zeros((n8 * 8, c8 * 8, r, s), xp.float32)
     full[:n, :c] = xp.asarray(w, dtype=xp.float32)
     big = _round_tf32(full, xp)
-    small = full - big
-    if bf16:
-        def pairs(a):  # (n8, g, c8, t, e, r, s) -> (n8, c8, r, s, g, t, e): channel 2t + e
-            return a.reshape(n8, 8, c8, 4, 2, r, s).transpose(0, 2, 5, 6, 1, 3, 4)
-
-        def bf16x2(a):
-            hb = _bf16_bits(xp.ascontiguousarray(pairs(a)), xp)
-            return (hb[..., 0] | (hb[..., 1] << xp.uint32(16))).view(xp.float32)
-
-        b = pairs(big)
-        packed = xp.stack([b[..., 0], b[..., 1], bf16x2(big), bf16x2(small)], axis=-1)
-        return xp.ascontiguousarray(packed.reshape(n8, c8, r * s, 32, 2, 2))
+    small = _round_tf32(full - big, xp)
 
     def fragments(a):  # (n8, g, c8, half, t, r, s) -> (n8, c8, r, s, g, t, half)
         return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(0, 2, 5, 6, 1, 4, 3)
 
-    packed = xp.stack([fragments(big), fragments(_round_tf32(small, xp))], axis=-2)
+    packed = xp.stack([fragments(big), fragments(small)], axis=-2)
     return xp.ascontiguousarray(packed.reshape(n8, c8, r * s, 32, 4))
 
 
 def kernel(tile: Tf32x3Tile, geom: ConvGeometry):
     """The compiled ``tdc_core_conv_tf32x3`` instantiation for ``tile`` and ``geom``."""
     return cuda.get_kernel(_FILE, f"tdc_core_conv_tf32x3<{geom.r}, {geom.s}, {geom.stride[0]}, "
-                                  f"{tile.wm}, {tile.wn}, {tile.splits}, "
-                                  f"{'true' if tile.bf16 else 'false'}>")
+                                  f"{tile.wm}, {tile.wn}, {tile.splits}>")
 
 
 def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
@@ -245,16 +210,16 @@ def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
     k = kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(k, smem)
-    iwp, plane, lead, records = tile.layout(geom)
+    iwp, plane, lead = tile.layout(geom)
     i32 = np.int32
     k(tile.grid(geom), (tile.threads,), (
         x, w_packed, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
         i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.tw),
         i32(tile.ck), i32(tile.warps_m), i32(-(-geom.ow // tile.tw)),
         i32(-(-geom.k // (8 * tile.n8))), i32(iwp), i32(plane), i32(lead),
-        i32(geom.w % 4 == 0), i32(records)), shared_mem=smem)
+        i32(geom.w % 4 == 0)), shared_mem=smem)
 
 
-def packed_shape(geom: ConvGeometry, bf16: bool = False) -> tuple[int, ...]:
+def packed_shape(geom: ConvGeometry) -> tuple[int, ...]:
     """Shape of :func:`pack_weights` for ``geom``'s weights."""
-    return (-(-geom.k // 8), -(-geom.c // 8), geom.r * geom.s, 32) + ((2, 2) if bf16 else (4,))
+    return (-(-geom.k // 8), -(-geom.c // 8), geom.r * geom.s, 32, 4)

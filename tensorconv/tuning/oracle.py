@@ -99,21 +99,20 @@ def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
     return _known(_cluster_key(geom), tucker.ClusterTile)
 
 
-def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 96, repeat: int = 10,
+def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
                      use_cache: bool = True):
     """Time the ``candidates`` best-estimated ``"tf32x3"`` tiles; return ``(best, {tile: µs})``
     (stored in the tune cache; a hit returns it with an empty timing dict)."""
     if use_cache and (hit := known_tf32x3_tile(geom)) is not None:
         return hit, {}
     facts = backend.device_facts()
-    w_packed = {m: tf32x3.pack_weights(w, bf16=m) for m in (False, True)}
+    w_packed = tf32x3.pack_weights(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
     tiles = tf32x3_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
                                       limit=candidates,
                                       clusters=facts.compute_capability >= (9, 0))
     return _time_tiles(_tf32x3_key(geom), tiles, lambda t: tucker.core_conv2d(
-        x, w, geom.stride, geom.padding, variant="tf32x3", tile=t, w_packed=w_packed[bool(t.bf16)],
-        out=out),
+        x, w, geom.stride, geom.padding, variant="tf32x3", tile=t, w_packed=w_packed, out=out),
         repeat)
 
 

@@ -208,8 +208,7 @@ def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, d
         geom = conv_geometry(z1.shape, core.shape, *conv)
         if tucker.cluster_supported(geom) is None:
             variant, tile = default_core(geom)
-            prepared = ({"w_packed": tf32x3.pack_weights(core, bf16=tile.bf16)}
-                        if variant == "tf32x3"
+            prepared = ({"w_packed": tf32x3.pack_weights(core)} if variant == "tf32x3"
                         else {"w_crsn": tucker.to_crsn(core)})
             run_core = lambda: tucker.core_conv2d(  # noqa: E731
                 z1, core, *conv, variant=variant, tile=tile, out=z2, **prepared)

@@ -28,8 +28,7 @@ SMEM_PER_SM = 228 * 1024
 def features(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> np.ndarray:
     """Cost terms of a tile, each multiplied by the waves of blocks.
 
-    The busiest SM sub-partition's mma's (3 per m16n8k8 tile and k step, 2 with
-    bf16 corrections, whose m16n8k16 bf16 mma costs what an m16n8k8 tf32 one does); one
+    The busiest SM sub-partition's mma's (3 per m16n8k8 tile and k step); one
     warp's k steps (the load -> mma latency it cannot overlap alone); the SM's
     shared-memory wavefronts of fragment loads; the elements a thread copies
     and splits; the stages (barriers); one per block; the partial sums a block
@@ -49,7 +48,7 @@ def features(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int) -> np.ndarray:
     copies = chunks * (cube * 2 + tile.ck * geom.r * geom.s * tile.n8 * 8) / tile.threads
     reduce = tile.n8 * 8 * tile.pixels * tile.splits / tile.threads if tile.splits > 1 else 0.0
     return waves * np.array([
-        -(-resident * warps // 4) * tile.wm * tile.wn * (2 if tile.bf16 else 3) * ksteps,
+        -(-resident * warps // 4) * tile.wm * tile.wn * 3 * ksteps,
         ksteps,
         resident * warps * ksteps * 4 * (tile.wm + tile.wn),
         resident * copies,
@@ -68,10 +67,10 @@ def estimate(geom: ConvGeometry, tile: Tf32x3Tile, sm_count: int,
 def ranked_tiles(geom: ConvGeometry, smem_limit: int, sm_count: int,
                  limit: int | None = 64, clusters: bool = True) -> list[Tf32x3Tile]:
     """Valid tiles, best estimate first; with ``limit``, the best two of every
-    (wm, wn, splits, bf16) family first (:func:`tensorconv.ops.tucker.family_first`)."""
+    (wm, wn, splits) family first (:func:`tensorconv.ops.tucker.family_first`)."""
     return family_first(candidates(geom, smem_limit, clusters),
-                        lambda t: estimate(geom, t, sm_count),
-                        lambda t: (t.wm, t.wn, t.splits, t.bf16), limit)
+                        lambda t: estimate(geom, t, sm_count), lambda t: (t.wm, t.wn, t.splits),
+                        limit)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,6 +14,8 @@ from tensorconv.ops import tucker_tf32x3 as tf32x3
 from tensorconv.results import ResultSet
 from tensorconv.tuning import cluster_model, oracle, tdc_model, tf32x3_model
 
+TOLERANCE = 1e-5  # relative error a kernel must meet to count as ours-best
+
 
 def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int, *,
                        quick: bool, cudnn: bool = True, check: bool = True,
@@ -74,7 +76,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
                                                     tile=tc_best, w_packed=w_packed, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
-    times = {}
+    times, wrong = {}, set()
     ref = reference.conv2d(x_h.astype(np.float64), w_h.astype(np.float64), padding=1) if check else None
     for name, run in runs.items():
         out.fill(np.nan)
@@ -82,13 +84,15 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
         if check:
             err = float(np.linalg.norm(out.get() - ref) / np.linalg.norm(ref))
             rs.add(case, name, "rel_err", err, "1")
+            if not err <= TOLERANCE:  # NaN too
+                wrong.add(name)
         times[name] = bench.time_graph(run, **reps).median_us
     if cudnn and bench.torch_cudnn_available():
         for tf32 in (False, True):
             run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
             times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
                 run, framework="torch", **reps).median_us
-    mine = ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm")
+    mine = [v for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm") if v not in wrong]
     picked = min(mine, key=times.get)
     times["ours-best"] = times[picked]
     notes = {"tdc-model": f"calibrated model, tile {model_tile}",
@@ -98,7 +102,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
              "cluster-oracle": f"tile {cluster_best} of {len(cluster_times)} timed",
              "tf32x3-default": f"estimate's tile {tc_default}",
              "tf32x3-oracle": f"tile {tc_best} of {len(tc_times)} timed",
-             "ours-best": f"picked {picked}"}
+             "ours-best": f"picked {picked}" + (f"; not eligible, rel_err > {TOLERANCE}: "
+                                                 f"{' '.join(sorted(wrong))}" if wrong else "")}
     for name, us in times.items():
         rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))
     return times

@@ -13,8 +13,8 @@
 // splitting at every fragment load cost more instructions than the mma's
 // themselves (the kernel was issue-bound, the tensor pipe 35 % busy).  (Storing
 // (big, small) pairs for one 8-byte load each was tried: ~4 % slower per tile.
-// So was running both corrections as one bf16 m16n8k16 mma: fastest on 3 of the
-// 18 fig. 6 shapes only, by <= 9 %, at 4x the error, so it was dropped.)
+// So was running both corrections as one bf16 m16n8k16 mma: not faster on 15 of
+// the 18 fig. 6 shapes, and its first version was wrong on some tiles; dropped.)
 //
 // Operands stream through shared memory in chunks of CK input channels, two
 // stages deep (cp.async, halo and channel padding zero-filled by the copy).

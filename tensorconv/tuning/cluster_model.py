@@ -16,8 +16,9 @@ import functools
 import numpy as np
 
 from tensorconv import backend
-from tensorconv.checks import ConvGeometry, conv_geometry
+from tensorconv.checks import ConvGeometry
 from tensorconv.ops.tucker import ClusterTile, cluster_candidates, family_first
+from tensorconv.tuning import tile_fit
 
 # µs per unit of each features() term on the H100: fit_calibration on the
 # cluster rows of results/tdc_fig6_tiles_run4.csv (tests/test_tucker.py refits it).
@@ -91,32 +92,14 @@ def choose_tile(geom: ConvGeometry) -> ClusterTile:
 
 def load_samples(path) -> list:
     """``(geom, tile, µs)`` of the ``cluster:`` rows of a ``tdc_fig6 --tiles`` CSV."""
-    from tensorconv.results import read_csv
-
-    samples = []
-    for row in read_csv(path):
-        if not row["variant"].startswith("cluster:"):
-            continue
-        c, n, h, w = (int(v) for v in row["case"].split("_"))
-        tile = ClusterTile(*(int(v) for v in row["variant"].split(":")[1].split("x")))
-        samples.append((conv_geometry((1, c, h, w), (n, c, 3, 3), 1, 1), tile, row["value"]))
-    return samples
+    return tile_fit.load_tile_samples(path, "cluster:", ClusterTile)
 
 
 def fit_calibration(samples, sm_count: int) -> tuple:
     """Non-negative weights minimising the relative error of :func:`estimate` on ``samples``."""
-    from scipy.optimize import nnls
-
-    a = np.array([features(g, t, sm_count) for g, t, _ in samples])
-    y = np.array([us for _, _, us in samples])
-    coef, _ = nnls(a / y[:, None], np.ones(len(y)))
-    return tuple(float(c) for c in coef)
+    return tile_fit.fit(features, samples, sm_count)
 
 
 def pick_ratio(samples, sm_count: int, calibration=CALIBRATION_H100) -> float:
     """Geomean over shapes of (time of the estimate's pick) / (best time), among the timed tiles."""
-    by_shape: dict = {}
-    for g, t, us in samples:
-        by_shape.setdefault(g, []).append((estimate(g, t, sm_count, calibration), us))
-    ratios = [min(rows)[1] / min(us for _, us in rows) for rows in by_shape.values()]
-    return float(np.exp(np.mean(np.log(ratios))))
+    return tile_fit.pick_ratio(lambda g, t: estimate(g, t, sm_count, calibration), samples)

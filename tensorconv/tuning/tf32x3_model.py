@@ -15,9 +15,10 @@ import functools
 import numpy as np
 
 from tensorconv import backend
-from tensorconv.checks import ConvGeometry, conv_geometry
+from tensorconv.checks import ConvGeometry
 from tensorconv.ops.tucker import family_first
 from tensorconv.ops.tucker_tf32x3 import Tf32x3Tile, candidates
+from tensorconv.tuning import tile_fit
 
 # µs per unit of each features() term on the H100: fit_calibration on the tf32x3
 # rows of results/tdc_fig6_tiles_run6.csv (tests/test_tucker.py refits it).
@@ -86,23 +87,14 @@ def choose_tile(geom: ConvGeometry) -> Tf32x3Tile:
 
 def load_samples(path) -> list:
     """``(geom, tile, µs)`` of the ``tf32x3:`` rows of a ``tdc_fig6 --tiles`` CSV."""
-    from tensorconv.results import read_csv
-
-    samples = []
-    for row in read_csv(path):
-        if not row["variant"].startswith("tf32x3:"):
-            continue
-        c, n, h, w = (int(v) for v in row["case"].split("_"))
-        tile = Tf32x3Tile(*(int(v) for v in row["variant"].split(":")[1].split("x")))
-        samples.append((conv_geometry((1, c, h, w), (n, c, 3, 3), 1, 1), tile, row["value"]))
-    return samples
+    return tile_fit.load_tile_samples(path, "tf32x3:", Tf32x3Tile)
 
 
 def fit_calibration(samples, sm_count: int) -> tuple:
     """Non-negative weights minimising the relative error of :func:`estimate` on ``samples``."""
-    from scipy.optimize import nnls
+    return tile_fit.fit(features, samples, sm_count)
 
-    a = np.array([features(g, t, sm_count) for g, t, _ in samples])
-    y = np.array([us for _, _, us in samples])
-    coef, _ = nnls(a / y[:, None], np.ones(len(y)))
-    return tuple(float(c) for c in coef)
+
+def pick_ratio(samples, sm_count: int, calibration=CALIBRATION_H100) -> float:
+    """Geomean over shapes of (time of the estimate's pick) / (best time), among the timed tiles."""
+    return tile_fit.pick_ratio(lambda g, t: estimate(g, t, sm_count, calibration), samples)

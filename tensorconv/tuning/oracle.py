@@ -66,6 +66,18 @@ def _known(key: str, tile_type):
     return _MEMO[key]
 
 
+def _tune_core_kernel(x, w, geom: ConvGeometry, variant: str, model, key: str, prepared: dict,
+                      candidates: int, repeat: int):
+    """Time ``model``'s ``candidates`` best-ranked tiles of core kernel ``variant`` (its
+    weights ``prepared`` once); store and return the fastest and the times."""
+    facts = backend.device_facts()
+    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
+    tiles = model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
+                               limit=candidates, clusters=facts.compute_capability >= (9, 0))
+    return _time_tiles(key, tiles, lambda t: tucker.core_conv2d(
+        x, w, geom.stride, geom.padding, variant=variant, tile=t, out=out, **prepared), repeat)
+
+
 def _cluster_key(geom: ConvGeometry) -> str:
     return cache.make_key("tdc_cluster", "tucker_core_conv.cu", geom)
 
@@ -83,15 +95,8 @@ def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat:
     """
     if use_cache and (hit := known_cluster_tile(geom)) is not None:
         return hit, {}
-    facts = backend.device_facts()
-    w_crsn = tucker.to_crsn(w)
-    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
-    tiles = cluster_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
-                                       limit=candidates,
-                                       clusters=facts.compute_capability >= (9, 0))
-    return _time_tiles(_cluster_key(geom), tiles, lambda t: tucker.core_conv2d(
-        x, w, geom.stride, geom.padding, variant="cluster", tile=t, w_crsn=w_crsn, out=out),
-        repeat)
+    return _tune_core_kernel(x, w, geom, "cluster", cluster_model, _cluster_key(geom),
+                             {"w_crsn": tucker.to_crsn(w)}, candidates, repeat)
 
 
 def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
@@ -105,15 +110,8 @@ def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: 
     (stored in the tune cache; a hit returns it with an empty timing dict)."""
     if use_cache and (hit := known_tf32x3_tile(geom)) is not None:
         return hit, {}
-    facts = backend.device_facts()
-    w_packed = tf32x3.pack_weights(w)
-    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
-    tiles = tf32x3_model.ranked_tiles(geom, facts.smem_per_block_optin, facts.sm_count,
-                                      limit=candidates,
-                                      clusters=facts.compute_capability >= (9, 0))
-    return _time_tiles(_tf32x3_key(geom), tiles, lambda t: tucker.core_conv2d(
-        x, w, geom.stride, geom.padding, variant="tf32x3", tile=t, w_packed=w_packed, out=out),
-        repeat)
+    return _tune_core_kernel(x, w, geom, "tf32x3", tf32x3_model, _tf32x3_key(geom),
+                             {"w_packed": tf32x3.pack_weights(w)}, candidates, repeat)
 
 
 def known_tf32x3_tile(geom: ConvGeometry) -> tf32x3.Tf32x3Tile | None:

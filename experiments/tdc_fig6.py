@@ -7,7 +7,11 @@ tiles (``tdc-oracle``), our cluster kernel with its calibrated estimate's tile
 (``cluster-oracle``), our tensor-core kernel at fp32 accuracy (3xTF32) with its
 estimate's tile and the best of 64 timed (``tf32x3-default``, ``tf32x3-oracle``),
 our implicit-GEMM kernel (``igemm``), the fastest of ours
-(``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.  Every time is a CUDA-graph replay median; the outputs are checked
+(``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.
+``cudnn-fp32-best`` is the fastest fp32 cuDNN time of this run's autotuned pick,
+``--cudnn-runs`` fresh processes that autotune anew and one with cuDNN's
+heuristic pick (experiments/_cudnn_fresh.py: the autotuned pick differs between
+processes): the baseline of the >= 2.5x target.  Every time is a CUDA-graph replay median; the outputs are checked
 against the float64 reference first.  ``tdc-paper-model`` is the paper's tile rule as specified (sections 5.3-5.5),
 ``tdc-model`` our calibrated version (tensorconv.tuning.tdc_model).  The paper reports averages on an A100:
 oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,
@@ -17,6 +21,7 @@ oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,
 from __future__ import annotations
 
 from experiments._common import geomean, outputs, parser, pyplot, save_figure
+from experiments._cudnn_fresh import fresh_times
 from experiments._tdc import measure_core_shape
 from tensorconv import backend, bench
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
@@ -29,13 +34,16 @@ SHAPES = [(32, 32, 7, 7), (32, 32, 14, 14), (32, 32, 28, 28), (32, 32, 56, 56), 
           (192, 160, 7, 7)]
 QUICK = [(32, 32, 14, 14), (64, 32, 56, 56), (192, 160, 7, 7)]
 VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "cluster-default", "cluster-oracle",
-            "tf32x3-default", "tf32x3-oracle", "igemm", "ours-best", "cudnn-fp32", "cudnn-tf32"]
+            "tf32x3-default", "tf32x3-oracle", "igemm", "ours-best", "cudnn-fp32", "cudnn-fp32-best",
+            "cudnn-tf32"]
 
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--tiles", action="store_true",
                    help="also write every oracle tile time to results/tdc_fig6_tiles.csv")
+    p.add_argument("--cudnn-runs", type=int, default=3,
+                   help="fresh autotuning processes behind cudnn-fp32-best (default 3; 0: none)")
     args = p.parse_args(argv)
     backend.require_cuda(NAME)
     env = bench.environment(with_torch=True)
@@ -51,7 +59,16 @@ def main(argv=None) -> int:
     have_cudnn = all("cudnn-fp32" in t for t in per_shape.values())
     summary = {}
     if have_cudnn:
-        for base in ("cudnn-fp32", "cudnn-tf32"):
+        shapes = QUICK if args.quick else SHAPES
+        fresh = fresh_times(shapes, args.cudnn_runs) if args.cudnn_runs > 0 else {}
+        for case, t in per_shape.items():
+            f = fresh.get(case, {"bench": [], "heuristic": float("inf")})
+            t["cudnn-fp32-best"] = min([t["cudnn-fp32"], *f["bench"], f["heuristic"]])
+            rs.add(case, "cudnn-fp32-best", "time_us", t["cudnn-fp32-best"], "us",
+                   note=f"min of this run's autotuned {t['cudnn-fp32']:.2f}, fresh autotuned "
+                        f"{' '.join(f'{v:.2f}' for v in f['bench']) or '-'}, heuristic "
+                        f"{f['heuristic']:.2f}")
+        for base in ("cudnn-fp32-best", "cudnn-fp32", "cudnn-tf32"):
             summary[f"ours-best/{base}"] = geomean(t[base] / t["ours-best"] for t in per_shape.values())
             summary[f"tdc-oracle/{base}"] = geomean(t[base] / t["tdc-oracle"] for t in per_shape.values())
             summary[f"tdc-model/{base}"] = geomean(t[base] / t["tdc-model"] for t in per_shape.values())
@@ -65,13 +82,15 @@ def main(argv=None) -> int:
         summary["ours-best/cudnn-best"] = geomean(best_cudnn[k] / t["ours-best"]
                                                   for k, t in per_shape.items())
         slower = [k for k, t in per_shape.items()
-                  if int(k.split("_")[2]) <= 56 and t["ours-best"] > t["cudnn-fp32"]]
-        rs.add("summary", "ours-best", "shapes_slower_than_cudnn_fp32_hw_le_56", len(slower),
+                  if int(k.split("_")[2]) <= 56 and t["ours-best"] > t["cudnn-fp32-best"]]
+        rs.add("summary", "ours-best", "shapes_slower_than_cudnn_fp32_best_hw_le_56", len(slower),
                "count", note=" ".join(slower) or "none")
     summary["tdc-model/tdc-oracle time"] = geomean(t["tdc-model"] / t["tdc-oracle"]
                                                    for t in per_shape.values())
     summary["cluster-default/cluster-oracle time"] = geomean(
         t["cluster-default"] / t["cluster-oracle"] for t in per_shape.values())
+    summary["tf32x3-default/tf32x3-oracle time"] = geomean(
+        t["tf32x3-default"] / t["tf32x3-oracle"] for t in per_shape.values())
     summary["tdc-paper-model/tdc-oracle time"] = geomean(t["tdc-paper-model"] / t["tdc-oracle"]
                                                          for t in per_shape.values())
     paper = {"tdc-model/tdc-oracle time": 1.25, "tdc-paper-model/tdc-oracle time": 1.25}

@@ -28,9 +28,19 @@ template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
+// A cluster-wide barrier whose release makes this block's shared-memory writes
+// visible to its peers.  The release costs a GPU-wide memory barrier (MEMBAR.GPU,
+// ~0.5 µs per launch on the H100): reductions use PushReduce below instead.
 __device__ __forceinline__ void cluster_sync() {
     TDCX_SM90_ONLY(asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory"));
+}
+// The barrier before exit, which only keeps this block's shared memory alive while
+// peers read it: their reads have completed (their values were used) before they
+// arrive, so nothing needs publishing and the arrive is relaxed.
+__device__ __forceinline__ void cluster_exit_sync() {
+    TDCX_SM90_ONLY(asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\t"
+                                "barrier.cluster.wait.aligned;\n" ::: "memory"));
 }
 // The float at `local`'s offset in the shared memory of cluster block `rank`.
 __device__ __forceinline__ float ld_peer(const float* local, unsigned rank) {
@@ -63,8 +73,110 @@ struct FastDiv {
         const unsigned a = (1u << l) - d, hi = (a << 16) / d, rem = (a << 16) % d;
         m = (hi << 16) + ((rem << 16) / d) + 1u;
     }
+    // The same constants computed by the host (tensorconv.cuda.fast_div): m in bits
+    // 0-31, l in 32-39, d in 40-55.  Saves the ~40 set-up instructions per divisor
+    // that a run-time divisor costs each thread before its first copy.
+    __device__ static FastDiv of(unsigned long long packed) {
+        FastDiv f(1u);
+        f.m = (unsigned)packed;
+        f.l = (unsigned)(packed >> 32) & 0xFFu;
+        f.d = (unsigned)(packed >> 40);
+        return f;
+    }
     __device__ __forceinline__ int div(int n) const {
         return (int)((__umulhi((unsigned)n, m) + (unsigned)n) >> l);
+    }
+};
+
+// Cluster reduction by pushes.  The CL blocks of a cluster each hold partial sums
+// of the same `total` outputs; block q owns outputs [q * share, (q + 1) * share)
+// (share: ceil(total / CL) rounded up to a multiple of 4)
+// and receives every block's partials of them into its own shared memory (CL
+// slots of `share` floats, slot r from rank r) through st.async, whose bytes
+// complete a transaction count on q's mbarrier.  The owner adds the slots in rank
+// order (deterministic).  Nothing is fenced: the transaction count orders the
+// data, where a release barrier at cluster scope costs a GPU-wide memory barrier.
+// Use: begin() at kernel start (all threads), ready() before the first push(),
+// wait() before reading the slots.
+template <int CL>
+struct PushReduce {
+    float* slots;                // this block's CL x share floats
+    FastDiv by_share;
+    int share, rank;
+    unsigned long long* bar;     // this block's mbarrier, after the slots
+
+    // slots_: 8-byte aligned, CL * share floats, then the mbarrier; share_div: the
+    // host's FastDiv constants of share.
+    __device__ PushReduce(float* slots_, unsigned long long share_div)
+        : slots(slots_), by_share(FastDiv::of(share_div)), share(by_share.d), rank(0) {
+        bar = reinterpret_cast<unsigned long long*>(slots + ((CL * share + 1) & ~1));
+    }
+
+    // Outputs this block owns.
+    __device__ __forceinline__ int count(int total) const {
+        return max(0, min(share, total - rank * share));
+    }
+    __device__ __forceinline__ void begin(int total) {
+        TDCX_SM90_ONLY(
+            asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+            if (threadIdx.x == 0) {
+                const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+                const unsigned bytes = 4u * CL * count(total);
+                asm volatile("{\n\t.reg .b64 st;\n\t"
+                             "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+                             "mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t"
+                             "fence.mbarrier_init.release.cluster;\n\t}\n"
+                             :: "r"(b), "r"(bytes) : "memory");
+            }
+            asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"));
+    }
+    // Every peer's mbarrier is initialised.
+    __device__ __forceinline__ void ready() const {
+        TDCX_SM90_ONLY(asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"));
+    }
+    // Send this block's partial sums of outputs idx .. idx + V - 1 to their owner:
+    // idx a multiple of V (1, 2 or 4), which keeps the run inside one owner's range
+    // (share is a multiple of 4) and the vector store aligned.  A warp's lanes should
+    // send adjacent runs: each store instruction is one transaction per run.
+    template <int V>
+    __device__ __forceinline__ void push(int idx, const float* v) const {
+        static_assert(V == 1 || V == 2 || V == 4, "push runs of 1, 2 or 4 floats");
+        TDCX_SM90_ONLY(
+            const unsigned q = (unsigned)by_share.div(idx);
+            const int off = rank * share + idx - (int)q * share;
+            const unsigned a = (unsigned)__cvta_generic_to_shared(slots + off);
+            const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+            unsigned ra, rb;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(q));
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(b), "r"(q));
+            if constexpr (V == 4)
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 "
+                             "[%0], {%1, %2, %3, %4}, [%5];\n"
+                             :: "r"(ra), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "r"(rb)
+                             : "memory");
+            else if constexpr (V == 2)
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 "
+                             "[%0], {%1, %2}, [%3];\n"
+                             :: "r"(ra), "f"(v[0]), "f"(v[1]), "r"(rb) : "memory");
+            else
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 "
+                             "[%0], %1, [%2];\n" :: "r"(ra), "f"(v[0]), "r"(rb) : "memory"));
+    }
+    // All CL slots of this block's outputs have arrived.
+    __device__ __forceinline__ void wait() const {
+        TDCX_SM90_ONLY(
+            const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+            asm volatile("{\n\t.reg .pred done;\n"
+                         "WAIT_PUSHED:\n\t"
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n\t"
+                         "@!done bra WAIT_PUSHED;\n\t}\n" :: "r"(b) : "memory"));
+    }
+    // The sum over the cluster of owned output e (0 <= e < count), in rank order.
+    __device__ __forceinline__ float sum(int e) const {
+        float v = 0.f;
+#pragma unroll
+        for (int r = 0; r < CL; ++r) v += slots[r * share + e];
+        return v;
     }
 };
 }  // namespace tdcx

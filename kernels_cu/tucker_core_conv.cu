@@ -94,10 +94,10 @@ __global__ void tdc_core_conv(
 // two stages deep, the halo zero-filled by the copy itself.
 //
 // The CL blocks sharing a tile form a thread-block cluster (blockIdx.z is the
-// rank): each stages its partial sums in its own shared memory, and after a
-// cluster barrier block q sums slice q of the tile across the cluster through
-// distributed shared memory, in a fixed order (deterministic, no atomics, no
-// zero-filled output), then writes it pixel-fastest (coalesced).  Without a
+// rank): each pushes its partial sums of slice q of the tile into block q's
+// shared memory (tdcx::PushReduce: st.async, no fence), and block q adds them in
+// a fixed order (deterministic, no atomics, no zero-filled output), then writes
+// them pixel-fastest (coalesced).  Without a
 // split the registers go straight to memory: at batch 1 a block's latency chain
 // is the kernel's time, and a shared-memory round trip lengthens it.
 
@@ -107,31 +107,46 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
     const float* __restrict__ w_crsn,  // (C, R, S, N)
     float* __restrict__ y,             // (B, N, OH, OW)
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
-    int NB, int TH, int TWG, int CK, int tiles_w, int n_tiles)
+    int NB, int TH, int CK, int c_per, int red_off,
+    // Divisors as the host's FastDiv constants (tensorconv.cuda.fast_div): channel
+    // groups NB / NT, column groups TWG, channel tiles, pixel tiles per row, staged
+    // plane, staged row, weight row (NB / 4 with float4 copies, else NB), stage
+    // channels CK, tile pixels, tile columns, outputs per cluster rank.
+    unsigned long long fd_ng, unsigned long long fd_twg, unsigned long long fd_n_tiles,
+    unsigned long long fd_tiles_w, unsigned long long fd_plane, unsigned long long fd_iwt,
+    unsigned long long fd_nb4, unsigned long long fd_ck, unsigned long long fd_thw,
+    unsigned long long fd_tw, unsigned long long fd_share)
 {
     constexpr int VN = (PT - 1) * STRIDE + S;  // input columns under one thread's PT pixels
     constexpr int VN4 = (VN + 3) / 4 * 4;
     constexpr bool VEC_IN = (PT * STRIDE) % 4 == 0;  // thread rows start 16-byte aligned
     extern __shared__ __align__(16) float smem[];
-    const int TW = TWG * PT, THW = TH * TW;
-    const int IHT = (TH - 1) * STRIDE + R, IWT = (TW - 1) * STRIDE + S;
+    const tdcx::FastDiv by_ng = tdcx::FastDiv::of(fd_ng), by_twg = tdcx::FastDiv::of(fd_twg);
+    const tdcx::FastDiv by_n_tiles = tdcx::FastDiv::of(fd_n_tiles);
+    const tdcx::FastDiv by_tiles_w = tdcx::FastDiv::of(fd_tiles_w);
+    const tdcx::FastDiv by_plane = tdcx::FastDiv::of(fd_plane), by_iwt = tdcx::FastDiv::of(fd_iwt);
+    const tdcx::FastDiv by_nb4 = tdcx::FastDiv::of(fd_nb4), by_ck = tdcx::FastDiv::of(fd_ck);
+    const tdcx::FastDiv by_thw = tdcx::FastDiv::of(fd_thw), by_tw = tdcx::FastDiv::of(fd_tw);
+    const int TWG = by_twg.d, TW = by_tw.d, THW = by_thw.d;
+    const int IHT = (TH - 1) * STRIDE + R, IWT = by_iwt.d;
     const int IWP = ((TWG - 1) * PT * STRIDE + VN4 + 3) / 4 * 4;  // row pitch: float4 over-reads stay in the row
     const int in_stage = CK * IHT * IWP, w_stage = (CK * R * S * NB + 3) / 4 * 4;
 
-    const int tid = threadIdx.x, threads = blockDim.x, NG = NB / NT;
-    const int ng = tid % NG, pg = tid / NG;
-    const int ph = pg / TWG, pw = pg % TWG;
-    const int b = blockIdx.y / n_tiles, n0 = (blockIdx.y % n_tiles) * NB;
-    const int oh0 = (blockIdx.x / tiles_w) * TH, ow0 = (blockIdx.x % tiles_w) * TW;
+    const int tid = threadIdx.x, threads = blockDim.x, NG = by_ng.d;
+    const int pg = by_ng.div(tid), ng = tid - pg * NG;
+    const int ph = by_twg.div(pg), pw = pg - ph * TWG;
+    const int b = by_n_tiles.div(blockIdx.y), n0 = (blockIdx.y - b * (int)by_n_tiles.d) * NB;
+    const int th_i = by_tiles_w.div(blockIdx.x);
+    const int oh0 = th_i * TH, ow0 = (blockIdx.x - th_i * (int)by_tiles_w.d) * TW;
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int split = blockIdx.z;
-    const int c_per = (C + CL - 1) / CL;
     const int c_begin = min(C, split * c_per), c_end = min(C, c_begin + c_per);
-    const int stages = (c_end - c_begin + CK - 1) / CK;
-    const int nbuf = (c_per + CK - 1) / CK > 1 ? 2 : 1;  // a single stage needs one buffer (the op sizes smem alike)
+    const int stages = by_ck.div(c_end - c_begin + CK - 1);
+    const int nbuf = c_per > CK ? 2 : 1;  // a single stage needs one buffer (the op sizes smem alike)
     const bool vec_w = N % 4 == 0 && NB % 4 == 0;
     const float* xb = x + (size_t)b * C * H * W;
-    const tdcx::FastDiv by_plane(IHT * IWT), by_iwt(IWT), by_nb4(vec_w ? NB / 4 : NB);
+    tdcx::PushReduce<CL> red(smem + red_off, fd_share);
+    if constexpr (CL > 1) red.begin(NB * THW);
 
     auto issue = [&](int k) {
         const int cb = c_begin + k * CK, cn = min(CK, c_end - cb);
@@ -242,26 +257,25 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
         }
         return;
     }
-    // Partial sums to shared memory (the stage buffers are idle), channel-major, pixel fastest.
-    float* red = smem;
+    // Every block pushes its partial sums (channel-major, pixel fastest) to their
+    // owners, then adds the partials of the outputs it owns and stores them.
+    // A thread's PT pixels of a channel are adjacent: pushed as vectors.
+    constexpr int VEC = PT % 4 == 0 ? 4 : PT % 2 == 0 ? 2 : 1;
+    red.ready();
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int j = 0; j < PT; ++j) red[(ng * NT + n) * THW + ph * TW + pw * PT + j] = acc[n][j];
-    tdcx::cluster_sync();
-    const tdcx::FastDiv by_thw(THW), by_tw(TW);
-    const int total = NB * THW, chunk = (total + CL - 1) / CL;
-    const int e_end = min(total, (split + 1) * chunk);
-    for (int e = split * chunk + tid; e < e_end; e += threads) {
-        float v = 0.f;
-#pragma unroll
-        for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(red + e, q);
-        const int n = by_thw.div(e), p = e - n * THW;
+        for (int j = 0; j < PT; j += VEC)
+            red.template push<VEC>((ng * NT + n) * THW + ph * TW + pw * PT + j, &acc[n][j]);
+    red.wait();
+    const int owned = red.count(NB * THW), base = red.rank * red.share;
+    for (int e = tid; e < owned; e += threads) {
+        const int idx = base + e, n = by_thw.div(idx), p = idx - n * THW;
         const int r = by_tw.div(p);
         const int oh = oh0 + r, ow = ow0 + p - r * TW;
-        if (n0 + n < N && oh < OH && ow < OW) y[(((size_t)b * N + n0 + n) * OH + oh) * OW + ow] = v;
+        if (n0 + n < N && oh < OH && ow < OW)
+            y[(((size_t)b * N + n0 + n) * OH + oh) * OW + ow] = red.sum(e);
     }
-    tdcx::cluster_sync();  // peers may still read this block's partials
 }
 
 // Offline type-check of every tile the Python op may pick (NVRTC instantiates
@@ -277,7 +291,10 @@ TC_TDC_ROW(4)
 TC_TDC(7, 1) TC_TDC(7, 2) TC_TDC(7, 4) TC_TDC(8, 1) TC_TDC(8, 2) TC_TDC(8, 4)
 #define TC_TDCX(ST, NT, PT, CL) \
     template __global__ void tdc_core_conv_cluster<3, 3, ST, NT, PT, CL>(const float*, \
-        const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+        const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+        unsigned long long, unsigned long long, unsigned long long);
 TC_TDCX(1, 4, 4, 1) TC_TDCX(1, 4, 4, 8) TC_TDCX(1, 8, 4, 2) TC_TDCX(1, 2, 4, 4) TC_TDCX(1, 4, 2, 4)
 TC_TDCX(2, 4, 4, 1) TC_TDCX(2, 4, 2, 2) TC_TDCX(1, 1, 1, 1) TC_TDCX(2, 1, 1, 2)
 #endif

@@ -47,19 +47,31 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const float4* __restrict__ wpk,   // (N8, C8, R*S, 32 lanes): big b0, b1, small b0, b1
     float* __restrict__ y,            // (B, N, OH, OW)
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
-    int TH, int TW, int CK, int warps_m, int tiles_w, int n_blocks, int iwp, int plane,
-    int lead, int vec)
+    int TH, int CK, int iwp, int plane, int lead, int vec, int chunks, int per_split,
+    int red_off,
+    // Divisors as the host's FastDiv constants (tensorconv.cuda.fast_div): pixel
+    // tiles per row, channel blocks, warps_m, TW, staged cube, staged row, pixels
+    // per block, outputs per cluster rank.
+    unsigned long long fd_tiles_w, unsigned long long fd_n_blocks, unsigned long long fd_warps_m,
+    unsigned long long fd_tw, unsigned long long fd_cube, unsigned long long fd_row,
+    unsigned long long fd_pixels, unsigned long long fd_share)
 {
     constexpr int RS = R * S;
     extern __shared__ __align__(16) float smem[];
+    const tdcx::FastDiv by_tiles_w = tdcx::FastDiv::of(fd_tiles_w);
+    const tdcx::FastDiv by_n_blocks = tdcx::FastDiv::of(fd_n_blocks);
+    const tdcx::FastDiv by_warps_m = tdcx::FastDiv::of(fd_warps_m);
+    const tdcx::FastDiv by_tw = tdcx::FastDiv::of(fd_tw);
+    const int TW = by_tw.d, warps_m = by_warps_m.d, n_blocks = by_n_blocks.d;
     const int warps = blockDim.x >> 5, warps_n = warps / warps_m;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int wm = warp % warps_m, wn = warp / warps_m;
+    const int wn = by_warps_m.div(warp), wm = warp - wn * warps_m;
     const int bn8 = warps_n * WN;                       // 8-channel tiles per block
     const int n8_total = (N + 7) >> 3, c8_total = (C + 7) >> 3;
-    const int b = blockIdx.y / n_blocks, nb0 = (blockIdx.y % n_blocks) * bn8;
-    const int oh0 = (blockIdx.x / tiles_w) * TH, ow0 = (blockIdx.x % tiles_w) * TW;
+    const int b = by_n_blocks.div(blockIdx.y), nb0 = (blockIdx.y - b * n_blocks) * bn8;
+    const int th_i = by_tiles_w.div(blockIdx.x);
+    const int oh0 = th_i * TH, ow0 = (blockIdx.x - th_i * (int)by_tiles_w.d) * TW;
     const int ih0 = oh0 * STRIDE - pad_h, iw0 = ow0 * STRIDE - pad_w;
     const int iht = (TH - 1) * STRIDE + R, iwt = (TW - 1) * STRIDE + S;
     const int ck8 = CK >> 3;
@@ -67,7 +79,6 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const int cube_words = CK * plane, w_stage = ck8 * RS * bn8 * 32 * 4;
     const int in_stage = 2 * cube_words;
     const float* xb = x + (size_t)b * C * H * W;
-
     // Shared-memory offsets of this lane's pixels (rows g and g + 8 of each m tile).
     int poff[WM][2];
 #pragma unroll
@@ -75,7 +86,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int p = (wm * WM + i) * 16 + g + 8 * h;
-            poff[i][h] = (p / TW) * STRIDE * iwp + (p % TW) * STRIDE + lead;
+            const int row = by_tw.div(p);
+            poff[i][h] = row * STRIDE * iwp + (p - row * TW) * STRIDE + lead;
         }
 
     // Staging costs instructions that a block with few warps cannot hide, so the
@@ -86,7 +98,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     // 4-column group wholly inside or outside the image; else word by word.
     const int width = vec ? 4 : 1, cols = vec ? iwp >> 2 : iwt;
     const int iw0a = iw0 - lead, cube = CK * iht * cols, w_run = ck8 * RS * 32;
-    const tdcx::FastDiv div_cube(iht * cols), div_row(cols);
+    const tdcx::FastDiv div_cube = tdcx::FastDiv::of(fd_cube), div_row = tdcx::FastDiv::of(fd_row);
     auto stage = [&](int chunk, int buf) {
         float* in = smem + buf * (in_stage + w_stage);
         float4* ws = reinterpret_cast<float4*>(in + in_stage);
@@ -130,7 +142,10 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                 for (int e = 0; e < 4; ++e) acc[q][i][j][e] = 0.f;
 
     // Split blockIdx.z of the cluster takes its share of the input-channel chunks.
-    const int chunks = (C + CK - 1) / CK, per_split = (chunks + CL - 1) / CL;
+    const tdcx::FastDiv by_pixels = tdcx::FastDiv::of(fd_pixels);
+    const int pixels = by_pixels.d, total = bn8 * 8 * pixels;
+    tdcx::PushReduce<CL> red(smem + red_off, fd_share);
+    if constexpr (CL > 1) red.begin(total);
     const int first = blockIdx.z * per_split, last = min(chunks, first + per_split);
     if (first < last) stage(first, 0);
     for (int chunk = first; chunk < last; ++chunk) {
@@ -213,7 +228,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int p = (wm * WM + i) * 16 + g + 8 * h;
-                const int oh = oh0 + p / TW, ow = ow0 + p % TW;
+                const int ph = by_tw.div(p), oh = oh0 + ph, ow = ow0 + p - ph * TW;
                 if (oh >= OH || ow >= OW) continue;
                 float* yp = y + ((size_t)b * N * OH + oh) * OW + ow;
 #pragma unroll
@@ -229,10 +244,10 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
             }
         return;
     }
-    // Partial sums to shared memory (the stage buffers are idle), channel-major; each
-    // block of the cluster then adds 1/CL of them over all peers in rank order
-    // (deterministic, no atomics) and stores pixel-consecutive runs.
-    const int pixels = TH * TW;
+    // Every block pushes its partial sums (channel-major: output channel n of the
+    // block, pixel p -> n * pixels + p) to their owners, then adds the partials of
+    // the outputs it owns and stores pixel-consecutive runs.
+    red.ready();
 #pragma unroll
     for (int i = 0; i < WM; ++i)
 #pragma unroll
@@ -244,21 +259,17 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                     float v = acc[0][i][j][2 * h + e];
 #pragma unroll
                     for (int q = 1; q < SETS; ++q) v += acc[q][i][j][2 * h + e];
-                    smem[((wn * WN + j) * 8 + 2 * t + e) * pixels + (wm * WM + i) * 16 + g + 8 * h] = v;
+                    red.template push<1>(((wn * WN + j) * 8 + 2 * t + e) * pixels + (wm * WM + i) * 16 + g
+                                + 8 * h, &v);
                 }
-    tdcx::cluster_sync();
-    const tdcx::FastDiv by_pixels(pixels), by_tw(TW);
-    const int total = bn8 * 8 * pixels, share = (total + CL - 1) / CL;
-    const int e_end = min(total, ((int)blockIdx.z + 1) * share);
-    for (int e = blockIdx.z * share + threadIdx.x; e < e_end; e += blockDim.x) {
-        float v = 0.f;
-#pragma unroll
-        for (int q = 0; q < CL; ++q) v += tdcx::ld_peer(smem + e, q);
-        const int nl = by_pixels.div(e), p = e - nl * pixels, ph = by_tw.div(p);
+    red.wait();
+    const int owned = red.count(total), base = red.rank * red.share;
+    for (int e = threadIdx.x; e < owned; e += blockDim.x) {
+        const int idx = base + e, nl = by_pixels.div(idx), p = idx - nl * pixels;
+        const int ph = by_tw.div(p);
         const int n = nb0 * 8 + nl, oh = oh0 + ph, ow = ow0 + p - ph * TW;
-        if (n < N && oh < OH && ow < OW) y[(((size_t)b * N + n) * OH + oh) * OW + ow] = v;
+        if (n < N && oh < OH && ow < OW) y[(((size_t)b * N + n) * OH + oh) * OW + ow] = red.sum(e);
     }
-    tdcx::cluster_sync();  // peers may still read this block's partials
 }
 
 // Offline type-check of a few instantiations (NVRTC instantiates only the one
@@ -267,6 +278,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 #define TC_TF32X3(ST, WM, WN, CL) \
     template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL>(const float*, \
         const float4*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        int, int, int, int, int);
+        int, int, int, int, unsigned long long, unsigned long long, unsigned long long, \
+        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+        unsigned long long);
 TC_TF32X3(1, 1, 1, 1) TC_TF32X3(1, 2, 4, 1) TC_TF32X3(1, 4, 4, 2) TC_TF32X3(2, 1, 2, 4)
 #endif

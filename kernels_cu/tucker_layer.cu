@@ -234,7 +234,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tlf::THREADS) tucker_lay
             }
         }
     }
-    if constexpr (CL > 1) tdcx::cluster_sync();  // peers may still be reading z1_mine / z2_mine
+    if constexpr (CL > 1) tdcx::cluster_exit_sync();  // peers may still be reading z1_mine / z2_mine
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of a few instantiations

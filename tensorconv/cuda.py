@@ -147,3 +147,22 @@ def set_dynamic_smem(kernel, nbytes: int) -> None:
     if nbytes > kernel.max_dynamic_shared_size_bytes:
         kernel.max_dynamic_shared_size_bytes = nbytes
     _SMEM_GRANTED[kernel] = max(nbytes, _SMEM_GRANTED.get(kernel, -1))
+
+
+@functools.lru_cache(maxsize=None)
+def fast_div(d: int):
+    """``tdcx::FastDiv`` constants of ``kernels_cu/tc_cluster.cuh`` for divisor ``d``, packed.
+
+    A kernel divides by a launch-uniform ``d`` (1 <= d < 2^16, dividends below
+    2^31) as ``(umulhi(n, m) + n) >> l`` with ``l = ceil(log2 d)`` and
+    ``m = floor(2^32 (2^l - d) / d) + 1``; computing them here spares every
+    thread the set-up.  Returns ``numpy.uint64``: m in bits 0-31, l in 32-39,
+    d in 40-55 (``FastDiv::of`` unpacks it).
+    """
+    import numpy as np
+
+    if not 1 <= d < 1 << 16:
+        raise ValueError(f"fast_div needs 1 <= d < 65536, got {d}")
+    lg = (d - 1).bit_length()
+    m = (((1 << lg) - d) << 32) // d + 1
+    return np.uint64(m | lg << 32 | d << 40)

@@ -183,10 +183,16 @@ def test_cluster_candidates_are_valid_and_diverse():
 
     geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
     tile = ops.ClusterTile(4, 4, 32, 4, 4, 8, 2)
-    # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice (32 channels per split); the
-    # 32 x 4 x 16 sum tile is smaller; ck = 32 covers the split: one stage
-    assert tile.smem_bytes(geom) == 4 * 2 * (8 * 6 * 20 + 8 * 9 * 32)
-    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (32 * 6 * 20 + 32 * 9 * 32)
+    # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice (32 channels per split); then
+    # the cluster's 2 slots of half the 32 x 4 x 16 sum tile and the mbarrier (2 floats);
+    # ck = 32 covers the split: one stage
+    slots = 2 * 32 * 4 * 16 // 2 + 2
+    assert tile.share == 1024
+    assert tile.smem_bytes(geom) == 4 * (2 * (8 * 6 * 20 + 8 * 9 * 32) + slots)
+    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (
+        32 * 6 * 20 + 32 * 9 * 32 + slots)
+    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 1).smem_bytes(geom) == 4 * (
+        2 * (32 * 6 * 20 + 32 * 9 * 32))
     assert tile.threads == 8 * 4 * 4 and tile.grid(geom) == (14 * 4, 2, 2)
     every = ops.cluster_candidates(geom, 48 * 1024)
     assert all(t.threads <= ops.CLUSTER_MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024

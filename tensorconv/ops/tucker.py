@@ -109,13 +109,9 @@ class ClusterTile:
     def tw(self) -> int:
         return self.twg * self.pt
 
-    def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Two pipeline stages (input cube, weight slab) — one when ``ck`` covers a
-        split's channels — or the partial-sum tile if larger.
-
-        Mirrors the layout computed in ``tdc_core_conv_cluster`` (whose fast
-        divisions need an input plane below 2^16 floats: the smem limit implies it).
-        """
+    def stage_floats(self, geom: ConvGeometry) -> int:
+        """Two pipeline stages (input cube, weight slab), one when ``ck`` covers a
+        split's channels; mirrors the layout computed in ``tdc_core_conv_cluster``."""
         st = geom.stride[0]
         vn4 = -(-((self.pt - 1) * st + geom.s) // 4) * 4
         iwp = -(-((self.twg - 1) * self.pt * st + vn4) // 4) * 4
@@ -124,7 +120,18 @@ class ClusterTile:
         w_stage = -(-(self.ck * geom.r * geom.s * self.nb) // 4) * 4
         c_per = -(-geom.c // self.splits)
         nbuf = 2 if c_per > self.ck else 1   # a single stage needs no second buffer
-        return 4 * max(nbuf * (in_stage + w_stage), self.nb * self.th * self.tw)
+        return nbuf * (in_stage + w_stage)
+
+    @property
+    def share(self) -> int:
+        """Outputs (channel-major within the tile) each block of a cluster owns and sums:
+        a multiple of 4 (``tdcx::PushReduce`` sends runs of up to 4)."""
+        return -(-self.nb * self.th * self.tw // (4 * self.splits)) * 4
+
+    def smem_bytes(self, geom: ConvGeometry) -> int:
+        """The stages; with splits, then the ``splits`` slots of ``share`` partial sums
+        a block receives from the cluster and its mbarrier (``tdcx::PushReduce``)."""
+        return 4 * (self.stage_floats(geom) + push_slot_floats(self.splits, self.share))
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel tiles, splits): the cluster spans z."""
@@ -171,6 +178,13 @@ def check_splits(tile, allowed: tuple) -> None:
     if tile.splits > 1 and backend.device_facts().compute_capability < (9, 0):
         raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
                          f"this device is {backend.device_facts().arch}")
+
+
+def push_slot_floats(splits: int, share: int) -> int:
+    """Shared floats a block of a ``splits``-block cluster adds after its stages for
+    ``tdcx::PushReduce`` (kernels_cu/tc_cluster.cuh): ``splits`` slots of ``share``
+    partial sums, padded to 8 bytes, then its 8-byte mbarrier; none without splits."""
+    return -(-splits * share // 2) * 2 + 2 if splits > 1 else 0
 
 
 def family_first(tiles, cost, family, limit: int | None, per_family: int = 2) -> list:
@@ -383,11 +397,17 @@ def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile) -> No
     kernel = cluster_kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(kernel, smem)
-    i32 = np.int32
+    st = geom.stride[0]
+    iht, iwt = (tile.th - 1) * st + geom.r, (tile.tw - 1) * st + geom.s
+    vec_w = geom.k % 4 == 0 and tile.nb % 4 == 0
+    i32, fd = np.int32, cuda.fast_div
     kernel(tile.grid(geom), (tile.threads,), (
         x, w_crsn, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
         i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.nb), i32(tile.th),
-        i32(tile.twg), i32(tile.ck), i32(-(-geom.ow // tile.tw)), i32(-(-geom.k // tile.nb))),
+        i32(tile.ck), i32(-(-geom.c // tile.splits)), i32(tile.stage_floats(geom)),
+        fd(tile.nb // tile.nt), fd(tile.twg), fd(-(-geom.k // tile.nb)), fd(-(-geom.ow // tile.tw)),
+        fd(iht * iwt), fd(iwt), fd(tile.nb // 4 if vec_w else tile.nb), fd(tile.ck),
+        fd(tile.th * tile.tw), fd(tile.tw), fd(tile.share if tile.splits > 1 else 1)),
         shared_mem=smem)
 
 

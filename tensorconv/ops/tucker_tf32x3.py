@@ -86,13 +86,24 @@ class Tf32x3Tile:
         """Stages of ``ck`` input channels one block of the cluster works through."""
         return -(-(-(-geom.c // self.ck)) // self.splits)
 
-    def smem_bytes(self, geom: ConvGeometry) -> int:
+    def stage_floats(self, geom: ConvGeometry) -> int:
         """Two operand stages (one when a single stage covers a block's input channels),
-        each the input cube's big and small parts and the weights; with splits, at
-        least the block's partial sums."""
+        each the input cube's big and small parts and the weights."""
         stage = 2 * self.ck * self.layout(geom)[1] + self.ck // 8 * geom.r * geom.s * self.n8 * 128
-        partials = self.n8 * 8 * self.pixels if self.splits > 1 else 0
-        return 4 * max(stage * (2 if self.chunks(geom) > 1 else 1), partials)
+        return stage * (2 if self.chunks(geom) > 1 else 1)
+
+    @property
+    def share(self) -> int:
+        """Outputs (channel-major within the block) each block of a cluster owns and sums:
+        a multiple of 4 (``tdcx::PushReduce`` sends runs of up to 4)."""
+        return -(-self.n8 * 8 * self.pixels // (4 * self.splits)) * 4
+
+    def smem_bytes(self, geom: ConvGeometry) -> int:
+        """The stages; with splits, then the ``splits`` slots of ``share`` partial sums a
+        block receives from the cluster and its mbarrier (``tdcx::PushReduce``)."""
+        from tensorconv.ops.tucker import push_slot_floats
+
+        return 4 * (self.stage_floats(geom) + push_slot_floats(self.splits, self.share))
 
     def grid(self, geom: ConvGeometry) -> tuple[int, int, int]:
         """(pixel tiles, batch x channel blocks, splits): the cluster spans z."""
@@ -211,13 +222,19 @@ def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(k, smem)
     iwp, plane, lead = tile.layout(geom)
-    i32 = np.int32
+    st = geom.stride[0]
+    iht, iwt = (tile.th - 1) * st + geom.r, (tile.tw - 1) * st + geom.s
+    cols = iwp // 4 if geom.w % 4 == 0 else iwt
+    chunks = -(-geom.c // tile.ck)
+    tiles_w, n_blocks = -(-geom.ow // tile.tw), -(-geom.k // (8 * tile.n8))
+    i32, fd = np.int32, cuda.fast_div
     k(tile.grid(geom), (tile.threads,), (
         x, w_packed, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.tw),
-        i32(tile.ck), i32(tile.warps_m), i32(-(-geom.ow // tile.tw)),
-        i32(-(-geom.k // (8 * tile.n8))), i32(iwp), i32(plane), i32(lead),
-        i32(geom.w % 4 == 0)), shared_mem=smem)
+        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.ck),
+        i32(iwp), i32(plane), i32(lead), i32(geom.w % 4 == 0), i32(chunks),
+        i32(-(-chunks // tile.splits)), i32(tile.stage_floats(geom)), fd(tiles_w), fd(n_blocks),
+        fd(tile.warps_m), fd(tile.tw), fd(iht * cols), fd(cols), fd(tile.pixels),
+        fd(tile.share if tile.splits > 1 else 1)), shared_mem=smem)
 
 
 def packed_shape(geom: ConvGeometry) -> tuple[int, ...]:

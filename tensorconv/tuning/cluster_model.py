@@ -22,7 +22,7 @@ from tensorconv.tuning import tile_fit
 
 # µs per unit of each features() term on the H100: fit_calibration on the
 # cluster rows of results/tdc_fig6_tiles_run4.csv (tests/test_tucker.py refits it).
-CALIBRATION_H100 = (0.0004774, 0.0007179, 0.000789, 3.623828, 0.747426, 0.0016932)
+CALIBRATION_H100 = (0.0006440004, 0.000381176, 0.001027597, 3.677828, 0.7252201, 0.001631213)
 SMEM_PER_SM = 228 * 1024
 
 

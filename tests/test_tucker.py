@@ -220,6 +220,9 @@ def test_cluster_calibration_reproduces_from_the_committed_tile_times():
     coef = cluster_model.fit_calibration(samples, 132)
     assert np.allclose(coef, cluster_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
     assert cluster_model.pick_ratio(samples, 132) < 1.12
+    # held out: the tile times of the push-reduction kernels (results/tdc_fig6_tiles_run8.csv)
+    later = cluster_model.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))
+    assert cluster_model.pick_ratio(later, 132) < 1.12
 
 
 def test_tf32x3_packing_splits_and_orders_the_weights(rng):
@@ -272,3 +275,5 @@ def test_tf32x3_calibration_reproduces_from_the_committed_tile_times():
     coef = tf32x3_model.fit_calibration(samples, 132)
     assert np.allclose(coef, tf32x3_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
     assert tf32x3_model.pick_ratio(samples, 132) < 1.10
+    later = tf32x3_model.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))  # held out
+    assert tf32x3_model.pick_ratio(later, 132) < 1.10

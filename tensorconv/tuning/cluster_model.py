@@ -21,7 +21,8 @@ from tensorconv.ops.tucker import ClusterTile, cluster_candidates, family_first
 from tensorconv.tuning import tile_fit
 
 # µs per unit of each features() term on the H100: fit_calibration on the
-# cluster rows of results/tdc_fig6_tiles_run4.csv (tests/test_tucker.py refits it).
+# cluster rows of results/tdc_fig6_tiles_run4.csv (tests/test_tucker.py refits it); its
+# pick on the later kernels' tile times (tdc_fig6_tiles_run8.csv) is the held-out check.
 CALIBRATION_H100 = (0.0006440004, 0.000381176, 0.001027597, 3.677828, 0.7252201, 0.001631213)
 SMEM_PER_SM = 228 * 1024
 

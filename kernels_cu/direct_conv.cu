@@ -351,13 +351,8 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
                 partial[((size_t)blockIdx.z * Mtot + row) * P + p] = acc[i][j];
             } else {
                 const size_t o = ((size_t)(p / plane) * Mtot + row) * plane + p % plane;
-                float v = acc[i][j];
-                if (MODE == 0) {
-                    if (bias != nullptr) v += bias[row];
-                    if (residual != nullptr) v += residual[o];
-                    if (relu) v = fmaxf(v, 0.f);
-                }
-                out[o] = v;
+                out[o] = MODE == 0 ? tc::conv_epilogue(acc[i][j], bias, row, residual, o, relu)
+                                   : acc[i][j];
             }
         }
     }

@@ -106,6 +106,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
     const float* __restrict__ x,       // (B, C, H, W)
     const float* __restrict__ w_crsn,  // (C, R, S, N)
     float* __restrict__ y,             // (B, N, OH, OW)
+    const float* __restrict__ bias,    // (N,) or nullptr
+    const float* __restrict__ residual,  // like y, or nullptr
+    int relu,
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
     int NB, int TH, int CK, int c_per, int red_off,
     // Divisors as the host's FastDiv constants (tensorconv.cuda.fast_div): channel
@@ -247,11 +250,12 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
             for (int n = 0; n < NT; ++n) {
                 const int nn = n0 + ng * NT + n;
                 if (nn >= N) break;
-                float* dst = y + (((size_t)b * N + nn) * OH + oh) * OW;
+                const size_t row = (((size_t)b * N + nn) * OH + oh) * OW;
 #pragma unroll
                 for (int j = 0; j < PT; ++j) {
                     const int ow = ow0 + pw * PT + j;
-                    if (ow < OW) dst[ow] = acc[n][j];
+                    if (ow < OW)
+                        y[row + ow] = tc::conv_epilogue(acc[n][j], bias, nn, residual, row + ow, relu);
                 }
             }
         }
@@ -273,8 +277,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
         const int idx = base + e, n = by_thw.div(idx), p = idx - n * THW;
         const int r = by_tw.div(p);
         const int oh = oh0 + r, ow = ow0 + p - r * TW;
+        const size_t at = (((size_t)b * N + n0 + n) * OH + oh) * OW + ow;
         if (n0 + n < N && oh < OH && ow < OW)
-            y[(((size_t)b * N + n0 + n) * OH + oh) * OW + ow] = red.sum(e);
+            y[at] = tc::conv_epilogue(red.sum(e), bias, n0 + n, residual, at, relu);
     }
 }
 
@@ -291,7 +296,7 @@ TC_TDC_ROW(4)
 TC_TDC(7, 1) TC_TDC(7, 2) TC_TDC(7, 4) TC_TDC(8, 1) TC_TDC(8, 2) TC_TDC(8, 4)
 #define TC_TDCX(ST, NT, PT, CL) \
     template __global__ void tdc_core_conv_cluster<3, 3, ST, NT, PT, CL>(const float*, \
-        const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+        const float*, float*, const float*, const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
         unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
         unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
         unsigned long long, unsigned long long, unsigned long long);

@@ -20,6 +20,7 @@
 // stages deep (cp.async, halo and channel padding zero-filled by the copy).
 // The Python op owns tiles, launch geometry, the padded plane and checks.
 #include "tc_cluster.cuh"
+#include "tc_common.cuh"
 
 namespace tf32x3 {
 // In place: v -> its leading 11 significant bits (a tf32 value); small <- the
@@ -46,6 +47,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     const float* __restrict__ x,      // (B, C, H, W)
     const float4* __restrict__ wpk,   // (N8, C8, R*S, 32 lanes): big b0, b1, small b0, b1
     float* __restrict__ y,            // (B, N, OH, OW)
+    const float* __restrict__ bias,   // (N,) or nullptr
+    const float* __restrict__ residual,  // like y, or nullptr
+    int relu,
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
     int TH, int CK, int iwp, int plane, int lead, int vec, int chunks, int per_split,
     int red_off,
@@ -230,7 +234,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                 const int p = (wm * WM + i) * 16 + g + 8 * h;
                 const int ph = by_tw.div(p), oh = oh0 + ph, ow = ow0 + p - ph * TW;
                 if (oh >= OH || ow >= OW) continue;
-                float* yp = y + ((size_t)b * N * OH + oh) * OW + ow;
+                const size_t at0 = ((size_t)b * N * OH + oh) * OW + ow;
 #pragma unroll
                 for (int j = 0; j < WN; ++j)
 #pragma unroll
@@ -239,7 +243,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                         float v = acc[0][i][j][2 * h + e];
 #pragma unroll
                         for (int q = 1; q < SETS; ++q) v += acc[q][i][j][2 * h + e];
-                        if (n < N) yp[(size_t)n * OH * OW] = v;
+                        const size_t at = at0 + (size_t)n * OH * OW;
+                        if (n < N) y[at] = tc::conv_epilogue(v, bias, n, residual, at, relu);
                     }
             }
         return;
@@ -268,7 +273,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
         const int idx = base + e, nl = by_pixels.div(idx), p = idx - nl * pixels;
         const int ph = by_tw.div(p);
         const int n = nb0 * 8 + nl, oh = oh0 + ph, ow = ow0 + p - ph * TW;
-        if (n < N && oh < OH && ow < OW) y[(((size_t)b * N + n) * OH + oh) * OW + ow] = red.sum(e);
+        const size_t at = (((size_t)b * N + n) * OH + oh) * OW + ow;
+        if (n < N && oh < OH && ow < OW)
+            y[at] = tc::conv_epilogue(red.sum(e), bias, n, residual, at, relu);
     }
 }
 
@@ -277,7 +284,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 #ifndef __CUDACC_RTC__
 #define TC_TF32X3(ST, WM, WN, CL) \
     template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL>(const float*, \
-        const float4*, float*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+        const float4*, float*, const float*, const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
         int, int, int, int, unsigned long long, unsigned long long, unsigned long long, \
         unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
         unsigned long long);

@@ -11,7 +11,11 @@ workspaces sized), then captured into a CUDA graph on its own stream;
 
 Only our own kernels and CuPy element-wise/reduction kernels are launched:
 CuPy 14 refuses cuBLAS during stream capture, so linear layers run as 1x1
-convolutions on our implicit-GEMM kernel.
+convolutions on our implicit-GEMM kernel.  With ``tune=True`` every convolution
+the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
+timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
+same fused epilogue) against the implicit GEMM, and runs on the winner; the
+choice is kept in the tune cache, where untuned engines find it.
 """
 
 from __future__ import annotations
@@ -136,10 +140,57 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
     if residual is not None and algorithm == "direct":
         algorithm = "igemm"  # only the implicit-GEMM epilogue adds a residual
     args = (geom.stride, geom.padding, geom.dilation, geom.groups)
-    plan.add(lambda: ops.conv2d(x, w, b, *args, relu=relu, residual=residual, out=out,
-                                algorithm=algorithm),
-             f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}")
+    ours = lambda: ops.conv2d(x, w, b, *args, relu=relu, residual=residual,  # noqa: E731
+                              out=out, algorithm=algorithm)
+    core = _core_path(plan, x, w, geom, ours)
+    if core is None:
+        plan.add(ours, f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}")
+        return out
+    from tensorconv.ops import tucker as tucker_ops
+
+    variant, tile, prepared = core
+    plan.add(lambda: tucker_ops.core_conv2d(x, w, geom.stride, geom.padding, bias=b, relu=relu,
+                                            residual=residual, variant=variant, tile=tile,
+                                            out=out, **prepared),
+             f"conv {tuple(w.shape)} on {tuple(x.shape)} {variant} {tile}")
     return out
+
+
+def _core_path(plan, x, w, geom, general):
+    """``(variant, tile, prepared weights)`` when a Tucker core kernel runs this convolution
+    faster than ``general`` (the launch it would otherwise get), else None.
+
+    With ``plan.tune`` both are timed (the core kernels tuned first) and the verdict
+    stored in the tune cache; without, only a stored verdict counts.
+    """
+    from tensorconv import bench
+    from tensorconv.ops import tucker as tucker_ops
+    from tensorconv.ops import tucker_tf32x3 as tf32x3
+    from tensorconv.tuning import cache, oracle
+
+    if tucker_ops.cluster_supported(geom) is not None:
+        return None
+    key = cache.make_key("conv_path", "direct_conv.cu",
+                         f"{cache.kernel_version('tucker_core_conv.cu')}|"
+                         f"{cache.kernel_version('tucker_core_tf32x3.cu')}|{geom}")
+    verdict = cache.lookup(key)
+    if verdict is None and not plan.tune:
+        return None
+    choice = oracle.tune_core(x, w, geom) if verdict is None else oracle.known_core_choice(geom)
+    if choice is None:  # the verdict outlived the core tuning it was based on
+        return None
+    variant, tile = choice
+    prepared = ({"w_packed": plan.keep(tf32x3.pack_weights(w))} if variant == "tf32x3"
+                else {"w_crsn": plan.keep(tucker_ops.to_crsn(w))})
+    if verdict is None:
+        out = plan.xp.empty(geom.output_shape, np.float32)
+        core_us = bench.time_graph(lambda: tucker_ops.core_conv2d(
+            x, w, geom.stride, geom.padding, variant=variant, tile=tile, out=out, **prepared),
+            repeat=10).median_us
+        general_us = bench.time_graph(general, repeat=10).median_us
+        verdict = {"core": core_us < general_us, "core_us": core_us, "general_us": general_us}
+        cache.store(key, verdict)
+    return (variant, tile, prepared) if verdict["core"] else None
 
 
 @register_conv_planner(L.Linear)

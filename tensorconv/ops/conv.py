@@ -265,12 +265,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     _check_splits(splits)
     xp = backend.array_module(x)
-    if residual is not None:
-        residual = backend.as_array(residual, "residual")
-        check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
-        if tuple(residual.shape) != geom.output_shape:
-            raise ValueError(f"residual has shape {tuple(residual.shape)}; expected "
-                             f"{geom.output_shape}")
+    residual = check_residual(residual, geom, xp)
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
@@ -294,6 +289,18 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         _launch_igemm(0, w, x, bias, residual, out, geom,
                       splits or igemm_splits(geom, sm_count, 0), bool(relu), xp)
     return out
+
+
+def check_residual(residual, geom, xp):
+    """``residual`` (or None) as an array checked to be added to the output of ``geom``."""
+    if residual is None:
+        return None
+    residual = backend.as_array(residual, "residual")
+    check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(residual.shape) != geom.output_shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)}; expected "
+                         f"{geom.output_shape}")
+    return residual
 
 
 def _check_grad_args(gy, geom, xp):

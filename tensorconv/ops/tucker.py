@@ -286,16 +286,27 @@ def tdc_threads(geom: ConvGeometry) -> int:
     return 32 * -(-geom.k // 32)
 
 
-def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
+def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=None,
+                variant: str | None = None,
                 tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | None = None, w_crsn=None,
                 w_packed=None, out=None):
-    """The core convolution of a Tucker-format layer, fp32, NCHW, no bias.
+    """The core convolution of a Tucker-format layer, fp32, NCHW, with an optional epilogue.
+
+    Computes ``relu?(conv(x, w) + bias + residual)``; any convolution the kernels
+    take (filters up to 7 x 7, stride 1 or 2, no groups or dilation) runs here, so
+    the inference engine also sends dense layers through it where tuning found it
+    faster than the implicit GEMM.
 
     Parameters
     ----------
     x : CuPy (or DLPack CUDA) array, (B, D1, H, W), float32, C-contiguous
     w : array, (D2, D1, R, S), float32 — the core tensor in our (N, C, R, S) layout
     stride, padding : int or (int, int)
+    bias : array, (D2,), float32, optional
+    relu : bool
+    residual : array, (B, D2, OH, OW), float32, optional
+        Added before the ReLU.  The epilogue (bias, relu, residual) is not
+        available with ``variant="tdc"`` (its blocks add partial sums atomically).
     variant : {"tdc", "cluster", "tf32x3", "igemm"}, optional
         Default: the faster of ``"cluster"`` and ``"tf32x3"`` when this shape was
         tuned on this device (:func:`tensorconv.tuning.oracle.tune_core`), else
@@ -319,11 +330,16 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
     CuPy array, (B, D2, OH, OW), float32
     """
     x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
-    geom = check_conv_args(x, w, None, stride, padding, 1, 1, dtype=np.float32, contiguous=True)
+    bias = None if bias is None else backend.as_array(bias, "bias")
+    geom = check_conv_args(x, w, bias, stride, padding, 1, 1, dtype=np.float32, contiguous=True)
     xp = backend.array_module(x)
     if xp is np:
         raise TypeError("core_conv2d runs on the GPU: pass CuPy arrays "
                         "(tensorconv.ops.conv2d computes the same on the CPU)")
+    residual = dense.check_residual(residual, geom, xp)
+    epilogue = (bias, residual, bool(relu))
+    if variant == "tdc" and (bias is not None or residual is not None or relu):
+        raise ValueError("bias, residual and relu are not available with variant='tdc'")
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if variant in _SUPPORT:
@@ -338,7 +354,8 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         raise ValueError(f"tile {tile!r} does not fit variant={variant!r}"
                          + (f" (expects a {expected.__name__})" if expected else ""))
     if variant == "igemm":
-        return dense.conv2d(x, w, None, geom.stride, geom.padding, out=out, algorithm="igemm")
+        return dense.conv2d(x, w, bias, geom.stride, geom.padding, relu=relu, residual=residual,
+                            out=out, algorithm="igemm")
 
     if variant == "tf32x3":
         from tensorconv.tuning import tf32x3_model
@@ -348,7 +365,7 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
         w_packed = _prepared(tf32x3.pack_weights, w, w_packed, "w_packed",
                              tf32x3.packed_shape(geom), "tucker_tf32x3.pack_weights(w)", xp)
         out = dense.output_buffer(xp, out, geom.output_shape)
-        tf32x3.launch(x, w_packed, out, geom, tile)
+        tf32x3.launch(x, w_packed, out, geom, tile, epilogue)
         return out
     if tile is None and variant == "cluster":
         from tensorconv.tuning import cluster_model
@@ -363,8 +380,19 @@ def core_conv2d(x, w, stride=1, padding=0, *, variant: str | None = None,
     w_crsn = _prepared(to_crsn, w, w_crsn, "w_crsn", (geom.c, geom.r, geom.s, geom.k),
                        "to_crsn(w)", xp)
     out = dense.output_buffer(xp, out, geom.output_shape)
-    (_launch_cluster if variant == "cluster" else _launch_tdc)(x, w_crsn, out, geom, tile)
+    if variant == "cluster":
+        _launch_cluster(x, w_crsn, out, geom, tile, epilogue)
+    else:
+        _launch_tdc(x, w_crsn, out, geom, tile)
     return out
+
+
+def epilogue_args(epilogue) -> tuple:
+    """Kernel arguments (bias pointer, residual pointer, relu) of a checked
+    ``(bias, residual, relu)``; absent arrays pass as null pointers."""
+    bias, residual, relu = epilogue
+    return (np.uintp(0) if bias is None else bias, np.uintp(0) if residual is None else residual,
+            np.int32(relu))
 
 
 _SUPPORT = {"tdc": tdc_supported, "cluster": cluster_supported, "tf32x3": tf32x3.supported}
@@ -393,7 +421,8 @@ def _prepared(prepare, w, given, name: str, shape: tuple, how: str, xp):
     return given
 
 
-def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile) -> None:
+def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile,
+                    epilogue=(None, None, False)) -> None:
     kernel = cluster_kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(kernel, smem)
@@ -402,9 +431,9 @@ def _launch_cluster(x, w_crsn, out, geom: ConvGeometry, tile: ClusterTile) -> No
     vec_w = geom.k % 4 == 0 and tile.nb % 4 == 0
     i32, fd = np.int32, cuda.fast_div
     kernel(tile.grid(geom), (tile.threads,), (
-        x, w_crsn, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.nb), i32(tile.th),
-        i32(tile.ck), i32(-(-geom.c // tile.splits)), i32(tile.stage_floats(geom)),
+        x, w_crsn, out, *epilogue_args(epilogue), i32(geom.c), i32(geom.h), i32(geom.w),
+        i32(geom.k), i32(geom.oh), i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]),
+        i32(tile.nb), i32(tile.th), i32(tile.ck), i32(-(-geom.c // tile.splits)), i32(tile.stage_floats(geom)),
         fd(tile.nb // tile.nt), fd(tile.twg), fd(-(-geom.k // tile.nb)), fd(-(-geom.ow // tile.tw)),
         fd(iht * iwt), fd(iwt), fd(tile.nb // 4 if vec_w else tile.nb), fd(tile.ck),
         fd(tile.th * tile.tw), fd(tile.tw), fd(tile.share if tile.splits > 1 else 1)),

@@ -216,8 +216,12 @@ def kernel(tile: Tf32x3Tile, geom: ConvGeometry):
                                   f"{tile.wm}, {tile.wn}, {tile.splits}>")
 
 
-def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
-    """Run the kernel on checked arguments (``core_conv2d`` checks them)."""
+def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile,
+           epilogue=(None, None, False)) -> None:
+    """Run the kernel on checked arguments (``core_conv2d`` checks them); ``epilogue``:
+    (bias or None, residual or None, relu)."""
+    from tensorconv.ops.tucker import epilogue_args
+
     k = kernel(tile, geom)
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(k, smem)
@@ -229,8 +233,9 @@ def launch(x, w_packed, out, geom: ConvGeometry, tile: Tf32x3Tile) -> None:
     tiles_w, n_blocks = -(-geom.ow // tile.tw), -(-geom.k // (8 * tile.n8))
     i32, fd = np.int32, cuda.fast_div
     k(tile.grid(geom), (tile.threads,), (
-        x, w_packed, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-        i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]), i32(tile.th), i32(tile.ck),
+        x, w_packed, out, *epilogue_args(epilogue), i32(geom.c), i32(geom.h), i32(geom.w),
+        i32(geom.k), i32(geom.oh), i32(geom.ow), i32(geom.padding[0]), i32(geom.padding[1]),
+        i32(tile.th), i32(tile.ck),
         i32(iwp), i32(plane), i32(lead), i32(geom.w % 4 == 0), i32(chunks),
         i32(-(-chunks // tile.splits)), i32(tile.stage_floats(geom)), fd(tiles_w), fd(n_blocks),
         fd(tile.warps_m), fd(tile.tw), fd(iht * cols), fd(cols), fd(tile.pixels),

@@ -141,3 +141,32 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
     assert sum("fused tucker" in lb for lb in labels) >= fused   # a decision may cover many layers
     again = InferenceEngine(model, (1, 3, 32, 32))        # the cached decisions, no timing
     assert [getattr(s, "label", "") for s in again.plan.steps] == labels
+
+
+def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):
+    """With tune=True each dense convolution the core kernels take is timed on them and on the
+    implicit GEMM; the verdicts land in the tune cache, the winners run (with the BN bias,
+    residual and ReLU fused), an untuned engine reuses them, and the result matches the model."""
+    import json
+
+    import cupy as cp
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    model = get_model("resnet20", in_channels=1)
+    model.to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal((1, 1, 32, 32)).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    engine = InferenceEngine(model, (1, 1, 32, 32), tune=True)
+    assert rel_err(engine(x).get(), ref) < 1e-4
+    verdicts = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+                if k.startswith("conv_path")]
+    assert verdicts and all(v["core_us"] > 0 and v["general_us"] > 0 for v in verdicts)
+    labels = [getattr(s, "label", "") for s in engine.plan.steps]
+    routed = sum(("cluster" in lb or "tf32x3" in lb) for lb in labels)
+    assert routed >= sum(v["core"] for v in verdicts)        # a verdict may cover many layers
+    again = InferenceEngine(model, (1, 1, 32, 32))        # the cached verdicts, no timing
+    assert [getattr(s, "label", "") for s in again.plan.steps] == labels
+    assert rel_err(again(x).get(), ref) < 1e-4

@@ -74,6 +74,40 @@ def test_cluster_random_shapes_and_tiles(rng, trial):
     _check(rng, (b, c, h, w), (n, c, k, k), stride, padding, variant="cluster", tile=tile)
 
 
+@pytest.mark.parametrize("variant", ["cluster", "tf32x3"])
+@pytest.mark.parametrize("trial", range(12))
+def test_epilogue_bias_residual_relu(rng, variant, trial):
+    """relu?(conv + bias + residual) on random shapes, filters, tiles and cluster sizes: the
+    direct store and the cluster's push reduction both apply it; outputs start as NaN."""
+    import cupy as cp
+
+    from tests.gpu.test_tucker_tf32x3_gpu import _random_tile
+
+    b = int(rng.integers(1, 3))
+    c, n = (int(v) for v in rng.integers(1, 70, size=2))
+    h, w = (int(v) for v in rng.integers(3, 30, size=2))
+    k, stride = int(rng.choice([1, 3, 3, 5])), int(rng.choice([1, 2]))
+    padding = k // 2
+    geom = conv_geometry((b, c, h, w), (n, c, k, k), stride, padding)
+    tile = _random_cluster_tile(rng, geom) if variant == "cluster" else _random_tile(rng, geom)
+    x = rng.standard_normal((b, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((n, c, k, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32) if trial % 3 else None
+    res = rng.standard_normal(geom.output_shape).astype(np.float32) if trial % 2 else None
+    relu = trial % 4 < 2
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    tucker.core_conv2d(cp.asarray(x), cp.asarray(wt), stride, padding, variant=variant, tile=tile,
+                       bias=None if bias is None else cp.asarray(bias), relu=relu,
+                       residual=None if res is None else cp.asarray(res), out=out)
+    ref = reference.conv2d(x.astype(np.float64), wt.astype(np.float64), stride=stride,
+                           padding=padding)
+    ref += 0 if bias is None else bias.reshape(1, -1, 1, 1)
+    ref += 0 if res is None else res
+    ref = np.maximum(ref, 0) if relu else ref
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref) <= 1e-5, (geom, tile, bias is None, res is None, relu)
+
+
 def test_cluster_candidates_and_default_tile_run(rng):
     geom = conv_geometry((2, 48, 15, 13), (40, 48, 3, 3), 2, 1)
     from tensorconv import backend
@@ -146,6 +180,13 @@ def test_bad_input_before_launch():
         tucker.core_conv2d(x, w, 1, 1, tile=tucker.ClusterTile(1, 4, 64, 8, 2, 8, 1), out=out)
     with pytest.raises(ValueError, match="stride 1 or 2"):
         tucker.core_conv2d(x, w, 3, 1, variant="cluster", out=out)
+    with pytest.raises(ValueError, match="not available with variant='tdc'"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tdc", relu=True, out=out)
+    with pytest.raises(ValueError, match="residual has shape"):
+        tucker.core_conv2d(x, w, 1, 1, variant="cluster", residual=cp.ones((1, 8, 7, 7), cp.float32),
+                           out=out)
+    with pytest.raises(ValueError, match="bias"):
+        tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", bias=cp.ones(9, cp.float32), out=out)
     with pytest.raises(TypeError, match="runs on the GPU"):
         tucker.core_conv2d(np.ones((1, 16, 14, 14), np.float32), np.ones((8, 16, 3, 3), np.float32))
     assert bool(cp.isnan(out).all())

@@ -108,3 +108,19 @@ def test_conv1x1_rejects_bad_weights(rng):
         reference.conv1x1(x, np.ones((3, 2, 3, 3)))
     with pytest.raises(ValueError, match="input channels"):
         reference.conv1x1(x, np.ones((3, 4)))
+
+
+@pytest.mark.parametrize("trial", range(10))
+def test_pool_reference_matches_the_autograd_pooling(rng, trial):
+    """reference.pool2d (the pool kernel's ground truth) against the training-side pooling."""
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd.functions import avg_pool2d, max_pool2d
+
+    k = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    s = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+    x = rng.standard_normal((2, 3, int(rng.integers(k[0], 12)), int(rng.integers(k[1], 12))))
+    assert np.allclose(reference.pool2d(x, k, s, p, "max"), max_pool2d(Tensor(x), k, s, p).data)
+    assert np.allclose(reference.pool2d(x, k, s, p, "avg"), avg_pool2d(Tensor(x), k, s, p).data)
+    x[0, 0, 0, 0] = np.nan
+    assert np.isnan(reference.pool2d(x, k, (1, 1), (0, 0), "max")[0, 0, 0, 0])

@@ -24,7 +24,6 @@ import numpy as np
 
 from tensorconv import backend, ops
 from tensorconv.autograd.functions.pooling import pool_args
-from tensorconv.autograd.functions.windows import windows
 from tensorconv.checks import check_conv_args
 from tensorconv.nn import layers as L
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
@@ -231,33 +230,26 @@ def _plan_relu(m, plan, x):
     return out
 
 
-def _plan_pool(plan, x, kernel, stride, padding, reduce, pad_value):
-    xp = plan.xp
-    (ph, pw) = padding
-    if ph or pw:
-        padded = plan.keep(xp.full((x.shape[0], x.shape[1], x.shape[2] + 2 * ph,
-                                    x.shape[3] + 2 * pw), pad_value, np.float32))
-        interior = padded[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]]
-        plan.add(lambda: interior.__setitem__(Ellipsis, x))
-        src = padded
-    else:
-        src = x
-    win = windows(src, kernel, stride, (0, 0))   # a strided view: no copy, fixed pointers
-    out = plan.alloc((x.shape[0], x.shape[1]) + win.shape[4:])
-    plan.add(lambda: reduce(win, axis=(2, 3), out=out), f"pool {kernel} {reduce.__name__}")
+def _plan_pool(plan, x, kernel, stride, padding, mode):
+    n, c, h, w = x.shape
+    oh = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    ow = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    out = plan.alloc((n, c, oh, ow))
+    plan.add(lambda: ops.pool2d(x, kernel, stride, padding, mode=mode, out=out),
+             f"pool {kernel} {mode}")
     return out
 
 
 @register_planner(L.MaxPool2d)
 def _plan_maxpool(m, plan, x):
     kernel, stride, padding = pool_args(*m.args)
-    return _plan_pool(plan, x, kernel, stride, padding, plan.xp.max, -np.inf)
+    return _plan_pool(plan, x, kernel, stride, padding, "max")
 
 
 @register_planner(L.AvgPool2d)
 def _plan_avgpool(m, plan, x):
     kernel, stride, padding = pool_args(*m.args)
-    return _plan_pool(plan, x, kernel, stride, padding, plan.xp.mean, 0.0)
+    return _plan_pool(plan, x, kernel, stride, padding, "avg")
 
 
 @register_planner(L.GlobalAvgPool2d)

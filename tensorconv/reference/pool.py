@@ -1,0 +1,26 @@
+"""Reference max and average pooling over NCHW (NumPy; CuPy inputs are copied to the host)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend
+
+
+def pool2d(x, kernel, stride, padding, mode: str):
+    """Pool ``x`` (N, C, H, W) with ``kernel``, ``stride``, ``padding`` (pairs).
+
+    ``mode="max"``: the largest value of each window's cells inside the image (NaN
+    if any is NaN); ``mode="avg"``: the window's sum over kh * kw, padded cells
+    counted as zeros.
+    """
+    x = np.asarray(backend.to_host(x))
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    n, c, h, w = x.shape
+    fill = -np.inf if mode == "max" else 0.0
+    padded = np.full((n, c, h + 2 * ph, w + 2 * pw), fill, dtype=x.dtype)
+    padded[:, :, ph:ph + h, pw:pw + w] = x
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    cells = np.stack([padded[:, :, r:r + sh * (oh - 1) + 1:sh, s:s + sw * (ow - 1) + 1:sw]
+                      for r in range(kh) for s in range(kw)])
+    return cells.max(axis=0) if mode == "max" else cells.sum(axis=0) / (kh * kw)

@@ -22,7 +22,7 @@ __global__ void pool2d_fwd(const float* __restrict__ x,  // (N * C, H, W)
         const int oh = (int)(rest % OH);
         const float* plane = x + (rest / OH) * H * W;
         const int h0 = oh * SH - PH, w0 = ow * SW - PW;
-        float acc = AVERAGE ? 0.f : -INFINITY;
+        float acc = AVERAGE ? 0.f : __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
         for (int r = max(0, -h0); r < min(KH, H - h0); ++r) {
             const float* row = plane + (size_t)(h0 + r) * W + w0;
             for (int s = max(0, -w0); s < min(KW, W - w0); ++s) {

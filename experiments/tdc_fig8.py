@@ -10,15 +10,17 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   1x1, uniform ranks for the paper's FLOPs budget of that network) through
   PyTorch/cuDNN;
 * ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
-  epilogues, our cluster core kernel with tuned tiles for the Tucker cores, one CUDA graph).
+  epilogues, one CUDA graph), built with ``tune=True``: every convolution the
+  Tucker core kernels take (dense ones too) runs on the faster of them
+  (``cluster`` or ``tf32x3``, tuned tile) when that beat the implicit GEMM, and
+  pooling is one kernel.
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  Paper (A100, oracle tiles), speed-up of the
 Tucker model through TDC over the original / over the Tucker model through
 cuDNN: ResNet-18 3.27x / 2.21x, ResNet-50 2.07x / 1.26x, VGG-16 2.37x / 1.45x,
-DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.  The engine is built
-with ``tune=True``: each Tucker layer is timed as one fused launch and as three
-(1x1, cluster core, 1x1), and the faster is kept.
+DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.  Each Tucker layer is
+timed as one fused launch and as three (1x1, core, 1x1), and the faster is kept.
 """
 
 from __future__ import annotations

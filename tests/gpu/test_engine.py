@@ -110,63 +110,53 @@ def test_engine_runs_cp_models(rng):
     assert err < 1e-4
 
 
+def _tuned(model, shape, kind, rng, tmp_path, monkeypatch):
+    """A ``tune=True`` engine of ``model`` checked against the model, the tune-cache entries
+    of ``kind`` it stored, its launch labels; an untuned engine must replay the same plan."""
+    import json
+
+    import cupy as cp
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    model.to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    with no_grad():
+        ref = model(Tensor(x)).data.get()
+    engine = InferenceEngine(model, shape, tune=True)
+    assert rel_err(engine(x).get(), ref) < 1e-4
+    entries = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+               if k.startswith(kind)]
+    labels = [getattr(s, "label", "") for s in engine.plan.steps]
+    again = InferenceEngine(model, shape)                 # the cached decisions, no timing
+    assert [getattr(s, "label", "") for s in again.plan.steps] == labels
+    assert rel_err(again(x).get(), ref) < 1e-4
+    return entries, labels
+
+
 def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, monkeypatch):
     """With tune=True every Tucker layer is planned both ways, timed, and the faster kept (the
     decision lands in the tune cache); the result matches the model either way."""
-    import json
-
     from tensorconv.nn.tucker import tuckerize, uniform_ranks
     from tensorconv.ops import tucker_layer
 
     if tucker_layer.fused_supported(conv_geometry((1, 8, 8, 8), (8, 8, 3, 3), 1, 1)):
         pytest.skip("no thread-block clusters on this device")
-    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     model = get_model("resnet20")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
-    model.to("gpu")
-    _randomise_bn(model, rng)
-    model.eval()
-    import cupy as cp
-
-    x = cp.asarray(rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
-    with no_grad():
-        ref = model(Tensor(x)).data.get()
-    engine = InferenceEngine(model, (1, 3, 32, 32), tune=True)
-    assert rel_err(engine(x).get(), ref) < 1e-4
-    paths = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-             if k.startswith("tucker_path")]
+    paths, labels = _tuned(model, (1, 3, 32, 32), "tucker_path", rng, tmp_path, monkeypatch)
     assert paths and all(p["fused_us"] > 0 and p["three_us"] > 0 for p in paths)
     fused = sum(p["fused"] for p in paths)
-    labels = [getattr(s, "label", "") for s in engine.plan.steps]
     assert sum("fused tucker" in lb for lb in labels) >= fused   # a decision may cover many layers
-    again = InferenceEngine(model, (1, 3, 32, 32))        # the cached decisions, no timing
-    assert [getattr(s, "label", "") for s in again.plan.steps] == labels
 
 
 def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):
     """With tune=True each dense convolution the core kernels take is timed on them and on the
     implicit GEMM; the verdicts land in the tune cache, the winners run (with the BN bias,
     residual and ReLU fused), an untuned engine reuses them, and the result matches the model."""
-    import json
-
-    import cupy as cp
-
-    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     model = get_model("resnet20", in_channels=1)
-    model.to("gpu")
-    _randomise_bn(model, rng)
-    model.eval()
-    x = cp.asarray(rng.standard_normal((1, 1, 32, 32)).astype(np.float32))
-    with no_grad():
-        ref = model(Tensor(x)).data.get()
-    engine = InferenceEngine(model, (1, 1, 32, 32), tune=True)
-    assert rel_err(engine(x).get(), ref) < 1e-4
-    verdicts = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-                if k.startswith("conv_path")]
+    verdicts, labels = _tuned(model, (1, 1, 32, 32), "conv_path", rng, tmp_path, monkeypatch)
     assert verdicts and all(v["core_us"] > 0 and v["general_us"] > 0 for v in verdicts)
-    labels = [getattr(s, "label", "") for s in engine.plan.steps]
     routed = sum(("cluster" in lb or "tf32x3" in lb) for lb in labels)
     assert routed >= sum(v["core"] for v in verdicts)        # a verdict may cover many layers
-    again = InferenceEngine(model, (1, 1, 32, 32))        # the cached verdicts, no timing
-    assert [getattr(s, "label", "") for s in again.plan.steps] == labels
-    assert rel_err(again(x).get(), ref) < 1e-4

@@ -1,5 +1,6 @@
-// Helpers shared by the Tucker kernels: cp.async copies, the thread-block
-// cluster barrier and distributed-shared-memory loads (sm_90), fast division.
+// Helpers shared by the Tucker kernels: cp.async copies, thread-block cluster
+// barriers, distributed-shared-memory loads and push reductions (sm_90), fast
+// division.
 #pragma once
 
 // Clusters and distributed shared memory need sm_90; older devices get the
@@ -29,8 +30,9 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
 // A cluster-wide barrier whose release makes this block's shared-memory writes
-// visible to its peers.  The release costs a GPU-wide memory barrier (MEMBAR.GPU,
-// ~0.5 µs per launch on the H100): reductions use PushReduce below instead.
+// visible to its peers.  The release compiles to a GPU-wide memory barrier
+// (MEMBAR.ALL.GPU): 0.3-0.8 µs per barrier in the fig. 6 kernels on the H100, so
+// reductions use PushReduce below instead.
 __device__ __forceinline__ void cluster_sync() {
     TDCX_SM90_ONLY(asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
                                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory"));
@@ -41,15 +43,6 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void cluster_exit_sync() {
     TDCX_SM90_ONLY(asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\t"
                                 "barrier.cluster.wait.aligned;\n" ::: "memory"));
-}
-// The float at `local`'s offset in the shared memory of cluster block `rank`.
-__device__ __forceinline__ float ld_peer(const float* local, unsigned rank) {
-    float v = 0.f;
-    TDCX_SM90_ONLY(
-        unsigned a = (unsigned)__cvta_generic_to_shared(local); unsigned remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(a), "r"(rank));
-        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory"));
-    return v;
 }
 // The 16-byte-aligned float4 at `local`'s offset in cluster block `rank`.
 __device__ __forceinline__ float4 ld_peer4(const float* local, unsigned rank) {

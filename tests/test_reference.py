@@ -122,5 +122,9 @@ def test_pool_reference_matches_the_autograd_pooling(rng, trial):
     x = rng.standard_normal((2, 3, int(rng.integers(k[0], 12)), int(rng.integers(k[1], 12))))
     assert np.allclose(reference.pool2d(x, k, s, p, "max"), max_pool2d(Tensor(x), k, s, p).data)
     assert np.allclose(reference.pool2d(x, k, s, p, "avg"), avg_pool2d(Tensor(x), k, s, p).data)
+    from tensorconv import ops
+
+    x32 = x.astype(np.float32)
+    assert np.allclose(ops.pool2d(x32, k, s, p, mode="avg"), reference.pool2d(x32, k, s, p, "avg"))
     x[0, 0, 0, 0] = np.nan
     assert np.isnan(reference.pool2d(x, k, (1, 1), (0, 0), "max")[0, 0, 0, 0])

@@ -277,3 +277,19 @@ def test_tf32x3_calibration_reproduces_from_the_committed_tile_times():
     assert tf32x3_model.pick_ratio(samples, 132) < 1.10
     later = tf32x3_model.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))  # held out
     assert tf32x3_model.pick_ratio(later, 132) < 1.10
+
+
+def test_fast_div_constants_divide_exactly(rng):
+    """cuda.fast_div packs the multiply-shift constants the kernels' FastDiv::of unpacks;
+    (umulhi(n, m) + n) >> l must be n // d for every dividend below 2^31."""
+    from tensorconv.cuda import fast_div
+
+    divisors = [1, 2, 3, 7, 8, 9, 31, 32, 33, 1000, 4096, 65535] + list(rng.integers(1, 1 << 16, 200))
+    for d in map(int, divisors):
+        packed = int(fast_div(d))
+        m, lg, dd = packed & 0xFFFFFFFF, (packed >> 32) & 0xFF, packed >> 40
+        assert dd == d
+        for n in [0, 1, d - 1, d, d + 1, (1 << 31) - 1] + list(map(int, rng.integers(0, 1 << 31, 50))):
+            assert ((n * m >> 32) + n) >> lg == n // d, (d, n)
+    with pytest.raises(ValueError, match="fast_div"):
+        fast_div(1 << 16)

@@ -76,8 +76,8 @@ def test_engine_bad_input():
         engine(np.zeros((1, 1, 28, 28), np.float32))
 
 
-def _engine_against_model(model, shape, rng):
-    """Build the engine for a GPU model with randomised BN; return it and its error vs the model."""
+def _input_and_reference(model, shape, rng):
+    """Put ``model`` on the GPU with randomised BN in eval mode; a random input and its output."""
     import cupy as cp
 
     model.to("gpu")
@@ -85,7 +85,12 @@ def _engine_against_model(model, shape, rng):
     model.eval()
     x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
     with no_grad():
-        ref = model(Tensor(x)).data.get()
+        return x, model(Tensor(x)).data.get()
+
+
+def _engine_against_model(model, shape, rng):
+    """Build the engine for a GPU model with randomised BN; return it and its error vs the model."""
+    x, ref = _input_and_reference(model, shape, rng)
     engine = InferenceEngine(model, shape)
     return engine, rel_err(engine(x).get(), ref)
 
@@ -115,15 +120,8 @@ def _tuned(model, shape, kind, rng, tmp_path, monkeypatch):
     of ``kind`` it stored, its launch labels; an untuned engine must replay the same plan."""
     import json
 
-    import cupy as cp
-
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    model.to("gpu")
-    _randomise_bn(model, rng)
-    model.eval()
-    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
-    with no_grad():
-        ref = model(Tensor(x)).data.get()
+    x, ref = _input_and_reference(model, shape, rng)
     engine = InferenceEngine(model, shape, tune=True)
     assert rel_err(engine(x).get(), ref) < 1e-4
     entries = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()

@@ -53,7 +53,11 @@ def torch_resnet18(state: dict):
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--profile", action="store_true", help="also time every launch of the plan")
+    p.add_argument("--profile", action="store_true",
+                   help="also time every launch of the plan (each alone in a CUDA graph)")
+    p.add_argument("--tune", action="store_true",
+                   help="time core-kernel tiles and paths while planning (as tdc_fig8 does; "
+                        "minutes on a fresh tune cache); default: the cache's choices or defaults")
     args = p.parse_args(argv)
     cp = backend.require_cuda(NAME)
     rng = np.random.default_rng(0)
@@ -70,7 +74,7 @@ def main(argv=None) -> int:
     case = f"resnet18/b{args.batch}"
     reps = dict(repeat=50 if args.quick else 200)
 
-    engine = InferenceEngine(model, shape)
+    engine = InferenceEngine(model, shape, tune=args.tune)
     eager = InferenceEngine(model, shape, graph=False)
     out = engine(x)
     with no_grad():
@@ -84,10 +88,10 @@ def main(argv=None) -> int:
            note=f"p10 {t_eager.p10_us:.0f} p90 {t_eager.p90_us:.0f}")
 
     if args.profile:
-        with eager.stream:
-            for i, launch in enumerate(eager.plan.steps):
-                t = bench.time_events(launch, warmup=5, repeat=30)
-                rs.add(f"step{i:02d}", "ours-eager", "step_us", t.median_us, "us",
+        with engine.stream:
+            for i, launch in enumerate(engine.plan.steps):
+                t = bench.time_graph(launch, repeat=20)
+                rs.add(f"step{i:02d}", "ours-graph", "step_us", t.median_us, "us",
                        note=getattr(launch, "label", ""))
 
     if bench.torch_cudnn_available():
@@ -123,7 +127,7 @@ def main(argv=None) -> int:
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = [(m, pivot_markdown(rows, m)) for m in ("latency_us", "ratio", "rel_err_vs_autograd",
-                                                         "rel_err_vs_pytorch")
+                                                         "rel_err_vs_pytorch", "step_us")
                 if any(r["metric"] == m for r in rows)]
     sections.append(("Notes", "paper_value column: the PyTorch figures measured on this H100 and "
                               "recorded in DESIGN.md (2181 µs eager, 494 µs graph), which match "

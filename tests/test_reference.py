@@ -128,3 +128,28 @@ def test_pool_reference_matches_the_autograd_pooling(rng, trial):
     assert np.allclose(ops.pool2d(x32, k, s, p, mode="avg"), reference.pool2d(x32, k, s, p, "avg"))
     x[0, 0, 0, 0] = np.nan
     assert np.isnan(reference.pool2d(x, k, (1, 1), (0, 0), "max")[0, 0, 0, 0])
+
+
+def test_head_reference_is_the_model_head(rng):
+    """reference.gap_linear (the classifier-head kernel's ground truth) against the model's
+    own GlobalAvgPool2d -> Linear; ops.gap_linear's NumPy path and its argument checks."""
+    from tensorconv import ops
+    from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.nn import layers as L
+
+    x = rng.standard_normal((3, 5, 4, 6)).astype(np.float32)
+    fc = L.Linear(5, 7)
+    with no_grad():
+        expect = fc(L.GlobalAvgPool2d()(Tensor(x))).data
+    w, b = fc.weight.data, fc.bias.data
+    assert np.allclose(reference.gap_linear(x, w, b), expect, atol=1e-6)
+    assert np.allclose(ops.gap_linear(x, w, b), expect, atol=1e-6)
+    assert np.allclose(ops.gap_linear(x, w), expect - b, atol=1e-6)
+    with pytest.raises(ValueError, match="input features"):
+        ops.gap_linear(x, w[:, :4].copy())
+    with pytest.raises(ValueError, match="bias has"):
+        ops.gap_linear(x, w, b[:6].copy())
+    with pytest.raises(ValueError, match="x must be 4-D"):
+        ops.gap_linear(x[0], w)
+    with pytest.raises(TypeError, match="w must be float32"):
+        ops.gap_linear(x, w.astype(np.float64))

@@ -305,6 +305,42 @@ def _plan_shortcut(shortcut, plan, x):
     return plan_conv(shortcut[0], plan, x, bn=shortcut[1])
 
 
+def _plan_head(plan, gap, fc, x):
+    """Global average pool then a linear layer: one launch (``ops.gap_linear``) where the
+    head is exactly that, else module by module.
+
+    Every block of the fused kernel averages all of ``x``, so with many channels the two
+    launches can be faster: with ``plan.tune`` both are timed and the verdict kept in
+    the tune cache ("head_path"); untuned plans follow a stored verdict, else fuse.
+    """
+    if not (isinstance(gap, L.GlobalAvgPool2d) and isinstance(fc, L.Linear)):
+        return plan_module(fc, plan, plan_module(gap, plan, x))
+    from tensorconv import bench
+    from tensorconv.tuning import cache
+
+    w = plan.keep(plan.xp.asarray(backend.to_host(fc.weight.data)))
+    b = None if fc.bias is None else plan.keep(plan.xp.asarray(backend.to_host(fc.bias.data)))
+    out = plan.alloc((x.shape[0], fc.out_features))
+    fused = lambda: ops.gap_linear(x, w, b, out=out)  # noqa: E731
+    key = cache.make_key("head_path", "classifier_head.cu", f"{tuple(x.shape)}|K{w.shape[0]}")
+    verdict = cache.lookup(key)
+    if verdict is None and plan.tune:
+        sub = Plan(plan.xp)
+        sub.buffers = plan.buffers  # the two-launch plan's buffers live as long as ours
+        two = plan_module(fc, sub, plan_module(gap, sub, x))
+        verdict = {"fused_us": bench.time_graph(fused, repeat=10).median_us,
+                   "two_us": bench.time_graph(sub.run, repeat=10).median_us}
+        verdict["fused"] = verdict["fused_us"] <= verdict["two_us"]
+        cache.store(key, verdict)
+        if not verdict["fused"]:
+            plan.steps += sub.steps
+            return two
+    if verdict is not None and not verdict["fused"]:
+        return plan_module(fc, plan, plan_module(gap, plan, x))
+    plan.add(fused, f"gap + linear {tuple(w.shape)}")
+    return out
+
+
 # --------------------------------------------------------------------------- blocks and models
 
 @register_planner(BasicBlock)
@@ -325,8 +361,7 @@ def _plan_bottleneck(b: Bottleneck, plan, x):
 @register_planner(ResNet)
 def _plan_resnet(m: ResNet, plan, x):
     y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
-    y = plan_module(m.stages, plan, y)
-    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+    return _plan_head(plan, m.gap, m.fc, plan_module(m.stages, plan, y))
 
 
 @register_planner(VGG)
@@ -337,8 +372,7 @@ def _plan_vgg(m: VGG, plan, x):
 
 @register_planner(MobileNetV1, SmallCNN)
 def _plan_features_gap_fc(m, plan, x):
-    y = plan_module(m.features, plan, x)
-    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+    return _plan_head(plan, m.gap, m.fc, plan_module(m.features, plan, x))
 
 
 @register_planner(DenseLayer)
@@ -362,8 +396,7 @@ def _plan_transition(m: Transition, plan, x):
 def _plan_densenet(m: DenseNet, plan, x):
     y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
     y = plan_module(m.features, plan, y)
-    y = _plan_bn(m.bn, plan, y, relu=True)
-    return plan_module(m.fc, plan, plan_module(m.gap, plan, y))
+    return _plan_head(plan, m.gap, m.fc, _plan_bn(m.bn, plan, y, relu=True))
 
 
 # --------------------------------------------------------------------------- the engine

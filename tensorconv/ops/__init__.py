@@ -16,10 +16,11 @@ from tensorconv.ops.conv import (
     igemm_splits,
 )
 
+from tensorconv.ops.head import gap_linear
 from tensorconv.ops.norm import batch_norm_backward, batch_norm_forward
 from tensorconv.ops.pool import pool2d
 from tensorconv.ops.sgd import sgd_multi_tensor
 
 __all__ = ["ALGORITHMS", "DirectConvTile", "batch_norm_backward", "batch_norm_forward",
            "choose_algorithm", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
-           "direct_conv_tile", "igemm_splits", "pool2d", "sgd_multi_tensor"]
+           "direct_conv_tile", "gap_linear", "igemm_splits", "pool2d", "sgd_multi_tensor"]

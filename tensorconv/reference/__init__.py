@@ -13,7 +13,8 @@ from tensorconv.reference.conv import (
     depthwise_conv2d,
 )
 from tensorconv.reference.norm import batch_norm_backward, batch_norm_forward
-from tensorconv.reference.pool import pool2d
+from tensorconv.reference.pool import gap_linear, pool2d
 
 __all__ = ["batch_norm_backward", "batch_norm_forward", "conv1x1", "conv2d",
-           "conv2d_backward_data", "conv2d_backward_weight", "depthwise_conv2d", "pool2d"]
+           "conv2d_backward_data", "conv2d_backward_weight", "depthwise_conv2d", "gap_linear",
+           "pool2d"]

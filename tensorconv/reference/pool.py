@@ -1,4 +1,5 @@
-"""Reference max and average pooling over NCHW (NumPy; CuPy inputs are copied to the host)."""
+"""Reference pooling over NCHW and the pooled classifier head (NumPy; CuPy inputs are copied
+to the host)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,10 @@ def pool2d(x, kernel, stride, padding, mode: str):
     cells = np.stack([padded[:, :, r:r + sh * (oh - 1) + 1:sh, s:s + sw * (ow - 1) + 1:sw]
                       for r in range(kh) for s in range(kw)])
     return cells.max(axis=0) if mode == "max" else cells.sum(axis=0) / (kh * kw)
+
+
+def gap_linear(x, w, bias=None):
+    """``mean(x, axis=(2, 3)) @ w.T (+ bias)``: x (N, C, H, W), w (K, C), bias (K,)."""
+    x, w = np.asarray(backend.to_host(x)), np.asarray(backend.to_host(w))
+    y = x.mean(axis=(2, 3)) @ w.T
+    return y if bias is None else y + np.asarray(backend.to_host(bias))

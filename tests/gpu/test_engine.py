@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,7 @@ def test_engine_matches_model(rng, name, kw, shape):
         ref = model(Tensor(x)).data.get()
     for graph in (True, False):
         engine = InferenceEngine(model, shape, graph=graph)
+        assert (name == "vgg16") != any("gap + linear" in s.label for s in engine.plan.steps)
         out = engine(x)
         assert out.shape == ref.shape
         assert rel_err(out.get(), ref) < 1e-4, (name, graph)
@@ -118,8 +121,6 @@ def test_engine_runs_cp_models(rng):
 def _tuned(model, shape, kind, rng, tmp_path, monkeypatch):
     """A ``tune=True`` engine of ``model`` checked against the model, the tune-cache entries
     of ``kind`` it stored, its launch labels; an untuned engine must replay the same plan."""
-    import json
-
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     x, ref = _input_and_reference(model, shape, rng)
     engine = InferenceEngine(model, shape, tune=True)
@@ -158,3 +159,7 @@ def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monk
     assert verdicts and all(v["core_us"] > 0 and v["general_us"] > 0 for v in verdicts)
     routed = sum(("cluster" in lb or "tf32x3" in lb) for lb in labels)
     assert routed >= sum(v["core"] for v in verdicts)        # a verdict may cover many layers
+    heads = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+             if k.startswith("head_path")]                   # the classifier head, timed too
+    assert len(heads) == 1 and heads[0]["fused_us"] > 0 and heads[0]["two_us"] > 0
+    assert heads[0]["fused"] == any("gap + linear" in lb for lb in labels)

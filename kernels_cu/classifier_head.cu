@@ -3,23 +3,25 @@
 // As two launches (a global-average-pool reduction, then the linear layer as a
 // 1x1 convolution) it cost 11.7 µs of a ~300 µs batch-1 ResNet-18.
 //
-// Block (j, n) produces outputs [128 j, 128 j + 128) of sample n.  It first
+// Block (j, n) produces outputs [32 j, 32 j + 32) of sample n.  It first
 // averages all C channels of the sample into shared memory, one thread per
 // channel (the plane was just written by the previous kernel and sits in L2),
 // so every block repeats this cheap pass instead of waiting on a second
 // launch.  Then each warp takes 4 outputs and its lanes stride over their rows
 // of W (coalesced), reducing the dot products with shuffles.  Both phases keep
 // 8-16 loads in flight per thread (a first version with one dependent load at
-// a time took 10 µs on ResNet-18's head, this one 8.2 with 256 threads); every
-// sum runs in a fixed order, so results are bitwise repeatable.  The Python op
-// (tensorconv/ops/head.py) checks the arguments and sizes the grid.
+// a time took 10 µs on ResNet-18's head, this one 8.2-8.8, the two launches
+// 11.5); every sum runs in a fixed order, so results are bitwise repeatable.
+// The Python op (tensorconv/ops/head.py) checks the arguments and sizes the grid.
 #include "tc_common.cuh"
 
-// 1024 threads: every block repeats the C x HW averaging pass, so the fewer and
-// wider the blocks the less it costs (with 256 threads and 32 outputs per block
-// the head of ResNet-50, C = 2048, took 28 µs).
-constexpr int HEAD_THREADS = 1024;
-constexpr int HEAD_OUTPUTS_PER_WARP = 4;  // 128 outputs per block
+// With many channels the two launches are faster (H100, C = 2048, HW = 49,
+// K = 1000: 28 µs against 19; the same with 1024 threads and 128 outputs per
+// block, and 39 when chunks of channels were first staged in shared memory by
+// coalesced copies): every block averages all of x.  The engine times both
+// when it tunes.
+constexpr int HEAD_THREADS = 256;
+constexpr int HEAD_OUTPUTS_PER_WARP = 4;  // 32 outputs per block
 
 extern "C" __global__ void __launch_bounds__(HEAD_THREADS) gap_linear(
     const float* __restrict__ x,     // (N, C, HW)

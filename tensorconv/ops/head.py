@@ -10,8 +10,8 @@ from tensorconv.checks import check_array
 from tensorconv.ops.conv import output_buffer
 
 _FILE = "classifier_head.cu"
-_THREADS = 1024
-_OUTPUTS_PER_BLOCK = 128  # fixed by the kernel: 32 warps x 4 outputs
+_THREADS = 256
+_OUTPUTS_PER_BLOCK = 32  # fixed by the kernel: 8 warps x 4 outputs
 
 
 def gap_linear(x, w, bias=None, *, out=None):

@@ -91,8 +91,8 @@ def main(argv=None) -> int:
         with engine.stream:
             for i, launch in enumerate(engine.plan.steps):
                 t = bench.time_graph(launch, repeat=20)
-                rs.add(f"step{i:02d}", "ours-graph", "step_us", t.median_us, "us",
-                       note=getattr(launch, "label", ""))
+                rs.add(f"{i:02d} {getattr(launch, 'label', '')}", "ours-graph", "step_us",
+                       t.median_us, "us")
 
     if bench.torch_cudnn_available():
         import torch

@@ -153,3 +153,20 @@ def test_head_reference_is_the_model_head(rng):
         ops.gap_linear(x[0], w)
     with pytest.raises(TypeError, match="w must be float32"):
         ops.gap_linear(x, w.astype(np.float64))
+
+
+def test_pointwise_numpy_path_and_shape_checks(rng):
+    """ops.conv1x1 on NumPy is the reference convolution with its epilogue; shapes it cannot
+    run are refused with the reason."""
+    from tensorconv import ops
+
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    r = rng.standard_normal((2, 6, 3, 4)).astype(np.float32)
+    expect = np.maximum(reference.conv2d(x, w, b) + r, 0)
+    assert np.allclose(ops.conv1x1(x, w, b, residual=r, relu=True), expect, atol=1e-5)
+    with pytest.raises(ValueError, match="1x1 filter"):
+        ops.conv1x1(x, rng.standard_normal((6, 5, 3, 3)).astype(np.float32))
+    with pytest.raises(ValueError, match="out is supported on the GPU"):
+        ops.conv1x1(x, w, out=np.empty((2, 6, 3, 4), np.float32))

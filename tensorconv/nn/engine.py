@@ -14,8 +14,10 @@ CuPy 14 refuses cuBLAS during stream capture, so linear layers run as 1x1
 convolutions on our implicit-GEMM kernel.  With ``tune=True`` every convolution
 the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
 timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
-same fused epilogue) against the implicit GEMM, and runs on the winner; the
-choice is kept in the tune cache, where untuned engines find it.
+same fused epilogue) against the implicit GEMM, and runs on the winner; so is
+every stride-1 1x1 convolution on the batch-1 pointwise kernel
+(``ops.conv1x1``), and the classifier head fused into one launch.  The
+choices are kept in the tune cache, where untuned engines find them.
 """
 
 from __future__ import annotations
@@ -141,7 +143,8 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
     args = (geom.stride, geom.padding, geom.dilation, geom.groups)
     ours = lambda: ops.conv2d(x, w, b, *args, relu=relu, residual=residual,  # noqa: E731
                               out=out, algorithm=algorithm)
-    core = _core_path(plan, x, w, geom, ours)
+    ours, algorithm = _pointwise_path(plan, x, w, b, geom, relu, residual, out, ours, algorithm)
+    core = _core_path(plan, x, w, geom, ours, algorithm)
     if core is None:
         plan.add(ours, f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}")
         return out
@@ -155,9 +158,46 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
     return out
 
 
-def _core_path(plan, x, w, geom, general):
+def _pointwise_path(plan, x, w, b, geom, relu, residual, out, general, name):
+    """``(launch, name)``: the batch-1 1x1 kernel (``ops.conv1x1``, best tile) when it was
+    timed faster than ``general`` (named ``name``) on this 1x1 convolution, else the latter.
+
+    Timed only with ``plan.tune``; the verdict is kept in the tune cache.
+    """
+    from tensorconv import bench
+    from tensorconv.ops import pointwise
+    from tensorconv.tuning import cache
+
+    if pointwise.supported(geom) is not None or not pointwise.fitting_tiles(geom):
+        return general, name
+    key = cache.make_key("pointwise_path", "pointwise_conv.cu",
+                         f"{geom}|res{residual is not None}|{name}")
+    verdict = cache.lookup(key)
+    if verdict is None and not plan.tune:
+        return general, name
+    wt = plan.keep(pointwise.transpose_weights(w))
+
+    def launch(tile):
+        return lambda: ops.conv1x1(x, w, b, residual=residual, relu=relu, tile=tile, wt=wt,
+                                   out=out)
+
+    if verdict is None:
+        times = {t: bench.time_graph(launch(t), repeat=10).median_us
+                 for t in pointwise.fitting_tiles(geom)}
+        best = min(times, key=times.get)
+        verdict = {"tile": [best.p, best.kb], "pointwise_us": times[best],
+                   "general_us": bench.time_graph(general, repeat=10).median_us}
+        verdict["pointwise"] = verdict["pointwise_us"] < verdict["general_us"]
+        cache.store(key, verdict)
+    if not verdict["pointwise"]:
+        return general, name
+    tile = pointwise.PointwiseTile(*verdict["tile"])
+    return launch(tile), f"pointwise {tile}"
+
+
+def _core_path(plan, x, w, geom, general, name):
     """``(variant, tile, prepared weights)`` when a Tucker core kernel runs this convolution
-    faster than ``general`` (the launch it would otherwise get), else None.
+    faster than ``general`` (the launch it would otherwise get, named ``name``), else None.
 
     With ``plan.tune`` both are timed (the core kernels tuned first) and the verdict
     stored in the tune cache; without, only a stored verdict counts.
@@ -171,7 +211,7 @@ def _core_path(plan, x, w, geom, general):
         return None
     key = cache.make_key("conv_path", "direct_conv.cu",
                          f"{cache.kernel_version('tucker_core_conv.cu')}|"
-                         f"{cache.kernel_version('tucker_core_tf32x3.cu')}|{geom}")
+                         f"{cache.kernel_version('tucker_core_tf32x3.cu')}|{geom}|{name}")
     verdict = cache.lookup(key)
     if verdict is None and not plan.tune:
         return None

@@ -148,6 +148,11 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
     assert paths and all(p["fused_us"] > 0 and p["three_us"] > 0 for p in paths)
     fused = sum(p["fused"] for p in paths)
     assert sum("fused tucker" in lb for lb in labels) >= fused   # a decision may cover many layers
+    pointwise = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+                 if k.startswith("pointwise_path")]              # the three launches' 1x1 convs
+    if not all(p["fused"] for p in paths):
+        assert pointwise and all(v["pointwise_us"] > 0 and v["general_us"] > 0 for v in pointwise)
+    assert sum("pointwise" in lb for lb in labels) >= sum(v["pointwise"] for v in pointwise)
 
 
 def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):

@@ -1,0 +1,102 @@
+// 1x1 convolution (stride 1, dense) for small batches, fp32, NCHW:
+//     y[n, k, p] = act(sum_c W[k, c] x[n, c, p] + bias[k] (+ residual[n, k, p]))
+// At batch 1 the 1x1 convolutions of a Tucker-format ResNet-18 (C, K <= 512 on
+// 7x7 to 56x56 planes) are a few million multiply-adds each: their time is
+// latency, not arithmetic.  So one block owns P pixels x KB output channels of
+// one sample and does the whole reduction over C itself: it issues every copy
+// of its input columns and weight rows at once (cp.async), waits once, then
+// each thread accumulates KB / (256 / P) channels of one pixel from shared
+// memory.  No split of C, no second pass, no cluster: one round trip to L2.
+// The Python op (tensorconv/ops/pointwise.py) picks P and KB so the grid
+// covers the GPU, checks the arguments and prepares W transposed, (C, K).
+#include "tc_cluster.cuh"
+#include "tc_common.cuh"
+
+constexpr int PW_THREADS = 256;
+
+template <int P, int KB>
+__global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
+    const float* __restrict__ x,         // (N, C, HW)
+    const float* __restrict__ wt,        // (C, K): W transposed
+    const float* __restrict__ bias,      // (K,) or nullptr
+    const float* __restrict__ residual,  // like y, or nullptr
+    float* __restrict__ y,               // (N, K, HW)
+    int C, int HW, int K, int relu)
+{
+    static_assert(PW_THREADS % P == 0 && KB % (PW_THREADS / P) == 0, "tile must fit the block");
+    constexpr int KO = KB / (PW_THREADS / P);  // output channels per thread
+    extern __shared__ __align__(16) float smem[];
+    float* xs = smem;          // C x P
+    float* ws = smem + C * P;  // C x KB
+    const int p0 = blockIdx.x * P, k0 = blockIdx.y * KB, n = blockIdx.z, tid = threadIdx.x;
+    const float* xn = x + (size_t)n * C * HW;
+
+    // Whole rows of 16 bytes where both the plane and the weight rows allow it.
+    if (HW % 4 == 0) {
+        for (int i = tid; i < C * (P / 4); i += PW_THREADS) {
+            const int c = i / (P / 4), q = 4 * (i % (P / 4));
+            const bool ok = p0 + q < HW;  // HW % 4 == 0: a quad is all in or all out
+            tdcx::cp_async16(xs + c * P + q, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
+        }
+    } else {
+        for (int i = tid; i < C * P; i += PW_THREADS) {
+            const int c = i / P, q = i % P;
+            const bool ok = p0 + q < HW;
+            tdcx::cp_async4(xs + i, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
+        }
+    }
+    if (K % 4 == 0) {
+        for (int i = tid; i < C * (KB / 4); i += PW_THREADS) {
+            const int c = i / (KB / 4), j = 4 * (i % (KB / 4));
+            const bool ok = k0 + j < K;
+            tdcx::cp_async16(ws + c * KB + j, ok ? wt + (size_t)c * K + k0 + j : wt, ok);
+        }
+    } else {
+        for (int i = tid; i < C * KB; i += PW_THREADS) {
+            const int c = i / KB, j = i % KB;
+            const bool ok = k0 + j < K;
+            tdcx::cp_async4(ws + i, ok ? wt + (size_t)c * K + k0 + j : wt, ok);
+        }
+    }
+    tdcx::cp_async_commit();
+    tdcx::cp_async_wait<0>();
+    __syncthreads();
+
+    const int p = tid % P, kg = (tid / P) * KO;
+    float acc[KO];
+#pragma unroll
+    for (int j = 0; j < KO; ++j) acc[j] = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < C; ++c) {
+        const float v = xs[c * P + p];
+        const float* wc = ws + c * KB + kg;
+        if constexpr (KO % 4 == 0) {
+#pragma unroll
+            for (int j = 0; j < KO; j += 4) {
+                const float4 w4 = *reinterpret_cast<const float4*>(wc + j);
+                acc[j] = fmaf(v, w4.x, acc[j]);
+                acc[j + 1] = fmaf(v, w4.y, acc[j + 1]);
+                acc[j + 2] = fmaf(v, w4.z, acc[j + 2]);
+                acc[j + 3] = fmaf(v, w4.w, acc[j + 3]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < KO; ++j) acc[j] = fmaf(v, wc[j], acc[j]);
+        }
+    }
+    if (p0 + p >= HW) return;
+#pragma unroll
+    for (int j = 0; j < KO; ++j) {
+        const int k = k0 + kg + j;
+        if (k >= K) break;
+        const size_t at = ((size_t)n * K + k) * HW + p0 + p;
+        y[at] = tc::conv_epilogue(acc[j], bias, k, residual, at, relu);
+    }
+}
+
+#ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
+#define TC_PW(P, KB)                                                                         \
+    template __global__ void conv1x1_pointwise<P, KB>(const float*, const float*, const float*, \
+                                                      const float*, float*, int, int, int, int);
+TC_PW(16, 16) TC_PW(32, 16) TC_PW(32, 32) TC_PW(64, 32) TC_PW(64, 64) TC_PW(128, 32)
+#endif

@@ -12,8 +12,9 @@ batch 1, every variant timed by CUDA-graph replay in one run:
 * ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
   epilogues, one CUDA graph), built with ``tune=True``: every convolution the
   Tucker core kernels take (dense ones too) runs on the faster of them
-  (``cluster`` or ``tf32x3``, tuned tile) when that beat the implicit GEMM, and
-  pooling is one kernel.
+  (``cluster`` or ``tf32x3``, tuned tile) when that beat the implicit GEMM (or,
+  for a stride-1 1x1 convolution, the batch-1 1x1 kernel where that was timed
+  faster), pooling is one kernel, and so is the classifier head where faster.
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  Paper (A100, oracle tiles), speed-up of the

@@ -173,7 +173,7 @@ def _pointwise_path(plan, x, w, b, geom, relu, residual, out, general, name):
     key = cache.make_key("pointwise_path", "pointwise_conv.cu",
                          f"{geom}|res{residual is not None}|{name}")
     verdict = cache.lookup(key)
-    if verdict is None and not plan.tune:
+    if (verdict is None and not plan.tune) or (verdict is not None and not verdict["pointwise"]):
         return general, name
     wt = plan.keep(pointwise.transpose_weights(w))
 

@@ -17,8 +17,8 @@ from tensorconv.ops.conv import (
 )
 
 from tensorconv.ops.head import gap_linear
-from tensorconv.ops.pointwise import conv1x1
 from tensorconv.ops.norm import batch_norm_backward, batch_norm_forward
+from tensorconv.ops.pointwise import conv1x1
 from tensorconv.ops.pool import pool2d
 from tensorconv.ops.sgd import sgd_multi_tensor
 

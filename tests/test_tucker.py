@@ -207,22 +207,27 @@ def test_cluster_candidates_are_valid_and_diverse():
     assert ops.cluster_supported(geom) is None
 
 
-def test_cluster_calibration_reproduces_from_the_committed_tile_times():
-    """CALIBRATION_H100 of the cluster estimate is the fit on the committed tile times, and its
-    pick among the timed tiles is within 12% of the best (geomean over the 18 shapes)."""
+@pytest.mark.parametrize("model,fit_file,min_samples,bound", [
+    ("cluster_model", "tdc_fig6_tiles_run4.csv", 1000, 1.12),
+    ("tf32x3_model", "tdc_fig6_tiles_run6.csv", 800, 1.10),
+])
+def test_cluster_and_tf32x3_calibrations_reproduce(model, fit_file, min_samples, bound):
+    """Each calibrated estimate's CALIBRATION_H100 is what fit_calibration gives on the
+    committed tile times it was fitted on, and its pick among the timed tiles lands within
+    ``bound`` of the best (geomean over the 18 shapes), in-sample and on the held-out tile
+    times of the push-reduction kernels (results/tdc_fig6_tiles_run8.csv)."""
+    import importlib
     from pathlib import Path
 
-    from tensorconv.tuning import cluster_model
-
-    path = Path(__file__).resolve().parent.parent / "results" / "tdc_fig6_tiles_run4.csv"
-    samples = cluster_model.load_samples(path)
-    assert len(samples) > 1000
-    coef = cluster_model.fit_calibration(samples, 132)
-    assert np.allclose(coef, cluster_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
-    assert cluster_model.pick_ratio(samples, 132) < 1.12
-    # held out: the tile times of the push-reduction kernels (results/tdc_fig6_tiles_run8.csv)
-    later = cluster_model.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))
-    assert cluster_model.pick_ratio(later, 132) < 1.12
+    est = importlib.import_module(f"tensorconv.tuning.{model}")
+    path = Path(__file__).resolve().parent.parent / "results" / fit_file
+    samples = est.load_samples(path)
+    assert len(samples) > min_samples
+    coef = est.fit_calibration(samples, 132)
+    assert np.allclose(coef, est.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
+    assert est.pick_ratio(samples, 132) < bound
+    later = est.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))
+    assert est.pick_ratio(later, 132) < bound
 
 
 def test_tf32x3_packing_splits_and_orders_the_weights(rng):
@@ -262,21 +267,6 @@ def test_tf32x3_candidates_fit_and_rank_every_family():
         assert all(t.splits <= -(-geom.c // t.ck) for t in tiles)
 
 
-def test_tf32x3_calibration_reproduces_from_the_committed_tile_times():
-    """tf32x3_model.CALIBRATION_H100 is what fit_calibration gives on the committed
-    tile times, and its choices land within 10 % of the best timed tile (geomean)."""
-    from pathlib import Path
-
-    from tensorconv.tuning import tf32x3_model
-
-    path = Path(__file__).resolve().parent.parent / "results" / "tdc_fig6_tiles_run6.csv"
-    samples = tf32x3_model.load_samples(path)
-    assert len(samples) > 800
-    coef = tf32x3_model.fit_calibration(samples, 132)
-    assert np.allclose(coef, tf32x3_model.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
-    assert tf32x3_model.pick_ratio(samples, 132) < 1.10
-    later = tf32x3_model.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))  # held out
-    assert tf32x3_model.pick_ratio(later, 132) < 1.10
 
 
 def test_fast_div_constants_divide_exactly(rng):

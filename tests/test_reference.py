@@ -170,3 +170,32 @@ def test_pointwise_numpy_path_and_shape_checks(rng):
         ops.conv1x1(x, rng.standard_normal((6, 5, 3, 3)).astype(np.float32))
     with pytest.raises(ValueError, match="out is supported on the GPU"):
         ops.conv1x1(x, w, out=np.empty((2, 6, 3, 4), np.float32))
+
+
+def test_pointwise_pair_numpy_path_layout_and_checks(rng):
+    """ops.conv1x1_pair on NumPy is the two reference convolutions with their epilogues;
+    packed weights are the zero-padded transposes; shapes it cannot run are refused."""
+    from tensorconv.ops import pointwise_pair as pair
+
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    w1 = rng.standard_normal((6, 5, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((3, 6, 1, 1)).astype(np.float32)
+    b1, b2 = rng.standard_normal(6).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    r = rng.standard_normal((2, 6, 3, 4)).astype(np.float32)
+    y_ref = np.maximum(reference.conv2d(x, w1, b1) + r, 0)
+    y, z = pair.conv1x1_pair(x, w1, w2, b1, b2, residual=r, relu1=True)
+    assert np.allclose(y, y_ref, atol=1e-5)
+    assert np.allclose(z, reference.conv2d(y_ref, w2, b2), atol=1e-5)
+    at, bt = pair.pack_weights(w1, w2, 2)  # slices of 4 middle channels, J padded to 4
+    assert at.shape == (5, 8) and bt.shape == (8, 4)
+    assert np.array_equal(at[:, :6], w1[:, :, 0, 0].T) and not at[:, 6:].any()
+    assert np.array_equal(bt[:6, :3], w2[:, :, 0, 0].T) and not bt[6:].any() and not bt[:, 3:].any()
+    assert pair.PairTile(8, 8).slice(512) == 64 and pair.PairTile(4, 8).slice(5) == 4
+    with pytest.raises(ValueError, match="w2 must take w1's 6 output channels"):
+        pair.conv1x1_pair(x, w1, w2[:, :5].copy())
+    with pytest.raises(ValueError, match="w1 needs a 1x1 filter"):
+        pair.conv1x1_pair(x, rng.standard_normal((6, 5, 3, 3)).astype(np.float32), w2)
+    with pytest.raises(ValueError, match="b2 has 2 entries"):
+        pair.conv1x1_pair(x, w1, w2, b2=b2[:2].copy())
+    with pytest.raises(ValueError, match="y_out and z_out are supported on the GPU"):
+        pair.conv1x1_pair(x, w1, w2, z_out=np.empty((2, 3, 3, 4), np.float32))

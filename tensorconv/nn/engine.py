@@ -16,11 +16,16 @@ the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
 timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
 same fused epilogue) against the implicit GEMM, and runs on the winner; so is
 every stride-1 1x1 convolution on the batch-1 pointwise kernel
-(``ops.conv1x1``), and the classifier head fused into one launch.  The
-choices are kept in the tune cache, where untuned engines find them.
+(``ops.conv1x1``), and the classifier head fused into one launch.  After
+planning, a 1x1 convolution that reads another's output is timed chained to it
+in one launch (``ops.pointwise_pair``: a Tucker layer's last 1x1 and the next
+layer's first).  The choices are kept in the tune cache, where untuned engines
+find them.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,9 +58,11 @@ class Plan:
         self.buffers.append(array)
         return array
 
-    def add(self, launch, label: str = "") -> None:
-        """Append a launch; ``label`` names it in per-launch profiles."""
+    def add(self, launch, label: str = "", pointwise: "PointwiseStep | None" = None) -> None:
+        """Append a launch; ``label`` names it in per-launch profiles; ``pointwise``
+        describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain."""
         launch.label = label
+        launch.pointwise = pointwise
         self.steps.append(launch)
 
     def run(self) -> None:
@@ -145,8 +152,12 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
                               out=out, algorithm=algorithm)
     ours, algorithm = _pointwise_path(plan, x, w, b, geom, relu, residual, out, ours, algorithm)
     core = _core_path(plan, x, w, geom, ours, algorithm)
+    from tensorconv.ops import pointwise
+
+    pw = (PointwiseStep(x, w, b, relu, residual, out, geom) if pointwise.supported(geom) is None
+          else None)
     if core is None:
-        plan.add(ours, f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}")
+        plan.add(ours, f"conv {tuple(w.shape)} on {tuple(x.shape)} {algorithm}", pw)
         return out
     from tensorconv.ops import tucker as tucker_ops
 
@@ -154,8 +165,83 @@ def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
     plan.add(lambda: tucker_ops.core_conv2d(x, w, geom.stride, geom.padding, bias=b, relu=relu,
                                             residual=residual, variant=variant, tile=tile,
                                             out=out, **prepared),
-             f"conv {tuple(w.shape)} on {tuple(x.shape)} {variant} {tile}")
+             f"conv {tuple(w.shape)} on {tuple(x.shape)} {variant} {tile}", pw)
     return out
+
+
+@dataclass(frozen=True)
+class PointwiseStep:
+    """A planned stride-1 1x1 convolution ``out = relu?(conv(x, w) + b + residual)``
+    (BN folded into ``w`` and ``b``)."""
+
+    x: object
+    w: object
+    b: object
+    relu: bool
+    residual: object
+    out: object
+    geom: object
+
+
+def fuse_pointwise_pairs(plan: Plan) -> None:
+    """Run each 1x1 convolution that reads another's output in the same launch as that
+    one (``ops.pointwise_pair``) where that was timed faster than the two launches.
+
+    The pair takes the first one's place in the plan: the second reads nothing else
+    and every buffer is written once per run, so running it earlier is safe.  With
+    ``plan.tune`` every tile and the two launches are timed and the verdict kept in
+    the tune cache ("pointwise_pair"); untuned plans follow a stored verdict only.
+    A step joins at most one pair.
+    """
+    from tensorconv import bench
+    from tensorconv.ops import pointwise_pair as pair
+    from tensorconv.tuning import cache
+
+    steps, taken = plan.steps, set()
+    for i, first in enumerate(steps):
+        a = first.pointwise
+        if a is None or i in taken:
+            continue
+        k = next((k for k in range(i + 1, len(steps))
+                  if k not in taken and steps[k].pointwise is not None
+                  and steps[k].pointwise.x is a.out and steps[k].pointwise.residual is None), None)
+        if k is None:
+            continue
+        second, b = steps[k], steps[k].pointwise
+        c, m, j = a.geom.c, a.geom.k, b.geom.k
+        tiles = pair.fitting_tiles(c, m, j)
+        if not tiles:
+            continue
+        key = cache.make_key("pointwise_pair", "pointwise_pair.cu",
+                             f"{a.geom}|{b.geom}|res{a.residual is not None}")
+        verdict = cache.lookup(key)
+        if (verdict is None and not plan.tune) or (verdict is not None and not verdict["pair"]):
+            continue
+
+        def launch(tile, packed, a=a, b=b):
+            return lambda: pair.conv1x1_pair(a.x, a.w, b.w, a.b, b.b, residual=a.residual,
+                                             relu1=a.relu, relu2=b.relu, tile=tile,
+                                             packed=packed, y_out=a.out, z_out=b.out)
+
+        if verdict is None:
+            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t.cl)),
+                                         repeat=10).median_us for t in tiles}
+            best = min(times, key=times.get)
+            verdict = {"tile": [best.p, best.cl], "pair_us": times[best],
+                       "two_us": bench.time_graph(lambda: (first(), second()),
+                                                  repeat=10).median_us}
+            verdict["pair"] = verdict["pair_us"] < verdict["two_us"]
+            cache.store(key, verdict)
+            if not verdict["pair"]:
+                continue
+        tile = pair.PairTile(*verdict["tile"])
+        packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile.cl))
+        fused = launch(tile, packed)
+        fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
+        fused.pointwise = None
+        steps[i] = fused
+        taken.update((i, k))
+    plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
 
 
 def _pointwise_path(plan, x, w, b, geom, relu, residual, out, general, name):
@@ -475,6 +561,7 @@ class InferenceEngine:
             self.input = self.plan.alloc(self.input_shape)
             self.input[...] = 0
             self.output = plan_module(model, self.plan, self.input)
+            fuse_pointwise_pairs(self.plan)
             self.plan.run()  # compile kernels, size workspaces: nothing is allocated in capture
             self.plan.run()
             self.stream.synchronize()

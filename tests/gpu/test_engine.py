@@ -152,7 +152,38 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
                  if k.startswith("pointwise_path")]              # the three launches' 1x1 convs
     if not all(p["fused"] for p in paths):
         assert pointwise and all(v["pointwise_us"] > 0 and v["general_us"] > 0 for v in pointwise)
-    assert sum("pointwise" in lb for lb in labels) >= sum(v["pointwise"] for v in pointwise)
+    # a verdict may cover many convolutions; a chained pair runs two of them
+    assert (sum("pointwise" in lb for lb in labels) + sum("pointwise pair" in lb for lb in labels)
+            >= sum(v["pointwise"] for v in pointwise))
+    pairs = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+             if k.startswith("pointwise_pair")]                  # consecutive layers' 1x1 pairs
+    if sum(not p["fused"] for p in paths):
+        assert pairs and all(v["pair_us"] > 0 and v["two_us"] > 0 for v in pairs)
+    assert sum("pointwise pair" in lb for lb in labels) >= sum(v["pair"] for v in pairs)
+
+
+@pytest.mark.parametrize("tile", [(16, 1), (8, 2), (4, 4)], ids=str)
+def test_engine_chains_1x1_pairs_where_the_cache_says_so(rng, tile, tmp_path, monkeypatch):
+    """Forced "pair" verdicts: every Tucker layer's last 1x1 runs in one launch with the
+    next layer's first (across the residual blocks too, with and without clusters); the
+    result matches the model."""
+    from tensorconv import backend
+    from tensorconv.nn.tucker import TuckerConv2d, tuckerize, uniform_ranks
+    from tensorconv.tuning import cache
+
+    if tile[1] > 1 and backend.device_facts().compute_capability < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    lookup = cache.lookup
+    monkeypatch.setattr(cache, "lookup", lambda key: ({"pair": True, "tile": list(tile)}
+                                                      if key.startswith("pointwise_pair")
+                                                      else lookup(key)))
+    model = get_model("resnet20")
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
+    layers = sum(isinstance(m, TuckerConv2d) for m in model.modules())
+    assert sum("pointwise pair" in s.label for s in engine.plan.steps) == layers - 1
+    assert err < 1e-4
 
 
 def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):

@@ -1,0 +1,202 @@
+"""Two chained 1x1 convolutions in one launch (``kernels_cu/pointwise_pair.cu``), forward only.
+
+``y = act1(conv1x1(x, w1) + b1 (+ residual))`` is stored and
+``z = act2(conv1x1(y, w2) + b2)`` computed from it in the same launch: in a
+Tucker-format CNN one layer's last 1x1 feeds the next layer's first, and at
+batch 1 each of those launches is latency, not arithmetic.  A block owns ``p``
+pixels of a sample and a slice of the middle channels; the ``cl`` blocks of a
+thread-block cluster (one per slice) add their partial sums of ``z``.  The
+inference engine times the pair against the two launches it replaces when it
+tunes (``tensorconv.nn.engine``); here the tile is a cost heuristic unless given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.checks import ConvGeometry, check_array, check_conv_args, conv_geometry
+from tensorconv.ops import conv as dense
+from tensorconv.ops import pointwise
+from tensorconv.ops.tucker import push_slot_floats
+
+_FILE = "pointwise_pair.cu"
+_THREADS = 256
+
+
+def _up4(v: int) -> int:
+    return -(-v // 4) * 4
+
+
+@dataclass(frozen=True)
+class PairTile:
+    """``p`` pixels x a ``1 / cl`` slice of the middle channels per block of 256
+    threads; the ``cl`` slices of a pixel tile form one thread-block cluster."""
+
+    p: int
+    cl: int
+
+    def slice(self, m: int) -> int:
+        """Middle channels per block: ceil(m / cl) rounded up to a multiple of 4."""
+        return _up4(-(-m // self.cl))
+
+    def share(self, j: int) -> int:
+        """Partial sums of z each block of a cluster owns (``tdcx::PushReduce``)."""
+        return _up4(-(-_up4(j) * self.p // self.cl))
+
+    def _red_floats(self, o: int) -> int:
+        # block_product's split partials: ks x o x p floats when it splits the reduction
+        tiles = o // 4 * self.p // 4
+        ks = 1 if tiles >= _THREADS else _THREADS // tiles
+        return ks * o * self.p if ks > 1 else 0
+
+    def slots_offset(self, c: int, m: int, j: int) -> int:
+        """Float offset of the push slots: after x, A and y slices, the B slice and the
+        split partials (the layout ``conv1x1_pair`` computes)."""
+        mb, jp = self.slice(m), _up4(j)
+        red = max(self._red_floats(mb), self._red_floats(jp))
+        return c * self.p + c * mb + mb * self.p + mb * jp + red
+
+    def smem_bytes(self, c: int, m: int, j: int) -> int:
+        slots = push_slot_floats(self.cl, self.share(j))
+        return 4 * (self.slots_offset(c, m, j) + slots)
+
+    def grid(self, hw: int, n: int) -> tuple[int, int, int]:
+        """(pixel tiles, batch, slices): the cluster spans z."""
+        return -(-hw // self.p), n, self.cl
+
+
+TILES = tuple(PairTile(p, cl) for p in (4, 8, 16, 32, 64) for cl in (1, 2, 4, 8))
+
+
+def supported(g1: ConvGeometry, g2: ConvGeometry) -> str | None:
+    """Why the pair kernel cannot run ``g1`` then ``g2`` (None when it can; wide layers
+    may still not fit in shared memory: :func:`fitting_tiles`)."""
+    for name, g in (("w1", g1), ("w2", g2)):
+        why = pointwise.supported(g)
+        if why is not None:
+            return f"{name} {why}"
+    if g2.c != g1.k or (g2.n, g2.h, g2.w) != (g1.n, g1.oh, g1.ow):
+        return f"w2 must take w1's output ({g1.k} channels), got {g2.c} input channels"
+    return None
+
+
+def fitting_tiles(c: int, m: int, j: int) -> list[PairTile]:
+    """Tiles whose shared memory fits ``c`` -> ``m`` -> ``j`` channels, with no empty
+    slice; cluster tiles only where the device has clusters (sm_90)."""
+    facts = backend.device_facts()
+    clusters = facts.compute_capability >= (9, 0)
+    return [t for t in TILES
+            if t.smem_bytes(c, m, j) <= facts.smem_per_block_optin
+            and (t.cl - 1) * t.slice(m) < m and (t.cl == 1 or clusters)]
+
+
+def default_tile(c: int, m: int, j: int, hw: int, n: int, sm_count: int = 132) -> PairTile:
+    """The tile of least estimated time: waves of blocks x (a thread's FMAs + the
+    block's staged floats at 16 per cycle); tuned engines time every tile instead."""
+    def cost(t: PairTile) -> float:
+        mb = t.slice(m)
+        waves = -(-int(np.prod(t.grid(hw, n))) // sm_count)
+        per_block = t.p * mb * (c + _up4(j)) / _THREADS + (c * (t.p + mb) + mb * _up4(j)) / 16
+        return waves * per_block
+    tiles = fitting_tiles(c, m, j)
+    if not tiles:
+        raise ValueError(f"conv1x1_pair: {c} -> {m} -> {j} channels do not fit in shared memory")
+    return min(tiles, key=cost)
+
+
+def pack_weights(w1, w2, cl: int):
+    """``(at, bt)`` as the kernel reads them for ``cl`` slices: ``w1`` (M, C, 1, 1)
+    transposed to (C, cl * MB) and ``w2`` (J, M, 1, 1) to (cl * MB, JP), zero-padded
+    (MB: :meth:`PairTile.slice`, JP: J rounded up to 4)."""
+    xp = backend.array_module(w1)
+    m, c = w1.shape[:2]
+    j = w2.shape[0]
+    mp = cl * PairTile(4, cl).slice(m)
+    at = xp.zeros((c, mp), np.float32)
+    at[:, :m] = w1.reshape(m, c).T
+    bt = xp.zeros((mp, _up4(j)), np.float32)
+    bt[:m, :j] = w2.reshape(j, m).T
+    return at, bt
+
+
+def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = False,
+                 relu2: bool = False, tile: PairTile | None = None, packed=None,
+                 y_out=None, z_out=None):
+    """``y = relu1?(conv1x1(x, w1) + b1 + residual)``, ``z = relu2?(conv1x1(y, w2) + b2)``.
+
+    Parameters
+    ----------
+    x : array, (N, C, H, W), float32, C-contiguous (NumPy: the reference computes it)
+    w1 : array, (M, C, 1, 1), float32
+    w2 : array, (J, M, 1, 1), float32
+    b1 : array, (M,), float32, optional
+    b2 : array, (J,), float32, optional
+    residual : array, (N, M, H, W), float32, optional
+        Added to ``y`` before ``relu1``.
+    relu1, relu2 : bool
+    tile : PairTile, optional
+        One of :data:`TILES` that fits; default :func:`default_tile`.
+    packed : tuple, optional
+        :func:`pack_weights` of ``w1, w2`` for ``tile.cl``, prepared once.
+    y_out : array, (N, M, H, W), float32, optional (GPU only)
+    z_out : array, (N, J, H, W), float32, optional (GPU only)
+
+    Returns
+    -------
+    (y, z) : arrays, (N, M, H, W) and (N, J, H, W), float32
+    """
+    x, w1, w2 = (backend.as_array(a, name) for a, name in ((x, "x"), (w1, "w1"), (w2, "w2")))
+    b1 = None if b1 is None else backend.as_array(b1, "b1")
+    b2 = None if b2 is None else backend.as_array(b2, "b2")
+    g1 = check_conv_args(x, w1, b1, dtype=np.float32, contiguous=True)
+    xp = backend.array_module(x)
+    check_array(w2, "w2", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    if w2.shape[1] != g1.k:
+        raise ValueError(f"w2 must take w1's {g1.k} output channels, got w2 of shape "
+                         f"{tuple(w2.shape)}")
+    g2 = conv_geometry(g1.output_shape, w2.shape)
+    if b2 is not None:
+        check_array(b2, "b2", ndim=1, dtype=np.float32, contiguous=True, xp=xp)
+        if b2.shape[0] != g2.k:
+            raise ValueError(f"b2 has {b2.shape[0]} entries; w2 has {g2.k} output channels")
+    why = supported(g1, g2)
+    if why is not None:
+        raise ValueError(f"conv1x1_pair: {why} (w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)})")
+    if xp is np:
+        if y_out is not None or z_out is not None:
+            raise ValueError("y_out and z_out are supported on the GPU path only")
+        y = dense.conv2d(x, w1, b1, relu=relu1, residual=residual)
+        return y, dense.conv2d(y, w2, b2, relu=relu2)
+    c, m, j, hw = g1.c, g1.k, g2.k, g1.h * g1.w
+    tiles = fitting_tiles(c, m, j)
+    if tile is None:
+        tile = default_tile(c, m, j, hw, g1.n, backend.device_facts().sm_count)
+    elif tile not in tiles:
+        raise ValueError(f"tile must be one of {tiles} for {c} -> {m} -> {j} channels, "
+                         f"got {tile}")
+    residual = dense.check_residual(residual, g1, xp)
+    mb = tile.slice(m)
+    if packed is None:
+        packed = pack_weights(w1, w2, tile.cl)
+    at, bt = packed
+    if tuple(at.shape) != (c, tile.cl * mb) or tuple(bt.shape) != (tile.cl * mb, _up4(j)):
+        raise ValueError(f"packed weights are for another tile or shape: at {tuple(at.shape)}, "
+                         f"bt {tuple(bt.shape)}; expected {(c, tile.cl * mb)}, "
+                         f"{(tile.cl * mb, _up4(j))}")
+    y = dense.output_buffer(xp, y_out, g1.output_shape, "y_out")
+    z = dense.output_buffer(xp, z_out, g2.output_shape, "z_out")
+    kernel = cuda.get_kernel(_FILE, f"conv1x1_pair<{tile.p}, {tile.cl}>")
+    smem = tile.smem_bytes(c, m, j)
+    cuda.set_dynamic_smem(kernel, smem)
+    null, i32 = np.uintp(0), np.int32
+    opt = lambda a: null if a is None else a  # noqa: E731
+    kernel(tile.grid(hw, g1.n), (_THREADS,), (
+        x, at, opt(b1), opt(residual), y, bt, opt(b2), z,
+        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(_up4(j)), i32(bool(relu1)),
+        i32(bool(relu2)), i32(tile.slots_offset(c, m, j)),
+        cuda.fast_div(tile.share(j) if tile.cl > 1 else 1)),  # no slots without a cluster
+        shared_mem=smem)
+    return y, z

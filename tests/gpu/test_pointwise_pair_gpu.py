@@ -1,0 +1,99 @@
+"""The chained-1x1 kernel (kernels_cu/pointwise_pair.cu) against two reference.conv2d calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import reference
+from tensorconv.ops import pointwise_pair as pair
+from tests.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+def _case(rng, trial, n, c, m, j, h, w):
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    w1 = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    w2 = (rng.standard_normal((j, m, 1, 1)) / np.sqrt(m)).astype(np.float32)
+    b1 = rng.standard_normal(m).astype(np.float32) if trial % 2 else None
+    b2 = rng.standard_normal(j).astype(np.float32) if trial % 3 == 0 else None
+    res = rng.standard_normal((n, m, h, w)).astype(np.float32) if trial >= 1 else None
+    relu1, relu2 = trial != 2, trial == 3
+    f64 = lambda a: None if a is None else a.astype(np.float64)  # noqa: E731
+    y = reference.conv2d(f64(x), f64(w1), f64(b1))
+    if res is not None:
+        y = y + res
+    if relu1:
+        y = np.maximum(y, 0)
+    z = reference.conv2d(y, f64(w2), f64(b2))
+    if relu2:
+        z = np.maximum(z, 0)
+    return (x, w1, w2, b1, b2, res, relu1, relu2), y, z
+
+
+@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}")
+@pytest.mark.parametrize("trial", range(4))
+def test_random_shapes(rng, tile, trial):
+    """Every tile on random shapes: planes with H*W a multiple of 4 or not (16- or 4-byte
+    copies), channel counts not multiples of 4 or of the slice, ragged pixel tiles,
+    batch > 1, with or without biases / residual / either ReLU; NaN-poisoned outputs;
+    bitwise repeatable (the cluster adds its partials in rank order)."""
+    import cupy as cp
+
+    n = int(rng.integers(1, 3))
+    c, m, j = (int(rng.integers(1, 200)) for _ in range(3))
+    m = max(m, 4 * tile.cl)  # no empty slice (the op refuses those tiles)
+    while tile not in pair.fitting_tiles(c, m, j):  # wide layers with large tiles: narrow them
+        c, j = max(1, c // 2), max(1, j // 2)
+        m = max(m // 2, 4 * tile.cl)
+    h, w = int(rng.integers(1, 30)), int(rng.integers(1, 30))
+    if trial == 0:
+        w = 4 * int(rng.integers(1, 8))
+    (x, w1, w2, b1, b2, res, relu1, relu2), y_ref, z_ref = _case(rng, trial, n, c, m, j, h, w)
+    g = lambda a: None if a is None else cp.asarray(a)  # noqa: E731
+    y = cp.full(y_ref.shape, cp.nan, cp.float32)
+    z = cp.full(z_ref.shape, cp.nan, cp.float32)
+    args = (g(x), g(w1), g(w2), g(b1), g(b2))
+    kw = dict(residual=g(res), relu1=relu1, relu2=relu2, tile=tile)
+    packed = pair.pack_weights(args[1], args[2], tile.cl) if trial % 2 else None
+    pair.conv1x1_pair(*args, **kw, packed=packed, y_out=y, z_out=z)
+    assert not cp.isnan(y).any() and not cp.isnan(z).any()
+    assert rel_err(y.get(), y_ref) <= 1e-5, (n, c, m, j, h, w, tile)
+    assert rel_err(z.get(), z_ref) <= 1e-5, (n, c, m, j, h, w, tile)
+    y2, z2 = pair.conv1x1_pair(*args, **kw)
+    assert cp.array_equal(y2, y) and cp.array_equal(z2, z)
+
+
+@pytest.mark.parametrize("shape", [(251, 512, 251, 7), (125, 256, 125, 14), (31, 64, 31, 56)],
+                         ids=["stage4", "stage3", "stage1"])
+def test_resnet18_tucker_pairs_with_default_tile(rng, shape):
+    """The shapes a Tucker ResNet-18 (65 % fewer MACs) chains, on the default tile."""
+    import cupy as cp
+
+    c, m, j, hw = shape
+    (x, w1, w2, b1, b2, res, relu1, relu2), y_ref, z_ref = _case(rng, 1, 1, c, m, j, hw, hw)
+    g = lambda a: None if a is None else cp.asarray(a)  # noqa: E731
+    y, z = pair.conv1x1_pair(g(x), g(w1), g(w2), g(b1), g(b2), residual=g(res), relu1=relu1)
+    assert rel_err(y.get(), y_ref) <= 1e-5 and rel_err(z.get(), z_ref) <= 1e-5
+
+
+def test_bad_input_before_launch():
+    import cupy as cp
+
+    x = cp.ones((1, 8, 5, 5), cp.float32)
+    w1, w2 = cp.ones((12, 8, 1, 1), cp.float32), cp.ones((6, 12, 1, 1), cp.float32)
+    y, z = cp.full((1, 12, 5, 5), 7.0, cp.float32), cp.full((1, 6, 5, 5), 7.0, cp.float32)
+    with pytest.raises(ValueError, match="tile must be one of"):
+        pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(4, 8), y_out=y, z_out=z)  # empty slices
+    with pytest.raises(ValueError, match="packed weights are for another tile"):
+        pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(8, 2), y_out=y, z_out=z,
+                          packed=pair.pack_weights(w1, w2, 1))
+    with pytest.raises(ValueError, match="residual has shape"):
+        pair.conv1x1_pair(x, w1, w2, residual=cp.ones((1, 12, 4, 5), cp.float32), y_out=y, z_out=z)
+    with pytest.raises(ValueError, match="z_out has shape"):
+        pair.conv1x1_pair(x, w1, w2, y_out=y, z_out=cp.empty((1, 5, 5, 5), cp.float32))
+    with pytest.raises(ValueError, match="do not fit"):
+        pair.conv1x1_pair(cp.ones((1, 20000, 1, 1), cp.float32),
+                          cp.ones((8, 20000, 1, 1), cp.float32), cp.ones((8, 8, 1, 1), cp.float32))
+    assert bool((y == 7.0).all()) and bool((z == 7.0).all())

@@ -14,10 +14,16 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   Tucker core kernels take (dense ones too) runs on the faster of them
   (``cluster`` or ``tf32x3``, tuned tile) when that beat the implicit GEMM (or,
   for a stride-1 1x1 convolution, the batch-1 1x1 kernel where that was timed
-  faster), pooling is one kernel, and so is the classifier head where faster.
+  faster), a 1x1 convolution that reads another's output (a Tucker layer's last
+  1x1 and the next layer's first; a bottleneck's last and the next one's first)
+  runs chained to it in one launch where that was timed faster, pooling is one
+  kernel, and so is the classifier head where faster.
 
 Latency does not depend on the weights' values, so the Tucker factors are
-random (no decomposition needed).  Paper (A100, oracle tiles), speed-up of the
+random (no decomposition needed).  A network's variants are timed side by side
+in one call; ``--resume`` keeps the networks already in the output CSV (the
+checkpoint written after each network) and measures the rest, so the five can
+be spread over calls of limited length.  Paper (A100, oracle tiles), speed-up of the
 Tucker model through TDC over the original / over the Tucker model through
 cuDNN: ResNet-18 3.27x / 2.21x, ResNet-50 2.07x / 1.26x, VGG-16 2.37x / 1.45x,
 DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.  Each Tucker layer is
@@ -25,6 +31,8 @@ timed as one fused launch and as three (1x1, core, 1x1), and the faster is kept.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -101,16 +109,24 @@ def measure(rs: ResultSet, name: str, quick: bool) -> None:
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
+    p.add_argument("--resume", action="store_true",
+                   help="keep the networks already in the output CSV; measure the others")
     args = p.parse_args(argv)
     backend.require_cuda(NAME)
     from tqdm import tqdm
 
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
-    for name in tqdm(["resnet18"] if args.quick else args.models, desc=NAME):
-        measure(rs, name, args.quick)
     paths = outputs(NAME, args.out)
-    rs.write_csv(paths["csv"])
+    if args.resume and paths["csv"].exists():
+        for r in read_csv(paths["csv"]):
+            paper = None if math.isnan(r["paper_value"]) else r["paper_value"]
+            rs.add(r["case"], r["variant"], r["metric"], r["value"], r["unit"], paper, r["note"])
+    done = {r["case"].split("/")[0] for r in rs.rows}
+    for name in tqdm(["resnet18"] if args.quick else args.models, desc=NAME):
+        if name not in done:
+            measure(rs, name, args.quick)
+            rs.write_csv(paths["csv"])  # the checkpoint --resume continues from
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC figure 8: end-to-end batch-1 latency, original vs Tucker",
                    env, [("Latency (µs)", pivot_markdown(rows, "latency_us")),

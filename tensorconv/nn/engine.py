@@ -25,7 +25,6 @@ find them.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,23 +41,13 @@ from tensorconv.nn.models.vgg import VGG
 
 
 class Plan:
-    """Buffers allocated once and the launches (zero-argument callables) that fill them.
-
-    Launches run in order on the current stream, except those added inside
-    :meth:`branch`: each of those forks onto a side stream (after everything added
-    before it) and runs alongside the launches that follow, until the first launch
-    added after :meth:`join` waits for it.  In the CUDA graph the fork and the join
-    are edges, so a residual block's projection shortcut overlaps its first
-    convolution.
-    """
+    """Buffers allocated once and the launches (zero-argument callables) that fill them."""
 
     def __init__(self, xp, tune: bool = False):
         self.xp = xp
         self.tune = tune    # planners may time tile candidates (tune cache) instead of guessing
         self.steps = []
         self.buffers = []   # keeps every array a launch touches alive for the graph's lifetime
-        self._in_branch = self._forked = self._join_next = False
-        self._side = None
 
     def alloc(self, shape):
         buf = self.xp.empty(tuple(int(s) for s in shape), dtype=np.float32)
@@ -71,52 +60,14 @@ class Plan:
 
     def add(self, launch, label: str = "", pointwise: "PointwiseStep | None" = None) -> None:
         """Append a launch; ``label`` names it in per-launch profiles; ``pointwise``
-        describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain
-        (never a branch's: it must stay off the main stream)."""
+        describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain."""
         launch.label = label
-        launch.branch = self._in_branch
-        launch.pointwise = None if self._in_branch else pointwise
-        launch.joins = self._join_next and not self._in_branch
-        self._join_next &= not launch.joins
-        self._forked |= self._in_branch
+        launch.pointwise = pointwise
         self.steps.append(launch)
 
-    @contextlib.contextmanager
-    def branch(self):
-        """Launches added in this context run on the side stream (see the class)."""
-        self._in_branch = True
-        try:
-            yield
-        finally:
-            self._in_branch = False
-
-    def join(self) -> None:
-        """The next launch added waits for every branch forked before it."""
-        if self._forked:
-            self._join_next, self._forked = True, False
-
     def run(self) -> None:
-        cp = self.xp
-        main, forked = cp.cuda.get_current_stream(), []
         for launch in self.steps:
-            if launch.joins:
-                for done in forked:
-                    main.wait_event(done)
-                forked = []
-            if not launch.branch:
-                launch()
-                continue
-            if self._side is None:
-                self._side = cp.cuda.Stream(non_blocking=True)
-            fork = cp.cuda.Event(disable_timing=True)
-            fork.record(main)
-            self._side.wait_event(fork)
-            with self._side:
-                launch()
-            forked.append(cp.cuda.Event(disable_timing=True))
-            forked[-1].record(self._side)
-        for done in forked:  # a capture must end with every fork joined
-            main.wait_event(done)
+            launch()
 
 
 PLANNERS: dict = {}
@@ -287,9 +238,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
         packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile.cl))
         fused = launch(tile, packed)
         fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
-        fused.pointwise, fused.branch, fused.joins = None, False, first.joins
-        if second.joins and k + 1 < len(steps):  # its wait for the branches stays in place
-            steps[k + 1].joins = True
+        fused.pointwise = None
         steps[i] = fused
         taken.update((i, k))
     plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
@@ -522,20 +471,16 @@ def _plan_head(plan, gap, fc, x):
 
 @register_planner(BasicBlock)
 def _plan_basic(b: BasicBlock, plan, x):
-    with plan.branch():  # the projection shortcut runs alongside conv1
-        short = _plan_shortcut(b.shortcut, plan, x)
+    short = _plan_shortcut(b.shortcut, plan, x)
     y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
-    plan.join()
     return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
 
 
 @register_planner(Bottleneck)
 def _plan_bottleneck(b: Bottleneck, plan, x):
-    with plan.branch():  # the projection shortcut runs alongside conv1 and conv2
-        short = _plan_shortcut(b.shortcut, plan, x)
+    short = _plan_shortcut(b.shortcut, plan, x)
     y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
     y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
-    plan.join()
     return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
 
 

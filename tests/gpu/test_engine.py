@@ -199,25 +199,3 @@ def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monk
              if k.startswith("head_path")]                   # the classifier head, timed too
     assert len(heads) == 1 and heads[0]["fused_us"] > 0 and heads[0]["two_us"] > 0
     assert heads[0]["fused"] == any("gap + linear" in lb for lb in labels)
-
-
-@pytest.mark.parametrize("name", ["resnet18_imagenet", "resnet50"])
-def test_projection_shortcuts_run_on_a_branch(rng, name):
-    """A residual block's projection shortcut forks onto the side stream and the launch
-    adding it waits for it; graph replay and eager runs both match the model."""
-    from tensorconv.nn.models.resnet import BasicBlock, Bottleneck
-    from tensorconv.nn.layers import Identity
-
-    model = get_model(name)
-    shape = (1, 3, 64, 64)
-    x, ref = _input_and_reference(model, shape, rng)
-    projections = sum(isinstance(m, (BasicBlock, Bottleneck)) and not isinstance(m.shortcut,
-                                                                                 Identity)
-                      for m in model.modules())
-    for graph in (True, False):
-        engine = InferenceEngine(model, shape, graph=graph)
-        steps = engine.plan.steps
-        assert sum(s.branch for s in steps) == projections == sum(s.joins for s in steps)
-        for i in (i for i, s in enumerate(steps) if s.branch):  # each joins later, once
-            assert any(s.joins for s in steps[i + 1:])
-        assert rel_err(engine(x).get(), ref) < 1e-4

@@ -31,33 +31,8 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
     const int p0 = blockIdx.x * P, k0 = blockIdx.y * KB, n = blockIdx.z, tid = threadIdx.x;
     const float* xn = x + (size_t)n * C * HW;
 
-    // Whole rows of 16 bytes where both the plane and the weight rows allow it.
-    if (HW % 4 == 0) {
-        for (int i = tid; i < C * (P / 4); i += PW_THREADS) {
-            const int c = i / (P / 4), q = 4 * (i % (P / 4));
-            const bool ok = p0 + q < HW;  // HW % 4 == 0: a quad is all in or all out
-            tdcx::cp_async16(xs + c * P + q, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
-        }
-    } else {
-        for (int i = tid; i < C * P; i += PW_THREADS) {
-            const int c = i / P, q = i % P;
-            const bool ok = p0 + q < HW;
-            tdcx::cp_async4(xs + i, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
-        }
-    }
-    if (K % 4 == 0) {
-        for (int i = tid; i < C * (KB / 4); i += PW_THREADS) {
-            const int c = i / (KB / 4), j = 4 * (i % (KB / 4));
-            const bool ok = k0 + j < K;
-            tdcx::cp_async16(ws + c * KB + j, ok ? wt + (size_t)c * K + k0 + j : wt, ok);
-        }
-    } else {
-        for (int i = tid; i < C * KB; i += PW_THREADS) {
-            const int c = i / KB, j = i % KB;
-            const bool ok = k0 + j < K;
-            tdcx::cp_async4(ws + i, ok ? wt + (size_t)c * K + k0 + j : wt, ok);
-        }
-    }
+    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, PW_THREADS);
+    tdcx::stage_rows<KB>(ws, wt, C, K, k0, K, tid, PW_THREADS);
     tdcx::cp_async_commit();
     tdcx::cp_async_wait<0>();
     __syncthreads();

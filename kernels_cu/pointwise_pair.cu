@@ -100,19 +100,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(PP_THREADS) conv1x1_pair
     // Group 0: the input columns and the A slice; group 1: the B slice, which is
     // only needed after the first product.
     const float* xn = x + (size_t)n * C * HW;
-    if (HW % 4 == 0) {  // a run of 4 pixels is all in or all out
-        for (int i = tid; i < C * (P / 4); i += PP_THREADS) {
-            const int c = i / (P / 4), q = 4 * (i % (P / 4));
-            const bool ok = p0 + q < HW;
-            tdcx::cp_async16(xs + c * P + q, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
-        }
-    } else {
-        for (int i = tid; i < C * P; i += PP_THREADS) {
-            const int c = i / P, q = i % P;
-            const bool ok = p0 + q < HW;
-            tdcx::cp_async4(xs + i, ok ? xn + (size_t)c * HW + p0 + q : xn, ok);
-        }
-    }
+    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, PP_THREADS);
     for (int i = tid; i < C * (MB / 4); i += PP_THREADS) {
         const int c = i / (MB / 4), j = 4 * (i % (MB / 4));
         tdcx::cp_async16(as + c * MB + j, at + (size_t)c * CL * MB + m0 + j, true);

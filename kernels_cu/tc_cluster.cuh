@@ -1,6 +1,6 @@
 // Helpers shared by the Tucker and 1x1 kernels: cp.async copies and tile staging,
-// barriers, distributed-shared-memory loads and push reductions (sm_90), fast
-// division.
+// thread-block cluster barriers, distributed-shared-memory loads and push reductions
+// (sm_90), fast division.
 #pragma once
 
 // Clusters and distributed shared memory need sm_90; older devices get the

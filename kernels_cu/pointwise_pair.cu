@@ -14,66 +14,10 @@
 // tile and prepares the weights: A transposed (C, CL * MB) and B transposed
 // (CL * MB, JP), both zero-padded, MB = the slice (a multiple of 4), JP = J
 // rounded up to 4.
-#include "tc_cluster.cuh"
-#include "tc_common.cuh"
-
-constexpr int PP_THREADS = 256;
-
-// One block's product out[o][p] = sum_k wt[k][o] in[k][p] for o < O, p < P (both
-// multiples of 4; wt rows of O floats, in rows of P), handed to emit(o, p, float4)
-// as runs of 4 pixels.  Each thread computes 4 outputs x 4 pixels (two 16-byte
-// shared loads per 16 FMAs); with fewer such tiles than threads the reduction over
-// k is split among `ks` thread groups whose partials meet in `red` (ks x O x P
-// floats), so that small slices still keep every thread busy.  Ends with the block
-// in step only when ks > 1: the caller synchronises before reusing `red` or `in`.
-template <int P, typename Emit>
-__device__ __forceinline__ void block_product(const float* __restrict__ wt, int O,
-                                              const float* __restrict__ in, int K,
-                                              float* __restrict__ red, Emit emit)
-{
-    constexpr int PQ = P / 4;
-    const int tiles = (O / 4) * PQ, tid = threadIdx.x;
-    const int ks = tiles >= PP_THREADS ? 1 : PP_THREADS / tiles;
-    const int kc = (K + ks - 1) / ks;
-    for (int t = tid; t < tiles * ks; t += PP_THREADS) {
-        const int s = t / tiles, tile = t - s * tiles;
-        const int o = 4 * (tile / PQ), p = 4 * (tile % PQ);
-        const int k_end = min(K, (s + 1) * kc);
-        float acc[4][4] = {};
-#pragma unroll 4
-        for (int k = s * kc; k < k_end; ++k) {
-            const float4 w4 = *reinterpret_cast<const float4*>(wt + k * O + o);
-            const float4 v4 = *reinterpret_cast<const float4*>(in + k * P + p);
-            const float wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(wv[i], xv[j], acc[i][j]);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float4 v = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-            if (ks == 1)
-                emit(o + i, p, v);
-            else
-                *reinterpret_cast<float4*>(red + (s * O + o + i) * P + p) = v;
-        }
-    }
-    if (ks == 1) return;
-    __syncthreads();
-    for (int e = tid; e < O * PQ; e += PP_THREADS) {
-        const int o = e / PQ, p = 4 * (e % PQ);
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s = 0; s < ks; ++s) {  // in split order: deterministic
-            const float4 r = *reinterpret_cast<const float4*>(red + (s * O + o) * P + p);
-            v.x += r.x; v.y += r.y; v.z += r.z; v.w += r.w;
-        }
-        emit(o, p, v);
-    }
-}
+#include "tc_chain.cuh"
 
 template <int P, int CL>
-__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(PP_THREADS) conv1x1_pair(
+__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1x1_pair(
     const float* __restrict__ x,         // (N, C, HW)
     const float* __restrict__ at,        // (C, CL * MB): A transposed, padded
     const float* __restrict__ a_bias,    // (M,) or nullptr
@@ -100,64 +44,16 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(PP_THREADS) conv1x1_pair
     // Group 0: the input columns and the A slice; group 1: the B slice, which is
     // only needed after the first product.
     const float* xn = x + (size_t)n * C * HW;
-    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, PP_THREADS);
-    for (int i = tid; i < C * (MB / 4); i += PP_THREADS) {
+    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, tc::CHAIN_THREADS);
+    for (int i = tid; i < C * (MB / 4); i += tc::CHAIN_THREADS) {
         const int c = i / (MB / 4), j = 4 * (i % (MB / 4));
         tdcx::cp_async16(as + c * MB + j, at + (size_t)c * CL * MB + m0 + j, true);
     }
     tdcx::cp_async_commit();
-    const float* bslice = bt + (size_t)m0 * JP;
-    for (int i = 4 * tid; i < MB * JP; i += 4 * PP_THREADS)
-        tdcx::cp_async16(bs + i, bslice + i, true);
+    tc::stage_flat(bs, bt + (size_t)m0 * JP, MB * JP);
     tdcx::cp_async_commit();
-    tdcx::cp_async_wait<1>();
-    __syncthreads();
-
-    // y slice: epilogue, store, and keep it (zero outside the image and past M).
-    block_product<P>(as, MB, xs, C, red, [&](int o, int p, float4 v) {
-        const int m = m0 + o;
-        float vals[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int pix = p0 + p + i;
-            float out = 0.f;
-            if (m < M && pix < HW) {
-                const size_t idx = ((size_t)n * M + m) * HW + pix;
-                out = tc::conv_epilogue(vals[i], a_bias, m, residual, idx, relu1);
-                y[idx] = out;
-            }
-            ys[o * P + p + i] = out;
-        }
-    });
-    tdcx::cp_async_wait<0>();
-    __syncthreads();
-
-    // z: this slice's partial sums; alone (CL = 1) they are the result.
-    if constexpr (CL == 1) {
-        block_product<P>(bs, JP, ys, MB, red, [&](int j, int p, float4 v) {
-            if (j >= J) return;
-            const float vals[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int pix = p0 + p + i;
-                const size_t idx = ((size_t)n * J + j) * HW + pix;
-                if (pix < HW) z[idx] = tc::conv_epilogue(vals[i], b_bias, j, nullptr, idx, relu2);
-            }
-        });
-    } else {
-        push.ready();
-        block_product<P>(bs, JP, ys, MB, red, [&](int j, int p, float4 v) {
-            push.template push<4>(j * P + p, reinterpret_cast<const float*>(&v));
-        });
-        push.wait();
-        const int owned = push.count(JP * P), base = push.rank * push.share;
-        for (int e = tid; e < owned; e += PP_THREADS) {
-            const int idx = base + e, j = idx / P, pix = p0 + idx % P;
-            const size_t at_z = ((size_t)n * J + j) * HW + pix;
-            if (j < J && pix < HW)
-                z[at_z] = tc::conv_epilogue(push.sum(e), b_bias, j, nullptr, at_z, relu2);
-        }
-    }
+    tc::chain_1x1<P, CL>(xs, C, as, ys, bs, MB, red, push, n, p0, m0,
+                         {a_bias, residual, y, b_bias, z, HW, M, J, JP, relu1, relu2});
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses

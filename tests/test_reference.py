@@ -199,3 +199,35 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
         pair.conv1x1_pair(x, w1, w2, b2=b2[:2].copy())
     with pytest.raises(ValueError, match="y_out and z_out are supported on the GPU"):
         pair.conv1x1_pair(x, w1, w2, z_out=np.empty((2, 3, 3, 4), np.float32))
+
+
+def test_tucker_tail_numpy_path_layout_and_checks(rng):
+    """ops.tucker_tail on NumPy is the core convolution then the two 1x1s with their
+    epilogues (or one, without w_next); packed weights are zero-padded transposes."""
+    from tensorconv.ops import tucker_tail as tail
+
+    u = rng.standard_normal((2, 5, 7, 6)).astype(np.float32)
+    core = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    w_last = rng.standard_normal((9, 6, 1, 1)).astype(np.float32)
+    w_next = rng.standard_normal((3, 9, 1, 1)).astype(np.float32)
+    b_last = rng.standard_normal(9).astype(np.float32)
+    r = rng.standard_normal((2, 9, 4, 3)).astype(np.float32)
+    t = reference.conv2d(u, core, stride=2, padding=1)
+    y_ref = np.maximum(reference.conv2d(t, w_last, b_last) + r, 0)
+    y, z = tail.tucker_tail(u, core, 2, 1, w_last, w_next, b_last, residual=r, relu1=True)
+    assert np.allclose(y, y_ref, atol=1e-4) and np.allclose(z, reference.conv2d(y_ref, w_next),
+                                                            atol=1e-4)
+    assert tail.tucker_tail(u, core, 2, 1, w_last)[1] is None
+    wct, at, bt = tail.pack_weights(core, w_last, w_next)
+    assert wct.shape == (45, 8) and at.shape == (8, 12) and bt.shape == (12, 4)
+    assert np.array_equal(wct[:, :6], core.reshape(6, 45).T) and not wct[:, 6:].any()
+    assert np.array_equal(at[:6, :9], w_last[:, :, 0, 0].T) and not at[6:].any()
+    assert np.array_equal(bt[:9, :3], w_next[:, :, 0, 0].T) and not bt[:, 3:].any()
+    with pytest.raises(ValueError, match="w_last must take the core's 6 output channels"):
+        tail.tucker_tail(u, core, 1, 1, w_last[:, :5].copy())
+    with pytest.raises(ValueError, match="w_next must take w_last's 9 output channels"):
+        tail.tucker_tail(u, core, 1, 1, w_last, w_next[:, :8].copy())
+    with pytest.raises(ValueError, match="core stride must be 1 or 2"):
+        tail.tucker_tail(u, core, 3, 1, w_last)
+    with pytest.raises(ValueError, match="b_next needs w_next"):
+        tail.tucker_tail(u, core, 1, 1, w_last, b_next=b_last)

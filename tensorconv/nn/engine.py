@@ -58,11 +58,13 @@ class Plan:
         self.buffers.append(array)
         return array
 
-    def add(self, launch, label: str = "", pointwise: "PointwiseStep | None" = None) -> None:
+    def add(self, launch, label: str = "", pointwise: "PointwiseStep | None" = None,
+            core: "CoreStep | None" = None) -> None:
         """Append a launch; ``label`` names it in per-launch profiles; ``pointwise``
-        describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain."""
+        describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain,
+        ``core`` a Tucker core convolution that a plan pass may fuse with what follows."""
         launch.label = label
-        launch.pointwise = pointwise
+        launch.pointwise, launch.core, launch.pair = pointwise, core, None
         self.steps.append(launch)
 
     def run(self) -> None:
@@ -183,6 +185,27 @@ class PointwiseStep:
     geom: object
 
 
+@dataclass(frozen=True)
+class CoreStep:
+    """A planned Tucker core convolution ``out = conv(u, w, stride, padding)``."""
+
+    u: object
+    w: object
+    stride: tuple
+    padding: tuple
+    out: object
+
+
+PLAN_PASSES: list = []
+
+
+def register_plan_pass(fn):
+    """Decorator: ``fn(plan)`` rewrites a finished plan (in registration order)."""
+    PLAN_PASSES.append(fn)
+    return fn
+
+
+@register_plan_pass
 def fuse_pointwise_pairs(plan: Plan) -> None:
     """Run each 1x1 convolution that reads another's output in the same launch as that
     one (``ops.pointwise_pair``) where that was timed faster than the two launches.
@@ -238,7 +261,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
         packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile.cl))
         fused = launch(tile, packed)
         fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
-        fused.pointwise = None
+        fused.pointwise, fused.core, fused.pair = None, None, (a, b)
         steps[i] = fused
         taken.update((i, k))
     plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
@@ -561,7 +584,8 @@ class InferenceEngine:
             self.input = self.plan.alloc(self.input_shape)
             self.input[...] = 0
             self.output = plan_module(model, self.plan, self.input)
-            fuse_pointwise_pairs(self.plan)
+            for rewrite in PLAN_PASSES:
+                rewrite(self.plan)
             self.plan.run()  # compile kernels, size workspaces: nothing is allocated in capture
             self.plan.run()
             self.stream.synchronize()

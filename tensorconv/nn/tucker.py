@@ -164,7 +164,8 @@ def _ranks(conv, frac, multiple):
 
 # ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (cluster or tf32x3) -> 1x1
 # (BN, residual and ReLU in the last 1x1's epilogue), or as one fused launch where that was
-# timed faster
+# timed faster; once the plan is complete, a core and the 1x1s after it (the layer's last,
+# chained with the next layer's first) become one launch where they fit and that was faster
 def _register_engine_planner():
     from dataclasses import asdict
 
@@ -193,7 +194,8 @@ def _register_engine_planner():
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
                                                     variant=variant, tile=tile, out=z, **prepared),
-                     f"{variant} core {tuple(w.shape)} {tile}")
+                     f"{variant} core {tuple(w.shape)} {tile}",
+                     core=engine.CoreStep(y, w, geom.stride, geom.padding, z))
         return engine.plan_conv(m.last, plan, z, bn=bn, relu=relu, residual=residual)
 
     @engine.register_conv_planner(TuckerConv2d)
@@ -243,6 +245,67 @@ def _register_engine_planner():
                                             residual=residual, relu=relu, tile=tile, out=out),
                  f"fused tucker {m.ranks} on {tuple(x.shape)} {tile}")
         return out
+
+    @engine.register_plan_pass
+    def fuse_tucker_tails(plan: engine.Plan) -> None:
+        """Run a Tucker core and the launch after it that reads its output — the layer's
+        last 1x1, or that 1x1 chained with the next layer's first — as one launch
+        (``ops.tucker_tail``) where all their weights fit one block and that was timed
+        faster.  With ``plan.tune`` every tile and the two launches are timed and the
+        verdict kept in the tune cache ("tucker_tail"); untuned plans follow a stored
+        verdict only."""
+        from tensorconv.ops import tucker_tail as tail
+
+        steps, i = plan.steps, 0
+        while i + 1 < len(steps):
+            first, second = steps[i], steps[i + 1]
+            c = first.core
+            last, nxt = second.pair or (second.pointwise, None)
+            if c is None or last is None or last.x is not c.out:
+                i += 1
+                continue
+            core_geom = conv_geometry(c.u.shape, c.w.shape, c.stride, c.padding)
+            rows, d2, m = core_geom.c * core_geom.r * core_geom.s, core_geom.k, last.geom.k
+            j = 0 if nxt is None else nxt.geom.k
+            tiles = tail.fitting_tiles(rows, d2, m, j)
+            key = cache.make_key("tucker_tail", "tucker_tail.cu",
+                                 f"{core_geom}|{last.geom}|{None if nxt is None else nxt.geom}|"
+                                 f"res{last.residual is not None}")
+            verdict = cache.lookup(key) if tiles else None
+            if not tiles or (verdict is None and not plan.tune) or \
+                    (verdict is not None and not verdict["tail"]):
+                i += 1
+                continue
+
+            def launch(tile, packed, c=c, last=last, nxt=nxt):
+                return lambda: tail.tucker_tail(
+                    c.u, c.w, c.stride, c.padding, last.w, None if nxt is None else nxt.w,
+                    last.b, None if nxt is None else nxt.b, residual=last.residual,
+                    relu1=last.relu, relu2=nxt is not None and nxt.relu, tile=tile,
+                    packed=packed, y_out=last.out, z_out=None if nxt is None else nxt.out)
+
+            def pack(c=c, last=last, nxt=nxt):
+                return tail.pack_weights(c.w, last.w, None if nxt is None else nxt.w)
+
+            if verdict is None:
+                times = {t: bench.time_graph(launch(t, pack()), repeat=10).median_us
+                         for t in tiles}
+                best = min(times, key=times.get)
+                verdict = {"tile": best.p, "tail_us": times[best],
+                           "two_us": bench.time_graph(lambda: (first(), second()),
+                                                      repeat=10).median_us}
+                verdict["tail"] = verdict["tail_us"] < verdict["two_us"]
+                cache.store(key, verdict)
+                if not verdict["tail"]:
+                    i += 1
+                    continue
+            tile = tail.TailTile(verdict["tile"])
+            fused_step = launch(tile, tuple(None if a is None else plan.keep(a) for a in pack()))
+            fused_step.label = (f"tucker tail {tuple(c.w.shape)} -> {m}"
+                                f"{f' -> {j}' if nxt is not None else ''} {tile}")
+            fused_step.pointwise = fused_step.core = fused_step.pair = None
+            steps[i:i + 2] = [fused_step]
+            i += 1
 
 
 _register_engine_planner()

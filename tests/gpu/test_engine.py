@@ -160,6 +160,11 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
     if sum(not p["fused"] for p in paths):
         assert pairs and all(v["pair_us"] > 0 and v["two_us"] > 0 for v in pairs)
     assert sum("pointwise pair" in lb for lb in labels) >= sum(v["pair"] for v in pairs)
+    tails = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+             if k.startswith("tucker_tail")]                     # cores with the 1x1s after
+    if sum(not p["fused"] for p in paths):
+        assert tails and all(v["tail_us"] > 0 and v["two_us"] > 0 for v in tails)
+    assert sum("tucker tail" in lb for lb in labels) >= sum(v["tail"] for v in tails)
 
 
 @pytest.mark.parametrize("tile", [(16, 1), (8, 2), (4, 4)], ids=str)
@@ -199,3 +204,27 @@ def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monk
              if k.startswith("head_path")]                   # the classifier head, timed too
     assert len(heads) == 1 and heads[0]["fused_us"] > 0 and heads[0]["two_us"] > 0
     assert heads[0]["fused"] == any("gap + linear" in lb for lb in labels)
+
+
+@pytest.mark.parametrize("tile", [4, 16], ids=str)
+def test_engine_runs_tucker_tails_where_the_cache_says_so(rng, tile, tmp_path, monkeypatch):
+    """Forced "pair" and "tail" verdicts: every Tucker layer's core runs in one launch with
+    its last 1x1 and the next layer's first (the last layer's with its own 1x1 only); the
+    result matches the model."""
+    from tensorconv.nn.tucker import TuckerConv2d, tuckerize, uniform_ranks
+    from tensorconv.tuning import cache
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    lookup = cache.lookup
+    forced = {"pointwise_pair": {"pair": True, "tile": [16, 1]},
+              "tucker_tail": {"tail": True, "tile": tile}}
+    monkeypatch.setattr(cache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
+    model = get_model("resnet20")
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
+    labels = [s.label for s in engine.plan.steps]
+    layers = sum(isinstance(m, TuckerConv2d) for m in model.modules())
+    assert sum("tucker tail" in lb for lb in labels) == layers
+    assert sum(lb.count("->") == 1 for lb in labels if "tucker tail" in lb) == 1  # the last
+    assert not any("pointwise pair" in lb or " core " in lb for lb in labels)
+    assert err < 1e-4

@@ -152,14 +152,15 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
                  if k.startswith("pointwise_path")]              # the three launches' 1x1 convs
     if not all(p["fused"] for p in paths):
         assert pointwise and all(v["pointwise_us"] > 0 and v["general_us"] > 0 for v in pointwise)
-    # a verdict may cover many convolutions; a chained pair runs two of them
-    assert (sum("pointwise" in lb for lb in labels) + sum("pointwise pair" in lb for lb in labels)
-            >= sum(v["pointwise"] for v in pointwise))
+    # a 1x1 the pointwise kernel won runs on it alone, or chained in a pair or a Tucker tail
+    if any(v["pointwise"] for v in pointwise):
+        assert any("pointwise" in lb or "tucker tail" in lb for lb in labels)
     pairs = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
              if k.startswith("pointwise_pair")]                  # consecutive layers' 1x1 pairs
     if sum(not p["fused"] for p in paths):
         assert pairs and all(v["pair_us"] > 0 and v["two_us"] > 0 for v in pairs)
-    assert sum("pointwise pair" in lb for lb in labels) >= sum(v["pair"] for v in pairs)
+    if any(v["pair"] for v in pairs):                            # a pair may join a tail
+        assert any("pointwise pair" in lb or "tucker tail" in lb for lb in labels)
     tails = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
              if k.startswith("tucker_tail")]                     # cores with the 1x1s after
     if sum(not p["fused"] for p in paths):

@@ -26,8 +26,18 @@ _FILE = "pointwise_pair.cu"
 _THREADS = 256
 
 
-def _up4(v: int) -> int:
+def up4(v: int) -> int:
+    """``v`` rounded up to a multiple of 4 (the kernels' padded widths)."""
     return -(-v // 4) * 4
+
+
+def product_scratch_floats(o: int, p: int) -> int:
+    """Shared floats ``tc::block_product`` (kernels_cu/tc_chain.cuh) needs for ``o``
+    outputs x ``p`` pixels: its split partials, ks x o x p, when it splits the reduction
+    (fewer 4x4 output tiles than threads), else none."""
+    tiles = o // 4 * p // 4
+    ks = 1 if tiles >= _THREADS else _THREADS // tiles
+    return ks * o * p if ks > 1 else 0
 
 
 @dataclass(frozen=True)
@@ -40,23 +50,17 @@ class PairTile:
 
     def slice(self, m: int) -> int:
         """Middle channels per block: ceil(m / cl) rounded up to a multiple of 4."""
-        return _up4(-(-m // self.cl))
+        return up4(-(-m // self.cl))
 
     def share(self, j: int) -> int:
         """Partial sums of z each block of a cluster owns (``tdcx::PushReduce``)."""
-        return _up4(-(-_up4(j) * self.p // self.cl))
-
-    def _red_floats(self, o: int) -> int:
-        # block_product's split partials: ks x o x p floats when it splits the reduction
-        tiles = o // 4 * self.p // 4
-        ks = 1 if tiles >= _THREADS else _THREADS // tiles
-        return ks * o * self.p if ks > 1 else 0
+        return up4(-(-up4(j) * self.p // self.cl))
 
     def slots_offset(self, c: int, m: int, j: int) -> int:
         """Float offset of the push slots: after x, A and y slices, the B slice and the
         split partials (the layout ``conv1x1_pair`` computes)."""
-        mb, jp = self.slice(m), _up4(j)
-        red = max(self._red_floats(mb), self._red_floats(jp))
+        mb, jp = self.slice(m), up4(j)
+        red = max(product_scratch_floats(mb, self.p), product_scratch_floats(jp, self.p))
         return c * self.p + c * mb + mb * self.p + mb * jp + red
 
     def smem_bytes(self, c: int, m: int, j: int) -> int:
@@ -99,7 +103,7 @@ def default_tile(c: int, m: int, j: int, hw: int, n: int, sm_count: int = 132) -
     def cost(t: PairTile) -> float:
         mb = t.slice(m)
         waves = -(-int(np.prod(t.grid(hw, n))) // sm_count)
-        per_block = t.p * mb * (c + _up4(j)) / _THREADS + (c * (t.p + mb) + mb * _up4(j)) / 16
+        per_block = t.p * mb * (c + up4(j)) / _THREADS + (c * (t.p + mb) + mb * up4(j)) / 16
         return waves * per_block
     tiles = fitting_tiles(c, m, j)
     if not tiles:
@@ -117,7 +121,7 @@ def pack_weights(w1, w2, cl: int):
     mp = cl * PairTile(4, cl).slice(m)
     at = xp.zeros((c, mp), np.float32)
     at[:, :m] = w1.reshape(m, c).T
-    bt = xp.zeros((mp, _up4(j)), np.float32)
+    bt = xp.zeros((mp, up4(j)), np.float32)
     bt[:m, :j] = w2.reshape(j, m).T
     return at, bt
 
@@ -182,10 +186,10 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     if packed is None:
         packed = pack_weights(w1, w2, tile.cl)
     at, bt = packed
-    if tuple(at.shape) != (c, tile.cl * mb) or tuple(bt.shape) != (tile.cl * mb, _up4(j)):
+    if tuple(at.shape) != (c, tile.cl * mb) or tuple(bt.shape) != (tile.cl * mb, up4(j)):
         raise ValueError(f"packed weights are for another tile or shape: at {tuple(at.shape)}, "
                          f"bt {tuple(bt.shape)}; expected {(c, tile.cl * mb)}, "
-                         f"{(tile.cl * mb, _up4(j))}")
+                         f"{(tile.cl * mb, up4(j))}")
     y = dense.output_buffer(xp, y_out, g1.output_shape, "y_out")
     z = dense.output_buffer(xp, z_out, g2.output_shape, "z_out")
     kernel = cuda.get_kernel(_FILE, f"conv1x1_pair<{tile.p}, {tile.cl}>")
@@ -195,7 +199,7 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     opt = lambda a: null if a is None else a  # noqa: E731
     kernel(tile.grid(hw, g1.n), (_THREADS,), (
         x, at, opt(b1), opt(residual), y, bt, opt(b2), z,
-        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(_up4(j)), i32(bool(relu1)),
+        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(up4(j)), i32(bool(relu1)),
         i32(bool(relu2)), i32(tile.slots_offset(c, m, j)),
         cuda.fast_div(tile.share(j) if tile.cl > 1 else 1)),  # no slots without a cluster
         shared_mem=smem)

@@ -20,21 +20,11 @@ from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry, check_array, check_conv_args, conv_geometry
 from tensorconv.ops import conv as dense
 from tensorconv.ops import pointwise
+from tensorconv.ops.pointwise_pair import product_scratch_floats, up4
 
 _FILE = "tucker_tail.cu"
 _THREADS = 256
 MAX_FILTER = 7
-
-
-def _up4(v: int) -> int:
-    return -(-v // 4) * 4
-
-
-def _red_floats(o: int, p: int) -> int:
-    """``tc::block_product``'s split partials for ``o`` outputs x ``p`` pixels."""
-    tiles = o // 4 * p // 4
-    ks = 1 if tiles >= _THREADS else _THREADS // tiles
-    return ks * o * p if ks > 1 else 0
 
 
 @dataclass(frozen=True)
@@ -46,8 +36,8 @@ class TailTile:
     def smem_bytes(self, k: int, d2: int, m: int, j: int) -> int:
         """Columns (k = D1 R S rows), core weights, core outputs, A, y, B and the split
         partials: the layout ``tucker_tail`` computes."""
-        p, d2p, mp, jp = self.p, _up4(d2), _up4(m), _up4(j)
-        red = max(_red_floats(d2p, p), _red_floats(mp, p), _red_floats(jp, p) if j else 0)
+        p, d2p, mp, jp = self.p, up4(d2), up4(m), up4(j)
+        red = max(product_scratch_floats(o, p) for o in (d2p, mp, jp) if o)
         return 4 * (k * p + k * d2p + d2p * p + d2p * mp + mp * p + mp * jp + red)
 
     def grid(self, hw_out: int, n: int) -> tuple[int, int, int]:
@@ -100,14 +90,14 @@ def pack_weights(w_core, w_last, w_next=None):
     xp = backend.array_module(w_core)
     d2, k = w_core.shape[0], int(np.prod(w_core.shape[1:]))
     m = w_last.shape[0]
-    wct = xp.zeros((k, _up4(d2)), np.float32)
+    wct = xp.zeros((k, up4(d2)), np.float32)
     wct[:, :d2] = w_core.reshape(d2, k).T
-    at = xp.zeros((_up4(d2), _up4(m)), np.float32)
+    at = xp.zeros((up4(d2), up4(m)), np.float32)
     at[:d2, :m] = w_last.reshape(m, d2).T
     if w_next is None:
         return wct, at, None
     j = w_next.shape[0]
-    bt = xp.zeros((_up4(m), _up4(j)), np.float32)
+    bt = xp.zeros((up4(m), up4(j)), np.float32)
     bt[:m, :j] = w_next.reshape(j, m).T
     return wct, at, bt
 
@@ -189,7 +179,7 @@ def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_
     if packed is None:
         packed = pack_weights(w_core, w_last, w_next)
     wct, at, bt = packed
-    shapes = ((k, _up4(d2)), (_up4(d2), _up4(m)), None if nxt is None else (_up4(m), _up4(j)))
+    shapes = ((k, up4(d2)), (up4(d2), up4(m)), None if nxt is None else (up4(m), up4(j)))
     got = tuple(None if a is None else tuple(a.shape) for a in packed)
     if got != shapes:
         raise ValueError(f"packed weights have shapes {got}; expected {shapes}")
@@ -204,6 +194,6 @@ def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_
     kernel(tile.grid(hw_out, core.n), (_THREADS,), (
         u, wct, at, opt(b_last), opt(residual), y, opt(bt), opt(b_next), opt(z),
         i32(core.c), i32(core.h), i32(core.w), i32(core.ow), i32(hw_out),
-        i32(core.padding[0]), i32(core.padding[1]), i32(_up4(d2)), i32(m), i32(_up4(m)),
-        i32(j), i32(_up4(j) if j else 0), i32(bool(relu1)), i32(bool(relu2))), shared_mem=smem)
+        i32(core.padding[0]), i32(core.padding[1]), i32(up4(d2)), i32(m), i32(up4(m)),
+        i32(j), i32(up4(j) if j else 0), i32(bool(relu1)), i32(bool(relu2))), shared_mem=smem)
     return y, z

@@ -149,6 +149,8 @@ def test_tuckerize_budget_and_errors():
         TuckerConv2d(8, 8, 3, (9, 2))
     with pytest.raises(ValueError, match="reduction"):
         uniform_ranks(get_model("resnet20"), 1.5, (1, 3, 32, 32))
+    with pytest.raises(ValueError, match=r"out of reach .*at most 4\d"):  # 3x3 convs alone
+        uniform_ranks(get_model("resnet50"), 0.6, (1, 3, 64, 64))
 
 
 def test_calibration_reproduces_from_the_committed_tile_times():

@@ -149,6 +149,11 @@ def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1) ->
         return macs
 
     lo, hi = 1e-3, 1.0
+    if total(lo) > target:  # rank-1 cores everywhere would still miss it
+        reach = 1 - total(lo) / base["macs"]
+        raise ValueError(f"a {reduction:.0%} MAC reduction is out of reach by decomposing the "
+                         f"{len(convs)} candidate convolutions (at most {reach:.1%}, with "
+                         f"rank-1 cores)")
     for _ in range(40):  # bisection on the shared fraction
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if total(mid) < target else (lo, mid)

@@ -112,6 +112,11 @@ def measure(rs: ResultSet, name: str, quick: bool) -> None:
     rs.add(case, "ours-tucker/ours-original", "speedup", times["ours-original"] / times["ours-tucker"], "x")
 
 
+def measured_at(row: dict) -> str:
+    """The commit a network was measured at, from its ``mac_reduction`` row's note."""
+    return re.search(r"commit (\w+)", row["note"])[1]
+
+
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
@@ -140,7 +145,7 @@ def main(argv=None) -> int:
                          ("Checks", long_markdown([r for r in rows if r["metric"] not in
                                                    ("latency_us", "speedup")])),
                          ("Measured at", "\n".join(
-                             f"- {r['case']}: commit `{re.search(r'commit (\w+)', r['note'])[1]}`"
+                             f"- {r['case']}: commit `{measured_at(r)}`"
                              for r in rows if r["metric"] == "mac_reduction")),
                          ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
 

@@ -112,3 +112,16 @@ def check_conv_args(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         if bias.shape[0] != geom.k:
             raise ValueError(f"bias has {bias.shape[0]} entries; w has {geom.k} output channels")
     return geom
+
+
+def core_conv_issue(geom: ConvGeometry, kernel: str, max_filter: int) -> str | None:
+    """Why ``kernel`` (its name, for the message) cannot run the core convolution ``geom``
+    — filters up to ``max_filter`` square, stride 1 or 2 equal in both axes, no dilation
+    or groups, as every Tucker core kernel requires — or None."""
+    if geom.r > max_filter or geom.s > max_filter:
+        return f"the {kernel} takes filters up to {max_filter}x{max_filter}, not {geom.r}x{geom.s}"
+    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
+        return f"the {kernel} takes stride 1 or 2 (equal in both axes), not {geom.stride}"
+    if geom.dilation != (1, 1) or geom.groups != 1:
+        return f"the {kernel} supports neither dilation nor groups"
+    return None

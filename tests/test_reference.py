@@ -227,7 +227,7 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
         tail.tucker_tail(u, core, 1, 1, w_last[:, :5].copy())
     with pytest.raises(ValueError, match="w_next must take w_last's 9 output channels"):
         tail.tucker_tail(u, core, 1, 1, w_last, w_next[:, :8].copy())
-    with pytest.raises(ValueError, match="core stride must be 1 or 2"):
+    with pytest.raises(ValueError, match="Tucker tail takes stride 1 or 2"):
         tail.tucker_tail(u, core, 3, 1, w_last)
     with pytest.raises(ValueError, match="b_next needs w_next"):
         tail.tucker_tail(u, core, 1, 1, w_last, b_next=b_last)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import ConvGeometry, check_array, check_conv_args
+from tensorconv.checks import ConvGeometry, check_array, check_conv_args, core_conv_issue
 from tensorconv.ops import conv as dense
 from tensorconv.ops import tucker_tf32x3 as tf32x3
 
@@ -148,14 +148,7 @@ CLUSTER_MAX_FILTER = 7
 
 def cluster_supported(geom: ConvGeometry) -> str | None:
     """None when the ``"cluster"`` kernel runs ``geom``; otherwise the reason it cannot."""
-    if geom.r > CLUSTER_MAX_FILTER or geom.s > CLUSTER_MAX_FILTER:
-        return (f"the cluster kernel takes filters up to {CLUSTER_MAX_FILTER}x"
-                f"{CLUSTER_MAX_FILTER}, not {geom.r}x{geom.s}")
-    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
-        return f"the cluster kernel takes stride 1 or 2 (equal in both axes), not {geom.stride}"
-    if geom.dilation != (1, 1) or geom.groups != 1:
-        return "the cluster kernel supports neither dilation nor groups"
-    return None
+    return core_conv_issue(geom, "cluster kernel", CLUSTER_MAX_FILTER)
 
 
 def _check_cluster_tile(tile: ClusterTile, geom: ConvGeometry) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import ConvGeometry, check_array, conv_geometry
+from tensorconv.checks import ConvGeometry, check_array, conv_geometry, core_conv_issue
 from tensorconv.ops import conv as dense
 from tensorconv.ops.tucker import check_smem
 
@@ -132,12 +132,8 @@ def pack_weights(u1, core, u3, bias, cluster: int, xp=None) -> PackedWeights:
 
 def fused_supported(geom: ConvGeometry) -> str | None:
     """None when the fused kernel takes the core geometry ``geom``; otherwise why not."""
-    if geom.r > MAX_FILTER or geom.s > MAX_FILTER:
-        return f"the fused Tucker layer takes cores up to {MAX_FILTER}x{MAX_FILTER}"
-    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
-        return f"the fused Tucker layer takes stride 1 or 2, not {geom.stride}"
-    if geom.dilation != (1, 1) or geom.groups != 1:
-        return "the fused Tucker layer supports neither dilation nor groups"
+    if (why := core_conv_issue(geom, "fused Tucker layer", MAX_FILTER)) is not None:
+        return why
     if backend.gpu_available() and backend.device_facts().compute_capability < (9, 0):
         return "the fused Tucker layer needs thread-block clusters (sm_90)"
     return None

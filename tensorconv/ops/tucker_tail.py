@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import ConvGeometry, check_array, check_conv_args, conv_geometry
+from tensorconv.checks import (ConvGeometry, check_array, check_conv_args, conv_geometry,
+                               core_conv_issue)
 from tensorconv.ops import conv as dense
 from tensorconv.ops import pointwise
 from tensorconv.ops.pointwise_pair import product_scratch_floats, up4
@@ -50,12 +51,8 @@ TILES = tuple(TailTile(p) for p in (4, 8, 16, 32, 64))
 def supported(core: ConvGeometry, last: ConvGeometry, nxt: ConvGeometry | None) -> str | None:
     """Why the kernel cannot run ``core`` -> ``last`` (-> ``nxt``); None when it can (wide
     layers may still not fit in shared memory: :func:`fitting_tiles`)."""
-    if core.r > MAX_FILTER or core.s > MAX_FILTER:
-        return f"the core filter must be at most {MAX_FILTER}x{MAX_FILTER}, got {core.r}x{core.s}"
-    if core.stride[0] != core.stride[1] or core.stride[0] not in (1, 2):
-        return f"the core stride must be 1 or 2 (equal in both axes), got {core.stride}"
-    if core.dilation != (1, 1) or core.groups != 1:
-        return "the core supports neither dilation nor groups"
+    if (why := core_conv_issue(core, "Tucker tail", MAX_FILTER)) is not None:
+        return why
     for name, g in (("w_last", last), ("w_next", nxt)):
         if g is not None and (why := pointwise.supported(g)) is not None:
             return f"{name} {why}"

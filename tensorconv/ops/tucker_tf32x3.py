@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import ConvGeometry
+from tensorconv.checks import ConvGeometry, core_conv_issue
 
 _FILE = "tucker_core_tf32x3.cu"
 WARP_TILES = (1, 2, 4)        # WM (16-pixel) and WN (8-channel) mma tiles per warp
@@ -113,12 +113,8 @@ class Tf32x3Tile:
 
 def supported(geom: ConvGeometry) -> str | None:
     """None when the ``"tf32x3"`` kernel runs ``geom``; otherwise the reason it cannot."""
-    if geom.r > MAX_FILTER or geom.s > MAX_FILTER:
-        return f"the tf32x3 kernel takes filters up to {MAX_FILTER}x{MAX_FILTER}, not {geom.r}x{geom.s}"
-    if geom.stride[0] != geom.stride[1] or geom.stride[0] not in (1, 2):
-        return f"the tf32x3 kernel takes stride 1 or 2 (equal in both axes), not {geom.stride}"
-    if geom.dilation != (1, 1) or geom.groups != 1:
-        return "the tf32x3 kernel supports neither dilation nor groups"
+    if (why := core_conv_issue(geom, "tf32x3 kernel", MAX_FILTER)) is not None:
+        return why
     if backend.device_facts().compute_capability < (8, 0):
         return "the tf32x3 kernel needs tf32 tensor cores (sm_80 or newer)"
     return None

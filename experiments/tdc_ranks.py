@@ -1,18 +1,26 @@
 """TDC's hardware-aware rank selection (Algorithm 1) for ResNet-18 on the H100.
 
-Measures the performance table T (latency of each 3x3 layer's Tucker form with
-our kernels — the faster of 1x1 -> cluster core -> 1x1 and the fused one-launch
-layer — for (D1, D2) in steps of 32) and the dense layers, then selects ranks at FLOPs budgets of 65/70/75/80% (of the 3x3 block convolutions' MACs for the
-hardware-aware choice, of the whole model's for the uniform one) with the
-theta = 15% rule (and without it, theta = 0), and times the resulting Tucker
-models end to end through
-our inference engine against the same budgets with uniform ranks.  ImageNet-
-style ResNet-18 at 224x224, batch 1, fp32 (the paper's Table 3 trend:
-69.70/67.86/66.59/64.81% top-1 at 66/70/76/80% — accuracy needs the training
-runs of tdc_table3, not done here).
+Measures the performance table T — the latency of each 3x3 layer's Tucker form
+for (D1, D2) in steps of 32, and of the dense layer, each as the tuned inference
+engine runs the layer alone (``tensorconv.tuning.ranks.layer_latency``: batch-1
+1x1 kernel or implicit GEMM, tuned core kernels, the core fused with its last
+1x1, the one-launch layer, whichever it timed fastest; layers of the same sizes
+measured once) — then selects ranks at FLOPs budgets of 65/70/75/80% (of the 3x3
+block convolutions' MACs for the hardware-aware choice, of the whole model's for
+the uniform one) with the theta = 15% rule (and without it, theta = 0), and times
+the resulting Tucker models end to end through the tuned engine (where a layer's
+last 1x1 may also be chained with the next layer's first, which T does not
+count) against the same budgets with uniform ranks and the dense model.
+ImageNet-style ResNet-18 at 224x224, batch 1, fp32, random weights (latency does
+not depend on their values).  The paper's Table 3 trend (69.70/67.86/66.59/64.81%
+top-1 at 66/70/76/80%) needs the training runs of tdc_table3, not done here.
+The full table is in the CSV (metric ``table_us``); ``--resume`` continues a run
+from the table checkpoint (``tdc_ranks_table.json`` beside the CSV) and the CSV.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -22,82 +30,117 @@ from tensorconv.nn import get_model
 from tensorconv.nn.engine import InferenceEngine
 from tensorconv.nn.tucker import tuckerize, uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
-from tensorconv.tuning.ranks import candidate_ranks, layer_specs, measure_table, select_ranks
+from tensorconv.tuning.ranks import layer_specs, performance_tables, select_ranks
 
 NAME = "tdc_ranks"
+MODEL, SHAPE = "resnet18_imagenet", (1, 3, 224, 224)
+
+
+def model_latency(ranks, repeat: int) -> tuple[float, int]:
+    """Median latency (µs) and launch count of ResNet-18 with ``ranks`` (None: dense)
+    through the tuned engine."""
+    cp = backend.require_cuda(NAME)
+    model = get_model(MODEL)
+    if ranks is not None:
+        tuckerize(model, ranks, decompose=False)
+    engine = InferenceEngine(model.to("gpu").eval(), SHAPE, tune=True)
+    engine(cp.asarray(np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)))
+    return engine.time(repeat=repeat).median_us, engine.launches
+
+
+def choices(specs, table, dense, budget: float) -> dict:
+    """``{variant: (ranks or None, rows to add)}`` for one budget."""
+    out = {}
+    for label, theta in (("hardware-aware", 0.15), ("hardware-aware-theta0", 0.0)):
+        try:
+            plan = select_ranks(specs, budget, table, dense, theta=theta)
+        except ValueError as exc:
+            out[label] = (None, [("infeasible", 1, "flag", str(exc))])
+            continue
+        out[label] = (plan.ranks, [
+            ("dense_layers_kept", len(plan.dense), "count", ", ".join(plan.dense) or "none"),
+            ("table_latency_sum", plan.latency, "us",
+             f"dense layers sum {plan.dense_latency:.0f} us")])
+    out["uniform"] = (uniform_ranks(get_model(MODEL), budget, SHAPE, multiple=8), [])
+    return out
 
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--budgets", default="0.65,0.70,0.75,0.80")
     p.add_argument("--step", type=int, default=32)
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the table checkpoint and the rows already in the CSV")
     args = p.parse_args(argv)
-    cp = backend.require_cuda(NAME)
-    shape = (1, 3, 224, 224)
-    specs = layer_specs(get_model("resnet18_imagenet"), shape)
+    backend.require_cuda(NAME)
     from tqdm import tqdm
 
-    table, dense = {}, {}
-    for s in tqdm(specs, desc="performance table"):
-        cands = candidate_ranks(s, args.step)
-        if args.quick:
-            cands = cands[::4]
-        dense[s.name], table[s.name] = measure_table(s, cands, repeat=5 if args.quick else 20)
+    paths = outputs(NAME, args.out)
+    checkpoint = paths["csv"].parent / f"{NAME}_table.json"
     env = bench.environment()
     rs = ResultSet(NAME, env)
+    if args.resume and paths["csv"].exists():
+        for r in read_csv(paths["csv"]):
+            if r["metric"] not in ("layer_us", "table_us"):  # these come from the table
+                paper = None if math.isnan(r["paper_value"]) else r["paper_value"]
+                rs.add(r["case"], r["variant"], r["metric"], r["value"], r["unit"], paper,
+                       r["note"])
+    elif checkpoint.exists():
+        checkpoint.unlink()  # a fresh run: an old table may predate today's kernels
+    specs = layer_specs(get_model(MODEL), SHAPE)
+    table, dense = performance_tables(specs, args.step, thin=4 if args.quick else 1,
+                                      repeat=5 if args.quick else 20, checkpoint=checkpoint)
     for s in specs:
-        best = min(table[s.name].values())
+        best = min(table[s.name], key=table[s.name].get)
         rs.add(s.name, "dense", "layer_us", dense[s.name], "us")
-        rs.add(s.name, "tucker-fastest", "layer_us", best, "us",
-               note=f"{len(table[s.name])} rank pairs timed")
-    x = cp.asarray(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
-    reps = dict(repeat=20 if args.quick else 100)
-    for budget in (float(b) for b in args.budgets.split(",")):
-        case = f"budget{round(100 * budget)}"
-        plans = {"hardware-aware": None, "hardware-aware-theta0": None, "uniform": None}
-        for label, theta in (("hardware-aware", 0.15), ("hardware-aware-theta0", 0.0)):
-            try:
-                plan = select_ranks(specs, budget, table, dense, theta=theta)
-                plans[label] = plan.ranks
-                rs.add(case, label, "dense_layers_kept", len(plan.dense), "count",
-                       note=", ".join(plan.dense) or "none")
-                rs.add(case, label, "table_latency_sum", plan.latency, "us",
-                       note=f"dense layers sum {plan.dense_latency:.0f} us")
-            except ValueError as exc:
-                rs.add(case, label, "infeasible", 1, "flag", note=str(exc))
-        plans["uniform"] = uniform_ranks(get_model("resnet18_imagenet"), budget, shape,
-                                         multiple=8)
-        for label, ranks in plans.items():
+        rs.add(s.name, "tucker-fastest", "layer_us", table[s.name][best], "us",
+               note=f"at ranks {best}; {len(table[s.name])} rank pairs timed")
+        for (d1, d2), us in table[s.name].items():
+            rs.add(s.name, f"{d1}x{d2}", "table_us", us, "us")
+    # a variant's rows reach the CSV together, after its model was timed
+    done = {(r["case"], r["variant"]) for r in rs.rows
+            if r["metric"] in ("model_latency_us", "infeasible")}
+    repeat = 20 if args.quick else 100
+    todo = [(f"budget{round(100 * float(b))}", float(b)) for b in args.budgets.split(",")]
+    if ("original", "dense") not in done:
+        us, launches = model_latency(None, repeat)
+        rs.add("original", "dense", "model_latency_us", us, "us",
+               note=f"engine, CUDA graph, {launches} launches")
+        rs.write_csv(paths["csv"])  # the checkpoint --resume continues from
+    for case, budget in tqdm(todo, desc="models"):
+        for label, (ranks, rows) in choices(specs, table, dense, budget).items():
+            if (case, label) in done:
+                continue
+            for metric, value, unit, note in rows:
+                rs.add(case, label, metric, value, unit, note=note)
             if ranks is None:
+                rs.write_csv(paths["csv"])
                 continue
             kept = sum(s.tucker_macs(*ranks[s.name]) if s.name in ranks else s.dense_macs
                        for s in specs)
-            rs.add(case, label, "layer_mac_reduction", 100 * (1 - kept / sum(s.dense_macs
-                                                                           for s in specs)),
-                   "%", note="over the 16 3x3 block convolutions")
-            model = get_model("resnet18_imagenet")
-            tuckerize(model, ranks, decompose=False)
-            model.to("gpu").eval()
-            engine = InferenceEngine(model, shape, tune=True)
-            engine(x)
-            t = engine.time(**reps)
-            rs.add(case, label, "model_latency_us", t.median_us, "us",
-                   note="engine, CUDA graph; " + "; ".join(f"{k.replace('stages.', '')}={v}"
-                                                            for k, v in list(ranks.items())[:4]) + " ...")
-    dense_model = get_model("resnet18_imagenet").to("gpu").eval()
-    engine = InferenceEngine(dense_model, shape)
-    rs.add("original", "dense", "model_latency_us", engine.time(**reps).median_us, "us")
-    paths = outputs(NAME, args.out)
-    rs.write_csv(paths["csv"])
+            rs.add(case, label, "layer_mac_reduction",
+                   100 * (1 - kept / sum(s.dense_macs for s in specs)), "%",
+                   note="over the 16 3x3 block convolutions")
+            us, launches = model_latency(ranks, repeat)
+            rs.add(case, label, "model_latency_us", us, "us",
+                   note=f"engine, CUDA graph, {launches} launches; " + "; ".join(
+                       f"{k.replace('stages.', '')}={v}" for k, v in ranks.items()))
+            rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC hardware-aware ranks for ResNet-18 (H100, batch 1)", env,
-                   [("Models", long_markdown([r for r in rows if r["metric"] != "layer_us"])),
+                   [("Models", long_markdown([r for r in rows if r["metric"] not in
+                                              ("layer_us", "table_us")])),
                     ("Layers", long_markdown([r for r in rows if r["metric"] == "layer_us"])),
                     ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
+    plot(rows, paths["png"])
+    print(long_markdown([r for r in rows if r["metric"] not in ("layer_us", "table_us")]))
+    return 0
 
+
+def plot(rows, path) -> None:
+    """Model latency against the budget; table T of the largest layer as a heat map."""
     plt = pyplot()
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, (ax, hm) = plt.subplots(1, 2, figsize=(11, 4))
     for label in ("hardware-aware", "hardware-aware-theta0", "uniform"):
         pts = [(int(r["case"][6:]), r["value"]) for r in rows
                if r["variant"] == label and r["metric"] == "model_latency_us"]
@@ -109,9 +152,20 @@ def main(argv=None) -> int:
     ax.set_xlabel("FLOPs budget (% of 3x3-layer MACs removed)")
     ax.set_ylabel("ResNet-18 latency (µs)")
     ax.legend(fontsize=8)
-    save_figure(fig, paths["png"])
-    print(long_markdown([r for r in rows if r["metric"] != "layer_us"]))
-    return 0
+    t = [r for r in rows if r["metric"] == "table_us"]
+    if t:
+        layer = t[-1]["case"]
+        cells = {tuple(map(int, r["variant"].split("x"))): r["value"] for r in t
+                 if r["case"] == layer}
+        d1s, d2s = sorted({a for a, _ in cells}), sorted({b for _, b in cells})
+        grid = np.array([[cells.get((a, b), np.nan) for b in d2s] for a in d1s])
+        im = hm.imshow(grid, origin="lower", aspect="auto",
+                       extent=(d2s[0], d2s[-1], d1s[0], d1s[-1]))
+        fig.colorbar(im, ax=hm, label="µs")
+        hm.set_xlabel("D2")
+        hm.set_ylabel("D1")
+        hm.set_title(f"table T, {layer}", fontsize=9)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ FLOPs reduction.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
@@ -38,28 +37,16 @@ PAPER = {0.65: (66, 69.70), 0.70: (70, 67.86), 0.75: (76, 66.59), 0.80: (80, 64.
 
 
 def rank_table(model: str, work: Path, step: int, quick: bool) -> tuple[list, dict, dict] | None:
-    """Layer specs, performance table T and dense times; measured once, then read from ``work``."""
-    from tensorconv.tuning.ranks import LayerSpec, candidate_ranks, layer_specs, measure_table
+    """Layer specs, performance table T and dense times, measured into ``work`` (a later
+    call continues there); None without a GPU and without a finished table."""
+    from tensorconv.tuning.ranks import layer_specs, performance_tables
 
     specs = layer_specs(get_model(model, in_channels=1), SHAPE)
     path = work / "rank_table.json"
-    if path.exists():
-        saved = json.loads(path.read_text())
-        table = {k: {tuple(map(int, r.split("x"))): t for r, t in v.items()}
-                 for k, v in saved["table"].items()}
-        return [LayerSpec(**s) for s in saved["specs"]], table, saved["dense"]
-    if not backend.gpu_available():
+    if not backend.gpu_available() and not path.exists():
         return None
-    from tqdm import tqdm
-
-    table, dense = {}, {}
-    for s in tqdm(specs, desc="performance table"):
-        cands = candidate_ranks(s, step)
-        dense[s.name], table[s.name] = measure_table(s, cands[::4] if quick else cands,
-                                                     repeat=5 if quick else 20)
-    path.write_text(json.dumps({
-        "specs": [vars(s) for s in specs], "dense": dense,
-        "table": {k: {f"{a}x{b}": t for (a, b), t in v.items()} for k, v in table.items()}}))
+    table, dense = performance_tables(specs, step, thin=4 if quick else 1,
+                                      repeat=5 if quick else 20, checkpoint=path)
     return specs, table, dense
 
 

@@ -24,7 +24,9 @@ def results_dir() -> Path:
     return Path(os.environ.get("TENSORCONV_RESULTS", "results"))
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader (or a run
+    killed mid-write) sees the old file or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", newline="") as f:
@@ -66,7 +68,7 @@ class ResultSet:
         writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.rows)
-        _atomic_write(path, buf.getvalue())
+        atomic_write(path, buf.getvalue())
         return path
 
 
@@ -121,7 +123,7 @@ def write_markdown(path: Path, title: str, env: dict, sections: list[tuple[str, 
     lines += [f"| {k} | `{v}` |" for k, v in env.items()]
     for heading, body in sections:
         lines += ["", f"## {heading}", "", body]
-    _atomic_write(path, "\n".join(lines) + "\n")
+    atomic_write(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tensorconv.nn import get_model
+from tensorconv.tuning import ranks
 from tensorconv.tuning.ranks import LayerSpec, candidate_ranks, layer_specs, select_ranks
 
 A = LayerSpec("a", 128, 128, 3, 3, 28, 28, 28, 28, 1, 1)
@@ -67,3 +68,34 @@ def test_layer_specs_from_a_model():
     down = next(s for s in specs if s.name == "stages.1.0.conv1")
     assert (down.stride, down.h, down.oh) == (2, 56, 28)
     assert len(specs) == 16  # every 3x3 conv of the blocks; the 7x7 stem reads 3 channels
+
+
+def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeypatch):
+    """Layers of one shape share a measurement; a checkpointed run killed part-way
+    continues where it stopped and measures nothing twice."""
+    twin = LayerSpec("a2", *[getattr(A, f) for f in ("c", "n", "r", "s", "h", "w", "oh", "ow",
+                                                      "stride", "padding")])
+    calls = []
+
+    def fake_latency(spec, r=None, *, repeat):
+        calls.append((spec.c, r))
+        if len(calls) == 5 and kill:
+            raise KeyboardInterrupt
+        return 1000.0 if r is None else float(spec.tucker_macs(*r) // 100_000)
+
+    monkeypatch.setattr(ranks, "layer_latency", fake_latency)
+    path = tmp_path / "t.json"
+    kill = True
+    with pytest.raises(KeyboardInterrupt):
+        ranks.performance_tables([A, twin, B], 64, checkpoint=path)
+    kill = False
+    table, dense = ranks.performance_tables([A, twin, B], 64, checkpoint=path)
+    want = {s.name: candidate_ranks(s, 64) for s in (A, B)}
+    assert len(calls) == 2 + len(want["a"]) + len(want["b"]) + 1   # the killed one again
+    assert len(set(calls)) == len(calls) - 1 and calls[5] == calls[4]   # resumed at the kill
+    assert table["a"] == table["a2"] and dense["a2"] == 1000.0
+    assert sorted(table["b"]) == sorted(want["b"])
+    assert table["b"][(64, 64)] == B.tucker_macs(64, 64) // 100_000
+    calls.clear()
+    thin, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+    assert not calls and list(thin["b"]) == want["b"][::2]

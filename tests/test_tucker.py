@@ -95,6 +95,8 @@ def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
     assert cache.lookup(key) is None            # corrupt: ignored, not fatal
     cache.store(key, 5)
     assert json.loads(path.read_text()) == {key: 5}   # rebuilt
+    path.write_text(json.dumps({key: 66}))            # another process wrote it
+    assert cache.lookup(key) == 66
     path.write_text("[1, 2]")
     assert cache.lookup(key) is None
 

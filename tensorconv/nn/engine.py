@@ -88,12 +88,21 @@ def register_planner(*types):
 
 
 def register_conv_planner(*types):
-    """Decorator: ``fn(module, plan, x, *, bn, relu, residual) -> output`` for conv-like layers."""
+    """Decorator: ``fn(module, plan, x, *, bn, relu, residual) -> output`` for conv-like layers.
+
+    A conv-like layer met on its own (a model that is one layer, a layer in a
+    ``Sequential``) is planned through it with nothing folded.
+    """
     def deco(fn):
         for t in types:
             CONV_PLANNERS[t] = fn
+            PLANNERS.setdefault(t, _plan_conv_alone)
         return fn
     return deco
+
+
+def _plan_conv_alone(m, plan, x):
+    return plan_conv(m, plan, x)
 
 
 def _lookup(table, module, what):
@@ -355,11 +364,6 @@ def _plan_linear(m: L.Linear, plan, x, *, bn=None, relu=False, residual=None):
     plan.add(lambda: ops.conv2d(x4, w, b, relu=relu, out=out, algorithm="igemm"),
              f"linear {tuple(w.shape[:2])}")
     return out.reshape(n, m.out_features)
-
-
-@register_planner(L.Conv2d, L.Linear)
-def _plan_conv_alone(m, plan, x):
-    return plan_conv(m, plan, x)
 
 
 @register_planner(L.BatchNorm2d)

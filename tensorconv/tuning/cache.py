@@ -2,7 +2,9 @@
 
 The file lives at ``TENSORCONV_TUNE_CACHE`` (default
 ``~/.cache/tensorconv/tune.json``).  A corrupt or unreadable file is logged and
-replaced, never fatal; writes are atomic (temporary file + rename).
+replaced, never fatal; writes are atomic (temporary file + rename).  The parsed
+file is kept in memory until the file changes on disk: tuning a rank table does
+thousands of lookups in a cache of thousands of entries.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 from tensorconv import backend, cuda
+from tensorconv.results import atomic_write
 
 log = logging.getLogger(__name__)
+_PARSED: dict = {}  # path -> ((mtime_ns, size), parsed file)
 
 
 def cache_path() -> Path:
@@ -32,17 +35,30 @@ def kernel_version(file: str) -> str:
     return h.hexdigest()[:12]
 
 
+def _signature(path: Path):
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def _read(path: Path) -> dict:
-    if not path.exists():
+    sig = _signature(path)
+    if sig is None:
         return {}
+    hit = _PARSED.get(path)
+    if hit is not None and hit[0] == sig:
+        return hit[1]
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError("top level is not an object")
-        return data
     except (OSError, ValueError) as exc:
         log.warning("tune cache %s is unreadable (%s); starting a new one", path, exc)
         return {}
+    _PARSED[path] = (sig, data)
+    return data
 
 
 def make_key(kind: str, file: str, problem) -> str:
@@ -58,10 +74,7 @@ def lookup(key: str):
 def store(key: str, value) -> None:
     """Add ``key -> value`` (JSON-serialisable) to the cache file, atomically."""
     path = cache_path()
-    data = _read(path)
+    data = dict(_read(path))
     data[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tune.", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
+    _PARSED[path] = (_signature(path), data)

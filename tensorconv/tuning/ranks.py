@@ -173,59 +173,97 @@ def layer_specs(model, input_shape, min_channels: int = 16) -> list[LayerSpec]:
     return specs
 
 
-def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, dict]:
-    """GPU latency (µs, CUDA-graph replay) of the dense layer and of its Tucker form per rank pair.
+def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20) -> float:
+    """GPU latency (µs, CUDA-graph replay median) of one layer as the tuned inference
+    engine runs it: the dense layer when ``ranks`` is None, else its Tucker form with
+    ranks (D1, D2).
 
-    The Tucker form runs as the inference engine may run it, the faster of:
-    1x1 (implicit GEMM), the core kernel the tune cache holds for the shape
-    (:func:`tensorconv.tuning.oracle.default_core`: else the cluster kernel's
-    default; the implicit-GEMM kernel for cores it does not take), 1x1; and, where the device has thread-block clusters, the fused
-    one-launch layer (:func:`tensorconv.ops.tucker_layer.tucker_layer`, default tile).
+    The layer alone (random weights, batch 1, no BN or ReLU) is planned with
+    ``tune=True``, so each of its convolutions runs on the path the engine times
+    fastest (batch-1 1x1 kernel or implicit GEMM; tuned core kernels; the core
+    with its last 1x1 in one launch; the one-launch Tucker layer), the verdicts
+    kept in the tune cache.  Fusions across layers (a last 1x1 chained with the
+    next layer's first) are left out: an entry of T is one layer's cost.
     """
     import numpy as np
 
-    from tensorconv import backend, bench, ops
-    from tensorconv.checks import conv_geometry
-    from tensorconv.ops import tucker
-    from tensorconv.ops import tucker_layer as fused
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
-    from tensorconv.tuning.oracle import default_core
+    from tensorconv import backend, bench
+    from tensorconv.nn.engine import InferenceEngine
+    from tensorconv.nn.layers import Conv2d
+    from tensorconv.nn.tucker import TuckerConv2d
 
-    cp = backend.require_cuda("measure_table")
+    backend.require_cuda("layer_latency")
     rng = np.random.default_rng(0)
-    x = cp.asarray(rng.standard_normal((1, spec.c, spec.h, spec.w)).astype(np.float32))
-    w = cp.asarray(rng.standard_normal((spec.n, spec.c, spec.r, spec.s)).astype(np.float32))
-    y = cp.empty((1, spec.n, spec.oh, spec.ow), cp.float32)
-    conv = (spec.stride, spec.padding)
-    dense = bench.time_graph(lambda: ops.conv2d(x, w, None, *conv, out=y), repeat=repeat).median_us
-    times = {}
-    for d1, d2 in ranks:
-        u_in = cp.asarray(rng.standard_normal((d1, spec.c, 1, 1)).astype(np.float32))
-        core = cp.asarray(rng.standard_normal((d2, d1, spec.r, spec.s)).astype(np.float32))
-        u_out = cp.asarray(rng.standard_normal((spec.n, d2, 1, 1)).astype(np.float32))
-        z1 = cp.empty((1, d1, spec.h, spec.w), cp.float32)
-        z2 = cp.empty((1, d2, spec.oh, spec.ow), cp.float32)
-        geom = conv_geometry(z1.shape, core.shape, *conv)
-        if tucker.cluster_supported(geom) is None:
-            variant, tile = default_core(geom)
-            prepared = ({"w_packed": tf32x3.pack_weights(core)} if variant == "tf32x3"
-                        else {"w_crsn": tucker.to_crsn(core)})
-            run_core = lambda: tucker.core_conv2d(  # noqa: E731
-                z1, core, *conv, variant=variant, tile=tile, out=z2, **prepared)
+    conv = (spec.c, spec.n, (spec.r, spec.s))
+    layer = (Conv2d(*conv, spec.stride, spec.padding, bias=False, rng=rng) if ranks is None
+             else TuckerConv2d(*conv, ranks, spec.stride, spec.padding, rng=rng))
+    engine = InferenceEngine(layer.to("gpu").eval(), (1, spec.c, spec.h, spec.w), tune=True,
+                             graph=False)
+    return bench.time_graph(engine.plan.run, repeat=repeat).median_us
+
+
+def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, dict]:
+    """Latency (µs) of the dense layer and ``{(D1, D2): µs}`` of its Tucker forms
+    (:func:`layer_latency`)."""
+    return (layer_latency(spec, repeat=repeat),
+            {tuple(r): layer_latency(spec, r, repeat=repeat) for r in ranks})
+
+
+def _shape_key(spec: LayerSpec) -> str:
+    return (f"{spec.c}->{spec.n} {spec.r}x{spec.s} on {spec.h}x{spec.w} "
+            f"stride {spec.stride} pad {spec.padding}")
+
+
+def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20,
+                       checkpoint=None) -> tuple[dict, dict]:
+    """Algorithm 1's input for a model: every layer's table T and dense latency.
+
+    Parameters
+    ----------
+    specs : list of LayerSpec
+    step : int
+        Rank grid (:func:`candidate_ranks`).
+    thin : int
+        Keep every ``thin``-th rank pair only (quick runs).
+    repeat : int
+        Graph replays per timing.
+    checkpoint : path, optional
+        JSON file keeping every measurement as it is taken (written atomically); a
+        later call continues from it and measures nothing already there.
+
+    Returns
+    -------
+    (table, dense) : ``{name: {(D1, D2): µs}}`` and ``{name: µs}`` (:func:`layer_latency`).
+    Layers of the same sizes are measured once and share their entries.
+    """
+    import json
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from tensorconv.results import atomic_write
+
+    path = None if checkpoint is None else Path(checkpoint)
+    saved = (json.loads(path.read_text()) if path is not None and path.exists()
+             else {"dense": {}, "table": {}})
+    shapes = {}
+    for s in specs:
+        shapes.setdefault(_shape_key(s), s)
+    wanted = {k: [f"{a}x{b}" for a, b in candidate_ranks(s, step)[::thin]]
+              for k, s in shapes.items()}
+    todo = [(k, r) for k, rs in wanted.items()
+            for r in ([None] if k not in saved["dense"] else []) + rs
+            if r is None or r not in saved["table"].get(k, {})]
+    for key, r in tqdm(todo, desc="performance table", disable=not todo):
+        spec = shapes[key]
+        if r is None:
+            saved["dense"][key] = layer_latency(spec, repeat=repeat)
         else:
-            run_core = lambda: ops.conv2d(z1, core, None, *conv, out=z2)  # noqa: E731
-
-        def run(run_core=run_core):
-            ops.conv2d(x, u_in, out=z1)
-            run_core()
-            ops.conv2d(z2, u_out, out=y)
-
-        best = bench.time_graph(run, repeat=repeat).median_us
-        if fused.fused_supported(geom) is None:
-            ftile = fused.default_tile(geom, spec.c, d1, d2, spec.n)
-            packed = fused.pack_weights(u_in, core, u_out, None, ftile.cluster)
-            best = min(best, bench.time_graph(
-                lambda: fused.tucker_layer(x, packed, *conv, tile=ftile, out=y),
-                repeat=repeat).median_us)
-        times[(d1, d2)] = best
-    return dense, times
+            saved["table"].setdefault(key, {})[r] = layer_latency(
+                spec, tuple(map(int, r.split("x"))), repeat=repeat)
+        if path is not None:
+            atomic_write(path, json.dumps(saved, indent=1))
+    table = {s.name: {tuple(map(int, r.split("x"))): saved["table"][_shape_key(s)][r]
+                      for r in wanted[_shape_key(s)]} for s in specs}
+    dense = {s.name: saved["dense"][_shape_key(s)] for s in specs}
+    return table, dense

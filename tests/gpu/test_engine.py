@@ -229,3 +229,22 @@ def test_engine_runs_tucker_tails_where_the_cache_says_so(rng, tile, tmp_path, m
     assert sum(lb.count("->") == 1 for lb in labels if "tucker tail" in lb) == 1  # the last
     assert not any("pointwise pair" in lb or " core " in lb for lb in labels)
     assert err < 1e-4
+
+
+def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp_path,
+                                                                          monkeypatch):
+    """A Tucker layer (or a plain conv) is planned on its own like any model, matching its
+    forward; ``layer_latency`` times it through the tuned engine, leaving the verdicts."""
+    from tensorconv.nn.layers import Conv2d
+    from tensorconv.nn.tucker import TuckerConv2d
+    from tensorconv.tuning.ranks import LayerSpec, layer_latency
+
+    for layer in (TuckerConv2d(24, 40, 3, (11, 13), stride=2, padding=1, rng=rng),
+                  Conv2d(24, 40, 3, 1, 1, bias=True, rng=rng)):
+        engine, err = _engine_against_model(layer, (2, 24, 15, 17), rng)
+        assert engine.launches >= 1 and err < 1e-5
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    spec = LayerSpec("t", 24, 40, 3, 3, 15, 17, 8, 9, 2, 1)
+    assert layer_latency(spec) > 0 and layer_latency(spec, (11, 13)) > 0
+    kinds = {k.split("|")[0] for k in json.loads((tmp_path / "tune.json").read_text())}
+    assert {"conv_path", "tdc_core"} <= kinds       # the dense path and the Tucker core, tuned

@@ -153,6 +153,25 @@ def test_tuckerize_budget_and_errors():
         uniform_ranks(get_model("resnet20"), 1.5, (1, 3, 32, 32))
     with pytest.raises(ValueError, match=r"out of reach .*at most 4\d"):  # 3x3 convs alone
         uniform_ranks(get_model("resnet50"), 0.6, (1, 3, 64, 64))
+    with pytest.raises(ValueError, match="scope"):
+        uniform_ranks(get_model("resnet20"), 0.5, (1, 3, 32, 32), scope="convs")
+
+
+def test_uniform_ranks_over_the_decomposed_layers_only():
+    """scope="layers" meets the budget on the candidate convolutions' MACs (Algorithm 1's
+    B), counted as the rank selection counts them; over the model it cuts less there."""
+    from tensorconv.tuning.ranks import layer_specs
+
+    model = get_model("resnet18_imagenet")
+    specs = layer_specs(model, (1, 3, 64, 64))
+    dense = sum(s.dense_macs for s in specs)
+
+    def cut(ranks):
+        return 1 - sum(s.tucker_macs(*ranks[s.name]) for s in specs) / dense
+
+    layers = uniform_ranks(model, 0.7, (1, 3, 64, 64), scope="layers")
+    whole = uniform_ranks(model, 0.7, (1, 3, 64, 64))
+    assert 0.69 < cut(layers) < 0.71 and cut(whole) > cut(layers) + 0.02
 
 
 def test_calibration_reproduces_from_the_committed_tile_times():

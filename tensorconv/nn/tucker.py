@@ -122,22 +122,29 @@ def tuckerize(model, ranks: dict, *, decompose: bool = True, method: str = "hooi
     return model
 
 
-def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1) -> dict:
-    """Ranks (D1, D2) = fraction of (C, N) for every candidate conv so that the
-    model's total MACs drop by about ``reduction`` (0..1), the simplest budget rule
-    (Algorithm 1's hardware-aware choice lives in ``tensorconv.tuning.ranks``).
+def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1,
+                  scope: str = "model") -> dict:
+    """Ranks (D1, D2) = fraction of (C, N) for every candidate conv so that the MACs
+    drop by about ``reduction`` (0..1), the simplest budget rule (Algorithm 1's
+    hardware-aware choice lives in ``tensorconv.tuning.ranks``).
+
+    ``scope`` says whose MACs: ``"model"`` (all of them) or ``"layers"`` (the
+    candidate convolutions' only, as Algorithm 1's budget B counts them).
     """
     from tensorconv.nn.flops import count_flops_params
 
     if not 0 < reduction < 1:
         raise ValueError(f"reduction must be in (0, 1), got {reduction}")
+    if scope not in ("model", "layers"):
+        raise ValueError(f"scope must be 'model' or 'layers', got {scope!r}")
     base = count_flops_params(model, input_shape)
     convs = tucker_candidates(model)
     per_layer = {name.rstrip("."): macs for name, _, macs, _ in base["layers"]}
-    target = base["macs"] * (1 - reduction)
+    whole = base["macs"] if scope == "model" else sum(per_layer[name] for name in convs)
+    target = whole * (1 - reduction)
 
     def total(frac):
-        macs = base["macs"]
+        macs = whole
         for name, conv in convs.items():
             d1, d2 = _ranks(conv, frac, multiple)
             o = per_layer[name]
@@ -150,7 +157,7 @@ def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1) ->
 
     lo, hi = 1e-3, 1.0
     if total(lo) > target:  # rank-1 cores everywhere would still miss it
-        reach = 1 - total(lo) / base["macs"]
+        reach = 1 - total(lo) / whole
         raise ValueError(f"a {reduction:.0%} MAC reduction is out of reach by decomposing the "
                          f"{len(convs)} candidate convolutions (at most {reach:.1%}, with "
                          f"rank-1 cores)")

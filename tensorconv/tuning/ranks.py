@@ -5,9 +5,11 @@ For each convolution a performance table T over ranks (D1, D2), in steps of
 latency of the Tucker-format layer (1x1 -> core -> 1x1).  Under a FLOPs budget
 B (the fraction of the model's convolution MACs to remove) every layer takes
 the fastest ranks whose MACs fit its share of the budget, larger ranks winning
-ties.  A layer whose best Tucker form is not at least ``theta`` (15%) faster
-than the dense layer stays dense; the reduction it would have contributed is
-redistributed over the remaining layers, which then must cut more.
+ties; measured latencies are never exactly equal, so those within a small
+tolerance of the fastest count as tied.  A layer whose best Tucker form is not
+at least ``theta`` (15%) faster than the dense layer stays dense; the reduction
+it would have contributed is redistributed over the remaining layers, which
+then must cut more.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class RankPlan:
 
 
 def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time: dict, *,
-                 theta: float = 0.15, max_rounds: int = 50) -> RankPlan:
+                 theta: float = 0.15, tie: float = 0.02, max_rounds: int = 50) -> RankPlan:
     """Algorithm 1's rank choice.
 
     Every layer still free to move must cut the same share of its MACs; that
@@ -77,6 +79,10 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
     dense_time : dict name -> latency of the dense layer
     theta : float
         Keep a layer dense unless its Tucker form is at least this much faster.
+    tie : float
+        Latencies within this fraction of the fastest fitting one are a tie (the
+        paper's staircase of equal times, seen through timing noise); the largest
+        ranks among them win.
 
     Returns
     -------
@@ -84,6 +90,8 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
     """
     if not 0 < budget < 1:
         raise ValueError(f"budget must be in (0, 1), got {budget}")
+    if not 0 <= tie < 1:
+        raise ValueError(f"tie must be in [0, 1), got {tie}")
     for spec in layers:
         if spec.name not in table or not table[spec.name]:
             raise ValueError(f"no performance table for layer {spec.name!r}")
@@ -111,7 +119,8 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
                     if s.tucker_macs(*r) <= (1 - share) * s.dense_macs}
             if fits:
                 best = min(fits.values())
-                pick = max((r for r, t in fits.items() if t == best), key=lambda r: r[0] * r[1])
+                pick = max((r for r, t in fits.items() if t <= (1 + tie) * best),
+                           key=lambda r: (r[0] * r[1], -fits[r]))
             else:  # cannot reach the share: its largest cut, fixed for the next rounds
                 pick = min(table[s.name], key=lambda r: s.tucker_macs(*r))
             if table[s.name][pick] >= (1 - theta) * dense_time[s.name]:

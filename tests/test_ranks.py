@@ -43,6 +43,11 @@ def test_fastest_fitting_ranks_and_ties_to_larger_ranks(noise):
     ramp = {k: {r: 1 + r[0] * r[1] / 1000 for r in v} for k, v in table.items()}  # no ties
     plan = select_ranks([A, B], 0.5, ramp, {"a": 100.0, "b": 100.0}, tie=0.0)
     assert set(plan.ranks.values()) == {(32, 32)}
+    # a wide tie takes larger ranks, but none slower than the theta rule allows
+    gentle = {k: {r: 1 + r[0] * r[1] / 10_000 for r in v} for k, v in table.items()}
+    plan = select_ranks([A, B], 0.5, gentle, {"a": 1.3 / 0.85, "b": 100.0}, tie=0.5)
+    assert gentle["a"][plan.ranks["a"]] < 1.3 <= gentle["a"][(64, 64)]  # tied, fits, too slow
+    assert plan.ranks["a"] != (32, 32) and not plan.dense
     with pytest.raises(ValueError, match="tie"):
         select_ranks([A, B], 0.5, ramp, {"a": 1, "b": 1}, tie=1.5)
 

@@ -119,7 +119,10 @@ def select_ranks(layers: list[LayerSpec], budget: float, table: dict, dense_time
                     if s.tucker_macs(*r) <= (1 - share) * s.dense_macs}
             if fits:
                 best = min(fits.values())
-                pick = max((r for r, t in fits.items() if t <= (1 + tie) * best),
+                # a tie may not cost the layer its theta margin (then it would stay dense)
+                slow = (1 - theta) * dense_time[s.name]
+                pick = max((r for r, t in fits.items()
+                            if t <= (1 + tie) * best and (t == best or t < slow)),
                            key=lambda r: (r[0] * r[1], -fits[r]))
             else:  # cannot reach the share: its largest cut, fixed for the next rounds
                 pick = min(table[s.name], key=lambda r: s.tucker_macs(*r))

@@ -90,4 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.name not in names:
         parser.error(f"unknown experiment {ns.name!r}; choose from: {', '.join(names)}")
     module = importlib.import_module(f"experiments.{ns.name}")
-    return int(module.main(ns.args) or 0)
+    try:
+        return int(module.main(ns.args) or 0)
+    except backend.CudaUnavailableError as exc:  # a GPU experiment here: say so, no traceback
+        print(f"tensorconv run {ns.name}: {exc}", file=sys.stderr)
+        return 2

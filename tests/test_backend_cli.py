@@ -75,3 +75,11 @@ def test_cli_list(capsys):
 def test_cli_unknown_experiment():
     with pytest.raises(SystemExit):
         cli.main(["run", "no_such_experiment"])
+
+
+def test_cli_gpu_experiment_without_a_gpu_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    monkeypatch.setattr(backend, "cupy_installed", lambda: True)
+    assert cli.main(["run", "tdc_ranks", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorconv run tdc_ranks:") and "needs a CUDA GPU" in err

@@ -4,8 +4,10 @@ On a GPU: our conv2d (``tensorconv.ops.conv2d``) and cuDNN through
 PyTorch (``cudnn.benchmark=True``; TF32 off and on), each timed eagerly with
 CUDA events and by CUDA-graph replay, side by side in one run, after a
 correctness check against the NumPy reference.  Also the roofline floor of each
-layer over the measured copy bandwidth and fp32 GEMM rate, and the launch
-floor.  On a CPU-only machine the NumPy backend is timed instead.
+layer over the measured copy bandwidth and fp32 GEMM rate, the launch floor,
+and the sync floor (one step in which every SM waits on another, as a dependent
+launch in a CUDA graph and as a grid barrier in a persistent kernel).  On a
+CPU-only machine the NumPy backend is timed instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, reference
 from tensorconv.checks import conv_geometry
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "bench_conv"
 # (case, C, K, H=W, R=S, stride, padding): the distinct conv layers of ResNet-18 at 224x224,
@@ -155,6 +157,9 @@ def main(argv=None) -> int:
                                   ("launch_floor_eager", ceil.launch_eager_us, "us"),
                                   ("launch_floor_graph", ceil.launch_graph_us, "us")):
             rs.add("device", "ceiling", name, value, unit)
+        for name, us in bench.sync_floor(quick=args.quick).items():
+            rs.add("device", "ceiling", f"sync_step_{name}", us, "us",
+                   note="all SMs wait on each other once per step")
     from tqdm import tqdm
 
     for batch in batches:
@@ -173,10 +178,12 @@ def main(argv=None) -> int:
                            else "Host wall time, NumPy backend (µs, median)"),
                           ("speedup_graph", "Speed-up of ours over cuDNN (graph; >1 = ours faster)"),
                           ("rel_err", "Relative error vs the float64 NumPy reference"),
-                          ("tflops", "Achieved TFLOP/s"),
-                          ("copy_bandwidth", "Device ceilings")):
+                          ("tflops", "Achieved TFLOP/s")):
         if any(r["metric"] == metric for r in rows):
             sections.append((title, pivot_markdown(rows, metric)))
+    ceilings = [r for r in rows if r["variant"] == "ceiling"]
+    if ceilings:
+        sections.append(("Device ceilings", long_markdown(ceilings)))
     sections.append(("Notes", (
         "Baseline: cuDNN via PyTorch `conv2d`, `cudnn.benchmark=True`, timed with TF32 off "
         "(`cudnn-fp32`, the like-for-like fp32 baseline) and on (`cudnn-tf32`). cuBLAS via "

@@ -336,6 +336,37 @@ def launch_floor(quick: bool = False) -> dict:
             "graph": time_graph(launch, repeat=reps // 5, calls_per_graph=100)}
 
 
+def sync_floor(quick: bool = False, steps: int = 32) -> dict:
+    """Per-step cost (µs) of the cheapest layer boundary: every block (one per SM) reads a
+    value another block wrote in the step before, ``"graph_launch"`` as one dependent launch
+    per step in a CUDA graph, ``"grid_barrier"`` as grid-wide barriers inside one
+    persistent kernel.  The chain's result is checked first (a broken barrier raises)."""
+    cp = backend.require_cuda("sync_floor")
+    if steps < 2 or steps % 2:
+        raise ValueError(f"steps must be even and >= 2, got {steps}")
+    nb = backend.device_facts().sm_count
+    step = cuda.get_kernel("launch_floor.cu", "dependent_step")
+    barrier = cuda.get_kernel("launch_floor.cu", "barrier_steps")
+    buf, count = cp.zeros(2 * nb, cp.float32), cp.zeros(2, cp.uint32)
+
+    def chain():
+        for s in range(steps):
+            step((nb,), (32,), (buf, np.int32(s)))
+
+    def persistent():
+        barrier((nb,), (32,), (buf, count, count[1:], np.int32(steps)))
+
+    out = {}
+    for name, run in (("graph_launch", chain), ("grid_barrier", persistent)):
+        buf.fill(0)
+        run()
+        if not bool((buf[:nb] == steps).all()) or int(count[0]) != 0:
+            raise RuntimeError(f"sync_floor: the {name} chain computed a wrong result")
+        t = time_graph(run, repeat=5 if quick else 30, calls_per_graph=5)
+        out[name] = t.median_us / steps
+    return out
+
+
 def roofline_floor_us(flops: float, min_bytes: float, ceilings: Ceilings) -> float:
     """The time no implementation beats: the slower of compute and memory at the ceilings."""
     return 1e6 * max(flops / ceilings.fp32_flops_per_s, min_bytes / ceilings.copy_bytes_per_s)

@@ -65,3 +65,8 @@ def test_timers_return_finite_positive_times():
         assert math.isfinite(t.median_us) and t.median_us > 0
     floor = bench.launch_floor(quick=True)
     assert all(math.isfinite(t.median_us) and t.median_us > 0 for t in floor.values())
+    sync = bench.sync_floor(quick=True, steps=6)        # checks both chains' results itself
+    assert set(sync) == {"graph_launch", "grid_barrier"}
+    assert all(math.isfinite(v) and v > 0 for v in sync.values())
+    with pytest.raises(ValueError, match="steps"):
+        bench.sync_floor(steps=3)

@@ -10,32 +10,38 @@
 // memory), then its slice's partial sums of z.  The CL blocks of a cluster (one per
 // slice) add their partials of z by pushes into the owners' shared memory
 // (tdcx::PushReduce, rank order: deterministic).  CL = 1 needs no cluster.
+// With MMA the two products run on the tensor cores at fp32 accuracy (3xTF32,
+// tc::mma_product): the input columns are split in shared memory, the weights arrive
+// in fragment order.
 // The Python op (tensorconv/ops/pointwise_pair.py) checks the arguments, picks the
-// tile and prepares the weights: A transposed (C, CL * MB) and B transposed
-// (CL * MB, JP), both zero-padded, MB = the slice (a multiple of 4), JP = J
-// rounded up to 4.
+// tile and prepares the weights: FMA tiles take A transposed (C, CL * MB) and B
+// transposed (CL * MB, JP), zero-padded, MB = the slice (a multiple of 4), JP = J
+// rounded up to 4; MMA tiles take each slice's A (MB x C8) and B (JP x MB) in
+// fragment order, slice after slice, MB and JP multiples of 16, C8 = C rounded up to 8.
 #include "tc_chain.cuh"
 
-template <int P, int CL>
+template <int P, int CL, bool MMA>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1x1_pair(
     const float* __restrict__ x,         // (N, C, HW)
-    const float* __restrict__ at,        // (C, CL * MB): A transposed, padded
+    const float* __restrict__ at,        // A, packed for the tile
     const float* __restrict__ a_bias,    // (M,) or nullptr
     const float* __restrict__ residual,  // like y, or nullptr
     float* __restrict__ y,               // (N, M, HW)
-    const float* __restrict__ bt,        // (CL * MB, JP): B transposed, padded
+    const float* __restrict__ bt,        // B, packed for the tile
     const float* __restrict__ b_bias,    // (J,) or nullptr
     float* __restrict__ z,               // (N, J, HW)
     int C, int HW, int M, int MB, int J, int JP, int relu1, int relu2,
     int slots_off, unsigned long long fd_share)
 {
     static_assert(P % 4 == 0, "pixel runs of 4");
+    constexpr int PS = MMA ? tc::mma_stride(P) : P, COPIES = MMA ? 2 : 1;
+    const int CK = MMA ? (C + 7) & ~7 : C;  // rows of xs (the mma's K steps of 8)
     extern __shared__ __align__(16) float smem[];
-    float* xs = smem;              // C x P
-    float* as = xs + C * P;        // C x MB
-    float* ys = as + C * MB;       // MB x P
-    float* bs = ys + MB * P;       // MB x JP
-    float* red = bs + MB * JP;     // split-reduction partials (block_product)
+    float* xs = smem;                  // CK x PS (x COPIES: big, small)
+    float* as = xs + COPIES * CK * PS; // CK x MB
+    float* ys = as + CK * MB;          // MB x PS (x COPIES)
+    float* bs = ys + COPIES * MB * PS; // MB x JP
+    float* red = bs + MB * JP;         // split-reduction partials
     const int p0 = blockIdx.x * P, n = blockIdx.y, slice = blockIdx.z, tid = threadIdx.x;
     const int m0 = slice * MB;
     tdcx::PushReduce<CL> push(smem + slots_off, fd_share);
@@ -44,23 +50,30 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
     // Group 0: the input columns and the A slice; group 1: the B slice, which is
     // only needed after the first product.
     const float* xn = x + (size_t)n * C * HW;
-    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, tc::CHAIN_THREADS);
-    for (int i = tid; i < C * (MB / 4); i += tc::CHAIN_THREADS) {
-        const int c = i / (MB / 4), j = 4 * (i % (MB / 4));
-        tdcx::cp_async16(as + c * MB + j, at + (size_t)c * CL * MB + m0 + j, true);
+    tdcx::stage_rows<P, PS>(xs, xn, C, HW, p0, HW, tid, tc::CHAIN_THREADS);
+    if constexpr (MMA) {
+        for (int i = tid; i < (CK - C) * PS; i += tc::CHAIN_THREADS) xs[C * PS + i] = 0.f;
+        tc::stage_flat(as, at + (size_t)slice * MB * CK, MB * CK);
+    } else {
+        for (int i = tid; i < C * (MB / 4); i += tc::CHAIN_THREADS) {
+            const int c = i / (MB / 4), j = 4 * (i % (MB / 4));
+            tdcx::cp_async16(as + c * MB + j, at + (size_t)c * CL * MB + m0 + j, true);
+        }
     }
     tdcx::cp_async_commit();
     tc::stage_flat(bs, bt + (size_t)m0 * JP, MB * JP);
     tdcx::cp_async_commit();
-    tc::chain_1x1<P, CL>(xs, C, as, ys, bs, MB, red, push, n, p0, m0,
-                         {a_bias, residual, y, b_bias, z, HW, M, J, JP, relu1, relu2});
+    tc::chain_1x1<P, CL, MMA>(xs, CK, as, ys, bs, MB, red, push, n, p0, m0,
+                              {a_bias, residual, y, b_bias, z, HW, M, J, JP, relu1, relu2});
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
-#define TC_PAIR(P, CL)                                                                    \
-    template __global__ void conv1x1_pair<P, CL>(const float*, const float*, const float*, \
-        const float*, float*, const float*, const float*, float*, int, int, int, int, int,  \
-        int, int, int, int, unsigned long long);
-#define TC_PAIR_P(P) TC_PAIR(P, 1) TC_PAIR(P, 2) TC_PAIR(P, 4) TC_PAIR(P, 8)
-TC_PAIR_P(4) TC_PAIR_P(8) TC_PAIR_P(16) TC_PAIR_P(32) TC_PAIR_P(64)
+#define TC_PAIR(P, CL, MMA)                                                                \
+    template __global__ void conv1x1_pair<P, CL, MMA>(const float*, const float*,          \
+        const float*, const float*, float*, const float*, const float*, float*, int, int,  \
+        int, int, int, int, int, int, int, unsigned long long);
+#define TC_PAIR_P(P, MMA) TC_PAIR(P, 1, MMA) TC_PAIR(P, 2, MMA) TC_PAIR(P, 4, MMA) TC_PAIR(P, 8, MMA)
+TC_PAIR_P(4, false) TC_PAIR_P(8, false) TC_PAIR_P(16, false) TC_PAIR_P(32, false)
+TC_PAIR_P(64, false) TC_PAIR_P(8, true) TC_PAIR_P(16, true) TC_PAIR_P(32, true)
+TC_PAIR_P(64, true)
 #endif

@@ -24,25 +24,25 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
                  "r"(valid ? 16 : 0));
 }
-// Stage a rows x COLS tile with cp.async: row r of dst (COLS floats) from src + r *
-// stride + col0, columns at or past `limit` zero-filled.  16-byte copies where rows
-// start 16-byte aligned and a run of 4 columns is all in or all out (stride and limit
-// multiples of 4; col0 a multiple of COLS), else 4-byte ones.  Every thread of the
-// block calls it.
-template <int COLS>
+// Stage a rows x COLS tile with cp.async: row r of dst (at dst + r * DST, DST >= COLS
+// a multiple of 4) from src + r * stride + col0, columns at or past `limit`
+// zero-filled.  16-byte copies where rows start 16-byte aligned and a run of 4
+// columns is all in or all out (stride and limit multiples of 4; col0 a multiple of
+// COLS), else 4-byte ones.  Every thread of the block calls it.
+template <int COLS, int DST = COLS>
 __device__ __forceinline__ void stage_rows(float* dst, const float* src, int rows, int stride,
                                            int col0, int limit, int tid, int threads) {
     if (COLS % 4 == 0 && stride % 4 == 0 && limit % 4 == 0) {
         for (int i = tid; i < rows * (COLS / 4); i += threads) {
             const int r = i / (COLS / 4), q = 4 * (i % (COLS / 4));
             const bool ok = col0 + q < limit;
-            cp_async16(dst + r * COLS + q, ok ? src + (size_t)r * stride + col0 + q : src, ok);
+            cp_async16(dst + r * DST + q, ok ? src + (size_t)r * stride + col0 + q : src, ok);
         }
     } else {
         for (int i = tid; i < rows * COLS; i += threads) {
             const int r = i / COLS, q = i % COLS;
             const bool ok = col0 + q < limit;
-            cp_async4(dst + i, ok ? src + (size_t)r * stride + col0 + q : src, ok);
+            cp_async4(dst + r * DST + q, ok ? src + (size_t)r * stride + col0 + q : src, ok);
         }
     }
 }

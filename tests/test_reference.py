@@ -186,7 +186,7 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
     y, z = pair.conv1x1_pair(x, w1, w2, b1, b2, residual=r, relu1=True)
     assert np.allclose(y, y_ref, atol=1e-5)
     assert np.allclose(z, reference.conv2d(y_ref, w2, b2), atol=1e-5)
-    at, bt = pair.pack_weights(w1, w2, 2)  # slices of 4 middle channels, J padded to 4
+    at, bt = pair.pack_weights(w1, w2, pair.PairTile(4, 2))  # slices of 4, J padded to 4
     assert at.shape == (5, 8) and bt.shape == (8, 4)
     assert np.array_equal(at[:, :6], w1[:, :, 0, 0].T) and not at[:, 6:].any()
     assert np.array_equal(bt[:6, :3], w2[:, :, 0, 0].T) and not bt[6:].any() and not bt[:, 3:].any()
@@ -199,6 +199,43 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
         pair.conv1x1_pair(x, w1, w2, b2=b2[:2].copy())
     with pytest.raises(ValueError, match="y_out and z_out are supported on the GPU"):
         pair.conv1x1_pair(x, w1, w2, z_out=np.empty((2, 3, 3, 4), np.float32))
+
+
+def _from_fragments(f):
+    """Rebuild (O, K) from one matrix in mma A-fragment order, lane by lane, as
+    tc::mma_product reads it: lane (g, t), value e -> row g + 8 (e & 1), col t + 4 (e >> 1)."""
+    o16, k8 = f.shape[:2]
+    w = np.full((16 * o16, 8 * k8), np.nan, np.float32)
+    for a, b, lane, e in np.ndindex(f.shape):
+        g, t = divmod(lane, 4)
+        w[16 * a + g + 8 * (e & 1), 8 * b + t + 4 * (e >> 1)] = f[a, b, lane, e]
+    return w
+
+
+def test_pointwise_pair_mma_packing(rng):
+    """mma tiles: each slice's rows of w1 (padded to 16 x C8) and columns of w2 (padded
+    to JP16 x MB) in fragment order, slice after slice; zeros elsewhere."""
+    from tensorconv.ops import pointwise_pair as pair
+
+    m, c, j = 37, 13, 21
+    w1 = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((j, m, 1, 1)).astype(np.float32)
+    tile = pair.PairTile(16, 2, mma=True)
+    mb = tile.slice(m)
+    assert mb == 32 and tile.padded_j(j) == 32 and tile.share(j) == 256
+    at, bt = pair.pack_weights(w1, w2, tile)
+    assert (at.shape, bt.shape) == tile.packed_shapes(c, m, j) == ((2, 2, 2, 32, 4),
+                                                                   (2, 2, 4, 32, 4))
+    a_full = np.zeros((2 * mb, 16), np.float32)
+    a_full[:m, :c] = w1[:, :, 0, 0]
+    b_full = np.zeros((32, 2 * mb), np.float32)
+    b_full[:j, :m] = w2[:, :, 0, 0]
+    for s in range(2):
+        assert np.array_equal(_from_fragments(at[s]), a_full[s * mb:(s + 1) * mb])
+        assert np.array_equal(_from_fragments(bt[s]), b_full[:, s * mb:(s + 1) * mb])
+    assert pair.mma_stride(8) == 8 and pair.mma_stride(16) == 24 and pair.mma_stride(64) == 72
+    # shared memory: x and y twice (split), C padded to 8, slots after the partials
+    assert tile.slots_offset(c, m, j) == 2 * 16 * 24 + 16 * 32 + 2 * 32 * 24 + 32 * 32 + 4 * 32 * 16
 
 
 def test_tucker_tail_numpy_path_layout_and_checks(rng):

@@ -258,10 +258,10 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
                                              packed=packed, y_out=a.out, z_out=b.out)
 
         if verdict is None:
-            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t.cl)),
+            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t)),
                                          repeat=10).median_us for t in tiles}
             best = min(times, key=times.get)
-            verdict = {"tile": [best.p, best.cl], "pair_us": times[best],
+            verdict = {"tile": [best.p, best.cl, best.mma], "pair_us": times[best],
                        "two_us": bench.time_graph(lambda: (first(), second()),
                                                   repeat=10).median_us}
             verdict["pair"] = verdict["pair_us"] < verdict["two_us"]
@@ -269,7 +269,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
             if not verdict["pair"]:
                 continue
         tile = pair.PairTile(*verdict["tile"])
-        packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile.cl))
+        packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile))
         fused = launch(tile, packed)
         fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
         fused.pointwise, fused.core, fused.pair = None, None, (a, b)

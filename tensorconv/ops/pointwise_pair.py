@@ -5,7 +5,9 @@
 Tucker-format CNN one layer's last 1x1 feeds the next layer's first, and at
 batch 1 each of those launches is latency, not arithmetic.  A block owns ``p``
 pixels of a sample and a slice of the middle channels; the ``cl`` blocks of a
-thread-block cluster (one per slice) add their partial sums of ``z``.  The
+thread-block cluster (one per slice) add their partial sums of ``z``.  ``mma``
+tiles run both products on the tensor cores at fp32 accuracy (3xTF32, sm_80+),
+FMA tiles on the CUDA cores.  The
 inference engine times the pair against the two launches it replaces when it
 tunes (``tensorconv.nn.engine``); here the tile is a cost heuristic unless given.
 """
@@ -26,9 +28,13 @@ _FILE = "pointwise_pair.cu"
 _THREADS = 256
 
 
+def _up(v: int, q: int) -> int:
+    return -(-v // q) * q
+
+
 def up4(v: int) -> int:
     """``v`` rounded up to a multiple of 4 (the kernels' padded widths)."""
-    return -(-v // 4) * 4
+    return _up(v, 4)
 
 
 def product_scratch_floats(o: int, p: int) -> int:
@@ -40,26 +46,50 @@ def product_scratch_floats(o: int, p: int) -> int:
     return ks * o * p if ks > 1 else 0
 
 
+def mma_scratch_floats(o: int, p: int) -> int:
+    """The same for ``tc::mma_product``: ks x o x p when there are fewer 16-output
+    strips than warps."""
+    strips, warps = o // 16, _THREADS // 32
+    ks = 1 if strips >= warps else warps // strips
+    return ks * o * p if ks > 1 else 0
+
+
+def mma_stride(p: int) -> int:
+    """Row stride of a ``p``-pixel mma operand (``tc::mma_stride``: bank-conflict padding)."""
+    return p + 8 if p % 16 == 0 else p
+
+
 @dataclass(frozen=True)
 class PairTile:
     """``p`` pixels x a ``1 / cl`` slice of the middle channels per block of 256
-    threads; the ``cl`` slices of a pixel tile form one thread-block cluster."""
+    threads; the ``cl`` slices of a pixel tile form one thread-block cluster;
+    ``mma``: the products on the tensor cores (3xTF32)."""
 
     p: int
     cl: int
+    mma: bool = False
 
     def slice(self, m: int) -> int:
-        """Middle channels per block: ceil(m / cl) rounded up to a multiple of 4."""
-        return up4(-(-m // self.cl))
+        """Middle channels per block: ceil(m / cl) rounded up to a multiple of 4 (16
+        for mma tiles)."""
+        return _up(-(-m // self.cl), 16 if self.mma else 4)
+
+    def padded_j(self, j: int) -> int:
+        """z's channels as the kernel computes them: rounded up to 4 (16 for mma)."""
+        return _up(j, 16 if self.mma else 4)
 
     def share(self, j: int) -> int:
         """Partial sums of z each block of a cluster owns (``tdcx::PushReduce``)."""
-        return up4(-(-up4(j) * self.p // self.cl))
+        return up4(-(-self.padded_j(j) * self.p // self.cl))
 
     def slots_offset(self, c: int, m: int, j: int) -> int:
-        """Float offset of the push slots: after x, A and y slices, the B slice and the
-        split partials (the layout ``conv1x1_pair`` computes)."""
-        mb, jp = self.slice(m), up4(j)
+        """Float offset of the push slots: after x, A and y slices (x and y twice, split,
+        for mma), the B slice and the split partials (the layout ``conv1x1_pair`` computes)."""
+        mb, jp = self.slice(m), self.padded_j(j)
+        if self.mma:
+            ck, ps = _up(c, 8), mma_stride(self.p)
+            red = max(mma_scratch_floats(mb, self.p), mma_scratch_floats(jp, self.p))
+            return 2 * ck * ps + ck * mb + 2 * mb * ps + mb * jp + red
         red = max(product_scratch_floats(mb, self.p), product_scratch_floats(jp, self.p))
         return c * self.p + c * mb + mb * self.p + mb * jp + red
 
@@ -71,8 +101,17 @@ class PairTile:
         """(pixel tiles, batch, slices): the cluster spans z."""
         return -(-hw // self.p), n, self.cl
 
+    def packed_shapes(self, c: int, m: int, j: int) -> tuple[tuple, tuple]:
+        """Shapes of :func:`pack_weights`' two arrays for this tile."""
+        mb, jp = self.slice(m), self.padded_j(j)
+        if self.mma:
+            ck = _up(c, 8)
+            return (self.cl, mb // 16, ck // 8, 32, 4), (self.cl, jp // 16, mb // 8, 32, 4)
+        return (c, self.cl * mb), (self.cl * mb, jp)
 
-TILES = tuple(PairTile(p, cl) for p in (4, 8, 16, 32, 64) for cl in (1, 2, 4, 8))
+
+TILES = tuple(PairTile(p, cl) for p in (4, 8, 16, 32, 64) for cl in (1, 2, 4, 8)) + tuple(
+    PairTile(p, cl, True) for p in (8, 16, 32, 64) for cl in (1, 2, 4, 8))
 
 
 def supported(g1: ConvGeometry, g2: ConvGeometry) -> str | None:
@@ -89,39 +128,63 @@ def supported(g1: ConvGeometry, g2: ConvGeometry) -> str | None:
 
 def fitting_tiles(c: int, m: int, j: int) -> list[PairTile]:
     """Tiles whose shared memory fits ``c`` -> ``m`` -> ``j`` channels, with no empty
-    slice; cluster tiles only where the device has clusters (sm_90)."""
+    slice; cluster tiles only where the device has clusters (sm_90), mma tiles where it
+    has tf32 tensor cores (sm_80)."""
     facts = backend.device_facts()
     clusters = facts.compute_capability >= (9, 0)
+    tf32 = facts.compute_capability >= (8, 0)
     return [t for t in TILES
             if t.smem_bytes(c, m, j) <= facts.smem_per_block_optin
-            and (t.cl - 1) * t.slice(m) < m and (t.cl == 1 or clusters)]
+            and (t.cl - 1) * t.slice(m) < m and (t.cl == 1 or clusters) and (tf32 or not t.mma)]
 
 
 def default_tile(c: int, m: int, j: int, hw: int, n: int, sm_count: int = 132) -> PairTile:
-    """The tile of least estimated time: waves of blocks x (a thread's FMAs + the
-    block's staged floats at 16 per cycle); tuned engines time every tile instead."""
+    """The FMA tile of least estimated time: waves of blocks x (a thread's FMAs + the
+    block's staged floats at 16 per cycle); tuned engines time every tile, the mma
+    ones included, instead."""
     def cost(t: PairTile) -> float:
         mb = t.slice(m)
         waves = -(-int(np.prod(t.grid(hw, n))) // sm_count)
         per_block = t.p * mb * (c + up4(j)) / _THREADS + (c * (t.p + mb) + mb * up4(j)) / 16
         return waves * per_block
-    tiles = fitting_tiles(c, m, j)
+    tiles = [t for t in fitting_tiles(c, m, j) if not t.mma]
     if not tiles:
         raise ValueError(f"conv1x1_pair: {c} -> {m} -> {j} channels do not fit in shared memory")
     return min(tiles, key=cost)
 
 
-def pack_weights(w1, w2, cl: int):
-    """``(at, bt)`` as the kernel reads them for ``cl`` slices: ``w1`` (M, C, 1, 1)
-    transposed to (C, cl * MB) and ``w2`` (J, M, 1, 1) to (cl * MB, JP), zero-padded
-    (MB: :meth:`PairTile.slice`, JP: J rounded up to 4)."""
+def mma_fragments(w):
+    """``w`` (..., O, K), O a multiple of 16 and K of 8, in mma.m16n8k8 A-fragment order
+    (..., O/16, K/8, 32 lanes, 4): lane (g, t) of tile (o, k) holds w[o+g, k+t],
+    w[o+g+8, k+t], w[o+g, k+t+4], w[o+g+8, k+t+4] (``tc::mma_product``)."""
+    xp = backend.array_module(w)
+    *lead, o, k = w.shape
+    n = len(lead)
+    f = w.reshape(*lead, o // 16, 2, 8, k // 8, 2, 4)  # (o16, o+8?, g, k8, k+4?, t)
+    f = f.transpose(*range(n), n, n + 3, n + 2, n + 5, n + 4, n + 1)
+    return xp.ascontiguousarray(f).reshape(*lead, o // 16, k // 8, 32, 4)
+
+
+def pack_weights(w1, w2, tile: PairTile):
+    """``(at, bt)`` as the kernel reads them for ``tile``, zero-padded.  FMA tiles:
+    ``w1`` (M, C, 1, 1) transposed to (C, cl * MB) and ``w2`` (J, M, 1, 1) to
+    (cl * MB, JP) (MB: :meth:`PairTile.slice`, JP: :meth:`PairTile.padded_j`).  mma
+    tiles: each slice's ``w1`` rows (MB, C8) and ``w2`` columns (JP, MB) in
+    :func:`mma_fragments` order, slice after slice (C8: C rounded up to 8)."""
     xp = backend.array_module(w1)
     m, c = w1.shape[:2]
     j = w2.shape[0]
-    mp = cl * PairTile(4, cl).slice(m)
-    at = xp.zeros((c, mp), np.float32)
+    cl, mb, jp = tile.cl, tile.slice(m), tile.padded_j(j)
+    if tile.mma:
+        a = xp.zeros((cl * mb, _up(c, 8)), np.float32)
+        a[:m, :c] = w1.reshape(m, c)
+        b = xp.zeros((jp, cl * mb), np.float32)
+        b[:j, :m] = w2.reshape(j, m)
+        return (mma_fragments(a.reshape(cl, mb, -1)),
+                mma_fragments(b.reshape(jp, cl, mb).transpose(1, 0, 2)))
+    at = xp.zeros((c, cl * mb), np.float32)
     at[:, :m] = w1.reshape(m, c).T
-    bt = xp.zeros((mp, up4(j)), np.float32)
+    bt = xp.zeros((cl * mb, jp), np.float32)
     bt[:m, :j] = w2.reshape(j, m).T
     return at, bt
 
@@ -144,7 +207,7 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     tile : PairTile, optional
         One of :data:`TILES` that fits; default :func:`default_tile`.
     packed : tuple, optional
-        :func:`pack_weights` of ``w1, w2`` for ``tile.cl``, prepared once.
+        :func:`pack_weights` of ``w1, w2`` for ``tile``, prepared once.
     y_out : array, (N, M, H, W), float32, optional (GPU only)
     z_out : array, (N, J, H, W), float32, optional (GPU only)
 
@@ -184,22 +247,23 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     residual = dense.check_residual(residual, g1, xp)
     mb = tile.slice(m)
     if packed is None:
-        packed = pack_weights(w1, w2, tile.cl)
+        packed = pack_weights(w1, w2, tile)
     at, bt = packed
-    if tuple(at.shape) != (c, tile.cl * mb) or tuple(bt.shape) != (tile.cl * mb, up4(j)):
+    shapes = tile.packed_shapes(c, m, j)
+    if (tuple(at.shape), tuple(bt.shape)) != shapes:
         raise ValueError(f"packed weights are for another tile or shape: at {tuple(at.shape)}, "
-                         f"bt {tuple(bt.shape)}; expected {(c, tile.cl * mb)}, "
-                         f"{(tile.cl * mb, up4(j))}")
+                         f"bt {tuple(bt.shape)}; expected {shapes[0]}, {shapes[1]}")
     y = dense.output_buffer(xp, y_out, g1.output_shape, "y_out")
     z = dense.output_buffer(xp, z_out, g2.output_shape, "z_out")
-    kernel = cuda.get_kernel(_FILE, f"conv1x1_pair<{tile.p}, {tile.cl}>")
+    kernel = cuda.get_kernel(_FILE, f"conv1x1_pair<{tile.p}, {tile.cl}, "
+                                    f"{'true' if tile.mma else 'false'}>")
     smem = tile.smem_bytes(c, m, j)
     cuda.set_dynamic_smem(kernel, smem)
     null, i32 = np.uintp(0), np.int32
     opt = lambda a: null if a is None else a  # noqa: E731
     kernel(tile.grid(hw, g1.n), (_THREADS,), (
         x, at, opt(b1), opt(residual), y, bt, opt(b2), z,
-        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(up4(j)), i32(bool(relu1)),
+        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(tile.padded_j(j)), i32(bool(relu1)),
         i32(bool(relu2)), i32(tile.slots_offset(c, m, j)),
         cuda.fast_div(tile.share(j) if tile.cl > 1 else 1)),  # no slots without a cluster
         shared_mem=smem)

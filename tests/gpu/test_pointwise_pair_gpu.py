@@ -32,21 +32,24 @@ def _case(rng, trial, n, c, m, j, h, w):
     return (x, w1, w2, b1, b2, res, relu1, relu2), y, z
 
 
-@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}")
+@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}{'mma' if t.mma else ''}")
 @pytest.mark.parametrize("trial", range(4))
 def test_random_shapes(rng, tile, trial):
-    """Every tile on random shapes: planes with H*W a multiple of 4 or not (16- or 4-byte
-    copies), channel counts not multiples of 4 or of the slice, ragged pixel tiles,
+    """Every tile (FMA and mma) on random shapes: planes with H*W a multiple of 4 or not
+    (16- or 4-byte copies), channel counts not multiples of 4, 8, 16 or of the slice,
+    ragged pixel tiles,
     batch > 1, with or without biases / residual / either ReLU; NaN-poisoned outputs;
     bitwise repeatable (the cluster adds its partials in rank order)."""
     import cupy as cp
 
     n = int(rng.integers(1, 3))
     c, m, j = (int(rng.integers(1, 200)) for _ in range(3))
-    m = max(m, 4 * tile.cl)  # no empty slice (the op refuses those tiles)
+    # no empty slice (the op refuses those tiles)
+    lowest = next(mm for mm in range(1, 1024) if (tile.cl - 1) * tile.slice(mm) < mm)
+    m = max(m, lowest)
     while tile not in pair.fitting_tiles(c, m, j):  # wide layers with large tiles: narrow them
         c, j = max(1, c // 2), max(1, j // 2)
-        m = max(m // 2, 4 * tile.cl)
+        m = max(m // 2, lowest)
     h, w = int(rng.integers(1, 30)), int(rng.integers(1, 30))
     if trial == 0:
         w = 4 * int(rng.integers(1, 8))
@@ -56,7 +59,7 @@ def test_random_shapes(rng, tile, trial):
     z = cp.full(z_ref.shape, cp.nan, cp.float32)
     args = (g(x), g(w1), g(w2), g(b1), g(b2))
     kw = dict(residual=g(res), relu1=relu1, relu2=relu2, tile=tile)
-    packed = pair.pack_weights(args[1], args[2], tile.cl) if trial % 2 else None
+    packed = pair.pack_weights(args[1], args[2], tile) if trial % 2 else None
     pair.conv1x1_pair(*args, **kw, packed=packed, y_out=y, z_out=z)
     assert not cp.isnan(y).any() and not cp.isnan(z).any()
     assert rel_err(y.get(), y_ref) <= 1e-5, (n, c, m, j, h, w, tile)
@@ -88,7 +91,7 @@ def test_bad_input_before_launch():
         pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(4, 8), y_out=y, z_out=z)  # empty slices
     with pytest.raises(ValueError, match="packed weights are for another tile"):
         pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(8, 2), y_out=y, z_out=z,
-                          packed=pair.pack_weights(w1, w2, 1))
+                          packed=pair.pack_weights(w1, w2, pair.PairTile(8, 1)))
     with pytest.raises(ValueError, match="residual has shape"):
         pair.conv1x1_pair(x, w1, w2, residual=cp.ones((1, 12, 4, 5), cp.float32), y_out=y, z_out=z)
     with pytest.raises(ValueError, match="z_out has shape"):

@@ -1,6 +1,10 @@
 // Two chained 1x1 convolutions (stride 1, dense, fp32, NCHW) in one launch:
-//     y[n, m, p] = act1(sum_c A[m, c] x[n, c, p] + a[m] (+ r[n, m, p]))   (stored)
+//     y[n, m, p] = act1(sum_c A[m, c] x[n, c, p] + a[m] (+ r[n, m, p])
+//                       (+ sum_c S[m, c] x2[n, c, p at stride S2]))    (stored)
 //     z[n, j, p] = act2(sum_m B[j, m] y[n, m, p] + b[j])
+// The optional x2 term is a residual block's projection shortcut (a 1x1 convolution
+// of the block's input, any stride): its C2 input channels are gathered as more rows
+// of the first product (A = [A | S], K = C + C2), which saves the shortcut's launch.
 // In a Tucker-format CNN one layer's last 1x1 (D2 -> N, BN, residual, ReLU) feeds
 // the next layer's first 1x1 (N -> D1); at batch 1 each is a few microseconds of
 // latency, so the pair costs two launches for little arithmetic.  Here a block
@@ -14,10 +18,11 @@
 // tc::mma_product): the input columns are split in shared memory, the weights arrive
 // in fragment order.
 // The Python op (tensorconv/ops/pointwise_pair.py) checks the arguments, picks the
-// tile and prepares the weights: FMA tiles take A transposed (C, CL * MB) and B
-// transposed (CL * MB, JP), zero-padded, MB = the slice (a multiple of 4), JP = J
-// rounded up to 4; MMA tiles take each slice's A (MB x C8) and B (JP x MB) in
-// fragment order, slice after slice, MB and JP multiples of 16, C8 = C rounded up to 8.
+// tile and prepares the weights (A with S's columns after its own): FMA tiles take A
+// transposed (C + C2, CL * MB) and B transposed (CL * MB, JP), zero-padded, MB = the
+// slice (a multiple of 4), JP = J rounded up to 4; MMA tiles take each slice's A
+// (MB x K8) and B (JP x MB) in fragment order, slice after slice, MB and JP multiples
+// of 16, K8 = C + C2 rounded up to 8.
 #include "tc_chain.cuh"
 
 template <int P, int CL, bool MMA>
@@ -30,12 +35,14 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
     const float* __restrict__ bt,        // B, packed for the tile
     const float* __restrict__ b_bias,    // (J,) or nullptr
     float* __restrict__ z,               // (N, J, HW)
+    const float* __restrict__ x2,        // (N, C2, H2, W2), or unused when C2 == 0
     int C, int HW, int M, int MB, int J, int JP, int relu1, int relu2,
-    int slots_off, unsigned long long fd_share)
+    int C2, int plane2, int W2, int OW, int S2, int slots_off, unsigned long long fd_share)
 {
-    static_assert(P % 4 == 0, "pixel runs of 4");
+    static_assert(P % 4 == 0 && tc::CHAIN_THREADS % P == 0, "pixel runs of 4; whole columns");
     constexpr int PS = MMA ? tc::mma_stride(P) : P, COPIES = MMA ? 2 : 1;
-    const int CK = MMA ? (C + 7) & ~7 : C;  // rows of xs (the mma's K steps of 8)
+    const int K1 = C + C2;                    // rows of the first product
+    const int CK = MMA ? (K1 + 7) & ~7 : K1;  // rows of xs (the mma's K steps of 8)
     extern __shared__ __align__(16) float smem[];
     float* xs = smem;                  // CK x PS (x COPIES: big, small)
     float* as = xs + COPIES * CK * PS; // CK x MB
@@ -51,11 +58,18 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
     // only needed after the first product.
     const float* xn = x + (size_t)n * C * HW;
     tdcx::stage_rows<P, PS>(xs, xn, C, HW, p0, HW, tid, tc::CHAIN_THREADS);
+    if (C2 > 0) {  // a thread gathers one pixel's shortcut inputs: its coordinates once
+        const int p = tid % P, pix = p0 + p, oy = pix / OW, ox = pix - oy * OW;
+        const bool ok = pix < HW;
+        const float* src = x2 + (size_t)n * C2 * plane2 + (size_t)S2 * (oy * W2 + ox);
+        for (int c = tid / P; c < C2; c += tc::CHAIN_THREADS / P)
+            tdcx::cp_async4(xs + (C + c) * PS + p, ok ? src + (size_t)c * plane2 : x2, ok);
+    }
     if constexpr (MMA) {
-        for (int i = tid; i < (CK - C) * PS; i += tc::CHAIN_THREADS) xs[C * PS + i] = 0.f;
+        for (int i = tid; i < (CK - K1) * PS; i += tc::CHAIN_THREADS) xs[K1 * PS + i] = 0.f;
         tc::stage_flat(as, at + (size_t)slice * MB * CK, MB * CK);
     } else {
-        for (int i = tid; i < C * (MB / 4); i += tc::CHAIN_THREADS) {
+        for (int i = tid; i < K1 * (MB / 4); i += tc::CHAIN_THREADS) {
             const int c = i / (MB / 4), j = 4 * (i % (MB / 4));
             tdcx::cp_async16(as + c * MB + j, at + (size_t)c * CL * MB + m0 + j, true);
         }
@@ -70,8 +84,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
 #ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
 #define TC_PAIR(P, CL, MMA)                                                                \
     template __global__ void conv1x1_pair<P, CL, MMA>(const float*, const float*,          \
-        const float*, const float*, float*, const float*, const float*, float*, int, int,  \
-        int, int, int, int, int, int, int, unsigned long long);
+        const float*, const float*, float*, const float*, const float*, float*,            \
+        const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+        unsigned long long);
 #define TC_PAIR_P(P, MMA) TC_PAIR(P, 1, MMA) TC_PAIR(P, 2, MMA) TC_PAIR(P, 4, MMA) TC_PAIR(P, 8, MMA)
 TC_PAIR_P(4, false) TC_PAIR_P(8, false) TC_PAIR_P(16, false) TC_PAIR_P(32, false)
 TC_PAIR_P(64, false) TC_PAIR_P(8, true) TC_PAIR_P(16, true) TC_PAIR_P(32, true)

@@ -199,6 +199,21 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
         pair.conv1x1_pair(x, w1, w2, b2=b2[:2].copy())
     with pytest.raises(ValueError, match="y_out and z_out are supported on the GPU"):
         pair.conv1x1_pair(x, w1, w2, z_out=np.empty((2, 3, 3, 4), np.float32))
+    # a projection shortcut of the block input (stride 2): the residual it would add
+    xs = rng.standard_normal((2, 7, 6, 7)).astype(np.float32)
+    ws = rng.standard_normal((6, 7, 1, 1)).astype(np.float32)
+    y, z = pair.conv1x1_pair(x, w1, w2, b1, skip_x=xs, skip_w=ws, skip_stride=2, relu1=True)
+    y_ref = np.maximum(reference.conv2d(x, w1, b1) + reference.conv2d(xs, ws, stride=2), 0)
+    assert np.allclose(y, y_ref, atol=1e-5) and np.allclose(z, reference.conv2d(y_ref, w2),
+                                                            atol=1e-5)
+    at, _ = pair.pack_weights(w1, w2, pair.PairTile(4, 2), ws)  # ws's channels after w1's
+    assert at.shape == (12, 8) and np.array_equal(at[5:, :6], ws[:, :, 0, 0].T)
+    with pytest.raises(ValueError, match="skip_w must be"):
+        pair.conv1x1_pair(x, w1, w2, skip_x=xs, skip_w=ws[:5].copy(), skip_stride=2)
+    with pytest.raises(ValueError, match="skip_stride must be a positive int"):
+        pair.conv1x1_pair(x, w1, w2, skip_x=xs, skip_w=ws, skip_stride=0)
+    with pytest.raises(ValueError, match="the shortcut maps"):
+        pair.conv1x1_pair(x, w1, w2, skip_x=xs, skip_w=ws, skip_stride=1)
 
 
 def _from_fragments(f):

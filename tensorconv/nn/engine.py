@@ -33,7 +33,7 @@ import numpy as np
 
 from tensorconv import backend, ops
 from tensorconv.autograd.functions.pooling import pool_args
-from tensorconv.checks import check_conv_args
+from tensorconv.checks import check_conv_args, conv_geometry
 from tensorconv.nn import layers as L
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
 from tensorconv.nn.models.mobilenet import MobileNetV1
@@ -64,9 +64,11 @@ class Plan:
             core: "CoreStep | None" = None) -> None:
         """Append a launch; ``label`` names it in per-launch profiles; ``pointwise``
         describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain,
-        ``core`` a Tucker core convolution that a plan pass may fuse with what follows."""
+        ``core`` a Tucker core convolution that a plan pass may fuse with what follows.
+        A projection shortcut's planner sets ``shortcut`` on its launch afterwards
+        (:func:`fold_projection_shortcuts`)."""
         launch.label = label
-        launch.pointwise, launch.core, launch.pair = pointwise, core, None
+        launch.pointwise, launch.core, launch.pair, launch.shortcut = pointwise, core, None, None
         self.steps.append(launch)
 
     def run(self) -> None:
@@ -150,10 +152,15 @@ def fold_bn(weight, bias, bn):
 
 # --------------------------------------------------------------------------- layers
 
+def _folded(m: L.Conv2d, bn, plan):
+    """``m``'s weights and bias with ``bn`` folded in, on the plan's device and kept."""
+    w, b = fold_bn(m.weight.data, None if m.bias is None else m.bias.data, bn)
+    return plan.keep(plan.xp.asarray(w)), (None if b is None else plan.keep(plan.xp.asarray(b)))
+
+
 @register_conv_planner(L.Conv2d)
 def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
-    w, b = fold_bn(m.weight.data, None if m.bias is None else m.bias.data, bn)
-    w, b = plan.keep(plan.xp.asarray(w)), (None if b is None else plan.keep(plan.xp.asarray(b)))
+    w, b = _folded(m, bn, plan)
     geom = check_conv_args(x, w, b, m.stride, m.padding, m.dilation, m.groups,
                            dtype=np.float32, contiguous=True)
     out = plan.alloc(geom.output_shape)
@@ -276,6 +283,62 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
         steps[i] = fused
         taken.update((i, k))
     plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
+
+
+@register_plan_pass
+def fold_projection_shortcuts(plan: Plan) -> None:
+    """Compute each 1x1 projection shortcut inside the chained pair that adds it as a
+    residual (``ops.conv1x1_pair``'s ``skip``: the shortcut's input channels become more
+    rows of the pair's first product) where that was timed faster than the two launches.
+
+    With ``plan.tune`` every tile and the two launches are timed and the verdict kept
+    in the tune cache ("shortcut_fold"); untuned plans follow a stored verdict
+    only.  Runs after :func:`fuse_pointwise_pairs`, before the Tucker tails, which then
+    leave a folded pair alone.
+    """
+    from tensorconv import bench
+    from tensorconv.ops import pointwise_pair as pair
+    from tensorconv.tuning import cache
+
+    made = {id(s.shortcut.out): s for s in plan.steps if s.shortcut is not None}
+    folded = set()
+    for i, step in enumerate(plan.steps):
+        if step.pair is None or id(step.pair[0].residual) not in made:
+            continue
+        (a, b), short = step.pair, made[id(step.pair[0].residual)]
+        sc = short.shortcut
+        tiles = pair.fitting_tiles(a.geom.c + sc.geom.c, a.geom.k, b.geom.k)
+        key = cache.make_key("shortcut_fold", "pointwise_pair.cu",
+                             f"{a.geom}|{b.geom}|{sc.geom}")
+        verdict = cache.lookup(key) if tiles else None
+        if not tiles or (verdict is None and not plan.tune) or \
+                (verdict is not None and not verdict["fold"]):
+            continue
+        b1 = sc.b if a.b is None else (a.b if sc.b is None else plan.keep(a.b + sc.b))
+
+        def launch(tile, packed, a=a, b=b, sc=sc, b1=b1):
+            return lambda: pair.conv1x1_pair(
+                a.x, a.w, b.w, b1, b.b, skip_x=sc.x, skip_w=sc.w, skip_stride=sc.geom.stride[0],
+                relu1=a.relu, relu2=b.relu, tile=tile, packed=packed, y_out=a.out, z_out=b.out)
+
+        if verdict is None:
+            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t, sc.w)),
+                                         repeat=10).median_us for t in tiles}
+            best = min(times, key=times.get)
+            verdict = {"tile": [best.p, best.cl, best.mma], "folded_us": times[best],
+                       "two_us": bench.time_graph(lambda: (short(), step()),
+                                                  repeat=10).median_us}
+            verdict["fold"] = verdict["folded_us"] < verdict["two_us"]
+            cache.store(key, verdict)
+            if not verdict["fold"]:
+                continue
+        tile = pair.PairTile(*verdict["tile"])
+        fused = launch(tile, tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile, sc.w)))
+        fused.label = f"{step.label} + shortcut {tuple(sc.w.shape)} {tile}"
+        fused.pointwise = fused.core = fused.pair = fused.shortcut = None
+        plan.steps[i] = fused
+        folded.add(id(short))
+    plan.steps = [s for s in plan.steps if id(s) not in folded]
 
 
 def _pointwise_path(plan, x, w, b, geom, relu, residual, out, general, name):
@@ -454,10 +517,24 @@ def _plan_sequential(seq, plan, x, relu_last: bool = False):
 
 
 def _plan_shortcut(shortcut, plan, x):
-    """A projection shortcut, Sequential(conv, BN), as one launch; the identity as ``x``."""
+    """A projection shortcut, Sequential(conv, BN), as one launch; the identity as ``x``.
+
+    A 1x1 projection's launch is described (``launch.shortcut``) so that
+    :func:`fold_projection_shortcuts` may compute it inside the launch that adds it:
+    its output is read by that launch only.
+    """
     if isinstance(shortcut, L.Identity):
         return x
-    return plan_conv(shortcut[0], plan, x, bn=shortcut[1])
+    conv, bn = shortcut
+    out = plan_conv(conv, plan, x, bn=bn)
+    if isinstance(conv, L.Conv2d):
+        w, b = _folded(conv, bn, plan)
+        geom = conv_geometry(x.shape, w.shape, conv.stride, conv.padding, conv.dilation,
+                             conv.groups)
+        if (geom.r, geom.s, geom.padding, geom.dilation, geom.groups) == (1, 1, (0, 0), (1, 1), 1) \
+                and geom.stride[0] == geom.stride[1]:
+            plan.steps[-1].shortcut = PointwiseStep(x, w, b, False, None, out, geom)
+    return out
 
 
 def _plan_head(plan, gap, fc, x):

@@ -165,13 +165,17 @@ def mma_fragments(w):
     return xp.ascontiguousarray(f).reshape(*lead, o // 16, k // 8, 32, 4)
 
 
-def pack_weights(w1, w2, tile: PairTile):
+def pack_weights(w1, w2, tile: PairTile, skip_w=None):
     """``(at, bt)`` as the kernel reads them for ``tile``, zero-padded.  FMA tiles:
     ``w1`` (M, C, 1, 1) transposed to (C, cl * MB) and ``w2`` (J, M, 1, 1) to
     (cl * MB, JP) (MB: :meth:`PairTile.slice`, JP: :meth:`PairTile.padded_j`).  mma
     tiles: each slice's ``w1`` rows (MB, C8) and ``w2`` columns (JP, MB) in
-    :func:`mma_fragments` order, slice after slice (C8: C rounded up to 8)."""
+    :func:`mma_fragments` order, slice after slice (C8: C rounded up to 8).  A
+    projection shortcut's ``skip_w`` (M, C2, 1, 1) joins ``w1`` as C2 more input
+    channels (C -> C + C2)."""
     xp = backend.array_module(w1)
+    if skip_w is not None:
+        w1 = xp.concatenate([w1, skip_w], axis=1)
     m, c = w1.shape[:2]
     j = w2.shape[0]
     cl, mb, jp = tile.cl, tile.slice(m), tile.padded_j(j)
@@ -189,10 +193,15 @@ def pack_weights(w1, w2, tile: PairTile):
     return at, bt
 
 
-def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = False,
-                 relu2: bool = False, tile: PairTile | None = None, packed=None,
-                 y_out=None, z_out=None):
-    """``y = relu1?(conv1x1(x, w1) + b1 + residual)``, ``z = relu2?(conv1x1(y, w2) + b2)``.
+def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, skip_x=None, skip_w=None,
+                 skip_stride: int = 1, relu1: bool = False, relu2: bool = False,
+                 tile: PairTile | None = None, packed=None, y_out=None, z_out=None):
+    """``y = relu1?(conv1x1(x, w1) + b1 + residual + conv1x1(skip_x, skip_w, skip_stride))``,
+    ``z = relu2?(conv1x1(y, w2) + b2)``.
+
+    The ``skip`` term is a residual block's projection shortcut (its bias folded
+    into ``b1`` by the caller), computed in the same launch as more input channels
+    of the first product.
 
     Parameters
     ----------
@@ -203,11 +212,16 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     b2 : array, (J,), float32, optional
     residual : array, (N, M, H, W), float32, optional
         Added to ``y`` before ``relu1``.
+    skip_x : array, (N, C2, H2, W2), float32, optional
+        The shortcut's input; a 1x1 convolution of stride ``skip_stride`` (no
+        padding) must map it to (N, M, H, W).  Needs ``skip_w``.
+    skip_w : array, (M, C2, 1, 1), float32, optional
+    skip_stride : int
     relu1, relu2 : bool
     tile : PairTile, optional
         One of :data:`TILES` that fits; default :func:`default_tile`.
     packed : tuple, optional
-        :func:`pack_weights` of ``w1, w2`` for ``tile``, prepared once.
+        :func:`pack_weights` of ``w1, w2`` (and ``skip_w``) for ``tile``, prepared once.
     y_out : array, (N, M, H, W), float32, optional (GPU only)
     z_out : array, (N, J, H, W), float32, optional (GPU only)
 
@@ -232,22 +246,27 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     why = supported(g1, g2)
     if why is not None:
         raise ValueError(f"conv1x1_pair: {why} (w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)})")
+    gs, skip_x, skip_w = _check_skip(skip_x, skip_w, skip_stride, g1, xp)
+    residual = dense.check_residual(residual, g1, xp)
     if xp is np:
         if y_out is not None or z_out is not None:
             raise ValueError("y_out and z_out are supported on the GPU path only")
+        if gs is not None:
+            short = dense.conv2d(skip_x, skip_w, stride=gs.stride)
+            residual = short if residual is None else residual + short
         y = dense.conv2d(x, w1, b1, relu=relu1, residual=residual)
         return y, dense.conv2d(y, w2, b2, relu=relu2)
-    c, m, j, hw = g1.c, g1.k, g2.k, g1.h * g1.w
+    c2 = 0 if gs is None else gs.c
+    c, m, j, hw = g1.c + c2, g1.k, g2.k, g1.h * g1.w  # c: the first product's rows
     tiles = fitting_tiles(c, m, j)
     if tile is None:
         tile = default_tile(c, m, j, hw, g1.n, backend.device_facts().sm_count)
     elif tile not in tiles:
         raise ValueError(f"tile must be one of {tiles} for {c} -> {m} -> {j} channels, "
                          f"got {tile}")
-    residual = dense.check_residual(residual, g1, xp)
     mb = tile.slice(m)
     if packed is None:
-        packed = pack_weights(w1, w2, tile)
+        packed = pack_weights(w1, w2, tile, skip_w)
     at, bt = packed
     shapes = tile.packed_shapes(c, m, j)
     if (tuple(at.shape), tuple(bt.shape)) != shapes:
@@ -261,10 +280,34 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, relu1: bool = Fa
     cuda.set_dynamic_smem(kernel, smem)
     null, i32 = np.uintp(0), np.int32
     opt = lambda a: null if a is None else a  # noqa: E731
+    plane2, w2_in, s2 = (0, 0, 1) if gs is None else (gs.h * gs.w, gs.w, gs.stride[0])
     kernel(tile.grid(hw, g1.n), (_THREADS,), (
-        x, at, opt(b1), opt(residual), y, bt, opt(b2), z,
-        i32(c), i32(hw), i32(m), i32(mb), i32(j), i32(tile.padded_j(j)), i32(bool(relu1)),
-        i32(bool(relu2)), i32(tile.slots_offset(c, m, j)),
+        x, at, opt(b1), opt(residual), y, bt, opt(b2), z, opt(skip_x),
+        i32(g1.c), i32(hw), i32(m), i32(mb), i32(j), i32(tile.padded_j(j)), i32(bool(relu1)),
+        i32(bool(relu2)), i32(c2), i32(plane2), i32(w2_in), i32(g1.w), i32(s2),
+        i32(tile.slots_offset(c, m, j)),
         cuda.fast_div(tile.share(j) if tile.cl > 1 else 1)),  # no slots without a cluster
         shared_mem=smem)
     return y, z
+
+
+def _check_skip(skip_x, skip_w, stride, g1: ConvGeometry, xp):
+    """``(geometry, skip_x, skip_w)`` of the shortcut, checked to produce y's shape
+    (all None without one)."""
+    if skip_x is None and skip_w is None:
+        return None, None, None
+    if skip_x is None or skip_w is None:
+        raise ValueError("skip_x and skip_w go together (the projection shortcut's input "
+                         "and weights)")
+    skip_x, skip_w = backend.as_array(skip_x, "skip_x"), backend.as_array(skip_w, "skip_w")
+    check_array(skip_x, "skip_x", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    check_array(skip_w, "skip_w", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
+    if not isinstance(stride, (int, np.integer)) or stride < 1:
+        raise ValueError(f"skip_stride must be a positive int, got {stride!r}")
+    if tuple(skip_w.shape[2:]) != (1, 1) or skip_w.shape[0] != g1.k:
+        raise ValueError(f"skip_w must be ({g1.k}, C2, 1, 1), got {tuple(skip_w.shape)}")
+    gs = conv_geometry(skip_x.shape, skip_w.shape, stride=int(stride))
+    if gs.output_shape != g1.output_shape:
+        raise ValueError(f"the shortcut maps skip_x {tuple(skip_x.shape)} to "
+                         f"{gs.output_shape} at stride {stride}; y is {g1.output_shape}")
+    return gs, skip_x, skip_w

@@ -166,6 +166,10 @@ def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, 
     if sum(not p["fused"] for p in paths):
         assert tails and all(v["tail_us"] > 0 and v["two_us"] > 0 for v in tails)
     assert sum("tucker tail" in lb for lb in labels) >= sum(v["tail"] for v in tails)
+    folds = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+             if k.startswith("shortcut_fold")]                  # shortcuts inside their pairs
+    assert all(v["folded_us"] > 0 and v["two_us"] > 0 for v in folds)
+    assert sum("+ shortcut" in lb for lb in labels) == sum(v["fold"] for v in folds)
 
 
 @pytest.mark.parametrize("tile", [(16, 1), (8, 2), (4, 4)], ids=str)
@@ -189,6 +193,34 @@ def test_engine_chains_1x1_pairs_where_the_cache_says_so(rng, tile, tmp_path, mo
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
     layers = sum(isinstance(m, TuckerConv2d) for m in model.modules())
     assert sum("pointwise pair" in s.label for s in engine.plan.steps) == layers - 1
+    assert err < 1e-4
+
+
+@pytest.mark.parametrize("tile", [(16, 1, False), (8, 2, True)], ids=str)
+def test_engine_folds_projection_shortcuts_where_the_cache_says_so(rng, tile, tmp_path,
+                                                                   monkeypatch):
+    """Forced "pair" and "shortcut_fold" verdicts: each 1x1 projection shortcut of a Tucker
+    ResNet-20 runs inside the pair that adds it (one launch fewer each); the result
+    matches the model."""
+    from tensorconv import backend
+    from tensorconv.nn import layers as L
+    from tensorconv.nn.tucker import tuckerize, uniform_ranks
+    from tensorconv.tuning import cache
+
+    if tile[1] > 1 and backend.device_facts().compute_capability < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    lookup = cache.lookup
+    forced = {"pointwise_pair": {"pair": True, "tile": [16, 1]},
+              "shortcut_fold": {"fold": True, "tile": list(tile)}}
+    monkeypatch.setattr(cache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
+    model = get_model("resnet20")
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
+    shortcuts = sum(isinstance(m, L.Sequential) and isinstance(m[0], L.Conv2d)
+                    and m[0].kernel_size == (1, 1) for m in model.modules())
+    assert shortcuts > 0
+    assert sum("+ shortcut" in s.label for s in engine.plan.steps) == shortcuts
     assert err < 1e-4
 
 

@@ -68,6 +68,41 @@ def test_random_shapes(rng, tile, trial):
     assert cp.array_equal(y2, y) and cp.array_equal(z2, z)
 
 
+@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}{'mma' if t.mma else ''}")
+def test_projection_shortcut_in_the_first_product(rng, tile):
+    """skip_x / skip_w: a residual block's 1x1 projection shortcut (stride 1 or 2, odd
+    input sizes) gathered as more rows of the first product, on every tile; against the
+    reference with the shortcut as a residual; NaN-poisoned outputs."""
+    import cupy as cp
+
+    stride = int(rng.integers(1, 3))
+    n, c, c2, j = int(rng.integers(1, 3)), int(rng.integers(1, 90)), int(rng.integers(1, 90)), \
+        int(rng.integers(1, 90))
+    lowest = next(mm for mm in range(1, 1024) if (tile.cl - 1) * tile.slice(mm) < mm)
+    m = max(int(rng.integers(1, 120)), lowest)
+    while tile not in pair.fitting_tiles(c + c2, m, j):
+        c, c2, j = max(1, c // 2), max(1, c2 // 2), max(1, j // 2)
+    h2, w2 = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+    h, w = (h2 - 1) // stride + 1, (w2 - 1) // stride + 1
+    (x, w1, wz, b1, b2, _, relu1, relu2), _, _ = _case(rng, 3, n, c, m, j, h, w)
+    xs = rng.standard_normal((n, c2, h2, w2)).astype(np.float32)
+    ws = (rng.standard_normal((m, c2, 1, 1)) / np.sqrt(c2)).astype(np.float32)
+    f64 = lambda a: None if a is None else a.astype(np.float64)  # noqa: E731
+    y_ref = reference.conv2d(f64(x), f64(w1), f64(b1)) + \
+        reference.conv2d(f64(xs), f64(ws), stride=stride)
+    y_ref = np.maximum(y_ref, 0) if relu1 else y_ref
+    z_ref = reference.conv2d(y_ref, f64(wz), f64(b2))
+    z_ref = np.maximum(z_ref, 0) if relu2 else z_ref
+    g = lambda a: None if a is None else cp.asarray(a)  # noqa: E731
+    y = cp.full(y_ref.shape, cp.nan, cp.float32)
+    z = cp.full(z_ref.shape, cp.nan, cp.float32)
+    pair.conv1x1_pair(g(x), g(w1), g(wz), g(b1), g(b2), skip_x=g(xs), skip_w=g(ws),
+                      skip_stride=stride, relu1=relu1, relu2=relu2, tile=tile, y_out=y, z_out=z)
+    assert not cp.isnan(y).any() and not cp.isnan(z).any()
+    assert rel_err(y.get(), y_ref) <= 1e-5, (n, c, c2, m, j, h2, w2, stride, tile)
+    assert rel_err(z.get(), z_ref) <= 1e-5, (n, c, c2, m, j, h2, w2, stride, tile)
+
+
 @pytest.mark.parametrize("shape", [(251, 512, 251, 7), (125, 256, 125, 14), (31, 64, 31, 56)],
                          ids=["stage4", "stage3", "stage1"])
 def test_resnet18_tucker_pairs_with_default_tile(rng, shape):
@@ -96,6 +131,11 @@ def test_bad_input_before_launch():
         pair.conv1x1_pair(x, w1, w2, residual=cp.ones((1, 12, 4, 5), cp.float32), y_out=y, z_out=z)
     with pytest.raises(ValueError, match="z_out has shape"):
         pair.conv1x1_pair(x, w1, w2, y_out=y, z_out=cp.empty((1, 5, 5, 5), cp.float32))
+    with pytest.raises(ValueError, match="skip_x and skip_w go together"):
+        pair.conv1x1_pair(x, w1, w2, skip_x=x, y_out=y, z_out=z)
+    with pytest.raises(ValueError, match=r"the shortcut maps skip_x \(1, 8, 5, 5\)"):
+        pair.conv1x1_pair(x, w1, w2, skip_x=x, skip_w=cp.ones((12, 8, 1, 1), cp.float32),
+                          skip_stride=2, y_out=y, z_out=z)
     with pytest.raises(ValueError, match="do not fit"):
         pair.conv1x1_pair(cp.ones((1, 20000, 1, 1), cp.float32),
                           cp.ones((8, 20000, 1, 1), cp.float32), cp.ones((8, 8, 1, 1), cp.float32))

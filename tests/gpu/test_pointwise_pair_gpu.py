@@ -12,6 +12,10 @@ from tests.helpers import rel_err
 pytestmark = pytest.mark.gpu
 
 
+def _tile_id(t):
+    return f"p{t.p}cl{t.cl}{'mma' if t.mma else ''}"
+
+
 def _case(rng, trial, n, c, m, j, h, w):
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     w1 = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
@@ -32,7 +36,7 @@ def _case(rng, trial, n, c, m, j, h, w):
     return (x, w1, w2, b1, b2, res, relu1, relu2), y, z
 
 
-@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}{'mma' if t.mma else ''}")
+@pytest.mark.parametrize("tile", pair.TILES, ids=_tile_id)
 @pytest.mark.parametrize("trial", range(4))
 def test_random_shapes(rng, tile, trial):
     """Every tile (FMA and mma) on random shapes: planes with H*W a multiple of 4 or not
@@ -68,7 +72,7 @@ def test_random_shapes(rng, tile, trial):
     assert cp.array_equal(y2, y) and cp.array_equal(z2, z)
 
 
-@pytest.mark.parametrize("tile", pair.TILES, ids=lambda t: f"p{t.p}cl{t.cl}{'mma' if t.mma else ''}")
+@pytest.mark.parametrize("tile", pair.TILES, ids=_tile_id)
 def test_projection_shortcut_in_the_first_product(rng, tile):
     """skip_x / skip_w: a residual block's 1x1 projection shortcut (stride 1 or 2, odd
     input sizes) gathered as more rows of the first product, on every tile; against the

@@ -279,7 +279,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
         packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile))
         fused = launch(tile, packed)
         fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
-        fused.pointwise, fused.core, fused.pair = None, None, (a, b)
+        fused.pointwise, fused.core, fused.pair, fused.shortcut = None, None, (a, b), None
         steps[i] = fused
         taken.update((i, k))
     plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]

@@ -16,10 +16,13 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   for a stride-1 1x1 convolution, the batch-1 1x1 kernel where that was timed
   faster), a 1x1 convolution that reads another's output (a Tucker layer's last
   1x1 and the next layer's first; a bottleneck's last and the next one's first)
-  runs chained to it in one launch where that was timed faster, so does a
-  Tucker core with the 1x1s after it where their weights fit one block
-  (``ops.tucker_tail``), pooling is one kernel, and so is the classifier head
-  where faster.
+  runs chained to it in one launch where that was timed faster (on the CUDA
+  cores or, 3xTF32, the tensor cores: whichever tile was fastest), a residual
+  block's 1x1 projection shortcut is computed inside the pair that adds it (its
+  input channels as more rows of the pair's first product) where that beat its
+  own launch, a Tucker core runs with the 1x1s after it where their weights fit
+  one block (``ops.tucker_tail``), pooling is one kernel, and so is the
+  classifier head where faster.
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  ResNet-50 runs at the paper's 40 % operating

@@ -9,41 +9,36 @@
 // zero padding by zero-fill) and the core weights in one round of cp.async (A and
 // B land while the core product runs), computes the D2 core outputs of its pixels
 // in shared memory, then runs the chained 1x1s of tc_chain.cuh on them.
-// With MMA all three products run on the tensor cores at fp32 accuracy (3xTF32,
-// tc::mma_product): the columns and the core outputs are split in shared memory.
-// The Python op (tensorconv/ops/tucker_tail.py) checks the arguments, picks the tile
-// and prepares the weights, zero-padded: FMA tiles take the core (D1 R S, D2P), A
-// (D2P, MP) and B (MP, JP) transposed, widths multiples of 4; MMA tiles take the core
-// (D2P x KP), A (MP x D2P) and B (JP x MP) in fragment order, widths multiples of 16
-// and KP = D1 R S rounded up to 8.
+// The Python op (tensorconv/ops/tucker_tail.py) checks the arguments, picks P and
+// prepares the weights: core (D1 R S, D2P), A (D2P, MP), B (MP, JP), transposed and
+// zero-padded to multiples of 4.
 #include "tc_chain.cuh"
 
-template <int P, int R, int S, int STRIDE, bool MMA>
+template <int P, int R, int S, int STRIDE>
 __global__ void __launch_bounds__(tc::CHAIN_THREADS) tucker_tail(
     const float* __restrict__ u,         // (N, D1, H, W)
-    const float* __restrict__ wct,       // core weights, packed for the tile
-    const float* __restrict__ at,        // last 1x1, packed
+    const float* __restrict__ wct,       // (D1 * R * S, D2P): core weights transposed
+    const float* __restrict__ at,        // (D2P, MP): last 1x1 transposed
     const float* __restrict__ a_bias,    // (M,) or nullptr
     const float* __restrict__ residual,  // like y, or nullptr
     float* __restrict__ y,               // (N, M, OH, OW)
-    const float* __restrict__ bt,        // next first 1x1, packed, or unused
+    const float* __restrict__ bt,        // (MP, JP): next first 1x1 transposed, or unused
     const float* __restrict__ b_bias,    // (J,) or nullptr
     float* __restrict__ z,               // (N, J, OH, OW), or unused
     int D1, int H, int W, int OW, int HWO, int pad_h, int pad_w,
     int D2P, int M, int MP, int J, int JP, int relu1, int relu2)
 {
     static_assert(P % 4 == 0 && tc::CHAIN_THREADS % P == 0, "pixel runs of 4; whole columns");
-    constexpr int RS = R * S, PS = MMA ? tc::mma_stride(P) : P, COPIES = MMA ? 2 : 1;
+    constexpr int RS = R * S;
     const int K = D1 * RS;
-    const int KP = MMA ? (K + 7) & ~7 : K;  // rows of the columns (the mma's K steps of 8)
     extern __shared__ __align__(16) float smem[];
-    float* cols = smem;                    // KP x PS input columns (x COPIES: big, small)
-    float* ws = cols + COPIES * KP * PS;   // KP x D2P core weights
-    float* ts = ws + KP * D2P;             // D2P x PS core outputs (x COPIES)
-    float* as = ts + COPIES * D2P * PS;    // D2P x MP
-    float* ys = as + D2P * MP;             // MP x PS (x COPIES)
-    float* bs = ys + COPIES * MP * PS;     // MP x JP
-    float* red = bs + MP * JP;             // split-reduction partials
+    float* cols = smem;            // K x P input columns
+    float* ws = cols + K * P;      // K x D2P
+    float* ts = ws + K * D2P;      // D2P x P core outputs
+    float* as = ts + D2P * P;      // D2P x MP
+    float* ys = as + D2P * MP;     // MP x P
+    float* bs = ys + MP * P;       // MP x JP
+    float* red = bs + MP * JP;     // split-reduction partials (tc::block_product)
     const int p0 = blockIdx.x * P, n = blockIdx.y, tid = threadIdx.x;
 
     // Group 0: the columns and the core weights; group 1: A; group 2: B.  A thread
@@ -57,12 +52,10 @@ __global__ void __launch_bounds__(tc::CHAIN_THREADS) tucker_tail(
             const int c = k / RS, rs = k - c * RS, r = rs / S, s = rs - r * S;
             const int iy = iy0 + r, ix = ix0 + s;
             const bool ok = pix < HWO && iy >= 0 && iy < H && ix >= 0 && ix < W;
-            tdcx::cp_async4(cols + k * PS + p, ok ? un + ((size_t)c * H + iy) * W + ix : un, ok);
+            tdcx::cp_async4(cols + k * P + p, ok ? un + ((size_t)c * H + iy) * W + ix : un, ok);
         }
     }
-    if constexpr (MMA)
-        for (int i = tid; i < (KP - K) * PS; i += tc::CHAIN_THREADS) cols[K * PS + i] = 0.f;
-    tc::stage_flat(ws, wct, KP * D2P);
+    tc::stage_flat(ws, wct, K * D2P);
     tdcx::cp_async_commit();
     tc::stage_flat(as, at, D2P * MP);
     tdcx::cp_async_commit();
@@ -71,34 +64,21 @@ __global__ void __launch_bounds__(tc::CHAIN_THREADS) tucker_tail(
     tdcx::cp_async_wait<2>();
     __syncthreads();
 
-    // The core outputs, unsplit: the chain splits its input columns itself.
-    auto keep = [&](int o, int p, auto v) {
-        constexpr int V = sizeof(v) / sizeof(float);
-        const float* vals = reinterpret_cast<const float*>(&v);
-#pragma unroll
-        for (int i = 0; i < V; ++i) ts[o * PS + p + i] = vals[i];
-    };
-    if constexpr (MMA) {
-        tc::split_rows<P>(cols, cols + KP * PS, KP);
-        __syncthreads();
-        tc::mma_product<P>(ws, D2P, cols, cols + KP * PS, KP, red, keep);
-    } else {
-        tc::block_product<P>(ws, D2P, cols, K, red, keep);
-    }
+    tc::block_product<P>(ws, D2P, cols, K, red, [&](int o, int p, float4 v) {
+        *reinterpret_cast<float4*>(ts + o * P + p) = v;
+    });
     __syncthreads();  // ts complete; red free again
 
     tdcx::PushReduce<1> alone(red, 0ull);  // no cluster: never pushes
-    tc::chain_1x1<P, 1, MMA>(ts, D2P, as, ys, bs, MP, red, alone, n, p0, 0,
-                             {a_bias, residual, y, b_bias, z, HWO, M, J, JP, relu1, relu2});
+    tc::chain_1x1<P, 1>(ts, D2P, as, ys, bs, MP, red, alone, n, p0, 0,
+                        {a_bias, residual, y, b_bias, z, HWO, M, J, JP, relu1, relu2});
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of the instantiations ResNets use
-#define TC_TAIL(P, ST, MMA)                                                                \
-    template __global__ void tucker_tail<P, 3, 3, ST, MMA>(const float*, const float*,     \
-        const float*, const float*, const float*, float*, const float*, const float*,      \
-        float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-#define TC_TAIL_ST(P, MMA) TC_TAIL(P, 1, MMA) TC_TAIL(P, 2, MMA)
-TC_TAIL_ST(4, false) TC_TAIL_ST(8, false) TC_TAIL_ST(16, false) TC_TAIL_ST(32, false)
-TC_TAIL_ST(64, false) TC_TAIL_ST(8, true) TC_TAIL_ST(16, true) TC_TAIL_ST(32, true)
-TC_TAIL_ST(64, true)
+#define TC_TAIL(P, ST)                                                                     \
+    template __global__ void tucker_tail<P, 3, 3, ST>(const float*, const float*, const float*, \
+        const float*, const float*, float*, const float*, const float*, float*, int, int, int, \
+        int, int, int, int, int, int, int, int, int, int, int);
+TC_TAIL(4, 1) TC_TAIL(8, 1) TC_TAIL(16, 1) TC_TAIL(32, 1) TC_TAIL(64, 1)
+TC_TAIL(4, 2) TC_TAIL(8, 2) TC_TAIL(16, 2) TC_TAIL(32, 2) TC_TAIL(64, 2)
 #endif

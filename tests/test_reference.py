@@ -275,15 +275,6 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
     assert np.array_equal(wct[:, :6], core.reshape(6, 45).T) and not wct[:, 6:].any()
     assert np.array_equal(at[:6, :9], w_last[:, :, 0, 0].T) and not at[6:].any()
     assert np.array_equal(bt[:9, :3], w_next[:, :, 0, 0].T) and not bt[:, 3:].any()
-    mma = tail.TailTile(16, mma=True)  # fragment order, widths of 16, 45 core rows -> 48
-    wct, at, bt = tail.pack_weights(core, w_last, w_next, mma)
-    assert (wct.shape, at.shape, bt.shape) == mma.packed_shapes(45, 6, 9, 3)
-    for packed, w in ((wct, core.reshape(6, 45)), (at, w_last[:, :, 0, 0]),
-                      (bt, w_next[:, :, 0, 0])):
-        full = _from_fragments(packed)
-        assert np.array_equal(full[:w.shape[0], :w.shape[1]], w)
-        assert not full[w.shape[0]:].any() and not full[:, w.shape[1]:].any()
-    assert tail.pack_weights(core, w_last, None, mma)[2] is None
     with pytest.raises(ValueError, match="w_last must take the core's 6 output channels"):
         tail.tucker_tail(u, core, 1, 1, w_last[:, :5].copy())
     with pytest.raises(ValueError, match="w_next must take w_last's 9 output channels"):

@@ -296,14 +296,14 @@ def _register_engine_planner():
                     relu1=last.relu, relu2=nxt is not None and nxt.relu, tile=tile,
                     packed=packed, y_out=last.out, z_out=None if nxt is None else nxt.out)
 
-            def pack(tile, c=c, last=last, nxt=nxt):
-                return tail.pack_weights(c.w, last.w, None if nxt is None else nxt.w, tile)
+            def pack(c=c, last=last, nxt=nxt):
+                return tail.pack_weights(c.w, last.w, None if nxt is None else nxt.w)
 
             if verdict is None:
-                times = {t: bench.time_graph(launch(t, pack(t)), repeat=10).median_us
+                times = {t: bench.time_graph(launch(t, pack()), repeat=10).median_us
                          for t in tiles}
                 best = min(times, key=times.get)
-                verdict = {"tile": [best.p, best.mma], "tail_us": times[best],
+                verdict = {"tile": best.p, "tail_us": times[best],
                            "two_us": bench.time_graph(lambda: (first(), second()),
                                                       repeat=10).median_us}
                 verdict["tail"] = verdict["tail_us"] < verdict["two_us"]
@@ -311,9 +311,8 @@ def _register_engine_planner():
                 if not verdict["tail"]:
                     i += 1
                     continue
-            tile = tail.TailTile(*verdict["tile"])
-            fused_step = launch(tile, tuple(None if a is None else plan.keep(a)
-                                            for a in pack(tile)))
+            tile = tail.TailTile(verdict["tile"])
+            fused_step = launch(tile, tuple(None if a is None else plan.keep(a) for a in pack()))
             fused_step.label = (f"tucker tail {tuple(c.w.shape)} -> {m}"
                                 f"{f' -> {j}' if nxt is not None else ''} {tile}")
             fused_step.pointwise = fused_step.core = fused_step.pair = fused_step.shortcut = None

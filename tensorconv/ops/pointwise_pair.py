@@ -28,14 +28,13 @@ _FILE = "pointwise_pair.cu"
 _THREADS = 256
 
 
-def round_up(v: int, q: int) -> int:
-    """``v`` rounded up to a multiple of ``q``."""
+def _up(v: int, q: int) -> int:
     return -(-v // q) * q
 
 
 def up4(v: int) -> int:
     """``v`` rounded up to a multiple of 4 (the kernels' padded widths)."""
-    return round_up(v, 4)
+    return _up(v, 4)
 
 
 def product_scratch_floats(o: int, p: int) -> int:
@@ -73,11 +72,11 @@ class PairTile:
     def slice(self, m: int) -> int:
         """Middle channels per block: ceil(m / cl) rounded up to a multiple of 4 (16
         for mma tiles)."""
-        return round_up(-(-m // self.cl), 16 if self.mma else 4)
+        return _up(-(-m // self.cl), 16 if self.mma else 4)
 
     def padded_j(self, j: int) -> int:
         """z's channels as the kernel computes them: rounded up to 4 (16 for mma)."""
-        return round_up(j, 16 if self.mma else 4)
+        return _up(j, 16 if self.mma else 4)
 
     def share(self, j: int) -> int:
         """Partial sums of z each block of a cluster owns (``tdcx::PushReduce``)."""
@@ -88,7 +87,7 @@ class PairTile:
         for mma), the B slice and the split partials (the layout ``conv1x1_pair`` computes)."""
         mb, jp = self.slice(m), self.padded_j(j)
         if self.mma:
-            ck, ps = round_up(c, 8), mma_stride(self.p)
+            ck, ps = _up(c, 8), mma_stride(self.p)
             red = max(mma_scratch_floats(mb, self.p), mma_scratch_floats(jp, self.p))
             return 2 * ck * ps + ck * mb + 2 * mb * ps + mb * jp + red
         red = max(product_scratch_floats(mb, self.p), product_scratch_floats(jp, self.p))
@@ -106,7 +105,7 @@ class PairTile:
         """Shapes of :func:`pack_weights`' two arrays for this tile."""
         mb, jp = self.slice(m), self.padded_j(j)
         if self.mma:
-            ck = round_up(c, 8)
+            ck = _up(c, 8)
             return (self.cl, mb // 16, ck // 8, 32, 4), (self.cl, jp // 16, mb // 8, 32, 4)
         return (c, self.cl * mb), (self.cl * mb, jp)
 
@@ -181,7 +180,7 @@ def pack_weights(w1, w2, tile: PairTile, skip_w=None):
     j = w2.shape[0]
     cl, mb, jp = tile.cl, tile.slice(m), tile.padded_j(j)
     if tile.mma:
-        a = xp.zeros((cl * mb, round_up(c, 8)), np.float32)
+        a = xp.zeros((cl * mb, _up(c, 8)), np.float32)
         a[:m, :c] = w1.reshape(m, c)
         b = xp.zeros((jp, cl * mb), np.float32)
         b[:j, :m] = w2.reshape(j, m)

@@ -21,8 +21,7 @@ from tensorconv.checks import (ConvGeometry, check_array, check_conv_args, conv_
                                core_conv_issue)
 from tensorconv.ops import conv as dense
 from tensorconv.ops import pointwise
-from tensorconv.ops.pointwise_pair import (mma_fragments, mma_scratch_floats, mma_stride,
-                                           product_scratch_floats, round_up)
+from tensorconv.ops.pointwise_pair import product_scratch_floats, up4
 
 _FILE = "tucker_tail.cu"
 _THREADS = 256
@@ -31,45 +30,22 @@ MAX_FILTER = 7
 
 @dataclass(frozen=True)
 class TailTile:
-    """``p`` output pixels per block of 256 threads; ``mma``: the three products on the
-    tensor cores (3xTF32)."""
+    """``p`` output pixels per block of 256 threads."""
 
     p: int
-    mma: bool = False
-
-    def width(self, c: int) -> int:
-        """``c`` channels as the kernel holds them: rounded up to 4 (16 for mma), 0 stays 0."""
-        return round_up(c, 16 if self.mma else 4)
-
-    def rows(self, k: int) -> int:
-        """The core's ``k = D1 R S`` reduction rows as staged (rounded up to 8 for mma)."""
-        return round_up(k, 8) if self.mma else k
 
     def smem_bytes(self, k: int, d2: int, m: int, j: int) -> int:
         """Columns (k = D1 R S rows), core weights, core outputs, A, y, B and the split
-        partials: the layout ``tucker_tail`` computes (columns, core outputs and y twice,
-        split, for mma)."""
-        p, d2p, mp, jp, kr = self.p, self.width(d2), self.width(m), self.width(j), self.rows(k)
-        ps, copies = (mma_stride(p), 2) if self.mma else (p, 1)
-        scratch = mma_scratch_floats if self.mma else product_scratch_floats
-        red = max(scratch(o, p) for o in (d2p, mp, jp) if o)
-        return 4 * (copies * kr * ps + kr * d2p + copies * d2p * ps + d2p * mp
-                    + copies * mp * ps + mp * jp + red)
+        partials: the layout ``tucker_tail`` computes."""
+        p, d2p, mp, jp = self.p, up4(d2), up4(m), up4(j)
+        red = max(product_scratch_floats(o, p) for o in (d2p, mp, jp) if o)
+        return 4 * (k * p + k * d2p + d2p * p + d2p * mp + mp * p + mp * jp + red)
 
     def grid(self, hw_out: int, n: int) -> tuple[int, int, int]:
         return -(-hw_out // self.p), n, 1
 
-    def packed_shapes(self, k: int, d2: int, m: int, j: int) -> tuple:
-        """Shapes of :func:`pack_weights`' three arrays for this tile (None: no ``w_next``)."""
-        d2p, mp, jp, kr = self.width(d2), self.width(m), self.width(j), self.rows(k)
-        if self.mma:
-            return ((d2p // 16, kr // 8, 32, 4), (mp // 16, d2p // 8, 32, 4),
-                    (jp // 16, mp // 8, 32, 4) if j else None)
-        return (k, d2p), (d2p, mp), ((mp, jp) if j else None)
 
-
-TILES = tuple(TailTile(p) for p in (4, 8, 16, 32, 64)) + tuple(
-    TailTile(p, True) for p in (8, 16, 32, 64))
+TILES = tuple(TailTile(p) for p in (4, 8, 16, 32, 64))
 
 
 def supported(core: ConvGeometry, last: ConvGeometry, nxt: ConvGeometry | None) -> str | None:
@@ -88,19 +64,15 @@ def supported(core: ConvGeometry, last: ConvGeometry, nxt: ConvGeometry | None) 
 
 
 def fitting_tiles(k: int, d2: int, m: int, j: int) -> list[TailTile]:
-    """The tiles whose shared memory fits ``k = D1 R S`` -> ``d2`` -> ``m`` -> ``j`` (mma
-    tiles where the device has tf32 tensor cores, sm_80)."""
-    facts = backend.device_facts()
-    tf32 = facts.compute_capability >= (8, 0)
-    return [t for t in TILES if t.smem_bytes(k, d2, m, j) <= facts.smem_per_block_optin
-            and (tf32 or not t.mma)]
+    """The tiles whose shared memory fits ``k = D1 R S`` -> ``d2`` -> ``m`` -> ``j``."""
+    limit = backend.device_facts().smem_per_block_optin
+    return [t for t in TILES if t.smem_bytes(k, d2, m, j) <= limit]
 
 
 def default_tile(k: int, d2: int, m: int, j: int, hw_out: int, n: int,
                  sm_count: int = 132) -> TailTile:
-    """The largest fitting FMA tile whose grid still gives every SM a block, else the
-    smallest; tuned engines time every tile, the mma ones included, instead."""
-    tiles = [t for t in fitting_tiles(k, d2, m, j) if not t.mma]
+    """The largest fitting tile whose grid still gives every SM a block, else the smallest."""
+    tiles = fitting_tiles(k, d2, m, j)
     if not tiles:
         raise ValueError(f"tucker_tail: {k} core rows -> {d2} -> {m} -> {j} channels do not "
                          "fit in shared memory")
@@ -108,32 +80,23 @@ def default_tile(k: int, d2: int, m: int, j: int, hw_out: int, n: int,
     return max(full, key=lambda t: t.p) if full else min(tiles, key=lambda t: t.p)
 
 
-def pack_weights(w_core, w_last, w_next=None, tile: TailTile = TailTile(4)):
-    """``(wct, at, bt)`` as the kernel reads them for ``tile`` (``bt`` None without
-    ``w_next``), zero-padded.  FMA tiles: the core (D2, D1, R, S) as (D1 R S, D2P),
-    ``w_last`` (M, D2, 1, 1) as (D2P, MP) and ``w_next`` (J, M, 1, 1) as (MP, JP),
-    transposed, widths multiples of 4.  mma tiles: the core as (D2P, KP), ``w_last``
-    as (MP, D2P), ``w_next`` as (JP, MP) in :func:`mma_fragments` order, widths
-    multiples of 16, KP = D1 R S rounded up to 8."""
+def pack_weights(w_core, w_last, w_next=None):
+    """``(wct, at, bt)`` as the kernel reads them: the core (D2, D1, R, S) as (D1 R S, D2P),
+    ``w_last`` (M, D2, 1, 1) as (D2P, MP), ``w_next`` (J, M, 1, 1) as (MP, JP) (None
+    without it); transposed and zero-padded to multiples of 4."""
     xp = backend.array_module(w_core)
     d2, k = w_core.shape[0], int(np.prod(w_core.shape[1:]))
     m = w_last.shape[0]
-    j = 0 if w_next is None else w_next.shape[0]
-    d2p, mp, jp = tile.width(d2), tile.width(m), tile.width(j)
-
-    def padded(w, rows, cols):
-        out = xp.zeros((rows, cols), np.float32)
-        out[:w.shape[0], :w.shape[1]] = w
-        return out
-
-    core, last = w_core.reshape(d2, k), w_last.reshape(m, d2)
-    nxt = None if w_next is None else w_next.reshape(j, m)
-    if tile.mma:
-        return (mma_fragments(padded(core, d2p, tile.rows(k))),
-                mma_fragments(padded(last, mp, d2p)),
-                None if nxt is None else mma_fragments(padded(nxt, jp, mp)))
-    return padded(core.T, k, d2p), padded(last.T, d2p, mp), None if nxt is None else \
-        padded(nxt.T, mp, jp)
+    wct = xp.zeros((k, up4(d2)), np.float32)
+    wct[:, :d2] = w_core.reshape(d2, k).T
+    at = xp.zeros((up4(d2), up4(m)), np.float32)
+    at[:d2, :m] = w_last.reshape(m, d2).T
+    if w_next is None:
+        return wct, at, None
+    j = w_next.shape[0]
+    bt = xp.zeros((up4(m), up4(j)), np.float32)
+    bt[:m, :j] = w_next.reshape(j, m).T
+    return wct, at, bt
 
 
 def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_next=None, *,
@@ -158,7 +121,7 @@ def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_
     tile : TailTile, optional
         One of :data:`TILES` that fits; default :func:`default_tile`.
     packed : tuple, optional
-        :func:`pack_weights` of the three weights for ``tile``, prepared once.
+        :func:`pack_weights` of the three weights, prepared once.
     y_out : array, (N, M, OH, OW), float32, optional (GPU only)
     z_out : array, (N, J, OH, OW), float32, optional (GPU only)
 
@@ -211,16 +174,16 @@ def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_
                          f"channels, got {tile}")
     residual = dense.check_residual(residual, last, xp)
     if packed is None:
-        packed = pack_weights(w_core, w_last, w_next, tile)
+        packed = pack_weights(w_core, w_last, w_next)
     wct, at, bt = packed
-    shapes = tile.packed_shapes(k, d2, m, j)
+    shapes = ((k, up4(d2)), (up4(d2), up4(m)), None if nxt is None else (up4(m), up4(j)))
     got = tuple(None if a is None else tuple(a.shape) for a in packed)
     if got != shapes:
         raise ValueError(f"packed weights have shapes {got}; expected {shapes}")
     y = dense.output_buffer(xp, y_out, last.output_shape, "y_out")
     z = None if nxt is None else dense.output_buffer(xp, z_out, nxt.output_shape, "z_out")
     kernel = cuda.get_kernel(_FILE, f"tucker_tail<{tile.p}, {core.r}, {core.s}, "
-                                    f"{core.stride[0]}, {'true' if tile.mma else 'false'}>")
+                                    f"{core.stride[0]}>")
     smem = tile.smem_bytes(k, d2, m, j)
     cuda.set_dynamic_smem(kernel, smem)
     null, i32 = np.uintp(0), np.int32
@@ -228,7 +191,6 @@ def tucker_tail(u, w_core, stride, padding, w_last, w_next=None, b_last=None, b_
     kernel(tile.grid(hw_out, core.n), (_THREADS,), (
         u, wct, at, opt(b_last), opt(residual), y, opt(bt), opt(b_next), opt(z),
         i32(core.c), i32(core.h), i32(core.w), i32(core.ow), i32(hw_out),
-        i32(core.padding[0]), i32(core.padding[1]), i32(tile.width(d2)), i32(m),
-        i32(tile.width(m)), i32(j), i32(tile.width(j)), i32(bool(relu1)), i32(bool(relu2))),
-        shared_mem=smem)
+        i32(core.padding[0]), i32(core.padding[1]), i32(up4(d2)), i32(m), i32(up4(m)),
+        i32(j), i32(up4(j) if j else 0), i32(bool(relu1)), i32(bool(relu2))), shared_mem=smem)
     return y, z

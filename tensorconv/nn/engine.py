@@ -541,26 +541,33 @@ def _plan_head(plan, gap, fc, x):
     """Global average pool then a linear layer: one launch (``ops.gap_linear``) where the
     head is exactly that, else module by module.
 
-    Every block of the fused kernel averages all of ``x``, so with many channels the two
-    launches can be faster: with ``plan.tune`` both are timed and the verdict kept in
-    the tune cache ("head_path"); untuned plans follow a stored verdict, else fuse.
+    With ``plan.tune`` every head tile and the two launches are timed and the verdict
+    kept in the tune cache ("head_path"); untuned plans follow a stored verdict, else
+    fuse on the default tile.
     """
     if not (isinstance(gap, L.GlobalAvgPool2d) and isinstance(fc, L.Linear)):
         return plan_module(fc, plan, plan_module(gap, plan, x))
     from tensorconv import bench
+    from tensorconv.ops import head
     from tensorconv.tuning import cache
 
     w = plan.keep(plan.xp.asarray(backend.to_host(fc.weight.data)))
     b = None if fc.bias is None else plan.keep(plan.xp.asarray(backend.to_host(fc.bias.data)))
     out = plan.alloc((x.shape[0], fc.out_features))
-    fused = lambda: ops.gap_linear(x, w, b, out=out)  # noqa: E731
+
+    def fused(tile):
+        return lambda: ops.gap_linear(x, w, b, out=out, tile=tile)
+
     key = cache.make_key("head_path", "classifier_head.cu", f"{tuple(x.shape)}|K{w.shape[0]}")
     verdict = cache.lookup(key)
     if verdict is None and plan.tune:
         sub = Plan(plan.xp)
         sub.buffers = plan.buffers  # the two-launch plan's buffers live as long as ours
         two = plan_module(fc, sub, plan_module(gap, sub, x))
-        verdict = {"fused_us": bench.time_graph(fused, repeat=10).median_us,
+        times = {t: bench.time_graph(fused(t), repeat=10).median_us
+                 for t in head.fitting_tiles(x.shape[1])}
+        best = min(times, key=times.get)
+        verdict = {"tile": [best.cl, best.opw], "fused_us": times[best],
                    "two_us": bench.time_graph(sub.run, repeat=10).median_us}
         verdict["fused"] = verdict["fused_us"] <= verdict["two_us"]
         cache.store(key, verdict)
@@ -569,7 +576,8 @@ def _plan_head(plan, gap, fc, x):
             return two
     if verdict is not None and not verdict["fused"]:
         return plan_module(fc, plan, plan_module(gap, plan, x))
-    plan.add(fused, f"gap + linear {tuple(w.shape)}")
+    tile = head.DEFAULT_TILE if verdict is None else head.HeadTile(*verdict["tile"])
+    plan.add(fused(tile), f"gap + linear {tuple(w.shape)} {tile}")
     return out
 
 

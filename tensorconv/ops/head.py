@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tensorconv import backend, cuda, reference
@@ -10,11 +12,43 @@ from tensorconv.checks import check_array
 from tensorconv.ops.conv import output_buffer
 
 _FILE = "classifier_head.cu"
-_THREADS = 256
-_OUTPUTS_PER_BLOCK = 32  # fixed by the kernel: 8 warps x 4 outputs
+_WARPS = 8  # 256 threads
 
 
-def gap_linear(x, w, bias=None, *, out=None):
+@dataclass(frozen=True)
+class HeadTile:
+    """``opw`` outputs per warp (8 warps per block); the ``cl`` blocks of a thread-block
+    cluster split the channel means between them (``cl`` 1: every block averages all)."""
+
+    cl: int = 1
+    opw: int = 4
+
+    def share(self, c: int) -> int:
+        """Channels each cluster rank averages: ceil(c / cl) rounded up to 4."""
+        per_rank = -(-c // self.cl)
+        return -(-per_rank // 4) * 4
+
+    def smem_bytes(self, c: int) -> int:
+        return 4 * max(c, self.cl * self.share(c))
+
+    def grid(self, n: int, k: int) -> tuple[int, int, int]:
+        """(cluster columns, samples, cluster ranks) for ``k`` outputs."""
+        blocks = -(-k // (_WARPS * self.opw))
+        return -(-blocks // self.cl), n, self.cl
+
+
+TILES = tuple(HeadTile(cl, opw) for cl in (1, 2, 4, 8) for opw in (1, 4))
+DEFAULT_TILE = HeadTile(1, 4)
+
+
+def fitting_tiles(c: int) -> list[HeadTile]:
+    """Tiles whose channel means fit in shared memory; cluster tiles only on sm_90."""
+    facts = backend.device_facts()
+    return [t for t in TILES if t.smem_bytes(c) <= facts.smem_per_block_optin
+            and (t.cl == 1 or facts.compute_capability >= (9, 0))]
+
+
+def gap_linear(x, w, bias=None, *, out=None, tile: HeadTile = DEFAULT_TILE):
     """``y = mean(x, axis=(2, 3)) @ w.T + bias``.
 
     Parameters
@@ -23,6 +57,8 @@ def gap_linear(x, w, bias=None, *, out=None):
     w : array, (K, C), float32, C-contiguous — the linear layer's weight
     bias : array, (K,), float32, optional
     out : array, (N, K), float32, optional (GPU only)
+    tile : HeadTile
+        One of :data:`TILES` that fits (:func:`fitting_tiles`); the engine times them.
 
     Returns
     -------
@@ -45,15 +81,17 @@ def gap_linear(x, w, bias=None, *, out=None):
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
         return reference.gap_linear(x, w, bias).astype(np.float32)
-    smem = 4 * c
+    smem = tile.smem_bytes(c)
     if smem > backend.device_facts().smem_per_block_optin:
         raise ValueError(f"x has {c} channels; their means need {smem} bytes of shared memory, "
                          f"more than a block may have")
+    if tile not in fitting_tiles(c):
+        raise ValueError(f"tile must be one of {fitting_tiles(c)}, got {tile}")
     out = output_buffer(xp, out, (n, k))
-    kernel = cuda.get_kernel(_FILE, "gap_linear")
+    kernel = cuda.get_kernel(_FILE, f"gap_linear<{tile.cl}, {tile.opw}>")
     cuda.set_dynamic_smem(kernel, smem)
     i32 = np.int32
-    kernel((-(-k // _OUTPUTS_PER_BLOCK), n), (_THREADS,),
-           (x, w, np.uintp(0) if bias is None else bias, out, i32(c), i32(h * wd), i32(k)),
-           shared_mem=smem)
+    kernel(tile.grid(n, k), (32 * _WARPS,),
+           (x, w, np.uintp(0) if bias is None else bias, out, i32(c), i32(h * wd), i32(k),
+            i32(tile.share(c))), shared_mem=smem)
     return out

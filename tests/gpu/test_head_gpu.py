@@ -11,12 +11,17 @@ from tests.helpers import rel_err
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("tile", ops.head.TILES, ids=lambda t: f"cl{t.cl}opw{t.opw}")
 @pytest.mark.parametrize("trial", range(12))
-def test_random_shapes(rng, trial):
-    """Channels and outputs not multiples of the warp or the block's 32 outputs, planes from
-    1x1 up to larger than the kernel's staging chunk, with and without bias, NaN-poisoned
+def test_random_shapes(rng, tile, trial):
+    """Every tile: channels and outputs not multiples of the warp, the block's outputs or
+    the cluster, planes from 1x1 up to large, with and without bias, NaN-poisoned
     output; bitwise repeatable."""
     import cupy as cp
+    from tensorconv import backend
+
+    if tile.cl > 1 and backend.device_facts().compute_capability < (9, 0):
+        pytest.skip("no thread-block clusters on this device")
 
     n, c = int(rng.integers(1, 4)), int(rng.integers(1, 2100))
     h, w, k = int(rng.integers(1, 10)), int(rng.integers(1, 10)), int(rng.integers(1, 1100))
@@ -29,10 +34,10 @@ def test_random_shapes(rng, trial):
                                None if b is None else b.astype(np.float64))
     out = cp.full((n, k), cp.nan, cp.float32)
     args = (cp.asarray(x), cp.asarray(wt), None if b is None else cp.asarray(b))
-    ops.gap_linear(*args, out=out)
+    ops.gap_linear(*args, out=out, tile=tile)
     assert not cp.isnan(out).any()
-    assert rel_err(out.get(), ref) <= 1e-5, (n, c, h, w, k)
-    assert cp.array_equal(ops.gap_linear(*args), out)
+    assert rel_err(out.get(), ref) <= 1e-5, (n, c, h, w, k, tile)
+    assert cp.array_equal(ops.gap_linear(*args, tile=tile), out)
 
 
 def test_bad_input_before_launch():
@@ -46,6 +51,8 @@ def test_bad_input_before_launch():
         ops.gap_linear(x, w.get())
     with pytest.raises(ValueError, match="C-contiguous"):
         ops.gap_linear(x[:, ::2], cp.ones((4, 4), cp.float32), out=out)
+    with pytest.raises(ValueError, match="tile must be one of"):
+        ops.gap_linear(x, w, out=out, tile=ops.head.HeadTile(3, 4))
     with pytest.raises(ValueError, match="shared memory"):
         ops.gap_linear(cp.ones((1, 70000, 1, 1), cp.float32), cp.ones((2, 70000), cp.float32))
     assert bool((out == 7.0).all())

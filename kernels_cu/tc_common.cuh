@@ -16,4 +16,24 @@ __device__ __forceinline__ float conv_epilogue(float v, const float* bias, int c
     return relu ? fmaxf(v, 0.f) : v;
 }
 
+// One pooling window of a plane (H x W) whose top-left cell is (h0, w0), possibly in
+// the padding: max skips padded cells (as padding with -inf would) and propagates
+// NaN, as PyTorch does; average counts padded cells as zeros (count_include_pad).
+template <int AVERAGE>
+__device__ __forceinline__ float pool_window(const float* plane, int H, int W, int h0, int w0,
+                                             int KH, int KW) {
+    float acc = AVERAGE ? 0.f : __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
+    for (int r = max(0, -h0); r < min(KH, H - h0); ++r) {
+        const float* row = plane + (size_t)(h0 + r) * W + w0;
+        for (int s = max(0, -w0); s < min(KW, W - w0); ++s) {
+            const float v = row[s];
+            if (AVERAGE)
+                acc += v;
+            else if (v > acc || v != v)  // NaN wins, and stays
+                acc = v;
+        }
+    }
+    return AVERAGE ? acc / (KH * KW) : acc;
+}
+
 }  // namespace tc

@@ -61,7 +61,8 @@ def test_pooled_input(rng, tile, mode):
     b = rng.standard_normal(k).astype(np.float32) if c % 2 else None
     relu = k % 2 == 0
     p_ref = reference.pool2d(x.astype(np.float64), (kh, kh), (st, st), (pad, pad), mode)
-    ref = reference.conv2d(p_ref, wt.astype(np.float64), None if b is None else b.astype(np.float64))
+    ref = reference.conv2d(p_ref, wt.astype(np.float64),
+                           None if b is None else b.astype(np.float64))
     ref = np.maximum(ref, 0) if relu else ref
     pooled = cp.full(p_ref.shape, cp.nan, cp.float32)
     out = cp.full(ref.shape, cp.nan, cp.float32)

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
         const int p = tid % P, pix = p0 + p, oy = pix / OW, ox = pix - oy * OW;
         const size_t plane = (size_t)H0 * W0;
         const float* sn = src + (size_t)n * C * plane;
+#pragma unroll 2
         for (int c = tid / P; c < C; c += PW_THREADS / P) {
             float v = 0.f;
             if (pix < HW) {

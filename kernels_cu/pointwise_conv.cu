@@ -7,10 +7,6 @@
 // of its input columns and weight rows at once (cp.async), waits once, then
 // each thread accumulates KB / (256 / P) channels of one pixel from shared
 // memory.  No split of C, no second pass, no cluster: one round trip to L2.
-// With POOL (1 max, 2 average) the input columns are pooling windows of src, a
-// (N, C, H0, W0) plane, computed while staging (tc::pool_window) and also stored
-// to x by the blocks of the first channel tile: a CNN's stem pool and the 1x1 that
-// reads it in one launch.
 // The Python op (tensorconv/ops/pointwise.py) picks P and KB so the grid
 // covers the GPU, checks the arguments and prepares W transposed, (C, K).
 #include "tc_cluster.cuh"
@@ -18,18 +14,14 @@
 
 constexpr int PW_THREADS = 256;
 
-template <int P, int KB, int POOL>
+template <int P, int KB>
 __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
-    const float* __restrict__ x,         // (N, C, HW); unused with POOL
+    const float* __restrict__ x,         // (N, C, HW)
     const float* __restrict__ wt,        // (C, K): W transposed
     const float* __restrict__ bias,      // (K,) or nullptr
     const float* __restrict__ residual,  // like y, or nullptr
     float* __restrict__ y,               // (N, K, HW)
-    int C, int HW, int K, int relu,
-    // POOL > 0: the input's source, its pooled copy (written) and the windows
-    const float* __restrict__ src,       // (N, C, H0, W0)
-    float* __restrict__ pooled,          // (N, C, HW)
-    int H0, int W0, int OW, int KH, int KW, int SH, int SW, int PH, int PW)
+    int C, int HW, int K, int relu)
 {
     static_assert(PW_THREADS % P == 0 && KB % (PW_THREADS / P) == 0, "tile must fit the block");
     constexpr int KO = KB / (PW_THREADS / P);  // output channels per thread
@@ -39,24 +31,8 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
     const int p0 = blockIdx.x * P, k0 = blockIdx.y * KB, n = blockIdx.z, tid = threadIdx.x;
     const float* xn = x + (size_t)n * C * HW;
 
+    tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, PW_THREADS);
     tdcx::stage_rows<KB>(ws, wt, C, K, k0, K, tid, PW_THREADS);
-    if constexpr (POOL > 0) {  // a thread pools one pixel's windows: its coordinates once
-        const int p = tid % P, pix = p0 + p, oy = pix / OW, ox = pix - oy * OW;
-        const size_t plane = (size_t)H0 * W0;
-        const float* sn = src + (size_t)n * C * plane;
-#pragma unroll 2
-        for (int c = tid / P; c < C; c += PW_THREADS / P) {
-            float v = 0.f;
-            if (pix < HW) {
-                v = tc::pool_window<POOL == 2>(sn + c * plane, H0, W0, oy * SH - PH,
-                                               ox * SW - PW, KH, KW);
-                if (blockIdx.y == 0) pooled[((size_t)n * C + c) * HW + pix] = v;
-            }
-            xs[c * P + p] = v;
-        }
-    } else {
-        tdcx::stage_rows<P>(xs, xn, C, HW, p0, HW, tid, PW_THREADS);
-    }
     tdcx::cp_async_commit();
     tdcx::cp_async_wait<0>();
     __syncthreads();
@@ -94,10 +70,8 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
 }
 
 #ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
-#define TC_PW1(P, KB, POOL)                                                                  \
-    template __global__ void conv1x1_pointwise<P, KB, POOL>(const float*, const float*,         \
-        const float*, const float*, float*, int, int, int, int, const float*, float*, int,   \
-        int, int, int, int, int, int, int, int);
-#define TC_PW(P, KB) TC_PW1(P, KB, 0) TC_PW1(P, KB, 1) TC_PW1(P, KB, 2)
+#define TC_PW(P, KB)                                                                         \
+    template __global__ void conv1x1_pointwise<P, KB>(const float*, const float*, const float*, \
+                                                      const float*, float*, int, int, int, int);
 TC_PW(16, 16) TC_PW(32, 16) TC_PW(32, 32) TC_PW(64, 32) TC_PW(64, 64) TC_PW(128, 32)
 #endif

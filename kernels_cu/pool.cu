@@ -1,10 +1,11 @@
-// Max and average pooling over NCHW windows, padding handled in the kernel
-// (tc::pool_window: max skips padded cells and propagates NaN; average counts them
-// as zeros).
+// Max and average pooling over NCHW windows, padding handled in the kernel.
 //
 // One thread per output element (consecutive threads take consecutive output
-// columns, so the window reads of a warp coalesce along a row).  The Python op
-// (tensorconv/ops/pool.py) checks the arguments and sizes the grid.
+// columns, so the window reads of a warp coalesce along a row).  Max pooling
+// skips padded cells (as padding with -inf would) and propagates NaN, as
+// PyTorch does; average pooling counts padded cells as zeros in the divisor
+// (count_include_pad).  The Python op (tensorconv/ops/pool.py) checks the
+// arguments and sizes the grid.
 #include "tc_common.cuh"
 
 template <int AVERAGE>
@@ -19,8 +20,20 @@ __global__ void pool2d_fwd(const float* __restrict__ x,  // (N * C, H, W)
         const int ow = (int)(i % OW);
         const size_t rest = i / OW;
         const int oh = (int)(rest % OH);
-        y[i] = tc::pool_window<AVERAGE>(x + (rest / OH) * H * W, H, W, oh * SH - PH,
-                                        ow * SW - PW, KH, KW);
+        const float* plane = x + (rest / OH) * H * W;
+        const int h0 = oh * SH - PH, w0 = ow * SW - PW;
+        float acc = AVERAGE ? 0.f : __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
+        for (int r = max(0, -h0); r < min(KH, H - h0); ++r) {
+            const float* row = plane + (size_t)(h0 + r) * W + w0;
+            for (int s = max(0, -w0); s < min(KW, W - w0); ++s) {
+                const float v = row[s];
+                if (AVERAGE)
+                    acc += v;
+                else if (v > acc || v != v)  // NaN wins, and stays
+                    acc = v;
+            }
+        }
+        y[i] = AVERAGE ? acc / (KH * KW) : acc;
     }
 }
 

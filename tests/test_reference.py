@@ -170,21 +170,6 @@ def test_pointwise_numpy_path_and_shape_checks(rng):
         ops.conv1x1(x, rng.standard_normal((6, 5, 3, 3)).astype(np.float32))
     with pytest.raises(ValueError, match="out is supported on the GPU"):
         ops.conv1x1(x, w, out=np.empty((2, 6, 3, 4), np.float32))
-    # pooled first (a stem pool and the 1x1 after it): the pooled planes and the conv
-    from tensorconv.ops import pointwise
-
-    x0 = rng.standard_normal((2, 5, 7, 8)).astype(np.float32)
-    for mode in ("max", "avg"):
-        pooled, y = pointwise.pool_conv1x1(x0, 3, 2, 1, w, b, mode=mode, relu=True)
-        p_ref = reference.pool2d(x0, (3, 3), (2, 2), (1, 1), mode)
-        assert np.allclose(pooled, p_ref) and pooled.shape == (2, 5, 4, 4)
-        assert np.allclose(y, np.maximum(reference.conv2d(p_ref, w, b), 0), atol=1e-5)
-    with pytest.raises(ValueError, match="mode must be one of"):
-        pointwise.pool_conv1x1(x0, 3, 2, 1, w, mode="min")
-    with pytest.raises(ValueError, match="pooled_out is supported on the GPU"):
-        pointwise.pool_conv1x1(x0, 3, 2, 1, w, pooled_out=np.empty((2, 5, 4, 4), np.float32))
-    with pytest.raises(ValueError, match="w has 5 input channels"):
-        pointwise.pool_conv1x1(x0[:, :4].copy(), 3, 2, 1, w)
 
 
 def test_pointwise_pair_numpy_path_layout_and_checks(rng):

@@ -61,16 +61,14 @@ class Plan:
         return array
 
     def add(self, launch, label: str = "", pointwise: "PointwiseStep | None" = None,
-            core: "CoreStep | None" = None, pool: "PoolStep | None" = None) -> None:
+            core: "CoreStep | None" = None) -> None:
         """Append a launch; ``label`` names it in per-launch profiles; ``pointwise``
         describes a stride-1 1x1 convolution that :func:`fuse_pointwise_pairs` may chain,
-        ``core`` a Tucker core convolution that a plan pass may fuse with what follows,
-        ``pool`` a pooling that :func:`fuse_pool_pointwise` may run with the 1x1 after it.
+        ``core`` a Tucker core convolution that a plan pass may fuse with what follows.
         A projection shortcut's planner sets ``shortcut`` on its launch afterwards
         (:func:`fold_projection_shortcuts`)."""
         launch.label = label
-        launch.pointwise, launch.core, launch.pool = pointwise, core, pool
-        launch.pair = launch.shortcut = None
+        launch.pointwise, launch.core, launch.pair, launch.shortcut = pointwise, core, None, None
         self.steps.append(launch)
 
     def run(self) -> None:
@@ -206,18 +204,6 @@ class PointwiseStep:
 
 
 @dataclass(frozen=True)
-class PoolStep:
-    """A planned pooling ``out = pool2d(x, kernel, stride, padding, mode)``."""
-
-    x: object
-    out: object
-    kernel: tuple
-    stride: tuple
-    padding: tuple
-    mode: str
-
-
-@dataclass(frozen=True)
 class CoreStep:
     """A planned Tucker core convolution ``out = conv(u, w, stride, padding)``."""
 
@@ -293,8 +279,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
         packed = tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile))
         fused = launch(tile, packed)
         fused.label = f"pointwise pair {c}->{m}->{j} on {tuple(a.x.shape)} {tile}"
-        fused.pointwise, fused.core, fused.pool, fused.pair, fused.shortcut = None, None, None, \
-            (a, b), None
+        fused.pointwise, fused.core, fused.pair, fused.shortcut = None, None, (a, b), None
         steps[i] = fused
         taken.update((i, k))
     plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
@@ -350,68 +335,10 @@ def fold_projection_shortcuts(plan: Plan) -> None:
         tile = pair.PairTile(*verdict["tile"])
         fused = launch(tile, tuple(plan.keep(t) for t in pair.pack_weights(a.w, b.w, tile, sc.w)))
         fused.label = f"{step.label} + shortcut {tuple(sc.w.shape)} {tile}"
-        fused.pointwise = fused.core = fused.pool = fused.pair = fused.shortcut = None
+        fused.pointwise = fused.core = fused.pair = fused.shortcut = None
         plan.steps[i] = fused
         folded.add(id(short))
     plan.steps = [s for s in plan.steps if id(s) not in folded]
-
-
-@register_plan_pass
-def fuse_pool_pointwise(plan: Plan) -> None:
-    """Pool in the launch of a 1x1 convolution that reads the pooled planes (a CNN's stem
-    pool and the 1x1 after it: ``ops.pointwise.pool_conv1x1``, which still stores them for
-    the other readers) where that was timed faster than the two launches.
-
-    The 1x1 moves up to the pool's place, so it must add no residual (which a launch in
-    between might produce).  With ``plan.tune`` every tile and the two launches are
-    timed and the verdict kept in the tune cache ("pool_pointwise"); untuned plans follow
-    a stored verdict only.
-    """
-    from tensorconv import bench
-    from tensorconv.ops import pointwise
-    from tensorconv.tuning import cache
-
-    steps, taken = plan.steps, set()
-    for i, first in enumerate(steps):
-        pl = first.pool
-        k = None if pl is None else next(
-            (k for k in range(i + 1, len(steps)) if steps[k].pointwise is not None
-             and steps[k].pointwise.x is pl.out and steps[k].pointwise.residual is None), None)
-        if k is None:
-            continue
-        a, second = steps[k].pointwise, steps[k]
-        tiles = pointwise.fitting_tiles(a.geom)
-        key = cache.make_key("pool_pointwise", "pointwise_conv.cu",
-                             f"{tuple(pl.x.shape)}|{pl.kernel}|{pl.stride}|{pl.padding}|{pl.mode}|"
-                             f"{a.geom}|relu{a.relu}")
-        verdict = cache.lookup(key) if tiles else None
-        if not tiles or (verdict is None and not plan.tune) or \
-                (verdict is not None and not verdict["fused"]):
-            continue
-        wt = plan.keep(pointwise.transpose_weights(a.w))
-
-        def launch(tile, pl=pl, a=a, wt=wt):
-            return lambda: pointwise.pool_conv1x1(
-                pl.x, pl.kernel, pl.stride, pl.padding, a.w, a.b, mode=pl.mode, relu=a.relu,
-                tile=tile, wt=wt, pooled_out=pl.out, out=a.out)
-
-        if verdict is None:
-            times = {t: bench.time_graph(launch(t), repeat=10).median_us for t in tiles}
-            best = min(times, key=times.get)
-            verdict = {"tile": [best.p, best.kb], "fused_us": times[best],
-                       "two_us": bench.time_graph(lambda: (first(), second()),
-                                                  repeat=10).median_us}
-            verdict["fused"] = verdict["fused_us"] < verdict["two_us"]
-            cache.store(key, verdict)
-            if not verdict["fused"]:
-                continue
-        tile = pointwise.PointwiseTile(*verdict["tile"])
-        fused = launch(tile)
-        fused.label = f"{first.label} + {second.label} {tile}"
-        fused.pointwise = fused.core = fused.pool = fused.pair = fused.shortcut = None
-        steps[i] = fused
-        taken.add(k)
-    plan.steps = [s for k, s in enumerate(steps) if k not in taken]
 
 
 def _pointwise_path(plan, x, w, b, geom, relu, residual, out, general, name):
@@ -527,7 +454,7 @@ def _plan_pool(plan, x, kernel, stride, padding, mode):
     ow = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
     out = plan.alloc((n, c, oh, ow))
     plan.add(lambda: ops.pool2d(x, kernel, stride, padding, mode=mode, out=out),
-             f"pool {kernel} {mode}", pool=PoolStep(x, out, kernel, stride, padding, mode))
+             f"pool {kernel} {mode}")
     return out
 
 

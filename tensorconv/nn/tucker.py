@@ -315,8 +315,7 @@ def _register_engine_planner():
             fused_step = launch(tile, tuple(None if a is None else plan.keep(a) for a in pack()))
             fused_step.label = (f"tucker tail {tuple(c.w.shape)} -> {m}"
                                 f"{f' -> {j}' if nxt is not None else ''} {tile}")
-            fused_step.pointwise = fused_step.core = fused_step.pool = None
-            fused_step.pair = fused_step.shortcut = None
+            fused_step.pointwise = fused_step.core = fused_step.pair = fused_step.shortcut = None
             steps[i:i + 2] = [fused_step]
             i += 1
 

@@ -3,10 +3,8 @@
 One block per P pixels x KB output channels of a sample does the whole
 reduction over C after a single round of copies: at batch 1 the 1x1 layers of
 a Tucker-format CNN are latency, not arithmetic.  Bias, a residual and ReLU
-are fused.  :func:`pool_conv1x1` pools the input in the same launch (a CNN's
-stem pool and the 1x1 after it).  The inference engine times it against the
-implicit GEMM when it tunes (``tensorconv.nn.engine``); here the tile is a
-heuristic unless given.
+are fused.  The inference engine times it against the implicit GEMM when it
+tunes (``tensorconv.nn.engine``); here the tile is a heuristic unless given.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.autograd.functions.pooling import pool_args
-from tensorconv.checks import ConvGeometry, check_array, check_conv_args
+from tensorconv.checks import ConvGeometry, check_conv_args
 from tensorconv.ops import conv as dense
 
 _FILE = "pointwise_conv.cu"
@@ -97,66 +94,14 @@ def conv1x1(x, w, bias=None, *, residual=None, relu: bool = False,
     x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
     bias = None if bias is None else backend.as_array(bias, "bias")
     geom = check_conv_args(x, w, bias, dtype=np.float32, contiguous=True)
-    if backend.array_module(x) is np:
-        _check(geom, w, out)
-        return dense.conv2d(x, w, bias, relu=relu, residual=residual)
-    return _launch(geom, x, w, bias, residual, relu, tile, wt, out, None)
-
-
-def pool_conv1x1(x, kernel_size, stride, padding, w, bias=None, *, mode: str = "max",
-                 residual=None, relu: bool = False, tile: PointwiseTile | None = None, wt=None,
-                 pooled_out=None, out=None):
-    """``p = pool2d(x, ...)`` and ``relu?(conv1x1(p, w) + bias + residual)`` in one launch.
-
-    Parameters
-    ----------
-    x : array, (N, C, H0, W0), float32, C-contiguous (NumPy: the reference computes it)
-    kernel_size, stride, padding, mode
-        As :func:`tensorconv.ops.pool2d`.
-    w, bias, residual, relu, tile, wt, out
-        As :func:`conv1x1`, on the pooled planes (N, C, H, W).
-    pooled_out : array, (N, C, H, W), float32, optional (GPU only)
-
-    Returns
-    -------
-    (p, y) : arrays, (N, C, H, W) and (N, K, H, W), float32
-    """
-    from tensorconv.ops.pool import MODES, pool2d
-
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
-    window = pool_args(kernel_size, stride, padding)
-    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
-    if backend.array_module(x) is np:
-        if pooled_out is not None:
-            raise ValueError("pooled_out is supported on the GPU path only")
-        p = pool2d(x, *window, mode=mode)
-        return p, conv1x1(p, w, bias, residual=residual, relu=relu, out=out)
-    (kh, kw), (sh, sw), (ph, pw) = window
-    n, c, h0, w0 = x.shape
-    if h0 + 2 * ph < kh or w0 + 2 * pw < kw:
-        raise ValueError(f"pooling window {(kh, kw)} larger than the padded input {(h0, w0)}")
-    pooled_shape = (n, c, (h0 + 2 * ph - kh) // sh + 1, (w0 + 2 * pw - kw) // sw + 1)
-    bias = None if bias is None else backend.as_array(bias, "bias")
-    pooled = dense.output_buffer(backend.array_module(x), pooled_out, pooled_shape, "pooled_out")
-    geom = check_conv_args(pooled, w, bias, dtype=np.float32, contiguous=True)
-    pool = (x, pooled, h0, w0, kh, kw, sh, sw, ph, pw, 1 + MODES.index(mode))
-    return pooled, _launch(geom, pooled, w, bias, residual, relu, tile, wt, out, pool)
-
-
-def _check(geom, w, out):
     why = supported(geom)
     if why is not None:
         raise ValueError(f"conv1x1 {why}: got w of shape {tuple(w.shape)}")
-    if out is not None and not backend.is_cupy_array(out):
-        raise ValueError("out is supported on the GPU path only")
-
-
-def _launch(geom, x, w, bias, residual, relu, tile, wt, out, pool):
-    """Checks, then the kernel (``pool``: the pooled input's source and windows)."""
-    _check(geom, w, None)
     xp = backend.array_module(x)
+    if xp is np:
+        if out is not None:
+            raise ValueError("out is supported on the GPU path only")
+        return dense.conv2d(x, w, bias, relu=relu, residual=residual)
     tiles = fitting_tiles(geom)
     if not tiles:
         raise ValueError(f"conv1x1: {geom.c} input channels do not fit in shared memory")
@@ -170,16 +115,11 @@ def _launch(geom, x, w, bias, residual, relu, tile, wt, out, pool):
                          f"got {tuple(wt.shape)}")
     out = dense.output_buffer(xp, out, geom.output_shape)
     tile = tile or default_tile(geom, backend.device_facts().sm_count)
-    mode = 0 if pool is None else pool[-1]
-    kernel = cuda.get_kernel(_FILE, f"conv1x1_pointwise<{tile.p}, {tile.kb}, {mode}>")
+    kernel = cuda.get_kernel(_FILE, f"conv1x1_pointwise<{tile.p}, {tile.kb}>")
     smem = tile.smem_bytes(geom.c)
     cuda.set_dynamic_smem(kernel, smem)
     null, i32 = np.uintp(0), np.int32
-    src, pooled, *window = (null, null) + (0,) * 8 if pool is None else pool[:-1]
     kernel(tile.grid(geom), (_THREADS,), (
-        null if pool is not None else x, wt, null if bias is None else bias,
-        null if residual is None else residual, out,
-        i32(geom.c), i32(geom.h * geom.w), i32(geom.k), i32(bool(relu)), src, pooled,
-        i32(window[0]), i32(window[1]), i32(geom.w), *(i32(v) for v in window[2:])),
-        shared_mem=smem)
+        x, wt, null if bias is None else bias, null if residual is None else residual, out,
+        i32(geom.c), i32(geom.h * geom.w), i32(geom.k), i32(bool(relu))), shared_mem=smem)
     return out

@@ -224,28 +224,6 @@ def test_engine_folds_projection_shortcuts_where_the_cache_says_so(rng, tile, tm
     assert err < 1e-4
 
 
-def test_engine_pools_in_the_first_1x1_where_the_cache_says_so(rng, tmp_path, monkeypatch):
-    """A forced "pool_pointwise" verdict: a Tucker ResNet-18's stem pool runs in the launch
-    of the 1x1 that reads it (the pooled planes still feed the first block's residual);
-    one launch fewer, and the result matches the model."""
-    from tensorconv.nn.tucker import tuckerize, uniform_ranks
-    from tensorconv.tuning import cache
-
-    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    model = get_model("resnet18_imagenet")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
-    plain, _ = _engine_against_model(model, (1, 3, 64, 64), rng)
-    lookup = cache.lookup
-    forced = {"pool_pointwise": {"fused": True, "tile": [32, 16]}}
-    monkeypatch.setattr(cache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
-    engine, err = _engine_against_model(model, (1, 3, 64, 64), rng)
-    labels = [s.label for s in engine.plan.steps]
-    assert sum(lb.startswith("pool (3, 3) max + conv") for lb in labels) == 1
-    assert not any(lb.startswith("pool (3, 3) max") and "+" not in lb for lb in labels)
-    assert engine.launches <= plain.launches - 1
-    assert err < 1e-4
-
-
 def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):
     """With tune=True each dense convolution the core kernels take is timed on them and on the
     implicit GEMM; the verdicts land in the tune cache, the winners run (with the BN bias,

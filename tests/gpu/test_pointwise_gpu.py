@@ -44,36 +44,6 @@ def test_random_shapes(rng, tile, trial):
     assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, h, w, tile)
 
 
-@pytest.mark.parametrize("tile", pointwise.TILES, ids=lambda t: f"p{t.p}kb{t.kb}")
-@pytest.mark.parametrize("mode", ["max", "avg"])
-def test_pooled_input(rng, tile, mode):
-    """pool_conv1x1 on every tile: random windows (stride, padding up to half the
-    window), odd planes, batch > 1, with or without bias and ReLU; both outputs
-    NaN-poisoned; the pooled planes equal ops.pool2d's bitwise."""
-    import cupy as cp
-
-    n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 120)), int(rng.integers(1, 120))
-    kh = int(rng.integers(1, 4))
-    st, pad = int(rng.integers(1, 3)), int(rng.integers(0, kh // 2 + 1))
-    h0, w0 = int(rng.integers(kh, 40)), int(rng.integers(kh, 40))
-    x = rng.standard_normal((n, c, h0, w0)).astype(np.float32)
-    wt = (rng.standard_normal((k, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
-    b = rng.standard_normal(k).astype(np.float32) if c % 2 else None
-    relu = k % 2 == 0
-    p_ref = reference.pool2d(x.astype(np.float64), (kh, kh), (st, st), (pad, pad), mode)
-    ref = reference.conv2d(p_ref, wt.astype(np.float64),
-                           None if b is None else b.astype(np.float64))
-    ref = np.maximum(ref, 0) if relu else ref
-    pooled = cp.full(p_ref.shape, cp.nan, cp.float32)
-    out = cp.full(ref.shape, cp.nan, cp.float32)
-    g = lambda a: None if a is None else cp.asarray(a)  # noqa: E731
-    pointwise.pool_conv1x1(g(x), kh, st, pad, g(wt), g(b), mode=mode, relu=relu, tile=tile,
-                           pooled_out=pooled, out=out)
-    assert not cp.isnan(pooled).any() and not cp.isnan(out).any()
-    assert cp.array_equal(pooled, ops.pool2d(g(x), kh, st, pad, mode=mode))
-    assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, kh, st, pad, h0, w0, tile)
-
-
 def test_default_tile_fills_the_gpu_and_bad_input():
     import cupy as cp
 

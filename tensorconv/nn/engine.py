@@ -16,13 +16,14 @@ the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
 timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
 same fused epilogue) against the implicit GEMM, and runs on the winner; so is
 every stride-1 1x1 convolution on the batch-1 pointwise kernel
-(``ops.conv1x1``), and the classifier head fused into one launch.  After
-planning, the passes of :data:`PLAN_PASSES` rewrite the plan: a 1x1 convolution
-that reads another's output is timed chained to it in one launch
-(``ops.pointwise_pair``: a Tucker layer's last 1x1 and the next layer's first),
-and ``tensorconv.nn.tucker`` registers one that joins a Tucker core to the 1x1s
-after it (``ops.tucker_tail``).  The choices are kept in the tune cache, where
-untuned engines find them.
+(``ops.conv1x1``), and the classifier head fused into one launch (every head tile
+timed).  After planning, the passes of :data:`PLAN_PASSES` rewrite the plan: a
+1x1 convolution that reads another's output is timed chained to it in one launch
+(``ops.pointwise_pair``, FMA or tensor-core tiles: a Tucker layer's last 1x1 and
+the next layer's first), a residual block's 1x1 projection shortcut is timed
+inside the pair that adds it, and ``tensorconv.nn.tucker`` registers one that
+joins a Tucker core to the 1x1s after it (``ops.tucker_tail``).  The choices are
+kept in the tune cache, where untuned engines find them.
 """
 
 from __future__ import annotations

@@ -224,6 +224,23 @@ def register_plan_pass(fn):
     return fn
 
 
+def _tune_pair_tiles(key, tiles, fused, replaced, flag: str) -> dict:
+    """Time ``fused(tile)`` on every pair tile and ``replaced`` (the launches it would
+    replace) by graph replay; store and return the verdict: the best tile, both times
+    (``pair_us`` or ``folded_us``, ``two_us``) and ``flag``, whether the fused launch won."""
+    from tensorconv import bench
+    from tensorconv.tuning import cache
+
+    times = {t: bench.time_graph(fused(t), repeat=10).median_us for t in tiles}
+    best = min(times, key=times.get)
+    fused_us = "pair_us" if flag == "pair" else "folded_us"
+    verdict = {"tile": [best.p, best.cl, best.mma], fused_us: times[best],
+               "two_us": bench.time_graph(replaced, repeat=10).median_us}
+    verdict[flag] = verdict[fused_us] < verdict["two_us"]
+    cache.store(key, verdict)
+    return verdict
+
+
 @register_plan_pass
 def fuse_pointwise_pairs(plan: Plan) -> None:
     """Run each 1x1 convolution that reads another's output in the same launch as that
@@ -235,7 +252,6 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
     the tune cache ("pointwise_pair"); untuned plans follow a stored verdict only.
     A step joins at most one pair.
     """
-    from tensorconv import bench
     from tensorconv.ops import pointwise_pair as pair
     from tensorconv.tuning import cache
 
@@ -266,14 +282,9 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
                                              packed=packed, y_out=a.out, z_out=b.out)
 
         if verdict is None:
-            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t)),
-                                         repeat=10).median_us for t in tiles}
-            best = min(times, key=times.get)
-            verdict = {"tile": [best.p, best.cl, best.mma], "pair_us": times[best],
-                       "two_us": bench.time_graph(lambda: (first(), second()),
-                                                  repeat=10).median_us}
-            verdict["pair"] = verdict["pair_us"] < verdict["two_us"]
-            cache.store(key, verdict)
+            verdict = _tune_pair_tiles(
+                key, tiles, lambda t: launch(t, pair.pack_weights(a.w, b.w, t)),
+                lambda: (first(), second()), "pair")
             if not verdict["pair"]:
                 continue
         tile = pair.PairTile(*verdict["tile"])
@@ -297,7 +308,6 @@ def fold_projection_shortcuts(plan: Plan) -> None:
     only.  Runs after :func:`fuse_pointwise_pairs`, before the Tucker tails, which then
     leave a folded pair alone.
     """
-    from tensorconv import bench
     from tensorconv.ops import pointwise_pair as pair
     from tensorconv.tuning import cache
 
@@ -323,14 +333,9 @@ def fold_projection_shortcuts(plan: Plan) -> None:
                 relu1=a.relu, relu2=b.relu, tile=tile, packed=packed, y_out=a.out, z_out=b.out)
 
         if verdict is None:
-            times = {t: bench.time_graph(launch(t, pair.pack_weights(a.w, b.w, t, sc.w)),
-                                         repeat=10).median_us for t in tiles}
-            best = min(times, key=times.get)
-            verdict = {"tile": [best.p, best.cl, best.mma], "folded_us": times[best],
-                       "two_us": bench.time_graph(lambda: (short(), step()),
-                                                  repeat=10).median_us}
-            verdict["fold"] = verdict["folded_us"] < verdict["two_us"]
-            cache.store(key, verdict)
+            verdict = _tune_pair_tiles(
+                key, tiles, lambda t: launch(t, pair.pack_weights(a.w, b.w, t, sc.w)),
+                lambda: (short(), step()), "fold")
             if not verdict["fold"]:
                 continue
         tile = pair.PairTile(*verdict["tile"])

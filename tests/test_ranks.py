@@ -117,3 +117,9 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
     calls.clear()
     thin, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
     assert not calls and list(thin["b"]) == want["b"][::2]
+    # measured with other kernels: nothing of it is reused (nor mixed with new entries)
+    from tensorconv.tuning import cache
+
+    monkeypatch.setattr(cache, "kernels_version", lambda: "edited")
+    again, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+    assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2]) and again == thin

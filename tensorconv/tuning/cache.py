@@ -35,6 +35,15 @@ def kernel_version(file: str) -> str:
     return h.hexdigest()[:12]
 
 
+def kernels_version() -> str:
+    """A short hash of every kernel source and header: what a measurement that may run
+    any of them (a whole engine) was taken with."""
+    h = hashlib.sha256()
+    for f in sorted(cuda.kernel_dir().glob("*.cu*")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _signature(path: Path):
     try:
         st = path.stat()

@@ -241,7 +241,8 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
         Graph replays per timing.
     checkpoint : path, optional
         JSON file keeping every measurement as it is taken (written atomically); a
-        later call continues from it and measures nothing already there.
+        later call continues from it and measures nothing already there, unless it was
+        taken on another device or with other kernel sources (then it starts over).
 
     Returns
     -------
@@ -249,15 +250,27 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     Layers of the same sizes are measured once and share their entries.
     """
     import json
+    import logging
     from pathlib import Path
 
     from tqdm import tqdm
 
+    from tensorconv import backend
     from tensorconv.results import atomic_write
+    from tensorconv.tuning import cache
+
+    log = logging.getLogger(__name__)
 
     path = None if checkpoint is None else Path(checkpoint)
-    saved = (json.loads(path.read_text()) if path is not None and path.exists()
-             else {"dense": {}, "table": {}})
+    taken_with = {"device": backend.device_facts().name if backend.gpu_available() else "cpu",
+                  "kernels": cache.kernels_version()}
+    saved = json.loads(path.read_text()) if path is not None and path.exists() else None
+    if saved is not None and saved.get("taken_with") != taken_with:
+        log.warning("%s was measured with %s, not %s: measuring the table again", path,
+                    saved.get("taken_with"), taken_with)
+        saved = None
+    if saved is None:
+        saved = {"taken_with": taken_with, "dense": {}, "table": {}}
     shapes = {}
     for s in specs:
         shapes.setdefault(_shape_key(s), s)

@@ -70,9 +70,13 @@ def _read(path: Path) -> dict:
     return data
 
 
+def device_name() -> str:
+    """The GPU measurements are taken on ("cpu" without one): part of every key."""
+    return backend.device_facts().name if backend.gpu_available() else "cpu"
+
+
 def make_key(kind: str, file: str, problem) -> str:
-    device = backend.device_facts().name if backend.gpu_available() else "cpu"
-    return f"{kind}|{device}|{kernel_version(file)}|{problem}"
+    return f"{kind}|{device_name()}|{kernel_version(file)}|{problem}"
 
 
 def lookup(key: str):

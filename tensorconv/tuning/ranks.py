@@ -255,15 +255,13 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
 
     from tqdm import tqdm
 
-    from tensorconv import backend
     from tensorconv.results import atomic_write
     from tensorconv.tuning import cache
 
     log = logging.getLogger(__name__)
 
     path = None if checkpoint is None else Path(checkpoint)
-    taken_with = {"device": backend.device_facts().name if backend.gpu_available() else "cpu",
-                  "kernels": cache.kernels_version()}
+    taken_with = {"device": cache.device_name(), "kernels": cache.kernels_version()}
     saved = json.loads(path.read_text()) if path is not None and path.exists() else None
     if saved is not None and saved.get("taken_with") != taken_with:
         log.warning("%s was measured with %s, not %s: measuring the table again", path,

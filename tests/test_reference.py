@@ -283,3 +283,32 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
         tail.tucker_tail(u, core, 3, 1, w_last)
     with pytest.raises(ValueError, match="b_next needs w_next"):
         tail.tucker_tail(u, core, 1, 1, w_last, b_next=b_last)
+
+
+def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
+    """The fused stem op on NumPy is conv -> ReLU -> max pool through the references;
+    every stem tile fits (accumulators, 227 KiB of shared memory) but the two too big;
+    the packed weights hold w's rows, zero-padded to whole slices and K8."""
+    from tensorconv import ops
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd.functions import max_pool2d
+    from tensorconv.ops import conv_pool
+
+    x = rng.standard_normal((2, 3, 30, 26)).astype(np.float32)
+    w = rng.standard_normal((20, 3, 7, 7)).astype(np.float32)
+    b = rng.standard_normal(20).astype(np.float32)
+    y = np.maximum(reference.conv2d(x, w, b, 2, 3), 0)
+    ref = max_pool2d(Tensor(y), 3, 2, 1).data
+    assert rel_err(ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=True), ref) < 1e-6
+    fits = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024)
+    assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(8, 8, 64)}
+    assert max(t.tiles_per_warp(3, 2) for t in fits) == 10
+    tile = conv_pool.ConvPoolTile(4, 4, 16)
+    packed = conv_pool.pack_weights(w, tile)                   # (2 strips, 19 k8, 32, 4)
+    assert packed.shape == (2, 19, 32, 4)
+    frags = packed.reshape(2, 19, 8, 4, 2, 2)                 # (o16, k8, g, t, k+4?, o+8?)
+    dense = frags.transpose(0, 5, 2, 1, 4, 3).reshape(32, 152)  # back to (slices * nb, K8)
+    assert np.array_equal(dense[:20, :147], w.reshape(20, 147))
+    assert not dense[20:].any() and not dense[:, 147:].any()
+    with pytest.raises(ValueError, match="at most half"):
+        ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 2)

@@ -16,9 +16,11 @@ the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
 timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
 same fused epilogue) against the implicit GEMM, and runs on the winner; so is
 every stride-1 1x1 convolution on the batch-1 pointwise kernel
-(``ops.conv1x1``), and the classifier head fused into one launch (every head tile
-timed).  After planning, the passes of :data:`PLAN_PASSES` rewrite the plan: a
-1x1 convolution that reads another's output is timed chained to it in one launch
+(``ops.conv1x1``), the classifier head fused into one launch (every head tile
+timed), and so is an ImageNet stem's conv with the max pool after it
+(``ops.conv2d_maxpool``, on the tensor cores).  After planning, the passes of
+:data:`PLAN_PASSES` rewrite the plan: a 1x1 convolution that reads another's output is
+timed chained to it in one launch
 (``ops.pointwise_pair``, FMA or tensor-core tiles: a Tucker layer's last 1x1 and
 the next layer's first), a residual block's 1x1 projection shortcut is timed
 inside the pair that adds it, and ``tensorconv.nn.tucker`` registers one that
@@ -543,17 +545,49 @@ def _plan_shortcut(shortcut, plan, x):
     return out
 
 
-def _plan_head(plan, gap, fc, x):
-    """Global average pool then a linear layer: one launch (``ops.gap_linear``) where the
-    head is exactly that, else module by module.
+def _one_launch_or_parts(plan, key, tiles, fused, plan_parts, default_tile, tile_type):
+    """Whether a fused launch replaces the modules it covers, and on which tile.
 
-    With ``plan.tune`` every head tile and the two launches are timed and the verdict
-    kept in the tune cache ("head_path"); untuned plans follow a stored verdict, else
-    fuse on the default tile.
+    With ``plan.tune`` and no verdict in the tune cache, ``fused(tile)`` (a launch) is
+    timed on every tile of ``tiles`` and ``plan_parts(sub_plan)`` (the modules planned
+    as usual; returns their output) by graph replay; the verdict (best tile, both
+    times, "fused") is stored.  Untuned plans follow a stored verdict, else fuse on
+    ``default_tile`` (the first tile of ``tiles`` where it is not one).
+
+    Returns ``(tile, None)`` to fuse, or ``(None, output)`` with the parts planned.
     """
+    from dataclasses import astuple
+
+    from tensorconv import bench
+    from tensorconv.tuning import cache
+
+    verdict = cache.lookup(key)
+    if verdict is None and plan.tune:
+        sub = Plan(plan.xp, tune=True)
+        sub.buffers = plan.buffers  # the parts' buffers live as long as the plan's
+        parts_out = plan_parts(sub)
+        times = {t: bench.time_graph(fused(t), repeat=10).median_us for t in tiles}
+        best = min(times, key=times.get)
+        verdict = {"tile": list(astuple(best)), "fused_us": times[best],
+                   "two_us": bench.time_graph(sub.run, repeat=10).median_us}
+        verdict["fused"] = verdict["fused_us"] <= verdict["two_us"]
+        cache.store(key, verdict)
+        if not verdict["fused"]:
+            plan.steps += sub.steps
+            return None, parts_out
+    if verdict is not None and not verdict["fused"]:
+        return None, plan_parts(plan)
+    if verdict is not None:
+        return tile_type(*verdict["tile"]), None
+    return (default_tile if default_tile in tiles else tiles[0]), None
+
+
+def _plan_head(plan, gap, fc, x):
+    """Global average pool then a linear layer: one launch (``ops.gap_linear``, every
+    head tile timed against the two launches with ``plan.tune``: verdict "head_path")
+    where the head is exactly that, else module by module."""
     if not (isinstance(gap, L.GlobalAvgPool2d) and isinstance(fc, L.Linear)):
         return plan_module(fc, plan, plan_module(gap, plan, x))
-    from tensorconv import bench
     from tensorconv.ops import head
     from tensorconv.tuning import cache
 
@@ -565,25 +599,52 @@ def _plan_head(plan, gap, fc, x):
         return lambda: ops.gap_linear(x, w, b, out=out, tile=tile)
 
     key = cache.make_key("head_path", "classifier_head.cu", f"{tuple(x.shape)}|K{w.shape[0]}")
-    verdict = cache.lookup(key)
-    if verdict is None and plan.tune:
-        sub = Plan(plan.xp)
-        sub.buffers = plan.buffers  # the two-launch plan's buffers live as long as ours
-        two = plan_module(fc, sub, plan_module(gap, sub, x))
-        times = {t: bench.time_graph(fused(t), repeat=10).median_us
-                 for t in head.fitting_tiles(x.shape[1])}
-        best = min(times, key=times.get)
-        verdict = {"tile": [best.cl, best.opw], "fused_us": times[best],
-                   "two_us": bench.time_graph(sub.run, repeat=10).median_us}
-        verdict["fused"] = verdict["fused_us"] <= verdict["two_us"]
-        cache.store(key, verdict)
-        if not verdict["fused"]:
-            plan.steps += sub.steps
-            return two
-    if verdict is not None and not verdict["fused"]:
-        return plan_module(fc, plan, plan_module(gap, plan, x))
-    tile = head.DEFAULT_TILE if verdict is None else head.HeadTile(*verdict["tile"])
+    tile, parts = _one_launch_or_parts(
+        plan, key, head.fitting_tiles(x.shape[1]), fused,
+        lambda p: plan_module(fc, p, plan_module(gap, p, x)), head.DEFAULT_TILE, head.HeadTile)
+    if tile is None:
+        return parts
     plan.add(fused(tile), f"gap + linear {tuple(w.shape)} {tile}")
+    return out
+
+
+def _plan_stem(plan, stem, pool, x):
+    """An ImageNet stem, ``Sequential(conv, BN, ReLU)`` then max pooling: one launch
+    (``ops.conv2d_maxpool``, every fitting tile timed against the planned conv and pool
+    with ``plan.tune``: verdict "stem_pool") where the kernel takes it, else the two."""
+    from tensorconv.ops import conv_pool
+    from tensorconv.tuning import cache
+
+    def parts(p):
+        return plan_module(pool, p, plan_module(stem, p, x))
+
+    mods = list(stem) if isinstance(stem, L.Sequential) else []
+    if not (isinstance(pool, L.MaxPool2d) and len(mods) == 3 and type(mods[0]) is L.Conv2d
+            and isinstance(mods[1], L.BatchNorm2d) and isinstance(mods[2], L.ReLU)):
+        return parts(plan)
+    conv = mods[0]
+    geom = conv_geometry(x.shape, conv.weight.data.shape, conv.stride, conv.padding,
+                         conv.dilation, conv.groups)
+    kernel, stride, padding = pool_args(*pool.args)
+    if conv_pool.supported(geom, kernel, stride) is not None:
+        return parts(plan)
+    w, b = _folded(conv, mods[1], plan)
+    ph = (geom.oh + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    pw = (geom.ow + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    out = plan.alloc((geom.n, geom.k, ph, pw))
+
+    def fused(tile):
+        packed = conv_pool.pack_weights(w, tile)
+        return lambda: ops.conv2d_maxpool(x, w, b, geom.stride, geom.padding, kernel, stride,
+                                          padding, relu=True, tile=tile, packed=packed, out=out)
+
+    key = cache.make_key("stem_pool", "conv_maxpool.cu", f"{geom}|pool{kernel}{stride}{padding}")
+    tiles = conv_pool.fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], kernel[0], stride[0])
+    tile, two = _one_launch_or_parts(plan, key, tiles, fused, parts, conv_pool.DEFAULT_TILE,
+                                     conv_pool.ConvPoolTile)
+    if tile is None:
+        return two
+    plan.add(fused(tile), f"conv {tuple(w.shape)} + max pool {kernel} on {tuple(x.shape)} {tile}")
     return out
 
 
@@ -606,7 +667,7 @@ def _plan_bottleneck(b: Bottleneck, plan, x):
 
 @register_planner(ResNet)
 def _plan_resnet(m: ResNet, plan, x):
-    y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
+    y = _plan_stem(plan, m.stem, m.pool, x)
     return _plan_head(plan, m.gap, m.fc, plan_module(m.stages, plan, y))
 
 
@@ -640,7 +701,7 @@ def _plan_transition(m: Transition, plan, x):
 
 @register_planner(DenseNet)
 def _plan_densenet(m: DenseNet, plan, x):
-    y = plan_module(m.pool, plan, plan_module(m.stem, plan, x))
+    y = _plan_stem(plan, m.stem, m.pool, x)
     y = plan_module(m.features, plan, y)
     return _plan_head(plan, m.gap, m.fc, _plan_bn(m.bn, plan, y, relu=True))
 

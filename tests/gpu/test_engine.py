@@ -280,3 +280,38 @@ def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp
     assert layer_latency(spec) > 0 and layer_latency(spec, (11, 13)) > 0
     kinds = {k.split("|")[0] for k in json.loads((tmp_path / "tune.json").read_text())}
     assert {"conv_path", "tdc_core"} <= kinds       # the dense path and the Tucker core, tuned
+
+
+def test_tuned_engine_times_the_fused_stem(rng, tmp_path, monkeypatch):
+    """With tune=True an ImageNet stem's conv + max pool is timed on every fitting tile of
+    the fused kernel and as its two planned launches; the verdict lands in the tune cache,
+    the winner runs, an untuned engine reuses it, and the result matches the model."""
+    from tensorconv.ops import conv_pool
+
+    model = get_model("resnet18_imagenet")
+    verdicts, labels = _tuned(model, (1, 3, 64, 64), "stem_pool", rng, tmp_path, monkeypatch)
+    assert len(verdicts) == 1 and verdicts[0]["fused_us"] > 0 and verdicts[0]["two_us"] > 0
+    assert conv_pool.ConvPoolTile(*verdicts[0]["tile"]) in conv_pool.TILES
+    assert verdicts[0]["fused"] == any("max pool" in lb for lb in labels)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("name,shape", [("resnet18_imagenet", (1, 3, 64, 64)),
+                                        ("densenet121", (2, 3, 48, 40))], ids=str)
+def test_engine_fuses_the_stem_where_the_cache_says_so(rng, name, shape, fused, tmp_path,
+                                                       monkeypatch):
+    """Forced "stem_pool" verdicts: the stem's conv, BN, ReLU and max pool run as one launch
+    (or as the conv and the pool); the result matches the model either way."""
+    from tensorconv.tuning import cache
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    lookup = cache.lookup
+    monkeypatch.setattr(cache, "lookup", lambda key: ({"fused": fused, "tile": [4, 8, 16]}
+                                                      if key.startswith("stem_pool")
+                                                      else lookup(key)))
+    engine, err = _engine_against_model(get_model(name), shape, rng)
+    stems = [s.label for s in engine.plan.steps if "max pool" in s.label]
+    assert stems == ([f"conv (64, 3, 7, 7) + max pool (3, 3) on {shape} "
+                      f"ConvPoolTile(th=4, tw=8, nb=16)"] if fused else [])
+    assert sum("pool (3, 3) max" in s.label for s in engine.plan.steps) == (not fused)
+    assert err < 1e-4

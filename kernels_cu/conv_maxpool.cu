@@ -1,0 +1,160 @@
+// A convolution of few input channels followed by max pooling, in one launch (fp32, NCHW):
+//     y = maxpool(act(conv(x, w) + bias))
+// The ImageNet stem of ResNets and DenseNets (7x7 stride-2 conv of 3 channels, BN, ReLU,
+// 3x3 stride-2 max pool) as two launches cost 18 µs of a ~240 µs batch-1 Tucker
+// ResNet-18: the conv writes a 112 x 112 x 64 plane that only the pool reads, and its
+// K = C R S = 147 products per output keep scalar FMA kernels at ~16 TFLOP/s.
+//
+// Block (bx, by, bz) owns TPH x TPW pooled pixels of sample bz / slices and NB output
+// channels (slice bz % slices).  It stages the input patch under the TH x TW conv
+// outputs its pooling windows read (zero-filled outside the image: the conv's padding)
+// and its slice of the weights in one round of cp.async, splits the patch once into
+// tf32 parts (tc_mma.cuh), and computes those conv outputs as an implicit GEMM on the
+// tensor cores at fp32 accuracy (3xTF32): rows = output channels (weights in mma
+// fragment order, packed by the op), columns = conv pixels, k = (c, r, s) read from
+// the patch through two offset tables, so no im2col matrix is built.  Neighbouring
+// blocks recompute the conv outputs their windows share instead of exchanging them.
+// The conv outputs then go to shared memory, and each pooled output takes the max of
+// its window's epilogue values (cells outside the conv output skipped, NaN kept, as
+// pool.cu does), so the result equals the two launches'.  The Python op
+// (tensorconv/ops/conv_pool.py) checks the arguments, packs the weights and picks the
+// tile (TPH, TPW, NB).
+#include "tc_chain.cuh"
+
+constexpr int CONV_POOL_THREADS = tc::CHAIN_THREADS;  // tc::stage_flat assumes them
+
+template <int R, int S, int SD, int PK, int PST, int TPH, int TPW, int NB>
+__global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
+    const float* __restrict__ x,     // (N, C, H, W)
+    const float* __restrict__ wf,    // (slices * NB / 16, K8 / 8, 32, 4): fragment order
+    const float* __restrict__ bias,  // (M,) or nullptr
+    float* __restrict__ y,           // (N, M, PH, PW)
+    int C, int H, int W, int M, int OH, int OW, int PH, int PW, int pad_h, int pad_w,
+    int pool_pad_h, int pool_pad_w, int slices, int relu)
+{
+    constexpr int TH = (TPH - 1) * PST + PK, TW = (TPW - 1) * PST + PK;  // conv outputs
+    constexpr int IH = (TH - 1) * SD + R, IW = (TW - 1) * SD + S, PLANE = IH * IW;  // patch
+    constexpr int PIX = TH * TW, NT = (PIX + 7) / 8;
+    constexpr int STRIPS = NB / 16, GROUPS = 8 / STRIPS, NTW = (NT + GROUPS - 1) / GROUPS;
+    static_assert(NB % 16 == 0 && STRIPS <= 8, "whole m16 strips, at most one per warp");
+    const int K = C * R * S, K8S = (K + 7) / 8;
+    extern __shared__ __align__(16) float smem[];
+    float* ws = smem;                               // STRIPS x K8S x 32 x 4 weights
+    float* big = ws + STRIPS * K8S * 128;           // C + 1 planes: the patch, then zeros
+    float* small = big + (C + 1) * PLANE;           // its remainders
+    int* koff = reinterpret_cast<int*>(small + (C + 1) * PLANE);  // 8 K8S: k -> patch offset
+    int* noff = koff + 8 * K8S;                     // 8 NT: pixel -> patch offset
+    float* outs = smem;                             // NB x PIX conv outputs, after the products
+
+    const int tid = threadIdx.x, slice = blockIdx.z % slices, n = blockIdx.z / slices;
+    const int py0 = blockIdx.y * TPH, px0 = blockIdx.x * TPW;
+    const int sy0 = py0 * PST - pool_pad_h, sx0 = px0 * PST - pool_pad_w;  // conv tile origin
+    const int iy0 = sy0 * SD - pad_h, ix0 = sx0 * SD - pad_w;              // patch origin
+
+    tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 128, STRIPS * K8S * 128);
+    const float* xn = x + (size_t)n * C * H * W;
+    for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
+        const int c = i / PLANE, rem = i - c * PLANE, iy = rem / IW, ix = rem - iy * IW;
+        const int gy = iy0 + iy, gx = ix0 + ix;
+        const bool ok = gy >= 0 && gy < H && gx >= 0 && gx < W;
+        tdcx::cp_async4(big + i, ok ? xn + ((size_t)c * H + gy) * W + gx : xn, ok);
+    }
+    tdcx::cp_async_commit();
+    // The K padding (weights zero there) reads the zero plane: never a non-finite value.
+    for (int i = tid; i < PLANE; i += CONV_POOL_THREADS)
+        big[C * PLANE + i] = small[C * PLANE + i] = 0.f;
+    for (int k = tid; k < 8 * K8S; k += CONV_POOL_THREADS) {
+        const int c = k / (R * S), rs = k - c * (R * S), r = rs / S;
+        koff[k] = k < K ? c * PLANE + r * IW + (rs - r * S) : C * PLANE;
+    }
+    for (int p = tid; p < 8 * NT; p += CONV_POOL_THREADS) {
+        const int a = p / TW;
+        noff[p] = p < PIX ? a * SD * IW + (p - a * TW) * SD : 0;  // padding pixels: discarded
+    }
+    tdcx::cp_async_wait<0>();
+    __syncthreads();
+    for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) tf32x3::split(big[i], small[i]);
+    __syncthreads();
+
+    // Warp w: strip w % STRIPS, n8 tiles w / STRIPS + j GROUPS.
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int strip = warp % STRIPS, grp = warp / STRIPS;
+    int col[NTW];
+    float hi[NTW][4], lo[NTW][4];  // big*big; big*small + small*big
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        const int nt = grp + j * GROUPS;
+        col[j] = nt < NT ? noff[nt * 8 + g] : 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
+    }
+    const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 32 + lane;
+    for (int k8 = 0; k8 < K8S; ++k8) {
+        const float4 av = wp[k8 * 32];
+        float a[4] = {av.x, av.y, av.z, av.w}, al[4];
+        unsigned ab[4], as[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            tf32x3::split(a[e], al[e]);
+            ab[e] = __float_as_uint(a[e]);
+            as[e] = __float_as_uint(al[e]);
+        }
+        const int k0 = koff[k8 * 8 + t], k1 = koff[k8 * 8 + t + 4];
+#pragma unroll
+        for (int j = 0; j < NTW; ++j) {
+            if (grp + j * GROUPS >= NT) break;
+            const unsigned b0 = __float_as_uint(big[k0 + col[j]]);
+            const unsigned b1 = __float_as_uint(big[k1 + col[j]]);
+            const unsigned l0 = __float_as_uint(small[k0 + col[j]]);
+            const unsigned l1 = __float_as_uint(small[k1 + col[j]]);
+            tf32x3::mma(hi[j], ab, b0, b1);
+            tf32x3::mma(lo[j], as, b0, b1);
+            tf32x3::mma(lo[j], ab, l0, l1);
+        }
+    }
+    __syncthreads();  // the patch is dead: outs reuses its memory
+    // Accumulator (j, e): channel strip 16 + g + 8 (e >> 1), pixel 8 nt + 2 t + (e & 1).
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        const int nt = grp + j * GROUPS;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int p = nt * 8 + 2 * t + (e & 1);
+            if (nt < NT && p < PIX)
+                outs[(strip * 16 + g + 8 * (e >> 1)) * PIX + p] = hi[j][e] + lo[j][e];
+        }
+    }
+    __syncthreads();
+
+    float* yn = y + (size_t)n * M * PH * PW;
+    for (int it = tid; it < NB * TPH * TPW; it += CONV_POOL_THREADS) {
+        const int o = it / (TPH * TPW), q = it - o * (TPH * TPW), ly = q / TPW, lx = q - ly * TPW;
+        const int m = slice * NB + o, py = py0 + ly, px = px0 + lx;
+        if (m >= M || py >= PH || px >= PW) continue;
+        const float* cell = outs + o * PIX + ly * PST * TW + lx * PST;
+        float acc = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
+#pragma unroll
+        for (int i = 0; i < PK; ++i) {
+            const int sy = sy0 + ly * PST + i;
+#pragma unroll
+            for (int j = 0; j < PK; ++j) {
+                const int sx = sx0 + lx * PST + j;
+                if (sy < 0 || sy >= OH || sx < 0 || sx >= OW) continue;  // pooling padding
+                const float v = tc::conv_epilogue(cell[i * TW + j], bias, m, nullptr, 0, relu);
+                if (v > acc || v != v) acc = v;  // NaN wins, and stays
+            }
+        }
+        yn[((size_t)m * PH + py) * PW + px] = acc;
+    }
+}
+
+#ifndef __CUDACC_RTC__  // offline type-check of the ImageNet stem's tiles
+#define TC_STEM(TPH, TPW, NB)                                                                   \
+    template __global__ void conv_maxpool<7, 7, 2, 3, 2, TPH, TPW, NB>(                         \
+        const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, \
+        int, int, int, int, int, int);
+TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
+TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
+TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
+TC_STEM(8, 8, 16) TC_STEM(8, 8, 32)
+#endif

@@ -11,8 +11,11 @@
 // and its slice of the weights in one round of cp.async, splits the patch once into
 // tf32 parts (tc_mma.cuh), and computes those conv outputs as an implicit GEMM on the
 // tensor cores at fp32 accuracy (3xTF32): rows = output channels (weights in mma
-// fragment order, packed by the op), columns = conv pixels, k = (c, r, s) read from
-// the patch through two offset tables, so no im2col matrix is built.  Neighbouring
+// fragment order, split into tf32 parts by the op), columns = conv pixels, k = (c, r,
+// s) read from the patch through two offset tables, so no im2col matrix is built.
+// The loop is issue-bound (a first version, splitting weights in the loop and loading
+// the patch's two parts separately, issued ~12 instructions per mma and ran the
+// ResNet stem in 15 µs), so every operand comes ready in one load.  Neighbouring
 // blocks recompute the conv outputs their windows share instead of exchanging them.
 // The conv outputs then go to shared memory, and each pooled output takes the max of
 // its window's epilogue values (cells outside the conv output skipped, NaN kept, as
@@ -26,7 +29,7 @@ constexpr int CONV_POOL_THREADS = tc::CHAIN_THREADS;  // tc::stage_flat assumes 
 template <int R, int S, int SD, int PK, int PST, int TPH, int TPW, int NB>
 __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     const float* __restrict__ x,     // (N, C, H, W)
-    const float* __restrict__ wf,    // (slices * NB / 16, K8 / 8, 32, 4): fragment order
+    const float* __restrict__ wf,    // (slices * NB / 16, K8 / 8, 2, 32, 4): fragments, split
     const float* __restrict__ bias,  // (M,) or nullptr
     float* __restrict__ y,           // (N, M, PH, PW)
     int C, int H, int W, int M, int OH, int OW, int PH, int PW, int pad_h, int pad_w,
@@ -39,30 +42,28 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     static_assert(NB % 16 == 0 && STRIPS <= 8, "whole m16 strips, at most one per warp");
     const int K = C * R * S, K8S = (K + 7) / 8;
     extern __shared__ __align__(16) float smem[];
-    float* ws = smem;                               // STRIPS x K8S x 32 x 4 weights
-    float* big = ws + STRIPS * K8S * 128;           // C + 1 planes: the patch, then zeros
-    float* small = big + (C + 1) * PLANE;           // its remainders
-    int* koff = reinterpret_cast<int*>(small + (C + 1) * PLANE);  // 8 K8S: k -> patch offset
-    int* noff = koff + 8 * K8S;                     // 8 NT: pixel -> patch offset
-    float* outs = smem;                             // NB x PIX conv outputs, after the products
+    float* ws = smem;                                   // STRIPS x K8S x (big, small) x 32 x 4
+    float2* pt = reinterpret_cast<float2*>(ws + STRIPS * K8S * 256);  // C + 1 planes, then zeros
+    int* koff = reinterpret_cast<int*>(pt + (C + 1) * PLANE);  // 8 K8S: k -> patch offset
+    int* noff = koff + 8 * K8S;                         // 8 NT: pixel -> patch offset
+    float* outs = smem;                                 // NB x PIX conv outputs, after the products
 
     const int tid = threadIdx.x, slice = blockIdx.z % slices, n = blockIdx.z / slices;
     const int py0 = blockIdx.y * TPH, px0 = blockIdx.x * TPW;
     const int sy0 = py0 * PST - pool_pad_h, sx0 = px0 * PST - pool_pad_w;  // conv tile origin
     const int iy0 = sy0 * SD - pad_h, ix0 = sx0 * SD - pad_w;              // patch origin
 
-    tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 128, STRIPS * K8S * 128);
+    tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 256, STRIPS * K8S * 256);
     const float* xn = x + (size_t)n * C * H * W;
     for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
         const int c = i / PLANE, rem = i - c * PLANE, iy = rem / IW, ix = rem - iy * IW;
         const int gy = iy0 + iy, gx = ix0 + ix;
         const bool ok = gy >= 0 && gy < H && gx >= 0 && gx < W;
-        tdcx::cp_async4(big + i, ok ? xn + ((size_t)c * H + gy) * W + gx : xn, ok);
+        tdcx::cp_async4(&pt[i].x, ok ? xn + (c * H + gy) * W + gx : xn, ok);
     }
     tdcx::cp_async_commit();
     // The K padding (weights zero there) reads the zero plane: never a non-finite value.
-    for (int i = tid; i < PLANE; i += CONV_POOL_THREADS)
-        big[C * PLANE + i] = small[C * PLANE + i] = 0.f;
+    for (int i = tid; i < PLANE; i += CONV_POOL_THREADS) pt[C * PLANE + i] = make_float2(0.f, 0.f);
     for (int k = tid; k < 8 * K8S; k += CONV_POOL_THREADS) {
         const int c = k / (R * S), rs = k - c * (R * S), r = rs / S;
         koff[k] = k < K ? c * PLANE + r * IW + (rs - r * S) : C * PLANE;
@@ -73,7 +74,12 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     }
     tdcx::cp_async_wait<0>();
     __syncthreads();
-    for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) tf32x3::split(big[i], small[i]);
+    // Split once, so that a B fragment's two parts are one 8-byte load.
+    for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
+        float v = pt[i].x, rest;
+        tf32x3::split(v, rest);
+        pt[i] = make_float2(v, rest);
+    }
     __syncthreads();
 
     // Warp w: strip w % STRIPS, n8 tiles w / STRIPS + j GROUPS.
@@ -88,28 +94,23 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
 #pragma unroll
         for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
     }
-    const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 32 + lane;
+    const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 64 + lane;
     for (int k8 = 0; k8 < K8S; ++k8) {
-        const float4 av = wp[k8 * 32];
-        float a[4] = {av.x, av.y, av.z, av.w}, al[4];
-        unsigned ab[4], as[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            tf32x3::split(a[e], al[e]);
-            ab[e] = __float_as_uint(a[e]);
-            as[e] = __float_as_uint(al[e]);
-        }
-        const int k0 = koff[k8 * 8 + t], k1 = koff[k8 * 8 + t + 4];
+        const float4 wb = wp[k8 * 64], wl = wp[k8 * 64 + 32];  // split by the op
+        const unsigned ab[4] = {__float_as_uint(wb.x), __float_as_uint(wb.y),
+                                __float_as_uint(wb.z), __float_as_uint(wb.w)};
+        const unsigned as[4] = {__float_as_uint(wl.x), __float_as_uint(wl.y),
+                                __float_as_uint(wl.z), __float_as_uint(wl.w)};
+        const float2* row0 = pt + koff[k8 * 8 + t];
+        const float2* row1 = pt + koff[k8 * 8 + t + 4];
 #pragma unroll
         for (int j = 0; j < NTW; ++j) {
             if (grp + j * GROUPS >= NT) break;
-            const unsigned b0 = __float_as_uint(big[k0 + col[j]]);
-            const unsigned b1 = __float_as_uint(big[k1 + col[j]]);
-            const unsigned l0 = __float_as_uint(small[k0 + col[j]]);
-            const unsigned l1 = __float_as_uint(small[k1 + col[j]]);
+            const float2 v0 = row0[col[j]], v1 = row1[col[j]];
+            const unsigned b0 = __float_as_uint(v0.x), b1 = __float_as_uint(v1.x);
             tf32x3::mma(hi[j], ab, b0, b1);
             tf32x3::mma(lo[j], as, b0, b1);
-            tf32x3::mma(lo[j], ab, l0, l1);
+            tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
         }
     }
     __syncthreads();  // the patch is dead: outs reuses its memory

@@ -304,11 +304,13 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(8, 8, 64)}
     assert max(t.tiles_per_warp(3, 2) for t in fits) == 10
     tile = conv_pool.ConvPoolTile(4, 4, 16)
-    packed = conv_pool.pack_weights(w, tile)                   # (2 strips, 19 k8, 32, 4)
-    assert packed.shape == (2, 19, 32, 4)
-    frags = packed.reshape(2, 19, 8, 4, 2, 2)                 # (o16, k8, g, t, k+4?, o+8?)
-    dense = frags.transpose(0, 5, 2, 1, 4, 3).reshape(32, 152)  # back to (slices * nb, K8)
-    assert np.array_equal(dense[:20, :147], w.reshape(20, 147))
-    assert not dense[20:].any() and not dense[:, 147:].any()
+    packed = conv_pool.pack_weights(w, tile)             # (2 strips, 19 k8, 2 parts, 32, 4)
+    assert packed.shape == (2, 19, 2, 32, 4)
+    frags = packed.reshape(2, 19, 2, 8, 4, 2, 2)        # (o16, k8, part, g, t, k+4?, o+8?)
+    dense = frags.transpose(2, 0, 6, 3, 1, 5, 4).reshape(2, 32, 152)  # (part, M pad, K8)
+    big, small = dense.astype(np.float64)
+    assert not (dense[0].view(np.uint32) & 0x1FFF).any()  # tf32 parts: 10 mantissa bits
+    assert np.array_equal(big[:20, :147] + small[:20, :147], w.reshape(20, 147))
+    assert not dense[:, 20:].any() and not dense[:, :, 147:].any()
     with pytest.raises(ValueError, match="at most half"):
         ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 2)

@@ -18,6 +18,7 @@ from tensorconv.autograd.functions.pooling import pool_args
 from tensorconv.checks import check_conv_args
 from tensorconv.ops.conv import _cdiv, output_buffer
 from tensorconv.ops.pointwise_pair import mma_fragments
+from tensorconv.ops.tucker_tf32x3 import round_tf32
 
 _FILE = "conv_maxpool.cu"
 _WARPS = 8          # 256 threads
@@ -44,12 +45,12 @@ class ConvPoolTile:
 
     def smem_bytes(self, c: int, r: int, s: int, stride: int, pool_kernel: int,
                    pool_stride: int) -> int:
-        """Weights, the patch and its remainders (plus a zero plane), the offset tables;
-        the conv outputs reuse that memory afterwards."""
+        """Weights and the patch, both split in two parts (the patch plus a zero plane),
+        the offset tables; the conv outputs reuse that memory afterwards."""
         th, tw = self.conv_tile(pool_kernel, pool_stride)
         plane = ((th - 1) * stride + r) * ((tw - 1) * stride + s)
         k8 = 8 * _cdiv(c * r * s, 8)
-        staged = (self.nb // 16) * k8 * 16 + 2 * (c + 1) * plane + k8 + 8 * _cdiv(th * tw, 8)
+        staged = (self.nb // 16) * k8 * 32 + 2 * (c + 1) * plane + k8 + 8 * _cdiv(th * tw, 8)
         return 4 * max(staged, self.nb * th * tw)
 
     def grid(self, n: int, m: int, ph: int, pw: int) -> tuple[int, int, int]:
@@ -90,12 +91,15 @@ def supported(geom, pool_kernel, pool_stride) -> str | None:
 
 def pack_weights(w, tile: ConvPoolTile):
     """``w`` (M, C, R, S) as the kernel reads it: (M, C R S) zero-padded to (slices *
-    ``tile.nb``, K8) (K8: C R S rounded up to 8), in :func:`mma_fragments` order."""
+    ``tile.nb``, K8) (K8: C R S rounded up to 8) in :func:`mma_fragments` order, each
+    fragment as its tf32 part then the remainder's: (slices nb / 16, K8 / 8, 2, 32, 4)."""
     xp = backend.array_module(w)
     m, k = w.shape[0], int(np.prod(w.shape[1:]))
     padded = xp.zeros((tile.slices(m) * tile.nb, 8 * _cdiv(k, 8)), np.float32)
     padded[:m, :k] = w.reshape(m, k)
-    return mma_fragments(padded)
+    big = round_tf32(padded, xp)
+    return xp.ascontiguousarray(xp.stack([mma_fragments(big), mma_fragments(padded - big)],
+                                         axis=2))
 
 
 def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_stride=None,
@@ -153,7 +157,7 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     if tile not in fitting:
         raise ValueError(f"tile must be one of {fitting}, got {tile}")
     k8s = _cdiv(geom.c * geom.r * geom.s, 8)
-    expected = (tile.slices(geom.k) * tile.nb // 16, k8s, 32, 4)
+    expected = (tile.slices(geom.k) * tile.nb // 16, k8s, 2, 32, 4)
     if packed is None:
         packed = pack_weights(w, tile)
     elif tuple(packed.shape) != expected or packed.dtype != np.float32:

@@ -168,7 +168,7 @@ def candidates(geom: ConvGeometry, smem_limit: int, clusters: bool = True) -> li
     return out
 
 
-def _round_tf32(a, xp):
+def round_tf32(a, xp):
     """Round fp32 to the nearest tf32 (ties away from zero, as cvt.rna), finite values only."""
     bits = a.view(xp.uint32)
     rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
@@ -196,8 +196,8 @@ def pack_weights(w, xp=None):
     n8, c8 = -(-n // 8), -(-c // 8)
     full = xp.zeros((n8 * 8, c8 * 8, r, s), xp.float32)
     full[:n, :c] = xp.asarray(w, dtype=xp.float32)
-    big = _round_tf32(full, xp)
-    small = _round_tf32(full - big, xp)
+    big = round_tf32(full, xp)
+    small = round_tf32(full - big, xp)
 
     def fragments(a):  # (n8, g, c8, half, t, r, s) -> (n8, c8, r, s, g, t, half)
         return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(0, 2, 5, 6, 1, 4, 3)

@@ -18,8 +18,8 @@
 // ResNet stem in 15 µs), so every operand comes ready in one load.  Neighbouring
 // blocks recompute the conv outputs their windows share instead of exchanging them.
 // The conv outputs then go to shared memory, and each pooled output takes the max of
-// its window's epilogue values (cells outside the conv output skipped, NaN kept, as
-// pool.cu does), so the result equals the two launches'.  The Python op
+// its window (cells outside the conv output skipped, as pool.cu does) before the bias
+// and ReLU, so the result equals the two launches', NaN included.  The Python op
 // (tensorconv/ops/conv_pool.py) checks the arguments, packs the weights and picks the
 // tile (TPH, TPW, NB).
 #include "tc_chain.cuh"
@@ -54,12 +54,19 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     const int iy0 = sy0 * SD - pad_h, ix0 = sx0 * SD - pad_w;              // patch origin
 
     tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 256, STRIPS * K8S * 256);
+    // The patch row by row (row = c IH + iy), a warp per row: its lanes copy consecutive
+    // columns, and the row's coordinates are worked out once.
+    const int warp = tid >> 5, lane = tid & 31;
     const float* xn = x + (size_t)n * C * H * W;
-    for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
-        const int c = i / PLANE, rem = i - c * PLANE, iy = rem / IW, ix = rem - iy * IW;
-        const int gy = iy0 + iy, gx = ix0 + ix;
-        const bool ok = gy >= 0 && gy < H && gx >= 0 && gx < W;
-        tdcx::cp_async4(&pt[i].x, ok ? xn + (c * H + gy) * W + gx : xn, ok);
+    for (int row = warp; row < C * IH; row += CONV_POOL_THREADS / 32) {
+        const int c = row / IH, gy = iy0 + row - c * IH;
+        const bool row_in = gy >= 0 && gy < H;
+        const float* src = xn + (c * H + (row_in ? gy : 0)) * W;
+        for (int ix = lane; ix < IW; ix += 32) {
+            const int gx = ix0 + ix;
+            const bool ok = row_in && gx >= 0 && gx < W;
+            tdcx::cp_async4(&pt[row * IW + ix].x, ok ? src + gx : xn, ok);
+        }
     }
     tdcx::cp_async_commit();
     // The K padding (weights zero there) reads the zero plane: never a non-finite value.
@@ -83,7 +90,7 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     __syncthreads();
 
     // Warp w: strip w % STRIPS, n8 tiles w / STRIPS + j GROUPS.
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2, t = lane & 3;
     const int strip = warp % STRIPS, grp = warp / STRIPS;
     int col[NTW];
     float hi[NTW][4], lo[NTW][4];  // big*big; big*small + small*big
@@ -95,6 +102,7 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
     }
     const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 64 + lane;
+#pragma unroll 4
     for (int k8 = 0; k8 < K8S; ++k8) {
         const float4 wb = wp[k8 * 64], wl = wp[k8 * 64 + 32];  // split by the op
         const unsigned ab[4] = {__float_as_uint(wb.x), __float_as_uint(wb.y),
@@ -127,25 +135,34 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     }
     __syncthreads();
 
+    // Max commutes with adding the channel's bias and with ReLU, so the epilogue runs once
+    // per pooled output.  With ReLU a NaN cell would have become 0 and so cannot win:
+    // fmaxf skips it (an all-NaN window gives relu(-inf) = 0); without, NaN wins.
     float* yn = y + (size_t)n * M * PH * PW;
     for (int it = tid; it < NB * TPH * TPW; it += CONV_POOL_THREADS) {
         const int o = it / (TPH * TPW), q = it - o * (TPH * TPW), ly = q / TPW, lx = q - ly * TPW;
         const int m = slice * NB + o, py = py0 + ly, px = px0 + lx;
         if (m >= M || py >= PH || px >= PW) continue;
+        const int sy = sy0 + ly * PST, sx = sx0 + lx * PST;  // the window's first conv cell
         const float* cell = outs + o * PIX + ly * PST * TW + lx * PST;
+        unsigned cols = 0;  // columns inside the conv output (the rest is pooling padding)
+#pragma unroll
+        for (int j = 0; j < PK; ++j) cols |= (unsigned)(sx + j >= 0 && sx + j < OW) << j;
         float acc = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
 #pragma unroll
         for (int i = 0; i < PK; ++i) {
-            const int sy = sy0 + ly * PST + i;
+            if (sy + i < 0 || sy + i >= OH) continue;
 #pragma unroll
             for (int j = 0; j < PK; ++j) {
-                const int sx = sx0 + lx * PST + j;
-                if (sy < 0 || sy >= OH || sx < 0 || sx >= OW) continue;  // pooling padding
-                const float v = tc::conv_epilogue(cell[i * TW + j], bias, m, nullptr, 0, relu);
-                if (v > acc || v != v) acc = v;  // NaN wins, and stays
+                const float v = cell[i * TW + j];
+                if (!(cols >> j & 1u)) continue;
+                if (relu)
+                    acc = fmaxf(acc, v);
+                else if (v > acc || v != v)
+                    acc = v;
             }
         }
-        yn[((size_t)m * PH + py) * PW + px] = acc;
+        yn[((size_t)m * PH + py) * PW + px] = tc::conv_epilogue(acc, bias, m, nullptr, 0, relu);
     }
 }
 
@@ -158,4 +175,5 @@ TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
 TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
 TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
 TC_STEM(8, 8, 16) TC_STEM(8, 8, 32)
+TC_STEM(4, 16, 16) TC_STEM(4, 16, 32)
 #endif

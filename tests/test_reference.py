@@ -301,7 +301,8 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     ref = max_pool2d(Tensor(y), 3, 2, 1).data
     assert rel_err(ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=True), ref) < 1e-6
     fits = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024)
-    assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(8, 8, 64)}
+    assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(8, 8, 64),
+                                                conv_pool.ConvPoolTile(4, 16, 64)}
     assert max(t.tiles_per_warp(3, 2) for t in fits) == 10
     tile = conv_pool.ConvPoolTile(4, 4, 16)
     packed = conv_pool.pack_weights(w, tile)             # (2 strips, 19 k8, 2 parts, 32, 4)

@@ -60,7 +60,7 @@ class ConvPoolTile:
         return _cdiv(m, self.nb)
 
 
-TILES = tuple(ConvPoolTile(th, tw, nb) for th, tw in ((2, 4), (4, 4), (4, 8), (8, 8))
+TILES = tuple(ConvPoolTile(th, tw, nb) for th, tw in ((2, 4), (4, 4), (4, 8), (8, 8), (4, 16))
               for nb in (16, 32, 64))
 DEFAULT_TILE = ConvPoolTile(4, 4, 32)
 

@@ -38,10 +38,8 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     constexpr int TH = (TPH - 1) * PST + PK, TW = (TPW - 1) * PST + PK;  // conv outputs
     constexpr int IH = (TH - 1) * SD + R, IW = (TW - 1) * SD + S, PLANE = IH * IW;  // patch
     constexpr int PIX = TH * TW, NT = (PIX + 7) / 8;
-    // Every warp takes all STRIPS = NB / 16 channel strips and n8 tiles warp + 8 j, so that
-    // a B fragment it loads feeds STRIPS x 3 mma.
-    constexpr int STRIPS = NB / 16, NTW = (NT + 7) / 8;
-    static_assert(NB % 16 == 0, "whole m16 strips");
+    constexpr int STRIPS = NB / 16, GROUPS = 8 / STRIPS, NTW = (NT + GROUPS - 1) / GROUPS;
+    static_assert(NB % 16 == 0 && STRIPS <= 8, "whole m16 strips, at most one per warp");
     const int K = C * R * S, K8S = (K + 7) / 8;
     extern __shared__ __align__(16) float smem[];
     float* ws = smem;                                   // STRIPS x K8S x (big, small) x 32 x 4
@@ -91,59 +89,50 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     }
     __syncthreads();
 
-    // Tiles past NT (the last warps' last ones) compute pixel 0 again and are dropped: a
-    // branch around them would make every mma wait for the warp to reconverge.
+    // Warp w: strip w % STRIPS, n8 tiles w / STRIPS + j GROUPS.
     const int g = lane >> 2, t = lane & 3;
+    const int strip = warp % STRIPS, grp = warp / STRIPS;
     int col[NTW];
-    float hi[STRIPS][NTW][4], lo[STRIPS][NTW][4];  // big*big; big*small + small*big
+    float hi[NTW][4], lo[NTW][4];  // big*big; big*small + small*big
 #pragma unroll
     for (int j = 0; j < NTW; ++j) {
-        const int nt = warp + 8 * j;
+        const int nt = grp + j * GROUPS;
         col[j] = nt < NT ? noff[nt * 8 + g] : 0;
 #pragma unroll
-        for (int q = 0; q < STRIPS; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) hi[q][j][e] = lo[q][j][e] = 0.f;
+        for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
     }
-    const float4* wp = reinterpret_cast<const float4*>(ws) + lane;
-#pragma unroll 2
+    const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 64 + lane;
+#pragma unroll 4
     for (int k8 = 0; k8 < K8S; ++k8) {
+        const float4 wb = wp[k8 * 64], wl = wp[k8 * 64 + 32];  // split by the op
+        const unsigned ab[4] = {__float_as_uint(wb.x), __float_as_uint(wb.y),
+                                __float_as_uint(wb.z), __float_as_uint(wb.w)};
+        const unsigned as[4] = {__float_as_uint(wl.x), __float_as_uint(wl.y),
+                                __float_as_uint(wl.z), __float_as_uint(wl.w)};
         const float2* row0 = pt + koff[k8 * 8 + t];
         const float2* row1 = pt + koff[k8 * 8 + t + 4];
-        float2 v0[NTW], v1[NTW];
 #pragma unroll
         for (int j = 0; j < NTW; ++j) {
-            v0[j] = row0[col[j]];
-            v1[j] = row1[col[j]];
-        }
-#pragma unroll
-        for (int q = 0; q < STRIPS; ++q) {
-            const float4 wb = wp[(q * K8S + k8) * 64], wl = wp[(q * K8S + k8) * 64 + 32];
-            const unsigned ab[4] = {__float_as_uint(wb.x), __float_as_uint(wb.y),
-                                    __float_as_uint(wb.z), __float_as_uint(wb.w)};
-            const unsigned as[4] = {__float_as_uint(wl.x), __float_as_uint(wl.y),
-                                    __float_as_uint(wl.z), __float_as_uint(wl.w)};
-#pragma unroll
-            for (int j = 0; j < NTW; ++j) {
-                const unsigned b0 = __float_as_uint(v0[j].x), b1 = __float_as_uint(v1[j].x);
-                tf32x3::mma(hi[q][j], ab, b0, b1);
-                tf32x3::mma(lo[q][j], as, b0, b1);
-                tf32x3::mma(lo[q][j], ab, __float_as_uint(v0[j].y), __float_as_uint(v1[j].y));
-            }
+            if (grp + j * GROUPS >= NT) break;
+            const float2 v0 = row0[col[j]], v1 = row1[col[j]];
+            const unsigned b0 = __float_as_uint(v0.x), b1 = __float_as_uint(v1.x);
+            tf32x3::mma(hi[j], ab, b0, b1);
+            tf32x3::mma(lo[j], as, b0, b1);
+            tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
         }
     }
     __syncthreads();  // the patch is dead: outs reuses its memory
-    // Accumulator (q, j, e): channel 16 q + g + 8 (e >> 1), pixel 8 (warp + 8 j) + 2 t + (e & 1).
+    // Accumulator (j, e): channel strip 16 + g + 8 (e >> 1), pixel 8 nt + 2 t + (e & 1).
 #pragma unroll
-    for (int q = 0; q < STRIPS; ++q)
+    for (int j = 0; j < NTW; ++j) {
+        const int nt = grp + j * GROUPS;
 #pragma unroll
-        for (int j = 0; j < NTW; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int nt = warp + 8 * j, p = nt * 8 + 2 * t + (e & 1);
-                if (nt < NT && p < PIX)
-                    outs[(q * 16 + g + 8 * (e >> 1)) * PIX + p] = hi[q][j][e] + lo[q][j][e];
-            }
+        for (int e = 0; e < 4; ++e) {
+            const int p = nt * 8 + 2 * t + (e & 1);
+            if (nt < NT && p < PIX)
+                outs[(strip * 16 + g + 8 * (e >> 1)) * PIX + p] = hi[j][e] + lo[j][e];
+        }
+    }
     __syncthreads();
 
     // Max commutes with adding the channel's bias and with ReLU, so the epilogue runs once
@@ -184,7 +173,7 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         int, int, int, int, int, int);
 TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
 TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
-TC_STEM(4, 8, 16) TC_STEM(4, 8, 32)
+TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
 TC_STEM(8, 8, 16) TC_STEM(8, 8, 32)
 TC_STEM(4, 16, 16) TC_STEM(4, 16, 32)
 #endif

@@ -22,12 +22,13 @@ from tensorconv.ops.tucker_tf32x3 import round_tf32
 
 _FILE = "conv_maxpool.cu"
 _WARPS = 8          # 256 threads
-_MAX_TILES_PER_WARP = 10  # m16n8 accumulator tiles a warp holds (8 registers each)
+_MAX_TILES_PER_WARP = 10  # n8 accumulator tiles a warp holds (2 x 4 registers each)
 
 
 @dataclass(frozen=True)
 class ConvPoolTile:
-    """A block's ``th`` x ``tw`` pooled pixels and ``nb`` output channels (16, 32 or 64)."""
+    """A block's ``th`` x ``tw`` pooled pixels and ``nb`` output channels (16, 32 or 64:
+    one m16 strip per warp group)."""
 
     th: int = 4
     tw: int = 4
@@ -39,10 +40,8 @@ class ConvPoolTile:
                 (self.tw - 1) * pool_stride + pool_kernel)
 
     def tiles_per_warp(self, pool_kernel: int, pool_stride: int) -> int:
-        """m16n8 accumulator tiles per warp: every warp takes all ``nb / 16`` channel
-        strips of its eighth of the conv pixels' n8 tiles."""
         th, tw = self.conv_tile(pool_kernel, pool_stride)
-        return (self.nb // 16) * _cdiv(_cdiv(th * tw, 8), _WARPS)
+        return _cdiv(_cdiv(th * tw, 8), _WARPS // (self.nb // 16))
 
     def smem_bytes(self, c: int, r: int, s: int, stride: int, pool_kernel: int,
                    pool_stride: int) -> int:

@@ -10,12 +10,12 @@
 // outputs its pooling windows read (zero-filled outside the image: the conv's padding)
 // and its slice of the weights in one round of cp.async, splits the patch once into
 // tf32 parts (tc_mma.cuh), and computes those conv outputs as an implicit GEMM on the
-// tensor cores at fp32 accuracy (3xTF32): rows = conv pixels, columns = output
-// channels (weights as mma B fragments, split into tf32 parts by the op), k = (c, r,
+// tensor cores at fp32 accuracy (3xTF32): rows = output channels (weights in mma
+// fragment order, split into tf32 parts by the op), columns = conv pixels, k = (c, r,
 // s) read from the patch through two offset tables, so no im2col matrix is built.
-// The loop is issue-bound: with the weights as the A operand (a first version) a
-// patch value fed only 3 mma and each mma cost ~6 instructions (15 µs for the ResNet
-// stem), so here the pixels are A, reused over every channel tile.  Neighbouring
+// The loop is issue-bound (a first version, splitting weights in the loop and loading
+// the patch's two parts separately, issued ~12 instructions per mma and ran the
+// ResNet stem in 15 µs), so every operand comes ready in one load.  Neighbouring
 // blocks recompute the conv outputs their windows share instead of exchanging them.
 // The conv outputs then go to shared memory, and each pooled output takes the max of
 // its window (cells outside the conv output skipped, as pool.cu does) before the bias
@@ -29,7 +29,7 @@ constexpr int CONV_POOL_THREADS = tc::CHAIN_THREADS;  // tc::stage_flat assumes 
 template <int R, int S, int SD, int PK, int PST, int TPH, int TPW, int NB>
 __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     const float* __restrict__ x,     // (N, C, H, W)
-    const float* __restrict__ wf,    // (slices * NB / 8, K8 / 8, 32, 4): B fragments, split
+    const float* __restrict__ wf,    // (slices * NB / 16, K8 / 8, 2, 32, 4): fragments, split
     const float* __restrict__ bias,  // (M,) or nullptr
     float* __restrict__ y,           // (N, M, PH, PW)
     int C, int H, int W, int M, int OH, int OW, int PH, int PW, int pad_h, int pad_w,
@@ -37,22 +37,23 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
 {
     constexpr int TH = (TPH - 1) * PST + PK, TW = (TPW - 1) * PST + PK;  // conv outputs
     constexpr int IH = (TH - 1) * SD + R, IW = (TW - 1) * SD + S, PLANE = IH * IW;  // patch
-    constexpr int PIX = TH * TW, MS = (PIX + 15) / 16, NTS = NB / 8;  // m16 strips, n8 tiles
-    static_assert(NB % 8 == 0, "whole n8 tiles");
+    constexpr int PIX = TH * TW, NT = (PIX + 7) / 8;
+    constexpr int STRIPS = NB / 16, GROUPS = 8 / STRIPS, NTW = (NT + GROUPS - 1) / GROUPS;
+    static_assert(NB % 16 == 0 && STRIPS <= 8, "whole m16 strips, at most one per warp");
     const int K = C * R * S, K8S = (K + 7) / 8;
     extern __shared__ __align__(16) float smem[];
-    float* ws = smem;                                   // NTS x K8S x 32 x 4 weight fragments
-    float* outs = ws + NTS * K8S * 128;                 // NB x PIX conv outputs
-    float2* pt = reinterpret_cast<float2*>(outs + NB * PIX);  // C + 1 planes, then zeros
+    float* ws = smem;                                   // STRIPS x K8S x (big, small) x 32 x 4
+    float2* pt = reinterpret_cast<float2*>(ws + STRIPS * K8S * 256);  // C + 1 planes, then zeros
     int* koff = reinterpret_cast<int*>(pt + (C + 1) * PLANE);  // 8 K8S: k -> patch offset
-    int* noff = koff + 8 * K8S;                         // 16 MS: pixel -> patch offset
+    int* noff = koff + 8 * K8S;                         // 8 NT: pixel -> patch offset
+    float* outs = smem;                                 // NB x PIX conv outputs, after the products
 
     const int tid = threadIdx.x, slice = blockIdx.z % slices, n = blockIdx.z / slices;
     const int py0 = blockIdx.y * TPH, px0 = blockIdx.x * TPW;
     const int sy0 = py0 * PST - pool_pad_h, sx0 = px0 * PST - pool_pad_w;  // conv tile origin
     const int iy0 = sy0 * SD - pad_h, ix0 = sx0 * SD - pad_w;              // patch origin
 
-    tc::stage_flat(ws, wf + (size_t)slice * NTS * K8S * 128, NTS * K8S * 128);
+    tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 256, STRIPS * K8S * 256);
     // The patch row by row (row = c IH + iy), a warp per row: its lanes copy consecutive
     // columns, and the row's coordinates are worked out once.
     const int warp = tid >> 5, lane = tid & 31;
@@ -74,13 +75,13 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         const int c = k / (R * S), rs = k - c * (R * S), r = rs / S;
         koff[k] = k < K ? c * PLANE + r * IW + (rs - r * S) : C * PLANE;
     }
-    for (int p = tid; p < 16 * MS; p += CONV_POOL_THREADS) {
+    for (int p = tid; p < 8 * NT; p += CONV_POOL_THREADS) {
         const int a = p / TW;
         noff[p] = p < PIX ? a * SD * IW + (p - a * TW) * SD : 0;  // padding pixels: discarded
     }
     tdcx::cp_async_wait<0>();
     __syncthreads();
-    // Split once, so that an A fragment element's two parts are one 8-byte load.
+    // Split once, so that a B fragment's two parts are one 8-byte load.
     for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
         float v = pt[i].x, rest;
         tf32x3::split(v, rest);
@@ -88,44 +89,49 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     }
     __syncthreads();
 
-    // Warp w computes pixel strips w, w + 8, ... for all NB channels: a strip's A
-    // fragment (4 patch values, each with its remainder) feeds 3 NTS mma, and the weight
-    // fragments come as the mma's B operands, ready split (one 16-byte load per tile).
+    // Warp w: strip w % STRIPS, n8 tiles w / STRIPS + j GROUPS.
     const int g = lane >> 2, t = lane & 3;
-    for (int ms = warp; ms < MS; ms += CONV_POOL_THREADS / 32) {
-        const int pa = noff[16 * ms + g], pb = noff[16 * ms + g + 8];
-        float hi[NTS][4], lo[NTS][4];  // big*big; small*big + big*small
+    const int strip = warp % STRIPS, grp = warp / STRIPS;
+    int col[NTW];
+    float hi[NTW][4], lo[NTW][4];  // big*big; big*small + small*big
 #pragma unroll
-        for (int j = 0; j < NTS; ++j)
+    for (int j = 0; j < NTW; ++j) {
+        const int nt = grp + j * GROUPS;
+        col[j] = nt < NT ? noff[nt * 8 + g] : 0;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
-        const float4* wq = reinterpret_cast<const float4*>(ws) + lane;
-#pragma unroll 2
-        for (int k8 = 0; k8 < K8S; ++k8) {
-            const float2* row0 = pt + koff[k8 * 8 + t];
-            const float2* row1 = pt + koff[k8 * 8 + t + 4];
-            const float2 a0 = row0[pa], a1 = row0[pb], a2 = row1[pa], a3 = row1[pb];
-            const unsigned ab[4] = {__float_as_uint(a0.x), __float_as_uint(a1.x),
-                                    __float_as_uint(a2.x), __float_as_uint(a3.x)};
-            const unsigned as[4] = {__float_as_uint(a0.y), __float_as_uint(a1.y),
-                                    __float_as_uint(a2.y), __float_as_uint(a3.y)};
+        for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
+    }
+    const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 64 + lane;
+#pragma unroll 4
+    for (int k8 = 0; k8 < K8S; ++k8) {
+        const float4 wb = wp[k8 * 64], wl = wp[k8 * 64 + 32];  // split by the op
+        const unsigned ab[4] = {__float_as_uint(wb.x), __float_as_uint(wb.y),
+                                __float_as_uint(wb.z), __float_as_uint(wb.w)};
+        const unsigned as[4] = {__float_as_uint(wl.x), __float_as_uint(wl.y),
+                                __float_as_uint(wl.z), __float_as_uint(wl.w)};
+        const float2* row0 = pt + koff[k8 * 8 + t];
+        const float2* row1 = pt + koff[k8 * 8 + t + 4];
 #pragma unroll
-            for (int j = 0; j < NTS; ++j) {
-                const float4 b = wq[(j * K8S + k8) * 32];  // big b0, b1; small b0, b1
-                const unsigned bb0 = __float_as_uint(b.x), bb1 = __float_as_uint(b.y);
-                tf32x3::mma(hi[j], ab, bb0, bb1);
-                tf32x3::mma(lo[j], as, bb0, bb1);
-                tf32x3::mma(lo[j], ab, __float_as_uint(b.z), __float_as_uint(b.w));
-            }
+        for (int j = 0; j < NTW; ++j) {
+            if (grp + j * GROUPS >= NT) break;
+            const float2 v0 = row0[col[j]], v1 = row1[col[j]];
+            const unsigned b0 = __float_as_uint(v0.x), b1 = __float_as_uint(v1.x);
+            tf32x3::mma(hi[j], ab, b0, b1);
+            tf32x3::mma(lo[j], as, b0, b1);
+            tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
         }
-        // Accumulator (j, e): pixel 16 ms + g + 8 (e >> 1), channel 8 j + 2 t + (e & 1).
+    }
+    __syncthreads();  // the patch is dead: outs reuses its memory
+    // Accumulator (j, e): channel strip 16 + g + 8 (e >> 1), pixel 8 nt + 2 t + (e & 1).
 #pragma unroll
-        for (int j = 0; j < NTS; ++j)
+    for (int j = 0; j < NTW; ++j) {
+        const int nt = grp + j * GROUPS;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int p = 16 * ms + g + 8 * (e >> 1);
-                if (p < PIX) outs[(8 * j + 2 * t + (e & 1)) * PIX + p] = hi[j][e] + lo[j][e];
-            }
+        for (int e = 0; e < 4; ++e) {
+            const int p = nt * 8 + 2 * t + (e & 1);
+            if (nt < NT && p < PIX)
+                outs[(strip * 16 + g + 8 * (e >> 1)) * PIX + p] = hi[j][e] + lo[j][e];
+        }
     }
     __syncthreads();
 
@@ -165,9 +171,9 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     template __global__ void conv_maxpool<7, 7, 2, 3, 2, TPH, TPW, NB>(                         \
         const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, \
         int, int, int, int, int, int);
+TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
 TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
-TC_STEM(4, 6, 16) TC_STEM(4, 6, 32) TC_STEM(4, 6, 64)
-TC_STEM(2, 12, 16) TC_STEM(2, 12, 32) TC_STEM(2, 12, 64)
 TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
-TC_STEM(8, 8, 16) TC_STEM(8, 8, 32) TC_STEM(8, 8, 64)
+TC_STEM(8, 8, 16) TC_STEM(8, 8, 32)
+TC_STEM(4, 16, 16) TC_STEM(4, 16, 32)
 #endif

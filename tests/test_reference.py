@@ -287,8 +287,8 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
 
 def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     """The fused stem op on NumPy is conv -> ReLU -> max pool through the references;
-    every tile fits the stem in 227 KiB of shared memory; the packed weights hold w's
-    rows in tf32 parts and remainders, zero-padded to whole slices and K8."""
+    every stem tile fits (accumulators, 227 KiB of shared memory) but the two too big;
+    the packed weights hold w's rows, zero-padded to whole slices and K8."""
     from tensorconv import ops
     from tensorconv.autograd import Tensor
     from tensorconv.autograd.functions import max_pool2d
@@ -300,15 +300,17 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     y = np.maximum(reference.conv2d(x, w, b, 2, 3), 0)
     ref = max_pool2d(Tensor(y), 3, 2, 1).data
     assert rel_err(ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=True), ref) < 1e-6
-    assert conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024) == \
-        list(conv_pool.TILES)
+    fits = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024)
+    assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(8, 8, 64),
+                                                conv_pool.ConvPoolTile(4, 16, 64)}
+    assert max(t.tiles_per_warp(3, 2) for t in fits) == 10
     tile = conv_pool.ConvPoolTile(4, 4, 16)
-    packed = conv_pool.pack_weights(w, tile)                 # (4 n8 tiles, 19 k8, 32, 4)
-    assert packed.shape == (4, 19, 32, 4)
-    frags = packed.reshape(4, 19, 8, 4, 2, 2)               # (n8, k8, g, t, part, k+4?)
-    dense = frags.transpose(4, 0, 2, 1, 5, 3).reshape(2, 32, 152)  # (part, M pad, K8)
-    assert not (dense[0].view(np.uint32) & 0x1FFF).any()  # tf32 parts: 10 mantissa bits
+    packed = conv_pool.pack_weights(w, tile)             # (2 strips, 19 k8, 2 parts, 32, 4)
+    assert packed.shape == (2, 19, 2, 32, 4)
+    frags = packed.reshape(2, 19, 2, 8, 4, 2, 2)        # (o16, k8, part, g, t, k+4?, o+8?)
+    dense = frags.transpose(2, 0, 6, 3, 1, 5, 4).reshape(2, 32, 152)  # (part, M pad, K8)
     big, small = dense.astype(np.float64)
+    assert not (dense[0].view(np.uint32) & 0x1FFF).any()  # tf32 parts: 10 mantissa bits
     assert np.array_equal(big[:20, :147] + small[:20, :147], w.reshape(20, 147))
     assert not dense[:, 20:].any() and not dense[:, :, 147:].any()
     with pytest.raises(ValueError, match="at most half"):

@@ -17,18 +17,21 @@ from tensorconv import backend, cuda, reference
 from tensorconv.autograd.functions.pooling import pool_args
 from tensorconv.checks import check_conv_args
 from tensorconv.ops.conv import _cdiv, output_buffer
+from tensorconv.ops.pointwise_pair import mma_fragments
 from tensorconv.ops.tucker_tf32x3 import round_tf32
 
 _FILE = "conv_maxpool.cu"
-_WARPS = 8  # 256 threads
+_WARPS = 8          # 256 threads
+_MAX_TILES_PER_WARP = 10  # n8 accumulator tiles a warp holds (2 x 4 registers each)
 
 
 @dataclass(frozen=True)
 class ConvPoolTile:
-    """A block's ``th`` x ``tw`` pooled pixels and ``nb`` output channels (a multiple of 8)."""
+    """A block's ``th`` x ``tw`` pooled pixels and ``nb`` output channels (16, 32 or 64:
+    one m16 strip per warp group)."""
 
     th: int = 4
-    tw: int = 6
+    tw: int = 4
     nb: int = 32
 
     def conv_tile(self, pool_kernel: int, pool_stride: int) -> tuple[int, int]:
@@ -36,15 +39,19 @@ class ConvPoolTile:
         return ((self.th - 1) * pool_stride + pool_kernel,
                 (self.tw - 1) * pool_stride + pool_kernel)
 
+    def tiles_per_warp(self, pool_kernel: int, pool_stride: int) -> int:
+        th, tw = self.conv_tile(pool_kernel, pool_stride)
+        return _cdiv(_cdiv(th * tw, 8), _WARPS // (self.nb // 16))
+
     def smem_bytes(self, c: int, r: int, s: int, stride: int, pool_kernel: int,
                    pool_stride: int) -> int:
-        """Weights (split in two parts), the conv outputs, the patch (split, plus a zero
-        plane) and the offset tables."""
+        """Weights and the patch, both split in two parts (the patch plus a zero plane),
+        the offset tables; the conv outputs reuse that memory afterwards."""
         th, tw = self.conv_tile(pool_kernel, pool_stride)
         plane = ((th - 1) * stride + r) * ((tw - 1) * stride + s)
         k8 = 8 * _cdiv(c * r * s, 8)
-        return 4 * (2 * self.nb * k8 + self.nb * th * tw + 2 * (c + 1) * plane + k8
-                    + 16 * _cdiv(th * tw, 16))
+        staged = (self.nb // 16) * k8 * 32 + 2 * (c + 1) * plane + k8 + 8 * _cdiv(th * tw, 8)
+        return 4 * max(staged, self.nb * th * tw)
 
     def grid(self, n: int, m: int, ph: int, pw: int) -> tuple[int, int, int]:
         return _cdiv(pw, self.tw), _cdiv(ph, self.th), n * self.slices(m)
@@ -53,20 +60,19 @@ class ConvPoolTile:
         return _cdiv(m, self.nb)
 
 
-# Pooled tiles whose 3x3 / 2 windows cover close to a multiple of 8 pixel strips of 16
-# (4x6: 117 conv outputs, 2x12: 125), and plainer shapes.
-TILES = tuple(ConvPoolTile(th, tw, nb) for th, tw in ((4, 4), (4, 6), (2, 12), (4, 8), (8, 8))
+TILES = tuple(ConvPoolTile(th, tw, nb) for th, tw in ((2, 4), (4, 4), (4, 8), (8, 8), (4, 16))
               for nb in (16, 32, 64))
-DEFAULT_TILE = ConvPoolTile(4, 6, 32)
+DEFAULT_TILE = ConvPoolTile(4, 4, 32)
 
 
 def fitting_tiles(c: int, r: int, s: int, stride: int, pool_kernel: int, pool_stride: int,
                   smem_limit: int | None = None) -> list[ConvPoolTile]:
-    """Tiles whose weights, patch and conv outputs fit shared memory (``smem_limit``
-    bytes; default: the current device's opt-in limit)."""
+    """Tiles whose accumulators fit a warp's registers and whose patch fits shared memory
+    (``smem_limit`` bytes; default: the current device's opt-in limit)."""
     limit = backend.device_facts().smem_per_block_optin if smem_limit is None else smem_limit
     return [t for t in TILES
-            if t.smem_bytes(c, r, s, stride, pool_kernel, pool_stride) <= limit]
+            if t.tiles_per_warp(pool_kernel, pool_stride) <= _MAX_TILES_PER_WARP
+            and t.smem_bytes(c, r, s, stride, pool_kernel, pool_stride) <= limit]
 
 
 def supported(geom, pool_kernel, pool_stride) -> str | None:
@@ -79,28 +85,21 @@ def supported(geom, pool_kernel, pool_stride) -> str | None:
         return (f"the fused conv + max pool takes square pooling windows and strides, not "
                 f"{pool_kernel} / {pool_stride}")
     if not fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], pool_kernel[0], pool_stride[0]):
-        return (f"x has {geom.c} channels: the weights and input patch of a block do not fit "
-                f"shared memory")
+        return f"x has {geom.c} channels: their patch does not fit shared memory"
     return None
 
 
 def pack_weights(w, tile: ConvPoolTile):
     """``w`` (M, C, R, S) as the kernel reads it: (M, C R S) zero-padded to (slices *
-    ``tile.nb``, K8) (K8: C R S rounded up to 8), as mma.m16n8k8 B fragments split in
-    tf32 parts, (slices nb / 8, K8 / 8, 32 lanes, 4): lane (g, t) of tile (n, k) holds
-    the tf32 parts of w[n+g, k+t], w[n+g, k+t+4], then their remainders."""
+    ``tile.nb``, K8) (K8: C R S rounded up to 8) in :func:`mma_fragments` order, each
+    fragment as its tf32 part then the remainder's: (slices nb / 16, K8 / 8, 2, 32, 4)."""
     xp = backend.array_module(w)
     m, k = w.shape[0], int(np.prod(w.shape[1:]))
-    mp, k8 = tile.slices(m) * tile.nb, 8 * _cdiv(k, 8)
-    padded = xp.zeros((mp, k8), np.float32)
+    padded = xp.zeros((tile.slices(m) * tile.nb, 8 * _cdiv(k, 8)), np.float32)
     padded[:m, :k] = w.reshape(m, k)
     big = round_tf32(padded, xp)
-
-    def fragments(a):  # (n8, g, k8, half, t) -> (n8, k8, g, t, half)
-        return a.reshape(mp // 8, 8, k8 // 8, 2, 4).transpose(0, 2, 1, 4, 3)
-
-    packed = xp.concatenate([fragments(big), fragments(padded - big)], axis=-1)
-    return xp.ascontiguousarray(packed).reshape(mp // 8, k8 // 8, 32, 4)
+    return xp.ascontiguousarray(xp.stack([mma_fragments(big), mma_fragments(padded - big)],
+                                         axis=2))
 
 
 def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_stride=None,
@@ -158,7 +157,7 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     if tile not in fitting:
         raise ValueError(f"tile must be one of {fitting}, got {tile}")
     k8s = _cdiv(geom.c * geom.r * geom.s, 8)
-    expected = (tile.slices(geom.k) * tile.nb // 8, k8s, 32, 4)
+    expected = (tile.slices(geom.k) * tile.nb // 16, k8s, 2, 32, 4)
     if packed is None:
         packed = pack_weights(w, tile)
     elif tuple(packed.shape) != expected or packed.dtype != np.float32:

@@ -61,11 +61,10 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     for (int row = warp; row < C * IH; row += CONV_POOL_THREADS / 32) {
         const int c = row / IH, gy = iy0 + row - c * IH;
         const bool row_in = gy >= 0 && gy < H;
-        const float* src = xn + (c * H + (row_in ? gy : 0)) * W;
+        const int at = (c * H + gy) * W + ix0;  // 32-bit offsets: a 64-bit select costs two
         for (int ix = lane; ix < IW; ix += 32) {
-            const int gx = ix0 + ix;
-            const bool ok = row_in && gx >= 0 && gx < W;
-            tdcx::cp_async4(&pt[row * IW + ix].x, ok ? src + gx : xn, ok);
+            const bool ok = row_in && ix0 + ix >= 0 && ix0 + ix < W;
+            tdcx::cp_async4(&pt[row * IW + ix].x, xn + (ok ? at + ix : 0), ok);
         }
     }
     tdcx::cp_async_commit();
@@ -93,13 +92,15 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     const int g = lane >> 2, t = lane & 3;
     const int strip = warp % STRIPS, grp = warp / STRIPS;
     int col[NTW];
-    float hi[NTW][4], lo[NTW][4];  // big*big; big*small + small*big
+    // The three products of a tile go to separate accumulators: back-to-back mma into
+    // one accumulator would wait for each other.
+    float hi[NTW][4], mid[NTW][4], lo[NTW][4];  // big*big, small*big, big*small
 #pragma unroll
     for (int j = 0; j < NTW; ++j) {
         const int nt = grp + j * GROUPS;
         col[j] = nt < NT ? noff[nt * 8 + g] : 0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) hi[j][e] = lo[j][e] = 0.f;
+        for (int e = 0; e < 4; ++e) hi[j][e] = mid[j][e] = lo[j][e] = 0.f;
     }
     const float4* wp = reinterpret_cast<const float4*>(ws) + strip * K8S * 64 + lane;
 #pragma unroll 4
@@ -117,20 +118,24 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
             const float2 v0 = row0[col[j]], v1 = row1[col[j]];
             const unsigned b0 = __float_as_uint(v0.x), b1 = __float_as_uint(v1.x);
             tf32x3::mma(hi[j], ab, b0, b1);
-            tf32x3::mma(lo[j], as, b0, b1);
+            tf32x3::mma(mid[j], as, b0, b1);
             tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
         }
     }
     __syncthreads();  // the patch is dead: outs reuses its memory
     // Accumulator (j, e): channel strip 16 + g + 8 (e >> 1), pixel 8 nt + 2 t + (e & 1).
+    // Cells outside the conv output (the pooling's padding) become -inf, which no window
+    // takes, so pooling needs no bounds checks.
 #pragma unroll
     for (int j = 0; j < NTW; ++j) {
         const int nt = grp + j * GROUPS;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int p = nt * 8 + 2 * t + (e & 1);
+            const int p = nt * 8 + 2 * t + (e & 1), a = p / TW, b = p - a * TW;
+            const bool inside = sy0 + a >= 0 && sy0 + a < OH && sx0 + b >= 0 && sx0 + b < OW;
             if (nt < NT && p < PIX)
-                outs[(strip * 16 + g + 8 * (e >> 1)) * PIX + p] = hi[j][e] + lo[j][e];
+                outs[(strip * 16 + g + 8 * (e >> 1)) * PIX + p] =
+                    inside ? hi[j][e] + (mid[j][e] + lo[j][e]) : __int_as_float(0xff800000);
         }
     }
     __syncthreads();
@@ -143,25 +148,18 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         const int o = it / (TPH * TPW), q = it - o * (TPH * TPW), ly = q / TPW, lx = q - ly * TPW;
         const int m = slice * NB + o, py = py0 + ly, px = px0 + lx;
         if (m >= M || py >= PH || px >= PW) continue;
-        const int sy = sy0 + ly * PST, sx = sx0 + lx * PST;  // the window's first conv cell
         const float* cell = outs + o * PIX + ly * PST * TW + lx * PST;
-        unsigned cols = 0;  // columns inside the conv output (the rest is pooling padding)
-#pragma unroll
-        for (int j = 0; j < PK; ++j) cols |= (unsigned)(sx + j >= 0 && sx + j < OW) << j;
         float acc = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY)
 #pragma unroll
-        for (int i = 0; i < PK; ++i) {
-            if (sy + i < 0 || sy + i >= OH) continue;
+        for (int i = 0; i < PK; ++i)
 #pragma unroll
             for (int j = 0; j < PK; ++j) {
                 const float v = cell[i * TW + j];
-                if (!(cols >> j & 1u)) continue;
                 if (relu)
                     acc = fmaxf(acc, v);
                 else if (v > acc || v != v)
                     acc = v;
             }
-        }
         yn[((size_t)m * PH + py) * PW + px] = tc::conv_epilogue(acc, bias, m, nullptr, 0, relu);
     }
 }
@@ -173,7 +171,5 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         int, int, int, int, int, int);
 TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
 TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
-TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
-TC_STEM(8, 8, 16) TC_STEM(8, 8, 32)
-TC_STEM(4, 16, 16) TC_STEM(4, 16, 32)
+TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(8, 8, 16) TC_STEM(4, 16, 16)
 #endif

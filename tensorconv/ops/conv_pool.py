@@ -22,7 +22,7 @@ from tensorconv.ops.tucker_tf32x3 import round_tf32
 
 _FILE = "conv_maxpool.cu"
 _WARPS = 8          # 256 threads
-_MAX_TILES_PER_WARP = 10  # n8 accumulator tiles a warp holds (2 x 4 registers each)
+_MAX_TILES_PER_WARP = 8  # n8 accumulator tiles a warp holds (3 x 4 registers each)
 
 
 @dataclass(frozen=True)

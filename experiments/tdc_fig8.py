@@ -22,7 +22,8 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   input channels as more rows of the pair's first product) where that beat its
   own launch, a Tucker core runs with the 1x1s after it where their weights fit
   one block (``ops.tucker_tail``), pooling is one kernel, and so is the
-  classifier head where faster.
+  classifier head where faster, and an ImageNet stem's conv, BN, ReLU and max pool
+  (``ops.conv2d_maxpool``, on the tensor cores) where faster.
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  ResNet-50 runs at the paper's 40 % operating

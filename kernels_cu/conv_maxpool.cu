@@ -22,13 +22,9 @@
 // and ReLU, so the result equals the two launches', NaN included.  The Python op
 // (tensorconv/ops/conv_pool.py) checks the arguments, packs the weights and picks the
 // tile (TPH, TPW, NB).
-#include "tc_cluster.cuh"
-#include "tc_common.cuh"
-#include "tc_mma.cuh"
+#include "tc_chain.cuh"
 
-// 16 warps: a block's time is its warps' instruction chains (one block alone takes
-// ~7 µs on the stem), which more warps shorten.
-constexpr int CONV_POOL_THREADS = 512, CONV_POOL_WARPS = CONV_POOL_THREADS / 32;
+constexpr int CONV_POOL_THREADS = tc::CHAIN_THREADS;  // tc::stage_flat assumes them
 
 template <int R, int S, int SD, int PK, int PST, int TPH, int TPW, int NB>
 __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
@@ -42,9 +38,8 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     constexpr int TH = (TPH - 1) * PST + PK, TW = (TPW - 1) * PST + PK;  // conv outputs
     constexpr int IH = (TH - 1) * SD + R, IW = (TW - 1) * SD + S, PLANE = IH * IW;  // patch
     constexpr int PIX = TH * TW, NT = (PIX + 7) / 8;
-    constexpr int STRIPS = NB / 16, GROUPS = CONV_POOL_WARPS / STRIPS;
-    constexpr int NTW = (NT + GROUPS - 1) / GROUPS;
-    static_assert(NB % 16 == 0 && STRIPS <= CONV_POOL_WARPS, "whole m16 strips, one per warp");
+    constexpr int STRIPS = NB / 16, GROUPS = 8 / STRIPS, NTW = (NT + GROUPS - 1) / GROUPS;
+    static_assert(NB % 16 == 0 && STRIPS <= 8, "whole m16 strips, at most one per warp");
     const int K = C * R * S, K8S = (K + 7) / 8;
     extern __shared__ __align__(16) float smem[];
     float* ws = smem;                                   // STRIPS x K8S x (big, small) x 32 x 4
@@ -58,14 +53,12 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     const int sy0 = py0 * PST - pool_pad_h, sx0 = px0 * PST - pool_pad_w;  // conv tile origin
     const int iy0 = sy0 * SD - pad_h, ix0 = sx0 * SD - pad_w;              // patch origin
 
-    const float* wslice = wf + (size_t)slice * STRIPS * K8S * 256;
-    for (int i = 4 * tid; i < STRIPS * K8S * 256; i += 4 * CONV_POOL_THREADS)
-        tdcx::cp_async16(ws + i, wslice + i, true);
+    tc::stage_flat(ws, wf + (size_t)slice * STRIPS * K8S * 256, STRIPS * K8S * 256);
     // The patch row by row (row = c IH + iy), a warp per row: its lanes copy consecutive
     // columns, and the row's coordinates are worked out once.
     const int warp = tid >> 5, lane = tid & 31;
     const float* xn = x + (size_t)n * C * H * W;
-    for (int row = warp; row < C * IH; row += CONV_POOL_WARPS) {
+    for (int row = warp; row < C * IH; row += CONV_POOL_THREADS / 32) {
         const int c = row / IH, gy = iy0 + row - c * IH;
         const bool row_in = gy >= 0 && gy < H;
         const int at = (c * H + gy) * W + ix0;  // 32-bit offsets: a 64-bit select costs two
@@ -178,6 +171,5 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
         int, int, int, int, int, int);
 TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
 TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
-TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(4, 8, 64)
-TC_STEM(8, 8, 16) TC_STEM(8, 8, 32) TC_STEM(4, 16, 16) TC_STEM(4, 16, 32)
+TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(8, 8, 16) TC_STEM(4, 16, 16)
 #endif

@@ -287,7 +287,7 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
 
 def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     """The fused stem op on NumPy is conv -> ReLU -> max pool through the references;
-    every stem tile fits (accumulators, 227 KiB of shared memory) but two too big;
+    every stem tile fits (accumulators, 227 KiB of shared memory) but five too big;
     the packed weights hold w's rows, zero-padded to whole slices and K8."""
     from tensorconv import ops
     from tensorconv.autograd import Tensor
@@ -301,9 +301,9 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     ref = max_pool2d(Tensor(y), 3, 2, 1).data
     assert rel_err(ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=True), ref) < 1e-6
     fits = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024)
-    too_big = {(8, 8, 64), (4, 16, 64)}
+    too_big = {(4, 8, 64), (8, 8, 32), (8, 8, 64), (4, 16, 32), (4, 16, 64)}
     assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(*t) for t in too_big}
-    assert max(t.tiles_per_warp(3, 2) for t in fits) == 5
+    assert max(t.tiles_per_warp(3, 2) for t in fits) == 6
     tile = conv_pool.ConvPoolTile(4, 4, 16)
     packed = conv_pool.pack_weights(w, tile)             # (2 strips, 19 k8, 2 parts, 32, 4)
     assert packed.shape == (2, 19, 2, 32, 4)

@@ -21,7 +21,7 @@ from tensorconv.ops.pointwise_pair import mma_fragments
 from tensorconv.ops.tucker_tf32x3 import round_tf32
 
 _FILE = "conv_maxpool.cu"
-_WARPS = 16          # 512 threads
+_WARPS = 8          # 256 threads
 _MAX_TILES_PER_WARP = 8  # n8 accumulator tiles a warp holds (3 x 4 registers each)
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, ops
-from tensorconv.autograd.functions.pooling import pool_args
+from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_conv_args, conv_geometry
 from tensorconv.nn import layers as L
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
@@ -457,10 +457,7 @@ def _plan_relu(m, plan, x):
 
 
 def _plan_pool(plan, x, kernel, stride, padding, mode):
-    n, c, h, w = x.shape
-    oh = (h + 2 * padding[0] - kernel[0]) // stride[0] + 1
-    ow = (w + 2 * padding[1] - kernel[1]) // stride[1] + 1
-    out = plan.alloc((n, c, oh, ow))
+    out = plan.alloc(x.shape[:2] + pooled_size(*x.shape[2:], kernel, stride, padding))
     plan.add(lambda: ops.pool2d(x, kernel, stride, padding, mode=mode, out=out),
              f"pool {kernel} {mode}")
     return out
@@ -629,9 +626,7 @@ def _plan_stem(plan, stem, pool, x):
     if conv_pool.supported(geom, kernel, stride) is not None:
         return parts(plan)
     w, b = _folded(conv, mods[1], plan)
-    ph = (geom.oh + 2 * padding[0] - kernel[0]) // stride[0] + 1
-    pw = (geom.ow + 2 * padding[1] - kernel[1]) // stride[1] + 1
-    out = plan.alloc((geom.n, geom.k, ph, pw))
+    out = plan.alloc((geom.n, geom.k) + pooled_size(geom.oh, geom.ow, kernel, stride, padding))
 
     def fused(tile):
         packed = conv_pool.pack_weights(w, tile)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.autograd.functions.pooling import pool_args
+from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_conv_args
 from tensorconv.ops.conv import _cdiv, output_buffer
 from tensorconv.ops.pointwise_pair import mma_fragments
@@ -85,7 +85,8 @@ def supported(geom, pool_kernel, pool_stride) -> str | None:
         return (f"the fused conv + max pool takes square pooling windows and strides, not "
                 f"{pool_kernel} / {pool_stride}")
     if not fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], pool_kernel[0], pool_stride[0]):
-        return f"x has {geom.c} channels: their patch does not fit shared memory"
+        return (f"x has {geom.c} channels: a block's weights and input patch do not fit "
+                f"shared memory")
     return None
 
 
@@ -143,7 +144,7 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     if geom.oh + 2 * pp[0] < pk[0] or geom.ow + 2 * pp[1] < pk[1]:
         raise ValueError(f"pooling window {pk} larger than the padded conv output "
                          f"{(geom.oh, geom.ow)}")
-    ph, pw = (geom.oh + 2 * pp[0] - pk[0]) // ps[0] + 1, (geom.ow + 2 * pp[1] - pk[1]) // ps[1] + 1
+    ph, pw = pooled_size(geom.oh, geom.ow, pk, ps, pp)
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.autograd.functions.pooling import pool_args
+from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_array
 
 _FILE = "pool.cu"
@@ -48,7 +48,7 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max", out=Non
     n, c, h, w = x.shape
     if h + 2 * ph < kh or w + 2 * pw < kw:
         raise ValueError(f"pooling window {(kh, kw)} larger than the padded input {(h, w)}")
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw))
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")

@@ -97,7 +97,7 @@ def test_bad_input_before_launch():
         ops.conv2d_maxpool(x, w, None, (2, 1), 3, 3, 2, 1)
     with pytest.raises(ValueError, match="square pooling"):
         ops.conv2d_maxpool(x, w, None, 2, 3, (3, 2), 2, 1)
-    with pytest.raises(ValueError, match="does not fit shared memory"):
+    with pytest.raises(ValueError, match="do not fit shared memory"):
         ops.conv2d_maxpool(cp.ones((1, 512, 16, 16), cp.float32),
                            cp.ones((16, 512, 7, 7), cp.float32), None, 2, 3, 3, 2, 1)
     with pytest.raises(ValueError, match="at most half"):

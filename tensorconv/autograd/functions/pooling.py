@@ -17,6 +17,13 @@ def pool_args(kernel, stride, padding):
     return kernel, stride, padding
 
 
+def pooled_size(h: int, w: int, kernel, stride, padding) -> tuple[int, int]:
+    """Output (height, width) of pooling an ``h`` x ``w`` plane (pairs as from
+    :func:`pool_args`)."""
+    return ((h + 2 * padding[0] - kernel[0]) // stride[0] + 1,
+            (w + 2 * padding[1] - kernel[1]) // stride[1] + 1)
+
+
 def _check_input(x, kernel, padding):
     if x.ndim != 4:
         raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")

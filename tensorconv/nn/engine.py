@@ -623,7 +623,8 @@ def _plan_stem(plan, stem, pool, x):
     geom = conv_geometry(x.shape, conv.weight.data.shape, conv.stride, conv.padding,
                          conv.dilation, conv.groups)
     kernel, stride, padding = pool_args(*pool.args)
-    if conv_pool.supported(geom, kernel, stride) is not None:
+    tiles = conv_pool.fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], kernel[0], stride[0])
+    if conv_pool.supported(geom, kernel, stride) is not None or not tiles:
         return parts(plan)
     w, b = _folded(conv, mods[1], plan)
     out = plan.alloc((geom.n, geom.k) + pooled_size(geom.oh, geom.ow, kernel, stride, padding))
@@ -634,7 +635,6 @@ def _plan_stem(plan, stem, pool, x):
                                           padding, relu=True, tile=tile, packed=packed, out=out)
 
     key = cache.make_key("stem_pool", "conv_maxpool.cu", f"{geom}|pool{kernel}{stride}{padding}")
-    tiles = conv_pool.fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], kernel[0], stride[0])
     tile, two = _one_launch_or_parts(plan, key, tiles, fused, parts, conv_pool.DEFAULT_TILE,
                                      conv_pool.ConvPoolTile)
     if tile is None:

@@ -58,7 +58,8 @@ def _next_pow2(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
+    """Ceiling of ``a / b`` for positive ints (tile counts covering a ragged edge)."""
     return -(-a // b)
 
 
@@ -77,13 +78,13 @@ def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
     tw = min(32, max(4, _next_pow2(geom.ow)))
     th = min(max(1, 128 // tw), _next_pow2(geom.oh))
     kg = geom.k // geom.groups
-    spatial = _cdiv(geom.oh, th) * _cdiv(geom.ow, tw) * geom.n * geom.groups
+    spatial = cdiv(geom.oh, th) * cdiv(geom.ow, tw) * geom.n * geom.groups
     tk = 1
     for cand in _TK_CHOICES:
         if cand > 1 and cand >= 2 * kg:
             continue  # more than half the accumulators would be idle
         tk = cand
-        if spatial * _cdiv(kg, cand) >= 2 * sm_count:
+        if spatial * cdiv(kg, cand) >= 2 * sm_count:
             break
     per_channel = DirectConvTile(th, tw, tk, 1).smem_bytes(geom)
     cc = max(1, min(geom.c // geom.groups, _MAX_STAGE_CHANNELS, _SMEM_BUDGET // per_channel))
@@ -111,8 +112,8 @@ def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     it writes stay small next to the work it does.
     """
     m, p, q = _gemm_sizes(geom, mode)
-    blocks = _cdiv(p, _IG_BN) * _cdiv(m, igemm_rows(m)) * geom.groups
-    return max(1, min(_cdiv(2 * sm_count, blocks), _cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
+    blocks = cdiv(p, _IG_BN) * cdiv(m, igemm_rows(m)) * geom.groups
+    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
 
 
 def _check_tile(tile: DirectConvTile, geom: ConvGeometry) -> None:
@@ -157,9 +158,9 @@ def _launch_direct(x, w, bias, out, geom, tile, relu):
     kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_direct_fwd<{tile.tk}, {kr}, {ks}>")
     smem = tile.smem_bytes(geom)
     cuda.set_dynamic_smem(kernel, smem)
-    tiles_w = _cdiv(geom.ow, tile.tw)
-    k_tiles = _cdiv(geom.k // geom.groups, tile.tk)
-    grid = (_cdiv(geom.oh, tile.th) * tiles_w, geom.groups * k_tiles, geom.n)
+    tiles_w = cdiv(geom.ow, tile.tw)
+    k_tiles = cdiv(geom.k // geom.groups, tile.tk)
+    grid = (cdiv(geom.oh, tile.th) * tiles_w, geom.groups * k_tiles, geom.n)
     args = (x, w, bias, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles), i32(tile.cc),
                                                      i32(relu))
@@ -172,21 +173,21 @@ def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device
     per-call host work is then only the array pointers)."""
     i32 = np.int32
     m, p, q = _gemm_sizes(geom, mode)
-    q_steps = _cdiv(q, _IG_BK)
-    q_per_split = _cdiv(q_steps, splits) * _IG_BK
-    splits = _cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
+    q_steps = cdiv(q, _IG_BK)
+    q_per_split = cdiv(q_steps, splits) * _IG_BK
+    splits = cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
     rows = geom.c if mode == 1 else geom.k
     bm = igemm_rows(m)
-    m_tiles = _cdiv(m, bm)
+    m_tiles = cdiv(m, bm)
     kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
     kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}, {bm // 16}>")
-    grid = (_cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
+    grid = (cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
     ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
     reduce = None
     if splits > 1:
         plane = {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: p}[mode]
-        blocks = min(_cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
+        blocks = min(cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
         reduce = (cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce"), (blocks,),
                   (i32(splits), i32(rows), i32(p), i32(plane), i32(relu)))
     return kernel, grid, ints, splits * rows * p if splits > 1 else 0, reduce

@@ -16,7 +16,7 @@ import numpy as np
 from tensorconv import backend, cuda, reference
 from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_conv_args
-from tensorconv.ops.conv import _cdiv, output_buffer
+from tensorconv.ops.conv import cdiv, output_buffer
 from tensorconv.ops.pointwise_pair import mma_fragments
 from tensorconv.ops.tucker_tf32x3 import round_tf32
 
@@ -41,7 +41,7 @@ class ConvPoolTile:
 
     def tiles_per_warp(self, pool_kernel: int, pool_stride: int) -> int:
         th, tw = self.conv_tile(pool_kernel, pool_stride)
-        return _cdiv(_cdiv(th * tw, 8), _WARPS // (self.nb // 16))
+        return cdiv(cdiv(th * tw, 8), _WARPS // (self.nb // 16))
 
     def smem_bytes(self, c: int, r: int, s: int, stride: int, pool_kernel: int,
                    pool_stride: int) -> int:
@@ -49,15 +49,15 @@ class ConvPoolTile:
         the offset tables; the conv outputs reuse that memory afterwards."""
         th, tw = self.conv_tile(pool_kernel, pool_stride)
         plane = ((th - 1) * stride + r) * ((tw - 1) * stride + s)
-        k8 = 8 * _cdiv(c * r * s, 8)
-        staged = (self.nb // 16) * k8 * 32 + 2 * (c + 1) * plane + k8 + 8 * _cdiv(th * tw, 8)
+        k8 = 8 * cdiv(c * r * s, 8)
+        staged = (self.nb // 16) * k8 * 32 + 2 * (c + 1) * plane + k8 + 8 * cdiv(th * tw, 8)
         return 4 * max(staged, self.nb * th * tw)
 
     def grid(self, n: int, m: int, ph: int, pw: int) -> tuple[int, int, int]:
-        return _cdiv(pw, self.tw), _cdiv(ph, self.th), n * self.slices(m)
+        return cdiv(pw, self.tw), cdiv(ph, self.th), n * self.slices(m)
 
     def slices(self, m: int) -> int:
-        return _cdiv(m, self.nb)
+        return cdiv(m, self.nb)
 
 
 TILES = tuple(ConvPoolTile(th, tw, nb) for th, tw in ((2, 4), (4, 4), (4, 8), (8, 8), (4, 16))
@@ -76,7 +76,8 @@ def fitting_tiles(c: int, r: int, s: int, stride: int, pool_kernel: int, pool_st
 
 
 def supported(geom, pool_kernel, pool_stride) -> str | None:
-    """Why the fused kernel cannot run conv ``geom`` then this max pool, or None."""
+    """Why the fused kernel cannot run conv ``geom`` then this max pool, or None; whether
+    a tile fits is :func:`fitting_tiles`' answer."""
     if geom.dilation != (1, 1) or geom.groups != 1:
         return "the fused conv + max pool supports neither dilation nor groups"
     if geom.stride[0] != geom.stride[1]:
@@ -84,9 +85,6 @@ def supported(geom, pool_kernel, pool_stride) -> str | None:
     if pool_kernel[0] != pool_kernel[1] or pool_stride[0] != pool_stride[1]:
         return (f"the fused conv + max pool takes square pooling windows and strides, not "
                 f"{pool_kernel} / {pool_stride}")
-    if not fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], pool_kernel[0], pool_stride[0]):
-        return (f"x has {geom.c} channels: a block's weights and input patch do not fit "
-                f"shared memory")
     return None
 
 
@@ -96,7 +94,7 @@ def pack_weights(w, tile: ConvPoolTile):
     fragment as its tf32 part then the remainder's: (slices nb / 16, K8 / 8, 2, 32, 4)."""
     xp = backend.array_module(w)
     m, k = w.shape[0], int(np.prod(w.shape[1:]))
-    padded = xp.zeros((tile.slices(m) * tile.nb, 8 * _cdiv(k, 8)), np.float32)
+    padded = xp.zeros((tile.slices(m) * tile.nb, 8 * cdiv(k, 8)), np.float32)
     padded[:m, :k] = w.reshape(m, k)
     big = round_tf32(padded, xp)
     return xp.ascontiguousarray(xp.stack([mma_fragments(big), mma_fragments(padded - big)],
@@ -155,9 +153,12 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     if issue is not None:
         raise ValueError(issue)
     fitting = fitting_tiles(geom.c, geom.r, geom.s, geom.stride[0], pk[0], ps[0])
+    if not fitting:
+        raise ValueError(f"x has {geom.c} channels: a block's weights and input patch do not "
+                         f"fit shared memory")
     if tile not in fitting:
         raise ValueError(f"tile must be one of {fitting}, got {tile}")
-    k8s = _cdiv(geom.c * geom.r * geom.s, 8)
+    k8s = cdiv(geom.c * geom.r * geom.s, 8)
     expected = (tile.slices(geom.k) * tile.nb // 16, k8s, 2, 32, 4)
     if packed is None:
         packed = pack_weights(w, tile)

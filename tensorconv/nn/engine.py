@@ -164,6 +164,11 @@ def _folded(m: L.Conv2d, bn, plan):
 @register_conv_planner(L.Conv2d)
 def _plan_conv2d(m: L.Conv2d, plan, x, *, bn=None, relu=False, residual=None):
     w, b = _folded(m, bn, plan)
+    return _plan_folded_conv2d(m, plan, x, w, b, relu, residual)
+
+
+def _plan_folded_conv2d(m: L.Conv2d, plan, x, w, b, relu=False, residual=None):
+    """:func:`_plan_conv2d` once BN is folded into ``w`` and ``b`` (kept by the plan)."""
     geom = check_conv_args(x, w, b, m.stride, m.padding, m.dilation, m.groups,
                            dtype=np.float32, contiguous=True)
     out = plan.alloc(geom.output_shape)
@@ -531,14 +536,15 @@ def _plan_shortcut(shortcut, plan, x):
     if isinstance(shortcut, L.Identity):
         return x
     conv, bn = shortcut
-    out = plan_conv(conv, plan, x, bn=bn)
-    if isinstance(conv, L.Conv2d):
-        w, b = _folded(conv, bn, plan)
-        geom = conv_geometry(x.shape, w.shape, conv.stride, conv.padding, conv.dilation,
-                             conv.groups)
-        if (geom.r, geom.s, geom.padding, geom.dilation, geom.groups) == (1, 1, (0, 0), (1, 1), 1) \
-                and geom.stride[0] == geom.stride[1]:
-            plan.steps[-1].shortcut = PointwiseStep(x, w, b, False, None, out, geom)
+    if _lookup(CONV_PLANNERS, conv, "conv_planner") is not _plan_conv2d:
+        return plan_conv(conv, plan, x, bn=bn)
+    w, b = _folded(conv, bn, plan)  # once: the launch and its description share them
+    out = _plan_folded_conv2d(conv, plan, x, w, b)
+    geom = conv_geometry(x.shape, w.shape, conv.stride, conv.padding, conv.dilation,
+                         conv.groups)
+    if (geom.r, geom.s, geom.padding, geom.dilation, geom.groups) == (1, 1, (0, 0), (1, 1), 1) \
+            and geom.stride[0] == geom.stride[1]:
+        plan.steps[-1].shortcut = PointwiseStep(x, w, b, False, None, out, geom)
     return out
 
 

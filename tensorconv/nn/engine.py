@@ -13,8 +13,8 @@ Only our own kernels and CuPy element-wise/reduction kernels are launched:
 CuPy 14 refuses cuBLAS during stream capture, so linear layers run as 1x1
 convolutions on our implicit-GEMM kernel.  With ``tune=True`` every convolution
 the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
-timed on the faster of them (``"cluster"`` or ``"tf32x3"``, tuned tile, the
-same fused epilogue) against the implicit GEMM, and runs on the winner; so is
+timed on the fastest of them (``"cluster"``, ``"tf32x3"`` or, 3x3 stride 1,
+``"winograd"``; tuned tile, the same fused epilogue) against the implicit GEMM, and runs on the winner; so is
 every stride-1 1x1 convolution on the batch-1 pointwise kernel
 (``ops.conv1x1``), the classifier head fused into one launch (every head tile
 timed), and so is an ImageNet stem's conv with the max pool after it
@@ -400,14 +400,14 @@ def _core_path(plan, x, w, geom, general, name):
     """
     from tensorconv import bench
     from tensorconv.ops import tucker as tucker_ops
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
     from tensorconv.tuning import cache, oracle
 
     if tucker_ops.cluster_supported(geom) is not None:
         return None
     key = cache.make_key("conv_path", "direct_conv.cu",
                          f"{cache.kernel_version('tucker_core_conv.cu')}|"
-                         f"{cache.kernel_version('tucker_core_tf32x3.cu')}|{geom}|{name}")
+                         f"{cache.kernel_version('tucker_core_tf32x3.cu')}"
+                         f"{oracle.winograd_version(geom)}|{geom}|{name}")
     verdict = cache.lookup(key)
     if verdict is None and not plan.tune:
         return None
@@ -415,8 +415,7 @@ def _core_path(plan, x, w, geom, general, name):
     if choice is None:  # the verdict outlived the core tuning it was based on
         return None
     variant, tile = choice
-    prepared = ({"w_packed": plan.keep(tf32x3.pack_weights(w))} if variant == "tf32x3"
-                else {"w_crsn": plan.keep(tucker_ops.to_crsn(w))})
+    prepared = {k: plan.keep(v) for k, v in tucker_ops.prepared_weights(variant, w).items()}
     if verdict is None:
         out = plan.xp.empty(geom.output_shape, np.float32)
         core_us = bench.time_graph(lambda: tucker_ops.core_conv2d(

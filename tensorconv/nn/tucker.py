@@ -174,7 +174,7 @@ def _ranks(conv, frac, multiple):
     return r(conv.in_channels), r(conv.out_channels)
 
 
-# ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (cluster or tf32x3) -> 1x1
+# ---- inference: the engine plans a TuckerConv2d as 1x1 -> core (the tuned core kernel) -> 1x1
 # (BN, residual and ReLU in the last 1x1's epilogue), or as one fused launch where that was
 # timed faster; once the plan is complete, a core and the 1x1s after it (the layer's last,
 # chained with the next layer's first) become one launch where they fit and that was faster
@@ -185,7 +185,6 @@ def _register_engine_planner():
     from tensorconv.nn import engine
     from tensorconv.ops import tucker as tucker_ops
     from tensorconv.ops import tucker_layer as fused
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
     from tensorconv.tuning import cache, oracle
 
     def plan_three(m: TuckerConv2d, plan, x, bn, relu, residual):
@@ -201,8 +200,8 @@ def _register_engine_planner():
                 variant, tile = oracle.tune_core(y, w, geom)
             else:
                 variant, tile = oracle.default_core(geom)
-            prepared = {"w_packed": plan.keep(tf32x3.pack_weights(w))} if variant == "tf32x3" \
-                else {"w_crsn": plan.keep(tucker_ops.to_crsn(w))}
+            prepared = {k: plan.keep(v)
+                        for k, v in tucker_ops.prepared_weights(variant, w).items()}
             z = plan.alloc(geom.output_shape)
             plan.add(lambda: tucker_ops.core_conv2d(y, w, geom.stride, geom.padding,
                                                     variant=variant, tile=tile, out=z, **prepared),

@@ -1,6 +1,6 @@
 """Tucker-format core convolution (``kernels_cu/tucker_core_conv.cu``).
 
-Three variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
+The variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
 
 * ``"tdc"`` — the paper's scheme (TDC, PPoPP'23, Listing 2): a block per
   TH x TW x TC input tile, one thread per output channel, the input cube staged
@@ -12,6 +12,8 @@ Three variants of the core R x S convolution D1 -> D2 of a Tucker-format layer:
   output, deterministic).  Tile: :class:`ClusterTile`.
 * ``"tf32x3"`` — an implicit GEMM on the tensor cores with fp32 accuracy
   (3xTF32) for large planes: :mod:`tensorconv.ops.tucker_tf32x3`.
+* ``"winograd"`` — Winograd's F(2x2, 3x3) on the tensor cores with fp32 accuracy,
+  3x3 stride 1 only: :mod:`tensorconv.ops.winograd`.
 * ``"igemm"`` — our general implicit-GEMM kernel (:mod:`tensorconv.ops.conv`).
 
 ``"tdc"`` is instantiated for 3 x 3 filters only, ``"cluster"`` and ``"tf32x3"``
@@ -29,9 +31,10 @@ from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry, check_array, check_conv_args, core_conv_issue
 from tensorconv.ops import conv as dense
 from tensorconv.ops import tucker_tf32x3 as tf32x3
+from tensorconv.ops import winograd
 
 _FILE = "tucker_core_conv.cu"
-VARIANTS = ("tdc", "cluster", "tf32x3", "igemm")
+VARIANTS = ("tdc", "cluster", "tf32x3", "winograd", "igemm")
 TILE_SIDES = (1, 2, 4, 7, 8)        # TH, TW instantiated in tucker_core_conv.cu
 MAX_TILE_OUTPUTS = 32               # TH * TW register accumulators per thread
 _SUPPORTED_FILTERS = ((3, 3),)
@@ -281,7 +284,8 @@ def tdc_threads(geom: ConvGeometry) -> int:
 
 def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=None,
                 variant: str | None = None,
-                tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | None = None, w_crsn=None,
+                tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | winograd.WinogradTile | None = None,
+                w_crsn=None,
                 w_packed=None, out=None):
     """The core convolution of a Tucker-format layer, fp32, NCHW, with an optional epilogue.
 
@@ -300,22 +304,25 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=No
     residual : array, (B, D2, OH, OW), float32, optional
         Added before the ReLU.  The epilogue (bias, relu, residual) is not
         available with ``variant="tdc"`` (its blocks add partial sums atomically).
-    variant : {"tdc", "cluster", "tf32x3", "igemm"}, optional
-        Default: the faster of ``"cluster"`` and ``"tf32x3"`` when this shape was
-        tuned on this device (:func:`tensorconv.tuning.oracle.tune_core`), else
-        ``"cluster"``; ``"igemm"`` when neither supports the shape (logged).
-    tile : CoreTile (``"tdc"``), ClusterTile (``"cluster"``) or Tf32x3Tile (``"tf32x3"``), optional
+    variant : {"tdc", "cluster", "tf32x3", "winograd", "igemm"}, optional
+        Default: the fastest of ``"cluster"``, ``"tf32x3"`` and ``"winograd"``
+        when this shape was tuned on this device
+        (:func:`tensorconv.tuning.oracle.tune_core`), else ``"cluster"``;
+        ``"igemm"`` when none supports the shape (logged).
+    tile : CoreTile (``"tdc"``), ClusterTile (``"cluster"``), Tf32x3Tile (``"tf32x3"``) or WinogradTile (``"winograd"``), optional
         Default: the tuned tile when this shape was tuned on this device
         (:mod:`tensorconv.tuning.oracle`), else the estimate's
         (:func:`tensorconv.tuning.cluster_model.choose_tile`,
-        :func:`tensorconv.tuning.tf32x3_model.choose_tile`); for ``"tdc"`` the
+        :func:`tensorconv.tuning.tf32x3_model.choose_tile`,
+        :func:`tensorconv.ops.winograd.default_tile`); for ``"tdc"`` the
         calibrated model's (:func:`tensorconv.tuning.tdc_model.choose_tile`).
     w_crsn : array, (D1, R, S, D2), optional
         :func:`to_crsn` of ``w`` (``"tdc"``, ``"cluster"``), precomputed once
         (inference) instead of per call.
     w_packed : array, optional
-        :func:`tensorconv.ops.tucker_tf32x3.pack_weights` of ``w`` (``"tf32x3"``),
-        precomputed once.
+        :func:`tensorconv.ops.tucker_tf32x3.pack_weights` of ``w`` (``"tf32x3"``) or
+        :func:`tensorconv.ops.winograd.prepare_weights` (``"winograd"``), precomputed
+        once; :func:`prepared_weights` gives the right one for a variant.
     out : array, (B, D2, OH, OW), float32, optional
 
     Returns
@@ -342,7 +349,8 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=No
     if variant is None:
         variant, tuned = _default_variant(geom)
         tile = tile if tile is not None or variant == "igemm" else tuned
-    expected = {"tdc": CoreTile, "cluster": ClusterTile, "tf32x3": tf32x3.Tf32x3Tile}.get(variant)
+    expected = {"tdc": CoreTile, "cluster": ClusterTile, "tf32x3": tf32x3.Tf32x3Tile,
+                "winograd": winograd.WinogradTile}.get(variant)
     if tile is not None and not (expected and isinstance(tile, expected)):
         raise ValueError(f"tile {tile!r} does not fit variant={variant!r}"
                          + (f" (expects a {expected.__name__})" if expected else ""))
@@ -359,6 +367,16 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=No
                              tf32x3.packed_shape(geom), "tucker_tf32x3.pack_weights(w)", xp)
         out = dense.output_buffer(xp, out, geom.output_shape)
         tf32x3.launch(x, w_packed, out, geom, tile, epilogue)
+        return out
+    if variant == "winograd":
+        from tensorconv.tuning.oracle import known_winograd_tile
+
+        tile = tile or known_winograd_tile(geom) or winograd.default_tile(geom)
+        winograd.check_tile(tile)
+        w_packed = _prepared(winograd.prepare_weights, w, w_packed, "w_packed",
+                             winograd.packed_shape(geom), "winograd.prepare_weights(w)", xp)
+        out = dense.output_buffer(xp, out, geom.output_shape)
+        winograd.launch(x, w_packed, out, geom, tile, epilogue)
         return out
     if tile is None and variant == "cluster":
         from tensorconv.tuning import cluster_model
@@ -388,7 +406,18 @@ def epilogue_args(epilogue) -> tuple:
             np.int32(relu))
 
 
-_SUPPORT = {"tdc": tdc_supported, "cluster": cluster_supported, "tf32x3": tf32x3.supported}
+_SUPPORT = {"tdc": tdc_supported, "cluster": cluster_supported, "tf32x3": tf32x3.supported,
+            "winograd": winograd.supported}
+
+
+def prepared_weights(variant: str, w) -> dict:
+    """The weights ``variant`` of :func:`core_conv2d` takes precomputed, as its keyword
+    arguments: ``{"w_packed": ...}`` (``"tf32x3"``, ``"winograd"``) or ``{"w_crsn": ...}``."""
+    if variant == "tf32x3":
+        return {"w_packed": tf32x3.pack_weights(w)}
+    if variant == "winograd":
+        return {"w_packed": winograd.prepare_weights(w)}
+    return {"w_crsn": to_crsn(w)}
 
 
 def _default_variant(geom: ConvGeometry):

@@ -175,33 +175,38 @@ def round_tf32(a, xp):
     return xp.where(xp.isfinite(a), rounded, a)
 
 
-def pack_weights(w, xp=None):
-    """Split core weights into tf32 (big, small) parts in the kernel's fragment order.
+def pack_weights(w, xp=None, split: bool = True):
+    """Core weights in the kernel's B-fragment order, split into tf32 (big, small) parts.
 
     Parameters
     ----------
     w : array, (N, C, R, S), float32
     xp : module, optional
         ``numpy`` or ``cupy``; default: the module of ``w``.
+    split : bool
+        False: the fp32 values alone, for a kernel that splits them as it loads them.
 
     Returns
     -------
     array, (ceil(N/8), ceil(C/8), R*S, 32, 4), float32: for output tile n8,
     8-channel group c8, tap rs and lane (g, t), the B-fragment values
     ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]`` — big parts,
-    then small parts; zero beyond N and C.
+    then small parts; zero beyond N and C.  With ``split=False`` the last axis is 2:
+    the two values.
     """
     xp = xp or backend.array_module(w)
     n, c, r, s = w.shape
     n8, c8 = -(-n // 8), -(-c // 8)
     full = xp.zeros((n8 * 8, c8 * 8, r, s), xp.float32)
     full[:n, :c] = xp.asarray(w, dtype=xp.float32)
-    big = round_tf32(full, xp)
-    small = round_tf32(full - big, xp)
 
     def fragments(a):  # (n8, g, c8, half, t, r, s) -> (n8, c8, r, s, g, t, half)
         return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(0, 2, 5, 6, 1, 4, 3)
 
+    if not split:
+        return xp.ascontiguousarray(fragments(full).reshape(n8, c8, r * s, 32, 2))
+    big = round_tf32(full, xp)
+    small = round_tf32(full - big, xp)
     packed = xp.stack([fragments(big), fragments(small)], axis=-2)
     return xp.ascontiguousarray(packed.reshape(n8, c8, r * s, 32, 4))
 

@@ -3,7 +3,8 @@
 ``"tdc"`` (the paper's scheme): every valid tile is timed — the analytic model
 is judged against this.  ``"cluster"`` (ours): the estimate's best candidates
 are timed; the engine and ``core_conv2d`` reuse the winner through
-:func:`known_cluster_tile`.
+:func:`known_cluster_tile`.  ``"tf32x3"``: the estimate's best candidates;
+``"winograd"``: all of its few tiles.  :func:`tune_core` picks the fastest kernel.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tensorconv import backend, bench
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import tucker
 from tensorconv.ops import tucker_tf32x3 as tf32x3
+from tensorconv.ops import winograd
 from tensorconv.tuning import cache, cluster_model, tf32x3_model
 
 _MEMO: dict = {}
@@ -96,7 +98,7 @@ def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat:
     if use_cache and (hit := known_cluster_tile(geom)) is not None:
         return hit, {}
     return _tune_core_kernel(x, w, geom, "cluster", cluster_model, _cluster_key(geom),
-                             {"w_crsn": tucker.to_crsn(w)}, candidates, repeat)
+                             tucker.prepared_weights("cluster", w), candidates, repeat)
 
 
 def known_cluster_tile(geom: ConvGeometry) -> tucker.ClusterTile | None:
@@ -111,7 +113,7 @@ def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: 
     if use_cache and (hit := known_tf32x3_tile(geom)) is not None:
         return hit, {}
     return _tune_core_kernel(x, w, geom, "tf32x3", tf32x3_model, _tf32x3_key(geom),
-                             {"w_packed": tf32x3.pack_weights(w)}, candidates, repeat)
+                             tucker.prepared_weights("tf32x3", w), candidates, repeat)
 
 
 def known_tf32x3_tile(geom: ConvGeometry) -> tf32x3.Tf32x3Tile | None:
@@ -119,22 +121,49 @@ def known_tf32x3_tile(geom: ConvGeometry) -> tf32x3.Tf32x3Tile | None:
     return _known(_tf32x3_key(geom), tf32x3.Tf32x3Tile)
 
 
-def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
-    """Tune both core kernels on ``geom``; return ``(variant, tile)`` of the faster.
+def _winograd_key(geom: ConvGeometry) -> str:
+    return cache.make_key("winograd", "winograd_conv.cu", geom)
 
-    ``"tf32x3"`` is tried only where it runs the shape; the choice goes to the
-    tune cache, where :func:`known_core_choice` (and ``core_conv2d``'s default) finds it.
+
+def tune_winograd_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
+    """Time every ``"winograd"`` tile; return ``(best, {tile: µs})`` (stored in the tune
+    cache; a hit returns it with an empty timing dict)."""
+    if use_cache and (hit := known_winograd_tile(geom)) is not None:
+        return hit, {}
+    out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
+    prepared = tucker.prepared_weights("winograd", w)
+    tiles = winograd.candidates(geom, backend.device_facts().smem_per_block_optin)
+    return _time_tiles(_winograd_key(geom), tiles, lambda t: tucker.core_conv2d(
+        x, w, geom.stride, geom.padding, variant="winograd", tile=t, out=out, **prepared), repeat)
+
+
+def known_winograd_tile(geom: ConvGeometry) -> winograd.WinogradTile | None:
+    """The tuned ``"winograd"`` tile when ``geom`` was tuned on this device, else None."""
+    return _known(_winograd_key(geom), winograd.WinogradTile)
+
+
+def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
+    """Tune the core kernels on ``geom``; return ``(variant, tile)`` of the fastest.
+
+    ``"tf32x3"`` and ``"winograd"`` are tried only where they run the shape; the
+    choice goes to the tune cache, where :func:`known_core_choice` (and
+    ``core_conv2d``'s default) finds it.
     """
     if use_cache and (hit := known_core_choice(geom)) is not None:
         return hit
     cluster, times = tune_cluster_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
     best = ("cluster", cluster, times.get(cluster) or cache.lookup(_cluster_key(geom))["us"])
-    if tf32x3.supported(geom) is None and tf32x3.candidates(
-            geom, backend.device_facts().smem_per_block_optin):
+    smem = backend.device_facts().smem_per_block_optin
+    if tf32x3.supported(geom) is None and tf32x3.candidates(geom, smem):
         tile, times = tune_tf32x3_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
         us = times.get(tile) or cache.lookup(_tf32x3_key(geom))["us"]
         if us < best[2]:
             best = ("tf32x3", tile, us)
+    if winograd.supported(geom) is None and winograd.candidates(geom, smem):
+        tile, times = tune_winograd_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
+        us = times.get(tile) or cache.lookup(_winograd_key(geom))["us"]
+        if us < best[2]:
+            best = ("winograd", tile, us)
     cache.store(_core_key(geom), {"variant": best[0], "tile": dataclasses.asdict(best[1]),
                                   "us": best[2]})
     _MEMO.pop(_core_key(geom), None)
@@ -148,10 +177,20 @@ def default_core(geom: ConvGeometry):
                                        or cluster_model.choose_tile(geom))
 
 
+def winograd_version(geom: ConvGeometry) -> str:
+    """``"|<winograd_conv.cu version>"`` where the Winograd kernel competes for ``geom``,
+    else ``""``: keys of choices among the core kernels carry it, so that its edits
+    invalidate those choices and leave the other shapes' standing."""
+    if winograd.supported(geom) is not None:
+        return ""
+    return f"|{cache.kernel_version('winograd_conv.cu')}"
+
+
 def _core_key(geom: ConvGeometry) -> str:
-    # both kernels' sources: an edit of either invalidates the choice
+    # every competing kernel's source: an edit of any invalidates the choice
     return cache.make_key("tdc_core", "tucker_core_tf32x3.cu",
-                          f"{cache.kernel_version('tucker_core_conv.cu')}|{geom}")
+                          f"{cache.kernel_version('tucker_core_conv.cu')}"
+                          f"{winograd_version(geom)}|{geom}")
 
 
 def known_core_choice(geom: ConvGeometry):
@@ -161,7 +200,8 @@ def known_core_choice(geom: ConvGeometry):
         hit = cache.lookup(key)
         if hit is None:
             return None
-        tile_type = tf32x3.Tf32x3Tile if hit["variant"] == "tf32x3" else tucker.ClusterTile
+        tile_type = {"tf32x3": tf32x3.Tf32x3Tile, "winograd": winograd.WinogradTile}.get(
+            hit["variant"], tucker.ClusterTile)
         _MEMO[key] = (hit["variant"], tile_type(**hit["tile"]))
     return _MEMO[key]
 

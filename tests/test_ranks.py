@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -95,7 +97,7 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
                                                       "stride", "padding")])
     calls = []
 
-    def fake_latency(spec, r=None, *, repeat):
+    def fake_latency(spec, r=None, *, repeat, chained=False):
         calls.append((spec.c, r))
         if len(calls) == 5 and kill:
             raise KeyboardInterrupt
@@ -123,3 +125,8 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
     monkeypatch.setattr(cache, "kernels_version", lambda: "edited")
     again, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
     assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2]) and again == thin
+    # nor is a table of the other kind of Tucker entry (chained first 1x1s)
+    calls.clear()
+    ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True)
+    assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2])
+    assert json.loads(path.read_text())["taken_with"]["chained"] is True

@@ -185,7 +185,7 @@ def layer_specs(model, input_shape, min_channels: int = 16) -> list[LayerSpec]:
     return specs
 
 
-def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20) -> float:
+def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: bool = False) -> float:
     """GPU latency (µs, CUDA-graph replay median) of one layer as the tuned inference
     engine runs it: the dense layer when ``ranks`` is None, else its Tucker form with
     ranks (D1, D2).
@@ -196,6 +196,12 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20) -> float:
     with its last 1x1 in one launch; the one-launch Tucker layer), the verdicts
     kept in the tune cache.  Fusions across layers (a last 1x1 chained with the
     next layer's first) are left out: an entry of T is one layer's cost.
+
+    With ``chained`` a Tucker form whose first 1x1 is a launch of its own is timed
+    without that launch: in a network the engine chains it into the launch before
+    (the previous Tucker layer's last 1x1, ``ops.pointwise_pair`` or
+    ``ops.tucker_tail``), where it costs a fraction of a launch.  The entry is then
+    the layer's core and last 1x1, as a run of Tucker layers pays for it.
     """
     import numpy as np
 
@@ -211,14 +217,20 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20) -> float:
              else TuckerConv2d(*conv, ranks, spec.stride, spec.padding, rng=rng))
     engine = InferenceEngine(layer.to("gpu").eval(), (1, spec.c, spec.h, spec.w), tune=True,
                              graph=False)
+    steps = engine.plan.steps
+    if chained and ranks is not None and len(steps) > 1 and \
+            steps[0].label.startswith(f"conv ({ranks[0]}, {spec.c}, 1, 1) "):
+        rest = steps[1:]
+        return bench.time_graph(lambda: [step() for step in rest], repeat=repeat).median_us
     return bench.time_graph(engine.plan.run, repeat=repeat).median_us
 
 
-def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20) -> tuple[float, dict]:
+def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20,
+                  chained: bool = False) -> tuple[float, dict]:
     """Latency (µs) of the dense layer and ``{(D1, D2): µs}`` of its Tucker forms
     (:func:`layer_latency`)."""
     return (layer_latency(spec, repeat=repeat),
-            {tuple(r): layer_latency(spec, r, repeat=repeat) for r in ranks})
+            {tuple(r): layer_latency(spec, r, repeat=repeat, chained=chained) for r in ranks})
 
 
 def _shape_key(spec: LayerSpec) -> str:
@@ -227,7 +239,7 @@ def _shape_key(spec: LayerSpec) -> str:
 
 
 def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20,
-                       checkpoint=None) -> tuple[dict, dict]:
+                       checkpoint=None, chained: bool = False) -> tuple[dict, dict]:
     """Algorithm 1's input for a model: every layer's table T and dense latency.
 
     Parameters
@@ -242,7 +254,11 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     checkpoint : path, optional
         JSON file keeping every measurement as it is taken (written atomically); a
         later call continues from it and measures nothing already there, unless it was
-        taken on another device or with other kernel sources (then it starts over).
+        taken on another device, with other kernel sources or the other ``chained``
+        (then it starts over).
+    chained : bool
+        Tucker entries without a first 1x1 the engine chains into the launch before
+        (:func:`layer_latency`).
 
     Returns
     -------
@@ -262,6 +278,8 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
 
     path = None if checkpoint is None else Path(checkpoint)
     taken_with = {"device": cache.device_name(), "kernels": cache.kernels_version()}
+    if chained:
+        taken_with["chained"] = True
     saved = json.loads(path.read_text()) if path is not None and path.exists() else None
     if saved is not None and saved.get("taken_with") != taken_with:
         log.warning("%s was measured with %s, not %s: measuring the table again", path,
@@ -283,7 +301,7 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
             saved["dense"][key] = layer_latency(spec, repeat=repeat)
         else:
             saved["table"].setdefault(key, {})[r] = layer_latency(
-                spec, tuple(map(int, r.split("x"))), repeat=repeat)
+                spec, tuple(map(int, r.split("x"))), repeat=repeat, chained=chained)
         if path is not None:
             atomic_write(path, json.dumps(saved, indent=1))
     table = {s.name: {tuple(map(int, r.split("x"))): saved["table"][_shape_key(s)][r]

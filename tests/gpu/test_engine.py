@@ -231,7 +231,7 @@ def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monk
     model = get_model("resnet20", in_channels=1)
     verdicts, labels = _tuned(model, (1, 1, 32, 32), "conv_path", rng, tmp_path, monkeypatch)
     assert verdicts and all(v["core_us"] > 0 and v["general_us"] > 0 for v in verdicts)
-    routed = sum(("cluster" in lb or "tf32x3" in lb) for lb in labels)
+    routed = sum(any(v in lb for v in ("cluster", "tf32x3", "winograd")) for lb in labels)
     assert routed >= sum(v["core"] for v in verdicts)        # a verdict may cover many layers
     heads = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
              if k.startswith("head_path")]                   # the classifier head, timed too

@@ -42,13 +42,14 @@ measured in the run with our kernels and checkpointed beside the CSV), the kind 
 model the paper's figure 8 times.  Its budget is 60 % of the 3x3 block
 convolutions' MACs, because here the theta rule keeps the 56x56 layers dense and so
 cannot reach 65 % (tdc_ranks); Algorithm 1 then cuts more than asked (the fastest
-entries of T are the smallest ranks).  T's Tucker entries leave out a first 1x1 that
-the engine chains into the launch before (``layer_latency(chained=True)``): the
-paper's T times the core convolution alone and lets theta stand for the 1x1s; timed
-whole, a 128-channel 28x28 Tucker layer (9.7 µs) is no longer 15 % faster than the
-dense layer on the Winograd kernel (11.1-11.6), though in the network its Tucker
-form costs ~8 µs (a tail launch): with those layers dense the model took 178 µs
-against 164, and could cut at most 46 % of the 3x3 MACs.
+entries of T are the smallest ranks).  T's Tucker entries are timed as a run of
+Tucker layers pays for them (``layer_latency(chained=True)``: the core, the last 1x1
+and the next layer's first 1x1 chained after them, not the layer's own first 1x1):
+timed alone, a 128-channel 28x28 Tucker layer (9.7 µs) is no longer 15 % faster
+than the dense layer on the Winograd kernel (11.1-11.6), though in the network its
+Tucker form costs ~8 µs (a tail launch); with those layers dense the model took
+178 µs against 164, and could cut at most 46 % of the 3x3 MACs.  (The paper's T
+times the core convolution alone and lets theta stand for the 1x1s.)
 """
 
 from __future__ import annotations

@@ -197,17 +197,18 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     kept in the tune cache.  Fusions across layers (a last 1x1 chained with the
     next layer's first) are left out: an entry of T is one layer's cost.
 
-    With ``chained`` a Tucker form whose first 1x1 is a launch of its own is timed
-    without that launch: in a network the engine chains it into the launch before
-    (the previous Tucker layer's last 1x1, ``ops.pointwise_pair`` or
-    ``ops.tucker_tail``), where it costs a fraction of a launch.  The entry is then
-    the layer's core and last 1x1, as a run of Tucker layers pays for it.
+    With ``chained`` a Tucker form is timed as a run of Tucker layers pays for it:
+    in a network the engine chains a layer's first 1x1 into the launch before (the
+    previous layer's last 1x1, ``ops.pointwise_pair``, or its core and last 1x1,
+    ``ops.tucker_tail``).  So the layer is followed by the next layer's first 1x1
+    (taken of rank D1, N -> D1) and timed without its own first 1x1 where that is a
+    launch of its own: its core, its last 1x1 and the chained 1x1 after them.
     """
     import numpy as np
 
     from tensorconv import backend, bench
     from tensorconv.nn.engine import InferenceEngine
-    from tensorconv.nn.layers import Conv2d
+    from tensorconv.nn.layers import Conv2d, Sequential
     from tensorconv.nn.tucker import TuckerConv2d
 
     backend.require_cuda("layer_latency")
@@ -215,11 +216,13 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     conv = (spec.c, spec.n, (spec.r, spec.s))
     layer = (Conv2d(*conv, spec.stride, spec.padding, bias=False, rng=rng) if ranks is None
              else TuckerConv2d(*conv, ranks, spec.stride, spec.padding, rng=rng))
+    chain = chained and ranks is not None
+    if chain:
+        layer = Sequential(layer, Conv2d(spec.n, ranks[0], 1, bias=False, rng=rng))
     engine = InferenceEngine(layer.to("gpu").eval(), (1, spec.c, spec.h, spec.w), tune=True,
                              graph=False)
     steps = engine.plan.steps
-    if chained and ranks is not None and len(steps) > 1 and \
-            steps[0].label.startswith(f"conv ({ranks[0]}, {spec.c}, 1, 1) "):
+    if chain and len(steps) > 1 and steps[0].label.startswith(f"conv ({ranks[0]}, {spec.c}, 1, 1) "):
         rest = steps[1:]
         return bench.time_graph(lambda: [step() for step in rest], repeat=repeat).median_us
     return bench.time_graph(engine.plan.run, repeat=repeat).median_us

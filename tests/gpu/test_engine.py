@@ -278,9 +278,8 @@ def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     spec = LayerSpec("t", 24, 40, 3, 3, 15, 17, 8, 9, 2, 1)
     assert layer_latency(spec) > 0 and layer_latency(spec, (11, 13)) > 0
-    # chained: without the first 1x1's launch where it has one (a run of Tucker layers
-    # chains it); a one-launch layer is timed whole
-    assert 0 < layer_latency(spec, (11, 13), chained=True) <= 1.1 * layer_latency(spec, (11, 13))
+    # chained: with the next layer's first 1x1 after it, without its own first 1x1's launch
+    assert layer_latency(spec, (11, 13), chained=True) > 0
     kinds = {k.split("|")[0] for k in json.loads((tmp_path / "tune.json").read_text())}
     assert {"conv_path", "tdc_core"} <= kinds       # the dense path and the Tucker core, tuned
 

@@ -282,7 +282,7 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     path = None if checkpoint is None else Path(checkpoint)
     taken_with = {"device": cache.device_name(), "kernels": cache.kernels_version()}
     if chained:
-        taken_with["chained"] = True
+        taken_with["chained"] = "core, last 1x1, next first 1x1"
     saved = json.loads(path.read_text()) if path is not None and path.exists() else None
     if saved is not None and saved.get("taken_with") != taken_with:
         log.warning("%s was measured with %s, not %s: measuring the table again", path,

@@ -156,6 +156,11 @@ class Sequential(Module):
     def __getitem__(self, i: int) -> Module:
         return list(self._modules.values())[i]
 
+    @property
+    def in_channels(self) -> int:
+        """The first layer's input channels (what an inference engine checks its input by)."""
+        return self[0].in_channels
+
     def forward(self, x):
         layers = list(self)
         i = 0

@@ -11,6 +11,7 @@ from tensorconv import backend, bench, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker
 from tensorconv.ops import tucker_tf32x3 as tf32x3
+from tensorconv.ops import winograd
 from tensorconv.results import ResultSet
 from tensorconv.tuning import cluster_model, oracle, tdc_model, tf32x3_model
 
@@ -47,6 +48,9 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     tc_best, tc_times = oracle.tune_tf32x3_tile(x, wt, geom, repeat=5 if quick else 10,
                                                 use_cache=False)
     w_packed = tf32x3.pack_weights(wt)
+    wino_best, wino_times = oracle.tune_winograd_tile(x, wt, geom, repeat=5 if quick else 10,
+                                                      use_cache=False)
+    w_wino = winograd.prepare_weights(wt)
     if tile_rows is not None:
         for t, us in tile_times.items():
             tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
@@ -74,6 +78,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
                                                      tile=tc_default, w_packed=w_packed, out=out),
         "tf32x3-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
                                                     tile=tc_best, w_packed=w_packed, out=out),
+        "winograd-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="winograd",
+                                                      tile=wino_best, w_packed=w_wino, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times, wrong = {}, set()
@@ -92,7 +98,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
             run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
             times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
                 run, framework="torch", **reps).median_us
-    mine = [v for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm") if v not in wrong]
+    mine = [v for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "winograd-oracle", "igemm")
+            if v not in wrong]
     picked = min(mine, key=times.get)
     times["ours-best"] = times[picked]
     notes = {"tdc-model": f"calibrated model, tile {model_tile}",
@@ -102,6 +109,7 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
              "cluster-oracle": f"tile {cluster_best} of {len(cluster_times)} timed",
              "tf32x3-default": f"estimate's tile {tc_default}",
              "tf32x3-oracle": f"tile {tc_best} of {len(tc_times)} timed",
+             "winograd-oracle": f"tile {wino_best} of {len(wino_times)} timed",
              "ours-best": f"picked {picked}" + (f"; not eligible, rel_err > {TOLERANCE}: "
                                                  f"{' '.join(sorted(wrong))}" if wrong else "")}
     for name, us in times.items():

@@ -6,7 +6,8 @@ tiles (``tdc-oracle``), our cluster kernel with its calibrated estimate's tile
 (``cluster-default``) and with the best of the estimate's 64 candidates
 (``cluster-oracle``), our tensor-core kernel at fp32 accuracy (3xTF32) with its
 estimate's tile and the best of 64 timed (``tf32x3-default``, ``tf32x3-oracle``),
-our implicit-GEMM kernel (``igemm``), the fastest of ours
+our Winograd F(2x2, 3x3) kernel at fp32 accuracy with the best of its tiles
+(``winograd-oracle``), our implicit-GEMM kernel (``igemm``), the fastest of ours
 (``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.
 ``cudnn-fp32-best`` is the fastest fp32 cuDNN time of this run's autotuned pick,
 ``--cudnn-runs`` fresh processes that autotune anew and one with cuDNN's
@@ -34,7 +35,7 @@ SHAPES = [(32, 32, 7, 7), (32, 32, 14, 14), (32, 32, 28, 28), (32, 32, 56, 56), 
           (192, 160, 7, 7)]
 QUICK = [(32, 32, 14, 14), (64, 32, 56, 56), (192, 160, 7, 7)]
 VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "cluster-default", "cluster-oracle",
-            "tf32x3-default", "tf32x3-oracle", "igemm", "ours-best", "cudnn-fp32", "cudnn-fp32-best",
+            "tf32x3-default", "tf32x3-oracle", "winograd-oracle", "igemm", "ours-best", "cudnn-fp32", "cudnn-fp32-best",
             "cudnn-tf32"]
 
 

@@ -11,10 +11,10 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   PyTorch/cuDNN;
 * ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
   epilogues, one CUDA graph), built with ``tune=True``: every convolution the
-  Tucker core kernels take (dense ones too) runs on the faster of them
-  (``cluster`` or ``tf32x3``, tuned tile) when that beat the implicit GEMM (or,
-  for a stride-1 1x1 convolution, the batch-1 1x1 kernel where that was timed
-  faster), a 1x1 convolution that reads another's output (a Tucker layer's last
+  Tucker core kernels take (dense ones too) runs on the fastest of them
+  (``cluster``, ``tf32x3`` or, 3x3 stride 1, ``winograd``; tuned tile) when that
+  beat the implicit GEMM (or, for a stride-1 1x1 convolution, the batch-1 1x1
+  kernel where that was timed faster), a 1x1 convolution that reads another's output (a Tucker layer's last
   1x1 and the next layer's first; a bottleneck's last and the next one's first)
   runs chained to it in one launch where that was timed faster (on the CUDA
   cores or, 3xTF32, the tensor cores: whichever tile was fastest), a residual

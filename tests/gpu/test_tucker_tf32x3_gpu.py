@@ -63,7 +63,8 @@ def test_split_channels_are_deterministic(rng):
         assert bool((tucker.core_conv2d(x, w, 1, 1, variant="tf32x3", tile=tile) == first).all())
 
 
-def test_fp32_accuracy_on_wide_ranges(rng):
+@pytest.mark.parametrize("variant", ["tf32x3", "winograd"])   # both split into tf32 parts
+def test_fp32_accuracy_on_wide_ranges(rng, variant):
     """Operands spread over six decades still give fp32-level error (a tf32 product would not)."""
     import cupy as cp
 
@@ -74,7 +75,7 @@ def test_fp32_accuracy_on_wide_ranges(rng):
     w = rng.standard_normal((32, 64, 3, 3)) * 10.0 ** rng.uniform(-3, 3, (32, 1, 1, 1))
     x, w = x.astype(np.float32), w.astype(np.float32)
     out = cp.full((1, 32, 30, 30), cp.nan, cp.float32)
-    tucker.core_conv2d(cp.asarray(x), cp.asarray(w), 1, 1, variant="tf32x3", out=out)
+    tucker.core_conv2d(cp.asarray(x), cp.asarray(w), 1, 1, variant=variant, out=out)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), padding=1)
     assert rel_err(out.get(), ref) <= 1e-5
 

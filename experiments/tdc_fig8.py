@@ -48,7 +48,7 @@ and the next layer's first 1x1 chained after them, not the layer's own first 1x1
 timed alone, a 128-channel 28x28 Tucker layer (9.7 µs) is no longer 15 % faster
 than the dense layer on the Winograd kernel (11.1-11.6), though in the network its
 Tucker form costs ~8 µs (a tail launch); with those layers dense the model took
-178 µs against 164, and could cut at most 46 % of the 3x3 MACs.  (The paper's T
+178 µs against 164 (at 3e0f46e), and could cut at most 46 % of the 3x3 MACs.  (The paper's T
 times the core convolution alone and lets theta stand for the 1x1s.)
 """
 

@@ -14,8 +14,8 @@ CuPy 14 refuses cuBLAS during stream capture, so linear layers run as 1x1
 convolutions on our implicit-GEMM kernel.  With ``tune=True`` every convolution
 the Tucker core kernels take (filters up to 7x7, stride 1 or 2, dense) is also
 timed on the fastest of them (``"cluster"``, ``"tf32x3"`` or, 3x3 stride 1,
-``"winograd"``; tuned tile, the same fused epilogue) against the implicit GEMM, and runs on the winner; so is
-every stride-1 1x1 convolution on the batch-1 pointwise kernel
+``"winograd"``; tuned tile, the same fused epilogue) against the implicit GEMM,
+and runs on the winner; so is every stride-1 1x1 convolution on the batch-1 pointwise kernel
 (``ops.conv1x1``), the classifier head fused into one launch (every head tile
 timed), and so is an ImageNet stem's conv with the max pool after it
 (``ops.conv2d_maxpool``, on the tensor cores).  After planning, the passes of

@@ -284,9 +284,8 @@ def tdc_threads(geom: ConvGeometry) -> int:
 
 def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=None,
                 variant: str | None = None,
-                tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | winograd.WinogradTile | None = None,
-                w_crsn=None,
-                w_packed=None, out=None):
+                tile: CoreTile | ClusterTile | tf32x3.Tf32x3Tile | winograd.WinogradTile
+                | None = None, w_crsn=None, w_packed=None, out=None):
     """The core convolution of a Tucker-format layer, fp32, NCHW, with an optional epilogue.
 
     Computes ``relu?(conv(x, w) + bias + residual)``; any convolution the kernels
@@ -309,7 +308,7 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu=False, residual=No
         when this shape was tuned on this device
         (:func:`tensorconv.tuning.oracle.tune_core`), else ``"cluster"``;
         ``"igemm"`` when none supports the shape (logged).
-    tile : CoreTile (``"tdc"``), ClusterTile (``"cluster"``), Tf32x3Tile (``"tf32x3"``) or WinogradTile (``"winograd"``), optional
+    tile : CoreTile, ClusterTile, Tf32x3Tile or WinogradTile (the variant's), optional
         Default: the tuned tile when this shape was tuned on this device
         (:mod:`tensorconv.tuning.oracle`), else the estimate's
         (:func:`tensorconv.tuning.cluster_model.choose_tile`,

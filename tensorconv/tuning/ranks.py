@@ -222,7 +222,8 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     engine = InferenceEngine(layer.to("gpu").eval(), (1, spec.c, spec.h, spec.w), tune=True,
                              graph=False)
     steps = engine.plan.steps
-    if chain and len(steps) > 1 and steps[0].label.startswith(f"conv ({ranks[0]}, {spec.c}, 1, 1) "):
+    first = getattr(steps[0], "pointwise", None)
+    if chain and len(steps) > 1 and first is not None and first.x is engine.input:
         rest = steps[1:]
         return bench.time_graph(lambda: [step() for step in rest], repeat=repeat).median_us
     return bench.time_graph(engine.plan.run, repeat=repeat).median_us

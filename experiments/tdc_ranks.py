@@ -8,7 +8,10 @@ engine runs the layer alone (``tensorconv.tuning.ranks.layer_latency``: batch-1
 measured once) — then selects ranks at FLOPs budgets B of 40-80% (the paper's
 ResNet-18 points are 65/70/75/80%; B counts the 16 3x3 block convolutions' MACs)
 with the theta = 15% rule (and without it, theta = 0; and with ties widened from
-2 % to 10 %, so that larger ranks win more often), and times the resulting
+2 % to 10 %, so that larger ranks win more often; and, ``-chained``, with T's
+Tucker entries timed as a run of Tucker layers pays for them: the core, the last
+1x1 and the next layer's first 1x1 chained after them, without the layer's own
+first 1x1, ``layer_latency(chained=True)``, a second table), and times the resulting
 Tucker models end to end through the tuned engine (where a layer's last 1x1 may
 also be chained with the next layer's first, which T does not count) against
 uniform ranks (multiples of 8) cutting the same share of the same MACs, and the
@@ -17,8 +20,9 @@ the budget leaves, Algorithm 1 has no answer: the row says ``infeasible``.
 ImageNet-style ResNet-18 at 224x224, batch 1, fp32, random weights (latency does
 not depend on their values).  The paper's Table 3 trend (69.70/67.86/66.59/64.81%
 top-1 at 66/70/76/80%) needs the training runs of tdc_table3, not done here.
-The full table is in the CSV (metric ``table_us``); ``--resume`` continues a run
-from the table checkpoint (``tdc_ranks_table.json`` beside the CSV) and the CSV.
+The full tables are in the CSV (metrics ``table_us``, ``table_chained_us``);
+``--resume`` continues a run from the table checkpoints (``tdc_ranks_table.json``,
+``tdc_ranks_table_chained.json`` beside the CSV) and the CSV.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from tensorconv.tuning.ranks import layer_specs, performance_tables, select_rank
 
 NAME = "tdc_ranks"
 MODEL, SHAPE = "resnet18_imagenet", (1, 3, 224, 224)
-# Algorithm 1's variants: (label, theta, tie): latencies within ``tie`` of the fastest count as
-# equal, the largest ranks among them winning (2 %: timing noise; 10 %: trading speed for ranks)
-VARIANTS = (("hardware-aware", 0.15, 0.02), ("hardware-aware-theta0", 0.0, 0.02),
-            ("hardware-aware-tie10", 0.15, 0.10))
+# Algorithm 1's variants: (label, theta, tie, chained): latencies within ``tie`` of the fastest
+# count as equal, the largest ranks among them winning (2 %: timing noise; 10 %: trading speed
+# for ranks); ``chained``: the table of Tucker layers timed as a run of them pays
+VARIANTS = (("hardware-aware", 0.15, 0.02, False), ("hardware-aware-theta0", 0.0, 0.02, False),
+            ("hardware-aware-tie10", 0.15, 0.10, False), ("hardware-aware-chained", 0.15, 0.02, True))
 
 
 def model_latency(ranks, repeat: int) -> tuple[float, int]:
@@ -55,10 +60,12 @@ def model_latency(ranks, repeat: int) -> tuple[float, int]:
     return engine.time(repeat=repeat).median_us, engine.launches
 
 
-def choices(specs, table, dense, budget: float) -> dict:
-    """``{variant: (ranks or None, rows to add)}`` for one budget."""
+def choices(specs, tables, budget: float) -> dict:
+    """``{variant: (ranks or None, rows to add)}`` for one budget (``tables``: ``{chained:
+    (table, dense)}``)."""
     out = {}
-    for label, theta, tie in VARIANTS:
+    for label, theta, tie, chained in VARIANTS:
+        table, dense = tables[chained]
         try:
             plan = select_ranks(specs, budget, table, dense, theta=theta, tie=tie)
         except ValueError as exc:
@@ -84,27 +91,34 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     paths = outputs(NAME, args.out)
-    checkpoint = paths["csv"].parent / f"{NAME}_table.json"
+    checkpoints = {c: paths["csv"].parent / f"{NAME}_table{'_chained' if c else ''}.json"
+                   for c in (False, True)}
     env = bench.environment()
     rs = ResultSet(NAME, env)
     if args.resume:
         for r in read_csv(paths["csv"]) if paths["csv"].exists() else []:
-            if r["metric"] not in ("layer_us", "table_us"):  # these come from the table
+            if r["metric"] not in ("layer_us", "table_us", "table_chained_us"):  # from the tables
                 paper = None if math.isnan(r["paper_value"]) else r["paper_value"]
                 rs.add(r["case"], r["variant"], r["metric"], r["value"], r["unit"], paper,
                        r["note"])
-    elif checkpoint.exists():
-        checkpoint.unlink()  # a fresh run: an old table may predate today's kernels
+    else:
+        for path in checkpoints.values():  # a fresh run: an old table may predate today's kernels
+            path.unlink(missing_ok=True)
     specs = layer_specs(get_model(MODEL), SHAPE)
-    table, dense = performance_tables(specs, args.step, thin=4 if args.quick else 1,
-                                      repeat=5 if args.quick else 20, checkpoint=checkpoint)
-    for s in specs:
-        best = min(table[s.name], key=table[s.name].get)
-        rs.add(s.name, "dense", "layer_us", dense[s.name], "us")
-        rs.add(s.name, "tucker-fastest", "layer_us", table[s.name][best], "us",
-               note=f"at ranks {best}; {len(table[s.name])} rank pairs timed")
-        for (d1, d2), us in table[s.name].items():
-            rs.add(s.name, f"{d1}x{d2}", "table_us", us, "us")
+    tables = {c: performance_tables(specs, args.step, thin=4 if args.quick else 1,
+                                    repeat=5 if args.quick else 20, checkpoint=checkpoints[c],
+                                    chained=c) for c in (False, True)}
+    for chained, (table, dense) in tables.items():
+        for s in specs:
+            best = min(table[s.name], key=table[s.name].get)
+            if not chained:
+                rs.add(s.name, "dense", "layer_us", dense[s.name], "us")
+            rs.add(s.name, "tucker-fastest" + ("-chained" if chained else ""), "layer_us",
+                   table[s.name][best], "us",
+                   note=f"at ranks {best}; {len(table[s.name])} rank pairs timed")
+            for (d1, d2), us in table[s.name].items():
+                rs.add(s.name, f"{d1}x{d2}", "table_chained_us" if chained else "table_us", us,
+                       "us")
     # a variant's rows reach the CSV together, after its model was timed
     done = {(r["case"], r["variant"]) for r in rs.rows
             if r["metric"] in ("model_latency_us", "infeasible")}
@@ -116,7 +130,7 @@ def main(argv=None) -> int:
                note=f"engine, CUDA graph, {launches} launches")
         rs.write_csv(paths["csv"])  # the checkpoint --resume continues from
     for case, budget in tqdm(todo, desc="models"):
-        for label, (ranks, rows) in choices(specs, table, dense, budget).items():
+        for label, (ranks, rows) in choices(specs, tables, budget).items():
             if (case, label) in done:
                 continue
             for metric, value, unit, note in rows:
@@ -137,12 +151,13 @@ def main(argv=None) -> int:
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC hardware-aware ranks for ResNet-18 (H100, batch 1)", env,
                    [("Models", long_markdown([r for r in rows if r["metric"] not in
-                                              ("layer_us", "table_us")])),
+                                              ("layer_us", "table_us", "table_chained_us")])),
                     ("Reading", reading(rows)),
                     ("Layers", long_markdown([r for r in rows if r["metric"] == "layer_us"])),
                     ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
     plot(rows, paths["png"])
-    print(long_markdown([r for r in rows if r["metric"] not in ("layer_us", "table_us")]))
+    print(long_markdown([r for r in rows if r["metric"] not in
+                         ("layer_us", "table_us", "table_chained_us")]))
     return 0
 
 
@@ -181,7 +196,7 @@ def plot(rows, path) -> None:
     plt = pyplot()
     fig, (ax, hm) = plt.subplots(1, 2, figsize=(11, 4))
     cell = {(r["case"], r["variant"], r["metric"]): r["value"] for r in rows}
-    for label, style in zip([v[0] for v in VARIANTS] + ["uniform"], ("o", "s", "^", "o-")):
+    for label, style in zip([v[0] for v in VARIANTS] + ["uniform"], ("o", "s", "^", "D", "o-")):
         pts = sorted((cell[(c, v, "layer_mac_reduction")], us) for (c, v, m), us in cell.items()
                      if v == label and m == "model_latency_us")
         if pts:

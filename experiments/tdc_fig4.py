@@ -2,8 +2,8 @@
 
 The paper (2080 Ti) shows that the time stays flat over ranges of N — the
 reason TDC picks ranks by measured latency rather than FLOPs.  We time the
-paper's scheme with the oracle tile, our cluster and tensor-core (3xTF32)
-kernels with their oracle tiles, our implicit-GEMM kernel and cuDNN for
+paper's scheme with the oracle tile, our cluster, tensor-core (3xTF32) and
+Winograd kernels with their oracle tiles, our implicit-GEMM kernel and cuDNN for
 N = 32, 64, ..., 256 (3x3, pad 1, batch 1, fp32, CUDA-graph replay).
 """
 
@@ -42,7 +42,8 @@ def main(argv=None) -> int:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, hw in zip(axes, (28, 14)):
-        for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "igemm", "cudnn-fp32"):
+        for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "winograd-oracle", "igemm",
+                  "cudnn-fp32"):
             ys = [series[(hw, n)].get(v) for n in ns]
             if all(y is not None for y in ys):
                 ax.step(ns, ys, where="mid", marker="o", label=v)

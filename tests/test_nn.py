@@ -82,6 +82,7 @@ def test_registration_and_modes():
     assert [n for n, _ in seq.named_buffers()] == ["1.running_mean", "1.running_var"]
     seq.eval()
     assert not any(m.training for m in seq.modules())
+    assert seq.in_channels == 1          # the first layer's: what an engine checks input by
     with pytest.raises(ValueError, match="groups"):
         Conv2d(3, 4, 3, groups=2)
 

@@ -154,16 +154,13 @@ def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = T
     cluster, times = tune_cluster_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
     best = ("cluster", cluster, times.get(cluster) or cache.lookup(_cluster_key(geom))["us"])
     smem = backend.device_facts().smem_per_block_optin
-    if tf32x3.supported(geom) is None and tf32x3.candidates(geom, smem):
-        tile, times = tune_tf32x3_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
-        us = times.get(tile) or cache.lookup(_tf32x3_key(geom))["us"]
-        if us < best[2]:
-            best = ("tf32x3", tile, us)
-    if winograd.supported(geom) is None and winograd.candidates(geom, smem):
-        tile, times = tune_winograd_tile(x, w, geom, repeat=repeat, use_cache=use_cache)
-        us = times.get(tile) or cache.lookup(_winograd_key(geom))["us"]
-        if us < best[2]:
-            best = ("winograd", tile, us)
+    for variant, module, tune, key in (("tf32x3", tf32x3, tune_tf32x3_tile, _tf32x3_key),
+                                       ("winograd", winograd, tune_winograd_tile, _winograd_key)):
+        if module.supported(geom) is None and module.candidates(geom, smem):
+            tile, times = tune(x, w, geom, repeat=repeat, use_cache=use_cache)
+            us = times.get(tile) or cache.lookup(key(geom))["us"]
+            if us < best[2]:
+                best = (variant, tile, us)
     cache.store(_core_key(geom), {"variant": best[0], "tile": dataclasses.asdict(best[1]),
                                   "us": best[2]})
     _MEMO.pop(_core_key(geom), None)

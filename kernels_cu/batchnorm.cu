@@ -41,6 +41,7 @@ extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_partial_sums(const float* __restrict__ x, double* __restrict__ partial,  // (chunks, C, 2)
                 int N, int C, int HW, int per_chunk)
 {
+    tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
     const int n0 = chunk * per_chunk, n1 = min(N, n0 + per_chunk);
     double s = 0.0, ss = 0.0;
@@ -65,6 +66,7 @@ extern "C" __global__ void bn_finalize(
     float* __restrict__ running_mean, float* __restrict__ running_var,
     float momentum, float eps)
 {
+    tc::wait_prior_grids();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     double s = 0.0, ss = 0.0;
@@ -89,6 +91,7 @@ extern "C" __global__ void bn_apply(
     const float* __restrict__ beta, float* __restrict__ y, int C, int HW, size_t total,
     int relu)
 {
+    tc::wait_prior_grids();
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)((e / HW) % C);
@@ -104,6 +107,7 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
                  double* __restrict__ partial,  // (chunks, C, 2): sum gy, sum gy * xhat
                  int N, int C, int HW, int per_chunk)
 {
+    tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
     const int n0 = chunk * per_chunk, n1 = min(N, n0 + per_chunk);
     const float m = mean[c], is = invstd[c];
@@ -131,6 +135,7 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
                  int chunks, float* __restrict__ gx, float* __restrict__ dgamma,
                  float* __restrict__ dbeta, int N, int C, int HW, int per_chunk)
 {
+    tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
     double s = 0.0, sx = 0.0;  // every block re-adds the few partials of its channel
     for (int j = 0; j < chunks; ++j) {

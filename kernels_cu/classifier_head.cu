@@ -30,6 +30,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(HEAD_THREADS) gap_linear
     float* __restrict__ y,           // (N, K)
     int C, int HW, int K, int share)  // share: channels per cluster rank, a multiple of 4
 {
+    tc::wait_prior_grids();
     extern __shared__ __align__(16) float means[];  // CL * share >= C
     const int n = blockIdx.y, rank = blockIdx.z, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float* xn = x + (size_t)n * C * HW;

@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     int C, int H, int W, int M, int OH, int OW, int PH, int PW, int pad_h, int pad_w,
     int pool_pad_h, int pool_pad_w, int slices, int relu)
 {
+    tc::wait_prior_grids();
     constexpr int TH = (TPH - 1) * PST + PK, TW = (TPW - 1) * PST + PK;  // conv outputs
     constexpr int IH = (TH - 1) * SD + R, IW = (TW - 1) * SD + S, PLANE = IH * IW;  // patch
     constexpr int PIX = TH * TW, NT = (PIX + 7) / 8;

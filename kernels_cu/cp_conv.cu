@@ -23,6 +23,7 @@ extern "C" __global__ void cp_conv_naive(
     int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW, int R,
     int stride_h, int stride_w, int pad_h, int pad_w)
 {
+    tc::wait_prior_grids();
     const size_t total = (size_t)N * K * OH * OW;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -118,6 +119,7 @@ __global__ void cp_conv_fused(
     int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW,
     int stride_h, int stride_w, int pad_h, int pad_w, int rows, int relu)
 {
+    tc::wait_prior_grids();
     // Shared: HW[i,j,:] = H[i,:] o W[j,:] (the Hadamard product of line 7, formed once per
     // block), T, one partial q per warp of each pixel, and each pixel's output offset.
     constexpr int RP = RowStride<R>::value;
@@ -240,6 +242,7 @@ __global__ void cp_conv_fused_sep(
     int N, int C, int IH, int IW, int K, int OH, int OW, int KH, int KW, int pad_h, int pad_w,
     int relu)
 {
+    tc::wait_prior_grids();
     constexpr int RP = RowStride<R>::value;
     constexpr int TW = 32;
     const int TH = blockDim.y;

@@ -24,6 +24,7 @@ __global__ void conv2d_direct_fwd(
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
     int groups, int tiles_w, int k_tiles, int cc, int relu)
 {
+    tc::wait_prior_grids();
     if (KR > 0) R = KR;
     if (KS > 0) S = KS;
     extern __shared__ float smem[];
@@ -187,6 +188,7 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
     int groups, int m_tiles, int q_per_split, int relu)
 {
+    tc::wait_prior_grids();
     using namespace igemm;
     constexpr int BM = 16 * TM;
     __shared__ __align__(16) float As[BK][BM + PAD];
@@ -384,6 +386,7 @@ __global__ void conv2d_splitk_reduce(
     float* __restrict__ out,
     int splits, int rows, int P, int plane, int relu)
 {
+    tc::wait_prior_grids();
     const size_t total = (size_t)rows * P;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {

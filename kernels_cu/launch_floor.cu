@@ -1,11 +1,14 @@
+#include "tc_common.cuh"
+
 // An empty kernel: its launch time is the floor every tiny kernel pays
 // (measured by tensorconv.bench.launch_floor, eagerly and inside a CUDA graph).
-extern "C" __global__ void empty_kernel() {}
+extern "C" __global__ void empty_kernel() { tc::wait_prior_grids(); }
 
 // A layer boundary at its cheapest: every block reads a value another block wrote in the
 // step before.  One step per launch (dependent launches in a CUDA graph) ...
 extern "C" __global__ void dependent_step(float* buf, int step)
 {
+    tc::wait_prior_grids();
     const int nb = gridDim.x;
     if (threadIdx.x == 0)
         buf[((step + 1) & 1) * nb + blockIdx.x] = buf[(step & 1) * nb + (blockIdx.x + 1) % nb] + 1.f;
@@ -24,6 +27,7 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p)
 // reset between launches.
 extern "C" __global__ void barrier_steps(float* buf, unsigned* count, unsigned* gen, int steps)
 {
+    tc::wait_prior_grids();
     const int nb = gridDim.x;
     for (int s = 0; s < steps; ++s) {
         if (threadIdx.x == 0) {

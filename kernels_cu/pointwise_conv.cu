@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
     float* __restrict__ y,               // (N, K, HW)
     int C, int HW, int K, int relu)
 {
+    tc::wait_prior_grids();
     static_assert(PW_THREADS % P == 0 && KB % (PW_THREADS / P) == 0, "tile must fit the block");
     constexpr int KO = KB / (PW_THREADS / P);  // output channels per thread
     extern __shared__ __align__(16) float smem[];

@@ -39,6 +39,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
     int C, int HW, int M, int MB, int J, int JP, int relu1, int relu2,
     int C2, int plane2, int W2, int OW, int S2, int slots_off, unsigned long long fd_share)
 {
+    tc::wait_prior_grids();
     static_assert(P % 4 == 0 && tc::CHAIN_THREADS % P == 0, "pixel runs of 4; whole columns");
     constexpr int PS = MMA ? tc::mma_stride(P) : P, COPIES = MMA ? 2 : 1;
     const int K1 = C + C2;                    // rows of the first product

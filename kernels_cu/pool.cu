@@ -14,6 +14,7 @@ __global__ void pool2d_fwd(const float* __restrict__ x,  // (N * C, H, W)
                            int planes, int H, int W, int OH, int OW, int KH, int KW, int SH,
                            int SW, int PH, int PW)
 {
+    tc::wait_prior_grids();
     const size_t total = (size_t)planes * OH * OW;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {

@@ -9,6 +9,7 @@ extern "C" __global__ void sgd_multi_tensor(
     const long long* __restrict__ sizes,           // (T,)
     float lr, float momentum, float weight_decay, int nesterov, int decoupled)
 {
+    tc::wait_prior_grids();
     const int t = blockIdx.y;
     float* p = reinterpret_cast<float*>(table[3 * t]);
     const float* g = reinterpret_cast<const float*>(table[3 * t + 1]);

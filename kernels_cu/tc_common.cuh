@@ -3,6 +3,20 @@
 
 namespace tc {
 
+// Programmatic dependent launch (sm_90): in the inference engine's CUDA graph a kernel is
+// launched as the blocks of the kernel before it exit, not after that kernel has finished
+// and flushed (tensorconv/graph.py), so every kernel calls this before it reads or writes
+// any global memory that earlier kernels write or read.  It returns once every earlier
+// kernel of the graph has finished and its writes are visible; in an ordinary launch it
+// returns at once.  No kernel lets its dependents launch earlier still (launch_dependents
+// right after this wait): the H100 ResNet-18 engines were slower that way, Tucker 157.3
+// against 150.5 us, dense 299.8 against 274.1 (ordinary edges: 156.2 and 279.0).
+__device__ __forceinline__ void wait_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Integer ceil-division, used for tile counts that must cover a ragged edge.
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

@@ -21,6 +21,7 @@ __global__ void tdc_core_conv(
     int C, int H, int W, int N, int OH, int OW, int stride_h, int stride_w,
     int pad_h, int pad_w, int TC, int tiles_w, int tiles_hw, int atomic)
 {
+    tc::wait_prior_grids();
     extern __shared__ float cube[];  // [TC][IHT][IWT]
     const int IHT = (TH - 1) * stride_h + R, IWT = (TW - 1) * stride_w + S;
     const int b = blockIdx.y;
@@ -120,6 +121,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
     unsigned long long fd_nb4, unsigned long long fd_ck, unsigned long long fd_thw,
     unsigned long long fd_tw, unsigned long long fd_share)
 {
+    tc::wait_prior_grids();
     constexpr int VN = (PT - 1) * STRIDE + S;  // input columns under one thread's PT pixels
     constexpr int VN4 = (VN + 3) / 4 * 4;
     constexpr bool VEC_IN = (PT * STRIDE) % 4 == 0;  // thread rows start 16-byte aligned

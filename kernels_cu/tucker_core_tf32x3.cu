@@ -39,6 +39,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
     unsigned long long fd_tw, unsigned long long fd_cube, unsigned long long fd_row,
     unsigned long long fd_pixels, unsigned long long fd_share)
 {
+    tc::wait_prior_grids();
     constexpr int RS = R * S;
     extern __shared__ __align__(16) float smem[];
     const tdcx::FastDiv by_tiles_w = tdcx::FastDiv::of(fd_tiles_w);

@@ -25,6 +25,7 @@
 // to 4 * CL channels per stage (tensorconv/ops/tucker_layer.py owns the
 // layouts, tiles, chunk sizes and checks).
 #include "tc_cluster.cuh"
+#include "tc_common.cuh"
 
 namespace tlf {
 constexpr int THREADS = 256;
@@ -100,6 +101,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tlf::THREADS) tucker_lay
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
     int D1c, int D2c, int Nc, int TH, int TW, int tiles_w, int CKA, int CKB, int CKC, int relu)
 {
+    tc::wait_prior_grids();
     using namespace tlf;
     extern __shared__ __align__(16) float smem[];
     const int D1p = D1c * CL, D2p = D2c * CL, Np = Nc * CL;

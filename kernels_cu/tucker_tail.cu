@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(tc::CHAIN_THREADS) tucker_tail(
     int D1, int H, int W, int OW, int HWO, int pad_h, int pad_w,
     int D2P, int M, int MP, int J, int JP, int relu1, int relu2)
 {
+    tc::wait_prior_grids();
     static_assert(P % 4 == 0 && tc::CHAIN_THREADS % P == 0, "pixel runs of 4; whole columns");
     constexpr int RS = R * S;
     const int K = D1 * RS;

@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(WINO_THREADS, 1) winograd_f2x2_3x3_tf32x3(
     int C, int H, int W, int N, int OH, int OW, int pad_h, int pad_w,
     int tiles_h, int tiles_w, int tbw, int blocks_w, int n_blocks)
 {
+    tc::wait_prior_grids();
     constexpr int TT = WM * 16, CK = WINO_THREADS / TT, KS = CK / 8, NB = WN * 8;
     // Row pitches: TPAD = 8 mod 32 (TT = 32) or 24 (TT = 16) puts a fragment's 4 channels x
     // 8 tiles in distinct banks; MPAD = TT + 4 does the same for the accumulator scatter.

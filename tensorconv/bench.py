@@ -63,17 +63,15 @@ class _CupyClock:
         end.synchronize()
         return self.cp.cuda.get_elapsed_time(start, end)
 
-    def capture(self, fn, calls: int):
+    def capture(self, fn, calls: int, programmatic: bool):
+        from tensorconv.graph import CapturedGraph
+
         stream = self.cp.cuda.Stream(non_blocking=True)
         with stream:
             fn()  # warm the stream: allocations and lazy loads must not happen in capture
             stream.synchronize()
-            stream.begin_capture()
-            try:
-                for _ in range(calls):
-                    fn()
-            finally:
-                graph = stream.end_capture()
+            graph = CapturedGraph(stream, lambda: [fn() for _ in range(calls)],
+                                  programmatic=programmatic)
         return _Replay(lambda: graph.launch(stream), stream)
 
 
@@ -95,7 +93,9 @@ class _TorchClock:
         end.synchronize()
         return start.elapsed_time(end)
 
-    def capture(self, fn, calls: int):
+    def capture(self, fn, calls: int, programmatic: bool):
+        if programmatic:
+            raise ValueError("programmatic edges are ours: time PyTorch with programmatic=False")
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -141,15 +141,17 @@ def time_events(fn, *, warmup: int = 10, repeat: int = 100, framework: str = "cu
 
 
 def time_graph(fn, *, warmup: int = 3, repeat: int = 30, calls_per_graph: int = 20,
-               framework: str = "cupy") -> Timing:
+               framework: str = "cupy", programmatic: bool = False) -> Timing:
     """Per-call time of ``fn`` replayed from a CUDA graph of ``calls_per_graph`` calls.
 
     ``fn`` must not allocate device memory on the first call after its warm-up
     (pass preallocated outputs) and must not call cuBLAS under CuPy 14, which
-    refuses cuBLAS during stream capture.
+    refuses cuBLAS during stream capture.  ``programmatic`` makes the graph's
+    edges between our kernels programmatic, as the inference engine's are
+    (:mod:`tensorconv.graph`).
     """
     clock = _clock(framework)
-    replay = clock.capture(fn, calls_per_graph)
+    replay = clock.capture(fn, calls_per_graph, programmatic)
 
     def once() -> float:
         a, b = clock.event(), clock.event()
@@ -325,22 +327,33 @@ def measure_ceilings(quick: bool = False) -> Ceilings:
 
 
 def launch_floor(quick: bool = False) -> dict:
-    """Time an empty kernel eagerly and inside a CUDA graph: the per-kernel floor."""
+    """Time an empty kernel eagerly, inside a CUDA graph and, where the device has them,
+    inside a graph with programmatic edges (:mod:`tensorconv.graph`): the per-kernel floor."""
+    from tensorconv import graph
+
     kernel = cuda.get_kernel("launch_floor.cu", "empty_kernel")
 
     def launch():
         kernel((1,), (32,), ())
 
     reps = 50 if quick else 200
-    return {"eager": time_events(launch, repeat=reps),
-            "graph": time_graph(launch, repeat=reps // 5, calls_per_graph=100)}
+    out = {"eager": time_events(launch, repeat=reps),
+           "graph": time_graph(launch, repeat=reps // 5, calls_per_graph=100)}
+    if graph.supported():
+        out["graph_programmatic"] = time_graph(launch, repeat=reps // 5, calls_per_graph=100,
+                                               programmatic=True)
+    return out
 
 
 def sync_floor(quick: bool = False, steps: int = 32) -> dict:
     """Per-step cost (µs) of the cheapest layer boundary: every block (one per SM) reads a
     value another block wrote in the step before, ``"graph_launch"`` as one dependent launch
-    per step in a CUDA graph, ``"grid_barrier"`` as grid-wide barriers inside one
-    persistent kernel.  The chain's result is checked first (a broken barrier raises)."""
+    per step in a CUDA graph, ``"programmatic_launch"`` the same with programmatic edges
+    (where the device has them), ``"grid_barrier"`` as grid-wide barriers inside one
+    persistent kernel.  Each chain's result is checked first (a broken barrier, or a
+    launch that read before the one ahead of it had written, raises)."""
+    from tensorconv import graph
+
     cp = backend.require_cuda("sync_floor")
     if steps < 2 or steps % 2:
         raise ValueError(f"steps must be even and >= 2, got {steps}")
@@ -356,13 +369,20 @@ def sync_floor(quick: bool = False, steps: int = 32) -> dict:
     def persistent():
         barrier((nb,), (32,), (buf, count, count[1:], np.int32(steps)))
 
+    cases = [("graph_launch", chain, False), ("grid_barrier", persistent, False)]
+    if graph.supported():
+        cases.insert(1, ("programmatic_launch", chain, True))
     out = {}
-    for name, run in (("graph_launch", chain), ("grid_barrier", persistent)):
-        buf.fill(0)
-        run()
+    stream = cp.cuda.Stream(non_blocking=True)
+    for name, run, programmatic in cases:
+        with stream:
+            buf.fill(0)
+            graph.CapturedGraph(stream, run, programmatic=programmatic).launch(stream)
+            stream.synchronize()
         if not bool((buf[:nb] == steps).all()) or int(count[0]) != 0:
             raise RuntimeError(f"sync_floor: the {name} chain computed a wrong result")
-        t = time_graph(run, repeat=5 if quick else 30, calls_per_graph=5)
+        t = time_graph(run, repeat=5 if quick else 30, calls_per_graph=5,
+                       programmatic=programmatic)
         out[name] = t.median_us / steps
     return out
 

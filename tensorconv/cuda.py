@@ -6,7 +6,9 @@ instantiated through ``name_expressions`` and compile-time constants through
 ``-D`` defines.  Compiled kernels are memoised per (directory, file, name
 expression, defines, backend, device) in the process, and on disk by CuPy; a
 failing compile raises :class:`KernelCompileError` carrying the file, the
-options and the compiler log.
+options and the compiler log.  Kernels whose every body begins with
+``tc::wait_prior_grids()`` (all of ``kernels_cu``) are noted, so that
+:mod:`tensorconv.graph` may start them before the kernel ahead of them has finished.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from tensorconv import backend
@@ -79,6 +82,26 @@ def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) ->
     return tuple(opts) + tuple(extra)
 
 
+_WAITING_FUNCTIONS: set[int] = set()  # CUfunction handles of kernels that wait (below)
+
+
+def every_kernel_waits(source: str) -> bool:
+    """Whether every kernel defined in ``source`` (a ``.cu`` file's text) calls
+    ``tc::wait_prior_grids()`` before anything else, so it cannot touch memory an
+    earlier kernel still uses when launched early (:mod:`tensorconv.graph`)."""
+    code = re.sub(r"//[^\n]*", "", source)
+    heads = re.finditer(r'^(?:extern "C" )?__global__[^{;]*\{', code, re.MULTILINE)
+    bodies = [m.end() for m in heads]
+    return bool(bodies) and all(code[b:].lstrip().startswith("tc::wait_prior_grids();")
+                                for b in bodies)
+
+
+def waits_for_prior_grids(function_handle: int) -> bool:
+    """Whether the kernel behind a ``CUfunction`` handle was loaded by :func:`get_kernel`
+    from a file where :func:`every_kernel_waits`."""
+    return int(function_handle) in _WAITING_FUNCTIONS
+
+
 @functools.lru_cache(maxsize=None)
 def _load(directory: str, file: str, name_expression: str, defines: tuple, backend_name: str,
           device: int):
@@ -89,10 +112,14 @@ def _load(directory: str, file: str, name_expression: str, defines: tuple, backe
         raise FileNotFoundError(f"kernel file {file!r} not found in {directory}")
     options = compile_options(dict(defines))
     arch = backend.device_facts(device).arch
+    source = path.read_text()
     try:
-        module = cupy.RawModule(code=path.read_text(), options=options, backend=backend_name,
+        module = cupy.RawModule(code=source, options=options, backend=backend_name,
                                 name_expressions=[name_expression])
-        return module.get_function(name_expression)
+        kernel = module.get_function(name_expression)
+        if every_kernel_waits(source):
+            _WAITING_FUNCTIONS.add(int(kernel.kernel.ptr))  # compiles now rather than at launch
+        return kernel
     except cupy.cuda.compiler.CompileException as exc:
         raise KernelCompileError(
             f"{backend_name} failed to compile {path} for {name_expression} ({arch})\n"

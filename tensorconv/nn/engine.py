@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, ops
+from tensorconv import graph as captured_graph
 from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_conv_args, conv_geometry
 from tensorconv.nn import layers as L
@@ -722,13 +723,17 @@ class InferenceEngine:
         Time tile candidates of tunable kernels (Tucker cores) while planning and
         keep the winners in the tune cache; default False uses tuned tiles already
         in the cache, else each kernel's default tile.
+    programmatic : bool, optional
+        Let each kernel of the graph launch while the one before it drains
+        (:mod:`tensorconv.graph`); default: where the device supports it (sm_90).
 
     Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
     the engine's own output buffer (overwritten by the next call) unless
     ``copy=True``.
     """
 
-    def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False):
+    def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False,
+                 programmatic: bool | None = None):
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
@@ -749,11 +754,10 @@ class InferenceEngine:
             self.stream.synchronize()
             self.graph = None
             if graph:
-                self.stream.begin_capture()
-                try:
-                    self.plan.run()
-                finally:
-                    self.graph = self.stream.end_capture()
+                if programmatic is None:
+                    programmatic = captured_graph.supported()
+                self.graph = captured_graph.CapturedGraph(self.stream, self.plan.run,
+                                                          programmatic=programmatic)
         self.launches = len(self.plan.steps)
 
     def replay(self) -> None:

@@ -203,10 +203,13 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     ``ops.tucker_tail``).  So the layer is followed by the next layer's first 1x1
     (taken of rank D1, N -> D1) and timed without its own first 1x1 where that is a
     launch of its own: its core, its last 1x1 and the chained 1x1 after them.
+
+    The launches are replayed with programmatic edges where the device has them, as
+    the engine's graph runs them (:mod:`tensorconv.graph`).
     """
     import numpy as np
 
-    from tensorconv import backend, bench
+    from tensorconv import backend, bench, graph
     from tensorconv.nn.engine import InferenceEngine
     from tensorconv.nn.layers import Conv2d, Sequential
     from tensorconv.nn.tucker import TuckerConv2d
@@ -224,9 +227,9 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     steps = engine.plan.steps
     first = getattr(steps[0], "pointwise", None)
     if chain and len(steps) > 1 and first is not None and first.x is engine.input:
-        rest = steps[1:]
-        return bench.time_graph(lambda: [step() for step in rest], repeat=repeat).median_us
-    return bench.time_graph(engine.plan.run, repeat=repeat).median_us
+        steps = steps[1:]
+    return bench.time_graph(lambda: [step() for step in steps], repeat=repeat,
+                            programmatic=graph.supported()).median_us
 
 
 def measure_table(spec: LayerSpec, ranks, *, repeat: int = 20,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tensorconv import backend, bench, cuda
+from tensorconv import backend, bench, cuda, graph
 
 pytestmark = pytest.mark.gpu
 
@@ -63,10 +63,13 @@ def test_timers_return_finite_positive_times():
     for t in (bench.time_events(lambda: cp.copyto(b, a), warmup=2, repeat=5),
               bench.time_graph(lambda: cp.copyto(b, a), warmup=1, repeat=3, calls_per_graph=4)):
         assert math.isfinite(t.median_us) and t.median_us > 0
+    programmatic = graph.supported()
     floor = bench.launch_floor(quick=True)
+    assert set(floor) == {"eager", "graph"} | ({"graph_programmatic"} if programmatic else set())
     assert all(math.isfinite(t.median_us) and t.median_us > 0 for t in floor.values())
-    sync = bench.sync_floor(quick=True, steps=6)        # checks both chains' results itself
-    assert set(sync) == {"graph_launch", "grid_barrier"}
+    sync = bench.sync_floor(quick=True, steps=6)        # checks every chain's result itself
+    assert set(sync) == ({"graph_launch", "grid_barrier"}
+                         | ({"programmatic_launch"} if programmatic else set()))
     assert all(math.isfinite(v) and v > 0 for v in sync.values())
     with pytest.raises(ValueError, match="steps"):
         bench.sync_floor(steps=3)

@@ -10,7 +10,9 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   1x1, uniform ranks for the paper's FLOPs budget of that network) through
   PyTorch/cuDNN;
 * ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
-  epilogues, one CUDA graph), built with ``tune=True``: every convolution the
+  epilogues, one CUDA graph; from dd36475 on its edges are programmatic on the H100,
+  each kernel launched as the one before it drains, ``tensorconv.graph``; rows
+  measured at earlier commits had ordinary edges), built with ``tune=True``: every convolution the
   Tucker core kernels take (dense ones too) runs on the fastest of them
   (``cluster``, ``tf32x3`` or, 3x3 stride 1, ``winograd``; tuned tile) when that
   beat the implicit GEMM (or, for a stride-1 1x1 convolution, the batch-1 1x1

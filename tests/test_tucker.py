@@ -101,6 +101,15 @@ def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
     assert cache.lookup(key) is None
 
 
+def test_tuner_memo_belongs_to_its_cache_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "a.json"))
+    cache.memo()["decision"] = 1
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "b.json"))
+    assert "decision" not in cache.memo()     # another file: none of a's decisions
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "a.json"))
+    assert cache.memo()["decision"] == 1
+
+
 def test_calibration_fit_recovers_known_coefficients():
     geoms = [conv_geometry((1, c, h, h), (n, c, 3, 3), 1, 1)
              for c, n, h in ((32, 32, 14), (64, 32, 28), (96, 64, 7))]

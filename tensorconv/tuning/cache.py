@@ -27,6 +27,15 @@ def cache_path() -> Path:
     return Path(os.environ.get("TENSORCONV_TUNE_CACHE", default))
 
 
+_MEMOS: dict = {}  # cache file -> {key: decoded decision}
+
+
+def memo() -> dict:
+    """The process's decoded decisions of the current cache file (tuners fill it), kept per
+    file: pointing ``TENSORCONV_TUNE_CACHE`` elsewhere never returns another file's."""
+    return _MEMOS.setdefault(cache_path(), {})
+
+
 def kernel_version(file: str) -> str:
     """A short hash of a kernel source (and the shared header): edits invalidate entries."""
     h = hashlib.sha256((cuda.kernel_dir() / file).read_bytes())

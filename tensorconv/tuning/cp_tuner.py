@@ -9,9 +9,6 @@ from tensorconv.checks import pair
 from tensorconv.ops import cp as cpops
 from tensorconv.tuning import cache
 
-_MEMO: dict = {}
-
-
 def _problem(x, factors, stride, padding) -> str:
     s, h, w, t = factors
     return (f"x{tuple(x.shape)}|R{s.shape[1]}|k{(h.shape[0], w.shape[0], t.shape[0])}"
@@ -26,12 +23,13 @@ def tune_tile(x, factors, stride=1, padding=0, *, repeat: int = 10, use_cache: b
     tile and an empty timing dict.
     """
     key = cache.make_key("cp_fused", "cp_conv.cu", _problem(x, factors, stride, padding))
+    memo = cache.memo()
     if use_cache:
-        if key in _MEMO:
-            return _MEMO[key], {}
+        if key in memo:
+            return memo[key], {}
         if (hit := cache.lookup(key)) is not None:
-            _MEMO[key] = cpops.CPTile(**hit["tile"])
-            return _MEMO[key], {}
+            memo[key] = cpops.CPTile(**hit["tile"])
+            return memo[key], {}
     out = cpops.cp_conv2d(x, *factors, stride, padding)  # checks the arguments once
     facts = backend.device_facts()
     kh, kw, k, r = factors[1].shape[0], factors[2].shape[0], factors[3].shape[0], factors[0].shape[1]
@@ -44,7 +42,7 @@ def tune_tile(x, factors, stride=1, padding=0, *, repeat: int = 10, use_cache: b
         times[tile] = bench.time_graph(run, warmup=2, repeat=repeat, calls_per_graph=10).median_us
     best = min(times, key=times.get)
     cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
-    _MEMO[key] = best
+    memo[key] = best
     return best, times
 
 
@@ -52,6 +50,7 @@ def known_tile(x, factors, stride=1, padding=0) -> cpops.CPTile | None:
     """The tuned tile when this problem was tuned on this device (memo or tune cache),
     else None (the op then uses :func:`tensorconv.ops.cp.default_tile`); never times."""
     key = cache.make_key("cp_fused", "cp_conv.cu", _problem(x, factors, stride, padding))
-    if key not in _MEMO and (hit := cache.lookup(key)) is not None:
-        _MEMO[key] = cpops.CPTile(**hit["tile"])
-    return _MEMO.get(key)
+    memo = cache.memo()
+    if key not in memo and (hit := cache.lookup(key)) is not None:
+        memo[key] = cpops.CPTile(**hit["tile"])
+    return memo.get(key)

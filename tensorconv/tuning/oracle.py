@@ -18,9 +18,6 @@ from tensorconv.ops import tucker_tf32x3 as tf32x3
 from tensorconv.ops import winograd
 from tensorconv.tuning import cache, cluster_model, tf32x3_model
 
-_MEMO: dict = {}
-
-
 def time_tile(x, w, w_crsn, out, geom: ConvGeometry, tile: tucker.CoreTile,
               repeat: int = 10) -> float:
     """Kernel time (µs, CUDA-graph replay median) of one tile."""
@@ -54,18 +51,19 @@ def _time_tiles(key: str, tiles, run_tile, repeat: int):
                                  calls_per_graph=10).median_us for t in tiles}
     best = min(times, key=times.get)
     cache.store(key, {"tile": dataclasses.asdict(best), "us": times[best]})
-    _MEMO[key] = best
+    cache.memo()[key] = best
     return best, times
 
 
 def _known(key: str, tile_type):
     """The tile stored under ``key`` (memoised), else None."""
-    if key not in _MEMO:
+    memo = cache.memo()
+    if key not in memo:
         hit = cache.lookup(key)
         if hit is None:
             return None
-        _MEMO[key] = tile_type(**hit["tile"])
-    return _MEMO[key]
+        memo[key] = tile_type(**hit["tile"])
+    return memo[key]
 
 
 def _tune_core_kernel(x, w, geom: ConvGeometry, variant: str, model, key: str, prepared: dict,
@@ -163,7 +161,7 @@ def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = T
                 best = (variant, tile, us)
     cache.store(_core_key(geom), {"variant": best[0], "tile": dataclasses.asdict(best[1]),
                                   "us": best[2]})
-    _MEMO.pop(_core_key(geom), None)
+    cache.memo().pop(_core_key(geom), None)
     return best[0], best[1]
 
 
@@ -192,15 +190,15 @@ def _core_key(geom: ConvGeometry) -> str:
 
 def known_core_choice(geom: ConvGeometry):
     """``(variant, tile)`` of the faster core kernel when ``geom`` was tuned here, else None."""
-    key = _core_key(geom)
-    if key not in _MEMO:
+    key, memo = _core_key(geom), cache.memo()
+    if key not in memo:
         hit = cache.lookup(key)
         if hit is None:
             return None
         tile_type = {"tf32x3": tf32x3.Tf32x3Tile, "winograd": winograd.WinogradTile}.get(
             hit["variant"], tucker.ClusterTile)
-        _MEMO[key] = (hit["variant"], tile_type(**hit["tile"]))
-    return _MEMO[key]
+        memo[key] = (hit["variant"], tile_type(**hit["tile"]))
+    return memo[key]
 
 
 def _fused_key(geom: ConvGeometry, d1: int, d2: int, n: int, c: int) -> str:

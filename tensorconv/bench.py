@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorconv import __version__, backend, cuda
+from tensorconv import graph as captured_graph
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,12 @@ class _CupyClock:
         return self.cp.cuda.get_elapsed_time(start, end)
 
     def capture(self, fn, calls: int, programmatic: bool):
-        from tensorconv.graph import CapturedGraph
-
         stream = self.cp.cuda.Stream(non_blocking=True)
         with stream:
             fn()  # warm the stream: allocations and lazy loads must not happen in capture
             stream.synchronize()
-            graph = CapturedGraph(stream, lambda: [fn() for _ in range(calls)],
-                                  programmatic=programmatic)
+            graph = captured_graph.CapturedGraph(stream, lambda: [fn() for _ in range(calls)],
+                                                 programmatic=programmatic)
         return _Replay(lambda: graph.launch(stream), stream)
 
 
@@ -329,8 +328,6 @@ def measure_ceilings(quick: bool = False) -> Ceilings:
 def launch_floor(quick: bool = False) -> dict:
     """Time an empty kernel eagerly, inside a CUDA graph and, where the device has them,
     inside a graph with programmatic edges (:mod:`tensorconv.graph`): the per-kernel floor."""
-    from tensorconv import graph
-
     kernel = cuda.get_kernel("launch_floor.cu", "empty_kernel")
 
     def launch():
@@ -339,7 +336,7 @@ def launch_floor(quick: bool = False) -> dict:
     reps = 50 if quick else 200
     out = {"eager": time_events(launch, repeat=reps),
            "graph": time_graph(launch, repeat=reps // 5, calls_per_graph=100)}
-    if graph.supported():
+    if captured_graph.supported():
         out["graph_programmatic"] = time_graph(launch, repeat=reps // 5, calls_per_graph=100,
                                                programmatic=True)
     return out
@@ -352,8 +349,6 @@ def sync_floor(quick: bool = False, steps: int = 32) -> dict:
     (where the device has them), ``"grid_barrier"`` as grid-wide barriers inside one
     persistent kernel.  Each chain's result is checked first (a broken barrier, or a
     launch that read before the one ahead of it had written, raises)."""
-    from tensorconv import graph
-
     cp = backend.require_cuda("sync_floor")
     if steps < 2 or steps % 2:
         raise ValueError(f"steps must be even and >= 2, got {steps}")
@@ -370,14 +365,15 @@ def sync_floor(quick: bool = False, steps: int = 32) -> dict:
         barrier((nb,), (32,), (buf, count, count[1:], np.int32(steps)))
 
     cases = [("graph_launch", chain, False), ("grid_barrier", persistent, False)]
-    if graph.supported():
+    if captured_graph.supported():
         cases.insert(1, ("programmatic_launch", chain, True))
     out = {}
     stream = cp.cuda.Stream(non_blocking=True)
     for name, run, programmatic in cases:
         with stream:
             buf.fill(0)
-            graph.CapturedGraph(stream, run, programmatic=programmatic).launch(stream)
+            captured_graph.CapturedGraph(stream, run,
+                                         programmatic=programmatic).launch(stream)
             stream.synchronize()
         if not bool((buf[:nb] == steps).all()) or int(count[0]) != 0:
             raise RuntimeError(f"sync_floor: the {name} chain computed a wrong result")

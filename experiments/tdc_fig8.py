@@ -40,7 +40,8 @@ DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.  Each Tucker layer is
 timed as one fused launch and as three (1x1, core, 1x1), and the faster is kept.
 The Tucker models take uniform ranks, except ``resnet18-hw``: ResNet-18 with TDC's
 own hardware-aware ranks (Algorithm 1, theta = 15 %, its performance table T
-measured in the run with our kernels and checkpointed beside the CSV), the kind of
+measured in the run with our kernels and checkpointed beside the CSV; ``--reuse-table``
+takes the ranks from a checkpointed T of earlier kernel sources, as its row's note says), the kind of
 model the paper's figure 8 times, at the paper's budget for it: 65 % of the 3x3
 block convolutions' MACs (Algorithm 1 cuts more than asked: the fastest entries of
 T are the smallest ranks).  T's Tucker entries are timed as a run of Tucker layers
@@ -85,31 +86,42 @@ PAPER = {"resnet18": (3.27, 2.21), "resnet50": (2.07, 1.26), "vgg16": (2.37, 1.4
          "densenet121": (2.14, 1.41), "densenet201": (1.70, 1.42), "resnet18-hw": (3.27, 2.21)}
 
 
-def tucker_ranks(name: str, model, shape, table_path) -> tuple[dict, str]:
-    """The Tucker ranks network ``name`` is timed with, and how they were chosen."""
+def tucker_ranks(name: str, model, shape, table_path, reuse_table: bool = False
+                 ) -> tuple[dict, str]:
+    """The Tucker ranks network ``name`` is timed with, and how they were chosen
+    (``reuse_table``: T from ``table_path`` even if measured with other kernels)."""
+    import json
+
+    from tensorconv.tuning import cache
+
     reduction = MODELS[name][2]
     if name not in HARDWARE_AWARE:
         return uniform_ranks(model, reduction, shape), "uniform ranks for the paper's budget"
     budget, theta, chained = HARDWARE_AWARE[name]
     specs = layer_specs(model, shape)
-    table, dense = performance_tables(specs, checkpoint=table_path, chained=chained)
+    table, dense = performance_tables(specs, checkpoint=table_path, chained=chained,
+                                      other_kernels=reuse_table)
     plan = select_ranks(specs, budget, table, dense, theta=theta)
+    kernels = json.loads(table_path.read_text())["taken_with"]["kernels"]
+    reused = ("" if kernels == cache.kernels_version() else
+              f"; T reused from a table measured with kernel sources {kernels}, not these")
     return plan.ranks, (f"hardware-aware ranks (Algorithm 1, B {budget:.0%} of the 3x3 MACs, "
                         f"theta {theta:.0%}{', T chained' if chained else ''}: "
                         f"{100 * plan.reduction:.1f} % of them cut, "
-                        f"{len(plan.dense)} layers kept dense)")
+                        f"{len(plan.dense)} layers kept dense{reused})")
 
 
-def measure(rs: ResultSet, name: str, quick: bool, table_path) -> None:
+def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool = False
+            ) -> None:
     """Time one network every way; add its rows (``table_path``: the checkpoint of a
-    hardware-aware model's performance table)."""
+    hardware-aware model's performance table; ``reuse_table``: see :func:`tucker_ranks`)."""
     cp = backend.require_cuda(NAME)
     zoo, shape, reduction = MODELS[name]
     case = f"{name}/b1"
     x = cp.asarray(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
     original = get_model(zoo)
     tucker = get_model(zoo)
-    ranks, chosen = tucker_ranks(name, tucker, shape, table_path)
+    ranks, chosen = tucker_ranks(name, tucker, shape, table_path, reuse_table)
     tuckerize(tucker, ranks, decompose=False)
     macs = {k: count_flops_params(m, shape)["macs"] for k, m in (("original", original),
                                                                  ("tucker", tucker))}
@@ -164,6 +176,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     p.add_argument("--resume", action="store_true",
                    help="keep the networks already in the output CSV; measure the others")
+    p.add_argument("--reuse-table", action="store_true",
+                   help="choose hardware-aware ranks from the checkpointed T even if it was "
+                        "measured with other kernel sources (said in the results)")
     args = p.parse_args(argv)
     backend.require_cuda(NAME)
     from tqdm import tqdm
@@ -178,7 +193,8 @@ def main(argv=None) -> int:
     done = {r["case"].split("/")[0] for r in rs.rows}
     for name in tqdm(["resnet18"] if args.quick else args.models, desc=NAME):
         if name not in done:
-            measure(rs, name, args.quick, paths["csv"].parent / f"{NAME}_table.json")
+            measure(rs, name, args.quick, paths["csv"].parent / f"{NAME}_table.json",
+                    args.reuse_table)
             rs.write_csv(paths["csv"])  # the checkpoint --resume continues from
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC figure 8: end-to-end batch-1 latency, original vs Tucker",

@@ -130,3 +130,32 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
     ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True)
     assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2])
     assert "next first 1x1" in json.loads(path.read_text())["taken_with"]["chained"]
+
+
+def test_performance_tables_reuse_a_table_of_other_kernels_whole(tmp_path, monkeypatch):
+    """other_kernels takes a complete checkpoint measured with other kernel sources as it
+    is, and refuses one that lacks entries or was taken another way."""
+    from tensorconv.tuning import cache
+
+    calls = []
+
+    def fake_latency(spec, r=None, *, repeat, chained=False):
+        calls.append((spec.c, r))
+        return 1000.0 if r is None else float(spec.tucker_macs(*r) // 100_000)
+
+    monkeypatch.setattr(ranks, "layer_latency", fake_latency)
+    path = tmp_path / "t.json"
+    with pytest.raises(ValueError, match="needs a checkpoint"):
+        ranks.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
+    thin, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+    measured = len(calls)
+    monkeypatch.setattr(cache, "kernels_version", lambda: "edited")
+    again, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, other_kernels=True)
+    assert again == thin and len(calls) == measured
+    assert json.loads(path.read_text())["taken_with"]["kernels"] != "edited"
+    with pytest.raises(ValueError, match="lacks"):
+        ranks.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
+    with pytest.raises(ValueError, match="another kernel version"):
+        ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True,
+                                 other_kernels=True)
+    assert len(calls) == measured

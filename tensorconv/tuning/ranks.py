@@ -246,7 +246,8 @@ def _shape_key(spec: LayerSpec) -> str:
 
 
 def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20,
-                       checkpoint=None, chained: bool = False) -> tuple[dict, dict]:
+                       checkpoint=None, chained: bool = False,
+                       other_kernels: bool = False) -> tuple[dict, dict]:
     """Algorithm 1's input for a model: every layer's table T and dense latency.
 
     Parameters
@@ -266,6 +267,11 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     chained : bool
         Tucker entries without a first 1x1 the engine chains into the launch before
         (:func:`layer_latency`).
+    other_kernels : bool
+        Use a checkpoint measured on this device with other kernel sources as it is,
+        for runs that re-time a model whose ranks an earlier table chose (its
+        ``taken_with`` names those kernels).  It must hold every entry asked for:
+        entries of two kernel versions are never mixed in one table.
 
     Returns
     -------
@@ -288,7 +294,14 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     if chained:
         taken_with["chained"] = "core, last 1x1, next first 1x1"
     saved = json.loads(path.read_text()) if path is not None and path.exists() else None
+    if other_kernels:
+        if saved is None:
+            raise ValueError(f"other_kernels needs a checkpoint to reuse; {path} has none")
+        taken_with["kernels"] = saved.get("taken_with", {}).get("kernels")
     if saved is not None and saved.get("taken_with") != taken_with:
+        if other_kernels:
+            raise ValueError(f"{path} was measured with {saved.get('taken_with')}, not "
+                             f"{taken_with}: other_kernels reuses only another kernel version")
         log.warning("%s was measured with %s, not %s: measuring the table again", path,
                     saved.get("taken_with"), taken_with)
         saved = None
@@ -302,6 +315,9 @@ def performance_tables(specs, step: int = 32, *, thin: int = 1, repeat: int = 20
     todo = [(k, r) for k, rs in wanted.items()
             for r in ([None] if k not in saved["dense"] else []) + rs
             if r is None or r not in saved["table"].get(k, {})]
+    if other_kernels and todo:
+        raise ValueError(f"{path} lacks {len(todo)} of the entries asked for; with other_kernels "
+                         f"it must hold them all (measured with kernels {taken_with['kernels']})")
     for key, r in tqdm(todo, desc="performance table", disable=not todo):
         spec = shapes[key]
         if r is None:

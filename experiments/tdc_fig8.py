@@ -25,7 +25,11 @@ batch 1, every variant timed by CUDA-graph replay in one run:
   own launch, a Tucker core runs with the 1x1s after it where their weights fit
   one block (``ops.tucker_tail``), pooling is one kernel, and so is the
   classifier head where faster, and an ImageNet stem's conv, BN, ReLU and max pool
-  (``ops.conv2d_maxpool``, on the tensor cores) where faster.
+  (``ops.conv2d_maxpool``, on the tensor cores) where faster.  Its tensor-core
+  products are fp32-accurate (3xTF32);
+* ``ours-original-tf32`` / ``ours-tucker-tf32`` (with ``--tf32``) — the same engines
+  with one tf32 pass per product (``tensorconv.precision``), the arithmetic of
+  cuDNN's ``-tf32`` rows, tuned for it: the like-for-like comparison with those.
 
 Latency does not depend on the weights' values, so the Tucker factors are
 random (no decomposition needed).  ResNet-50 runs at the paper's 40 % operating
@@ -111,10 +115,11 @@ def tucker_ranks(name: str, model, shape, table_path, reuse_table: bool = False
                         f"{len(plan.dense)} layers kept dense{reused})")
 
 
-def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool = False
-            ) -> None:
+def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool = False,
+            tf32: bool = False) -> None:
     """Time one network every way; add its rows (``table_path``: the checkpoint of a
-    hardware-aware model's performance table; ``reuse_table``: see :func:`tucker_ranks`)."""
+    hardware-aware model's performance table; ``reuse_table``: see :func:`tucker_ranks`;
+    ``tf32``: our engines also with tf32 products, ``-tf32`` rows)."""
     cp = backend.require_cuda(NAME)
     zoo, shape, reduction = MODELS[name]
     case = f"{name}/b1"
@@ -132,10 +137,14 @@ def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool
     times = {}
     for label, model in (("original", original), ("tucker", tucker)):
         model.to("gpu").eval()
-        engine = InferenceEngine(model, shape, tune=True)
-        out = engine(x)
-        times[f"ours-{label}"] = engine.time(**reps).median_us
-        rs.add(case, f"ours-{label}", "launches", engine.launches, "count")
+        outs = {}
+        for precision in ("fp32", "tf32") if tf32 else ("fp32",):
+            variant = f"ours-{label}{'-tf32' if precision == 'tf32' else ''}"
+            engine = InferenceEngine(model, shape, tune=True, precision=precision)
+            outs[variant] = engine(x)
+            times[variant] = engine.time(**reps).median_us
+            rs.add(case, variant, "launches", engine.launches, "count")
+            del engine
         if not bench.torch_cudnn_available():
             continue
         import torch
@@ -144,18 +153,22 @@ def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool
         torch.backends.cuda.matmul.allow_tf32 = False
         net = to_torch(model).cuda()
         xt = torch.from_dlpack(x)
-        for tf32 in (False, True):
-            torch.backends.cudnn.allow_tf32 = tf32
+        for cudnn_tf32 in (False, True):
+            torch.backends.cudnn.allow_tf32 = cudnn_tf32
+            variant = f"cudnn-{label}{'-tf32' if cudnn_tf32 else ''}"
             with torch.no_grad():
-                if not tf32:
-                    ref = net(xt)
-                    # float64: the random-factor DenseNet-201 Tucker model reaches ~1e31,
-                    # whose squares overflow a float32 norm (a NaN error before this)
-                    ref64, ours64 = ref.double(), torch.from_dlpack(out).double()
-                    err = float(torch.linalg.norm(ref64 - ours64) / torch.linalg.norm(ref64))
-                    rs.add(case, f"ours-{label}", "rel_err_vs_pytorch", err, "1")
+                if not cudnn_tf32:
+                    ref64 = net(xt).double()
+                else:
+                    outs[variant] = net(xt)
                 t = bench.time_graph(lambda: net(xt), framework="torch", calls_per_graph=1, **reps)
-            times[f"cudnn-{label}{'-tf32' if tf32 else ''}"] = t.median_us
+            times[variant] = t.median_us
+        # float64: the random-factor DenseNet-201 Tucker model reaches ~1e31, whose
+        # squares overflow a float32 norm (a NaN error before this)
+        for variant, out in outs.items():
+            err = torch.linalg.norm(ref64 - torch.from_dlpack(out).double())
+            rs.add(case, variant, "rel_err_vs_pytorch", float(err / torch.linalg.norm(ref64)), "1",
+                   note="against PyTorch fp32 (TF32 off)")
     for v, us in times.items():
         rs.add(case, v, "latency_us", us, "us", note="CUDA-graph replay median")
     if "cudnn-original" in times:
@@ -163,7 +176,13 @@ def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool
         for base in ("cudnn-original", "cudnn-tucker", "cudnn-original-tf32", "cudnn-tucker-tf32"):
             rs.add(case, f"ours-tucker/{base}", "speedup", times[base] / times["ours-tucker"], "x",
                    paper_value=paper.get(base))
-    rs.add(case, "ours-tucker/ours-original", "speedup", times["ours-original"] / times["ours-tucker"], "x")
+        if "ours-tucker-tf32" in times:  # like for like: tf32 products on both sides
+            for base in ("cudnn-original-tf32", "cudnn-tucker-tf32"):
+                rs.add(case, f"ours-tucker-tf32/{base}", "speedup",
+                       times[base] / times["ours-tucker-tf32"], "x")
+    for sfx in ("", "-tf32") if tf32 else ("",):
+        rs.add(case, f"ours-tucker{sfx}/ours-original{sfx}", "speedup",
+               times[f"ours-original{sfx}"] / times[f"ours-tucker{sfx}"], "x")
 
 
 def measured_at(row: dict) -> str:
@@ -176,6 +195,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(MODELS))
     p.add_argument("--resume", action="store_true",
                    help="keep the networks already in the output CSV; measure the others")
+    p.add_argument("--tf32", action="store_true",
+                   help="also time our engines with tf32 products (tensorconv.precision), "
+                        "beside cuDNN's TF32 rows")
     p.add_argument("--reuse-table", action="store_true",
                    help="choose hardware-aware ranks from the checkpointed T even if it was "
                         "measured with other kernel sources (said in the results)")
@@ -194,7 +216,7 @@ def main(argv=None) -> int:
     for name in tqdm(["resnet18"] if args.quick else args.models, desc=NAME):
         if name not in done:
             measure(rs, name, args.quick, paths["csv"].parent / f"{NAME}_table.json",
-                    args.reuse_table)
+                    args.reuse_table, args.tf32)
             rs.write_csv(paths["csv"])  # the checkpoint --resume continues from
     rows = read_csv(paths["csv"])
     write_markdown(paths["md"], "TDC figure 8: end-to-end batch-1 latency, original vs Tucker",

@@ -10,9 +10,10 @@
 // outputs its pooling windows read (zero-filled outside the image: the conv's padding)
 // and its slice of the weights in one round of cp.async, splits the patch once into
 // tf32 parts (tc_mma.cuh), and computes those conv outputs as an implicit GEMM on the
-// tensor cores at fp32 accuracy (3xTF32): rows = output channels (weights in mma
-// fragment order, split into tf32 parts by the op), columns = conv pixels, k = (c, r,
-// s) read from the patch through two offset tables, so no im2col matrix is built.
+// tensor cores at fp32 accuracy (3xTF32; one tf32 pass when compiled for it): rows =
+// output channels (weights in mma fragment order, split into tf32 parts by the op),
+// columns = conv pixels, k = (c, r, s) read from the patch through two offset tables,
+// so no im2col matrix is built.
 // Every operand comes ready in one load: the weights split by the op, the patch's two
 // parts side by side.  Neighbouring blocks recompute the conv outputs their windows
 // share instead of exchanging them.
@@ -90,7 +91,10 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     for (int i = tid; i < C * PLANE; i += CONV_POOL_THREADS) {
         float v = pt[i].x, rest;
         tf32x3::split(v, rest);
-        pt[i] = make_float2(v, rest);
+        if constexpr (tf32x3::EXACT)
+            pt[i] = make_float2(v, rest);
+        else
+            pt[i].x = v;
     }
     __syncthreads();
 
@@ -124,8 +128,10 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
             const float2 v0 = row0[col[j]], v1 = row1[col[j]];
             const unsigned b0 = __float_as_uint(v0.x), b1 = __float_as_uint(v1.x);
             tf32x3::mma(hi[j], ab, b0, b1);
-            tf32x3::mma(mid[j], as, b0, b1);
-            tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
+            if constexpr (tf32x3::EXACT) {
+                tf32x3::mma(mid[j], as, b0, b1);
+                tf32x3::mma(lo[j], ab, __float_as_uint(v0.y), __float_as_uint(v1.y));
+            }
         }
     }
     __syncthreads();  // the patch is dead: outs reuses its memory

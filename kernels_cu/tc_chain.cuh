@@ -78,7 +78,8 @@ __device__ __forceinline__ void block_product(const float* __restrict__ wt, int 
 // rows are padded by 8 floats, which spreads them over all 32 banks.
 __host__ __device__ constexpr int mma_stride(int P) { return P % 16 == 0 ? P + 8 : P; }
 
-// block_product on the tensor cores at fp32 accuracy (3xTF32, tc_mma.cuh), for P a
+// block_product on the tensor cores at fp32 accuracy (3xTF32, tc_mma.cuh; one pass
+// and no remainders read when compiled for tf32), for P a
 // multiple of 8.  wf holds W (O x K, out[o][p] = sum_k W[o][k] in[k][p]) in mma
 // fragment order, (O/16, K/8, 32 lanes, 4): lane (g, t) of tile (o, k) holds
 // W[o+g][k+t], W[o+g+8][k+t], W[o+g][k+t+4], W[o+g+8][k+t+4]; O a multiple of 16,
@@ -128,8 +129,10 @@ __device__ __forceinline__ void mma_product(const float* __restrict__ wf, int O,
                 const unsigned b1 = __float_as_uint(big[row + 4 * PS + n * 8]);
                 const unsigned l0 = __float_as_uint(small[row + n * 8]);
                 const unsigned l1 = __float_as_uint(small[row + 4 * PS + n * 8]);
-                tf32x3::mma(acc[2][n], as, b0, b1);
-                tf32x3::mma(acc[1][n], ab, l0, l1);
+                if constexpr (tf32x3::EXACT) {
+                    tf32x3::mma(acc[2][n], as, b0, b1);
+                    tf32x3::mma(acc[1][n], ab, l0, l1);
+                }
                 tf32x3::mma(acc[0][n], ab, b0, b1);
             }
         }
@@ -163,7 +166,8 @@ __device__ __forceinline__ void mma_product(const float* __restrict__ wf, int O,
 }
 
 // Split rows x P floats at stride PS in place into their tf32 parts (big) and the
-// remainders (small, at the same offsets from `small`); every thread calls it.
+// remainders (small, at the same offsets from `small`; not written when compiled for
+// one tf32 pass); every thread calls it.
 template <int P>
 __device__ __forceinline__ void split_rows(float* big, float* small, int rows) {
     constexpr int PS = mma_stride(P);
@@ -175,7 +179,7 @@ __device__ __forceinline__ void split_rows(float* big, float* small, int rows) {
         tf32x3::split(v.z, l.z);
         tf32x3::split(v.w, l.w);
         *reinterpret_cast<float4*>(big + at) = v;
-        *reinterpret_cast<float4*>(small + at) = l;
+        if constexpr (tf32x3::EXACT) *reinterpret_cast<float4*>(small + at) = l;
     }
 }
 
@@ -237,7 +241,12 @@ __device__ __forceinline__ void chain_1x1(float* xs, int C, const float* as, flo
                 out = tc::conv_epilogue(vals[i], ch.a_bias, m, ch.residual, idx, ch.relu1);
                 y[idx] = out;
             }
-            if constexpr (MMA) tf32x3::split(out, ys_small[o * PS + p + i]);
+            if constexpr (MMA && tf32x3::EXACT) {
+                tf32x3::split(out, ys_small[o * PS + p + i]);
+            } else if constexpr (MMA) {
+                float rest;  // 0: one tf32 pass keeps no remainders
+                tf32x3::split(out, rest);
+            }
             ys[o * PS + p + i] = out;
         }
     });

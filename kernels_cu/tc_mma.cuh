@@ -3,15 +3,35 @@
 // products big*big + big*small + small*big are accumulated in fp32.  The discarded
 // small*small term is ~2^-22 of the product, so results match fp32 (<= 1e-5
 // relative), not tf32 (~3e-4).  Used by the tf32x3 core kernel and the chained 1x1s.
+//
+// Compiled with -DTC_MMA_PASSES=1 (tensorconv.precision "tf32") the same kernels take
+// one pass instead: operands rounded to the nearest tf32 and big*big alone, the
+// accuracy of cuDNN's TF32 mode, for a third of the mma's and no remainders to make,
+// store or load.  Kernels skip the remainders' work under `if constexpr (EXACT)`.
 #pragma once
 
+#ifndef TC_MMA_PASSES
+#define TC_MMA_PASSES 3
+#endif
+static_assert(TC_MMA_PASSES == 1 || TC_MMA_PASSES == 3, "TC_MMA_PASSES is 3 (fp32) or 1 (tf32)");
+
 namespace tf32x3 {
+constexpr bool EXACT = TC_MMA_PASSES == 3;  // false: one tf32 pass, no remainders
+
 // In place: v -> its leading 11 significant bits (a tf32 value); small <- the
-// rest (0 for inf and NaN, which the big part carries).
+// rest (0 for inf and NaN, which the big part carries).  One pass: v rounded to the
+// nearest tf32 (ties away from zero, as tensorconv.ops.tucker_tf32x3.round_tf32), small 0.
 __device__ __forceinline__ void split(float& v, float& small) {
-    const float big = __uint_as_float(__float_as_uint(v) & 0xFFFFE000u);
-    small = isfinite(v) ? v - big : 0.f;
-    v = big;
+    if constexpr (EXACT) {
+        const float big = __uint_as_float(__float_as_uint(v) & 0xFFFFE000u);
+        small = isfinite(v) ? v - big : 0.f;
+        v = big;
+    } else {
+        unsigned r;
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+        v = __uint_as_float(r);
+        small = 0.f;
+    }
 }
 // d += a * b on one m16n8k8 tile (a: 4 tf32 of the 16 x 8 A tile, b: 2 of the 8 x 8 B tile).
 // Not volatile: a pure function of its operands, which the compiler may schedule freely.

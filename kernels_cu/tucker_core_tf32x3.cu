@@ -5,7 +5,8 @@
 // pixel tile (TH * TW = WARPS_M * WM * 16) and WARPS_N * WN * 8 channels; each
 // warp computes WM x WN mma.sync.m16n8k8 tiles.  Every fp32 operand is split
 // into a tf32 "big" part and its remainder and three products are accumulated
-// (tc_mma.cuh), so the result matches fp32 (<= 1e-5 relative), not tf32 (~3e-4).
+// (tc_mma.cuh), so the result matches fp32 (<= 1e-5 relative), not tf32 (~3e-4);
+// compiled for one tf32 pass (tensorconv.precision) it takes big * big alone.
 // Weights arrive split and in fragment order (tensorconv/ops/tucker_tf32x3.py
 // packs them).  Inputs are split once per staged element, in shared memory:
 // splitting at every fragment load cost more instructions than the mma's
@@ -151,7 +152,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
             tf32x3::split(v.z, lo.z);
             tf32x3::split(v.w, lo.w);
             *reinterpret_cast<float4*>(in + i) = v;
-            *reinterpret_cast<float4*>(in + cube_words + i) = lo;
+            if constexpr (tf32x3::EXACT) *reinterpret_cast<float4*>(in + cube_words + i) = lo;
         }
         __syncthreads();
         const float4* ws = reinterpret_cast<const float4*>(in + in_stage);
@@ -185,16 +186,18 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
                             asml[i][e] = __float_as_uint(tap[cube_words + off[e]]);
                         }
                     }
+                    if constexpr (tf32x3::EXACT) {
 #pragma unroll
-                    for (int i = 0; i < WM; ++i)
+                        for (int i = 0; i < WM; ++i)
 #pragma unroll
-                        for (int j = 0; j < WN; ++j)
-                            tf32x3::mma(acc[2 % SETS][i][j], asml[i], bbig[j][0], bbig[j][1]);
+                            for (int j = 0; j < WN; ++j)
+                                tf32x3::mma(acc[2 % SETS][i][j], asml[i], bbig[j][0], bbig[j][1]);
 #pragma unroll
-                    for (int i = 0; i < WM; ++i)
+                        for (int i = 0; i < WM; ++i)
 #pragma unroll
-                        for (int j = 0; j < WN; ++j)
-                            tf32x3::mma(acc[1 % SETS][i][j], abig[i], bsml[j][0], bsml[j][1]);
+                            for (int j = 0; j < WN; ++j)
+                                tf32x3::mma(acc[1 % SETS][i][j], abig[i], bsml[j][0], bsml[j][1]);
+                    }
 #pragma unroll
                     for (int i = 0; i < WM; ++i)
 #pragma unroll

@@ -1,5 +1,5 @@
 // 3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3) on the tensor cores
-// at fp32 accuracy (3xTF32), NCHW, one launch:
+// at fp32 accuracy (3xTF32; one tf32 pass when compiled for it, tc_mma.cuh), NCHW, one launch:
 //     Y = A^T [ (G g G^T) . (B^T d B) ] A     per 2x2 output tile, summed over input channels
 // The element-wise product summed over channels is 16 independent GEMMs (one per point xi
 // of the 4x4 transformed tile): tiles x output channels over input channels, 2.25x fewer
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(WINO_THREADS, 1) winograd_f2x2_3x3_tf32x3(
                 float lo;
                 tf32x3::split(v[j], lo);
                 at[(4 * i + j) * CK * TPAD] = v[j];
-                at[PART + (4 * i + j) * CK * TPAD] = lo;
+                if constexpr (tf32x3::EXACT) at[PART + (4 * i + j) * CK * TPAD] = lo;
             }
         }
     };
@@ -163,16 +163,18 @@ __global__ void __launch_bounds__(WINO_THREADS, 1) winograd_f2x2_3x3_tf32x3(
                     bsml[j][0] = __float_as_uint(s0);
                     bsml[j][1] = __float_as_uint(s1);
                 }
+                if constexpr (tf32x3::EXACT) {
 #pragma unroll
-                for (int i = 0; i < WM; ++i)
+                    for (int i = 0; i < WM; ++i)
 #pragma unroll
-                    for (int j = 0; j < WN; ++j)
-                        tf32x3::mma(acc[2 % SETS][q][i][j], asml[i], bbig[j][0], bbig[j][1]);
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[2 % SETS][q][i][j], asml[i], bbig[j][0], bbig[j][1]);
 #pragma unroll
-                for (int i = 0; i < WM; ++i)
+                    for (int i = 0; i < WM; ++i)
 #pragma unroll
-                    for (int j = 0; j < WN; ++j)
-                        tf32x3::mma(acc[1 % SETS][q][i][j], abig[i], bsml[j][0], bsml[j][1]);
+                        for (int j = 0; j < WN; ++j)
+                            tf32x3::mma(acc[1 % SETS][q][i][j], abig[i], bsml[j][0], bsml[j][1]);
+                }
 #pragma unroll
                 for (int i = 0; i < WM; ++i)
 #pragma unroll

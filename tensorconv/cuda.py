@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from tensorconv import backend
+from tensorconv import backend, precision
 
 _REPO_KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels_cu"
 
@@ -80,6 +80,25 @@ def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) ->
     for key, value in sorted((defines or {}).items()):
         opts.append(f"-D{key}" if value is None else f"-D{key}={value}")
     return tuple(opts) + tuple(extra)
+
+
+@functools.lru_cache(maxsize=None)
+def _includes(directory: str, file: str) -> frozenset:
+    """The local headers ``file`` includes, directly or through other headers."""
+    seen, todo = set(), [file]
+    while todo:
+        text = (Path(directory) / todo.pop()).read_text()
+        for header in re.findall(r'^#include "([^"]+)"', text, re.MULTILINE):
+            if header not in seen:
+                seen.add(header)
+                todo.append(header)
+    return frozenset(seen)
+
+
+def uses_tensor_cores(file: str) -> bool:
+    """Whether ``kernels_cu/<file>`` is built on ``tc_mma.cuh``, so that
+    :mod:`tensorconv.precision` changes what it computes."""
+    return "tc_mma.cuh" in _includes(str(kernel_dir()), file)
 
 
 _WAITING_FUNCTIONS: set[int] = set()  # CUfunction handles of kernels that wait (below)
@@ -144,6 +163,8 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
         ``"conv2d_direct_fwd<8, 3, 3>"``.
     defines : dict, optional
         Compile-time constants passed as ``-DKEY=VALUE`` (``None`` value: ``-DKEY``).
+        A file built on ``tc_mma.cuh`` also gets those of the current
+        :mod:`tensorconv.precision`.
     backend_name : {"nvrtc", "nvcc"}
         CuPy's compiler backend.
 
@@ -153,6 +174,8 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
         Call it as ``kernel(grid, block, args, shared_mem=...)``.
     """
     cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
+    if uses_tensor_cores(file):
+        defines = {**precision.mma_defines(), **(defines or {})}
     return _load(str(kernel_dir()), file, name_expression, tuple(sorted((defines or {}).items())),
                  backend_name, cupy.cuda.runtime.getDevice())
 

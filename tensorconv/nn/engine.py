@@ -36,6 +36,7 @@ import numpy as np
 
 from tensorconv import backend, ops
 from tensorconv import graph as captured_graph
+from tensorconv import precision as mma_precision
 from tensorconv.autograd.functions.pooling import pool_args, pooled_size
 from tensorconv.checks import check_conv_args, conv_geometry
 from tensorconv.nn import layers as L
@@ -47,11 +48,16 @@ from tensorconv.nn.models.vgg import VGG
 
 
 class Plan:
-    """Buffers allocated once and the launches (zero-argument callables) that fill them."""
+    """Buffers allocated once and the launches (zero-argument callables) that fill them.
 
-    def __init__(self, xp, tune: bool = False):
+    A launch fetches its kernels when called, so it runs at the :mod:`tensorconv.precision`
+    current then; :meth:`run` and the engine run the steps at the plan's ``precision``.
+    """
+
+    def __init__(self, xp, tune: bool = False, precision: str | None = None):
         self.xp = xp
         self.tune = tune    # planners may time tile candidates (tune cache) instead of guessing
+        self.precision = mma_precision.check(precision or mma_precision.current())
         self.steps = []
         self.buffers = []   # keeps every array a launch touches alive for the graph's lifetime
 
@@ -76,8 +82,9 @@ class Plan:
         self.steps.append(launch)
 
     def run(self) -> None:
-        for launch in self.steps:
-            launch()
+        with mma_precision.using(self.precision):
+            for launch in self.steps:
+                launch()
 
 
 PLANNERS: dict = {}
@@ -726,6 +733,10 @@ class InferenceEngine:
     programmatic : bool, optional
         Let each kernel of the graph launch while the one before it drains
         (:mod:`tensorconv.graph`); default: where the device supports it (sm_90).
+    precision : {"fp32", "tf32"}, optional
+        Of the tensor-core kernels' products (:mod:`tensorconv.precision`): planning,
+        tuning (the tune cache keeps each precision's choices apart) and the graph all
+        use it; default: the current one, "fp32" unless set.
 
     Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
     the engine's own output buffer (overwritten by the next call) unless
@@ -733,7 +744,7 @@ class InferenceEngine:
     """
 
     def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False,
-                 programmatic: bool | None = None):
+                 programmatic: bool | None = None, precision: str | None = None):
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
@@ -741,9 +752,10 @@ class InferenceEngine:
             raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W), "
                              f"got {tuple(input_shape)}")
         self.input_shape = tuple(int(s) for s in input_shape)
-        self.plan = Plan(cp, tune=tune)
+        self.plan = Plan(cp, tune=tune, precision=precision)
+        self.precision = self.plan.precision
         self.stream = cp.cuda.Stream(non_blocking=True)
-        with self.stream:
+        with self.stream, mma_precision.using(self.precision):
             self.input = self.plan.alloc(self.input_shape)
             self.input[...] = 0
             self.output = plan_module(model, self.plan, self.input)

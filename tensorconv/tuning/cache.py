@@ -15,7 +15,7 @@ import logging
 import os
 from pathlib import Path
 
-from tensorconv import backend, cuda
+from tensorconv import backend, cuda, precision
 from tensorconv.results import atomic_write
 
 log = logging.getLogger(__name__)
@@ -36,20 +36,30 @@ def memo() -> dict:
     return _MEMOS.setdefault(cache_path(), {})
 
 
+def _precision_tag(h) -> None:
+    """Adds a precision other than fp32 to hash ``h`` (fp32 keys are the plain sources')."""
+    if precision.current() != precision.DEFAULT:
+        h.update(b"\0precision " + precision.current().encode())
+
+
 def kernel_version(file: str) -> str:
-    """A short hash of a kernel source (and the shared header): edits invalidate entries."""
+    """A short hash of a kernel source (and the shared header): edits invalidate entries.
+    A ``tc_mma.cuh`` kernel's hash includes the current :mod:`tensorconv.precision`."""
     h = hashlib.sha256((cuda.kernel_dir() / file).read_bytes())
     for header in sorted(cuda.kernel_dir().glob("*.cuh")):
         h.update(header.read_bytes())
+    if cuda.uses_tensor_cores(file):
+        _precision_tag(h)
     return h.hexdigest()[:12]
 
 
 def kernels_version() -> str:
-    """A short hash of every kernel source and header: what a measurement that may run
-    any of them (a whole engine) was taken with."""
+    """A short hash of every kernel source and header, and the current precision: what a
+    measurement that may run any of them (a whole engine) was taken with."""
     h = hashlib.sha256()
     for f in sorted(cuda.kernel_dir().glob("*.cu*")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())
+    _precision_tag(h)
     return h.hexdigest()[:12]
 
 
@@ -85,7 +95,11 @@ def device_name() -> str:
 
 
 def make_key(kind: str, file: str, problem) -> str:
-    return f"{kind}|{device_name()}|{kernel_version(file)}|{problem}"
+    """The key of a decision about ``file``'s kernel on ``problem``.  Outside fp32 it names
+    the precision: a verdict between a tensor-core path and another, or a tile timed
+    beside one, may differ there even where ``file`` itself has no tensor-core code."""
+    tag = "" if precision.current() == precision.DEFAULT else f"|{precision.current()}"
+    return f"{kind}|{device_name()}{tag}|{kernel_version(file)}|{problem}"
 
 
 def lookup(key: str):

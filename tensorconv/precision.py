@@ -1,0 +1,59 @@
+"""The precision of the tensor-core kernels' products.
+
+``"fp32"`` (the default): every product is split into three tf32 products
+(3xTF32, ``kernels_cu/tc_mma.cuh``), so results match fp32 (<= 1e-5 relative).
+``"tf32"``: one tf32 product, operands rounded to the nearest tf32, the accuracy of
+cuDNN's TF32 mode (PyTorch's default for convolutions, ~1e-3 relative): a third of
+the tensor-core work and no remainders to make or move.
+
+The setting is a context (like ``decimal.localcontext``), read whenever a kernel is
+fetched: ::
+
+    with tensorconv.precision.using("tf32"):
+        y = ops.core_conv2d(x, w, padding=1, variant="tf32x3")
+
+Only kernels built on ``tc_mma.cuh`` change (:func:`tensorconv.cuda.uses_tensor_cores`):
+the tf32x3 core, Winograd, fused stem and tensor-core pointwise-pair kernels.  The
+others, and every NumPy path, compute in fp32 whatever the setting.  The tune cache
+keys those kernels by precision (:func:`tensorconv.tuning.cache.kernel_version`), so
+tiles and verdicts are tuned for each.  :class:`tensorconv.nn.engine.InferenceEngine`
+takes ``precision=`` and plans, tunes and captures under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+PRECISIONS = ("fp32", "tf32")
+DEFAULT = "fp32"
+
+_CURRENT = contextvars.ContextVar("tensorconv_precision", default=DEFAULT)
+
+
+def check(precision: str, name: str = "precision") -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else ``ValueError`` naming ``name``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"{name} must be one of {PRECISIONS}, got {precision!r}")
+    return precision
+
+
+def current() -> str:
+    """The precision kernels fetched now are compiled for."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def using(precision: str):
+    """Fetch tensor-core kernels for ``precision`` inside the ``with`` block."""
+    token = _CURRENT.set(check(precision))
+    try:
+        yield precision
+    finally:
+        _CURRENT.reset(token)
+
+
+def mma_defines(precision: str | None = None) -> dict:
+    """Compile-time constants a ``tc_mma.cuh`` kernel takes for ``precision`` (default:
+    :func:`current`); none for fp32, whose build is the plain source."""
+    return {"TC_MMA_PASSES": 1} if (precision or current()) == "tf32" else {}

@@ -73,13 +73,14 @@ def test_torch_mirror_matches_our_forward(rng):
 
     from tensorconv.nn.tucker import tuckerize, uniform_ranks
 
-    for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", "tucker"),
-                      ("densenet121", None), ("vgg16", None), ("resnet50", "tucker")):
+    # a bottleneck ResNet-50 reaches at most ~45 % fewer MACs through its 3x3 convolutions
+    for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", 0.5),
+                      ("densenet121", None), ("vgg16", None), ("resnet50", 0.4)):
         model = get_model(name, in_channels=1)
         if fmt == "cp":
             cpize(model, 3)
-        elif fmt == "tucker":
-            tuckerize(model, uniform_ranks(model, 0.5, (1, 1, 32, 32)), decompose=False)
+        elif fmt is not None:
+            tuckerize(model, uniform_ranks(model, fmt, (1, 1, 32, 32)), decompose=False)
         model.eval()
         x = rng.standard_normal((2, 1, 32, 32)).astype(np.float32)
         with no_grad():

@@ -36,20 +36,17 @@ def memo() -> dict:
     return _MEMOS.setdefault(cache_path(), {})
 
 
-def _precision_tag(h) -> None:
-    """Adds a precision other than fp32 to hash ``h`` (fp32 keys are the plain sources')."""
-    if precision.current() != precision.DEFAULT:
-        h.update(b"\0precision " + precision.current().encode())
+def _precision_tag() -> str:
+    """``"|tf32"`` outside the default :mod:`tensorconv.precision`, else ``""``: what a
+    decision or a measurement taken there is keyed by besides the sources."""
+    return "" if precision.current() == precision.DEFAULT else f"|{precision.current()}"
 
 
 def kernel_version(file: str) -> str:
-    """A short hash of a kernel source (and the shared header): edits invalidate entries.
-    A ``tc_mma.cuh`` kernel's hash includes the current :mod:`tensorconv.precision`."""
+    """A short hash of a kernel source (and the shared header): edits invalidate entries."""
     h = hashlib.sha256((cuda.kernel_dir() / file).read_bytes())
     for header in sorted(cuda.kernel_dir().glob("*.cuh")):
         h.update(header.read_bytes())
-    if cuda.uses_tensor_cores(file):
-        _precision_tag(h)
     return h.hexdigest()[:12]
 
 
@@ -59,8 +56,7 @@ def kernels_version() -> str:
     h = hashlib.sha256()
     for f in sorted(cuda.kernel_dir().glob("*.cu*")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())
-    _precision_tag(h)
-    return h.hexdigest()[:12]
+    return h.hexdigest()[:12] + _precision_tag()
 
 
 def _signature(path: Path):
@@ -98,8 +94,7 @@ def make_key(kind: str, file: str, problem) -> str:
     """The key of a decision about ``file``'s kernel on ``problem``.  Outside fp32 it names
     the precision: a verdict between a tensor-core path and another, or a tile timed
     beside one, may differ there even where ``file`` itself has no tensor-core code."""
-    tag = "" if precision.current() == precision.DEFAULT else f"|{precision.current()}"
-    return f"{kind}|{device_name()}{tag}|{kernel_version(file)}|{problem}"
+    return f"{kind}|{device_name()}{_precision_tag()}|{kernel_version(file)}|{problem}"
 
 
 def lookup(key: str):

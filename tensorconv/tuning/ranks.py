@@ -205,7 +205,8 @@ def layer_latency(spec: LayerSpec, ranks=None, *, repeat: int = 20, chained: boo
     launch of its own: its core, its last 1x1 and the chained 1x1 after them.
 
     The launches are replayed with programmatic edges where the device has them, as
-    the engine's graph runs them (:mod:`tensorconv.graph`).
+    the engine's graph runs them (:mod:`tensorconv.graph`), at the current
+    :mod:`tensorconv.precision` (a table's checkpoint says which).
     """
     import numpy as np
 

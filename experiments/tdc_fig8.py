@@ -61,6 +61,7 @@ table (tdc_ranks at b9f7808).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -73,6 +74,7 @@ from tensorconv.nn import count_flops_params, get_model
 from tensorconv.nn.engine import InferenceEngine
 from tensorconv.nn.tucker import tuckerize, uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
+from tensorconv.tuning import cache
 from tensorconv.tuning.ranks import layer_specs, performance_tables, select_ranks
 
 NAME = "tdc_fig8"
@@ -94,10 +96,6 @@ def tucker_ranks(name: str, model, shape, table_path, reuse_table: bool = False
                  ) -> tuple[dict, str]:
     """The Tucker ranks network ``name`` is timed with, and how they were chosen
     (``reuse_table``: T from ``table_path`` even if measured with other kernels)."""
-    import json
-
-    from tensorconv.tuning import cache
-
     reduction = MODELS[name][2]
     if name not in HARDWARE_AWARE:
         return uniform_ranks(model, reduction, shape), "uniform ranks for the paper's budget"

@@ -33,7 +33,7 @@ def time_shapes(shapes, mode: str) -> dict:
     import numpy as np
     import torch
 
-    from tensorconv import bench
+    from tensorconv import bench, timing
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -44,7 +44,7 @@ def time_shapes(shapes, mode: str) -> dict:
         wt = cp.asarray(rng.standard_normal((n, c, 3, 3)).astype(np.float32))
         run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=False)
         torch.backends.cudnn.benchmark = mode == "bench"
-        out[_case((c, n, h, w))] = bench.time_graph(run, framework="torch", repeat=30).median_us
+        out[_case((c, n, h, w))] = timing.time_graph(run, framework="torch", repeat=30).median_us
     return out
 
 

@@ -7,13 +7,14 @@ import math
 
 import numpy as np
 
-from tensorconv import backend, bench, ops, reference
+from tensorconv import backend, bench, cuda, ops, reference, timing
 from tensorconv.checks import conv_geometry
-from tensorconv.ops import tucker
-from tensorconv.ops import tucker_tf32x3 as tf32x3
-from tensorconv.ops import winograd
+from tensorconv.ops import tucker_core_cluster as cluster
+from tensorconv.ops import tucker_core_tdc as tdc
+from tensorconv.ops import tucker_core_tf32x3 as tf32x3
+from tensorconv.ops import winograd_conv as winograd
 from tensorconv.results import ResultSet
-from tensorconv.tuning import cluster_model, oracle, tdc_model, tf32x3_model
+from tensorconv.tuning import oracle, tdc_model
 
 TOLERANCE = 1e-5  # relative error a kernel must meet to count as ours-best
 
@@ -34,52 +35,53 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     x, wt = cp.asarray(x_h), cp.asarray(w_h)
     geom = conv_geometry(x.shape, wt.shape, 1, 1)
     out = cp.empty(geom.output_shape, cp.float32)
-    w_crsn = tucker.to_crsn(wt)
+    w_crsn = tdc.pack_weights(wt)
+    facts = backend.device_facts()
     reps = dict(repeat=10 if quick else 30)
     model_tile = tdc_model.choose_tile(geom)
     paper_tile = tdc_model.choose_tile(geom, method="paper")
     best_tile, tile_times = oracle.oracle_tile(x, wt, geom, repeat=5 if quick else 10,
                                                use_cache=False)
-    cluster_default = cluster_model.choose_tile(geom)
-    sms = backend.device_facts().sm_count
+    cluster_default = cluster.default_tile(geom, facts)
+    sms = facts.sm_count
     cluster_best, cluster_times = oracle.tune_cluster_tile(x, wt, geom, repeat=5 if quick else 10,
                                                            use_cache=False)
-    tc_default = tf32x3_model.choose_tile(geom)
+    tc_default = tf32x3.default_tile(geom, facts)
     tc_best, tc_times = oracle.tune_tf32x3_tile(x, wt, geom, repeat=5 if quick else 10,
                                                 use_cache=False)
     w_packed = tf32x3.pack_weights(wt)
     wino_best, wino_times = oracle.tune_winograd_tile(x, wt, geom, repeat=5 if quick else 10,
                                                       use_cache=False)
-    w_wino = winograd.prepare_weights(wt)
+    w_wino = winograd.pack_weights(wt)
     if tile_rows is not None:
         for t, us in tile_times.items():
             tile_rows.add(case, f"{t.th}x{t.tw}x{t.tc}", "time_us", us, "us",
-                          note=f"regs {tucker.tdc_kernel(t, geom).num_regs}")
+                          note=f"regs {tdc.registers(geom, t)}")
         for t, us in cluster_times.items():
             tile_rows.add(case, "cluster:" + "x".join(str(v) for v in dataclasses.astuple(t)),
-                          "time_us", us, "us", note=f"regs {tucker.cluster_kernel(t, geom).num_regs}"
-                          f"; estimate {cluster_model.estimate(geom, t, sms):.2f} us")
+                          "time_us", us, "us", note=f"regs {_regs(cluster, geom, t)}"
+                          f"; estimate {cluster.estimate(geom, t, sms):.2f} us")
         for t, us in tc_times.items():
             tile_rows.add(case, "tf32x3:" + "x".join(str(v) for v in dataclasses.astuple(t)),
-                          "time_us", us, "us", note=f"regs {tf32x3.kernel(t, geom).num_regs}"
-                          f"; estimate {tf32x3_model.estimate(geom, t, sms):.2f} us")
+                          "time_us", us, "us", note=f"regs {_regs(tf32x3, geom, t)}"
+                          f"; estimate {tf32x3.estimate(geom, t, sms):.2f} us")
     runs = {
-        "tdc-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
-                                                w_crsn=w_crsn, out=out),
-        "tdc-paper-model": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc",
-                                                      tile=paper_tile, w_crsn=w_crsn, out=out),
-        "tdc-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tdc", tile=best_tile,
-                                                 w_crsn=w_crsn, out=out),
-        "cluster-default": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
-                                                      tile=cluster_default, w_crsn=w_crsn, out=out),
-        "cluster-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="cluster",
-                                                     tile=cluster_best, w_crsn=w_crsn, out=out),
-        "tf32x3-default": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
-                                                     tile=tc_default, w_packed=w_packed, out=out),
-        "tf32x3-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="tf32x3",
-                                                    tile=tc_best, w_packed=w_packed, out=out),
-        "winograd-oracle": lambda: tucker.core_conv2d(x, wt, 1, 1, variant="winograd",
-                                                      tile=wino_best, w_packed=w_wino, out=out),
+        "tdc-model": lambda: ops.core_conv2d(x, wt, 1, 1, variant="tdc", tile=model_tile,
+                                                packed=w_crsn, out=out),
+        "tdc-paper-model": lambda: ops.core_conv2d(x, wt, 1, 1, variant="tdc",
+                                                      tile=paper_tile, packed=w_crsn, out=out),
+        "tdc-oracle": lambda: ops.core_conv2d(x, wt, 1, 1, variant="tdc", tile=best_tile,
+                                                 packed=w_crsn, out=out),
+        "cluster-default": lambda: ops.core_conv2d(x, wt, 1, 1, variant="cluster",
+                                                      tile=cluster_default, packed=w_crsn, out=out),
+        "cluster-oracle": lambda: ops.core_conv2d(x, wt, 1, 1, variant="cluster",
+                                                     tile=cluster_best, packed=w_crsn, out=out),
+        "tf32x3-default": lambda: ops.core_conv2d(x, wt, 1, 1, variant="tf32x3",
+                                                     tile=tc_default, packed=w_packed, out=out),
+        "tf32x3-oracle": lambda: ops.core_conv2d(x, wt, 1, 1, variant="tf32x3",
+                                                    tile=tc_best, packed=w_packed, out=out),
+        "winograd-oracle": lambda: ops.core_conv2d(x, wt, 1, 1, variant="winograd",
+                                                      tile=wino_best, packed=w_wino, out=out),
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times, wrong = {}, set()
@@ -92,11 +94,11 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
             rs.add(case, name, "rel_err", err, "1")
             if not err <= TOLERANCE:  # NaN too
                 wrong.add(name)
-        times[name] = bench.time_graph(run, **reps).median_us
+        times[name] = timing.time_graph(run, **reps).median_us
     if cudnn and bench.torch_cudnn_available():
         for tf32 in (False, True):
             run = bench.cudnn_conv2d(x, wt, None, 1, 1, allow_tf32=tf32)
-            times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = bench.time_graph(
+            times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = timing.time_graph(
                 run, framework="torch", **reps).median_us
     mine = [v for v in ("tdc-oracle", "cluster-oracle", "tf32x3-oracle", "winograd-oracle", "igemm")
             if v not in wrong]
@@ -115,3 +117,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
     for name, us in times.items():
         rs.add(case, name, "time_us", us, "us", note=notes.get(name, "graph replay median"))
     return times
+
+
+def _regs(kernel, geom, tile) -> int:
+    """Registers per thread of ``tile``'s compiled kernel."""
+    return cuda.load(kernel.kernels(geom, tile)[0]).num_regs

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
-from tensorconv import backend, bench, ops, reference
+from tensorconv import backend, bench, ops, reference, timing
 from tensorconv.checks import conv_geometry
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
@@ -68,19 +68,19 @@ def _gpu_case(rs: ResultSet, case: str, layer, batch: int, ceilings, quick: bool
     greps = dict(repeat=10 if quick else 30)
     times = {}
     ours = lambda: ops.conv2d(x, w, stride=stride, padding=pad, out=out)  # noqa: E731
-    times["ours"] = (bench.time_events(ours, **reps), bench.time_graph(ours, **greps))
+    times["ours"] = (timing.time_events(ours, **reps), timing.time_graph(ours, **greps))
     if bench.torch_cudnn_available():
         for tf32 in (False, True):
             run = bench.cudnn_conv2d(x, w, stride=stride, padding=pad, allow_tf32=tf32)
             rs.add(case, f"cudnn-{'tf32' if tf32 else 'fp32'}", "rel_err",
                    _rel_err(cp.from_dlpack(run()), ref), "1")
             times[f"cudnn-{'tf32' if tf32 else 'fp32'}"] = (
-                bench.time_events(run, framework="torch", **reps),
-                bench.time_graph(run, framework="torch", **greps))
+                timing.time_events(run, framework="torch", **reps),
+                timing.time_graph(run, framework="torch", **greps))
     if r == 1 and stride == 1:
         gemm = bench.cublas_conv1x1(x, w)
         rs.add(case, "cublas-1x1", "rel_err", _rel_err(gemm().reshape(geom.output_shape), ref), "1")
-        times["cublas-1x1"] = (bench.time_events(gemm, **reps), None)
+        times["cublas-1x1"] = (timing.time_events(gemm, **reps), None)
     for variant, (eager, graph) in times.items():
         rs.add(case, variant, "time_us", eager.median_us, "us",
                note=f"events p10={eager.p10_us:.1f} p90={eager.p90_us:.1f}")
@@ -103,7 +103,7 @@ def _cpu_case(rs: ResultSet, case: str, layer, batch: int):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, c, hw, hw)).astype(np.float32)
     w = (rng.standard_normal((k, c, r, r)) / math.sqrt(c * r * r)).astype(np.float32)
-    t = bench.time_host(lambda: ops.conv2d(x, w, stride=stride, padding=pad), repeat=3)
+    t = timing.time_host(lambda: ops.conv2d(x, w, stride=stride, padding=pad), repeat=3)
     geom = conv_geometry(x.shape, w.shape, stride, pad)
     rs.add(case, "numpy", "time_us", t.median_us, "us", note="host wall time")
     rs.add(case, "numpy", "tflops", geom.flops / t.median_us / 1e6, "TFLOP/s")

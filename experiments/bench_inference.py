@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
-from tensorconv import backend, bench
+from tensorconv import backend, bench, engine, timing
 from tensorconv.autograd import Tensor, no_grad
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
-from tensorconv.nn.engine import InferenceEngine
 from tensorconv.nn.layers import BatchNorm2d
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
 
@@ -50,23 +50,41 @@ def torch_resnet18(state: dict):
     return net.cuda().eval()
 
 
-def main(argv=None) -> int:
+def _args(argv):
     p = parser(NAME, __doc__)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--profile", action="store_true",
                    help="also time every launch of the plan (each alone in a CUDA graph)")
     p.add_argument("--tune", action="store_true",
-                   help="time core-kernel tiles and paths while planning (as tdc_fig8 does; "
-                        "minutes on a fresh tune cache); default: the cache's choices or defaults")
-    args = p.parse_args(argv)
-    cp = backend.require_cuda(NAME)
-    rng = np.random.default_rng(0)
+                   help="time every choice's candidates while planning (as tdc_fig8 does); "
+                        "default: the tune cache's choices, else each choice's default")
+    return p.parse_args(argv)
+
+
+def _model(rng):
+    """ResNet-18 (ImageNet stem) with trained-like BN statistics, so folding is exercised."""
     model = get_model("resnet18_imagenet", seed=0)
-    for m in model.modules():  # trained-like BN statistics, so folding is exercised
+    for m in model.modules():
         if isinstance(m, BatchNorm2d):
             m.running_mean = (rng.standard_normal(m.channels) * 0.1).astype(np.float32)
             m.running_var = (rng.random(m.channels) + 0.5).astype(np.float32)
-    model.to("gpu").eval()
+    return model.to("gpu").eval()
+
+
+def build(argv=None) -> int:
+    """Compile ahead of time what :func:`main` with these arguments needs (``tensorconv build
+    bench_inference [--tune]``); return how many kernels were compiled."""
+    args = _args(argv)
+    backend.require_cuda(NAME)
+    return engine.build(_model(np.random.default_rng(0)), (args.batch, 3, 224, 224),
+                        tune=args.tune)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    cp = backend.require_cuda(NAME)
+    rng = np.random.default_rng(0)
+    model = _model(rng)
     shape = (args.batch, 3, 224, 224)
     x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
     env = bench.environment(with_torch=True)
@@ -90,7 +108,7 @@ def main(argv=None) -> int:
     if args.profile:
         with engine.stream:
             for i, launch in enumerate(engine.plan.steps):
-                t = bench.time_graph(launch, repeat=20)
+                t = timing.time_graph(launch, repeat=20)
                 rs.add(f"{i:02d} {getattr(launch, 'label', '')}", "ours-graph", "step_us",
                        t.median_us, "us")
 
@@ -110,8 +128,8 @@ def main(argv=None) -> int:
                              / torch.linalg.norm(tout))
                 rs.add(case, f"ours-vs-pytorch-{tag}", "rel_err_vs_pytorch", terr, "1")
                 run = lambda: net(xt)  # noqa: E731
-                te = bench.time_events(run, framework="torch", **reps)
-                tg = bench.time_graph(run, framework="torch", calls_per_graph=1, **reps)
+                te = timing.time_events(run, framework="torch", **reps)
+                tg = timing.time_graph(run, framework="torch", calls_per_graph=1, **reps)
             note = "paper_value: DESIGN.md measurement (PyTorch defaults: TF32 convolutions)"
             rs.add(case, f"pytorch-eager-{tag}", "latency_us", te.median_us, "us",
                    paper_value=DESIGN_US["pytorch-eager"] if tf32 else None,

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
-from tensorconv import backend, bench
+from tensorconv import backend, bench, timing
 from tensorconv.autograd import Tensor, no_grad
+from tensorconv.compress import cpize
 from tensorconv.nn import count_flops_params, get_model
-from tensorconv.nn.cp import cpize
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
 from training.train import TimeBudget, TrainConfig, evaluate, load_data, train_within
@@ -65,7 +65,7 @@ def latency(rs: ResultSet, case: str, model, quick: bool) -> None:
     import cupy as cp
 
     from experiments._torch_mirror import to_torch
-    from tensorconv.nn.engine import InferenceEngine
+    from tensorconv.engine import InferenceEngine
 
     model.to("gpu").eval()
     x = cp.asarray(np.random.default_rng(0).standard_normal(INPUT).astype(np.float32))
@@ -98,9 +98,9 @@ def latency(rs: ResultSet, case: str, model, quick: bool) -> None:
            float(np.linalg.norm(got.cpu().numpy() - ref.get()) / np.linalg.norm(ref.get())), "1",
            note="PyTorch mirror vs our autograd forward")
     rs.add(case, "cudnn-eager", "latency_us",
-           bench.time_events(run, framework="torch", **reps).median_us, "us")
+           timing.time_events(run, framework="torch", **reps).median_us, "us")
     rs.add(case, "cudnn-graph", "latency_us",
-           bench.time_graph(run, framework="torch", calls_per_graph=1, **reps).median_us, "us")
+           timing.time_graph(run, framework="torch", calls_per_graph=1, **reps).median_us, "us")
 
 
 def main(argv=None) -> int:

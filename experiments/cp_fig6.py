@@ -9,7 +9,8 @@ RTX 2080 Ti numbers beside ours.  Writes ``cp_fig6.png`` and ``cp_fig6.md``
 from __future__ import annotations
 
 from experiments._common import outputs, parser
-from experiments.cp_table2 import NAME as TABLE, plot
+from experiments.cp_table2 import NAME as TABLE
+from experiments.cp_table2 import plot
 from tensorconv.results import pivot_markdown, read_csv, write_markdown
 
 NAME = "cp_fig6"

@@ -43,10 +43,10 @@ import math
 import numpy as np
 
 from experiments._common import geomean, outputs, parser, pyplot, save_figure
-from tensorconv import backend, bench, reference
+from tensorconv import backend, bench, reference, timing
 from tensorconv.decomp import cp as cpd
 from tensorconv.decomp import gnetcon
-from tensorconv.ops import cp as cpops
+from tensorconv.ops import cp_conv as cpops
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from tensorconv.tuning import cp_tuner
 
@@ -100,7 +100,7 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     arrays = dict(zip("USHWT", (u,) + fs))
     tile, tile_times = cp_tuner.tune_tile(u, fs, 1, pad, repeat=5 if quick else 10,
                                           use_cache=False)
-    default = cpops.default_tile(1, s, kh, kw, y, x, sm_count=backend.device_facts().sm_count)
+    default = cpops.default_tile(cpops.problem(u.shape, fs, 1, pad), backend.device_facts())
     if tile_rows is not None:
         for tl, us in tile_times.items():
             label = (f"separable_threads{tl.threads}" if tl.scheme == "separable" else
@@ -120,13 +120,13 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
         rs.add(case, name, "rel_err", float(np.linalg.norm(got.get() - ref) / np.linalg.norm(ref)), "1")
     reps = dict(repeat=10 if quick else 30)
     times = {
-        "fused": bench.time_graph(ours["fused"], **reps).median_us,
-        "fused-default": bench.time_graph(ours["fused-default"], **reps).median_us,
-        "naive": bench.time_graph(ours["naive"], warmup=1, repeat=5, calls_per_graph=3).median_us,
-        "pairwise-ours-graph": bench.time_graph(ours["pairwise-ours"], **reps).median_us,
-        "pairwise-ours-eager": bench.time_events(ours["pairwise-ours"], **reps).median_us,
-        "pairwise-cublas-eager": bench.time_events(ours["pairwise-cublas"], **reps).median_us,
-        "fused-eager": bench.time_events(ours["fused"], **reps).median_us,
+        "fused": timing.time_graph(ours["fused"], **reps).median_us,
+        "fused-default": timing.time_graph(ours["fused-default"], **reps).median_us,
+        "naive": timing.time_graph(ours["naive"], warmup=1, repeat=5, calls_per_graph=3).median_us,
+        "pairwise-ours-graph": timing.time_graph(ours["pairwise-ours"], **reps).median_us,
+        "pairwise-ours-eager": timing.time_events(ours["pairwise-ours"], **reps).median_us,
+        "pairwise-cublas-eager": timing.time_events(ours["pairwise-cublas"], **reps).median_us,
+        "fused-eager": timing.time_events(ours["fused"], **reps).median_us,
     }
     weights = {"dense": kernel.nbytes, "cp": sum(a.nbytes for a in fs)}
     io_bytes = u.nbytes + out.nbytes
@@ -144,17 +144,17 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
             got = run()
             rs.add(case, v, "rel_err", float(np.linalg.norm(got.cpu().numpy() - ref)
                                              / np.linalg.norm(ref)), "1")
-            times[v] = bench.time_graph(run, framework="torch", **reps).median_us
+            times[v] = timing.time_graph(run, framework="torch", **reps).median_us
             if not tf32:
-                times["cudnn-fp32-eager"] = bench.time_events(run, framework="torch", **reps).median_us
+                times["cudnn-fp32-eager"] = timing.time_events(run, framework="torch", **reps).median_us
                 mem["cudnn-fp32"] = u.nbytes + weights["dense"] + bench.peak_device_bytes(
                     run, framework="torch")
         seq = bench.torch_cp_sequence(u, *fs, pad)
         got = seq()
         rs.add(case, "pairwise-torch", "rel_err", float(np.linalg.norm(got.cpu().numpy() - ref)
                                                         / np.linalg.norm(ref)), "1")
-        times["pairwise-torch-graph"] = bench.time_graph(seq, framework="torch", **reps).median_us
-        times["pairwise-torch-eager"] = bench.time_events(seq, framework="torch", **reps).median_us
+        times["pairwise-torch-graph"] = timing.time_graph(seq, framework="torch", **reps).median_us
+        times["pairwise-torch-eager"] = timing.time_events(seq, framework="torch", **reps).median_us
         mem["pairwise-torch"] = u.nbytes + weights["cp"] + bench.peak_device_bytes(
             seq, framework="torch")
 

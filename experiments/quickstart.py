@@ -30,8 +30,9 @@ NAME = "quickstart"
 def compress(cfg: TrainConfig, model, work: Path) -> dict:
     """ADMM towards Tucker ranks (about half the 3x3 MACs), decompose, fine-tune; measure."""
     from tensorconv import backend
-    from tensorconv.nn.tucker import tucker_candidates
-    from tensorconv.tuning.ranks import layer_specs, measure_table
+    from tensorconv.compress import tucker_candidates
+    from tensorconv.compress.performance import measure_table
+    from tensorconv.compress.ranks import layer_specs
 
     specs = {s.name: s for s in layer_specs(model, (1, 1, 28, 28))}
     ranks = {name: (max(1, conv.in_channels // 2), max(1, conv.out_channels // 2))

@@ -69,13 +69,13 @@ import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from experiments._torch_mirror import to_torch
-from tensorconv import backend, bench
+from tensorconv import backend, bench, timing, tunecache
+from tensorconv.compress import tuckerize, uniform_ranks
+from tensorconv.compress.performance import performance_tables
+from tensorconv.compress.ranks import layer_specs, select_ranks
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import count_flops_params, get_model
-from tensorconv.nn.engine import InferenceEngine
-from tensorconv.nn.tucker import tuckerize, uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
-from tensorconv.tuning import cache
-from tensorconv.tuning.ranks import layer_specs, performance_tables, select_ranks
 
 NAME = "tdc_fig8"
 # zoo name, input shape, MAC reduction (the paper's budget B for the network)
@@ -105,7 +105,7 @@ def tucker_ranks(name: str, model, shape, table_path, reuse_table: bool = False
                                       other_kernels=reuse_table)
     plan = select_ranks(specs, budget, table, dense, theta=theta)
     kernels = json.loads(table_path.read_text())["taken_with"]["kernels"]
-    reused = ("" if kernels == cache.kernels_version() else
+    reused = ("" if kernels == tunecache.kernels_version() else
               f"; T reused from a table measured with kernel sources {kernels}, not these")
     return plan.ranks, (f"hardware-aware ranks (Algorithm 1, B {budget:.0%} of the 3x3 MACs, "
                         f"theta {theta:.0%}{', T chained' if chained else ''}: "
@@ -159,7 +159,7 @@ def measure(rs: ResultSet, name: str, quick: bool, table_path, reuse_table: bool
                     ref64 = net(xt).double()
                 else:
                     outs[variant] = net(xt)
-                t = bench.time_graph(lambda: net(xt), framework="torch", calls_per_graph=1, **reps)
+                t = timing.time_graph(lambda: net(xt), framework="torch", calls_per_graph=1, **reps)
             times[variant] = t.median_us
         # float64: the random-factor DenseNet-201 Tucker model reaches ~1e31, whose
         # squares overflow a float32 norm (a NaN error before this)

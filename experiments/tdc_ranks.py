@@ -33,11 +33,12 @@ import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
+from tensorconv.compress import tuckerize, uniform_ranks
+from tensorconv.compress.performance import performance_tables
+from tensorconv.compress.ranks import layer_specs, select_ranks
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
-from tensorconv.nn.engine import InferenceEngine
-from tensorconv.nn.tucker import tuckerize, uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
-from tensorconv.tuning.ranks import layer_specs, performance_tables, select_ranks
 
 NAME = "tdc_ranks"
 MODEL, SHAPE = "resnet18_imagenet", (1, 3, 224, 224)

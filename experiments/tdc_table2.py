@@ -20,8 +20,8 @@ from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
+from tensorconv.compress import uniform_ranks
 from tensorconv.nn import count_flops_params, get_model
-from tensorconv.nn.tucker import uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
 from training.train import TimeBudget, TrainConfig, train_within
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
             rs.add(case, name, "admm_gap", hist[-1]["admm_gap"], "1",
                    note="||K - proj(K)|| / ||K|| after the last ADMM epoch")
     tucker = get_model("resnet20", in_channels=1)
-    from tensorconv.nn.tucker import tuckerize
+    from tensorconv.compress import tuckerize
 
     tuckerize(tucker, ranks, decompose=False)
     rs.add(case, "tucker", "flops_reduction",

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
+from tensorconv.compress import tuckerize, uniform_ranks
 from tensorconv.nn import count_flops_params, get_model
-from tensorconv.nn.tucker import tuckerize, uniform_ranks
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
 from training.train import TimeBudget, TrainConfig, train_within
@@ -42,7 +42,8 @@ LATENCY_NOTE = "batch 1, our engine (tuned), CUDA graph"
 def rank_table(model: str, work: Path, step: int, quick: bool) -> tuple[list, dict, dict] | None:
     """Layer specs, performance table T and dense times, measured into ``work`` (a later
     call continues there); None without a GPU and without a finished table."""
-    from tensorconv.tuning.ranks import layer_specs, performance_tables
+    from tensorconv.compress.performance import performance_tables
+    from tensorconv.compress.ranks import layer_specs
 
     specs = layer_specs(get_model(model, in_channels=1), SHAPE)
     path = work / "rank_table.json"
@@ -55,7 +56,7 @@ def rank_table(model: str, work: Path, step: int, quick: bool) -> tuple[list, di
 
 def choose_ranks(model: str, budget: float, tables) -> tuple[dict, str]:
     """Algorithm 1's ranks for ``budget`` and where they came from."""
-    from tensorconv.tuning.ranks import select_ranks
+    from tensorconv.compress.ranks import select_ranks
 
     if tables is not None:
         specs, table, dense = tables
@@ -74,7 +75,7 @@ def choose_ranks(model: str, budget: float, tables) -> tuple[dict, str]:
 
 def latency_us(net) -> float:
     """Batch-1 latency of ``net`` through the tuned inference engine (CUDA-graph median)."""
-    from tensorconv.nn.engine import InferenceEngine
+    from tensorconv.engine import InferenceEngine
 
     engine = InferenceEngine(net.to("gpu").eval(), SHAPE, tune=True)
     return engine.time(repeat=100).median_us

@@ -176,12 +176,33 @@ __global__ void __launch_bounds__(CONV_POOL_THREADS) conv_maxpool(
     }
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of the ImageNet stem's tiles
-#define TC_STEM(TPH, TPW, NB)                                                                   \
-    template __global__ void conv_maxpool<7, 7, 2, 3, 2, TPH, TPW, NB>(                         \
-        const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, \
-        int, int, int, int, int, int);
-TC_STEM(2, 4, 16) TC_STEM(2, 4, 32) TC_STEM(2, 4, 64)
-TC_STEM(4, 4, 16) TC_STEM(4, 4, 32) TC_STEM(4, 4, 64)
-TC_STEM(4, 8, 16) TC_STEM(4, 8, 32) TC_STEM(8, 8, 16) TC_STEM(4, 16, 16)
+// What CI's nvcc build type-checks: tensorconv.ops.conv_maxpool.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CONV_MAXPOOL(...) template __global__ void conv_maxpool<__VA_ARGS__>(const float*, \
+    const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, int);
+TC_I_CONV_MAXPOOL(1, 1, 1, 3, 2, 4, 4, 32) TC_I_CONV_MAXPOOL(1, 1, 2, 3, 2, 4, 4, 32)
+TC_I_CONV_MAXPOOL(3, 3, 1, 3, 2, 4, 4, 32) TC_I_CONV_MAXPOOL(3, 3, 2, 3, 2, 4, 4, 32)
+TC_I_CONV_MAXPOOL(5, 5, 1, 3, 2, 4, 4, 32) TC_I_CONV_MAXPOOL(5, 5, 2, 3, 2, 4, 4, 32)
+TC_I_CONV_MAXPOOL(7, 7, 1, 3, 2, 4, 4, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 2, 4, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 2, 4, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 2, 4, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 16, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 16, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 4, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 4, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 4, 64) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 8, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 8, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 4, 8, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 8, 8, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 2, 2, 8, 8, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 2, 4, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 2, 4, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 2, 4, 64) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 16, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 16, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 16, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 4, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 4, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 4, 64) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 8, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 8, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 4, 8, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 8, 8, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 8, 8, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 1, 8, 8, 64) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 2, 4, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 2, 4, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 2, 4, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 16, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 4, 16)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 4, 32) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 4, 64)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 8, 16) TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 4, 8, 32)
+TC_I_CONV_MAXPOOL(7, 7, 2, 3, 2, 8, 8, 16)
+#undef TC_I_CONV_MAXPOOL
 #endif

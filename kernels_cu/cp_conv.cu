@@ -310,21 +310,33 @@ __global__ void cp_conv_fused_sep(
     }
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of every rank the Python op may ask for
-#define TC_CP(R) template __global__ void cp_conv_fused<R>(const float*, const float*, \
-    const float*, const float*, const float*, const float*, const float*, float*, int, int, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_CP(1) TC_CP(2) TC_CP(3) TC_CP(4) TC_CP(5) TC_CP(6) TC_CP(7) TC_CP(8)
-TC_CP(9) TC_CP(10) TC_CP(11) TC_CP(12) TC_CP(13) TC_CP(14) TC_CP(15) TC_CP(16)
-TC_CP(17) TC_CP(18) TC_CP(19) TC_CP(20) TC_CP(21) TC_CP(22) TC_CP(23) TC_CP(24)
-TC_CP(25) TC_CP(26) TC_CP(27) TC_CP(28) TC_CP(29) TC_CP(30) TC_CP(31) TC_CP(32)
-#define TC_CP_SEP(R) template __global__ void cp_conv_fused_sep<R>(const float*, \
+// What CI's nvcc build type-checks: tensorconv.ops.cp_conv.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CP_CONV_FUSED(...) template __global__ void cp_conv_fused<__VA_ARGS__>(const float*, \
+    const float*, const float*, const float*, const float*, const float*, const float*, float*, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_CP_CONV_FUSED(10) TC_I_CP_CONV_FUSED(11) TC_I_CP_CONV_FUSED(12) TC_I_CP_CONV_FUSED(13)
+TC_I_CP_CONV_FUSED(14) TC_I_CP_CONV_FUSED(15) TC_I_CP_CONV_FUSED(16) TC_I_CP_CONV_FUSED(17)
+TC_I_CP_CONV_FUSED(18) TC_I_CP_CONV_FUSED(19) TC_I_CP_CONV_FUSED(1) TC_I_CP_CONV_FUSED(20)
+TC_I_CP_CONV_FUSED(21) TC_I_CP_CONV_FUSED(22) TC_I_CP_CONV_FUSED(23) TC_I_CP_CONV_FUSED(24)
+TC_I_CP_CONV_FUSED(25) TC_I_CP_CONV_FUSED(26) TC_I_CP_CONV_FUSED(27) TC_I_CP_CONV_FUSED(28)
+TC_I_CP_CONV_FUSED(29) TC_I_CP_CONV_FUSED(2) TC_I_CP_CONV_FUSED(30) TC_I_CP_CONV_FUSED(31)
+TC_I_CP_CONV_FUSED(32) TC_I_CP_CONV_FUSED(3) TC_I_CP_CONV_FUSED(4) TC_I_CP_CONV_FUSED(5)
+TC_I_CP_CONV_FUSED(6) TC_I_CP_CONV_FUSED(7) TC_I_CP_CONV_FUSED(8) TC_I_CP_CONV_FUSED(9)
+#undef TC_I_CP_CONV_FUSED
+#define TC_I_CP_CONV_FUSED_SEP(...) template __global__ void cp_conv_fused_sep<__VA_ARGS__>( \
     const float*, const float*, const float*, const float*, const float*, const float*, \
-    float*, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_CP_SEP(1) TC_CP_SEP(2) TC_CP_SEP(3) TC_CP_SEP(4) TC_CP_SEP(5) TC_CP_SEP(6) TC_CP_SEP(7)
-TC_CP_SEP(8) TC_CP_SEP(9) TC_CP_SEP(10) TC_CP_SEP(11) TC_CP_SEP(12) TC_CP_SEP(13)
-TC_CP_SEP(14) TC_CP_SEP(15) TC_CP_SEP(16) TC_CP_SEP(17) TC_CP_SEP(18) TC_CP_SEP(19)
-TC_CP_SEP(20) TC_CP_SEP(21) TC_CP_SEP(22) TC_CP_SEP(23) TC_CP_SEP(24) TC_CP_SEP(25)
-TC_CP_SEP(26) TC_CP_SEP(27) TC_CP_SEP(28) TC_CP_SEP(29) TC_CP_SEP(30) TC_CP_SEP(31)
-TC_CP_SEP(32)
+    const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_CP_CONV_FUSED_SEP(10) TC_I_CP_CONV_FUSED_SEP(11) TC_I_CP_CONV_FUSED_SEP(12)
+TC_I_CP_CONV_FUSED_SEP(13) TC_I_CP_CONV_FUSED_SEP(14) TC_I_CP_CONV_FUSED_SEP(15)
+TC_I_CP_CONV_FUSED_SEP(16) TC_I_CP_CONV_FUSED_SEP(17) TC_I_CP_CONV_FUSED_SEP(18)
+TC_I_CP_CONV_FUSED_SEP(19) TC_I_CP_CONV_FUSED_SEP(1) TC_I_CP_CONV_FUSED_SEP(20)
+TC_I_CP_CONV_FUSED_SEP(21) TC_I_CP_CONV_FUSED_SEP(22) TC_I_CP_CONV_FUSED_SEP(23)
+TC_I_CP_CONV_FUSED_SEP(24) TC_I_CP_CONV_FUSED_SEP(25) TC_I_CP_CONV_FUSED_SEP(26)
+TC_I_CP_CONV_FUSED_SEP(27) TC_I_CP_CONV_FUSED_SEP(28) TC_I_CP_CONV_FUSED_SEP(29)
+TC_I_CP_CONV_FUSED_SEP(2) TC_I_CP_CONV_FUSED_SEP(30) TC_I_CP_CONV_FUSED_SEP(31)
+TC_I_CP_CONV_FUSED_SEP(32) TC_I_CP_CONV_FUSED_SEP(3) TC_I_CP_CONV_FUSED_SEP(4)
+TC_I_CP_CONV_FUSED_SEP(5) TC_I_CP_CONV_FUSED_SEP(6) TC_I_CP_CONV_FUSED_SEP(7)
+TC_I_CP_CONV_FUSED_SEP(8) TC_I_CP_CONV_FUSED_SEP(9)
+#undef TC_I_CP_CONV_FUSED_SEP
 #endif

@@ -126,19 +126,6 @@ __global__ void conv2d_direct_fwd(
 // offline nvcc build (CI) type-checks them all.  NVRTC skips them: the loader
 // instantiates the one variant it needs through name_expressions, and
 // compiling all of them would multiply every run-time compile.
-#ifndef __CUDACC_RTC__
-#define TC_DIRECT_CONV_INSTANCE(TK, KR, KS)                                        \
-    template __global__ void conv2d_direct_fwd<TK, KR, KS>(                        \
-        const float*, const float*, const float*, float*, int, int, int, int, int, \
-        int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-#define TC_DIRECT_CONV_SIZES(TK) \
-    TC_DIRECT_CONV_INSTANCE(TK, 0, 0) TC_DIRECT_CONV_INSTANCE(TK, 1, 1) TC_DIRECT_CONV_INSTANCE(TK, 3, 3)
-TC_DIRECT_CONV_SIZES(1)
-TC_DIRECT_CONV_SIZES(2)
-TC_DIRECT_CONV_SIZES(4)
-TC_DIRECT_CONV_SIZES(8)
-TC_DIRECT_CONV_SIZES(16)
-#endif
 
 // ---------------------------------------------------------------------------
 // Implicit-GEMM convolution, forward and both gradients, as one GEMM
@@ -360,20 +347,6 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
     }
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of every variant (see above)
-#define TC_IGEMM_TILE(MODE, KR, KS, TM)                                                  \
-    template __global__ void conv2d_igemm<MODE, KR, KS, TM>(                             \
-        const float*, const float*, const float*, const float*, float*, float*, int, int, \
-        int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-#define TC_IGEMM_INSTANCE(MODE, KR, KS) \
-    TC_IGEMM_TILE(MODE, KR, KS, 1) TC_IGEMM_TILE(MODE, KR, KS, 2) TC_IGEMM_TILE(MODE, KR, KS, 4)
-#define TC_IGEMM_SIZES(MODE) \
-    TC_IGEMM_INSTANCE(MODE, 0, 0) TC_IGEMM_INSTANCE(MODE, 1, 1) TC_IGEMM_INSTANCE(MODE, 3, 3)
-TC_IGEMM_SIZES(0)
-TC_IGEMM_SIZES(1)
-TC_IGEMM_SIZES(2)
-#endif
-
 // Sums the split-reduction partials of conv2d_igemm, adds bias and residual,
 // applies ReLU, and writes `out` with row `r` of column `p` at
 // ((p / plane) * rows + r) * plane + p % plane (NCHW for the convolution
@@ -399,3 +372,29 @@ __global__ void conv2d_splitk_reduce(
         out[o] = v;
     }
 }
+
+// What CI's nvcc build type-checks: tensorconv.ops.direct_conv.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CONV2D_DIRECT_FWD(...) template __global__ void conv2d_direct_fwd<__VA_ARGS__>( \
+    const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int);
+TC_I_CONV2D_DIRECT_FWD(1, 0, 0) TC_I_CONV2D_DIRECT_FWD(1, 1, 1) TC_I_CONV2D_DIRECT_FWD(1, 3, 3)
+TC_I_CONV2D_DIRECT_FWD(16, 0, 0) TC_I_CONV2D_DIRECT_FWD(16, 1, 1) TC_I_CONV2D_DIRECT_FWD(16, 3, 3)
+TC_I_CONV2D_DIRECT_FWD(2, 0, 0) TC_I_CONV2D_DIRECT_FWD(2, 1, 1) TC_I_CONV2D_DIRECT_FWD(2, 3, 3)
+TC_I_CONV2D_DIRECT_FWD(4, 0, 0) TC_I_CONV2D_DIRECT_FWD(4, 1, 1) TC_I_CONV2D_DIRECT_FWD(4, 3, 3)
+TC_I_CONV2D_DIRECT_FWD(8, 0, 0) TC_I_CONV2D_DIRECT_FWD(8, 1, 1) TC_I_CONV2D_DIRECT_FWD(8, 3, 3)
+#undef TC_I_CONV2D_DIRECT_FWD
+#define TC_I_CONV2D_IGEMM(...) template __global__ void conv2d_igemm<__VA_ARGS__>(const float*, \
+    const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_CONV2D_IGEMM(0, 0, 0, 1) TC_I_CONV2D_IGEMM(0, 0, 0, 2) TC_I_CONV2D_IGEMM(0, 0, 0, 4)
+TC_I_CONV2D_IGEMM(0, 1, 1, 1) TC_I_CONV2D_IGEMM(0, 1, 1, 2) TC_I_CONV2D_IGEMM(0, 1, 1, 4)
+TC_I_CONV2D_IGEMM(0, 3, 3, 1) TC_I_CONV2D_IGEMM(0, 3, 3, 2) TC_I_CONV2D_IGEMM(0, 3, 3, 4)
+TC_I_CONV2D_IGEMM(1, 0, 0, 1) TC_I_CONV2D_IGEMM(1, 0, 0, 2) TC_I_CONV2D_IGEMM(1, 0, 0, 4)
+TC_I_CONV2D_IGEMM(1, 1, 1, 1) TC_I_CONV2D_IGEMM(1, 1, 1, 2) TC_I_CONV2D_IGEMM(1, 1, 1, 4)
+TC_I_CONV2D_IGEMM(1, 3, 3, 1) TC_I_CONV2D_IGEMM(1, 3, 3, 2) TC_I_CONV2D_IGEMM(1, 3, 3, 4)
+TC_I_CONV2D_IGEMM(2, 0, 0, 1) TC_I_CONV2D_IGEMM(2, 0, 0, 2) TC_I_CONV2D_IGEMM(2, 0, 0, 4)
+TC_I_CONV2D_IGEMM(2, 1, 1, 1) TC_I_CONV2D_IGEMM(2, 1, 1, 2) TC_I_CONV2D_IGEMM(2, 1, 1, 4)
+TC_I_CONV2D_IGEMM(2, 3, 3, 1) TC_I_CONV2D_IGEMM(2, 3, 3, 2) TC_I_CONV2D_IGEMM(2, 3, 3, 4)
+#undef TC_I_CONV2D_IGEMM
+#endif

@@ -70,9 +70,11 @@ __global__ void __launch_bounds__(PW_THREADS) conv1x1_pointwise(
     }
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
-#define TC_PW(P, KB)                                                                         \
-    template __global__ void conv1x1_pointwise<P, KB>(const float*, const float*, const float*, \
-                                                      const float*, float*, int, int, int, int);
-TC_PW(16, 16) TC_PW(32, 16) TC_PW(32, 32) TC_PW(64, 32) TC_PW(64, 64) TC_PW(128, 32)
+// What CI's nvcc build type-checks: tensorconv.ops.pointwise_conv.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CONV1X1_POINTWISE(...) template __global__ void conv1x1_pointwise<__VA_ARGS__>( \
+    const float*, const float*, const float*, const float*, float*, int, int, int, int);
+TC_I_CONV1X1_POINTWISE(128, 32) TC_I_CONV1X1_POINTWISE(16, 16) TC_I_CONV1X1_POINTWISE(32, 16)
+TC_I_CONV1X1_POINTWISE(32, 32) TC_I_CONV1X1_POINTWISE(64, 32) TC_I_CONV1X1_POINTWISE(64, 64)
+#undef TC_I_CONV1X1_POINTWISE
 #endif

@@ -82,14 +82,23 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tc::CHAIN_THREADS) conv1
                               {a_bias, residual, y, b_bias, z, HW, M, J, JP, relu1, relu2});
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of the instantiations the op uses
-#define TC_PAIR(P, CL, MMA)                                                                \
-    template __global__ void conv1x1_pair<P, CL, MMA>(const float*, const float*,          \
-        const float*, const float*, float*, const float*, const float*, float*,            \
-        const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        unsigned long long);
-#define TC_PAIR_P(P, MMA) TC_PAIR(P, 1, MMA) TC_PAIR(P, 2, MMA) TC_PAIR(P, 4, MMA) TC_PAIR(P, 8, MMA)
-TC_PAIR_P(4, false) TC_PAIR_P(8, false) TC_PAIR_P(16, false) TC_PAIR_P(32, false)
-TC_PAIR_P(64, false) TC_PAIR_P(8, true) TC_PAIR_P(16, true) TC_PAIR_P(32, true)
-TC_PAIR_P(64, true)
+// What CI's nvcc build type-checks: tensorconv.ops.pointwise_pair.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CONV1X1_PAIR(...) template __global__ void conv1x1_pair<__VA_ARGS__>(const float*, \
+    const float*, const float*, const float*, float*, const float*, const float*, float*, \
+    const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    unsigned long long);
+TC_I_CONV1X1_PAIR(16, 1, false) TC_I_CONV1X1_PAIR(16, 1, true) TC_I_CONV1X1_PAIR(16, 2, false)
+TC_I_CONV1X1_PAIR(16, 2, true) TC_I_CONV1X1_PAIR(16, 4, false) TC_I_CONV1X1_PAIR(16, 4, true)
+TC_I_CONV1X1_PAIR(16, 8, false) TC_I_CONV1X1_PAIR(16, 8, true) TC_I_CONV1X1_PAIR(32, 1, false)
+TC_I_CONV1X1_PAIR(32, 1, true) TC_I_CONV1X1_PAIR(32, 2, false) TC_I_CONV1X1_PAIR(32, 2, true)
+TC_I_CONV1X1_PAIR(32, 4, false) TC_I_CONV1X1_PAIR(32, 4, true) TC_I_CONV1X1_PAIR(32, 8, false)
+TC_I_CONV1X1_PAIR(32, 8, true) TC_I_CONV1X1_PAIR(4, 1, false) TC_I_CONV1X1_PAIR(4, 2, false)
+TC_I_CONV1X1_PAIR(4, 4, false) TC_I_CONV1X1_PAIR(4, 8, false) TC_I_CONV1X1_PAIR(64, 1, false)
+TC_I_CONV1X1_PAIR(64, 1, true) TC_I_CONV1X1_PAIR(64, 2, false) TC_I_CONV1X1_PAIR(64, 2, true)
+TC_I_CONV1X1_PAIR(64, 4, false) TC_I_CONV1X1_PAIR(64, 4, true) TC_I_CONV1X1_PAIR(64, 8, false)
+TC_I_CONV1X1_PAIR(64, 8, true) TC_I_CONV1X1_PAIR(8, 1, false) TC_I_CONV1X1_PAIR(8, 1, true)
+TC_I_CONV1X1_PAIR(8, 2, false) TC_I_CONV1X1_PAIR(8, 2, true) TC_I_CONV1X1_PAIR(8, 4, false)
+TC_I_CONV1X1_PAIR(8, 4, true) TC_I_CONV1X1_PAIR(8, 8, false) TC_I_CONV1X1_PAIR(8, 8, true)
+#undef TC_I_CONV1X1_PAIR
 #endif

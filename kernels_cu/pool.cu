@@ -38,9 +38,10 @@ __global__ void pool2d_fwd(const float* __restrict__ x,  // (N * C, H, W)
     }
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of both instantiations
-template __global__ void pool2d_fwd<0>(const float*, float*, int, int, int, int, int, int, int,
-                                       int, int, int, int);
-template __global__ void pool2d_fwd<1>(const float*, float*, int, int, int, int, int, int, int,
-                                       int, int, int, int);
+// What CI's nvcc build type-checks: tensorconv.ops.pool.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_POOL2D_FWD(...) template __global__ void pool2d_fwd<__VA_ARGS__>(const float*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_POOL2D_FWD(0) TC_I_POOL2D_FWD(1)
+#undef TC_I_POOL2D_FWD
 #endif

@@ -264,12 +264,42 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256, 1) tdc_core_conv_tf
 
 // Offline type-check of a few instantiations (NVRTC instantiates only the one
 // the Python op requests, through name_expressions).
-#ifndef __CUDACC_RTC__
-#define TC_TF32X3(ST, WM, WN, CL) \
-    template __global__ void tdc_core_conv_tf32x3<3, 3, ST, WM, WN, CL>(const float*, \
-        const float4*, float*, const float*, const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        int, int, int, int, unsigned long long, unsigned long long, unsigned long long, \
-        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
-        unsigned long long);
-TC_TF32X3(1, 1, 1, 1) TC_TF32X3(1, 2, 4, 1) TC_TF32X3(1, 4, 4, 2) TC_TF32X3(2, 1, 2, 4)
+
+// What CI's nvcc build type-checks: tensorconv.ops.tucker_core_tf32x3.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_TDC_CORE_CONV_TF32X3(...) template __global__ void tdc_core_conv_tf32x3<__VA_ARGS__>( \
+    const float*, const float4*, float*, const float*, const float*, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, unsigned long long, \
+    unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+    unsigned long long, unsigned long long, unsigned long long);
+TC_I_TDC_CORE_CONV_TF32X3(1, 1, 1, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(1, 1, 2, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(1, 3, 1, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(1, 3, 2, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(1, 7, 1, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(1, 7, 2, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(2, 2, 1, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(2, 2, 2, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 1, 1, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(3, 1, 2, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 1, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 1, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 1, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 1, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 2, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 2, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 2, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 4, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 4, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 4, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 1, 4, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 1, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 1, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 1, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 1, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 2, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 2, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 2, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 4, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 4, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 4, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 2, 4, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 1, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 1, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 1, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 1, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 2, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 2, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 2, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 4, 1) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 4, 4) TC_I_TDC_CORE_CONV_TF32X3(3, 3, 1, 4, 4, 8)
+TC_I_TDC_CORE_CONV_TF32X3(3, 3, 2, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(4, 4, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(4, 4, 2, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(5, 5, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(5, 5, 2, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(6, 6, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(6, 6, 2, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(7, 1, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(7, 1, 2, 2, 2, 2) TC_I_TDC_CORE_CONV_TF32X3(7, 7, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_TF32X3(7, 7, 2, 2, 2, 2)
+#undef TC_I_TDC_CORE_CONV_TF32X3
 #endif

@@ -239,12 +239,32 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(tlf::THREADS) tucker_lay
     if constexpr (CL > 1) tdcx::cluster_exit_sync();  // peers may still be reading z1_mine / z2_mine
 }
 
-#ifndef __CUDACC_RTC__  // offline type-check of a few instantiations
-#define TC_TLF(R, S, ST, CL, IT)                                                               \
-    template __global__ void tucker_layer_fused<R, S, ST, CL, IT>(                             \
-        const float*, const float*, const float*, const float*, const float*, const float*,    \
-        float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        int, int);
-TC_TLF(3, 3, 1, 1, 1) TC_TLF(3, 3, 1, 4, 2) TC_TLF(3, 3, 2, 8, 4) TC_TLF(1, 1, 1, 2, 1)
-TC_TLF(5, 5, 2, 2, 4)
+// What CI's nvcc build type-checks: tensorconv.ops.tucker_layer.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_TUCKER_LAYER_FUSED(...) template __global__ void tucker_layer_fused<__VA_ARGS__>( \
+    const float*, const float*, const float*, const float*, const float*, const float*, float*, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_TUCKER_LAYER_FUSED(1, 1, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(1, 1, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(1, 3, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(1, 3, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(1, 7, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(1, 7, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(2, 2, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(2, 2, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 1, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(3, 1, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 1, 1) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 1, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 1, 4) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 2, 1)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 2, 4)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 4, 1) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 4, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 4, 4) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 8, 1)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 8, 2) TC_I_TUCKER_LAYER_FUSED(3, 3, 1, 8, 4)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 1, 1) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 1, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 1, 4) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 2, 1)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 2, 2) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 2, 4)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 4, 1) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 4, 2)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 4, 4) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 8, 1)
+TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 8, 2) TC_I_TUCKER_LAYER_FUSED(3, 3, 2, 8, 4)
+TC_I_TUCKER_LAYER_FUSED(4, 4, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(4, 4, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(5, 5, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(5, 5, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(6, 6, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(6, 6, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(7, 1, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(7, 1, 2, 2, 2)
+TC_I_TUCKER_LAYER_FUSED(7, 7, 1, 2, 2) TC_I_TUCKER_LAYER_FUSED(7, 7, 2, 2, 2)
+#undef TC_I_TUCKER_LAYER_FUSED
 #endif

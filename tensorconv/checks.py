@@ -1,7 +1,9 @@
-"""Argument checks shared by the references and the ops.
+"""Argument and geometry checks shared by the references, the ops, the autograd and the engine.
 
 Each check raises ``ValueError`` (shapes, sizes, layout) or ``TypeError``
 (dtypes, array kinds) naming the offending argument, before any kernel launch.
+Convolution and pooling geometry (output sizes, the arguments' normal forms) lives
+here too, so that every layer computes it the same way.
 """
 
 from __future__ import annotations
@@ -114,6 +116,18 @@ def check_conv_args(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     return geom
 
 
+def conv_call(x, w, bias=None, residual=None, stride=1, padding=0, dilation=1, groups=1):
+    """The arrays and geometry of one fp32 NCHW convolution call, checked together:
+    ``(x, w, bias, residual, geom)`` with every array viewed as a NumPy or CuPy array
+    (a DLPack CUDA tensor is shared, not copied)."""
+    x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
+    bias = None if bias is None else backend.as_array(bias, "bias")
+    geom = check_conv_args(x, w, bias, stride, padding, dilation, groups, dtype=np.float32,
+                           contiguous=True)
+    residual = check_residual(residual, geom.output_shape, backend.array_module(x))
+    return x, w, bias, residual, geom
+
+
 def core_conv_issue(geom: ConvGeometry, kernel: str, max_filter: int) -> str | None:
     """Why ``kernel`` (its name, for the message) cannot run the core convolution ``geom``
     — filters up to ``max_filter`` square, stride 1 or 2 equal in both axes, no dilation
@@ -125,3 +139,74 @@ def core_conv_issue(geom: ConvGeometry, kernel: str, max_filter: int) -> str | N
     if geom.dilation != (1, 1) or geom.groups != 1:
         return f"the {kernel} supports neither dilation nor groups"
     return None
+
+
+def pool_args(kernel, stride, padding):
+    """``(kernel, stride, padding)`` of a pooling window as pairs; ``stride`` None is the
+    kernel (PyTorch's default); padding at most half the kernel."""
+    kernel = pair(kernel, "kernel_size", minimum=1)
+    stride = kernel if stride is None else pair(stride, "stride", minimum=1)
+    padding = pair(padding, "padding", minimum=0)
+    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
+        raise ValueError(f"padding {padding} must be at most half the kernel {kernel}")
+    return kernel, stride, padding
+
+
+def pooled_size(h: int, w: int, kernel, stride, padding) -> tuple[int, int]:
+    """Output (height, width) of pooling an ``h`` x ``w`` plane (pairs as from
+    :func:`pool_args`)."""
+    return ((h + 2 * padding[0] - kernel[0]) // stride[0] + 1,
+            (w + 2 * padding[1] - kernel[1]) // stride[1] + 1)
+
+
+def check_window_fits(h: int, w: int, kernel) -> None:
+    """Raise ``ValueError`` when a ``kernel`` window is larger than the (padded) ``h`` x ``w``
+    plane it slides over."""
+    if h < kernel[0] or w < kernel[1]:
+        raise ValueError(f"pooling window {tuple(kernel)} larger than the padded input {(h, w)}")
+
+
+def output_buffer(xp, out, shape, name: str = "out"):
+    """A fresh float32 array of ``shape``, or ``out`` after checking that it fits: float32,
+    C-contiguous, on ``xp``'s device, of exactly ``shape``."""
+    if out is None:
+        return xp.empty(tuple(shape), dtype=np.float32)
+    out = backend.as_array(out, name)
+    check_array(out, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    return out
+
+
+def check_residual(residual, shape, xp, name: str = "residual"):
+    """``residual`` (or None) as an array checked to be added to an output of ``shape``."""
+    if residual is None:
+        return None
+    residual = backend.as_array(residual, name)
+    check_array(residual, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(residual.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(residual.shape)}; expected {tuple(shape)}")
+    return residual
+
+
+def check_vector(v, name: str, length: int, xp, what: str):
+    """``v`` (or None) as a float32 vector of ``length`` entries, one per ``what`` (e.g.
+    "output channel of w")."""
+    if v is None:
+        return None
+    v = backend.as_array(v, name)
+    check_array(v, name, ndim=1, dtype=np.float32, contiguous=True, xp=xp)
+    if v.shape[0] != length:
+        raise ValueError(f"{name} has {v.shape[0]} entries; expected {length}, one per {what}")
+    return v
+
+
+def check_packed(packed, name: str, shape, xp, how: str):
+    """Precomputed weights ``packed`` checked to be float32, C-contiguous, of ``shape``
+    (``how`` names the call that makes them)."""
+    packed = backend.as_array(packed, name)
+    check_array(packed, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    if tuple(packed.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(packed.shape)}; expected {tuple(shape)} "
+                         f"({how})")
+    return packed

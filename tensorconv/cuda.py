@@ -1,23 +1,34 @@
-"""Load ``kernels_cu/*.cu`` as CuPy ``RawModule`` objects.
+"""Load ``kernels_cu/*.cu`` as CuPy ``RawModule`` objects, one at a time or many in parallel.
 
 Kernels never live in Python strings: each family is one ``.cu`` file in
-``kernels_cu/`` (overridable with ``TENSORCONV_KERNEL_DIR``).  C++ templates are
-instantiated through ``name_expressions`` and compile-time constants through
-``-D`` defines.  Compiled kernels are memoised per (directory, file, name
-expression, defines, backend, device) in the process, and on disk by CuPy; a
-failing compile raises :class:`KernelCompileError` carrying the file, the
-options and the compiler log.  Kernels whose every body begins with
-``tc::wait_prior_grids()`` (all of ``kernels_cu``) are noted, so that
-:mod:`tensorconv.graph` may start them before the kernel ahead of them has finished.
+``kernels_cu/`` (overridable with ``TENSORCONV_KERNEL_DIR``).  A :class:`KernelRef`
+names one kernel: its file, its name expression (a template's instantiation, through
+``name_expressions``) and its ``-D`` defines.  Compiled kernels are memoised per
+(directory, file, name expression, defines, backend, device) in the process, and on
+disk by CuPy; a failing compile raises :class:`KernelCompileError` carrying the
+file, the options and the compiler log.
+
+NVRTC compiles one kernel in about a second and releases the GIL while it does, so
+:func:`compile_all` compiles the kernels a model or a tuner is about to need on a
+pool of threads, with a progress bar, before the first of them is launched.
+
+Kernels whose every body begins with ``tc::wait_prior_grids()`` (all of
+``kernels_cu``) are noted, so that :mod:`tensorconv.graph` may start them before the
+kernel ahead of them has finished.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
 
 from tensorconv import backend, precision
 
@@ -56,7 +67,7 @@ def _candidate_cuda_roots():
         yield from sorted(base.glob("cuda_*/include"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_include_dirs() -> tuple[str, ...]:
     """CUDA toolkit include directories found at run time.
 
@@ -82,7 +93,7 @@ def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) ->
     return tuple(opts) + tuple(extra)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _includes(directory: str, file: str) -> frozenset:
     """The local headers ``file`` includes, directly or through other headers."""
     seen, todo = set(), [file]
@@ -95,10 +106,34 @@ def _includes(directory: str, file: str) -> frozenset:
     return frozenset(seen)
 
 
+def includes(file: str) -> frozenset:
+    """The local headers ``kernels_cu/<file>`` includes, directly or through other headers."""
+    return _includes(str(kernel_dir()), file)
+
+
 def uses_tensor_cores(file: str) -> bool:
     """Whether ``kernels_cu/<file>`` is built on ``tc_mma.cuh``, so that
     :mod:`tensorconv.precision` changes what it computes."""
-    return "tc_mma.cuh" in _includes(str(kernel_dir()), file)
+    return "tc_mma.cuh" in includes(file)
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """One kernel: ``kernels_cu/<file>``'s ``name`` (a template's instantiation, e.g.
+    ``"conv2d_direct_fwd<8, 3, 3>"``) compiled with ``defines`` (sorted ``(key, value)``
+    pairs).  Make them with :func:`kernel_ref`, which adds the precision's defines."""
+
+    file: str
+    name: str
+    defines: tuple = ()
+
+
+def kernel_ref(file: str, name: str, defines: dict | None = None) -> KernelRef:
+    """The :class:`KernelRef` of ``name`` in ``file``; a file built on ``tc_mma.cuh`` also
+    takes the defines of the current :mod:`tensorconv.precision`."""
+    if uses_tensor_cores(file):
+        defines = {**precision.mma_defines(), **(defines or {})}
+    return KernelRef(file, name, tuple(sorted((defines or {}).items())))
 
 
 _WAITING_FUNCTIONS: set[int] = set()  # CUfunction handles of kernels that wait (below)
@@ -121,7 +156,10 @@ def waits_for_prior_grids(function_handle: int) -> bool:
     return int(function_handle) in _WAITING_FUNCTIONS
 
 
-@functools.lru_cache(maxsize=None)
+_LOADED: set = set()  # _load keys compiled in this process (compile_all skips them)
+
+
+@functools.cache
 def _load(directory: str, file: str, name_expression: str, defines: tuple, backend_name: str,
           device: int):
     """Compile (or fetch from CuPy's disk cache) one kernel; memoised per process."""
@@ -138,6 +176,7 @@ def _load(directory: str, file: str, name_expression: str, defines: tuple, backe
         kernel = module.get_function(name_expression)
         if every_kernel_waits(source):
             _WAITING_FUNCTIONS.add(int(kernel.kernel.ptr))  # compiles now rather than at launch
+        _LOADED.add((directory, file, name_expression, defines, backend_name, device))
         return kernel
     except cupy.cuda.compiler.CompileException as exc:
         raise KernelCompileError(
@@ -145,14 +184,26 @@ def _load(directory: str, file: str, name_expression: str, defines: tuple, backe
             f"options: {' '.join(options)}\n{exc}") from exc
 
 
+def load(ref: KernelRef, backend_name: str = "nvrtc"):
+    """The compiled kernel ``ref`` names, on the current device (compiled on first use).
+
+    Later calls are a dictionary look-up, cheap enough for every op launch.  Sources
+    are not re-read within a process; CuPy's on-disk cache is keyed by the source text
+    and the options, so an edited kernel is rebuilt next run.
+
+    Returns
+    -------
+    cupy.RawKernel
+        Call it as ``kernel(grid, block, args, shared_mem=...)``.
+    """
+    cupy = backend.require_cuda(f"kernel {ref.name} from {ref.file}")
+    return _load(str(kernel_dir()), ref.file, ref.name, ref.defines, backend_name,
+                 cupy.cuda.runtime.getDevice())
+
+
 def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
                backend_name: str = "nvrtc"):
-    """Return the compiled kernel ``name_expression`` from ``kernels_cu/<file>``.
-
-    The first call per (directory, file, name, defines, backend, device) compiles;
-    later calls are a dictionary look-up, cheap enough for every op launch.
-    Sources are not re-read within a process; CuPy's on-disk cache is keyed by
-    the source text and the options, so an edited kernel is rebuilt next run.
+    """:func:`load` of :func:`kernel_ref` ``(file, name_expression, defines)``.
 
     Parameters
     ----------
@@ -163,21 +214,54 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
         ``"conv2d_direct_fwd<8, 3, 3>"``.
     defines : dict, optional
         Compile-time constants passed as ``-DKEY=VALUE`` (``None`` value: ``-DKEY``).
-        A file built on ``tc_mma.cuh`` also gets those of the current
-        :mod:`tensorconv.precision`.
     backend_name : {"nvrtc", "nvcc"}
         CuPy's compiler backend.
+    """
+    return load(kernel_ref(file, name_expression, defines), backend_name)
+
+
+def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = None) -> int:
+    """Compile every kernel of ``refs`` not yet loaded in this process, in parallel.
+
+    NVRTC releases the GIL while it compiles, so a pool of ``workers`` threads (default:
+    one per CPU core, at most 32) keeps that many compiles going; a progress bar, shown
+    once the wait passes two seconds, says how many there are and what they are for.
+    Compile errors are raised (the first one) after the others have finished.
+
+    Parameters
+    ----------
+    refs : iterable of KernelRef
+    desc : str
+        What the kernels are for, shown on the progress bar.
 
     Returns
     -------
-    cupy.RawKernel
-        Call it as ``kernel(grid, block, args, shared_mem=...)``.
+    int
+        How many kernels were compiled (the others were loaded already).
     """
-    cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
-    if uses_tensor_cores(file):
-        defines = {**precision.mma_defines(), **(defines or {})}
-    return _load(str(kernel_dir()), file, name_expression, tuple(sorted((defines or {}).items())),
-                 backend_name, cupy.cuda.runtime.getDevice())
+    cupy = backend.require_cuda(desc)
+    device, directory = cupy.cuda.runtime.getDevice(), str(kernel_dir())
+    todo = [r for r in dict.fromkeys(refs)
+            if (directory, r.file, r.name, r.defines, "nvrtc", device) not in _LOADED]
+    if not todo:
+        return 0
+
+    def compile_one(ref):
+        with cupy.cuda.Device(device):  # a new thread starts on device 0
+            _load(directory, ref.file, ref.name, ref.defines, "nvrtc", device)
+
+    workers = workers or min(32, os.cpu_count() or 1)
+    first_error = None
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
+            tqdm(total=len(todo), desc=f"{desc} ({len(todo)} kernels)", unit="kernel",
+                 delay=2, leave=False) as bar:
+        for done in concurrent.futures.as_completed([pool.submit(compile_one, r) for r in todo]):
+            bar.update()
+            if done.exception() is not None and first_error is None:
+                first_error = done.exception()
+    if first_error is not None:
+        raise first_error
+    return len(todo)
 
 
 _SMEM_GRANTED: dict = {}  # kernel -> dynamic bytes already allowed (attribute queries cost µs)
@@ -199,7 +283,7 @@ def set_dynamic_smem(kernel, nbytes: int) -> None:
     _SMEM_GRANTED[kernel] = max(nbytes, _SMEM_GRANTED.get(kernel, -1))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fast_div(d: int):
     """``tdcx::FastDiv`` constants of ``kernels_cu/tc_cluster.cuh`` for divisor ``d``, packed.
 
@@ -209,8 +293,6 @@ def fast_div(d: int):
     thread the set-up.  Returns ``numpy.uint64``: m in bits 0-31, l in 32-39,
     d in 40-55 (``FastDiv::of`` unpacks it).
     """
-    import numpy as np
-
     if not 1 <= d < 1 << 16:
         raise ValueError(f"fast_div needs 1 <= d < 65536, got {d}")
     lg = (d - 1).bit_length()

@@ -10,16 +10,16 @@ The setting is a context (like ``decimal.localcontext``), read whenever a kernel
 fetched: ::
 
     from tensorconv import precision
-    from tensorconv.ops import tucker
+    from tensorconv import ops
 
     with precision.using("tf32"):
-        y = tucker.core_conv2d(x, w, 1, 1, variant="tf32x3")
+        y = ops.core_conv2d(x, w, 1, 1, variant="tf32x3")
 
 Only kernels built on ``tc_mma.cuh`` change (:func:`tensorconv.cuda.uses_tensor_cores`):
 the tf32x3 core, Winograd, fused stem and tensor-core pointwise-pair kernels.  The
 others, and every NumPy path, compute in fp32 whatever the setting.  The tune cache
-keys every decision by precision (:func:`tensorconv.tuning.cache.make_key`), so tiles
-and verdicts are tuned for each.  :class:`tensorconv.nn.engine.InferenceEngine`
+keys every decision by precision (:func:`tensorconv.tunecache.make_key`), so tiles
+and verdicts are tuned for each.  :class:`tensorconv.engine.InferenceEngine`
 takes ``precision=`` and plans, tunes and captures under it.
 """
 

@@ -76,3 +76,17 @@ def gradcheck_module(module, x_shape, rng) -> bool:
             m._buffers[name] = m._buffers[name].astype(np.float64)
     x = Tensor(rng.standard_normal(x_shape), requires_grad=True)
     return gradcheck(lambda x, *ps: module(x), [x, *params])
+
+
+def device_facts(smem_per_block_optin: int = 227 * 1024, compute_capability=(9, 0)):
+    """An H100's facts (as ``backend.device_facts`` reads them), for CPU tests of candidate
+    tiles and estimates; ``smem_per_block_optin`` and ``compute_capability`` to vary."""
+    from tensorconv.backend import DeviceFacts
+
+    return DeviceFacts(name="NVIDIA H100 80GB HBM3 (test facts)", index=0,
+                       compute_capability=tuple(compute_capability), sm_count=132,
+                       max_threads_per_block=1024, smem_per_block=48 * 1024,
+                       smem_per_block_optin=smem_per_block_optin, smem_per_sm=228 * 1024,
+                       regs_per_sm=65536, regs_per_block=65536, max_threads_per_sm=2048,
+                       l2_bytes=50 * 2 ** 20, total_memory=80 * 2 ** 30, clock_khz=1980000,
+                       cuda_runtime=13020, cuda_driver=13000)

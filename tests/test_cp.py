@@ -7,10 +7,11 @@ import pytest
 
 from tensorconv import reference
 from tensorconv.autograd import Tensor
+from tensorconv.compress import cpize
 from tensorconv.decomp import cp as cpd
 from tensorconv.nn import count_flops_params, get_model
-from tensorconv.nn.cp import CPConv2d, cpize
-from tests.helpers import gradcheck_module, rel_err
+from tensorconv.nn.cp import CPConv2d
+from tests.helpers import device_facts, gradcheck_module, rel_err
 
 
 def _factors(rng, n, c, kh, kw, r):
@@ -63,7 +64,7 @@ def test_cpize_and_errors():
 
 
 def test_cp_conv2d_cpu_path_and_bad_input(rng):
-    from tensorconv.ops import cp as cpops
+    from tensorconv.ops import cp_conv as cpops
 
     x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
     f = [rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3, 3), (5, 3), (6, 3))]
@@ -80,7 +81,7 @@ def test_cp_conv2d_cpu_path_and_bad_input(rng):
 
 
 def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
-    from tensorconv.ops import cp as cpops
+    from tensorconv.ops import cp_conv as cpops
 
     x = rng.standard_normal((2, 5, 6, 7)).astype(np.float32)
     f = [rng.standard_normal(s).astype(np.float32) for s in ((5, 2), (3, 2), (3, 2), (4, 2))]
@@ -93,21 +94,32 @@ def test_cp_conv2d_cpu_epilogue_and_tiles(rng):
     with pytest.raises(ValueError, match="residual has shape"):
         cpops.cp_conv2d(x, *f, padding=0, residual=res)
     with pytest.raises(ValueError, match="lanes must be a power of two"):
-        cpops.cp_conv2d(x, *f, tile=cpops.CPTile(4, 48))
+        cpops.cp_conv2d(x, *f, tile=cpops.Tile(4, 48))
+    facts = device_facts()
+
+    def problem(c, kh, kw, oh, ow, stride=(1, 1)):
+        h, w = (oh - 1) * stride[0] + kh, (ow - 1) * stride[1] + kw
+        return cpops.Problem(1, c, h, w, 16, kh, kw, 4, stride, (0, 0))
+
+    def candidates(c, kh, kw=1, stride=(1, 1)):
+        return cpops.candidates(problem(c, kh, kw, 20, 20, stride), facts)
+
     # the default tile splits channels further when a batch-1 layer has few pixels
-    small, large = cpops.default_tile(1, 192, 3, 3, 13, 13), cpops.default_tile(1, 192, 3, 3, 224, 224)
+    small = cpops.default_tile(problem(192, 3, 3, 13, 13), facts)
+    large = cpops.default_tile(problem(192, 3, 3, 224, 224), facts)
     assert small.lanes > large.lanes and small.threads % small.lanes == 0
-    assert small.rows == 0 and cpops.default_tile(1, 3, 11, 11, 224, 224, (2, 2)).rows == 1
-    assert cpops.default_tile(1, 3, 11, 11, 224, 224).scheme == "separable"
-    for tile in cpops.candidate_tiles(300, 3):
+    assert small.rows == 0
+    assert cpops.default_tile(problem(3, 11, 11, 224, 224, (2, 2)), facts).rows == 1
+    assert cpops.default_tile(problem(3, 11, 11, 224, 224), facts).scheme == "separable"
+    for tile in candidates(300, 3):
         tile.validate()
-    assert max(t.lanes for t in cpops.candidate_tiles(300, 3)) == 512
-    assert max(t.lanes for t in cpops.candidate_tiles(3, 1)) == 4
-    assert max(t.lanes for t in cpops.candidate_tiles(3, 11) if t.rows == 1) == 64
-    assert any(t.scheme == "separable" for t in cpops.candidate_tiles(3, 11, 11))
-    assert not any(t.scheme == "separable" for t in cpops.candidate_tiles(3, 11, 11, (2, 2)))
+    assert max(t.lanes for t in candidates(300, 3)) == 512
+    assert max(t.lanes for t in candidates(3, 1)) == 4
+    assert max(t.lanes for t in candidates(3, 11) if t.rows == 1) == 64
+    assert any(t.scheme == "separable" for t in candidates(3, 11, 11))
+    assert not any(t.scheme == "separable" for t in candidates(3, 11, 11, (2, 2)))
     with pytest.raises(ValueError, match="separable scheme needs stride 1"):
-        cpops.cp_conv2d(x, *f, 2, tile=cpops.CPTile(1, 64, scheme="separable"))
+        cpops.cp_conv2d(x, *f, 2, tile=cpops.Tile(1, 64, scheme="separable"))
 
 
 def test_intermediate_bytes_of_the_cp_sequence():
@@ -120,13 +132,13 @@ def test_intermediate_bytes_of_the_cp_sequence():
     assert max(sizes[:-1]) == plan.peak_bytes
 
 
-def test_known_tile_is_none_until_tuned(tmp_path, monkeypatch, rng):
-    from tensorconv.tuning import cp_tuner
+def test_tuned_tile_is_none_until_tuned(tmp_path, monkeypatch, rng):
+    from tensorconv.ops import cp_conv as cpops
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    x = np.zeros((1, 8, 9, 9), np.float32)
     f = tuple(np.zeros(s, np.float32) for s in ((8, 2), (3, 2), (3, 2), (4, 2)))
-    assert cp_tuner.known_tile(x, f, 1, (1, 1)) is None
+    p = cpops.problem((1, 8, 9, 9), f, 1, (1, 1))
+    assert p.output_shape == (1, 4, 9, 9) and cpops.tuned_tile(p) is None
 
 
 def test_balance_keeps_the_kernel_and_equalises_column_norms(rng):

@@ -68,10 +68,8 @@ def test_torch_mirror_matches_our_forward(rng):
 
     from experiments._torch_mirror import to_torch
     from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.compress import cpize, tuckerize, uniform_ranks
     from tensorconv.nn import get_model
-    from tensorconv.nn.cp import cpize
-
-    from tensorconv.nn.tucker import tuckerize, uniform_ranks
 
     # a bottleneck ResNet-50 reaches at most ~45 % fewer MACs through its 3x3 convolutions
     for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", 0.5),

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from tensorconv.compress import performance
+from tensorconv.compress.ranks import LayerSpec, candidate_ranks, layer_specs, select_ranks
 from tensorconv.nn import get_model
-from tensorconv.tuning import ranks
-from tensorconv.tuning.ranks import LayerSpec, candidate_ranks, layer_specs, select_ranks
 
 A = LayerSpec("a", 128, 128, 3, 3, 28, 28, 28, 28, 1, 1)
 B = LayerSpec("b", 256, 256, 3, 3, 14, 14, 14, 14, 1, 1)
@@ -103,13 +103,13 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
             raise KeyboardInterrupt
         return 1000.0 if r is None else float(spec.tucker_macs(*r) // 100_000)
 
-    monkeypatch.setattr(ranks, "layer_latency", fake_latency)
+    monkeypatch.setattr(performance, "layer_latency", fake_latency)
     path = tmp_path / "t.json"
     kill = True
     with pytest.raises(KeyboardInterrupt):
-        ranks.performance_tables([A, twin, B], 64, checkpoint=path)
+        performance.performance_tables([A, twin, B], 64, checkpoint=path)
     kill = False
-    table, dense = ranks.performance_tables([A, twin, B], 64, checkpoint=path)
+    table, dense = performance.performance_tables([A, twin, B], 64, checkpoint=path)
     want = {s.name: candidate_ranks(s, 64) for s in (A, B)}
     assert len(calls) == 2 + len(want["a"]) + len(want["b"]) + 1   # the killed one again
     assert len(set(calls)) == len(calls) - 1 and calls[5] == calls[4]   # resumed at the kill
@@ -117,17 +117,17 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
     assert sorted(table["b"]) == sorted(want["b"])
     assert table["b"][(64, 64)] == B.tucker_macs(64, 64) // 100_000
     calls.clear()
-    thin, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+    thin, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path)
     assert not calls and list(thin["b"]) == want["b"][::2]
     # measured with other kernels: nothing of it is reused (nor mixed with new entries)
-    from tensorconv.tuning import cache
+    from tensorconv import tunecache
 
-    monkeypatch.setattr(cache, "kernels_version", lambda: "edited")
-    again, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+    monkeypatch.setattr(tunecache, "kernels_version", lambda: "edited")
+    again, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path)
     assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2]) and again == thin
     # nor is a table of the other kind of Tucker entry (chained first 1x1s)
     calls.clear()
-    ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True)
+    performance.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True)
     assert len(calls) == 2 + len(want["a"][::2]) + len(want["b"][::2])
     assert "next first 1x1" in json.loads(path.read_text())["taken_with"]["chained"]
 
@@ -135,7 +135,7 @@ def test_performance_tables_measure_each_shape_once_and_resume(tmp_path, monkeyp
 def test_performance_tables_reuse_a_table_of_other_kernels_whole(tmp_path, monkeypatch):
     """other_kernels takes a complete checkpoint measured with other kernel sources as it
     is, and refuses one that lacks entries or was taken another way."""
-    from tensorconv.tuning import cache
+    from tensorconv import tunecache
 
     calls = []
 
@@ -143,19 +143,19 @@ def test_performance_tables_reuse_a_table_of_other_kernels_whole(tmp_path, monke
         calls.append((spec.c, r))
         return 1000.0 if r is None else float(spec.tucker_macs(*r) // 100_000)
 
-    monkeypatch.setattr(ranks, "layer_latency", fake_latency)
+    monkeypatch.setattr(performance, "layer_latency", fake_latency)
     path = tmp_path / "t.json"
     with pytest.raises(ValueError, match="needs a checkpoint"):
-        ranks.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
-    thin, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path)
+        performance.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
+    thin, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path)
     measured = len(calls)
-    monkeypatch.setattr(cache, "kernels_version", lambda: "edited")
-    again, _ = ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, other_kernels=True)
+    monkeypatch.setattr(tunecache, "kernels_version", lambda: "edited")
+    again, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path, other_kernels=True)
     assert again == thin and len(calls) == measured
     assert json.loads(path.read_text())["taken_with"]["kernels"] != "edited"
     with pytest.raises(ValueError, match="lacks"):
-        ranks.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
+        performance.performance_tables([A, B], 64, checkpoint=path, other_kernels=True)
     with pytest.raises(ValueError, match="another kernel version"):
-        ranks.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True,
+        performance.performance_tables([A, B], 64, thin=2, checkpoint=path, chained=True,
                                  other_kernels=True)
     assert len(calls) == measured

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorconv import reference
-from tests.helpers import naive_conv2d, random_conv_case, rel_err
+from tensorconv.checks import conv_geometry
+from tests.helpers import device_facts, naive_conv2d, random_conv_case, rel_err
 
 
 @pytest.mark.parametrize("trial", range(12))
@@ -186,18 +187,18 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
     y, z = pair.conv1x1_pair(x, w1, w2, b1, b2, residual=r, relu1=True)
     assert np.allclose(y, y_ref, atol=1e-5)
     assert np.allclose(z, reference.conv2d(y_ref, w2, b2), atol=1e-5)
-    at, bt = pair.pack_weights(w1, w2, pair.PairTile(4, 2))  # slices of 4, J padded to 4
+    at, bt = pair.pack_weights(w1, w2, pair.Tile(4, 2))  # slices of 4, J padded to 4
     assert at.shape == (5, 8) and bt.shape == (8, 4)
     assert np.array_equal(at[:, :6], w1[:, :, 0, 0].T) and not at[:, 6:].any()
     assert np.array_equal(bt[:6, :3], w2[:, :, 0, 0].T) and not bt[6:].any() and not bt[:, 3:].any()
-    assert pair.PairTile(8, 8).slice(512) == 64 and pair.PairTile(4, 8).slice(5) == 4
+    assert pair.Tile(8, 8).slice(512) == 64 and pair.Tile(4, 8).slice(5) == 4
     with pytest.raises(ValueError, match="w2 must take w1's 6 output channels"):
         pair.conv1x1_pair(x, w1, w2[:, :5].copy())
     with pytest.raises(ValueError, match="w1 needs a 1x1 filter"):
         pair.conv1x1_pair(x, rng.standard_normal((6, 5, 3, 3)).astype(np.float32), w2)
-    with pytest.raises(ValueError, match="b2 has 2 entries"):
+    with pytest.raises(ValueError, match="b2 has 2 entries; expected 3"):
         pair.conv1x1_pair(x, w1, w2, b2=b2[:2].copy())
-    with pytest.raises(ValueError, match="y_out and z_out are supported on the GPU"):
+    with pytest.raises(ValueError, match="z_out is supported on the GPU"):
         pair.conv1x1_pair(x, w1, w2, z_out=np.empty((2, 3, 3, 4), np.float32))
     # a projection shortcut of the block input (stride 2): the residual it would add
     xs = rng.standard_normal((2, 7, 6, 7)).astype(np.float32)
@@ -206,7 +207,7 @@ def test_pointwise_pair_numpy_path_layout_and_checks(rng):
     y_ref = np.maximum(reference.conv2d(x, w1, b1) + reference.conv2d(xs, ws, stride=2), 0)
     assert np.allclose(y, y_ref, atol=1e-5) and np.allclose(z, reference.conv2d(y_ref, w2),
                                                             atol=1e-5)
-    at, _ = pair.pack_weights(w1, w2, pair.PairTile(4, 2), ws)  # ws's channels after w1's
+    at, _ = pair.pack_weights(w1, w2, pair.Tile(4, 2), ws)  # ws's channels after w1's
     assert at.shape == (12, 8) and np.array_equal(at[5:, :6], ws[:, :, 0, 0].T)
     with pytest.raises(ValueError, match="skip_w must be"):
         pair.conv1x1_pair(x, w1, w2, skip_x=xs, skip_w=ws[:5].copy(), skip_stride=2)
@@ -231,16 +232,17 @@ def test_pointwise_pair_mma_packing(rng):
     """mma tiles: each slice's rows of w1 (padded to 16 x C8) and columns of w2 (padded
     to JP16 x MB) in fragment order, slice after slice; zeros elsewhere."""
     from tensorconv.ops import pointwise_pair as pair
+    from tensorconv.ops._launch import mma_stride
 
     m, c, j = 37, 13, 21
     w1 = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
     w2 = rng.standard_normal((j, m, 1, 1)).astype(np.float32)
-    tile = pair.PairTile(16, 2, mma=True)
+    tile = pair.Tile(16, 2, mma=True)
     mb = tile.slice(m)
     assert mb == 32 and tile.padded_j(j) == 32 and tile.share(j) == 256
     at, bt = pair.pack_weights(w1, w2, tile)
-    assert (at.shape, bt.shape) == tile.packed_shapes(c, m, j) == ((2, 2, 2, 32, 4),
-                                                                   (2, 2, 4, 32, 4))
+    p = pair.Problem(1, 1, c, m, j)
+    assert (at.shape, bt.shape) == tile.packed_shapes(p) == ((2, 2, 2, 32, 4), (2, 2, 4, 32, 4))
     a_full = np.zeros((2 * mb, 16), np.float32)
     a_full[:m, :c] = w1[:, :, 0, 0]
     b_full = np.zeros((32, 2 * mb), np.float32)
@@ -248,9 +250,9 @@ def test_pointwise_pair_mma_packing(rng):
     for s in range(2):
         assert np.array_equal(_from_fragments(at[s]), a_full[s * mb:(s + 1) * mb])
         assert np.array_equal(_from_fragments(bt[s]), b_full[:, s * mb:(s + 1) * mb])
-    assert pair.mma_stride(8) == 8 and pair.mma_stride(16) == 24 and pair.mma_stride(64) == 72
+    assert mma_stride(8) == 8 and mma_stride(16) == 24 and mma_stride(64) == 72
     # shared memory: x and y twice (split), C padded to 8, slots after the partials
-    assert tile.slots_offset(c, m, j) == 2 * 16 * 24 + 16 * 32 + 2 * 32 * 24 + 32 * 32 + 4 * 32 * 16
+    assert tile.slots_offset(p) == 2 * 16 * 24 + 16 * 32 + 2 * 32 * 24 + 32 * 32 + 4 * 32 * 16
 
 
 def test_tucker_tail_numpy_path_layout_and_checks(rng):
@@ -266,23 +268,23 @@ def test_tucker_tail_numpy_path_layout_and_checks(rng):
     r = rng.standard_normal((2, 9, 4, 3)).astype(np.float32)
     t = reference.conv2d(u, core, stride=2, padding=1)
     y_ref = np.maximum(reference.conv2d(t, w_last, b_last) + r, 0)
-    y, z = tail.tucker_tail(u, core, 2, 1, w_last, w_next, b_last, residual=r, relu1=True)
+    y, z = tail.tucker_tail_conv2d(u, core, 2, 1, w_last, w_next, b_last, residual=r, relu1=True)
     assert np.allclose(y, y_ref, atol=1e-4) and np.allclose(z, reference.conv2d(y_ref, w_next),
                                                             atol=1e-4)
-    assert tail.tucker_tail(u, core, 2, 1, w_last)[1] is None
+    assert tail.tucker_tail_conv2d(u, core, 2, 1, w_last)[1] is None
     wct, at, bt = tail.pack_weights(core, w_last, w_next)
     assert wct.shape == (45, 8) and at.shape == (8, 12) and bt.shape == (12, 4)
     assert np.array_equal(wct[:, :6], core.reshape(6, 45).T) and not wct[:, 6:].any()
     assert np.array_equal(at[:6, :9], w_last[:, :, 0, 0].T) and not at[6:].any()
     assert np.array_equal(bt[:9, :3], w_next[:, :, 0, 0].T) and not bt[:, 3:].any()
     with pytest.raises(ValueError, match="w_last must take the core's 6 output channels"):
-        tail.tucker_tail(u, core, 1, 1, w_last[:, :5].copy())
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last[:, :5].copy())
     with pytest.raises(ValueError, match="w_next must take w_last's 9 output channels"):
-        tail.tucker_tail(u, core, 1, 1, w_last, w_next[:, :8].copy())
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, w_next[:, :8].copy())
     with pytest.raises(ValueError, match="Tucker tail takes stride 1 or 2"):
-        tail.tucker_tail(u, core, 3, 1, w_last)
+        tail.tucker_tail_conv2d(u, core, 3, 1, w_last)
     with pytest.raises(ValueError, match="b_next needs w_next"):
-        tail.tucker_tail(u, core, 1, 1, w_last, b_next=b_last)
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, b_next=b_last)
 
 
 def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
@@ -292,7 +294,7 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     from tensorconv import ops
     from tensorconv.autograd import Tensor
     from tensorconv.autograd.functions import max_pool2d
-    from tensorconv.ops import conv_pool
+    from tensorconv.ops import conv_maxpool as conv_pool
 
     x = rng.standard_normal((2, 3, 30, 26)).astype(np.float32)
     w = rng.standard_normal((20, 3, 7, 7)).astype(np.float32)
@@ -300,11 +302,13 @@ def test_conv_maxpool_numpy_path_tiles_and_packing(rng):
     y = np.maximum(reference.conv2d(x, w, b, 2, 3), 0)
     ref = max_pool2d(Tensor(y), 3, 2, 1).data
     assert rel_err(ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=True), ref) < 1e-6
-    fits = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2, smem_limit=227 * 1024)
+    stem = conv_pool.Problem(conv_geometry((1, 3, 224, 224), (64, 3, 7, 7), 2, 3), (3, 3),
+                             (2, 2), (1, 1))
+    fits = conv_pool.candidates(stem, device_facts())
     too_big = {(4, 8, 64), (8, 8, 32), (8, 8, 64), (4, 16, 32), (4, 16, 64)}
-    assert set(conv_pool.TILES) - set(fits) == {conv_pool.ConvPoolTile(*t) for t in too_big}
+    assert set(conv_pool.TILES) - set(fits) == {conv_pool.Tile(*t) for t in too_big}
     assert max(t.tiles_per_warp(3, 2) for t in fits) == 6
-    tile = conv_pool.ConvPoolTile(4, 4, 16)
+    tile = conv_pool.Tile(4, 4, 16)
     packed = conv_pool.pack_weights(w, tile)             # (2 strips, 19 k8, 2 parts, 32, 4)
     assert packed.shape == (2, 19, 2, 32, 4)
     frags = packed.reshape(2, 19, 2, 8, 4, 2, 2)        # (o16, k8, part, g, t, k+4?, o+8?)

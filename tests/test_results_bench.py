@@ -6,26 +6,26 @@ import math
 
 import pytest
 
-from tensorconv import bench, results
+from tensorconv import bench, results, timing
 
 
 def test_timing_summary():
-    t = bench.Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0], "events")
+    t = timing.Timing.from_samples([5.0, 1.0, 3.0, 2.0, 4.0], "events")
     assert t.median_us == 3.0 and t.min_us == 1.0 and t.repeats == 5
     assert t.p10_us < t.median_us < t.p90_us
     with pytest.raises(ValueError):
-        bench.Timing.from_samples([], "events")
+        timing.Timing.from_samples([], "events")
 
 
 def test_time_host_runs_the_callable():
     calls = []
-    t = bench.time_host(lambda: calls.append(1), warmup=2, repeat=4)
+    t = timing.time_host(lambda: calls.append(1), warmup=2, repeat=4)
     assert len(calls) == 6 and t.repeats == 4 and t.method == "host"
 
 
 def test_unknown_framework():
     with pytest.raises(ValueError, match="framework"):
-        bench.time_events(lambda: None, framework="jax")
+        timing.time_events(lambda: None, framework="jax")
 
 
 def test_roofline_floor_takes_the_slower_side():

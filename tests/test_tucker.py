@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-import types
 
 import numpy as np
 import pytest
 
+from tensorconv import tunecache
 from tensorconv.checks import conv_geometry
 from tensorconv.decomp import tucker
-from tensorconv.ops.tucker import CoreTile, candidate_tiles
-from tensorconv.tuning import cache, tdc_model
-from tests.helpers import gradcheck_module, rel_err
+from tensorconv.ops import tucker_core_cluster as cluster
+from tensorconv.ops import tucker_core_tdc as tdc
+from tensorconv.ops import tucker_core_tf32x3 as tf32x3
+from tensorconv.tuning import tdc_model, tile_fit
+from tests.helpers import device_facts, gradcheck_module, rel_err
 
 
 def test_full_rank_hosvd_is_exact(rng):
@@ -56,30 +58,29 @@ def test_reduction_ratios():
         56 * 56 * 9 * 64 * 64 / macs_tucker)
 
 
-FACTS = types.SimpleNamespace(sm_count=132, max_threads_per_sm=2048, regs_per_sm=65536,
-                              smem_per_sm=228 * 1024, smem_per_block_optin=227 * 1024)
+FACTS = device_facts()
 
 
 def test_candidate_tiles_fit_shared_memory():
     geom = conv_geometry((1, 64, 28, 28), (32, 64, 3, 3), padding=1)
-    tiles = candidate_tiles(geom, 8 * 1024)
+    tiles = tdc.candidates(geom, device_facts(8 * 1024))
     assert tiles and all(t.smem_bytes(geom) <= 8 * 1024 and t.th * t.tw <= 32 for t in tiles)
-    assert CoreTile(8, 4, 64).smem_bytes(geom) == 4 * 64 * 10 * 6
+    assert tdc.Tile(8, 4, 64).smem_bytes(geom) == 4 * 64 * 10 * 6
 
 
 def test_model_occupancy_and_volume():
-    assert tdc_model.occupancy(64, 32, 0, FACTS) == 1.0           # 32 blocks x 64 threads
-    assert tdc_model.occupancy(256, 128, 0, FACTS) == 0.25         # registers bind: 2 blocks
+    assert tdc.occupancy(64, 32, 0, FACTS) == 1.0           # 32 blocks x 64 threads
+    assert tdc.occupancy(256, 128, 0, FACTS) == 0.25         # registers bind: 2 blocks
     geom = conv_geometry((1, 32, 14, 14), (32, 32, 3, 3), padding=1)
-    t = CoreTile(7, 7, 32)
+    t = tdc.Tile(7, 7, 32)
     # eqs. 16-19 with 4 tiles: kernel 4*32*32*9, input 4*32*9*9, output 14*14*32*1
-    assert tdc_model.memory_volume(geom, t) == 4 * 32 * 9 * 9 + 14 * 14 * 32 + 4 * 32 * 32 * 9
+    assert tdc.memory_volume(geom, t) == 4 * 32 * 9 * 9 + 14 * 14 * 32 + 4 * 32 * 32 * 9
 
 
 def test_model_ranks_every_candidate_and_prefers_full_waves():
     geom = conv_geometry((1, 64, 28, 28), (32, 64, 3, 3), padding=1)
     ranked = tdc_model.rank(geom, lambda t: 40, FACTS)
-    assert len(ranked) == len(candidate_tiles(geom, FACTS.smem_per_block_optin))
+    assert len(ranked) == len(tdc.candidates(geom, FACTS))
     best = ranked[0]
     assert best.waves == min(p.waves for p in ranked[:max(1, round(len(ranked) * 0.05))])
 
@@ -87,27 +88,40 @@ def test_model_ranks_every_candidate_and_prefers_full_waves():
 def test_tune_cache_roundtrip_and_corrupt_file(tmp_path, monkeypatch):
     path = tmp_path / "tune.json"
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(path))
-    key = cache.make_key("test", "direct_conv.cu", (1, 2, 3))
-    assert cache.lookup(key) is None
-    cache.store(key, {"tile": [1, 2]})
-    assert cache.lookup(key) == {"tile": [1, 2]}
+    key = tunecache.make_key("test", "direct_conv.cu", (1, 2, 3))
+    assert tunecache.lookup(key) is None
+    tunecache.store(key, {"tile": [1, 2]})
+    assert tunecache.lookup(key) == {"tile": [1, 2]}
     path.write_text("{ not json")
-    assert cache.lookup(key) is None            # corrupt: ignored, not fatal
-    cache.store(key, 5)
+    assert tunecache.lookup(key) is None            # corrupt: ignored, not fatal
+    tunecache.store(key, 5)
     assert json.loads(path.read_text()) == {key: 5}   # rebuilt
     path.write_text(json.dumps({key: 66}))            # another process wrote it
-    assert cache.lookup(key) == 66
+    assert tunecache.lookup(key) == 66
     path.write_text("[1, 2]")
-    assert cache.lookup(key) is None
+    assert tunecache.lookup(key) is None
 
 
-def test_tuner_memo_belongs_to_its_cache_file(tmp_path, monkeypatch):
+def test_decoded_decisions_belong_to_their_cache_file(tmp_path, monkeypatch):
+    key = tunecache.make_key("test", "direct_conv.cu", "p")
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "a.json"))
-    cache.memo()["decision"] = 1
+    tunecache.store(key, {"tile": 1})
+    assert tunecache.known(key, lambda v: v["tile"]) == 1
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "b.json"))
-    assert "decision" not in cache.memo()     # another file: none of a's decisions
+    assert tunecache.known(key, lambda v: v["tile"]) is None   # another file: none of a's
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "a.json"))
-    assert cache.memo()["decision"] == 1
+    tunecache.store(key, {"tile": 2})
+    assert tunecache.known(key, lambda v: v["tile"]) == 2      # a new value is read anew
+
+
+def test_keys_name_every_kernel_a_decision_compares():
+    one = tunecache.make_key("k", ("pointwise_pair.cu",), "p")
+    both = tunecache.make_key("k", ("pointwise_pair.cu", "direct_conv.cu"), "p")
+    assert one != both
+    assert tunecache.make_key("k", ("direct_conv.cu", "pointwise_pair.cu"), "p") == both
+    # a header a file includes is part of its version
+    assert tunecache.source_version("tucker_core_cluster.cu") != tunecache.source_version(
+        "tucker_core_tdc.cu")
 
 
 def test_calibration_fit_recovers_known_coefficients():
@@ -116,8 +130,8 @@ def test_calibration_fit_recovers_known_coefficients():
     truth = (0.2, 0.04, 0.15, 0.3, 5.0, 0.02, 1.1)
     samples = []
     for g in geoms:
-        for t in candidate_tiles(g, FACTS.smem_per_block_optin)[::7]:
-            feats = tdc_model.calibrated_features(g, t, 40, FACTS)
+        for t in tdc.candidates(g, FACTS)[::7]:
+            feats = tdc.calibrated_features(g, t, 40, FACTS)
             samples.append((g, t, 40, sum(a * f for a, f in zip(truth, feats))))
     assert np.allclose(tdc_model.fit_calibration(samples, FACTS), truth, rtol=1e-6)
     with pytest.raises(ValueError, match="method"):
@@ -126,8 +140,9 @@ def test_calibration_fit_recovers_known_coefficients():
 
 # ---- the TuckerConv2d layer and tuckerize
 from tensorconv.autograd import Tensor  # noqa: E402
+from tensorconv.compress import tucker_candidates, tuckerize, uniform_ranks  # noqa: E402
 from tensorconv.nn import Conv2d, count_flops_params, get_model  # noqa: E402
-from tensorconv.nn.tucker import TuckerConv2d, tucker_candidates, tuckerize, uniform_ranks  # noqa: E402
+from tensorconv.nn.tucker import TuckerConv2d  # noqa: E402
 
 
 def test_full_rank_tucker_layer_reproduces_the_conv(rng):
@@ -169,7 +184,7 @@ def test_tuckerize_budget_and_errors():
 def test_uniform_ranks_over_the_decomposed_layers_only():
     """scope="layers" meets the budget on the candidate convolutions' MACs (Algorithm 1's
     B), counted as the rank selection counts them; over the model it cuts less there."""
-    from tensorconv.tuning.ranks import layer_specs
+    from tensorconv.compress.ranks import layer_specs
 
     model = get_model("resnet18_imagenet")
     specs = layer_specs(model, (1, 3, 64, 64))
@@ -195,14 +210,14 @@ def test_calibration_reproduces_from_the_committed_tile_times():
             ("tdc_fig6_tiles.csv", "tdc_fig6_tiles_run2.csv", "tdc_fig6_tiles_run3.csv")]
     assert all(len(samples) > 2000 for samples in runs)
     coef = tdc_model.fit_calibration(runs[0] + runs[1], FACTS)  # run 3 is held out
-    assert np.allclose(coef, tdc_model.CALIBRATION_H100, rtol=2e-3, atol=1e-5)
+    assert np.allclose(coef, tdc.CALIBRATION_H100, rtol=2e-3, atol=1e-5)
     for samples in runs:
         by_case = {}
         for g, t, r, us in samples:
             by_case.setdefault(g, []).append((t, r, us))
         ratios = []
         for g, rows in by_case.items():
-            est = lambda row: sum(a * f for a, f in zip(coef, tdc_model.calibrated_features(  # noqa: E731
+            est = lambda row: sum(a * f for a, f in zip(coef, tdc.calibrated_features(  # noqa: E731
                 g, row[0], row[1], FACTS)))
             pick = min(rows, key=est)
             ratios.append(pick[2] / min(row[2] for row in rows))
@@ -210,61 +225,58 @@ def test_calibration_reproduces_from_the_committed_tile_times():
 
 
 def test_cluster_candidates_are_valid_and_diverse():
-    from tensorconv.ops import tucker as ops
-    from tensorconv.tuning import cluster_model
-
     geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
-    tile = ops.ClusterTile(4, 4, 32, 4, 4, 8, 2)
+    tile = cluster.Tile(4, 4, 32, 4, 4, 8, 2)
     # stage: 8 ch x 6 rows x pitch 20 (+ 8 x 9 x 32 weights), twice (32 channels per split); then
     # the cluster's 2 slots of half the 32 x 4 x 16 sum tile and the mbarrier (2 floats);
     # ck = 32 covers the split: one stage
     slots = 2 * 32 * 4 * 16 // 2 + 2
     assert tile.share == 1024
     assert tile.smem_bytes(geom) == 4 * (2 * (8 * 6 * 20 + 8 * 9 * 32) + slots)
-    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (
+    assert cluster.Tile(4, 4, 32, 4, 4, 32, 2).smem_bytes(geom) == 4 * (
         32 * 6 * 20 + 32 * 9 * 32 + slots)
-    assert ops.ClusterTile(4, 4, 32, 4, 4, 32, 1).smem_bytes(geom) == 4 * (
+    assert cluster.Tile(4, 4, 32, 4, 4, 32, 1).smem_bytes(geom) == 4 * (
         2 * (32 * 6 * 20 + 32 * 9 * 32))
     assert tile.threads == 8 * 4 * 4 and tile.grid(geom) == (14 * 4, 2, 2)
-    every = ops.cluster_candidates(geom, 48 * 1024)
-    assert all(t.threads <= ops.CLUSTER_MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024
+    small = device_facts(48 * 1024)
+    every = cluster.candidates(geom, small)
+    assert all(t.threads <= cluster.MAX_THREADS and t.smem_bytes(geom) <= 48 * 1024
                for t in every)
-    picked = cluster_model.ranked_tiles(geom, 48 * 1024, 132, limit=40)
+    picked = cluster.ranked(geom, small, limit=40)
     assert len(picked) == 40 and len(set(picked)) == 40 and set(picked) <= set(every)
     assert len({(t.nt, t.pt, t.splits) for t in picked}) >= 12   # every family gets a look
-    est = [cluster_model.estimate(geom, t, 132) for t in picked]
-    assert est == sorted(est) and est[0] == min(cluster_model.estimate(geom, t, 132) for t in every)
-    assert ops.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 9, 9), 1, 0))
-    assert ops.cluster_supported(conv_geometry((1, 8, 9, 9), (8, 8, 3, 3), 3, 0))
-    assert ops.cluster_supported(geom) is None
+    est = [cluster.estimate(geom, t, 132) for t in picked]
+    assert est == sorted(est) and est[0] == min(cluster.estimate(geom, t, 132) for t in every)
+    assert cluster.default_tile(geom, small) == picked[0]
+    assert all(t.splits == 1 for t in cluster.candidates(geom, device_facts(
+        compute_capability=(8, 0))))                              # no clusters before sm_90
+    assert cluster.supported(conv_geometry((1, 8, 9, 9), (8, 8, 9, 9), 1, 0))
+    assert cluster.supported(conv_geometry((1, 8, 9, 9), (8, 8, 3, 3), 3, 0))
+    assert cluster.supported(geom) is None
 
 
-@pytest.mark.parametrize("model,fit_file,min_samples,bound", [
-    ("cluster_model", "tdc_fig6_tiles_run4.csv", 1000, 1.12),
-    ("tf32x3_model", "tdc_fig6_tiles_run6.csv", 800, 1.10),
-])
-def test_cluster_and_tf32x3_calibrations_reproduce(model, fit_file, min_samples, bound):
-    """Each calibrated estimate's CALIBRATION_H100 is what fit_calibration gives on the
-    committed tile times it was fitted on, and its pick among the timed tiles lands within
-    ``bound`` of the best (geomean over the 18 shapes), in-sample and on the held-out tile
-    times of the push-reduction kernels (results/tdc_fig6_tiles_run8.csv)."""
-    import importlib
+@pytest.mark.parametrize("kernel,fit_file,min_samples,bound", [
+    (cluster, "tdc_fig6_tiles_run4.csv", 1000, 1.12),
+    (tf32x3, "tdc_fig6_tiles_run6.csv", 800, 1.10),
+], ids=["cluster", "tf32x3"])
+def test_cluster_and_tf32x3_calibrations_reproduce(kernel, fit_file, min_samples, bound):
+    """Each calibrated estimate's CALIBRATION_H100 is what the fit gives on the committed
+    tile times it was fitted on, and its pick among the timed tiles lands within ``bound``
+    of the best (geomean over the 18 shapes), in-sample and on the held-out tile times of
+    the push-reduction kernels (results/tdc_fig6_tiles_run8.csv)."""
     from pathlib import Path
 
-    est = importlib.import_module(f"tensorconv.tuning.{model}")
     path = Path(__file__).resolve().parent.parent / "results" / fit_file
-    samples = est.load_samples(path)
+    samples = tile_fit.load_samples(path, kernel)
     assert len(samples) > min_samples
-    coef = est.fit_calibration(samples, 132)
-    assert np.allclose(coef, est.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
-    assert est.pick_ratio(samples, 132) < bound
-    later = est.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"))
-    assert est.pick_ratio(later, 132) < bound
+    coef = tile_fit.fit(kernel, samples, 132)
+    assert np.allclose(coef, kernel.CALIBRATION_H100, rtol=1e-4, atol=1e-7)
+    assert tile_fit.pick_ratio(kernel, samples, 132) < bound
+    later = tile_fit.load_samples(path.with_name("tdc_fig6_tiles_run8.csv"), kernel)
+    assert tile_fit.pick_ratio(kernel, later, 132) < bound
 
 
 def test_tf32x3_packing_splits_and_orders_the_weights(rng):
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
-
     w = rng.standard_normal((13, 11, 3, 2)).astype(np.float32) * 10.0 ** rng.uniform(-4, 4)
     geom = conv_geometry((1, 11, 9, 9), w.shape, 1, 0)
     p = tf32x3.pack_weights(w)
@@ -284,21 +296,18 @@ def test_tf32x3_packing_splits_and_orders_the_weights(rng):
 
 
 def test_tf32x3_candidates_fit_and_rank_every_family():
-    from tensorconv.ops import tucker_tf32x3 as tf32x3
-    from tensorconv.tuning import tf32x3_model
-
+    facts = device_facts(100 * 1024)
     for shape in [(1, 64, 224, 224), (1, 32, 7, 7), (2, 5, 20, 3)]:
         geom = conv_geometry(shape, (40, shape[1], 3, 3), 1, 1)
-        tiles = tf32x3.candidates(geom, 100 * 1024)
+        tiles = tf32x3.candidates(geom, facts)
         assert tiles and all(t.smem_bytes(geom) <= 100 * 1024 for t in tiles)
         assert all(t.pixels % t.tw == 0 and t.warps_m * t.warps_n <= 8 for t in tiles)
-        ranked = tf32x3_model.ranked_tiles(geom, 100 * 1024, 132, limit=32)
-        est = [tf32x3_model.estimate(geom, t, 132) for t in ranked]
+        ranked = tf32x3.ranked(geom, facts, limit=32)
+        est = [tf32x3.estimate(geom, t, 132) for t in ranked]
         assert est == sorted(est) and len(set(ranked)) == len(ranked)
-        assert all(t.splits == 1 for t in tf32x3.candidates(geom, 100 * 1024, clusters=False))
+        no_clusters = device_facts(100 * 1024, (8, 0))
+        assert all(t.splits == 1 for t in tf32x3.candidates(geom, no_clusters))
         assert all(t.splits <= -(-geom.c // t.ck) for t in tiles)
-
-
 
 
 def test_fast_div_constants_divide_exactly(rng):

@@ -7,8 +7,8 @@ import pytest
 
 from tensorconv import reference
 from tensorconv.checks import conv_geometry
-from tensorconv.ops import winograd
-from tests.helpers import rel_err
+from tensorconv.ops import winograd_conv as winograd
+from tests.helpers import device_facts, rel_err
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
@@ -42,7 +42,7 @@ def test_transform_reproduces_the_convolution(rng, shape, padding):
 
 def test_prepared_weights_are_transformed_filters_in_fragment_order(rng):
     w = rng.standard_normal((10, 12, 3, 3)).astype(np.float32)
-    packed = winograd.prepare_weights(w)
+    packed = winograd.pack_weights(w)
     geom = conv_geometry((1, 12, 8, 8), w.shape, 1, 1)
     assert packed.shape == winograd.packed_shape(geom) == (2, 2, 16, 32, 2)
     u = winograd.transform_weights(w)
@@ -54,13 +54,14 @@ def test_prepared_weights_are_transformed_filters_in_fragment_order(rng):
 
 def test_tiles_and_default():
     geom = conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), 1, 1)
-    tiles = winograd.candidates(geom, 227 * 1024)
-    assert winograd.default_tile(geom) in tiles
+    facts = device_facts()
+    tiles = winograd.candidates(geom, facts)
+    assert winograd.default_tile(geom, facts) in tiles
     for t in tiles:
         assert t.tiles % t.tbw == 0 and t.ck * t.tiles == winograd.THREADS
-        assert t.smem_bytes() <= 227 * 1024
+        assert t.smem_bytes(geom) <= 227 * 1024
     # 28 x 28 tiles of 16 (4 x 4) and 32 channels: 49 x 2 blocks
-    assert winograd.WinogradTile(1, 4, 4).grid(geom) == (49, 2, 1)
+    assert winograd.Tile(1, 4, 4).grid(geom) == (49, 2, 1)
     small = conv_geometry((2, 8, 5, 5), (4, 8, 3, 3), 1, 1)
-    assert all(t.wn == 1 for t in winograd.candidates(small, 227 * 1024))
-    assert winograd.default_tile(small) == winograd.WinogradTile(1, 1, 4)
+    assert all(t.wn == 1 for t in winograd.candidates(small, facts))
+    assert winograd.default_tile(small, facts) == winograd.Tile(1, 1, 4)

@@ -13,8 +13,8 @@ Tucker-format model fine-tuned (a second :func:`training.train.train` run with
 from __future__ import annotations
 
 from tensorconv import backend
+from tensorconv.compress.tucker import tucker_candidates
 from tensorconv.decomp.tucker import hosvd_project
-from tensorconv.nn.tucker import tucker_candidates
 
 
 class ADMMTucker:

@@ -21,10 +21,9 @@ from tensorconv import backend, data
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
+from tensorconv.compress import cpize, tuckerize
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
-from tensorconv.nn.cp import cpize
-from tensorconv.nn.tucker import tuckerize
 from training import checkpoint as ckpt
 from training.admm_tucker import ADMMTucker
 

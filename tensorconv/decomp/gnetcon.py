@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensorconv import backend
+from tensorconv import backend, ops
 
 
 class NoFeasibleSequence(ValueError):
@@ -282,8 +282,6 @@ def _combine(net: Network, a, la, b, lb, out, gemm: str):
     """Evaluate one pair on the best call we have: our depthwise kernel for convolution
     edges, a GEMM (cuBLAS through einsum, or our implicit-GEMM 1x1 convolution, which a
     CUDA graph can capture) for contractions, broadcasting for outer products."""
-    from tensorconv import ops
-
     xp = backend.array_module(a, b)
     edges = [(i, f) for i, f in net.conv if (i in la and f in lb) or (i in lb and f in la)]
     if edges and any(i in lb for i, _ in edges):

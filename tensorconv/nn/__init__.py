@@ -1,8 +1,19 @@
 """Layers, models, optimisers and the inference engine."""
 
 from tensorconv.nn.flops import count_flops_params
-from tensorconv.nn.layers import (AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten,
-                                  GlobalAvgPool2d, Identity, Linear, MaxPool2d, ReLU, Sequential)
+from tensorconv.nn.layers import (
+                                  AvgPool2d,
+                                  BatchNorm2d,
+                                  Conv2d,
+                                  Dropout,
+                                  Flatten,
+                                  GlobalAvgPool2d,
+                                  Identity,
+                                  Linear,
+                                  MaxPool2d,
+                                  ReLU,
+                                  Sequential,
+)
 from tensorconv.nn.models import MODELS, get_model
 from tensorconv.nn.module import Module, Parameter
 

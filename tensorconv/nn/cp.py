@@ -1,4 +1,5 @@
-"""CP-decomposed convolution layers: ``CPConv2d`` and ``cpize``.
+"""The CP-decomposed convolution layer: ``CPConv2d`` (a model's convolutions turn into it
+through :func:`tensorconv.compress.cp.cpize`).
 
 ``CPConv2d`` runs the paper's sequence (Reustle et al., eq. 7) as four small
 convolutions: a 1x1 contraction C -> R with S, a (kh x 1) per-rank
@@ -7,7 +8,7 @@ products over R make them depthwise), and a 1x1 contraction R -> N with T.
 Stride and padding split between the two spatial stages, which gives exactly
 the strided, padded convolution with the reconstructed kernel.  It trains
 through the autograd; at inference the engine runs it as one launch of the
-paper's fused kernel (:func:`tensorconv.ops.cp.cp_conv2d`).
+paper's fused kernel (:func:`tensorconv.ops.cp_conv2d`, :mod:`tensorconv.engine.cp`).
 """
 
 from __future__ import annotations
@@ -87,65 +88,3 @@ class CPConv2d(Module):
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"rank={self.rank}, stride={self.stride}, padding={self.padding}")
-
-
-def cpize(model, rank: int, *, min_channels: int = 16, decompose: bool = True) -> dict:
-    """Replace every dense R x S convolution (>= ``min_channels`` in and out) by a
-    rank-``rank`` ``CPConv2d``, in place.
-
-    With ``decompose`` the factors come from CP-ALS on the layer's kernel and the
-    result is ``{name: relative reconstruction error}``; without it the new layers keep
-    their random initialisation (weights about to be loaded from a checkpoint) and the
-    result is ``{name: nan}``.
-    """
-    from tensorconv.nn.tucker import tucker_candidates
-
-    errors = {}
-    modules = dict(model.named_modules())
-    for name, conv in tucker_candidates(model, min_channels).items():
-        if decompose:
-            layer, errors[name] = CPConv2d.from_conv(conv, rank)
-        else:
-            layer = CPConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, rank,
-                             conv.stride, conv.padding, bias=conv.bias is not None)
-            errors[name] = float("nan")
-        parent_name, _, attr = name.rpartition(".")
-        setattr(modules[parent_name + "." if parent_name else ""], attr, layer)
-    return errors
-
-
-# ---- inference: the engine runs a CPConv2d as one fused-kernel launch, the batch norm folded
-# into T and the bias, the residual and ReLU in the kernel's epilogue; ranks above the
-# kernel's template limit run as the four small convolutions
-def _register_engine_planner():
-    from tensorconv.nn import engine
-    from tensorconv.ops import cp as cpops
-    from tensorconv.tuning import cp_tuner
-
-    @engine.register_conv_planner(CPConv2d)
-    def plan_cp(m: CPConv2d, plan, x, *, bn=None, relu=False, residual=None):
-        if m.rank > cpops.MAX_RANK:
-            y = engine.plan_conv(m.contract_in, plan, x)
-            y = engine.plan_conv(m.conv_w, plan, engine.plan_conv(m.conv_h, plan, y))
-            return engine.plan_conv(m.contract_out, plan, y, bn=bn, relu=relu, residual=residual)
-        xp = plan.xp
-        f = m.factors()
-        t, b = engine.fold_bn(f.t, None if m.contract_out.bias is None else
-                              m.contract_out.bias.data, bn)
-        s, h, w = (plan.keep(xp.ascontiguousarray(xp.asarray(a, np.float32)))
-                   for a in (f.s, f.h, f.w))
-        t, b = plan.keep(xp.asarray(t)), (None if b is None else plan.keep(xp.asarray(b)))
-        stride = pair(m.stride, "stride", minimum=1)
-        padding = pair(m.padding, "padding", minimum=0)
-        tile = cp_tuner.known_tile(x, (s, h, w, t), stride, padding)
-        kh, kw = m.kernel_size
-        oh = (x.shape[2] + 2 * padding[0] - kh) // stride[0] + 1
-        ow = (x.shape[3] + 2 * padding[1] - kw) // stride[1] + 1
-        out = plan.alloc((x.shape[0], m.out_channels, oh, ow))
-        plan.add(lambda: cpops.cp_conv2d(x, s, h, w, t, stride, padding, bias=b,
-                                         residual=residual, relu=relu, tile=tile, out=out),
-                 f"cp fused R={m.rank} {m.in_channels}->{m.out_channels} on {tuple(x.shape)}")
-        return out
-
-
-_register_engine_planner()

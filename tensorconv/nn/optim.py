@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from tensorconv import backend
+from tensorconv.ops.sgd import PointerTables, sgd_multi_tensor
 
 
 class SGD:
@@ -54,8 +55,6 @@ class SGD:
     def step(self) -> None:
         lr, mu, wd = self.lr, self.momentum, self.weight_decay
         if self._fused():
-            from tensorconv.ops.sgd import PointerTables, sgd_multi_tensor
-
             self._tables = self._tables or PointerTables()
             for i, p in enumerate(self.params):
                 if self.velocity[i] is None:

@@ -1,28 +1,67 @@
-"""Public functional API: one module per kernel family.
+"""The public functional API: one module per kernel family, every public op exported here.
 
-Every op accepts NumPy arrays (computed on the CPU through the references) or
-GPU arrays (CuPy, or any DLPack / ``__cuda_array_interface__`` array, used
-without a copy) and runs our CUDA kernels on the latter.
+Every op accepts NumPy arrays (computed on the CPU through :mod:`tensorconv.reference`,
+where the op has a CPU path) or GPU arrays (CuPy, or any DLPack /
+``__cuda_array_interface__`` array, used without a copy) and runs our CUDA kernels on
+the latter.  Bad input raises ``ValueError`` / ``TypeError`` naming the argument before
+any launch.
+
+Each module ``ops/<stem>.py`` wraps ``kernels_cu/<stem>.cu`` and follows one skeleton
+(``docs/ops.md`` is the page to read before adding a family): ``Problem`` (the sizes of
+one call) and ``Tile`` (a launch shape: ``smem_bytes(problem)``, ``grid(problem)``),
+``supported``, ``candidates(problem, facts)``, ``default_tile(problem, facts)``,
+``pack_weights``, ``kernels(problem, tile)`` and ``instantiations()``, then the public
+op: checks, the NumPy reference or a GPU-only error, the tile, one shared launch helper
+(:mod:`tensorconv.ops._launch`).  :mod:`tensorconv.ops.core_conv` alone has no ``.cu``:
+it dispatches a dense convolution to the fastest of the kernels that take it.
 """
 
-from tensorconv.ops.conv import (
-    ALGORITHMS,
-    DirectConvTile,
-    choose_algorithm,
-    conv2d,
-    conv2d_backward_data,
-    conv2d_backward_weight,
-    direct_conv_tile,
-    igemm_splits,
+from tensorconv.ops import (
+                            batchnorm,
+                            classifier_head,
+                            conv_maxpool,
+                            core_conv,
+                            cp_conv,
+                            direct_conv,
+                            pointwise_conv,
+                            pointwise_pair,
+                            pool,
+                            sgd,
+                            tucker_core_cluster,
+                            tucker_core_tdc,
+                            tucker_core_tf32x3,
+                            tucker_layer,
+                            tucker_tail,
+                            winograd_conv,
 )
-from tensorconv.ops.conv_pool import conv2d_maxpool
-from tensorconv.ops.head import gap_linear
-from tensorconv.ops.norm import batch_norm_backward, batch_norm_forward
-from tensorconv.ops.pointwise import conv1x1
+from tensorconv.ops.batchnorm import batch_norm_apply, batch_norm_backward, batch_norm_forward
+from tensorconv.ops.classifier_head import gap_linear
+from tensorconv.ops.conv_maxpool import conv2d_maxpool
+from tensorconv.ops.core_conv import core_conv2d
+from tensorconv.ops.cp_conv import cp_conv2d
+from tensorconv.ops.direct_conv import conv2d, conv2d_backward_data, conv2d_backward_weight
+from tensorconv.ops.pointwise_conv import conv1x1
 from tensorconv.ops.pointwise_pair import conv1x1_pair
 from tensorconv.ops.pool import pool2d
 from tensorconv.ops.sgd import sgd_multi_tensor
+from tensorconv.ops.tucker_core_cluster import cluster_conv2d
+from tensorconv.ops.tucker_core_tdc import tdc_conv2d
+from tensorconv.ops.tucker_core_tf32x3 import tf32x3_conv2d
+from tensorconv.ops.tucker_layer import tucker_layer_conv2d
+from tensorconv.ops.tucker_tail import tucker_tail_conv2d
+from tensorconv.ops.winograd_conv import winograd_conv2d
 
-__all__ = ["ALGORITHMS", "DirectConvTile", "batch_norm_backward", "batch_norm_forward",
-           "choose_algorithm", "conv1x1", "conv1x1_pair", "conv2d", "conv2d_maxpool", "conv2d_backward_data", "conv2d_backward_weight",
-           "direct_conv_tile", "gap_linear", "igemm_splits", "pool2d", "sgd_multi_tensor"]
+# every kernel module, by the .cu file it wraps (the build command and the tests walk it)
+FAMILIES = {m.FILE: m for m in (batchnorm, classifier_head, conv_maxpool, cp_conv, direct_conv,
+                                pointwise_conv, pointwise_pair, pool, sgd, tucker_core_cluster,
+                                tucker_core_tdc, tucker_core_tf32x3, tucker_layer, tucker_tail,
+                                winograd_conv)}
+
+__all__ = ["FAMILIES", "batchnorm", "classifier_head", "conv_maxpool", "core_conv", "cp_conv",
+           "direct_conv", "pointwise_conv", "pointwise_pair", "pool", "sgd", "tucker_core_cluster",
+           "tucker_core_tdc", "tucker_core_tf32x3", "tucker_layer", "tucker_tail",
+           "winograd_conv", "batch_norm_apply", "batch_norm_backward", "batch_norm_forward",
+           "cluster_conv2d", "conv1x1", "conv1x1_pair", "conv2d", "conv2d_backward_data",
+           "conv2d_backward_weight", "conv2d_maxpool", "core_conv2d", "cp_conv2d", "gap_linear",
+           "pool2d", "sgd_multi_tensor", "tdc_conv2d", "tf32x3_conv2d",
+           "tucker_layer_conv2d", "tucker_tail_conv2d", "winograd_conv2d"]

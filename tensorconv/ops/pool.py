@@ -1,9 +1,9 @@
 """Max and average pooling over NCHW (``kernels_cu/pool.cu``), forward only.
 
 The inference engine's pooling: one launch, padding handled in the kernel (no
-padded copy).  Training keeps the autograd functions of
-:mod:`tensorconv.autograd.functions.pooling`, which also record what the
-backward pass needs.
+padded copy), a grid-stride loop over the outputs (no launch shape to choose).
+Training keeps the autograd functions of :mod:`tensorconv.autograd.functions.pooling`,
+which also record what the backward pass needs.
 """
 
 from __future__ import annotations
@@ -11,12 +11,26 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.autograd.functions.pooling import pool_args, pooled_size
-from tensorconv.checks import check_array
+from tensorconv.checks import check_array, check_window_fits, output_buffer, pool_args, pooled_size
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 
-_FILE = "pool.cu"
+FILE = "pool.cu"
 MODES = ("max", "avg")
-_THREADS = 256
+THREADS = 256
+
+
+def _name(mode: str) -> str:
+    return f"pool2d_fwd<{int(mode == 'avg')}>"
+
+
+def kernels(mode: str) -> tuple[cuda.KernelRef, ...]:
+    """The kernels a launch in ``mode`` runs."""
+    return (cuda.kernel_ref(FILE, _name(mode)),)
+
+
+def instantiations() -> list[str]:
+    """What CI's nvcc build type-checks: both modes."""
+    return sorted(_name(m) for m in MODES)
 
 
 def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max", out=None):
@@ -37,8 +51,6 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max", out=Non
     -------
     array, (N, C, OH, OW), float32
     """
-    from tensorconv.ops.conv import output_buffer
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     (kh, kw), (sh, sw), (ph, pw) = pool_args(kernel_size, stride, padding)
@@ -46,17 +58,15 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max", out=Non
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
     n, c, h, w = x.shape
-    if h + 2 * ph < kh or w + 2 * pw < kw:
-        raise ValueError(f"pooling window {(kh, kw)} larger than the padded input {(h, w)}")
+    check_window_fits(h + 2 * ph, w + 2 * pw, (kh, kw))
     oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw))
     if xp is np:
-        if out is not None:
-            raise ValueError("out is supported on the GPU path only")
+        no_out_on_cpu(out=out)
         return reference.pool2d(x, (kh, kw), (sh, sw), (ph, pw), mode).astype(np.float32)
     out = output_buffer(xp, out, (n, c, oh, ow))
-    kernel = cuda.get_kernel(_FILE, f"pool2d_fwd<{int(mode == 'avg')}>")
-    blocks = min(-(-out.size // _THREADS), 32 * backend.device_facts().sm_count)
+    blocks = min(cdiv(out.size, THREADS), 32 * backend.device_facts().sm_count)
     i32 = np.int32
-    kernel((blocks,), (_THREADS,), (x, out, i32(n * c), i32(h), i32(w), i32(oh), i32(ow),
-                                    i32(kh), i32(kw), i32(sh), i32(sw), i32(ph), i32(pw)))
+    launch(kernels(mode)[0], (blocks,), (THREADS,), (
+        x, out, i32(n * c), i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(sh), i32(sw),
+        i32(ph), i32(pw)))
     return out

@@ -1,10 +1,24 @@
-"""Multi-tensor SGD update on the GPU (``kernels_cu/sgd.cu``): one launch per step."""
+"""Multi-tensor SGD update on the GPU (``kernels_cu/sgd.cu``): one launch per step, a block
+row per tensor (no launch shape to choose)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tensorconv import backend, cuda
+from tensorconv.ops._launch import cdiv, launch
+
+FILE = "sgd.cu"
+
+
+def kernels() -> tuple[cuda.KernelRef, ...]:
+    """The kernel an update runs."""
+    return (cuda.kernel_ref(FILE, "sgd_multi_tensor"),)
+
+
+def instantiations() -> list[str]:
+    """No templates: the file's plain kernel is all CI's nvcc build needs."""
+    return []
 
 
 class PointerTables:
@@ -47,14 +61,14 @@ def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
             if not backend.is_cupy_array(a) or a.dtype != np.float32 or not a.flags.c_contiguous:
                 raise TypeError(f"{name}[{i}] must be a C-contiguous CuPy float32 array")
             if a.shape != trio[0].shape:
-                raise ValueError(f"{name}[{i}] has shape {a.shape}; params[{i}] has {trio[0].shape}")
+                raise ValueError(f"{name}[{i}] has shape {a.shape}; params[{i}] has "
+                                 f"{trio[0].shape}")
     table = np.array([[p.data.ptr, g.data.ptr, v.data.ptr]
                       for p, g, v in zip(params, grads, velocities)], dtype=np.uint64)
     sizes = np.array([p.size for p in params], dtype=np.int64)
     d_table, d_sizes = (tables or PointerTables()).get(xp, table, sizes)
     threads = 256
-    blocks_x = min(-(-int(sizes.max()) // threads), 64)
-    cuda.get_kernel("sgd.cu", "sgd_multi_tensor")(
-        (blocks_x, len(params)), (threads,),
-        (d_table, d_sizes, np.float32(lr), np.float32(momentum), np.float32(weight_decay),
-         np.int32(nesterov), np.int32(decoupled)))
+    blocks_x = min(cdiv(int(sizes.max()), threads), 64)
+    launch(kernels()[0], (blocks_x, len(params)), (threads,),
+           (d_table, d_sizes, np.float32(lr), np.float32(momentum), np.float32(weight_decay),
+            np.int32(nesterov), np.int32(decoupled)))

@@ -178,3 +178,13 @@ def depthwise_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1):
     if bias is not None:
         y += bias[None, :, None, None]
     return y
+
+
+def cp_conv2d(x, s, h, w, t, bias=None, stride=1, padding=0):
+    """Convolution with the CP-format kernel ``K[n, c, i, j] = sum_r t[n, r] s[c, r] h[i, r]
+    w[j, r]`` (Reustle et al., eq. 2), formed in float64, in ``x``'s dtype, and applied by
+    :func:`conv2d`."""
+    x = backend.to_host(x)
+    s, h, w, t = (np.asarray(backend.to_host(a), dtype=np.float64) for a in (s, h, w, t))
+    kernel = np.einsum("nr,cr,ir,jr->ncij", t, s, h, w).astype(x.dtype)
+    return conv2d(x, kernel, bias, stride, padding)

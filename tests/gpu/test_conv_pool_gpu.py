@@ -5,19 +5,30 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import ops, reference
-from tensorconv.ops import conv_pool
+from tensorconv import backend, ops, reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import conv_maxpool as conv_pool
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
+
+
+def _fitting(x_shape, w_shape, stride, pad, pk, ps, pp):
+    """The tiles that fit these sizes on this device."""
+    p = conv_pool.Problem(conv_geometry(x_shape, w_shape, stride, pad), (pk, pk), (ps, ps),
+                          (pp, pp))
+    return conv_pool.candidates(p, backend.device_facts())
+
+
+STEM = (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 3, 2, 1
 
 
 def _case(rng, tile, trial):
     """Sizes for which ``tile`` fits: trial 0 is the ImageNet stem (where it fits), the rest random
     (odd sizes, strides 1-2, filters 1-7, pool windows 2-3 with strides 1-3, channels
     not multiples of the tile)."""
-    if trial == 0 and tile in conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2):
-        return (1, 3, 224, 224), (64, 3, 7, 7), 2, 3, 3, 2, 1
+    if trial == 0 and tile in _fitting(*STEM):
+        return STEM
     while True:
         r = int(rng.choice([1, 3, 5, 7]))
         stride, pad = int(rng.integers(1, 3)), int(rng.integers(0, r // 2 + 1))
@@ -26,9 +37,9 @@ def _case(rng, tile, trial):
         n, c, m = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 90))
         h, w = (int(v) for v in rng.integers(r, 50, size=2))
         oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - r) // stride + 1
-        if (tile in conv_pool.fitting_tiles(c, r, r, stride, pk, ps)
-                and min(oh, ow) + 2 * pp >= pk):
-            return (n, c, h, w), (m, c, r, r), stride, pad, pk, ps, pp
+        case = (n, c, h, w), (m, c, r, r), stride, pad, pk, ps, pp
+        if min(oh, ow) + 2 * pp >= pk and tile in _fitting(*case):
+            return case
 
 
 @pytest.mark.parametrize("tile", conv_pool.TILES, ids=lambda t: f"{t.th}x{t.tw}nb{t.nb}")
@@ -71,7 +82,7 @@ def test_nan_as_the_two_launches(relu):
     b = cp.asarray(rng.standard_normal(64).astype(np.float32))
     conv = ops.conv2d(x, w, b, 2, 3, relu=relu)
     two = ops.pool2d(conv, 3, 2, 1, mode="max").get()
-    for tile in conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2):
+    for tile in _fitting((1, 3, 64, 64), (64, 3, 7, 7), 2, 3, 3, 2, 1):
         one = ops.conv2d_maxpool(x, w, b, 2, 3, 3, 2, 1, relu=relu, tile=tile).get()
         assert np.array_equal(np.isnan(one), np.isnan(two)), tile
         assert np.isnan(two).any() != relu
@@ -90,7 +101,7 @@ def test_bad_input_before_launch():
         ops.conv2d_maxpool(x, w.get(), None, 2, 3, 3, 2, 1)
     with pytest.raises(ValueError, match="tile must be one of"):
         ops.conv2d_maxpool(x, w, None, 2, 3, 3, 2, 1, out=out,
-                           tile=conv_pool.ConvPoolTile(3, 3, 16))
+                           tile=conv_pool.Tile(3, 3, 16))
     with pytest.raises(ValueError, match="packed has shape"):
         ops.conv2d_maxpool(x, w, None, 2, 3, 3, 2, 1, out=out, packed=cp.zeros((1, 19, 32, 4)))
     with pytest.raises(ValueError, match="equal strides"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import reference
+from tensorconv import backend, reference
 from tensorconv.decomp import cp as cpd
-from tensorconv.ops import cp as cpops
+from tensorconv.ops import cp_conv as cpops
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
@@ -36,7 +36,8 @@ def test_random_shapes(rng, variant, trial):
                            cpd.reconstruct(cpd.CPFactors(*(a.astype(np.float64) for a in f))),
                            stride=stride, padding=padding)
     out = cp.full(ref.shape, cp.nan, cp.float32)
-    tiles = [None] + cpops.candidate_tiles(c, kh, kw, (stride, stride))
+    tiles = [None] + cpops.candidates(cpops.problem(x.shape, f, stride, padding),
+                                      backend.device_facts())
     tile = tiles[int(rng.integers(len(tiles)))] if variant == "fused" else None
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), stride, padding,
                     variant=variant, out=out, **({"tile": tile} if variant == "fused" else {}))
@@ -69,7 +70,7 @@ def test_separable_scheme(rng, trial):
         ref = np.maximum(ref + bias[None, :, None, None] + res, 0)
         args = dict(bias=cp.asarray(bias.astype(np.float32)),
                     residual=cp.asarray(res.astype(np.float32)), relu=True)
-    tile = cpops.CPTile(1, [64, 128, 256][trial % 3], scheme="separable")
+    tile = cpops.Tile(1, [64, 128, 256][trial % 3], scheme="separable")
     out = cp.full(ref.shape, cp.nan, cp.float32)
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), 1, padding, tile=tile, out=out,
                     **args)
@@ -87,7 +88,7 @@ def test_fused_epilogue(rng, trial):
     bias = rng.standard_normal(k).astype(np.float32)
     res = rng.standard_normal((n, k, 9, 11)).astype(np.float32)
     ref = cpops.cp_conv2d(x, *f, 1, 1, bias=bias, residual=res, relu=True)
-    tiles = cpops.candidate_tiles(c, 3, 3)
+    tiles = cpops.candidates(cpops.problem(x.shape, f, 1, 1), backend.device_facts())
     tile = tiles[trial * 7 % len(tiles)]
     out = cp.full(ref.shape, cp.nan, cp.float32)
     cpops.cp_conv2d(cp.asarray(x), *(cp.asarray(a) for a in f), 1, 1, bias=cp.asarray(bias),
@@ -122,9 +123,9 @@ def test_bad_input():
         big = [cp.ones((s[0], 33), cp.float32) for s in ((4,), (3,), (3,), (5,))]
         cpops.cp_conv2d(x, *big)
     with pytest.raises(ValueError, match="lanes must be a power of two"):
-        cpops.cp_conv2d(x, *good, tile=cpops.CPTile(3, 96))
+        cpops.cp_conv2d(x, *good, tile=cpops.Tile(3, 96))
     with pytest.raises(ValueError, match="separable scheme needs stride 1"):
-        cpops.cp_conv2d(x, *good, 2, tile=cpops.CPTile(1, 64, scheme="separable"))
+        cpops.cp_conv2d(x, *good, 2, tile=cpops.Tile(1, 64, scheme="separable"))
     with pytest.raises(ValueError, match="no epilogue"):
         cpops.cp_conv2d(x, *good, variant="naive", relu=True)
     with pytest.raises(ValueError, match="bias has 4 entries"):
@@ -173,9 +174,8 @@ def test_parafac_and_cpize_on_the_gpu(rng):
     import cupy as cp
 
     from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.compress import cpize
     from tensorconv.nn import get_model
-    from tensorconv.nn.cp import cpize
-
     from tests.test_cp import _factors
 
     # the CPU test's kernel: ALS from a random start can stall on nearly collinear factors

@@ -7,6 +7,7 @@ import pytest
 
 from tensorconv import backend, ops, reference
 from tensorconv.checks import conv_geometry
+from tensorconv.ops import direct_conv
 from tests.helpers import random_conv_case, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -44,7 +45,7 @@ def test_random_shapes(rng, trial):
     _check(rng, xs, ws, kw, relu=bool(trial % 3 == 0), with_bias=bool(trial % 2))
 
 
-@pytest.mark.parametrize("algorithm", ops.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", direct_conv.ALGORITHMS)
 @pytest.mark.parametrize("trial", range(30))
 def test_random_shapes_each_algorithm(rng, algorithm, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=30, max_channels=80)
@@ -68,15 +69,15 @@ RESNET_LIKE = [
 ]
 
 
-@pytest.mark.parametrize("algorithm", ops.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", direct_conv.ALGORITHMS)
 @pytest.mark.parametrize("xs,ws,kw", RESNET_LIKE)
 def test_network_layers(rng, xs, ws, kw, algorithm):
     _check(rng, xs, ws, kw, algorithm=algorithm)
 
 
-@pytest.mark.parametrize("tile", [ops.DirectConvTile(1, 32, 16, 3), ops.DirectConvTile(8, 8, 4, 1),
-                                  ops.DirectConvTile(4, 16, 8, 16), ops.DirectConvTile(16, 4, 2, 5),
-                                  ops.DirectConvTile(2, 8, 1, 7)])
+@pytest.mark.parametrize("tile", [direct_conv.Tile(1, 32, 16, 3), direct_conv.Tile(8, 8, 4, 1),
+                                  direct_conv.Tile(4, 16, 8, 16), direct_conv.Tile(16, 4, 2, 5),
+                                  direct_conv.Tile(2, 8, 1, 7)])
 def test_explicit_tiles(rng, tile):
     # channel counts that are not multiples of the staged chunk exercise the ragged last stage
     _check(rng, (2, 37, 19, 23), (29, 37, 3, 3), dict(padding=1, stride=(1, 2)), tile=tile)
@@ -112,15 +113,15 @@ def test_bad_input_on_gpu_leaves_output_untouched(rng):
     with pytest.raises(ValueError, match="out has shape"):
         ops.conv2d(x, w, out=out)  # no padding: the output is 6x6
     with pytest.raises(ValueError, match="shared memory"):
-        ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(32, 32, 16, 4096))
+        ops.conv2d(x, w, padding=1, out=out, tile=direct_conv.Tile(32, 32, 16, 4096))
     with pytest.raises(ValueError, match="tile.tk"):
-        ops.conv2d(x, w, padding=1, out=out, tile=ops.DirectConvTile(8, 8, 3, 1))
+        ops.conv2d(x, w, padding=1, out=out, tile=direct_conv.Tile(8, 8, 3, 1))
     with pytest.raises(ValueError, match="algorithm must be"):
         ops.conv2d(x, w, padding=1, out=out, algorithm="winograd")
     with pytest.raises(ValueError, match="splits must be"):
         ops.conv2d(x, w, padding=1, out=out, splits=0)
     with pytest.raises(ValueError, match="tile applies"):
-        ops.conv2d(x, w, padding=1, out=out, algorithm="igemm", tile=ops.DirectConvTile(8, 8, 4, 1))
+        ops.conv2d(x, w, padding=1, out=out, algorithm="igemm", tile=direct_conv.Tile(8, 8, 4, 1))
     assert bool(cp.isnan(out).all())
 
 

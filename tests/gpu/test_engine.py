@@ -9,8 +9,8 @@ import pytest
 
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.checks import conv_geometry
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
-from tensorconv.nn.engine import InferenceEngine
 from tensorconv.nn.layers import BatchNorm2d
 from tests.helpers import rel_err
 
@@ -99,7 +99,7 @@ def _engine_against_model(model, shape, rng):
 
 
 def test_engine_runs_tucker_models(rng):
-    from tensorconv.nn.tucker import tuckerize, uniform_ranks
+    from tensorconv.compress import tuckerize, uniform_ranks
 
     model = get_model("resnet18_imagenet")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
@@ -109,7 +109,7 @@ def test_engine_runs_tucker_models(rng):
 
 
 def test_engine_runs_cp_models(rng):
-    from tensorconv.nn.cp import cpize
+    from tensorconv.compress import cpize
 
     model = get_model("resnet20", in_channels=1)
     cpize(model, 4)
@@ -118,58 +118,50 @@ def test_engine_runs_cp_models(rng):
     assert err < 1e-4
 
 
-def _tuned(model, shape, kind, rng, tmp_path, monkeypatch):
-    """A ``tune=True`` engine of ``model`` checked against the model, the tune-cache entries
-    of ``kind`` it stored, its launch labels; an untuned engine must replay the same plan."""
+def _tuned(model, shape, rng, tmp_path, monkeypatch):
+    """A ``tune=True`` engine of ``model`` checked against the model; the verdicts it stored
+    (kind -> list), its launch labels; an untuned engine must replay the same plan."""
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     x, ref = _input_and_reference(model, shape, rng)
     engine = InferenceEngine(model, shape, tune=True)
     assert rel_err(engine(x).get(), ref) < 1e-4
-    entries = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-               if k.startswith(kind)]
-    labels = [getattr(s, "label", "") for s in engine.plan.steps]
+    verdicts: dict = {}
+    for key, value in json.loads((tmp_path / "tune.json").read_text()).items():
+        verdicts.setdefault(key.split("|")[0], []).append(value)
+    for kind, entries in verdicts.items():   # one schema for every "one launch or the parts"
+        if "fused" in entries[0]:
+            assert all(v["fused"] == (v["fused_us"] < v["parts_us"]) and v["fused_us"] > 0
+                       and v["parts_us"] > 0 for v in entries), kind
+    labels = [s.label for s in engine.plan.steps]
     again = InferenceEngine(model, shape)                 # the cached decisions, no timing
-    assert [getattr(s, "label", "") for s in again.plan.steps] == labels
+    assert [s.label for s in again.plan.steps] == labels
     assert rel_err(again(x).get(), ref) < 1e-4
-    return entries, labels
+    return verdicts, labels
 
 
-def test_tuned_engine_times_fused_and_three_launch_tucker_layers(rng, tmp_path, monkeypatch):
-    """With tune=True every Tucker layer is planned both ways, timed, and the faster kept (the
-    decision lands in the tune cache); the result matches the model either way."""
-    from tensorconv.nn.tucker import tuckerize, uniform_ranks
+def test_tuned_tucker_resnet_chains_its_1x1s(rng, tmp_path, monkeypatch):
+    """A batch-1 Tucker ResNet-20, tuned: every Tucker layer is timed as one launch and as
+    three, each core kernel tuned, and where 1x1s meet (a layer's last and the next one's
+    first) one launch is known to beat two: the plan chains them (as a pair, or inside a
+    Tucker tail), and the classifier head runs as one launch."""
+    from tensorconv.compress import tuckerize, uniform_ranks
     from tensorconv.ops import tucker_layer
 
-    if tucker_layer.fused_supported(conv_geometry((1, 8, 8, 8), (8, 8, 3, 3), 1, 1)):
+    if tucker_layer.supported(conv_geometry((1, 8, 8, 8), (8, 8, 3, 3), 1, 1)):
         pytest.skip("no thread-block clusters on this device")
     model = get_model("resnet20")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
-    paths, labels = _tuned(model, (1, 3, 32, 32), "tucker_path", rng, tmp_path, monkeypatch)
-    assert paths and all(p["fused_us"] > 0 and p["three_us"] > 0 for p in paths)
-    fused = sum(p["fused"] for p in paths)
-    assert sum("fused tucker" in lb for lb in labels) >= fused   # a decision may cover many layers
-    pointwise = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-                 if k.startswith("pointwise_path")]              # the three launches' 1x1 convs
-    if not all(p["fused"] for p in paths):
-        assert pointwise and all(v["pointwise_us"] > 0 and v["general_us"] > 0 for v in pointwise)
-    # a 1x1 the pointwise kernel won runs on it alone, or chained in a pair or a Tucker tail
-    if any(v["pointwise"] for v in pointwise):
-        assert any("pointwise" in lb or "tucker tail" in lb for lb in labels)
-    pairs = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-             if k.startswith("pointwise_pair")]                  # consecutive layers' 1x1 pairs
-    if sum(not p["fused"] for p in paths):
-        assert pairs and all(v["pair_us"] > 0 and v["two_us"] > 0 for v in pairs)
-    if any(v["pair"] for v in pairs):                            # a pair may join a tail
+    verdicts, labels = _tuned(model, (1, 3, 32, 32), rng, tmp_path, monkeypatch)
+    assert verdicts["tucker_layer"] and verdicts["core_choice"]
+    three = sum(not v["fused"] for v in verdicts["tucker_layer"])
+    assert sum("fused tucker" in lb for lb in labels) >= len(verdicts["tucker_layer"]) - three
+    if three:  # some layers run as three launches: their 1x1s meet
+        assert any(v["fused"] for v in verdicts["pointwise_pair"] + verdicts.get("tucker_tail", []))
         assert any("pointwise pair" in lb or "tucker tail" in lb for lb in labels)
-    tails = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-             if k.startswith("tucker_tail")]                     # cores with the 1x1s after
-    if sum(not p["fused"] for p in paths):
-        assert tails and all(v["tail_us"] > 0 and v["two_us"] > 0 for v in tails)
-    assert sum("tucker tail" in lb for lb in labels) >= sum(v["tail"] for v in tails)
-    folds = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-             if k.startswith("shortcut_fold")]                  # shortcuts inside their pairs
-    assert all(v["folded_us"] > 0 and v["two_us"] > 0 for v in folds)
-    assert sum("+ shortcut" in lb for lb in labels) == sum(v["fold"] for v in folds)
+    assert [v["fused"] for v in verdicts["head"]] == [True]
+    assert labels[-1].startswith("gap + linear")
+    if any(v["fused"] for v in verdicts.get("shortcut_fold", [])):
+        assert any("+ shortcut" in lb for lb in labels)
 
 
 @pytest.mark.parametrize("tile", [(16, 1), (8, 2), (4, 4)], ids=str)
@@ -177,17 +169,17 @@ def test_engine_chains_1x1_pairs_where_the_cache_says_so(rng, tile, tmp_path, mo
     """Forced "pair" verdicts: every Tucker layer's last 1x1 runs in one launch with the
     next layer's first (across the residual blocks too, with and without clusters); the
     result matches the model."""
-    from tensorconv import backend
-    from tensorconv.nn.tucker import TuckerConv2d, tuckerize, uniform_ranks
-    from tensorconv.tuning import cache
+    from tensorconv import backend, tunecache
+    from tensorconv.compress import tuckerize, uniform_ranks
+    from tensorconv.nn.tucker import TuckerConv2d
 
     if tile[1] > 1 and backend.device_facts().compute_capability < (9, 0):
         pytest.skip("no thread-block clusters on this device")
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    lookup = cache.lookup
-    monkeypatch.setattr(cache, "lookup", lambda key: ({"pair": True, "tile": list(tile)}
-                                                      if key.startswith("pointwise_pair")
-                                                      else lookup(key)))
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": True, "tile": list(tile)}
+                                                          if key.startswith("pointwise_pair")
+                                                          else lookup(key)))
     model = get_model("resnet20")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
@@ -202,18 +194,17 @@ def test_engine_folds_projection_shortcuts_where_the_cache_says_so(rng, tile, tm
     """Forced "pair" and "shortcut_fold" verdicts: each 1x1 projection shortcut of a Tucker
     ResNet-20 runs inside the pair that adds it (one launch fewer each); the result
     matches the model."""
-    from tensorconv import backend
+    from tensorconv import backend, tunecache
+    from tensorconv.compress import tuckerize, uniform_ranks
     from tensorconv.nn import layers as L
-    from tensorconv.nn.tucker import tuckerize, uniform_ranks
-    from tensorconv.tuning import cache
 
     if tile[1] > 1 and backend.device_facts().compute_capability < (9, 0):
         pytest.skip("no thread-block clusters on this device")
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    lookup = cache.lookup
-    forced = {"pointwise_pair": {"pair": True, "tile": [16, 1]},
-              "shortcut_fold": {"fold": True, "tile": list(tile)}}
-    monkeypatch.setattr(cache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
+    lookup = tunecache.lookup
+    forced = {"pointwise_pair": {"fused": True, "tile": [16, 1]},
+              "shortcut_fold": {"fused": True, "tile": list(tile)}}
+    monkeypatch.setattr(tunecache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
     model = get_model("resnet20")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
@@ -225,18 +216,18 @@ def test_engine_folds_projection_shortcuts_where_the_cache_says_so(rng, tile, tm
 
 
 def test_tuned_engine_sends_dense_convs_to_the_faster_kernel(rng, tmp_path, monkeypatch):
-    """With tune=True each dense convolution the core kernels take is timed on them and on the
-    implicit GEMM; the verdicts land in the tune cache, the winners run (with the BN bias,
-    residual and ReLU fused), an untuned engine reuses them, and the result matches the model."""
+    """A batch-1 dense ResNet-20, tuned: each 3x3 convolution the core kernels take is timed
+    on the fastest of them and on the implicit GEMM; at batch 1 the core kernels are known
+    to win some (the implicit GEMM's 64x64 tiles leave most of the GPU idle), and those
+    layers run on them with the BN bias, residual and ReLU fused; the head is one launch."""
     model = get_model("resnet20", in_channels=1)
-    verdicts, labels = _tuned(model, (1, 1, 32, 32), "conv_path", rng, tmp_path, monkeypatch)
-    assert verdicts and all(v["core_us"] > 0 and v["general_us"] > 0 for v in verdicts)
+    verdicts, labels = _tuned(model, (1, 1, 32, 32), rng, tmp_path, monkeypatch)
+    core = verdicts["core_path"]
+    assert core and any(v["fused"] for v in core)
     routed = sum(any(v in lb for v in ("cluster", "tf32x3", "winograd")) for lb in labels)
-    assert routed >= sum(v["core"] for v in verdicts)        # a verdict may cover many layers
-    heads = [v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-             if k.startswith("head_path")]                   # the classifier head, timed too
-    assert len(heads) == 1 and heads[0]["fused_us"] > 0 and heads[0]["two_us"] > 0
-    assert heads[0]["fused"] == any("gap + linear" in lb for lb in labels)
+    assert routed >= sum(v["fused"] for v in core)        # a verdict may cover many layers
+    assert [v["fused"] for v in verdicts["head"]] == [True]
+    assert labels[-1].startswith("gap + linear")
 
 
 @pytest.mark.parametrize("tile", [4, 16], ids=str)
@@ -244,14 +235,15 @@ def test_engine_runs_tucker_tails_where_the_cache_says_so(rng, tile, tmp_path, m
     """Forced "pair" and "tail" verdicts: every Tucker layer's core runs in one launch with
     its last 1x1 and the next layer's first (the last layer's with its own 1x1 only); the
     result matches the model."""
-    from tensorconv.nn.tucker import TuckerConv2d, tuckerize, uniform_ranks
-    from tensorconv.tuning import cache
+    from tensorconv import tunecache
+    from tensorconv.compress import tuckerize, uniform_ranks
+    from tensorconv.nn.tucker import TuckerConv2d
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    lookup = cache.lookup
-    forced = {"pointwise_pair": {"pair": True, "tile": [16, 1]},
-              "tucker_tail": {"tail": True, "tile": tile}}
-    monkeypatch.setattr(cache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
+    lookup = tunecache.lookup
+    forced = {"pointwise_pair": {"fused": True, "tile": [16, 1]},
+              "tucker_tail": {"fused": True, "tile": [tile]}}
+    monkeypatch.setattr(tunecache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
     model = get_model("resnet20")
     tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
@@ -267,9 +259,10 @@ def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp
                                                                           monkeypatch):
     """A Tucker layer (or a plain conv) is planned on its own like any model, matching its
     forward; ``layer_latency`` times it through the tuned engine, leaving the verdicts."""
+    from tensorconv.compress.performance import layer_latency
+    from tensorconv.compress.ranks import LayerSpec
     from tensorconv.nn.layers import Conv2d
     from tensorconv.nn.tucker import TuckerConv2d
-    from tensorconv.tuning.ranks import LayerSpec, layer_latency
 
     for layer in (TuckerConv2d(24, 40, 3, (11, 13), stride=2, padding=1, rng=rng),
                   Conv2d(24, 40, 3, 1, 1, bias=True, rng=rng)):
@@ -281,20 +274,20 @@ def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp
     # chained: with the next layer's first 1x1 after it, without its own first 1x1's launch
     assert layer_latency(spec, (11, 13), chained=True) > 0
     kinds = {k.split("|")[0] for k in json.loads((tmp_path / "tune.json").read_text())}
-    assert {"conv_path", "tdc_core"} <= kinds       # the dense path and the Tucker core, tuned
+    assert {"core_path", "core_choice"} <= kinds    # the dense path and the Tucker core, tuned
 
 
 def test_tuned_engine_times_the_fused_stem(rng, tmp_path, monkeypatch):
-    """With tune=True an ImageNet stem's conv + max pool is timed on every fitting tile of
-    the fused kernel and as its two planned launches; the verdict lands in the tune cache,
-    the winner runs, an untuned engine reuses it, and the result matches the model."""
-    from tensorconv.ops import conv_pool
+    """An ImageNet ResNet-18's stem, tuned: its conv + max pool timed on every fitting tile of
+    the fused kernel and as its two planned launches; one launch is known to win (13 against
+    19 µs on the H100 at 224x224), the winner runs and an untuned engine reuses it."""
+    from tensorconv.ops import conv_maxpool
 
     model = get_model("resnet18_imagenet")
-    verdicts, labels = _tuned(model, (1, 3, 64, 64), "stem_pool", rng, tmp_path, monkeypatch)
-    assert len(verdicts) == 1 and verdicts[0]["fused_us"] > 0 and verdicts[0]["two_us"] > 0
-    assert conv_pool.ConvPoolTile(*verdicts[0]["tile"]) in conv_pool.TILES
-    assert verdicts[0]["fused"] == any("max pool" in lb for lb in labels)
+    verdicts, labels = _tuned(model, (1, 3, 64, 64), rng, tmp_path, monkeypatch)
+    (stem,) = verdicts["stem_pool"]
+    assert conv_maxpool.Tile(*stem["tile"]) in conv_maxpool.TILES
+    assert stem["fused"] and "max pool" in labels[0]
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -304,16 +297,16 @@ def test_engine_fuses_the_stem_where_the_cache_says_so(rng, name, shape, fused, 
                                                        monkeypatch):
     """Forced "stem_pool" verdicts: the stem's conv, BN, ReLU and max pool run as one launch
     (or as the conv and the pool); the result matches the model either way."""
-    from tensorconv.tuning import cache
+    from tensorconv import tunecache
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    lookup = cache.lookup
-    monkeypatch.setattr(cache, "lookup", lambda key: ({"fused": fused, "tile": [4, 8, 16]}
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": fused, "tile": [4, 8, 16]}
                                                       if key.startswith("stem_pool")
                                                       else lookup(key)))
     engine, err = _engine_against_model(get_model(name), shape, rng)
     stems = [s.label for s in engine.plan.steps if "max pool" in s.label]
     assert stems == ([f"conv (64, 3, 7, 7) + max pool (3, 3) on {shape} "
-                      f"ConvPoolTile(th=4, tw=8, nb=16)"] if fused else [])
+                      f"Tile(th=4, tw=8, nb=16)"] if fused else [])
     assert sum("pool (3, 3) max" in s.label for s in engine.plan.steps) == (not fused)
     assert err < 1e-4

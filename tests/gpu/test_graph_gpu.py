@@ -8,9 +8,9 @@ import pytest
 
 from tensorconv import backend, cuda
 from tensorconv import graph as captured_graph
+from tensorconv.compress import tuckerize, uniform_ranks
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
-from tensorconv.nn.engine import InferenceEngine
-from tensorconv.nn.tucker import tuckerize, uniform_ranks
 
 pytestmark = pytest.mark.gpu
 

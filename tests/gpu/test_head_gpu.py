@@ -11,13 +11,14 @@ from tests.helpers import rel_err
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("tile", ops.head.TILES, ids=lambda t: f"cl{t.cl}opw{t.opw}")
+@pytest.mark.parametrize("tile", ops.classifier_head.TILES, ids=lambda t: f"cl{t.cl}opw{t.opw}")
 @pytest.mark.parametrize("trial", range(12))
 def test_random_shapes(rng, tile, trial):
     """Every tile: channels and outputs not multiples of the warp, the block's outputs or
     the cluster, planes from 1x1 up to large, with and without bias, NaN-poisoned
     output; bitwise repeatable."""
     import cupy as cp
+
     from tensorconv import backend
 
     if tile.cl > 1 and backend.device_facts().compute_capability < (9, 0):
@@ -52,7 +53,7 @@ def test_bad_input_before_launch():
     with pytest.raises(ValueError, match="C-contiguous"):
         ops.gap_linear(x[:, ::2], cp.ones((4, 4), cp.float32), out=out)
     with pytest.raises(ValueError, match="tile must be one of"):
-        ops.gap_linear(x, w, out=out, tile=ops.head.HeadTile(3, 4))
+        ops.gap_linear(x, w, out=out, tile=ops.classifier_head.Tile(3, 4))
     with pytest.raises(ValueError, match="shared memory"):
         ops.gap_linear(cp.ones((1, 70000, 1, 1), cp.float32), cp.ones((2, 70000), cp.float32))
     assert bool((out == 7.0).all())

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tensorconv import backend, bench, cuda, graph
+from tensorconv import backend, bench, cuda, graph, timing
 
 pytestmark = pytest.mark.gpu
 
@@ -60,8 +60,8 @@ def test_timers_return_finite_positive_times():
 
     a = cp.ones(1 << 20, cp.float32)
     b = cp.empty_like(a)
-    for t in (bench.time_events(lambda: cp.copyto(b, a), warmup=2, repeat=5),
-              bench.time_graph(lambda: cp.copyto(b, a), warmup=1, repeat=3, calls_per_graph=4)):
+    for t in (timing.time_events(lambda: cp.copyto(b, a), warmup=2, repeat=5),
+              timing.time_graph(lambda: cp.copyto(b, a), warmup=1, repeat=3, calls_per_graph=4)):
         assert math.isfinite(t.median_us) and t.median_us > 0
     programmatic = graph.supported()
     floor = bench.launch_floor(quick=True)

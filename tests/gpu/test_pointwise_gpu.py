@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tensorconv import ops, reference
-from tensorconv.ops import pointwise
+from tensorconv.ops import pointwise_conv as pointwise
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,7 @@ def test_random_shapes(rng, tile, trial):
     out = cp.full(ref.shape, cp.nan, cp.float32)
     g = lambda a: None if a is None else cp.asarray(a)  # noqa: E731
     ops.conv1x1(cp.asarray(x), cp.asarray(wt), g(b), residual=g(res), relu=relu, tile=tile,
-                out=out, wt=pointwise.transpose_weights(cp.asarray(wt)) if trial % 2 else None)
+                out=out, packed=pointwise.pack_weights(cp.asarray(wt)) if trial % 2 else None)
     assert not cp.isnan(out).any()
     assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, h, w, tile)
 
@@ -47,19 +47,21 @@ def test_random_shapes(rng, tile, trial):
 def test_default_tile_fills_the_gpu_and_bad_input():
     import cupy as cp
 
+    from tensorconv import backend
     from tensorconv.checks import conv_geometry
 
     geom = conv_geometry((1, 128, 28, 28), (55, 128, 1, 1))
-    tile = pointwise.default_tile(geom, 132)
-    assert np.prod(tile.grid(geom)) >= 132
+    facts = backend.device_facts()
+    tile = pointwise.default_tile(geom, facts)
+    assert np.prod(tile.grid(geom)) >= facts.sm_count
     x, w = cp.ones((1, 8, 5, 5), cp.float32), cp.ones((4, 8, 1, 1), cp.float32)
     out = cp.full((1, 4, 5, 5), 7.0, cp.float32)
     with pytest.raises(ValueError, match="1x1 filter"):
         ops.conv1x1(x, cp.ones((4, 8, 3, 3), cp.float32), out=out)
     with pytest.raises(ValueError, match="tile must be one of"):
-        ops.conv1x1(x, w, tile=pointwise.PointwiseTile(8, 8), out=out)
-    with pytest.raises(ValueError, match="wt must be"):
-        ops.conv1x1(x, w, wt=cp.ones((4, 8), cp.float32), out=out)
+        ops.conv1x1(x, w, tile=pointwise.Tile(8, 8), out=out)
+    with pytest.raises(ValueError, match="packed has shape"):
+        ops.conv1x1(x, w, packed=cp.ones((4, 8), cp.float32), out=out)
     with pytest.raises(ValueError, match="residual has shape"):
         ops.conv1x1(x, w, residual=cp.ones((1, 4, 4, 5), cp.float32), out=out)
     with pytest.raises(ValueError, match="out has shape"):

@@ -5,11 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import reference
+from tensorconv import backend, reference
 from tensorconv.ops import pointwise_pair as pair
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
+
+
+def _fitting(c, m, j):
+    """The tiles that fit ``c`` -> ``m`` -> ``j`` channels on this device."""
+    return pair.candidates(pair.Problem(1, 1, c, m, j), backend.device_facts())
 
 
 def _tile_id(t):
@@ -51,7 +56,7 @@ def test_random_shapes(rng, tile, trial):
     # no empty slice (the op refuses those tiles)
     lowest = next(mm for mm in range(1, 1024) if (tile.cl - 1) * tile.slice(mm) < mm)
     m = max(m, lowest)
-    while tile not in pair.fitting_tiles(c, m, j):  # wide layers with large tiles: narrow them
+    while tile not in _fitting(c, m, j):  # wide layers with large tiles: narrow them
         c, j = max(1, c // 2), max(1, j // 2)
         m = max(m // 2, lowest)
     h, w = int(rng.integers(1, 30)), int(rng.integers(1, 30))
@@ -84,7 +89,7 @@ def test_projection_shortcut_in_the_first_product(rng, tile):
         int(rng.integers(1, 90))
     lowest = next(mm for mm in range(1, 1024) if (tile.cl - 1) * tile.slice(mm) < mm)
     m = max(int(rng.integers(1, 120)), lowest)
-    while tile not in pair.fitting_tiles(c + c2, m, j):  # not every m >= lowest has full slices
+    while tile not in _fitting(c + c2, m, j):  # not every m >= lowest has full slices
         c, c2, j = max(1, c // 2), max(1, c2 // 2), max(1, j // 2)
         m = max(m // 2, lowest)
     h2, w2 = int(rng.integers(1, 24)), int(rng.integers(1, 24))
@@ -128,10 +133,10 @@ def test_bad_input_before_launch():
     w1, w2 = cp.ones((12, 8, 1, 1), cp.float32), cp.ones((6, 12, 1, 1), cp.float32)
     y, z = cp.full((1, 12, 5, 5), 7.0, cp.float32), cp.full((1, 6, 5, 5), 7.0, cp.float32)
     with pytest.raises(ValueError, match="tile must be one of"):
-        pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(4, 8), y_out=y, z_out=z)  # empty slices
+        pair.conv1x1_pair(x, w1, w2, tile=pair.Tile(4, 8), y_out=y, z_out=z)  # empty slices
     with pytest.raises(ValueError, match="packed weights are for another tile"):
-        pair.conv1x1_pair(x, w1, w2, tile=pair.PairTile(8, 2), y_out=y, z_out=z,
-                          packed=pair.pack_weights(w1, w2, pair.PairTile(8, 1)))
+        pair.conv1x1_pair(x, w1, w2, tile=pair.Tile(8, 2), y_out=y, z_out=z,
+                          packed=pair.pack_weights(w1, w2, pair.Tile(8, 1)))
     with pytest.raises(ValueError, match="residual has shape"):
         pair.conv1x1_pair(x, w1, w2, residual=cp.ones((1, 12, 4, 5), cp.float32), y_out=y, z_out=z)
     with pytest.raises(ValueError, match="z_out has shape"):

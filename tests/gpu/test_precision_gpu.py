@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import ops, precision, reference
+from tensorconv import backend, ops, precision, reference
 from tensorconv.checks import conv_geometry
-from tensorconv.ops import conv_pool, winograd
+from tensorconv.ops import conv_maxpool as conv_pool
 from tensorconv.ops import pointwise_pair as pair
-from tensorconv.ops import tucker as tucker_ops
-from tensorconv.ops import tucker_tf32x3 as tf32x3
+from tensorconv.ops import winograd_conv as winograd
+from tensorconv.ops._launch import round_tf32
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gpu
 
 def _rt(a):
     """float64 of ``a`` rounded to the nearest tf32 (as the kernels round)."""
-    return tf32x3.round_tf32(np.asarray(a, np.float32), np).astype(np.float64)
+    return round_tf32(np.asarray(a, np.float32), np).astype(np.float64)
 
 
 def _tf32_err(err):
@@ -51,12 +51,12 @@ def test_core_tf32x3_products_of_rounded_operands(rng, trial):
     xg, wg = cp.asarray(x), cp.asarray(wt)
     out = _poisoned(cp, exact.shape)
     with precision.using("tf32"):
-        tucker_ops.core_conv2d(xg, wg, stride, pad, variant="tf32x3", out=out)
+        ops.core_conv2d(xg, wg, stride, pad, variant="tf32x3", out=out)
     got = cp.asnumpy(out)
     assert np.isfinite(got).all()
     assert rel_err(got, rounded) <= 3e-5
     _tf32_err(rel_err(got, exact))
-    fp32 = cp.asnumpy(tucker_ops.core_conv2d(xg, wg, stride, pad, variant="tf32x3"))
+    fp32 = cp.asnumpy(ops.core_conv2d(xg, wg, stride, pad, variant="tf32x3"))
     assert rel_err(fp32, exact) <= 1e-5
 
 
@@ -64,7 +64,9 @@ def test_core_tf32x3_products_of_rounded_operands(rng, trial):
 def test_stem_conv_maxpool_products_of_rounded_operands(rng, trial):
     import cupy as cp
 
-    tile = conv_pool.fitting_tiles(3, 7, 7, 2, 3, 2)[trial % 3]
+    stem = conv_pool.Problem(conv_geometry((1, 3, 224, 224), (64, 3, 7, 7), 2, 3), (3, 3),
+                             (2, 2), (1, 1))
+    tile = conv_pool.candidates(stem, backend.device_facts())[trial % 3]
     shape = (1, 3, 224, 224) if trial == 0 else (int(rng.integers(1, 3)), 3, 61, 47)
     x = rng.standard_normal(shape).astype(np.float32)
     wt = (rng.standard_normal((64, 3, 7, 7)) / np.sqrt(147)).astype(np.float32)
@@ -86,6 +88,10 @@ def test_stem_conv_maxpool_products_of_rounded_operands(rng, trial):
     assert rel_err(cp.asnumpy(ops.conv2d_maxpool(*args, relu=True, tile=tile)), exact) <= 1e-5
 
 
+def _fitting(c, m, j):
+    return pair.candidates(pair.Problem(1, 1, c, m, j), backend.device_facts())
+
+
 @pytest.mark.parametrize("tile", [t for t in pair.TILES if t.mma],
                          ids=lambda t: f"p{t.p}cl{t.cl}")
 def test_pointwise_pair_mma_products_of_rounded_operands(rng, tile):
@@ -96,10 +102,10 @@ def test_pointwise_pair_mma_products_of_rounded_operands(rng, tile):
     lowest = next(mm for mm in range(1, 1024) if (tile.cl - 1) * tile.slice(mm) < mm)
     n, c, m, j, h, w = 2, 40, max(48, lowest), 24, 9, 11
     for _ in range(4):  # wide tiles: narrower layers
-        if tile in pair.fitting_tiles(c, m, j):
+        if tile in _fitting(c, m, j):
             break
         c, j = max(8, c // 2), max(8, j // 2)
-    assert tile in pair.fitting_tiles(c, m, j)
+    assert tile in _fitting(c, m, j)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     w1 = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
     w2 = (rng.standard_normal((j, m, 1, 1)) / np.sqrt(m)).astype(np.float32)
@@ -156,12 +162,12 @@ def test_winograd_products_of_rounded_transforms(rng, trial):
     xg, wg = cp.asarray(x), cp.asarray(wt)
     out = _poisoned(cp, exact.shape)
     with precision.using("tf32"):
-        tucker_ops.core_conv2d(xg, wg, 1, 1, variant="winograd", out=out)
+        ops.core_conv2d(xg, wg, 1, 1, variant="winograd", out=out)
     got = cp.asnumpy(out)
     assert np.isfinite(got).all()
     assert rel_err(got, _winograd_tf32(x.astype(np.float64), wt)) <= 3e-5
     _tf32_err(rel_err(got, exact))
-    fp32 = cp.asnumpy(tucker_ops.core_conv2d(xg, wg, 1, 1, variant="winograd"))
+    fp32 = cp.asnumpy(ops.core_conv2d(xg, wg, 1, 1, variant="winograd"))
     assert rel_err(fp32, exact) <= 1e-5
 
 
@@ -173,13 +179,13 @@ def test_engine_plans_tunes_and_replays_at_its_precision(rng, tmp_path, monkeypa
 
     import cupy as cp
 
+    from tensorconv import tunecache
+    from tensorconv.engine import InferenceEngine
     from tensorconv.nn import get_model
-    from tensorconv.nn.engine import InferenceEngine
-    from tensorconv.tuning import cache
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
-    lookup = cache.lookup
-    monkeypatch.setattr(cache, "lookup", lambda key: ({"fused": True, "tile": [4, 8, 16]}
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": True, "tile": [4, 8, 16]}
                                                       if key.startswith("stem_pool")
                                                       else lookup(key)))
     model = get_model("resnet18_imagenet").to("gpu").eval()

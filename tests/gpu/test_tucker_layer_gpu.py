@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import reference
+from tensorconv import backend, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker_layer as tl
 from tests.helpers import rel_err
@@ -34,10 +34,10 @@ def _check(rng, b, c, d1, d2, n, h, w, k, stride, padding, tile=None, residual=F
     bias = rng.standard_normal(n).astype(np.float32)
     geom = conv_geometry((b, d1, h, w), core.shape, stride, padding)
     res = rng.standard_normal((b, n, geom.oh, geom.ow)).astype(np.float32) if residual else None
-    tile = tile or tl.default_tile(geom, c, d1, d2, n)
+    tile = tile or tl.default_tile(tl.Problem(geom, c, n), backend.device_facts())
     packed = tl.pack_weights(u1, core, u3, bias, tile.cluster, xp=cp)
     out = cp.full((b, n, geom.oh, geom.ow), cp.nan, cp.float32)
-    tl.tucker_layer(cp.asarray(x), packed, stride, padding, tile=tile, out=out, relu=relu,
+    tl.tucker_layer_conv2d(cp.asarray(x), packed, stride, padding, tile=tile, out=out, relu=relu,
                     residual=None if res is None else cp.asarray(res))
     ref = _reference(x, u1, core, u3, bias, stride, padding, res, relu)
     assert not bool(cp.isnan(out).any())
@@ -55,7 +55,7 @@ def test_fused_layer_random_shapes_and_tiles(rng, trial):
     if h + 2 * padding < k or w + 2 * padding < k:
         padding = k
     geom = conv_geometry((b, d1, h, w), (d2, d1, k, k), stride, padding)
-    tiles = tl.candidate_tiles(geom, c, d1, d2, n, 96 * 1024)
+    tiles = tl.candidates(tl.Problem(geom, c, n), backend.device_facts())
     tile = tiles[int(rng.integers(len(tiles)))]
     _check(rng, b, c, d1, d2, n, h, w, k, stride, padding, tile=tile,
            residual=bool(rng.integers(2)), relu=bool(rng.integers(2)))
@@ -63,7 +63,7 @@ def test_fused_layer_random_shapes_and_tiles(rng, trial):
 
 @pytest.mark.parametrize("cluster", tl.CLUSTERS)
 def test_fused_layer_every_cluster_size(rng, cluster):
-    _check(rng, 1, 64, 24, 40, 64, 14, 14, 3, 1, 1, tile=tl.FusedTile(4, 8, cluster),
+    _check(rng, 1, 64, 24, 40, 64, 14, 14, 3, 1, 1, tile=tl.Tile(4, 8, cluster),
            residual=True, relu=True)
 
 
@@ -96,17 +96,17 @@ def test_fused_layer_bad_input():
     with pytest.raises(ValueError, match="u1 has 4 output channels"):
         tl.pack_weights(u1[:4], core, u3, None, 2)
     with pytest.raises(ValueError, match=r"x must be \(B, 16, H, W\)"):
-        tl.tucker_layer(cp.ones((1, 8, 10, 10), cp.float32), packed, 1, 1, out=out)
+        tl.tucker_layer_conv2d(cp.ones((1, 8, 10, 10), cp.float32), packed, 1, 1, out=out)
     with pytest.raises(ValueError, match="packed for clusters of 2"):
-        tl.tucker_layer(x, packed, 1, 1, tile=tl.FusedTile(4, 4, 4), out=out)
+        tl.tucker_layer_conv2d(x, packed, 1, 1, tile=tl.Tile(4, 4, 4), out=out)
     wide = tl.pack_weights(np.ones((256, 16, 1, 1), np.float32), np.ones((256, 256, 3, 3), np.float32),
                            np.ones((16, 256, 1, 1), np.float32), None, 1, xp=cp)
     with pytest.raises(ValueError, match="more than 4 items|shared memory"):   # 64 x 256 items
-        tl.tucker_layer(x, wide, 1, 1, tile=tl.FusedTile(16, 16, 1), out=out)
+        tl.tucker_layer_conv2d(x, wide, 1, 1, tile=tl.Tile(16, 16, 1), out=out)
     with pytest.raises(ValueError, match="residual has shape"):
-        tl.tucker_layer(x, packed, 1, 1, residual=cp.ones((1, 16, 5, 5), cp.float32), out=out)
+        tl.tucker_layer_conv2d(x, packed, 1, 1, residual=cp.ones((1, 16, 5, 5), cp.float32), out=out)
     with pytest.raises(ValueError, match="stride 1 or 2"):
-        tl.tucker_layer(x, packed, 3, 1, out=out)
+        tl.tucker_layer_conv2d(x, packed, 3, 1, out=out)
     with pytest.raises(TypeError, match="runs on the GPU"):
-        tl.tucker_layer(np.ones((1, 16, 10, 10), np.float32), packed)
+        tl.tucker_layer_conv2d(np.ones((1, 16, 10, 10), np.float32), packed)
     assert bool(cp.isnan(out).all())

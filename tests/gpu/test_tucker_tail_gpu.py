@@ -5,11 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import reference
+from tensorconv import backend, reference
+from tensorconv.checks import conv_geometry
 from tensorconv.ops import tucker_tail as tail
 from tests.helpers import rel_err
 
 pytestmark = pytest.mark.gpu
+
+
+def _fitting(n, d1, d2, m, j, h, w, f, st, pad):
+    """The tiles that fit these sizes on this device."""
+    core = conv_geometry((n, d1, h, w), (d2, d1, f, f), st, pad)
+    return tail.candidates(tail.Problem(core, m, j), backend.device_facts())
 
 
 @pytest.mark.parametrize("tile", tail.TILES, ids=lambda t: f"p{t.p}")
@@ -24,7 +31,7 @@ def test_random_shapes(rng, tile, trial):
     st, pad = 1 + trial % 2, f // 2
     d1, d2, m, j = (int(rng.integers(1, 40)) for _ in range(4))
     h, w = int(rng.integers(f, 24)), int(rng.integers(f, 24))
-    while tile not in tail.fitting_tiles(d1 * f * f, d2, m, j):
+    while tile not in _fitting(n, d1, d2, m, j, h, w, f, st, pad):
         d1, d2, m, j = (max(1, v // 2) for v in (d1, d2, m, j))
     with_next = trial != 4
     u = rng.standard_normal((n, d1, h, w)).astype(np.float32)
@@ -53,7 +60,7 @@ def test_random_shapes(rng, tile, trial):
             g(b_next) if with_next else None)
     kw = dict(residual=g(res), relu1=relu1, relu2=relu2, tile=tile)
     packed = tail.pack_weights(args[1], args[4], args[5]) if trial % 2 else None
-    out = tail.tucker_tail(*args, **kw, packed=packed, y_out=y, z_out=z)
+    out = tail.tucker_tail_conv2d(*args, **kw, packed=packed, y_out=y, z_out=z)
     assert not cp.isnan(y).any()
     assert rel_err(y.get(), y_ref) <= 1e-5, (n, d1, d2, m, j, h, w, f, st, tile)
     if with_next:
@@ -61,7 +68,7 @@ def test_random_shapes(rng, tile, trial):
         assert rel_err(z.get(), z_ref) <= 1e-5, (n, d1, d2, m, j, h, w, f, st, tile)
     else:
         assert out[1] is None
-    y2, z2 = tail.tucker_tail(*args, **kw)
+    y2, z2 = tail.tucker_tail_conv2d(*args, **kw)
     assert cp.array_equal(y2, y) and (not with_next or cp.array_equal(z2, z))
 
 
@@ -77,7 +84,7 @@ def test_resnet18_tucker_tails_with_default_tile(rng, shape):
     w_last = (rng.standard_normal((m, d2, 1, 1)) / np.sqrt(d2)).astype(np.float32)
     w_next = (rng.standard_normal((j, m, 1, 1)) / np.sqrt(m)).astype(np.float32)
     y_ref = np.maximum(reference.conv2d(reference.conv2d(u, core, stride=st, padding=1), w_last), 0)
-    y, z = tail.tucker_tail(cp.asarray(u), cp.asarray(core), st, 1, cp.asarray(w_last),
+    y, z = tail.tucker_tail_conv2d(cp.asarray(u), cp.asarray(core), st, 1, cp.asarray(w_last),
                             cp.asarray(w_next), relu1=True)
     assert rel_err(y.get(), y_ref) <= 1e-5
     assert rel_err(z.get(), reference.conv2d(y_ref, w_next)) <= 1e-5
@@ -90,15 +97,15 @@ def test_bad_input_before_launch():
     core, w_last = cp.ones((8, 8, 3, 3), cp.float32), cp.ones((12, 8, 1, 1), cp.float32)
     y = cp.full((1, 12, 6, 6), 7.0, cp.float32)
     with pytest.raises(ValueError, match="tile must be one of"):
-        tail.tucker_tail(u, core, 1, 1, w_last, tile=tail.TailTile(12), y_out=y)
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, tile=tail.Tile(12), y_out=y)
     with pytest.raises(ValueError, match="packed weights have shapes"):
-        tail.tucker_tail(u, core, 1, 1, w_last, y_out=y,
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, y_out=y,
                          packed=tail.pack_weights(core, w_last, cp.ones((4, 12, 1, 1), cp.float32)))
     with pytest.raises(ValueError, match="residual has shape"):
-        tail.tucker_tail(u, core, 1, 1, w_last, residual=cp.ones((1, 12, 5, 6), cp.float32), y_out=y)
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, residual=cp.ones((1, 12, 5, 6), cp.float32), y_out=y)
     with pytest.raises(ValueError, match="y_out has shape"):
-        tail.tucker_tail(u, core, 1, 1, w_last, y_out=cp.empty((1, 12, 5, 6), cp.float32))
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, y_out=cp.empty((1, 12, 5, 6), cp.float32))
     with pytest.raises(ValueError, match="do not fit"):
-        tail.tucker_tail(cp.ones((1, 512, 7, 7), cp.float32), cp.ones((512, 512, 3, 3), cp.float32),
+        tail.tucker_tail_conv2d(cp.ones((1, 512, 7, 7), cp.float32), cp.ones((512, 512, 3, 3), cp.float32),
                          1, 1, cp.ones((8, 512, 1, 1), cp.float32))
     assert bool((y == 7.0).all())

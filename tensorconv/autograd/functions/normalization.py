@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorconv.autograd.function import Function
-from tensorconv.ops import norm
+from tensorconv.ops import batchnorm
 
 
 class BatchNorm2d(Function):
@@ -13,7 +13,7 @@ class BatchNorm2d(Function):
     (``running_mean``, ``running_var``, updated in place) move towards them by
     ``momentum``; the running variance is the unbiased one (PyTorch's
     convention).  In evaluation the running estimates are used.  CUDA kernels
-    on CuPy float32 (``tensorconv.ops.norm``), the reference formulas otherwise.
+    on CuPy float32 (``tensorconv.ops.batchnorm``), the reference formulas otherwise.
     """
 
     def __init__(self, running_mean, running_var, training, momentum=0.1, eps=1e-5, relu=False):
@@ -24,7 +24,7 @@ class BatchNorm2d(Function):
         if x.ndim != 4 or x.shape[1] != gamma.shape[0]:
             raise ValueError(f"batch_norm2d: x {tuple(x.shape)} must be (N, C, H, W) with "
                              f"C = {gamma.shape[0]}")
-        y, self.mean, self.invstd = norm.batch_norm_forward(
+        y, self.mean, self.invstd = batchnorm.batch_norm_forward(
             x, gamma, beta, self.running_mean, self.running_var, training=self.training,
             momentum=self.momentum, eps=self.eps, relu=self.relu)
         self.x, self.gamma = x, gamma
@@ -32,7 +32,7 @@ class BatchNorm2d(Function):
         return y
 
     def backward(self, gy):
-        return norm.batch_norm_backward(self.x, gy, self.mean, self.invstd, self.gamma,
+        return batchnorm.batch_norm_backward(self.x, gy, self.mean, self.invstd, self.gamma,
                                         training=self.training, y=self.y)
 
 

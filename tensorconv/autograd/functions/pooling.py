@@ -5,23 +5,7 @@ from __future__ import annotations
 from tensorconv import backend
 from tensorconv.autograd.function import Function
 from tensorconv.autograd.functions.windows import scatter_windows, windows
-from tensorconv.checks import pair
-
-
-def pool_args(kernel, stride, padding):
-    kernel = pair(kernel, "kernel_size", minimum=1)
-    stride = kernel if stride is None else pair(stride, "stride", minimum=1)
-    padding = pair(padding, "padding", minimum=0)
-    if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
-        raise ValueError(f"padding {padding} must be at most half the kernel {kernel}")
-    return kernel, stride, padding
-
-
-def pooled_size(h: int, w: int, kernel, stride, padding) -> tuple[int, int]:
-    """Output (height, width) of pooling an ``h`` x ``w`` plane (pairs as from
-    :func:`pool_args`)."""
-    return ((h + 2 * padding[0] - kernel[0]) // stride[0] + 1,
-            (w + 2 * padding[1] - kernel[1]) // stride[1] + 1)
+from tensorconv.checks import pool_args
 
 
 def _check_input(x, kernel, padding):

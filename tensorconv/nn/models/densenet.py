@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv.autograd import functions as F
-from tensorconv.nn.layers import (AvgPool2d, BatchNorm2d, Conv2d, GlobalAvgPool2d, Identity,
-                                  Linear, MaxPool2d, ReLU, Sequential)
+from tensorconv.nn.layers import (
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    GlobalAvgPool2d,
+    Identity,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Sequential,
+)
 from tensorconv.nn.models.resnet import check_input
 from tensorconv.nn.module import Module
 

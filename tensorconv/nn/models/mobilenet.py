@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorconv.nn.layers import (BatchNorm2d, Conv2d, GlobalAvgPool2d, Linear, ReLU,
-                                  Sequential)
+from tensorconv.nn.layers import BatchNorm2d, Conv2d, GlobalAvgPool2d, Linear, ReLU, Sequential
 from tensorconv.nn.models.resnet import check_input
 from tensorconv.nn.module import Module
 

@@ -8,8 +8,16 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv.autograd import functions as F
-from tensorconv.nn.layers import (BatchNorm2d, Conv2d, GlobalAvgPool2d, Identity, Linear,
-                                  MaxPool2d, ReLU, Sequential)
+from tensorconv.nn.layers import (
+    BatchNorm2d,
+    Conv2d,
+    GlobalAvgPool2d,
+    Identity,
+    Linear,
+    MaxPool2d,
+    ReLU,
+    Sequential,
+)
 from tensorconv.nn.module import Module
 
 

@@ -2,7 +2,8 @@
 
 On CuPy float32 arrays the training-mode forward is three launches and the
 backward two; everything else (NumPy, other dtypes, evaluation mode) runs the
-reference formulas with the array module of the input.
+reference formulas with the array module of the input.  The kernels loop over their
+share of the data (no launch shape to choose).
 """
 
 from __future__ import annotations
@@ -11,9 +12,21 @@ import numpy as np
 
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import check_array
+from tensorconv.ops._launch import cdiv, launch
 
-_FILE = "batchnorm.cu"
-_THREADS = 256
+FILE = "batchnorm.cu"
+THREADS = 256
+KERNELS = ("bn_partial_sums", "bn_finalize", "bn_apply", "bn_backward_sums", "bn_backward_data")
+
+
+def kernels() -> tuple[cuda.KernelRef, ...]:
+    """The kernels training-mode batch norm runs (forward and backward)."""
+    return tuple(cuda.kernel_ref(FILE, name) for name in KERNELS)
+
+
+def instantiations() -> list[str]:
+    """No templates: the file's plain kernels are all CI's nvcc build needs."""
+    return []
 
 
 def _check(x, gamma, beta=None):
@@ -34,9 +47,9 @@ def _kernel_path(xp, *arrays) -> bool:
 
 def _chunks(n: int, c: int) -> tuple[int, int]:
     """(chunks, images per chunk): about two blocks per SM over the C x chunks grid."""
-    want = max(1, min(n, -(-2 * backend.device_facts().sm_count // c)))
-    per = -(-n // want)
-    return -(-n // per), per
+    want = max(1, min(n, cdiv(2 * backend.device_facts().sm_count, c)))
+    per = cdiv(n, want)
+    return cdiv(n, per), per
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
@@ -58,10 +71,10 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
     chunks, per = _chunks(n, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
-    cuda.get_kernel(_FILE, "bn_partial_sums")((c, chunks), (_THREADS,),
-                                              (x, partial, i32(n), i32(c), i32(h * w), i32(per)))
+    launch(cuda.kernel_ref(FILE, "bn_partial_sums"), (c, chunks), (THREADS,),
+           (x, partial, i32(n), i32(c), i32(h * w), i32(per)))
     mean, invstd = xp.empty(c, np.float32), xp.empty(c, np.float32)
-    cuda.get_kernel(_FILE, "bn_finalize")((-(-c // 128),), (128,), (
+    launch(cuda.kernel_ref(FILE, "bn_finalize"), (cdiv(c, 128),), (128,), (
         partial, i32(chunks), i32(c), i32(n * h * w), mean, invstd, running_mean, running_var,
         np.float32(momentum), np.float32(eps)))
     y = xp.empty_like(x)
@@ -84,8 +97,8 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     if out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(x.shape)}")
     n, c, h, w = x.shape
-    blocks = min(-(-x.size // _THREADS), 16 * backend.device_facts().sm_count)
-    cuda.get_kernel(_FILE, "bn_apply")((blocks,), (_THREADS,), (
+    blocks = min(cdiv(x.size, THREADS), 16 * backend.device_facts().sm_count)
+    launch(cuda.kernel_ref(FILE, "bn_apply"), (blocks,), (THREADS,), (
         x, mean, invstd, gamma, beta, out, np.int32(c), np.int32(h * w), np.uint64(x.size),
         np.int32(relu)))
     return out
@@ -108,11 +121,11 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None):
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
     mask = np.uintp(0) if y is None else y
-    cuda.get_kernel(_FILE, "bn_backward_sums")((c, chunks), (_THREADS,), (
+    launch(cuda.kernel_ref(FILE, "bn_backward_sums"), (c, chunks), (THREADS,), (
         x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
     gx = xp.empty_like(x)
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
-    cuda.get_kernel(_FILE, "bn_backward_data")((c, chunks), (_THREADS,), (
+    launch(cuda.kernel_ref(FILE, "bn_backward_data"), (c, chunks), (THREADS,), (
         x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
         i32(h * w), i32(per)))
     return gx, dgamma, dbeta

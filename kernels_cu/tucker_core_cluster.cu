@@ -1,89 +1,10 @@
-// TDC core convolution (Xiang et al., PPoPP'23, section 5.2 and Listing 2), fp32 NCHW.
+// The "cluster" core convolution (ours, for the H100), fp32 NCHW: the "cluster" variant of
+// tensorconv.ops.core_conv and the default for a Tucker core; the Python op
+// (tensorconv/ops/tucker_core_cluster.py) owns tiles, launch geometry and checks.
 //
-// A block owns a TH x TW output tile of one image and TC of the C input
-// channels; it has one thread per output channel n.  The input cube under the
-// tile (TC x IHT x IWT) is staged in shared memory once, with the block's only
-// barrier; then every thread walks the TC channels, reading its R x S weights
-// from the CRSN-ordered kernel (consecutive threads, consecutive n: coalesced)
-// and accumulating its TH x TW outputs in registers; all threads read the same
-// cube element at a time (a shared-memory broadcast).  Partial sums of the
-// C / TC channel tiles are combined with atomicAdd into the zeroed output
-// (plain stores when TC covers C).  The Python op (tensorconv/ops/tucker.py)
-// owns tiles, launch geometry and checks.
-#include "tc_cluster.cuh"
-#include "tc_common.cuh"
-
-template <int TH, int TW, int R, int S>
-__global__ void tdc_core_conv(
-    const float* __restrict__ x,       // (B, C, H, W)
-    const float* __restrict__ w_crsn,  // (C, R, S, N)
-    float* __restrict__ y,             // (B, N, OH, OW)
-    int C, int H, int W, int N, int OH, int OW, int stride_h, int stride_w,
-    int pad_h, int pad_w, int TC, int tiles_w, int tiles_hw, int atomic)
-{
-    tc::wait_prior_grids();
-    extern __shared__ float cube[];  // [TC][IHT][IWT]
-    const int IHT = (TH - 1) * stride_h + R, IWT = (TW - 1) * stride_w + S;
-    const int b = blockIdx.y;
-    const int tile = blockIdx.x % tiles_hw, ct = blockIdx.x / tiles_hw;
-    const int oh0 = (tile / tiles_w) * TH, ow0 = (tile % tiles_w) * TW;
-    const int c0 = ct * TC, cn = min(TC, C - c0);
-    const int ih0 = oh0 * stride_h - pad_h, iw0 = ow0 * stride_w - pad_w;
-    const int plane = IHT * IWT;
-
-    const float* xb = x + ((size_t)b * C + c0) * H * W;
-    for (int i = threadIdx.x; i < cn * plane; i += blockDim.x) {
-        const int c = i / plane, p = i % plane;
-        const int ih = ih0 + p / IWT, iw = iw0 + p % IWT;
-        cube[i] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? xb[((size_t)c * H + ih) * W + iw] : 0.f;
-    }
-    __syncthreads();
-    const int n = threadIdx.x;
-    if (n >= N) return;  // after the block's only barrier
-
-    float acc[TH][TW];
-#pragma unroll
-    for (int i = 0; i < TH; ++i)
-#pragma unroll
-        for (int j = 0; j < TW; ++j) acc[i][j] = 0.f;
-
-    for (int c = 0; c < cn; ++c) {
-        float k[R][S];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int s = 0; s < S; ++s)
-                k[r][s] = w_crsn[(((size_t)(c0 + c) * R + r) * S + s) * N + n];
-        const float* cc = cube + c * plane;
-#pragma unroll
-        for (int i = 0; i < TH; ++i)
-#pragma unroll
-            for (int j = 0; j < TW; ++j)
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-#pragma unroll
-                    for (int s = 0; s < S; ++s)
-                        acc[i][j] += cc[(i * stride_h + r) * IWT + j * stride_w + s] * k[r][s];
-    }
-
-#pragma unroll
-    for (int i = 0; i < TH; ++i)
-#pragma unroll
-        for (int j = 0; j < TW; ++j) {
-            const int oh = oh0 + i, ow = ow0 + j;
-            if (oh < OH && ow < OW) {
-                float* dst = y + (((size_t)b * N + n) * OH + oh) * OW + ow;
-                if (atomic) atomicAdd(dst, acc[i][j]);
-                else *dst = acc[i][j];
-            }
-        }
-}
-
-
-// ---------------------------------------------------------------------------
-// The "cluster" scheme: our variant for the H100, where the paper's kernel is
-// weak on small planes (one thread per output channel leaves most of the GPU
-// idle) and on large ones (one shared-memory read per pixel and filter tap).
+// The paper's kernel (tucker_core_tdc.cu) is weak on small planes (one thread per
+// output channel leaves most of the GPU idle) and on large ones (one shared-memory read
+// per pixel and filter tap).
 //
 // A block owns NB output channels x a TH x TW pixel tile (TW = TWG * PT) and a
 // 1/CL share of the C input channels; each thread computes NT channels x PT
@@ -101,6 +22,9 @@ __global__ void tdc_core_conv(
 // them pixel-fastest (coalesced).  Without a
 // split the registers go straight to memory: at batch 1 a block's latency chain
 // is the kernel's time, and a shared-memory round trip lengthens it.
+
+#include "tc_cluster.cuh"
+#include "tc_common.cuh"
 
 template <int R, int S, int STRIDE, int NT, int PT, int CL>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_cluster(
@@ -285,23 +209,56 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(256) tdc_core_conv_clust
     }
 }
 
-// Offline type-check of every tile the Python op may pick (NVRTC instantiates
-// only the requested one through name_expressions).
-#ifndef __CUDACC_RTC__
-#define TC_TDC(TH, TW) \
-    template __global__ void tdc_core_conv<TH, TW, 3, 3>(const float*, const float*, float*, \
-        int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-#define TC_TDC_ROW(TH) TC_TDC(TH, 1) TC_TDC(TH, 2) TC_TDC(TH, 4) TC_TDC(TH, 7) TC_TDC(TH, 8)
-TC_TDC_ROW(1)
-TC_TDC_ROW(2)
-TC_TDC_ROW(4)
-TC_TDC(7, 1) TC_TDC(7, 2) TC_TDC(7, 4) TC_TDC(8, 1) TC_TDC(8, 2) TC_TDC(8, 4)
-#define TC_TDCX(ST, NT, PT, CL) \
-    template __global__ void tdc_core_conv_cluster<3, 3, ST, NT, PT, CL>(const float*, \
-        const float*, float*, const float*, const float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
-        unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
-        unsigned long long, unsigned long long, unsigned long long);
-TC_TDCX(1, 4, 4, 1) TC_TDCX(1, 4, 4, 8) TC_TDCX(1, 8, 4, 2) TC_TDCX(1, 2, 4, 4) TC_TDCX(1, 4, 2, 4)
-TC_TDCX(2, 4, 4, 1) TC_TDCX(2, 4, 2, 2) TC_TDCX(1, 1, 1, 1) TC_TDCX(2, 1, 1, 2)
+// What CI's nvcc build type-checks: tensorconv.ops.tucker_core_cluster.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_TDC_CORE_CONV_CLUSTER(...) template __global__ void tdc_core_conv_cluster<__VA_ARGS__>( \
+    const float*, const float*, float*, const float*, const float*, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, unsigned long long, unsigned long long, \
+    unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+    unsigned long long, unsigned long long, unsigned long long, unsigned long long, \
+    unsigned long long);
+TC_I_TDC_CORE_CONV_CLUSTER(1, 1, 1, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(1, 1, 2, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(1, 3, 1, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(1, 3, 2, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(1, 7, 1, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(1, 7, 2, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(2, 2, 1, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(2, 2, 2, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 1, 1, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(3, 1, 2, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 1, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 1, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 1, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 1, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 2, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 2, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 2, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 2, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 4, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 4, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 4, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 8, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 8, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 8, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 1, 8, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 1, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 1, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 1, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 1, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 2, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 2, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 2, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 2, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 4, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 4, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 4, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 8, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 8, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 8, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 2, 8, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 1, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 1, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 1, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 1, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 2, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 2, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 2, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 2, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 4, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 4, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 4, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 8, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 8, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 8, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 4, 8, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 1, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 1, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 1, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 1, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 2, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 2, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 2, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 2, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 4, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 4, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 4, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 8, 1) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 8, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 8, 4) TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 1, 8, 8, 8)
+TC_I_TDC_CORE_CONV_CLUSTER(3, 3, 2, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(4, 4, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(4, 4, 2, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(5, 5, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(5, 5, 2, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(6, 6, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(6, 6, 2, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(7, 1, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(7, 1, 2, 4, 4, 2) TC_I_TDC_CORE_CONV_CLUSTER(7, 7, 1, 4, 4, 2)
+TC_I_TDC_CORE_CONV_CLUSTER(7, 7, 2, 4, 4, 2)
+#undef TC_I_TDC_CORE_CONV_CLUSTER
 #endif

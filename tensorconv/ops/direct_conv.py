@@ -1,5 +1,8 @@
 """Dense fp32 convolution (``kernels_cu/direct_conv.cu``): forward and both gradients.
 
+The convolution every layer of the toolkit can fall back on: any filter, stride,
+padding, dilation and groups, any batch; the training loops run all three passes here.
+
 Forward, two algorithms:
 
 * ``"igemm"`` — implicit GEMM with 64x64 register-tiled blocks and a split
@@ -11,10 +14,6 @@ Forward, two algorithms:
 
 The gradients (:func:`conv2d_backward_data`, :func:`conv2d_backward_weight`)
 are the same implicit-GEMM kernel in its other two modes.
-
-This module is the pattern for every op of the toolkit: argument checks,
-algorithm and tile choice and launch geometry here in Python; device code only
-in the ``.cu``.
 """
 
 from __future__ import annotations
@@ -25,9 +24,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.checks import ConvGeometry, check_array, check_conv_args, conv_geometry
+from tensorconv.backend import DeviceFacts
+from tensorconv.checks import (
+    ConvGeometry,
+    check_array,
+    check_conv_args,
+    check_residual,
+    conv_geometry,
+    output_buffer,
+)
+from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, workspace
 
-_KERNEL_FILE = "direct_conv.cu"
+FILE = "direct_conv.cu"
+Problem = ConvGeometry
 ALGORITHMS = ("direct", "igemm")
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
@@ -39,28 +48,37 @@ _MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
-class DirectConvTile:
-    """One block's work: a ``th x tw`` output tile, ``tk`` channels, ``cc`` staged inputs."""
+class Tile:
+    """The ``"direct"`` algorithm's block: a ``th x tw`` output tile (one thread per pixel),
+    ``tk`` channels per thread, ``cc`` input channels staged at a time.  (``"igemm"`` has no
+    tile to choose: its block rows follow the GEMM's rows, :func:`igemm_rows`, and its
+    reduction split the grid's size, :func:`igemm_splits`.)"""
 
     th: int
     tw: int
     tk: int
     cc: int
 
-    def smem_bytes(self, geom: ConvGeometry) -> int:
-        """Dynamic shared memory the tile needs for ``geom`` (input patch + weights)."""
-        iht = (self.th - 1) * geom.stride[0] + (geom.r - 1) * geom.dilation[0] + 1
-        iwt = (self.tw - 1) * geom.stride[1] + (geom.s - 1) * geom.dilation[1] + 1
-        return 4 * self.cc * (iht * iwt + geom.r * geom.s * self.tk)
+    def smem_bytes(self, p: Problem) -> int:
+        """Dynamic shared memory the tile needs for ``p`` (input patch + weights)."""
+        iht = (self.th - 1) * p.stride[0] + (p.r - 1) * p.dilation[0] + 1
+        iwt = (self.tw - 1) * p.stride[1] + (p.s - 1) * p.dilation[1] + 1
+        return 4 * self.cc * (iht * iwt + p.r * p.s * self.tk)
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        """(pixel tiles, groups x channel tiles, batch)."""
+        k_tiles = cdiv(p.k // p.groups, self.tk)
+        return cdiv(p.oh, self.th) * cdiv(p.ow, self.tw), p.groups * k_tiles, p.n
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << max(0, int(v) - 1).bit_length()
+def supported(p: Problem) -> str | None:
+    """Every convolution runs here (None): the implicit GEMM takes any geometry."""
+    return None
 
 
-def cdiv(a: int, b: int) -> int:
-    """Ceiling of ``a / b`` for positive ints (tile counts covering a ragged edge)."""
-    return -(-a // b)
+def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
+    """The ``"direct"`` tiles: this kernel is not tuned, so its heuristic tile alone."""
+    return [default_tile(p, facts)]
 
 
 def choose_algorithm(geom: ConvGeometry) -> str:
@@ -68,17 +86,19 @@ def choose_algorithm(geom: ConvGeometry) -> str:
     return "igemm" if geom.k // geom.groups >= 16 else "direct"
 
 
-def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
-    """Pick a tile for ``geom``: fill the output width, ~128 threads, enough blocks.
+def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
+    """Pick a ``"direct"`` tile for ``p``: fill the output width, ~128 threads, enough
+    blocks.
 
     The widest ``tk`` (most weight reuse per staged input) that still gives at
     least two blocks per SM is taken; the staged channel count ``cc`` is the
     largest that fits the 48 KiB default shared-memory limit.
     """
-    tw = min(32, max(4, _next_pow2(geom.ow)))
-    th = min(max(1, 128 // tw), _next_pow2(geom.oh))
-    kg = geom.k // geom.groups
-    spatial = cdiv(geom.oh, th) * cdiv(geom.ow, tw) * geom.n * geom.groups
+    sm_count = facts.sm_count
+    tw = min(32, max(4, next_pow2(p.ow)))
+    th = min(max(1, 128 // tw), next_pow2(p.oh))
+    kg = p.k // p.groups
+    spatial = cdiv(p.oh, th) * cdiv(p.ow, tw) * p.n * p.groups
     tk = 1
     for cand in _TK_CHOICES:
         if cand > 1 and cand >= 2 * kg:
@@ -86,9 +106,9 @@ def direct_conv_tile(geom: ConvGeometry, sm_count: int = 132) -> DirectConvTile:
         tk = cand
         if spatial * cdiv(kg, cand) >= 2 * sm_count:
             break
-    per_channel = DirectConvTile(th, tw, tk, 1).smem_bytes(geom)
-    cc = max(1, min(geom.c // geom.groups, _MAX_STAGE_CHANNELS, _SMEM_BUDGET // per_channel))
-    return DirectConvTile(th, tw, tk, cc)
+    per_channel = Tile(th, tw, tk, 1).smem_bytes(p)
+    cc = max(1, min(p.c // p.groups, _MAX_STAGE_CHANNELS, _SMEM_BUDGET // per_channel))
+    return Tile(th, tw, tk, cc)
 
 
 def _gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
@@ -116,33 +136,54 @@ def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
 
 
-def _check_tile(tile: DirectConvTile, geom: ConvGeometry) -> None:
+def check_tile(tile: Tile, geom: ConvGeometry) -> None:
+    """Raise ``ValueError`` naming what is wrong with a ``"direct"`` ``tile`` for ``geom``."""
+    if not isinstance(tile, Tile):
+        raise ValueError(f"tile {tile!r} is not a direct_conv.Tile")
     if tile.tk not in _TK_CHOICES:
         raise ValueError(f"tile.tk must be one of {_TK_CHOICES}, got {tile.tk}")
     if min(tile.th, tile.tw, tile.cc) < 1 or tile.th * tile.tw > 1024:
         raise ValueError(f"tile {tile} needs 1 <= th*tw <= 1024 threads and cc >= 1")
-    limit = backend.device_facts().smem_per_block_optin
-    if tile.smem_bytes(geom) > limit:
-        raise ValueError(f"tile {tile} needs {tile.smem_bytes(geom)} bytes of shared memory "
-                         f"for this convolution; the device allows {limit}")
+    check_smem(tile, tile.smem_bytes(geom))
 
 
-_workspaces: dict = {}
+def _fixed(geom: ConvGeometry) -> tuple[int, int]:
+    """The filter size a kernel is instantiated for (0, 0: taken at run time)."""
+    return (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
 
 
-def _workspace(xp, nfloats: int):
-    """A per-(device, stream) scratch buffer that only grows.
+def _direct_name(tk: int, kr: int, ks: int) -> str:
+    return f"conv2d_direct_fwd<{tk}, {kr}, {ks}>"
 
-    Reusing it means a call inside CUDA-graph capture allocates nothing (the
-    warm-up call sized it), and calls on one stream are ordered, so sharing it
-    between them is safe.
-    """
-    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
-    buf = _workspaces.get(key)
-    if buf is None or buf.size < nfloats:
-        buf = xp.empty(nfloats, dtype=np.float32)
-        _workspaces[key] = buf
-    return buf
+
+def _igemm_name(mode: int, kr: int, ks: int, tm: int) -> str:
+    return f"conv2d_igemm<{mode}, {kr}, {ks}, {tm}>"
+
+
+_REDUCE = "conv2d_splitk_reduce"
+
+
+def kernels(geom: ConvGeometry, algorithm: str, tile: Tile | None = None,
+            mode: int = 0) -> tuple[cuda.KernelRef, ...]:
+    """The kernels a launch runs: ``"direct"`` on ``tile`` (default: :func:`default_tile`),
+    or ``"igemm"`` in ``mode`` (0 forward, 1 data gradient, 2 weight gradient) with the
+    split reduction it may need."""
+    kr, ks = _fixed(geom)
+    if algorithm == "direct":
+        tile = tile or default_tile(geom, backend.device_facts())
+        return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
+    rows = igemm_rows(_gemm_sizes(geom, mode)[0])
+    return (cuda.kernel_ref(FILE, _igemm_name(mode, kr, ks, rows // 16)),
+            cuda.kernel_ref(FILE, _REDUCE))
+
+
+def instantiations() -> list[str]:
+    """What CI's nvcc build type-checks: every template the op may request."""
+    sizes = (0, 0), *_FIXED_FILTERS
+    names = {_direct_name(tk, kr, ks) for tk in _TK_CHOICES for kr, ks in sizes}
+    names |= {_igemm_name(mode, kr, ks, tm) for mode in (0, 1, 2) for kr, ks in sizes
+              for tm in (1, 2, 4)}
+    return sorted(names)
 
 
 def _geometry_args(geom: ConvGeometry):
@@ -154,33 +195,29 @@ def _geometry_args(geom: ConvGeometry):
 
 def _launch_direct(x, w, bias, out, geom, tile, relu):
     i32 = np.int32
-    kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
-    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_direct_fwd<{tile.tk}, {kr}, {ks}>")
-    smem = tile.smem_bytes(geom)
-    cuda.set_dynamic_smem(kernel, smem)
     tiles_w = cdiv(geom.ow, tile.tw)
     k_tiles = cdiv(geom.k // geom.groups, tile.tk)
-    grid = (cdiv(geom.oh, tile.th) * tiles_w, geom.groups * k_tiles, geom.n)
     args = (x, w, bias, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles), i32(tile.cc),
                                                      i32(relu))
-    kernel(grid, (tile.tw, tile.th, 1), args, shared_mem=smem)
+    launch(kernels(geom, "direct", tile)[0], tile.grid(geom), (tile.tw, tile.th, 1), args,
+           tile.smem_bytes(geom))
 
 
 @functools.lru_cache(maxsize=4096)
 def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device: int):
-    """Kernels, grid and integer arguments of one implicit-GEMM launch (cached: the
-    per-call host work is then only the array pointers)."""
+    """Kernels, grid and integer arguments of one implicit-GEMM launch, cached: a training
+    step launches hundreds, and the per-call host work is then only the array pointers
+    (which is why this path calls its kernels directly rather than through ``launch``)."""
     i32 = np.int32
     m, p, q = _gemm_sizes(geom, mode)
     q_steps = cdiv(q, _IG_BK)
     q_per_split = cdiv(q_steps, splits) * _IG_BK
     splits = cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
     rows = geom.c if mode == 1 else geom.k
-    bm = igemm_rows(m)
-    m_tiles = cdiv(m, bm)
-    kr, ks = (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
-    kernel = cuda.get_kernel(_KERNEL_FILE, f"conv2d_igemm<{mode}, {kr}, {ks}, {bm // 16}>")
+    m_tiles = cdiv(m, igemm_rows(m))
+    ref, reduce_ref = kernels(geom, "igemm", mode=mode)
+    kernel = cuda.load(ref)
     grid = (cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
     ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
@@ -188,34 +225,22 @@ def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device
     if splits > 1:
         plane = {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: p}[mode]
         blocks = min(cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
-        reduce = (cuda.get_kernel(_KERNEL_FILE, "conv2d_splitk_reduce"), (blocks,),
+        reduce = (cuda.load(reduce_ref), (blocks,),
                   (i32(splits), i32(rows), i32(p), i32(plane), i32(relu)))
     return kernel, grid, ints, splits * rows * p if splits > 1 else 0, reduce
 
 
 def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
     """Run ``conv2d_igemm<mode>`` (and the split reduction when ``splits > 1``)."""
-    null = np.uintp(0)
-    kernel, grid, ints, workspace, reduce = _igemm_config(geom, mode, splits, bool(relu),
-                                                          xp.cuda.runtime.getDevice())
-    partial = _workspace(xp, workspace) if workspace else null
-    bias = null if bias is None else bias
-    residual = null if residual is None else residual
+    kernel, grid, ints, floats, reduce = _igemm_config(geom, mode, splits, bool(relu),
+                                                       xp.cuda.runtime.getDevice())
+    partial = workspace(xp, floats) if floats else NULL
+    bias = NULL if bias is None else bias
+    residual = NULL if residual is None else residual
     kernel(grid, (_IG_THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
     if reduce is not None:
         rkernel, rgrid, rints = reduce
         rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)
-
-
-def output_buffer(xp, out, shape, name="out"):
-    """A fresh float32 array of ``shape``, or ``out`` after checking it fits (shared by the ops)."""
-    if out is None:
-        return xp.empty(shape, dtype=np.float32)
-    out = backend.as_array(out, name)
-    check_array(out, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
-    return out
 
 
 def _check_splits(splits):
@@ -226,7 +251,7 @@ def _check_splits(splits):
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=False,
            residual=None, out=None, algorithm: str | None = None,
-           tile: DirectConvTile | None = None, splits: int | None = None):
+           tile: Tile | None = None, splits: int | None = None):
     """fp32 2-D convolution (cross-correlation), NCHW, with fused bias, residual and ReLU.
 
     Computes ``relu?(conv(x, w) + bias + residual)``.
@@ -249,7 +274,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
     algorithm : {"igemm", "direct"}, optional
         Default: :func:`choose_algorithm`.
-    tile : DirectConvTile, optional
+    tile : Tile, optional
         Overrides the ``"direct"`` algorithm's heuristic tile (for tuning).
     splits : int, optional
         Overrides the ``"igemm"`` algorithm's reduction split (for tuning).
@@ -266,7 +291,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     _check_splits(splits)
     xp = backend.array_module(x)
-    residual = check_residual(residual, geom, xp)
+    residual = check_residual(residual, geom.output_shape, xp)
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
@@ -276,32 +301,21 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         return np.maximum(y, 0, out=y) if relu else y
 
     out = output_buffer(xp, out, geom.output_shape)
-    sm_count = backend.device_facts().sm_count
+    facts = backend.device_facts()
+    sm_count = facts.sm_count
     algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
     if algorithm == "direct":
         if residual is not None:
             raise ValueError("residual needs algorithm='igemm'")
-        tile = tile or direct_conv_tile(geom, sm_count)
-        _check_tile(tile, geom)
-        _launch_direct(x, w, np.uintp(0) if bias is None else bias, out, geom, tile, bool(relu))
+        tile = tile or default_tile(geom, facts)
+        check_tile(tile, geom)
+        _launch_direct(x, w, NULL if bias is None else bias, out, geom, tile, bool(relu))
     else:
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' only")
         _launch_igemm(0, w, x, bias, residual, out, geom,
                       splits or igemm_splits(geom, sm_count, 0), bool(relu), xp)
     return out
-
-
-def check_residual(residual, geom, xp):
-    """``residual`` (or None) as an array checked to be added to the output of ``geom``."""
-    if residual is None:
-        return None
-    residual = backend.as_array(residual, "residual")
-    check_array(residual, "residual", ndim=4, dtype=np.float32, contiguous=True, xp=xp)
-    if tuple(residual.shape) != geom.output_shape:
-        raise ValueError(f"residual has shape {tuple(residual.shape)}; expected "
-                         f"{geom.output_shape}")
-    return residual
 
 
 def _check_grad_args(gy, geom, xp):

@@ -1,0 +1,22 @@
+"""Model transforms: Tucker and CP formats of a model's convolutions, and TDC's
+hardware-aware rank selection (Algorithm 1) with the table T it chooses from.
+
+* :mod:`~tensorconv.compress.tucker` — ``tucker_candidates``, ``tuckerize``, ``uniform_ranks``;
+* :mod:`~tensorconv.compress.cp` — ``cpize``;
+* :mod:`~tensorconv.compress.ranks` — ``LayerSpec``, ``layer_specs``, ``select_ranks``;
+* :mod:`~tensorconv.compress.performance` — ``layer_latency``, ``performance_tables``
+  (table T, measured through the inference engine on this GPU).
+"""
+
+from tensorconv.compress.cp import cpize
+from tensorconv.compress.ranks import (
+           LayerSpec,
+           RankPlan,
+           candidate_ranks,
+           layer_specs,
+           select_ranks,
+)
+from tensorconv.compress.tucker import tucker_candidates, tuckerize, uniform_ranks
+
+__all__ = ["LayerSpec", "RankPlan", "candidate_ranks", "cpize", "layer_specs", "select_ranks",
+           "tucker_candidates", "tuckerize", "uniform_ranks"]

@@ -1,0 +1,63 @@
+"""Planning the model zoo's blocks and networks: residual blocks (BN folded, the residual
+and ReLU in the last convolution's epilogue), ResNets, VGG, MobileNet, the small CNN and
+DenseNets (stem and head fused where faster)."""
+
+from __future__ import annotations
+
+from tensorconv.engine.dense import plan_shortcut
+from tensorconv.engine.layers import plan_bn, plan_head, plan_stem
+from tensorconv.engine.plan import Plan
+from tensorconv.engine.registry import plan_conv, plan_module
+from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
+from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
+from tensorconv.nn.models.vgg import VGG
+
+
+def plan_basic(b: BasicBlock, plan: Plan, x):
+    short = plan_shortcut(b.shortcut, plan, x)
+    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
+    return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
+
+
+def plan_bottleneck(b: Bottleneck, plan: Plan, x):
+    short = plan_shortcut(b.shortcut, plan, x)
+    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
+    y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
+    return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
+
+
+def plan_resnet(m: ResNet, plan: Plan, x):
+    y = plan_stem(plan, m.stem, m.pool, x)
+    return plan_head(plan, m.gap, m.fc, plan_module(m.stages, plan, y))
+
+
+def plan_vgg(m: VGG, plan: Plan, x):
+    y = plan_module(m.features, plan, x)
+    return plan_module(m.fc, plan, plan_module(m.flatten, plan, y))
+
+
+def plan_features_gap_fc(m, plan: Plan, x):
+    """MobileNet and the small CNN: features, then the head."""
+    return plan_head(plan, m.gap, m.fc, plan_module(m.features, plan, x))
+
+
+def plan_dense_layer(m: DenseLayer, plan: Plan, x):
+    y = plan_bn(m.bn1, plan, x, relu=True)
+    y = plan_conv(m.conv1, plan, y, bn=m.bn2, relu=True)
+    y = plan_conv(m.conv2, plan, y)
+    out = plan.alloc((x.shape[0], x.shape[1] + y.shape[1]) + x.shape[2:])
+    head, tail = out[:, :x.shape[1]], out[:, x.shape[1]:]
+    plan.add(lambda: (head.__setitem__(Ellipsis, x), tail.__setitem__(Ellipsis, y)),
+             "dense concat")
+    return out
+
+
+def plan_transition(m: Transition, plan: Plan, x):
+    y = plan_bn(m.bn, plan, x, relu=True)
+    return plan_module(m.pool, plan, plan_conv(m.conv, plan, y))
+
+
+def plan_densenet(m: DenseNet, plan: Plan, x):
+    y = plan_stem(plan, m.stem, m.pool, x)
+    y = plan_module(m.features, plan, y)
+    return plan_head(plan, m.gap, m.fc, plan_bn(m.bn, plan, y, relu=True))

@@ -1,0 +1,114 @@
+"""Rewrite passes over a finished plan that join neighbouring 1x1 convolutions.
+
+* :func:`fuse_pointwise_pairs` — a 1x1 convolution that reads another's output runs in the
+  same launch as that one (``ops.conv1x1_pair``: a Tucker layer's last 1x1 and the next
+  layer's first; a bottleneck's last and the next one's first);
+* :func:`fold_projection_shortcuts` — a residual block's 1x1 projection shortcut is
+  computed inside the pair that adds it (its input channels as more rows of the pair's
+  first product).
+
+Each fusion is a choice (:func:`tensorconv.engine.choice.one_launch_or_parts`): tuned
+plans time every tile against the two launches; untuned plans follow a stored verdict
+only.  The passes run in the order :data:`tensorconv.engine.planners.PASSES` lists.
+"""
+
+from __future__ import annotations
+
+from tensorconv import backend
+from tensorconv.engine.choice import one_launch_or_parts
+from tensorconv.engine.plan import Plan, Step
+from tensorconv.ops import direct_conv, pointwise_conv, pointwise_pair
+
+# every kernel a pair and the launches it replaces may run
+PAIR_FILES = (pointwise_pair.FILE, pointwise_conv.FILE, direct_conv.FILE)
+
+
+def _problem(a, b, extra_channels: int = 0) -> pointwise_pair.Problem:
+    return pointwise_pair.Problem(a.geom.n, a.geom.h * a.geom.w, a.geom.c + extra_channels,
+                                  a.geom.k, b.geom.k)
+
+
+def fuse_pointwise_pairs(plan: Plan) -> None:
+    """Run each 1x1 convolution that reads another's output in the same launch as that
+    one where the choice found that faster than the two launches.
+
+    The pair takes the first one's place in the plan: the second reads nothing else
+    and every buffer is written once per run, so running it earlier is safe.  A step
+    joins at most one pair.
+    """
+    steps, taken = plan.steps, set()
+    facts = backend.device_facts()
+    for i, first in enumerate(steps):
+        a = first.pointwise
+        if a is None or i in taken:
+            continue
+        k = next((k for k in range(i + 1, len(steps))
+                  if k not in taken and steps[k].pointwise is not None
+                  and steps[k].pointwise.x is a.out and steps[k].pointwise.residual is None), None)
+        if k is None:
+            continue
+        second, b = steps[k], steps[k].pointwise
+        p = _problem(a, b)
+        tiles = pointwise_pair.candidates(p, facts)
+        if not tiles:
+            continue
+
+        def launch(tile, a=a, b=b, p=p):
+            packed = pointwise_pair.pack_weights(a.w, b.w, tile)
+            return Step(lambda: pointwise_pair.conv1x1_pair(
+                a.x, a.w, b.w, a.b, b.b, residual=a.residual, relu1=a.relu, relu2=b.relu,
+                tile=tile, packed=packed, y_out=a.out, z_out=b.out),
+                f"pointwise pair {p.c}->{p.m}->{p.j} on {tuple(a.x.shape)} {tile}",
+                pointwise_pair.kernels(p, tile))
+
+        choice = one_launch_or_parts(
+            plan, "pointwise_pair", PAIR_FILES,
+            f"{a.geom}|{b.geom}|res{a.residual is not None}", tiles=lambda t=tiles: t,
+            launch=launch, parts=lambda f=first, s=second: [f, s],
+            decode=lambda v: pointwise_pair.Tile(*v))
+        if not choice.fused:
+            continue
+        fused = launch(choice.tile)
+        fused.pair = (a, b)
+        steps[i] = fused
+        taken.update((i, k))
+    plan.steps = [s for k, s in enumerate(steps) if not (k in taken and s.pointwise is not None)]
+
+
+def fold_projection_shortcuts(plan: Plan) -> None:
+    """Compute each 1x1 projection shortcut inside the chained pair that adds it as a
+    residual (``ops.conv1x1_pair``'s ``skip``: the shortcut's input channels become more
+    rows of the pair's first product) where the choice found that faster than the two
+    launches.  Runs after :func:`fuse_pointwise_pairs`, before the Tucker tails, which then
+    leave a folded pair alone.
+    """
+    made = {id(s.shortcut.out): s for s in plan.steps if s.shortcut is not None}
+    folded = set()
+    facts = backend.device_facts()
+    for i, step in enumerate(plan.steps):
+        if step.pair is None or id(step.pair[0].residual) not in made:
+            continue
+        (a, b), short = step.pair, made[id(step.pair[0].residual)]
+        sc = short.shortcut
+        p = _problem(a, b, sc.geom.c)
+        tiles = pointwise_pair.candidates(p, facts)
+        if not tiles:
+            continue
+        b1 = sc.b if a.b is None else (a.b if sc.b is None else plan.keep(a.b + sc.b))
+
+        def launch(tile, a=a, b=b, sc=sc, b1=b1, p=p, label=step.label):
+            packed = pointwise_pair.pack_weights(a.w, b.w, tile, sc.w)
+            return Step(lambda: pointwise_pair.conv1x1_pair(
+                a.x, a.w, b.w, b1, b.b, skip_x=sc.x, skip_w=sc.w, skip_stride=sc.geom.stride[0],
+                relu1=a.relu, relu2=b.relu, tile=tile, packed=packed, y_out=a.out, z_out=b.out),
+                f"{label} + shortcut {tuple(sc.w.shape)} {tile}", pointwise_pair.kernels(p, tile))
+
+        choice = one_launch_or_parts(
+            plan, "shortcut_fold", PAIR_FILES, f"{a.geom}|{b.geom}|{sc.geom}",
+            tiles=lambda t=tiles: t, launch=launch, parts=lambda s=short, f=step: [s, f],
+            decode=lambda v: pointwise_pair.Tile(*v))
+        if not choice.fused:
+            continue
+        plan.steps[i] = launch(choice.tile)
+        folded.add(id(short))
+    plan.steps = [s for s in plan.steps if id(s) not in folded]

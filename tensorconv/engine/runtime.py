@@ -1,0 +1,114 @@
+"""The inference engine: a model's forward at a fixed input shape, planned once, replayed
+from one CUDA graph."""
+
+from __future__ import annotations
+
+from tensorconv import backend, cuda, timing
+from tensorconv import graph as captured_graph
+from tensorconv import precision as mma_precision
+from tensorconv.engine import planners
+from tensorconv.engine.build import engine_kernels
+from tensorconv.engine.plan import Plan
+from tensorconv.engine.registry import plan_module
+
+
+class InferenceEngine:
+    """A model's forward at a fixed input shape, BN folded, replayed from a CUDA graph.
+
+    Planning walks the model through the planners (:mod:`tensorconv.engine.planners`),
+    each layer becoming launches into buffers allocated once; the rewrite passes then join
+    neighbouring launches; the plan is warmed up (kernels loaded, workspaces sized) and
+    captured into one CUDA graph on its own stream.  Every kernel the plan may need is
+    compiled first, in parallel (:mod:`tensorconv.engine.build`).
+
+    Parameters
+    ----------
+    model : Module
+        On the GPU (``model.to("gpu")``); it is read once, at construction.
+    input_shape : tuple (N, C, H, W)
+    graph : bool
+        Capture the plan into a CUDA graph (default); False runs it eagerly.
+    tune : bool
+        Time the candidates of every choice (tiles, fused launches against their parts)
+        while planning and keep the verdicts in the tune cache; default False follows the
+        verdicts already in the cache, else each choice's default.
+    programmatic : bool, optional
+        Let each kernel of the graph launch while the one before it drains
+        (:mod:`tensorconv.graph`); default: where the device supports it (sm_90).
+    precision : {"fp32", "tf32"}, optional
+        Of the tensor-core kernels' products (:mod:`tensorconv.precision`): planning,
+        tuning (the tune cache keeps each precision's choices apart) and the graph all
+        use it; default: the current one, "fp32" unless set.
+    build : bool
+        Compile every kernel the plan may need up front, in parallel (default).
+
+    Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
+    a copy of the engine's output buffer, or the buffer itself (overwritten by the next
+    call) with ``copy=False``.
+    """
+
+    def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False,
+                 programmatic: bool | None = None, precision: str | None = None,
+                 build: bool = True):
+        cp = backend.require_cuda("InferenceEngine")
+        if model.xp is not cp:
+            raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
+        if len(input_shape) != 4 or model.in_channels != input_shape[1]:
+            raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W), "
+                             f"got {tuple(input_shape)}")
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.plan = Plan(cp, tune=tune, precision=precision)
+        self.precision = self.plan.precision
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        with self.stream, mma_precision.using(self.precision):
+            if build:
+                kernels, self.plan.expected = engine_kernels(model, self.input_shape, tune=tune,
+                                                             precision=self.precision)
+                cuda.compile_all(kernels, desc=f"compiling kernels for {type(model).__name__}")
+            self.input = self.plan.alloc(self.input_shape)
+            self.input[...] = 0
+            self.output = plan_module(model, self.plan, self.input)
+            for rewrite in planners.PASSES:
+                rewrite(self.plan)
+            if self.plan.progress is not None:
+                self.plan.progress.close()
+            self.plan.run()  # load kernels, size workspaces: nothing is allocated in capture
+            self.plan.run()
+            self.stream.synchronize()
+            self.graph = None
+            if graph:
+                if programmatic is None:
+                    programmatic = captured_graph.supported()
+                self.graph = captured_graph.CapturedGraph(self.stream, self.plan.run,
+                                                          programmatic=programmatic)
+        self.launches = len(self.plan.steps)
+
+    def replay(self) -> None:
+        """Run the captured graph (or the eager plan) on the engine's input buffer."""
+        with self.stream:
+            if self.graph is not None:
+                self.graph.launch(self.stream)
+            else:
+                self.plan.run()
+
+    def time(self, **kwargs):
+        """Latency of :meth:`replay` (a :class:`tensorconv.timing.Timing`), events recorded on
+        the engine's own stream — on any other stream they would time nothing.  ``kwargs``
+        go to :func:`tensorconv.timing.time_events`."""
+        with self.stream:
+            return timing.time_events(self.replay, **kwargs)
+
+    def __call__(self, x, copy: bool = True):
+        x = backend.as_array(x, "x")
+        if tuple(x.shape) != self.input_shape:
+            raise ValueError(f"x has shape {tuple(x.shape)}; the engine was built for "
+                             f"{self.input_shape}")
+        cp = self.plan.xp
+        if not backend.is_cupy_array(x):
+            raise TypeError("x must be on the GPU (a CuPy or DLPack CUDA array)")
+        cp.cuda.get_current_stream().synchronize()  # x may still be being written
+        with self.stream:
+            self.input[...] = x
+        self.replay()
+        self.stream.synchronize()
+        return self.output.copy() if copy else self.output

@@ -1,0 +1,234 @@
+"""What every op module shares: ceil-division, the one launch helper, epilogue arguments,
+shared-memory and cluster checks, candidate ordering, and the tensor-core fragment layouts.
+
+Nothing here knows a kernel family; each op module (``ops/<stem>.py``) calls these
+instead of writing them again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend, cuda
+
+NULL = np.uintp(0)   # a null pointer argument: an optional array that is absent
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling of ``a / b`` for positive ints (tile counts covering a ragged edge)."""
+    return -(-a // b)
+
+
+def round_up(v: int, q: int) -> int:
+    """``v`` rounded up to a multiple of ``q``."""
+    return -(-v // q) * q
+
+
+def up4(v: int) -> int:
+    """``v`` rounded up to a multiple of 4 (the kernels' float4-padded widths)."""
+    return round_up(v, 4)
+
+
+def next_pow2(v: int) -> int:
+    """The smallest power of two >= ``v`` (1 for ``v`` <= 1)."""
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def ptr(a):
+    """A kernel argument for an optional array: the array, or a null pointer."""
+    return NULL if a is None else a
+
+
+def epilogue_args(epilogue) -> tuple:
+    """Kernel arguments (bias pointer, residual pointer, relu) of a checked
+    ``(bias, residual, relu)``; absent arrays pass as null pointers."""
+    bias, residual, relu = epilogue
+    return ptr(bias), ptr(residual), np.int32(relu)
+
+
+def filter_cover(max_filter: int) -> tuple:
+    """The (R, S) filter sizes an op's CI instantiations cover: every square size up to
+    ``max_filter`` and a few rectangular ones, so that every value of R and of S compiles."""
+    square = tuple((k, k) for k in range(1, max_filter + 1))
+    return square + ((1, max_filter), (max_filter, 1), (1, 3), (3, 1))
+
+
+def launch(ref: cuda.KernelRef, grid, block, args, smem: int = 0) -> None:
+    """Run the kernel ``ref`` names on ``grid`` x ``block`` with ``smem`` bytes of dynamic
+    shared memory (opted into when above the default limit)."""
+    kernel = cuda.load(ref)
+    if smem:
+        cuda.set_dynamic_smem(kernel, smem)
+    kernel(tuple(grid), tuple(block), args, shared_mem=smem)
+
+
+def gpu_only(xp, op: str, cpu_alternative: str = "") -> None:
+    """Raise ``TypeError`` when ``xp`` is NumPy: ``op`` has no CPU path."""
+    if xp is np:
+        hint = f" ({cpu_alternative} computes the same on the CPU)" if cpu_alternative else ""
+        raise TypeError(f"{op} runs on the GPU: pass CuPy arrays{hint}")
+
+
+def no_out_on_cpu(**outs) -> None:
+    """Raise ``ValueError`` when an output buffer is given to a NumPy (reference) call."""
+    given = [name for name, a in outs.items() if a is not None]
+    if given:
+        raise ValueError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} "
+                         "supported on the GPU path only")
+
+
+def check_smem(tile, nbytes: int, facts=None) -> None:
+    """Raise ``ValueError`` when ``tile`` needs more shared memory than a block may have."""
+    limit = (facts or backend.device_facts()).smem_per_block_optin
+    if nbytes > limit:
+        raise ValueError(f"tile {tile} needs {nbytes} bytes of shared memory; "
+                         f"the device allows {limit}")
+
+
+def has_clusters(facts) -> bool:
+    """Whether the device launches thread-block clusters (sm_90 and newer)."""
+    return facts.compute_capability >= (9, 0)
+
+
+def has_tf32_mma(facts) -> bool:
+    """Whether the device has tf32 tensor cores (sm_80 and newer)."""
+    return facts.compute_capability >= (8, 0)
+
+
+def check_splits(tile, allowed: tuple, facts=None) -> None:
+    """Raise ``ValueError`` when ``tile.splits`` is not allowed, or needs clusters this
+    device lacks."""
+    facts = facts or backend.device_facts()
+    if tile.splits not in allowed:
+        raise ValueError(f"tile.splits must be in {allowed}, got {tile.splits}")
+    if tile.splits > 1 and not has_clusters(facts):
+        raise ValueError(f"tile.splits = {tile.splits} needs thread-block clusters (sm_90); "
+                         f"this device is {facts.arch}")
+
+
+def push_slot_floats(splits: int, share: int) -> int:
+    """Shared floats a block of a ``splits``-block cluster adds after its stages for
+    ``tdcx::PushReduce`` (kernels_cu/tc_cluster.cuh): ``splits`` slots of ``share``
+    partial sums, padded to 8 bytes, then its 8-byte mbarrier; none without splits."""
+    return cdiv(splits * share, 2) * 2 + 2 if splits > 1 else 0
+
+
+def family_first(tiles, cost, family, limit: int | None, per_family: int = 2) -> list:
+    """The ``limit`` tiles a tuner should time, cheapest ``cost`` first.
+
+    The ``per_family`` cheapest tiles of every ``family(tile)`` come first, then
+    the overall cheapest, so that the tuner sees every family whatever the
+    estimate's bias; without ``limit``, every tile by cost.
+    """
+    tiles = sorted(tiles, key=cost)
+    if not limit:
+        return tiles
+    picked, seen = [], {}
+    for t in tiles:
+        f = family(t)
+        if seen.get(f, 0) < per_family:
+            seen[f] = seen.get(f, 0) + 1
+            picked.append(t)
+    picked += [t for t in tiles if t not in picked]
+    return sorted(picked[:limit], key=cost)
+
+
+_workspaces: dict = {}
+
+
+def workspace(xp, nfloats: int):
+    """A per-(device, stream) float32 scratch buffer that only grows.
+
+    Reusing it means a call inside CUDA-graph capture allocates nothing (the
+    warm-up call sized it), and calls on one stream are ordered, so sharing it
+    between them is safe.
+    """
+    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
+    buf = _workspaces.get(key)
+    if buf is None or buf.size < nfloats:
+        buf = xp.empty(nfloats, dtype=np.float32)
+        _workspaces[key] = buf
+    return buf
+
+
+# --------------------------------------------------------------------------- tc_chain.cuh
+
+CHAIN_THREADS = 256   # the block of every kernel built on tc_chain.cuh
+
+
+def product_scratch_floats(o: int, p: int) -> int:
+    """Shared floats ``tc::block_product`` (kernels_cu/tc_chain.cuh) needs for ``o``
+    outputs x ``p`` pixels: its split partials, ks x o x p, when it splits the reduction
+    (fewer 4x4 output tiles than threads), else none."""
+    tiles = o // 4 * p // 4
+    ks = 1 if tiles >= CHAIN_THREADS else CHAIN_THREADS // tiles
+    return ks * o * p if ks > 1 else 0
+
+
+def mma_scratch_floats(o: int, p: int) -> int:
+    """The same for ``tc::mma_product``: ks x o x p when there are fewer 16-output
+    strips than warps."""
+    strips, warps = o // 16, CHAIN_THREADS // 32
+    ks = 1 if strips >= warps else warps // strips
+    return ks * o * p if ks > 1 else 0
+
+
+def mma_stride(p: int) -> int:
+    """Row stride of a ``p``-pixel mma operand (``tc::mma_stride``: bank-conflict padding)."""
+    return p + 8 if p % 16 == 0 else p
+
+
+# --------------------------------------------------------------------------- weight layouts
+
+def crsn(w):
+    """Filters (N, C, R, S) as (C, R, S, N), contiguous: consecutive output channels
+    adjacent, the order the CUDA-core direct kernels read (one thread per channel)."""
+    return backend.array_module(w).ascontiguousarray(w.transpose(1, 2, 3, 0))
+
+
+def round_tf32(a, xp):
+    """Round fp32 to the nearest tf32 (ties away from zero, as cvt.rna), finite values only."""
+    bits = a.view(xp.uint32)
+    rounded = ((bits + xp.uint32(0x1000)) & xp.uint32(0xFFFFE000)).view(xp.float32)
+    return xp.where(xp.isfinite(a), rounded, a)
+
+
+def a_fragments(w):
+    """``w`` (..., O, K), O a multiple of 16 and K of 8, in mma.m16n8k8 A-fragment order
+    (..., O/16, K/8, 32 lanes, 4): lane (g, t) of tile (o, k) holds w[o+g, k+t],
+    w[o+g+8, k+t], w[o+g, k+t+4], w[o+g+8, k+t+4] (``tc::mma_product``)."""
+    xp = backend.array_module(w)
+    *lead, o, k = w.shape
+    n = len(lead)
+    f = w.reshape(*lead, o // 16, 2, 8, k // 8, 2, 4)  # (o16, o+8?, g, k8, k+4?, t)
+    f = f.transpose(*range(n), n, n + 3, n + 2, n + 5, n + 4, n + 1)
+    return xp.ascontiguousarray(f).reshape(*lead, o // 16, k // 8, 32, 4)
+
+
+def b_fragments(w, xp=None, split: bool = True):
+    """Filters ``w`` (N, C, R, S) in mma.m16n8k8 B-fragment order, split into tf32 (big,
+    small) parts for 3xTF32.
+
+    Returns
+    -------
+    array, (ceil(N/8), ceil(C/8), R*S, 32, 4), float32: for output tile n8,
+    8-channel group c8, tap rs and lane (g, t), the B-fragment values
+    ``w[8 n8 + g, 8 c8 + t]`` and ``w[8 n8 + g, 8 c8 + t + 4]`` — big parts,
+    then small parts; zero beyond N and C.  With ``split=False`` the last axis is 2:
+    the two values (for a kernel that splits them as it loads them).
+    """
+    xp = xp or backend.array_module(w)
+    n, c, r, s = w.shape
+    n8, c8 = cdiv(n, 8), cdiv(c, 8)
+    full = xp.zeros((n8 * 8, c8 * 8, r, s), xp.float32)
+    full[:n, :c] = xp.asarray(w, dtype=xp.float32)
+
+    def fragments(a):  # (n8, g, c8, half, t, r, s) -> (n8, c8, r, s, g, t, half)
+        return a.reshape(n8, 8, c8, 2, 4, r, s).transpose(0, 2, 5, 6, 1, 4, 3)
+
+    if not split:
+        return xp.ascontiguousarray(fragments(full).reshape(n8, c8, r * s, 32, 2))
+    big = round_tf32(full, xp)
+    small = round_tf32(full - big, xp)
+    packed = xp.stack([fragments(big), fragments(small)], axis=-2)
+    return xp.ascontiguousarray(packed.reshape(n8, c8, r * s, 32, 4))

@@ -224,7 +224,8 @@ def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = 
     """Compile every kernel of ``refs`` not yet loaded in this process, in parallel.
 
     NVRTC releases the GIL while it compiles, so a pool of ``workers`` threads (default:
-    one per CPU core, at most 32) keeps that many compiles going; a progress bar, shown
+    ``TENSORCONV_COMPILE_THREADS``, else one per CPU core, at most 32) keeps that many
+    compiles going; a progress bar, shown
     once the wait passes two seconds, says how many there are and what they are for.
     Compile errors are raised (the first one) after the others have finished.
 
@@ -250,7 +251,8 @@ def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = 
         with cupy.cuda.Device(device):  # a new thread starts on device 0
             _load(directory, ref.file, ref.name, ref.defines, "nvrtc", device)
 
-    workers = workers or min(32, os.cpu_count() or 1)
+    workers = (workers or int(os.environ.get("TENSORCONV_COMPILE_THREADS", 0))
+               or min(32, os.cpu_count() or 1))
     first_error = None
     with concurrent.futures.ThreadPoolExecutor(workers) as pool, \
             tqdm(total=len(todo), desc=f"{desc} ({len(todo)} kernels)", unit="kernel",

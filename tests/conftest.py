@@ -1,4 +1,12 @@
-"""Shared fixtures; ``gpu`` tests are skipped with a reason where no GPU is usable."""
+"""Shared fixtures and options.
+
+* ``gpu`` tests are skipped with a reason where no GPU is usable.
+* ``slow`` tests (the long sweeps) run only with ``--slow`` (or ``TENSORCONV_SLOW=1``):
+  ``pytest -m gpu`` is the quick GPU suite, ``pytest -m gpu --slow`` the whole one, run
+  before an issue is resolved.
+* ``TENSORCONV_TEST_LOG=path`` appends each test's outcome, duration and failure text to
+  ``path`` as it finishes (a run cut short by a time limit still says what it did).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +18,23 @@ import pytest
 from tensorconv import backend
 
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # workers share the cores they compile on
+    os.environ.setdefault("TENSORCONV_COMPILE_THREADS", str(max(
+        2, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (the long sweeps)")
+
+
 def pytest_collection_modifyitems(config, items):
+    run_slow = config.getoption("--slow") or os.environ.get("TENSORCONV_SLOW") == "1"
+    if not run_slow:
+        skip_slow = pytest.mark.skip(reason="slow sweep: run with --slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
     if backend.gpu_available():
         return
     reason = ("CuPy is not installed" if not backend.cupy_installed()
@@ -19,6 +43,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("TENSORCONV_TEST_LOG")
+    if not path or (report.when != "call" and report.outcome == "passed"):
+        return
+    with open(path, "a") as f:
+        f.write(f"{report.outcome:7s} {report.duration:8.2f}s {report.when:8s} {report.nodeid}\n")
+        if report.failed:
+            f.write(str(report.longrepr)[-3000:] + "\n---\n")
 
 
 @pytest.fixture

@@ -90,3 +90,12 @@ def device_facts(smem_per_block_optin: int = 227 * 1024, compute_capability=(9, 
                        regs_per_sm=65536, regs_per_block=65536, max_threads_per_sm=2048,
                        l2_bytes=50 * 2 ** 20, total_memory=80 * 2 ** 30, clock_khz=1980000,
                        cuda_runtime=13020, cuda_driver=13000)
+
+
+def sweep(n: int, quick, slow_mark=None):
+    """Trial indices ``0..n-1`` for ``parametrize``: those in ``quick`` (a count, the first
+    ones, or a set) run in the quick suite, the rest are marked ``slow`` (``--slow``)."""
+    import pytest
+
+    keep = set(range(quick)) if isinstance(quick, int) else set(quick)
+    return [t if t in keep else pytest.param(t, marks=pytest.mark.slow) for t in range(n)]

@@ -8,7 +8,7 @@ import pytest
 from tensorconv import backend, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import conv_maxpool as conv_pool
-from tests.helpers import rel_err
+from tests.helpers import rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +43,7 @@ def _case(rng, tile, trial):
 
 
 @pytest.mark.parametrize("tile", conv_pool.TILES, ids=lambda t: f"{t.th}x{t.tw}nb{t.nb}")
-@pytest.mark.parametrize("trial", range(8))
+@pytest.mark.parametrize("trial", sweep(8, 2))
 def test_random_shapes(rng, tile, trial):
     """Every tile against conv -> ReLU -> max pool in float64, NaN-poisoned output;
     bitwise repeatable; with and without bias and ReLU."""

@@ -8,7 +8,7 @@ import pytest
 from tensorconv import backend, reference
 from tensorconv.decomp import cp as cpd
 from tensorconv.ops import cp_conv as cpops
-from tests.helpers import rel_err
+from tests.helpers import rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -20,7 +20,7 @@ def _case(rng, n, c, k, ih, iw, kh, kw, r):
 
 
 @pytest.mark.parametrize("variant", cpops.VARIANTS)
-@pytest.mark.parametrize("trial", range(20))
+@pytest.mark.parametrize("trial", sweep(20, 6))
 def test_random_shapes(rng, variant, trial):
     import cupy as cp
 
@@ -45,7 +45,7 @@ def test_random_shapes(rng, variant, trial):
     assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, stride, tile)
 
 
-@pytest.mark.parametrize("trial", range(12))
+@pytest.mark.parametrize("trial", sweep(12, 4))
 def test_separable_scheme(rng, trial):
     """The separable fused kernel (stride 1) on random shapes, paddings and ranks, with and
     without the epilogue, against float64."""
@@ -78,7 +78,7 @@ def test_separable_scheme(rng, trial):
     assert rel_err(out.get(), ref) <= 1e-5, (n, c, k, ih, iw, kh, kw, r, padding, tile)
 
 
-@pytest.mark.parametrize("trial", range(6))
+@pytest.mark.parametrize("trial", sweep(6, 3))
 def test_fused_epilogue(rng, trial):
     """bias + residual + ReLU in the epilogue, against the NumPy path of the same op."""
     import cupy as cp
@@ -135,7 +135,7 @@ def test_bad_input():
 
 
 @pytest.mark.parametrize("gemm", ["cublas", "igemm"])
-@pytest.mark.parametrize("trial", range(4))
+@pytest.mark.parametrize("trial", sweep(4, 2))
 def test_pairwise_executor_on_library_calls(rng, monkeypatch, gemm, trial):
     """The gnetcon sequence on the GPU: contractions as GEMMs, convolution edges on our
     depthwise kernel (counted: the windowed-einsum fallback must not run)."""

@@ -8,7 +8,7 @@ import pytest
 from tensorconv import backend, ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import direct_conv
-from tests.helpers import random_conv_case, rel_err
+from tests.helpers import random_conv_case, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-5
@@ -39,14 +39,14 @@ def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, **algo):
     assert err <= TOL, f"rel err {err:.2e} for x{xs} w{ws} {kw} {algo}"
 
 
-@pytest.mark.parametrize("trial", range(60))
+@pytest.mark.parametrize("trial", sweep(60, 20))
 def test_random_shapes(rng, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=40, max_channels=40)
     _check(rng, xs, ws, kw, relu=bool(trial % 3 == 0), with_bias=bool(trial % 2))
 
 
 @pytest.mark.parametrize("algorithm", direct_conv.ALGORITHMS)
-@pytest.mark.parametrize("trial", range(30))
+@pytest.mark.parametrize("trial", sweep(30, 10))
 def test_random_shapes_each_algorithm(rng, algorithm, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=30, max_channels=80)
     _check(rng, xs, ws, kw, relu=bool(trial % 2), algorithm=algorithm)
@@ -125,7 +125,7 @@ def test_bad_input_on_gpu_leaves_output_untouched(rng):
     assert bool(cp.isnan(out).all())
 
 
-@pytest.mark.parametrize("trial", range(30))
+@pytest.mark.parametrize("trial", sweep(30, 10))
 def test_backward_kernels_random_shapes(rng, trial):
     import cupy as cp
 

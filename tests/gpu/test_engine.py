@@ -277,14 +277,22 @@ def test_a_lone_conv_like_layer_is_a_model_and_its_table_entry_is_timed(rng, tmp
     assert {"core_path", "core_choice"} <= kinds    # the dense path and the Tucker core, tuned
 
 
+def small_imagenet_resnet():
+    """ResNet-18's ImageNet stem (7x7 conv to 64 channels, 3x3 max pool) and head, with one
+    narrow block per stage: what a stem or head test needs, at a fraction of the tuning."""
+    from tensorconv.nn.models.resnet import BasicBlock, ResNet
+
+    return ResNet(BasicBlock, [1, 1], [64, 24], "imagenet", num_classes=100)
+
+
 def test_tuned_engine_times_the_fused_stem(rng, tmp_path, monkeypatch):
-    """An ImageNet ResNet-18's stem, tuned: its conv + max pool timed on every fitting tile of
-    the fused kernel and as its two planned launches; one launch is known to win (13 against
-    19 µs on the H100 at 224x224), the winner runs and an untuned engine reuses it."""
+    """An ImageNet stem, tuned: its conv + max pool timed on every fitting tile of the fused
+    kernel and as its two planned launches; one launch is known to win (13 against 19 µs
+    on the H100 at 224x224), the winner runs and an untuned engine reuses it."""
     from tensorconv.ops import conv_maxpool
 
-    model = get_model("resnet18_imagenet")
-    verdicts, labels = _tuned(model, (1, 3, 64, 64), rng, tmp_path, monkeypatch)
+    verdicts, labels = _tuned(small_imagenet_resnet(), (1, 3, 96, 96), rng, tmp_path,
+                              monkeypatch)
     (stem,) = verdicts["stem_pool"]
     assert conv_maxpool.Tile(*stem["tile"]) in conv_maxpool.TILES
     assert stem["fused"] and "max pool" in labels[0]

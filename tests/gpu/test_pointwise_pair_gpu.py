@@ -7,7 +7,7 @@ import pytest
 
 from tensorconv import backend, reference
 from tensorconv.ops import pointwise_pair as pair
-from tests.helpers import rel_err
+from tests.helpers import rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def _case(rng, trial, n, c, m, j, h, w):
 
 
 @pytest.mark.parametrize("tile", pair.TILES, ids=_tile_id)
-@pytest.mark.parametrize("trial", range(4))
+@pytest.mark.parametrize("trial", sweep(4, 2))
 def test_random_shapes(rng, tile, trial):
     """Every tile (FMA and mma) on random shapes: planes with H*W a multiple of 4 or not
     (16- or 4-byte copies), channel counts not multiples of 4, 8, 16 or of the slice,

@@ -18,7 +18,7 @@ from tensorconv.ops import conv_maxpool as conv_pool
 from tensorconv.ops import pointwise_pair as pair
 from tensorconv.ops import winograd_conv as winograd
 from tensorconv.ops._launch import round_tf32
-from tests.helpers import rel_err
+from tests.helpers import rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +37,7 @@ def _poisoned(cp, shape):
     return cp.full(shape, cp.nan, dtype=cp.float32)
 
 
-@pytest.mark.parametrize("trial", range(6))
+@pytest.mark.parametrize("trial", sweep(6, 3))
 def test_core_tf32x3_products_of_rounded_operands(rng, trial):
     import cupy as cp
 
@@ -60,7 +60,7 @@ def test_core_tf32x3_products_of_rounded_operands(rng, trial):
     assert rel_err(fp32, exact) <= 1e-5
 
 
-@pytest.mark.parametrize("trial", range(4))
+@pytest.mark.parametrize("trial", sweep(4, 2))
 def test_stem_conv_maxpool_products_of_rounded_operands(rng, trial):
     import cupy as cp
 
@@ -148,7 +148,7 @@ def _winograd_tf32(x, wt):
     return y[:, :, :h, :w]
 
 
-@pytest.mark.parametrize("trial", range(4))
+@pytest.mark.parametrize("trial", sweep(4, 2))
 def test_winograd_products_of_rounded_transforms(rng, trial):
     import cupy as cp
 
@@ -181,14 +181,14 @@ def test_engine_plans_tunes_and_replays_at_its_precision(rng, tmp_path, monkeypa
 
     from tensorconv import tunecache
     from tensorconv.engine import InferenceEngine
-    from tensorconv.nn import get_model
+    from tests.gpu.test_engine import small_imagenet_resnet
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     lookup = tunecache.lookup
     monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": True, "tile": [4, 8, 16]}
                                                       if key.startswith("stem_pool")
                                                       else lookup(key)))
-    model = get_model("resnet18_imagenet").to("gpu").eval()
+    model = small_imagenet_resnet().to("gpu").eval()
     x = cp.asarray(rng.standard_normal((1, 3, 64, 64)).astype(np.float32))
     fp32 = InferenceEngine(model, x.shape)
     assert fp32.precision == "fp32" and "max pool" in fp32.plan.steps[0].label

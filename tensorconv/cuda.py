@@ -246,6 +246,7 @@ def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = 
             if (directory, r.file, r.name, r.defines, "nvrtc", device) not in _LOADED]
     if not todo:
         return 0
+    todo.sort(key=lambda r: not uses_tensor_cores(r.file))  # the slow mma builds start first
 
     def compile_one(ref):
         with cupy.cuda.Device(device):  # a new thread starts on device 0

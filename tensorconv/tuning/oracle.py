@@ -27,6 +27,7 @@ from tensorconv.ops import (
 
 _TUNED = {"cluster": tucker_core_cluster, "tf32x3": tucker_core_tf32x3,
           "winograd": winograd_conv}
+CANDIDATES = 64   # tiles of the cluster and tf32x3 kernels timed per shape: each estimate's best
 
 
 def time_tiles(key: str | None, tiles, run_tile, kernels, *, repeat: int = 10,
@@ -78,21 +79,23 @@ def _tune_kernel(variant: str, x, w, geom: ConvGeometry, tiles, repeat: int, use
                       what=f"{variant} tiles for {geom.c}->{geom.k} on {geom.h}x{geom.w}")
 
 
-def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
-                      use_cache: bool = True):
+def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int | None = None,
+                      repeat: int = 10, use_cache: bool = True):
     """Time the ``candidates`` best-estimated cluster tiles; return ``(best, {tile: µs})``."""
     facts = backend.device_facts()
     return _tune_kernel("cluster", x, w, geom,
-                        lambda: tucker_core_cluster.ranked(geom, facts, candidates), repeat,
+                        lambda: tucker_core_cluster.ranked(geom, facts, candidates or CANDIDATES),
+                        repeat,
                         use_cache)
 
 
-def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int = 64, repeat: int = 10,
-                     use_cache: bool = True):
+def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int | None = None,
+                     repeat: int = 10, use_cache: bool = True):
     """Time the ``candidates`` best-estimated ``"tf32x3"`` tiles; return ``(best, {tile: µs})``."""
     facts = backend.device_facts()
     return _tune_kernel("tf32x3", x, w, geom,
-                        lambda: tucker_core_tf32x3.ranked(geom, facts, candidates), repeat,
+                        lambda: tucker_core_tf32x3.ranked(geom, facts, candidates or CANDIDATES),
+                        repeat,
                         use_cache)
 
 
@@ -107,9 +110,9 @@ _TUNERS = {"cluster": tune_cluster_tile, "tf32x3": tune_tf32x3_tile,
            "winograd": tune_winograd_tile}
 
 
-def core_kernels(geom: ConvGeometry, candidates: int = 64) -> list:
+def core_kernels(geom: ConvGeometry) -> list:
     """Every kernel :func:`tune_core` may compile for ``geom`` (for an ahead-of-time build)."""
-    facts = backend.device_facts()
+    facts, candidates = backend.device_facts(), CANDIDATES
     tiles = {"cluster": lambda: tucker_core_cluster.ranked(geom, facts, candidates),
              "tf32x3": lambda: tucker_core_tf32x3.ranked(geom, facts, candidates),
              "winograd": lambda: winograd_conv.candidates(geom, facts)}

@@ -102,7 +102,7 @@ def test_engine_runs_tucker_models(rng):
     from tensorconv.compress import tuckerize, uniform_ranks
 
     model = get_model("resnet18_imagenet")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)))
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 64, 64)), decompose=False)
     engine, err = _engine_against_model(model, (1, 3, 64, 64), rng)
     assert any("cluster core" in getattr(s, "label", "") for s in engine.plan.steps)
     assert err < 1e-4
@@ -150,7 +150,7 @@ def test_tuned_tucker_resnet_chains_its_1x1s(rng, tmp_path, monkeypatch):
     if tucker_layer.supported(conv_geometry((1, 8, 8, 8), (8, 8, 3, 3), 1, 1)):
         pytest.skip("no thread-block clusters on this device")
     model = get_model("resnet20")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)), decompose=False)
     verdicts, labels = _tuned(model, (1, 3, 32, 32), rng, tmp_path, monkeypatch)
     assert verdicts["tucker_layer"] and verdicts["core_choice"]
     three = sum(not v["fused"] for v in verdicts["tucker_layer"])
@@ -181,7 +181,7 @@ def test_engine_chains_1x1_pairs_where_the_cache_says_so(rng, tile, tmp_path, mo
                                                           if key.startswith("pointwise_pair")
                                                           else lookup(key)))
     model = get_model("resnet20")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)), decompose=False)
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
     layers = sum(isinstance(m, TuckerConv2d) for m in model.modules())
     assert sum("pointwise pair" in s.label for s in engine.plan.steps) == layers - 1
@@ -206,7 +206,7 @@ def test_engine_folds_projection_shortcuts_where_the_cache_says_so(rng, tile, tm
               "shortcut_fold": {"fused": True, "tile": list(tile)}}
     monkeypatch.setattr(tunecache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
     model = get_model("resnet20")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)), decompose=False)
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
     shortcuts = sum(isinstance(m, L.Sequential) and isinstance(m[0], L.Conv2d)
                     and m[0].kernel_size == (1, 1) for m in model.modules())
@@ -245,7 +245,7 @@ def test_engine_runs_tucker_tails_where_the_cache_says_so(rng, tile, tmp_path, m
               "tucker_tail": {"fused": True, "tile": [tile]}}
     monkeypatch.setattr(tunecache, "lookup", lambda key: forced.get(key.split("|")[0], lookup(key)))
     model = get_model("resnet20")
-    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)))
+    tuckerize(model, uniform_ranks(model, 0.6, (1, 3, 32, 32)), decompose=False)
     engine, err = _engine_against_model(model, (2, 3, 32, 32), rng)
     labels = [s.label for s in engine.plan.steps]
     layers = sum(isinstance(m, TuckerConv2d) for m in model.modules())

@@ -73,7 +73,7 @@ def _random_tf32x3_tile(rng, geom, trial):
     every cluster size (also more splits than stages: blocks with no channels)."""
     wm, wn = _pick(tf32x3.WARP_TILES, trial), _pick(tf32x3.WARP_TILES, trial // 3)
     splits = _pick(_splits(tf32x3.SPLITS), trial, 2)
-    while True:
+    for _ in range(1000):
         warps_m, warps_n = int(rng.choice([1, 2, 4, 8])), int(rng.choice([1, 2, 4]))
         tw = int(rng.choice(tf32x3.TILE_WIDTHS))
         tile = tf32x3.Tile(wm, wn, warps_m, warps_n, tw, int(rng.choice(tf32x3.STAGE_CHANNELS)),
@@ -81,6 +81,9 @@ def _random_tf32x3_tile(rng, geom, trial):
         if (warps_m * warps_n <= tf32x3.MAX_WARPS and tile.pixels % tw == 0
                 and tile.smem_bytes(geom) <= 96 * 1024):
             return tile
+    # large filters on many channels: no random tile of these template arguments fits
+    return next(t for t in tf32x3.candidates(geom, backend.device_facts())
+                if (t.wm, t.wn) == (wm, wn))
 
 
 def _random_winograd_tile(rng, trial):
@@ -121,6 +124,7 @@ def test_random_shapes_and_tiles(rng, variant, trial):
                 "winograd": lambda: _random_winograd_tile(rng, trial)}[variant]()
     epilogue = {} if variant == "tdc" else dict(bias=trial % 3 > 0, residual=trial % 2 > 0,
                                                 relu=trial % 4 < 2)
+    print("case", xs, ws, stride, padding, tile)
     check(rng, xs, ws, stride, padding, variant=variant, tile=tile, **epilogue)
 
 

@@ -85,7 +85,8 @@ def measure_core_shape(rs: ResultSet, case: str, c: int, n: int, h: int, w: int,
         "igemm": lambda: ops.conv2d(x, wt, None, 1, 1, out=out, algorithm="igemm"),
     }
     times, wrong = {}, set()
-    ref = reference.conv2d(x_h.astype(np.float64), w_h.astype(np.float64), padding=1) if check else None
+    ref = reference.conv2d(x_h.astype(np.float64), w_h.astype(np.float64),
+                           padding=1) if check else None
     for name, run in runs.items():
         out.fill(np.nan)
         run()

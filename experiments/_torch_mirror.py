@@ -2,7 +2,8 @@
 
 :func:`to_torch` walks one of our models and builds ``torch.nn`` modules that
 compute the same evaluation-mode forward (a ``CPConv2d`` becomes its four
-convolutions and a ``TuckerConv2d`` its three, the way a PyTorch user runs them).  Experiments only: the
+convolutions and a ``TuckerConv2d`` its three, the way a PyTorch user runs them).
+Experiments only: the
 library never imports PyTorch.
 """
 

@@ -139,10 +139,11 @@ def main(argv=None) -> int:
                    help="comma-separated batch sizes (default: 1,16 on a GPU; 1 on the CPU)")
     args = p.parse_args(argv)
     gpu = backend.gpu_available()
-    batches = [int(b) for b in (args.batch or ("1,16" if gpu and not args.quick else "1")).split(",")]
-    layers = [l for l in LAYERS if not args.quick or l[0] in QUICK_LAYERS]
+    batch_arg = args.batch or ("1,16" if gpu and not args.quick else "1")
+    batches = [int(b) for b in batch_arg.split(",")]
+    layers = [layer for layer in LAYERS if not args.quick or layer[0] in QUICK_LAYERS]
     if not gpu:
-        layers = [l for l in layers if l[0] in QUICK_LAYERS]  # the NumPy path is slow
+        layers = [layer for layer in layers if layer[0] in QUICK_LAYERS]  # NumPy is slow
     env = bench.environment(with_torch=gpu)
     rs = ResultSet(NAME, env)
     sections = []
@@ -176,7 +177,8 @@ def main(argv=None) -> int:
     for metric, title in (("time_graph_us", "Kernel time, CUDA-graph replay (µs, median)"),
                           ("time_us", "Eager time, CUDA events (µs, median)" if gpu
                            else "Host wall time, NumPy backend (µs, median)"),
-                          ("speedup_graph", "Speed-up of ours over cuDNN (graph; >1 = ours faster)"),
+                          ("speedup_graph",
+                           "Speed-up of ours over cuDNN (graph; >1 = ours faster)"),
                           ("rel_err", "Relative error vs the float64 NumPy reference"),
                           ("tflops", "Achieved TFLOP/s")):
         if any(r["metric"] == metric for r in rows):
@@ -190,8 +192,10 @@ def main(argv=None) -> int:
         "CuPy `matmul` for the stride-1 1x1 layer (eager only: CuPy 14 refuses cuBLAS during "
         "graph capture). `roofline` is max(FLOPs / measured SGEMM rate, minimum bytes / "
         "measured copy bandwidth). No paper figure exists for this benchmark: it measures "
-        "the foundation's dense kernels (`ours` = the algorithm `choose_algorithm` picks; see the `note` column of rel_err rows), which the structured kernels of later issues build on.")))
-    write_markdown(paths["md"], "Dense fp32 convolution: ours vs cuDNN on ResNet-18 layers", env, sections)
+        "the dense kernels (`ours` = the algorithm `choose_algorithm` picks; see the `note` "
+        "column of rel_err rows), which the structured kernels build on.")))
+    write_markdown(paths["md"], "Dense fp32 convolution: ours vs cuDNN on ResNet-18 layers", env,
+                   sections)
     print(pivot_markdown(rows, "time_graph_us" if gpu else "time_us"))
     print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}")
     return 0

@@ -28,7 +28,8 @@ DESIGN_US = {"pytorch-eager": 2181.0, "pytorch-graph": 494.0}
 
 def torch_name(ours: str) -> str:
     """Our ResNet-18 state-dict key -> torchvision's."""
-    k = ours.replace("stem.0.", "conv1.").replace("stem.1.", "bn1.").replace("shortcut.", "downsample.")
+    k = ours.replace("stem.0.", "conv1.").replace("stem.1.", "bn1.").replace("shortcut.",
+                                                                             "downsample.")
     if k.startswith("stages."):
         _, stage, rest = k.split(".", 2)
         k = f"layer{int(stage) + 1}.{rest}"
@@ -152,7 +153,8 @@ def main(argv=None) -> int:
                               "PyTorch's defaults (TF32 convolutions). Ours is strict fp32. "
                               "Target: ours (graph) <= 1.0x PyTorch's graph time, measured in the "
                               "same run; both TF32 settings are shown."))
-    write_markdown(paths["md"], "ResNet-18 batch-1 inference latency (fp32, 224x224)", env, sections)
+    write_markdown(paths["md"], "ResNet-18 batch-1 inference latency (fp32, 224x224)", env,
+                   sections)
 
     plt = pyplot()
 

@@ -146,7 +146,8 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("images_per_s", "step_time", "throughput_ratio")
+    sections = [(m, pivot_markdown(rows, m)) for m in ("images_per_s", "step_time",
+                                                       "throughput_ratio")
                 if any(r["metric"] == m for r in rows)]
     sections.append(("Notes", f"{steps} timed steps x {repeats} repeats after 5 warm-up steps; "
                               "median. Target: ours >= 0.5x PyTorch eager."))

@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     p.add_argument("--finetune-epochs", type=int, default=5)
     p.add_argument("--lrs", type=float, nargs="+", default=[0.001],
                    help="fine-tune once from each of these learning rates")
-    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/cp_accuracy_work)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints (default: OUT/cp_accuracy_work)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
     args = p.parse_args(argv)
@@ -140,7 +141,8 @@ def main(argv=None) -> int:
         rs.add(case, "decomposed", "test_acc", 100 * evaluate(model, test_set, model.xp)[1], "%",
                note="before fine-tuning")
         rs.add(case, "decomposed", "macs", count_flops_params(model, INPUT)["macs"], "MAC",
-               note=f"{100 * (1 - count_flops_params(model, INPUT)['macs'] / base_macs):.1f}% fewer")
+               note=f"{100 * (1 - count_flops_params(model, INPUT)['macs'] / base_macs):.1f}% "
+                    "fewer")
         for lr in args.lrs:
             path = work / f"{case}_lr{lr:g}.npz"
             meta, finished = train_within(config(args, rank, lr), path, budget)
@@ -149,7 +151,8 @@ def main(argv=None) -> int:
                 epochs = meta["history"][-1]["epoch"]
                 rs.add(case, f"fine-tuned lr={lr:g}", "test_acc",
                        100 * meta["history"][-1]["test_acc"], "%",
-                       note=f"{epochs}/{args.finetune_epochs} epochs" + ("" if finished else ", partial"))
+                       note=f"{epochs}/{args.finetune_epochs} epochs"
+                            + ("" if finished else ", partial"))
             if gpu and finished and lr == args.lrs[0]:  # latency does not depend on the weights
                 tuned, _ = cp_model(args.pretrained, rank, ckpt.load(path)[0])
                 latency(rs, case, tuned, args.quick)
@@ -175,7 +178,8 @@ def _plot(rows, ranks, lrs, path) -> None:
     cell = {(r["case"], r["variant"], r["metric"]): r["value"] for r in rows}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for v in ["decomposed"] + [f"fine-tuned lr={lr:g}" for lr in lrs]:
-        a1.plot(ranks, [cell.get((f"rank{r}", v, "test_acc"), np.nan) for r in ranks], "-o", label=v)
+        a1.plot(ranks, [cell.get((f"rank{r}", v, "test_acc"), np.nan) for r in ranks], "-o",
+                label=v)
     a1.axhline(cell[("dense", "trained", "test_acc")], color="k", ls="--", label="dense")
     a1.set_xscale("log", base=2)
     a1.set_xlabel("CP rank")

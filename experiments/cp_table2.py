@@ -21,19 +21,6 @@ the Python launch cost a caller pays).  Memory is the paper's footprint: input
 (CuPy memory hook / PyTorch allocator peak).  Outputs are checked against a
 float64 NumPy reference before timing.  Paper: RTX 2080 Ti, cuDNN 7.4 with
 PREFER_FASTEST, the pairwise sequence in TensorFlow 1.14.
-
-Reading the table.  The fused kernel departs from the paper's listing for
-speed (see ``kernels_cu/cp_conv.cu``): q is reduced once per pixel and the
-products with T are shared by the block so that writes coalesce; a pixel's
-lanes may split input rows as well as channels; and layer 1 (3 input channels,
-an 11 x 11 filter) runs a separable scheme that forms column sums in shared
-memory, which the tuner picks there.  Time grows less than linearly with the
-rank on the H100 (the paper saw linear growth): at batch 1 the fixed costs, the
-output writes and the input reads, weigh as much as the R-proportional
-arithmetic.  The paper's pairwise numbers are TensorFlow 1.14 with its
-overheads; ours run the same sequence on cuBLAS/cuDNN or our kernels, which
-is why they are one to two orders of magnitude faster.  Memory counts what a
-run holds on the device: the fused kernel holds only input, factors and output.
 """
 
 from __future__ import annotations
@@ -60,7 +47,8 @@ QUICK_LAYERS, QUICK_RANKS = (2, 4), (1, 8)
 PAPER_CUDNN = {1: 499.4, 2: 270.7, 3: 177.4, 4: 71.3, 5: 52.1}
 PAPER_FUSED = {4: (35.4, 37.3, 44.2, 84.7, 122.8), 5: (26.9, 27.9, 32.8, 62.6, 95.5)}
 PAPER_PAIRWISE = {1: {1: 3069.5, 16: 3720.0}, 2: {1: 2079.7, 16: 2073.7},
-                  3: {1: 2033.9, 16: 1936.4}, 4: dict(zip(RANKS, (1810.0, 1812.5, 1907.5, 1860.3, 1759.7))),
+                  3: {1: 2033.9, 16: 1936.4}, 4: dict(zip(RANKS, (1810.0, 1812.5, 1907.5, 1860.3,
+                                                                  1759.7))),
                   5: dict(zip(RANKS, (1741.4, 1790.6, 1779.8, 2399.3, 1761.5)))}
 TIME_VARIANTS = ["cudnn-fp32", "cudnn-tf32", "fused", "fused-default", "naive",
                  "pairwise-ours-graph", "pairwise-torch-graph", "pairwise-cublas-eager",
@@ -117,7 +105,8 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     for name, run in ours.items():
         out.fill(np.nan)
         got = run()
-        rs.add(case, name, "rel_err", float(np.linalg.norm(got.get() - ref) / np.linalg.norm(ref)), "1")
+        rs.add(case, name, "rel_err", float(np.linalg.norm(got.get() - ref) / np.linalg.norm(ref)),
+               "1")
     reps = dict(repeat=10 if quick else 30)
     times = {
         "fused": timing.time_graph(ours["fused"], **reps).median_us,
@@ -134,8 +123,10 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
         "fused": u.nbytes + weights["cp"] + bench.peak_device_bytes(
             lambda: cpops.cp_conv2d(u, *fs, 1, pad, tile=tile)),
         "pairwise-ours": u.nbytes + weights["cp"] + bench.peak_device_bytes(ours["pairwise-ours"]),
-        "pairwise-cublas": u.nbytes + weights["cp"] + bench.peak_device_bytes(ours["pairwise-cublas"]),
-        "pairwise-cumulative": io_bytes + weights["cp"] + sum(gnetcon.intermediate_bytes(net, plan)[:-1]),
+        "pairwise-cublas": (u.nbytes + weights["cp"]
+                            + bench.peak_device_bytes(ours["pairwise-cublas"])),
+        "pairwise-cumulative": (io_bytes + weights["cp"]
+                                + sum(gnetcon.intermediate_bytes(net, plan)[:-1])),
     }
     if bench.torch_cudnn_available():
         for tf32 in (False, True):
@@ -146,7 +137,8 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
                                              / np.linalg.norm(ref)), "1")
             times[v] = timing.time_graph(run, framework="torch", **reps).median_us
             if not tf32:
-                times["cudnn-fp32-eager"] = timing.time_events(run, framework="torch", **reps).median_us
+                times["cudnn-fp32-eager"] = timing.time_events(run, framework="torch",
+                                                               **reps).median_us
                 mem["cudnn-fp32"] = u.nbytes + weights["dense"] + bench.peak_device_bytes(
                     run, framework="torch")
         seq = bench.torch_cp_sequence(u, *fs, pad)
@@ -159,7 +151,8 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
             seq, framework="torch")
 
     paper = {"cudnn-fp32": PAPER_CUDNN[layer] if rank == RANKS[0] else None,
-             "fused": dict(zip(RANKS, PAPER_FUSED[layer])).get(rank) if layer in PAPER_FUSED else None,
+             "fused": (dict(zip(RANKS, PAPER_FUSED[layer])).get(rank)
+                       if layer in PAPER_FUSED else None),
              "pairwise-torch-eager": PAPER_PAIRWISE[layer].get(rank)}
     notes = {"fused": f"tuned tile {tile} (of {len(tile_times)} timed)",
              "fused-default": f"default tile {default}",
@@ -189,7 +182,8 @@ def summarize(rs: ResultSet, times: dict, mem: dict) -> None:
             (int(k.split("_R")[1]) == 8 and k.split("_")[0] != "L1")]
     slow = [k for k in need if fast[k] <= 1]
     rs.add("summary", "fused vs cudnn-fp32", "target_cases_slower", len(slow), "count",
-           note=f"of {len(need)} (ranks <= 4, and rank 8 on layers 2-5): " + (" ".join(slow) or "none"))
+           note=f"of {len(need)} (ranks <= 4, and rank 8 on layers 2-5): "
+                + (" ".join(slow) or "none"))
     slow_tf32 = [k for k in need if times[k]["cudnn-tf32"] <= times[k]["fused"]]
     rs.add("summary", "fused vs cudnn-tf32", "target_cases_slower", len(slow_tf32), "count",
            note=" ".join(slow_tf32) or "none")
@@ -204,7 +198,8 @@ def summarize(rs: ResultSet, times: dict, mem: dict) -> None:
     rs.add("summary", "fused vs cudnn-fp32 memory", "cases_larger", len(bigger), "count",
            note=" ".join(bigger) or "none")
     for layer in sorted({k.split("_")[0] for k in times}):
-        ks = sorted((k for k in times if k.startswith(layer + "_")), key=lambda k: int(k.split("_R")[1]))
+        ks = sorted((k for k in times if k.startswith(layer + "_")),
+                    key=lambda k: int(k.split("_R")[1]))
         if len(ks) > 1:
             r0, r1 = int(ks[0].split("_R")[1]), int(ks[-1].split("_R")[1])
             rs.add("summary", f"fused {layer}", f"time_R{r1}/time_R{r0}",
@@ -251,9 +246,8 @@ def plot(rows: list[dict], path) -> None:
             ax.set_ylabel("memory footprint (bytes, log)")
     axes[0][0].legend(fontsize=6)
     if len(layers) > 1:  # the last layer has the paper's fused times
-        axes[0][-1].legend([h for h in axes[0][-1].get_lines() if "paper" in h.get_label()],
-                           [h.get_label() for h in axes[0][-1].get_lines() if "paper" in h.get_label()],
-                           fontsize=6)
+        marks = [h for h in axes[0][-1].get_lines() if "paper" in h.get_label()]
+        axes[0][-1].legend(marks, [h.get_label() for h in marks], fontsize=6)
     axes[1][0].legend(fontsize=6)
     fig.suptitle("CP convolution (Reustle et al. Table 2 / Fig. 6) on an H100, batch 1, fp32",
                  fontsize=10)
@@ -275,7 +269,8 @@ def main(argv=None) -> int:
              for r in (QUICK_RANKS if args.quick else RANKS)]
     times, mem = {}, {}
     for layer, r in tqdm(cases, desc=NAME):
-        times[f"L{layer}_R{r}"], mem[f"L{layer}_R{r}"] = measure_layer(rs, layer, r, quick=args.quick,
+        times[f"L{layer}_R{r}"], mem[f"L{layer}_R{r}"] = measure_layer(rs, layer, r,
+                                                                       quick=args.quick,
                                                                      tile_rows=tile_rows)
     summarize(rs, times, mem)
     paths = outputs(NAME, args.out)

@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     table = long_markdown([r for r in rows if r["metric"] != "test_accuracy_curve"])
-    write_markdown(paths["md"], "Quickstart: a small CNN trained on Fashion-MNIST, then Tucker-compressed", env,
+    write_markdown(paths["md"],
+                   "Quickstart: a small CNN trained on Fashion-MNIST, then Tucker-compressed", env,
                    [("Results", table),
                     ("Setup", f"`{cfg}`\n\nNo paper figure: a check that the stack trains "
                               "end to end. ResNet-20 results are in `train_resnet20.md`.")])
@@ -111,7 +112,8 @@ def main(argv=None) -> int:
     a1.plot(steps, losses)
     a1.set_xlabel("step")
     a1.set_ylabel("training loss")
-    a2.plot([h["epoch"] for h in result.history], [100 * h["test_acc"] for h in result.history], "o-")
+    a2.plot([h["epoch"] for h in result.history], [100 * h["test_acc"] for h in result.history],
+            "o-")
     a2.set_xlabel("epoch")
     a2.set_ylabel("test accuracy (%)")
     fig.suptitle(f"small CNN on Fashion-MNIST ({variant}): {100 * last['test_acc']:.1f}%")

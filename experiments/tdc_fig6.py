@@ -1,22 +1,21 @@
 """TDC figure 6: core-convolution time per shape — our kernels vs cuDNN (batch 1, fp32, 3x3).
 
-For each of the paper's 18 core-convolution shapes (C, N, H, W): the paper's
-scheme with the analytic model's tile (``tdc-model``) and with the best of all
-tiles (``tdc-oracle``), our cluster kernel with its calibrated estimate's tile
-(``cluster-default``) and with the best of the estimate's 64 candidates
-(``cluster-oracle``), our tensor-core kernel at fp32 accuracy (3xTF32) with its
-estimate's tile and the best of 64 timed (``tf32x3-default``, ``tf32x3-oracle``),
-our Winograd F(2x2, 3x3) kernel at fp32 accuracy with the best of its tiles
-(``winograd-oracle``), our implicit-GEMM kernel (``igemm``), the fastest of ours
-(``ours-best``), and cuDNN through PyTorch with autotuning, TF32 off and on.
-``cudnn-fp32-best`` is the fastest fp32 cuDNN time of this run's autotuned pick,
-``--cudnn-runs`` fresh processes that autotune anew and one with cuDNN's
-heuristic pick (experiments/_cudnn_fresh.py: the autotuned pick differs between
-processes): the baseline of the >= 2.5x target.  Every time is a CUDA-graph replay median; the outputs are checked
-against the float64 reference first.  ``tdc-paper-model`` is the paper's tile rule as specified (sections 5.3-5.5),
-``tdc-model`` our calibrated version (tensorconv.tuning.tdc_model).  The paper reports averages on an A100:
-oracle/model 8.95x/8.63x over cuDNN-GEMM, 3.12x/2.92x over cuDNN-Winograd,
-5.38x/4.91x over cuDNN-FFT, 1.81x/1.72x over TVM.
+For each of the paper's 18 core-convolution shapes (C, N, H, W), every time a
+CUDA-graph replay median after the output was checked against the float64 reference:
+
+* the paper's kernel on the tile of its own rule (``tdc-paper-model``, sections
+  5.3-5.5), of our calibrated form of it (``tdc-model``) and the best of all tiles
+  (``tdc-oracle``);
+* our cluster and tensor-core (3xTF32) kernels on their estimate's tile
+  (``cluster-default``, ``tf32x3-default``) and the best of its 64 best candidates
+  (``-oracle``); our Winograd F(2x2, 3x3) kernel on its best tile; our implicit GEMM;
+  the fastest of ours within 1e-5 of the reference (``ours-best``);
+* cuDNN through PyTorch, autotuned, TF32 off and on, and ``cudnn-fp32-best``: the
+  fastest fp32 time of this run's pick, ``--cudnn-runs`` fresh processes that autotune
+  anew and one on cuDNN's heuristic (the autotuned pick differs between processes).
+
+The paper reports averages on an A100: oracle/model 8.95x/8.63x over cuDNN-GEMM,
+3.12x/2.92x over cuDNN-Winograd, 5.38x/4.91x over cuDNN-FFT, 1.81x/1.72x over TVM.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ SHAPES = [(32, 32, 7, 7), (32, 32, 14, 14), (32, 32, 28, 28), (32, 32, 56, 56), 
           (192, 160, 7, 7)]
 QUICK = [(32, 32, 14, 14), (64, 32, 56, 56), (192, 160, 7, 7)]
 VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "cluster-default", "cluster-oracle",
-            "tf32x3-default", "tf32x3-oracle", "winograd-oracle", "igemm", "ours-best", "cudnn-fp32", "cudnn-fp32-best",
-            "cudnn-tf32"]
+            "tf32x3-default", "tf32x3-oracle", "winograd-oracle", "igemm", "ours-best",
+            "cudnn-fp32", "cudnn-fp32-best", "cudnn-tf32"]
 
 
 def main(argv=None) -> int:
@@ -70,9 +69,8 @@ def main(argv=None) -> int:
                         f"{' '.join(f'{v:.2f}' for v in f['bench']) or '-'}, heuristic "
                         f"{f['heuristic']:.2f}")
         for base in ("cudnn-fp32-best", "cudnn-fp32", "cudnn-tf32"):
-            summary[f"ours-best/{base}"] = geomean(t[base] / t["ours-best"] for t in per_shape.values())
-            summary[f"tdc-oracle/{base}"] = geomean(t[base] / t["tdc-oracle"] for t in per_shape.values())
-            summary[f"tdc-model/{base}"] = geomean(t[base] / t["tdc-model"] for t in per_shape.values())
+            for ours in ("ours-best", "tdc-oracle", "tdc-model"):
+                summary[f"{ours}/{base}"] = geomean(t[base] / t[ours] for t in per_shape.values())
             summary[f"cluster-oracle/{base}"] = geomean(t[base] / t["cluster-oracle"]
                                                         for t in per_shape.values())
             summary[f"cluster-default/{base}"] = geomean(t[base] / t["cluster-default"]
@@ -104,8 +102,10 @@ def main(argv=None) -> int:
     if tile_rows is not None:
         tile_rows.write_csv(paths["csv"].with_name(f"{NAME}_tiles.csv"))
     rows = read_csv(paths["csv"])
-    write_markdown(paths["md"], "TDC figure 6: core-convolution time per shape (H100, batch 1, fp32)",
-                   env, [("Time (µs, CUDA-graph replay)", pivot_markdown(rows, "time_us", VARIANTS)),
+    write_markdown(paths["md"],
+                   "TDC figure 6: core-convolution time per shape (H100, batch 1, fp32)",
+                   env, [("Time (µs, CUDA-graph replay)", pivot_markdown(rows, "time_us",
+                                                                         VARIANTS)),
                          ("Summary", long_markdown([r for r in rows if r["case"] == "summary"])),
                          ("Correctness (rel. error vs float64 reference)",
                           pivot_markdown(rows, "rel_err")),

@@ -1,62 +1,30 @@
 """TDC figure 8: end-to-end batch-1 latency, original vs Tucker-format, five CNNs.
 
 ResNet-18, ResNet-50, DenseNet-121 and DenseNet-201 (ImageNet-style, 224x224) and VGG-16-BN
-(our CIFAR-style definition, 32x32: its classifier expects 1x1x512), fp32,
-batch 1, every variant timed by CUDA-graph replay in one run:
+(CIFAR-style, 32x32), fp32, batch 1, every variant timed by CUDA-graph replay in one run:
 
-* ``cudnn-original`` — the network through PyTorch/cuDNN (the same weights; TF32
-  off; ``-tf32``: PyTorch's default TF32 convolutions);
-* ``cudnn-tucker`` — the Tucker-format model (each 3x3 conv as 1x1 -> core ->
-  1x1, uniform ranks for the paper's FLOPs budget of that network) through
-  PyTorch/cuDNN;
-* ``ours-original`` / ``ours-tucker`` — our inference engine (BN folded, fused
-  epilogues, one CUDA graph; from dd36475 on its edges are programmatic on the H100,
-  each kernel launched as the one before it drains, ``tensorconv.graph``; rows
-  measured at earlier commits had ordinary edges), built with ``tune=True``: every convolution the
-  Tucker core kernels take (dense ones too) runs on the fastest of them
-  (``cluster``, ``tf32x3`` or, 3x3 stride 1, ``winograd``; tuned tile) when that
-  beat the implicit GEMM (or, for a stride-1 1x1 convolution, the batch-1 1x1
-  kernel where that was timed faster), a 1x1 convolution that reads another's output (a Tucker layer's last
-  1x1 and the next layer's first; a bottleneck's last and the next one's first)
-  runs chained to it in one launch where that was timed faster (on the CUDA
-  cores or, 3xTF32, the tensor cores: whichever tile was fastest), a residual
-  block's 1x1 projection shortcut is computed inside the pair that adds it (its
-  input channels as more rows of the pair's first product) where that beat its
-  own launch, a Tucker core runs with the 1x1s after it where their weights fit
-  one block (``ops.tucker_tail``), pooling is one kernel, and so is the
-  classifier head where faster, and an ImageNet stem's conv, BN, ReLU and max pool
-  (``ops.conv2d_maxpool``, on the tensor cores) where faster.  Its tensor-core
-  products are fp32-accurate (3xTF32);
-* ``ours-original-tf32`` / ``ours-tucker-tf32`` (with ``--tf32``) — the same engines
-  with one tf32 pass per product (``tensorconv.precision``), the arithmetic of
-  cuDNN's ``-tf32`` rows, tuned for it: the like-for-like comparison with those.
+* ``cudnn-original`` — the network through PyTorch/cuDNN (the same weights; TF32 off;
+  ``-tf32``: PyTorch's default TF32 convolutions);
+* ``cudnn-tucker`` — the Tucker-format model (each 3x3 convolution as 1x1 -> core -> 1x1)
+  through PyTorch/cuDNN;
+* ``ours-original`` / ``ours-tucker`` — our inference engine built with ``tune=True``
+  (:mod:`tensorconv.engine`: BN folded, fused epilogues, every "one launch or the parts"
+  choice timed, one CUDA graph with programmatic edges); its tensor-core products are
+  fp32-accurate (3xTF32);
+* ``ours-original-tf32`` / ``ours-tucker-tf32`` (``--tf32``) — the same engines with one
+  tf32 pass per product (``tensorconv.precision``), like for like with cuDNN's TF32 rows.
 
-Latency does not depend on the weights' values, so the Tucker factors are
-random (no decomposition needed).  ResNet-50 runs at the paper's 40 % operating
-point (its Table 3 also has 60 %, which decomposing the 3x3 convolutions alone
-cannot reach here: at most 45 %, with rank-1 cores).  A network's variants are timed side by side
-in one call; ``--resume`` keeps the networks already in the output CSV (the
-checkpoint written after each network) and measures the rest, so the five can
-be spread over calls of limited length.  Paper (A100, oracle tiles), speed-up of the
-Tucker model through TDC over the original / over the Tucker model through
-cuDNN: ResNet-18 3.27x / 2.21x, ResNet-50 2.07x / 1.26x, VGG-16 2.37x / 1.45x,
-DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.  Each Tucker layer is
-timed as one fused launch and as three (1x1, core, 1x1), and the faster is kept.
-The Tucker models take uniform ranks, except ``resnet18-hw``: ResNet-18 with TDC's
-own hardware-aware ranks (Algorithm 1, theta = 15 %, its performance table T
-measured in the run with our kernels and checkpointed beside the CSV; ``--reuse-table``
-takes the ranks from a checkpointed T of earlier kernel sources, as its row's note says), the kind of
-model the paper's figure 8 times, at the paper's budget for it: 65 % of the 3x3
-block convolutions' MACs (Algorithm 1 cuts more than asked: the fastest entries of
-T are the smallest ranks).  T's Tucker entries are timed as a run of Tucker layers
-pays for them (``layer_latency(chained=True)``: the core, the last 1x1 and the next
-layer's first 1x1 chained after them, not the layer's own first 1x1).  Timed alone
-(tdc_ranks; the paper's T times the core alone and leaves the 1x1s to theta), a
-128-channel 28x28 Tucker layer (9.8 µs) is not 15 % faster than the dense layer on
-the Winograd kernel (11.0), though in the network its Tucker form costs ~8 µs (a
-tail launch): the theta rule then keeps 8 layers dense, budgets of 50 % and more
-cannot be met, and at 40 % the model takes 174 µs against 160 with the chained
-table (tdc_ranks at b9f7808).
+The Tucker models take uniform ranks for the paper's FLOPs budget of each network (ResNet-50
+at its 40 % point: 60 % is out of reach decomposing the 3x3 convolutions alone), except
+``resnet18-hw``: TDC's hardware-aware ranks (Algorithm 1, theta = 15 %, B = 65 % of the 3x3
+block convolutions' MACs) chosen from a table T measured in the run through the tuned engine
+(``layer_latency(chained=True)``: a Tucker entry is the core, its last 1x1 and the next
+layer's first 1x1, as a run of Tucker layers pays for it), checkpointed beside the CSV
+(``--reuse-table``: a T of other kernel sources, said in the row's note).  Latency does not
+depend on the weights' values: the Tucker factors are random.  ``--resume`` keeps the
+networks already in the CSV.  Paper (A100), speed-up of the Tucker model through TDC over
+the original / over the Tucker model through cuDNN: ResNet-18 3.27x / 2.21x, ResNet-50
+2.07x / 1.26x, VGG-16 2.37x / 1.45x, DenseNet-121 2.14x / 1.41x, DenseNet-201 1.70x / 1.42x.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Measures the performance table T — the latency of each 3x3 layer's Tucker form
 for (D1, D2) in steps of 32, and of the dense layer, each as the tuned inference
-engine runs the layer alone (``tensorconv.tuning.ranks.layer_latency``: batch-1
+engine runs the layer alone (``tensorconv.compress.performance.layer_latency``: batch-1
 1x1 kernel or implicit GEMM, tuned core kernels, the core fused with its last
 1x1, the one-launch layer, whichever it timed fastest; layers of the same sizes
 measured once) — then selects ranks at FLOPs budgets B of 40-80% (the paper's
@@ -46,7 +46,8 @@ MODEL, SHAPE = "resnet18_imagenet", (1, 3, 224, 224)
 # count as equal, the largest ranks among them winning (2 %: timing noise; 10 %: trading speed
 # for ranks); ``chained``: the table of Tucker layers timed as a run of them pays
 VARIANTS = (("hardware-aware", 0.15, 0.02, False), ("hardware-aware-theta0", 0.0, 0.02, False),
-            ("hardware-aware-tie10", 0.15, 0.10, False), ("hardware-aware-chained", 0.15, 0.02, True))
+            ("hardware-aware-tie10", 0.15, 0.10, False),
+            ("hardware-aware-chained", 0.15, 0.02, True))
 
 
 def model_latency(ranks, repeat: int) -> tuple[float, int]:

@@ -50,7 +50,8 @@ def phases(args, ranks, work: Path) -> list[tuple[str, TrainConfig]]:
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--pretrained", type=Path, required=True, help="trained ResNet-20 checkpoint")
-    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/tdc_table2_work)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints (default: OUT/tdc_table2_work)")
     p.add_argument("--reduction", type=float, default=0.6)
     p.add_argument("--direct-epochs", type=int, default=30)
     p.add_argument("--admm-epochs", type=int, default=10)

@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--model", default="resnet18", help="zoo name (the paper's: resnet18)")
     p.add_argument("--pretrained", type=Path, default=None, help="a trained checkpoint of --model")
-    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/tdc_table3_work)")
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints (default: OUT/tdc_table3_work)")
     p.add_argument("--budgets", default="0.65,0.70,0.75,0.80")
     p.add_argument("--baseline-epochs", type=int, default=4)
     p.add_argument("--admm-epochs", type=int, default=1)

@@ -1,21 +1,20 @@
 // The classifier head of a CNN at inference in one launch:
 //     y[n, k] = sum_c W[k, c] * mean_{h, w} x[n, c, h, w] + bias[k]
-// As two launches (a global-average-pool reduction, then the linear layer as a
-// 1x1 convolution) it cost 11.7 µs of a ~300 µs batch-1 ResNet-18.
+// As two launches: a global-average-pool reduction, then the linear layer as a 1x1
+// convolution (docs/notes/classifier_head.md has the times).
 //
 // Block (j, n, r) produces outputs [OPW * 8 (j CL + r), ... + OPW * 8) of sample n.
 // It first needs the C channel means of the sample.  Alone (CL = 1) a block
 // averages all of them, one thread per channel (the plane was just written by the
 // previous kernel and sits in L2), so every block repeats this pass instead of
-// waiting on a second launch: with many channels that pass dominates (C = 2048,
-// HW = 49, K = 1000: 28 µs against 19 for the two launches).  So the CL blocks of a
+// waiting on a second launch: with many channels that pass dominates.  So the CL blocks of a
 // thread-block cluster (sm_90) each average a 1/CL share of the channels and read
 // the others' shares from their shared memory (DSMEM) after one cluster barrier.
 // Then each warp takes OPW outputs and its lanes stride over their rows of W
 // (coalesced), reducing the dot products with shuffles.  Both phases keep 16 loads
-// in flight per thread (a first version with one dependent load at a time took 10 µs
-// on ResNet-18's head); every sum runs in a fixed order, so results are bitwise
-// repeatable.  The Python op (tensorconv/ops/head.py) checks the arguments,
+// in flight per thread (one dependent load at a time left it latency-bound); every sum
+// runs in a fixed order, so results are bitwise repeatable.  The Python op
+// (tensorconv/ops/classifier_head.py) checks the arguments,
 // sizes the grid and picks (CL, OPW).
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
@@ -36,9 +35,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(HEAD_THREADS) gap_linear
     const float* xn = x + (size_t)n * C * HW;
     // TPC lanes (a power of two) share a channel when the share leaves threads over, and
     // every thread keeps 16 loads in flight: one thread per channel in rounds of 8 loads
-    // left ResNet-18's head (128 channels per rank, 49 pixels) waiting on 7 round trips
-    // (H100: 6.35 -> 4.88 µs; ResNet-50's 13.3 -> 10.7; 64 channels of 56 x 56, 88 -> 7.7;
-    // a 1 x 1 plane, VGG's CIFAR head, 3.92 -> 4.15).
+    // left ResNet-18's head (128 channels per rank, 49 pixels) waiting on 7 round trips.
     int tpc = 1;
     while (tpc < 32 && share * tpc * 2 <= HEAD_THREADS) tpc *= 2;
     const int sub = threadIdx.x & (tpc - 1), groups = HEAD_THREADS / tpc;

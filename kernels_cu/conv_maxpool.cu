@@ -1,9 +1,9 @@
 // A convolution of few input channels followed by max pooling, in one launch (fp32, NCHW):
 //     y = maxpool(act(conv(x, w) + bias))
 // The ImageNet stem of ResNets and DenseNets (7x7 stride-2 conv of 3 channels, BN, ReLU,
-// 3x3 stride-2 max pool) as two launches cost 18 µs of a ~240 µs batch-1 Tucker
-// ResNet-18: the conv writes a 112 x 112 x 64 plane that only the pool reads, and its
-// K = C R S = 147 products per output keep scalar FMA kernels at ~16 TFLOP/s.
+// 3x3 stride-2 max pool) as two launches: the conv writes a 112 x 112 x 64 plane that
+// only the pool reads, and its K = C R S = 147 products per output keep scalar FMA
+// kernels at ~16 TFLOP/s (docs/notes/conv_maxpool.md has the times).
 //
 // Block (bx, by, bz) owns TPH x TPW pooled pixels of sample bz / slices and NB output
 // channels (slice bz % slices).  It stages the input patch under the TH x TW conv
@@ -17,16 +17,10 @@
 // Every operand comes ready in one load: the weights split by the op, the patch's two
 // parts side by side.  Neighbouring blocks recompute the conv outputs their windows
 // share instead of exchanging them.
-// Where the time goes (H100, the ResNet stem): 13.4 µs against 18.7 for the conv and
-// pool launches; one block alone takes 7.4 µs (staging 1.3, products ~4.4, pooling
-// 0.3), the products bound by instruction issue and shared-memory latency at about a
-// third of the tensor cores' rate.  Splitting the weights in the loop (15.1 µs), the
-// pixels as the mma A operand (15.2) and every warp taking all channel strips (14.3)
-// were slower; 16 warps per block no faster (13.8).
 // The conv outputs then go to shared memory, and each pooled output takes the max of
 // its window (cells outside the conv output skipped, as pool.cu does) before the bias
 // and ReLU, so the result equals the two launches', NaN included.  The Python op
-// (tensorconv/ops/conv_pool.py) checks the arguments, packs the weights and picks the
+// (tensorconv/ops/conv_maxpool.py) checks the arguments, packs the weights and picks the
 // tile (TPH, TPW, NB).
 #include "tc_chain.cuh"
 

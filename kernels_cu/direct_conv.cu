@@ -9,7 +9,7 @@
 // reads the same TK values (a broadcast) while it reads distinct inputs.
 //
 // Launch geometry, tile sizes and argument checks belong to
-// tensorconv/ops/conv.py; this file holds device code only.
+// tensorconv/ops/direct_conv.py; this file holds device code only.
 #include "tc_common.cuh"
 
 // TK: output channels per thread.  KR, KS: filter size fixed at compile time

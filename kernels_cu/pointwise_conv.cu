@@ -7,7 +7,7 @@
 // of its input columns and weight rows at once (cp.async), waits once, then
 // each thread accumulates KB / (256 / P) channels of one pixel from shared
 // memory.  No split of C, no second pass, no cluster: one round trip to L2.
-// The Python op (tensorconv/ops/pointwise.py) picks P and KB so the grid
+// The Python op (tensorconv/ops/pointwise_conv.py) picks P and KB so the grid
 // covers the GPU, checks the arguments and prepares W transposed, (C, K).
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"

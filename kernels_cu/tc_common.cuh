@@ -9,8 +9,7 @@ namespace tc {
 // any global memory that earlier kernels write or read.  It returns once every earlier
 // kernel of the graph has finished and its writes are visible; in an ordinary launch it
 // returns at once.  No kernel lets its dependents launch earlier still (launch_dependents
-// right after this wait): the H100 ResNet-18 engines were slower that way, Tucker 157.3
-// against 150.5 us, dense 299.8 against 274.1 (ordinary edges: 156.2 and 279.0).
+// right after this wait): the engines were slower that way (docs/notes/graph.md).
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

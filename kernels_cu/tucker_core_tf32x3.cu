@@ -7,13 +7,10 @@
 // into a tf32 "big" part and its remainder and three products are accumulated
 // (tc_mma.cuh), so the result matches fp32 (<= 1e-5 relative), not tf32 (~3e-4);
 // compiled for one tf32 pass (tensorconv.precision) it takes big * big alone.
-// Weights arrive split and in fragment order (tensorconv/ops/tucker_tf32x3.py
+// Weights arrive split and in fragment order (tensorconv/ops/tucker_core_tf32x3.py
 // packs them).  Inputs are split once per staged element, in shared memory:
 // splitting at every fragment load cost more instructions than the mma's
-// themselves (the kernel was issue-bound, the tensor pipe 35 % busy).  (Storing
-// (big, small) pairs for one 8-byte load each was tried: ~4 % slower per tile.
-// So was running both corrections as one bf16 m16n8k16 mma: not faster on 15 of
-// the 18 fig. 6 shapes, and its first version was wrong on some tiles; dropped.)
+// themselves (the kernel was issue-bound; docs/notes/tucker_core_tf32x3.md).
 //
 // Operands stream through shared memory in chunks of CK input channels, two
 // stages deep (cp.async, halo and channel padding zero-filled by the copy).

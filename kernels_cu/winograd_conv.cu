@@ -3,9 +3,9 @@
 //     Y = A^T [ (G g G^T) . (B^T d B) ] A     per 2x2 output tile, summed over input channels
 // The element-wise product summed over channels is 16 independent GEMMs (one per point xi
 // of the 4x4 transformed tile): tiles x output channels over input channels, 2.25x fewer
-// multiplies than the direct convolution.  A batch-1 ResNet's 64-channel 56x56 layer as an
-// implicit GEMM (tucker_core_tf32x3.cu) stays at ~11.3 µs however it is tiled: every SM
-// needs the whole K = 576 for its few outputs; this kernel takes it in 9.0 (H100).
+// multiplies than the direct convolution: for a batch-1 ResNet's first stage, where an
+// implicit GEMM (tucker_core_tf32x3.cu) needs the whole K = 576 on every SM for its few
+// outputs however it is tiled (docs/notes/winograd_conv.md has the times).
 //
 // Block (tiles, n, b) owns TT = 16 WM Winograd tiles (tbh x tbw of them, 2 tbh x 2 tbw
 // output pixels) and NB = 8 WN output channels; warp w computes points xi = 2w and 2w + 1
@@ -16,24 +16,10 @@
 // them in the chunk's double-buffered slab.  A warp's B fragments (the transformed weights
 // in fragment order, U = G g G^T computed once by the op in fp64) are loaded one chunk
 // ahead into registers, as no other warp of the block reads them, and split there: every
-// block reads all of its channels' weights, and stored split they were twice the bytes
-// (9.6 against 9.0 µs on that layer, 12.9 against 11.1 on 128 channels at 28 x 28).
+// block reads all of its channels' weights, and stored split they were twice the bytes.
 // At the end the 16 points of every (tile, channel) meet in shared memory for the output
 // transform and the epilogue (bias, residual, ReLU; its operands loaded at the start).
-// Where the time goes (64 -> 64 at 56 x 56, 112 blocks, 4 chunks, before the epilogue's
-// operands were loaded early): 8.7 µs; without the patch loads 7.6, without the weight
-// loads 8.4, without both 6.2, of which ~3.4 does not depend on the channels (launch,
-// first loads, the point exchange and output transform); each 16-channel chunk then costs
-// ~0.85 µs of transforms and 48 mma.sync per warp.  Loading the epilogue's operands at the
-// start took that layer with bias, residual and ReLU from 9.89 to 9.24 µs.
-// Tried and dropped: visiting the chunks in a different order per block (against L2 hot
-// spots): no gain; splitting without the inf/NaN guard (half the split instructions):
-// 9.37 against 9.26 µs, so issue is not the limit; a chunk's products and the next
-// chunk's transform in one branch-free stretch: 9.40 against 9.04, 13.7 against 10.6 on
-// 128 channels at 28 x 28; the patches copied two chunks ahead with cp.async into a
-// per-thread ring in shared memory (16 four-byte copies a chunk): 9.91 against 9.24 with
-// the epilogue, 12.5 against 10.7.
-// The Python op (tensorconv/ops/winograd.py) checks the arguments, packs the weights and
+// The Python op (tensorconv/ops/winograd_conv.py) checks the arguments, packs the weights and
 // picks the tile (WM, WN, tbw).
 #include "tc_common.cuh"
 #include "tc_mma.cuh"

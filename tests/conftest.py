@@ -17,7 +17,6 @@ import pytest
 
 from tensorconv import backend
 
-
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # workers share the cores they compile on
     os.environ.setdefault("TENSORCONV_COMPILE_THREADS", str(max(
         2, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))

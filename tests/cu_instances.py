@@ -19,8 +19,8 @@ import re
 
 _DEFINE = re.compile(r"#define\s+(\w+)\(\.\.\.\)\s+template __global__ void (\w+)<__VA_ARGS__>"
                      r"\s*\(([^;]*)\);")
-_BLOCK = re.compile(r"\n*#if(?:ndef __CUDACC_RTC__| !defined\(__CUDACC_RTC__\))[^\n]*\n.*?#endif\n?",
-                    re.DOTALL)
+_BLOCK = re.compile(r"\n*#if(?:ndef __CUDACC_RTC__| !defined\(__CUDACC_RTC__\))[^\n]*\n"
+                    r".*?#endif\n?", re.DOTALL)
 GUARD = "#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)"
 
 

@@ -20,7 +20,8 @@ def test_conv2d_gradcheck_random_shapes(rng, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=6, max_channels=3)
     x, w, b = T(rng, *xs), T(rng, *ws), T(rng, ws[0])
     gradcheck(lambda x, w, b: F.conv2d(x, w, b, **kw), [x, w, b])
-    assert rel_err(F.conv2d(x, w, b, **kw).data, reference.conv2d(x.data, w.data, b.data, **kw)) < 1e-12
+    assert rel_err(F.conv2d(x, w, b, **kw).data, reference.conv2d(x.data, w.data, b.data,
+                                                                  **kw)) < 1e-12
 
 
 def test_linear_gradcheck(rng):
@@ -47,7 +48,8 @@ def test_activation_gradcheck(rng):
     gradcheck(lambda a: F.dropout(a, 0.4, np.random.default_rng(7)), [T(rng, 5, 6)])
 
 
-@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (1, 0))])
+@pytest.mark.parametrize("kernel,stride,padding",
+                         [(2, 2, 0), (3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (1, 0))])
 def test_pooling_gradcheck(rng, kernel, stride, padding):
     x = T(rng, 2, 3, 7, 6)
     gradcheck(lambda a: F.max_pool2d(a, kernel, stride, padding), [x])

@@ -38,7 +38,8 @@ def test_load_from_env_dir(fake_root, monkeypatch):
     inner = ds.images[:, 0, 2:30, 2:30] * data.FASHION_MNIST_STD + data.FASHION_MNIST_MEAN
     np.testing.assert_allclose(inner, raw / 255.0, atol=1e-5)
     # the border is what a black pixel becomes after normalisation
-    np.testing.assert_allclose(ds.images[:, 0, 0, :], -data.FASHION_MNIST_MEAN / data.FASHION_MNIST_STD,
+    np.testing.assert_allclose(ds.images[:, 0, 0, :],
+                               -data.FASHION_MNIST_MEAN / data.FASHION_MNIST_STD,
                                rtol=1e-6)
 
 

@@ -21,7 +21,8 @@ from tests.helpers import gradcheck_module
 def test_models_forward_shapes(name, shape, classes):
     model = get_model(name, in_channels=shape[1], num_classes=classes)
     model.eval()
-    assert model(Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))).shape == (shape[0], classes)
+    x = Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    assert model(x).shape == (shape[0], classes)
 
 
 def test_densenet121_forward_cifar_stem():
@@ -119,7 +120,8 @@ def test_sgd_state_roundtrip_and_errors():
     opt.step()
     other = SGD([_param([0.0, 0.0], [0.0, 0.0])], lr=1.0, momentum=0.9)
     other.load_state_dict(opt.state_dict())
-    assert other.lr == 0.1 and other.steps == 1 and np.array_equal(other.velocity[0], opt.velocity[0])
+    assert other.lr == 0.1 and other.steps == 1 and np.array_equal(other.velocity[0],
+                                                                   opt.velocity[0])
     with pytest.raises(ValueError, match="nesterov"):
         SGD([p], lr=0.1, nesterov=True)
     with pytest.raises(ValueError, match="lr > 0"):

@@ -61,7 +61,8 @@ def test_theta_keeps_slow_layers_dense_and_redistributes():
     assert plan.dense == ["a"] and "a" not in plan.ranks
     assert plan.reduction >= 0.3
     d1, d2 = plan.ranks["b"]
-    assert B.tucker_macs(d1, d2) <= (1 - 0.3 * (A.dense_macs + B.dense_macs) / B.dense_macs) * B.dense_macs
+    share = 0.3 * (A.dense_macs + B.dense_macs) / B.dense_macs
+    assert B.tucker_macs(d1, d2) <= (1 - share) * B.dense_macs
 
 
 def test_a_layer_that_cannot_reach_its_share_takes_its_largest_cut():
@@ -150,7 +151,8 @@ def test_performance_tables_reuse_a_table_of_other_kernels_whole(tmp_path, monke
     thin, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path)
     measured = len(calls)
     monkeypatch.setattr(tunecache, "kernels_version", lambda: "edited")
-    again, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path, other_kernels=True)
+    again, _ = performance.performance_tables([A, B], 64, thin=2, checkpoint=path,
+                                              other_kernels=True)
     assert again == thin and len(calls) == measured
     assert json.loads(path.read_text())["taken_with"]["kernels"] != "edited"
     with pytest.raises(ValueError, match="lacks"):

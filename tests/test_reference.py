@@ -27,7 +27,8 @@ def test_conv2d_bias_and_dtype(rng):
     y = reference.conv2d(x, w, b, padding=1)
     assert y.dtype == np.float32 and y.flags.c_contiguous
     np.testing.assert_allclose(y - reference.conv2d(x, w, padding=1),
-                               np.broadcast_to(b[None, :, None, None], y.shape), rtol=1e-5, atol=1e-5)
+                               np.broadcast_to(b[None, :, None, None], y.shape), rtol=1e-5,
+                               atol=1e-5)
 
 
 def _numeric_grad(f, a, eps=1e-6):

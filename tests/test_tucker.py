@@ -52,7 +52,8 @@ def test_rank_errors(rng):
 
 def test_reduction_ratios():
     # C = N = 64, 3x3, 56x56, D1 = D2 = 32: hand-computed
-    assert tucker.param_reduction(64, 64, 3, 3, 32, 32) == pytest.approx(36864 / (2048 + 9216 + 2048))
+    reduction = tucker.param_reduction(64, 64, 3, 3, 32, 32)
+    assert reduction == pytest.approx(36864 / (2048 + 9216 + 2048))
     macs_tucker = 56 * 56 * 64 * 32 + 56 * 56 * 32 * (9 * 32 + 64)
     assert tucker.flops_reduction(64, 64, 3, 3, 32, 32, 56, 56, 56, 56) == pytest.approx(
         56 * 56 * 9 * 64 * 64 / macs_tucker)
@@ -315,12 +316,14 @@ def test_fast_div_constants_divide_exactly(rng):
     (umulhi(n, m) + n) >> l must be n // d for every dividend below 2^31."""
     from tensorconv.cuda import fast_div
 
-    divisors = [1, 2, 3, 7, 8, 9, 31, 32, 33, 1000, 4096, 65535] + list(rng.integers(1, 1 << 16, 200))
+    divisors = [1, 2, 3, 7, 8, 9, 31, 32, 33, 1000, 4096, 65535]
+    divisors += list(rng.integers(1, 1 << 16, 200))
     for d in map(int, divisors):
         packed = int(fast_div(d))
         m, lg, dd = packed & 0xFFFFFFFF, (packed >> 32) & 0xFF, packed >> 40
         assert dd == d
-        for n in [0, 1, d - 1, d, d + 1, (1 << 31) - 1] + list(map(int, rng.integers(0, 1 << 31, 50))):
+        for n in [0, 1, d - 1, d, d + 1, (1 << 31) - 1] + list(map(int, rng.integers(0, 1 << 31,
+                                                                                     50))):
             assert ((n * m >> 32) + n) >> lg == n // d, (d, n)
     with pytest.raises(ValueError, match="fast_div"):
         fast_div(1 << 16)

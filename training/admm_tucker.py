@@ -58,7 +58,8 @@ class ADMMTucker:
 
     def gap(self) -> float:
         """Relative distance ||K - K_hat|| / ||K|| over all constrained kernels (host float)."""
-        num = sum(float(((c.weight.data - self.k_hat[n]) ** 2).sum()) for n, c in self.convs.items())
+        num = sum(float(((c.weight.data - self.k_hat[n]) ** 2).sum()) for n,
+                  c in self.convs.items())
         den = sum(float((c.weight.data ** 2).sum()) for c in self.convs.values())
         return (num / den) ** 0.5 if den else 0.0
 

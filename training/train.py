@@ -157,7 +157,8 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
         model.load_state_dict(model_state)
         opt.load_state_dict(opt_state)
     except ValueError as exc:
-        raise ckpt.CheckpointMismatchError(f"checkpoint {path} does not fit {cfg.model}: {exc}") from exc
+        raise ckpt.CheckpointMismatchError(
+            f"checkpoint {path} does not fit {cfg.model}: {exc}") from exc
     return meta
 
 
@@ -196,11 +197,13 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         _init_from(model, cfg)
     if cfg.tucker_ranks:
         if cfg.tucker_init not in ("decompose", "random"):
-            raise ValueError(f"tucker_init must be 'decompose' or 'random', got {cfg.tucker_init!r}")
+            raise ValueError("tucker_init must be 'decompose' or 'random', got "
+                             f"{cfg.tucker_init!r}")
         tuckerize(model, {k: tuple(v) for k, v in cfg.tucker_ranks.items()},
                   decompose=cfg.tucker_init == "decompose", seed=cfg.seed)
     if cfg.cp_rank:  # a resumed run loads its factors: no need to decompose again
-        cpize(model, cfg.cp_rank, decompose=not (checkpoint is not None and Path(checkpoint).exists()))
+        cpize(model, cfg.cp_rank,
+              decompose=not (checkpoint is not None and Path(checkpoint).exists()))
     if device == "gpu":
         model.to("gpu")
     xp = model.xp
@@ -221,7 +224,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
 
     steps_per_epoch = len(train_set) // cfg.batch_size
     if steps_per_epoch < 1:
-        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training images")
+        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training "
+                         "images")
     fill = float(train_set.images.min())
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     for epoch in range(start_epoch, end_epoch):
@@ -261,7 +265,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                 result.step_losses.append((step + 1, float(recent[-1])))
                 bar.set_postfix(loss=f"{recent.mean():.3f}", lr=f"{opt.lr:.3g}")
         train_loss = float(backend.to_host(xp.stack(losses)).mean())
-        train_acc = float(backend.to_host(xp.stack(correct)).sum()) / (steps_per_epoch * cfg.batch_size)
+        seen = steps_per_epoch * cfg.batch_size
+        train_acc = float(backend.to_host(xp.stack(correct)).sum()) / seen
         test_loss, test_acc = evaluate(model, test_set, xp)
         result.history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
                                "test_loss": test_loss, "test_acc": test_acc, "lr": opt.lr,
@@ -271,7 +276,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             result.history[-1].update(admm_gap=admm.gap(), admm_rho=admm.rho)
         if progress:
             print(f"epoch {epoch + 1}/{cfg.epochs}: train loss {train_loss:.4f} acc {train_acc:.4f}"
-                  f" | test loss {test_loss:.4f} acc {test_acc:.4f} | {result.history[-1]['seconds']:.1f}s")
+                  f" | test loss {test_loss:.4f} acc {test_acc:.4f}"
+                  f" | {result.history[-1]['seconds']:.1f}s")
         if path is not None:
             ckpt.save(path, model_state=model.state_dict(), optimizer_state=opt.state_dict(),
                       meta={"config": dataclasses.asdict(cfg), "epoch": epoch + 1,

@@ -47,7 +47,8 @@ class LayerSpec:
 
     def tucker_macs(self, d1: int, d2: int) -> int:
         """MACs of 1x1 (C -> D1, at the input size), core, 1x1 (D2 -> N): TDC's FLOPs count."""
-        return self.h * self.w * self.c * d1 + self.oh * self.ow * d2 * (self.r * self.s * d1 + self.n)
+        first = self.h * self.w * self.c * d1
+        return first + self.oh * self.ow * d2 * (self.r * self.s * d1 + self.n)
 
 
 def candidate_ranks(spec: LayerSpec, step: int = 32) -> list[tuple[int, int]]:

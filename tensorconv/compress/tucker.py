@@ -75,7 +75,8 @@ def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1,
         for name, conv in convs.items():
             d1, d2 = _ranks(conv, frac, multiple)
             o = per_layer[name]
-            hw_out = o // (conv.out_channels * conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1])
+            kh, kw = conv.kernel_size
+            hw_out = o // (conv.out_channels * conv.in_channels * kh * kw)
             hw_in = hw_out * (conv.stride if isinstance(conv.stride, int) else conv.stride[0]) ** 2
             kh, kw = conv.kernel_size
             new = hw_in * conv.in_channels * d1 + hw_out * d2 * (kh * kw * d1 + conv.out_channels)

@@ -60,7 +60,8 @@ class Network:
                     not any(b in ls for ls in self.tensors.values()):
                 raise ValueError(f"convolution edge {(a, b)} names a label no tensor has")
         if len(names) > 16:
-            raise ValueError(f"{len(names)} tensors: the exact search is for small networks (<= 16)")
+            raise ValueError(f"{len(names)} tensors: the exact search is for small networks "
+                             "(<= 16)")
 
     # ---- labels of a subnetwork (a bitmask over the tensors)
     def _names(self, mask: int):
@@ -256,7 +257,8 @@ def _as_depthwise(net, a, la, b, lb, out, edges):
     if any(i not in rest[:2] for i in filt_of) or (len(rest) > 2 and rest[1] in filt_of):
         return None  # a convolved axis must stay an axis of its own in the 4-D view
     g = _prod(a.shape[pos:pos + len(shared)])
-    a4 = a.reshape(_prod(a.shape[:pos]), g, net.sizes[rest[0]], _prod(a.shape[pos + 1 + len(shared):]))
+    a4 = a.reshape(_prod(a.shape[:pos]), g, net.sizes[rest[0]],
+                   _prod(a.shape[pos + 1 + len(shared):]))
     taps = [filt_of[lab] for lab in rest[:2] if lab in filt_of]
     kh = net.sizes[filt_of[rest[0]]] if rest[0] in filt_of else 1
     kw = net.sizes[filt_of[rest[1]]] if len(rest) > 1 and rest[1] in filt_of else 1

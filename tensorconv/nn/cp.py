@@ -33,8 +33,10 @@ class CPConv2d(Module):
         kh, kw = pair(kernel_size, "kernel_size", minimum=1)
         (sh, sw), (ph, pw) = pair(stride, "stride", minimum=1), pair(padding, "padding", minimum=0)
         self.contract_in = Conv2d(in_channels, rank, 1, bias=False, rng=rng)
-        self.conv_h = Conv2d(rank, rank, (kh, 1), (sh, 1), (ph, 0), groups=rank, bias=False, rng=rng)
-        self.conv_w = Conv2d(rank, rank, (1, kw), (1, sw), (0, pw), groups=rank, bias=False, rng=rng)
+        self.conv_h = Conv2d(rank, rank, (kh, 1), (sh, 1), (ph, 0), groups=rank, bias=False,
+                             rng=rng)
+        self.conv_w = Conv2d(rank, rank, (1, kw), (1, sw), (0, pw), groups=rank, bias=False,
+                             rng=rng)
         self.contract_out = Conv2d(rank, out_channels, 1, bias=bias, rng=rng)
         self.in_channels, self.out_channels, self.rank = in_channels, out_channels, int(rank)
         self.kernel_size, self.stride, self.padding = (kh, kw), stride, padding
@@ -63,13 +65,17 @@ class CPConv2d(Module):
             if got != shape:
                 raise ValueError(f"factor {name.upper()} has shape {got}; this layer needs {shape}")
         dt = self.contract_in.weight.dtype
-        self.contract_in.weight.data = xp.ascontiguousarray(xp.asarray(f.s).T[:, :, None, None].astype(dt))
-        self.conv_h.weight.data = xp.ascontiguousarray(xp.asarray(f.h).T[:, None, :, None].astype(dt))
-        self.conv_w.weight.data = xp.ascontiguousarray(xp.asarray(f.w).T[:, None, None, :].astype(dt))
-        self.contract_out.weight.data = xp.ascontiguousarray(xp.asarray(f.t)[:, :, None, None].astype(dt))
+        def weight(a):
+            return xp.ascontiguousarray(a.astype(dt))
+
+        self.contract_in.weight.data = weight(xp.asarray(f.s).T[:, :, None, None])
+        self.conv_h.weight.data = weight(xp.asarray(f.h).T[:, None, :, None])
+        self.conv_w.weight.data = weight(xp.asarray(f.w).T[:, None, None, :])
+        self.contract_out.weight.data = weight(xp.asarray(f.t)[:, :, None, None])
 
     @classmethod
-    def from_conv(cls, conv: Conv2d, rank: int, *, n_iter_max: int = 200) -> tuple["CPConv2d", float]:
+    def from_conv(cls, conv: Conv2d, rank: int, *,
+                  n_iter_max: int = 200) -> tuple["CPConv2d", float]:
         """CP-decompose a trained conv; return the layer and the relative reconstruction error."""
         if conv.groups != 1 or conv.dilation not in (1, (1, 1)):
             raise ValueError("only dense, undilated convolutions have a CP format here")

@@ -29,7 +29,8 @@ class Conv2d(Module):
                              f"out_channels={out_channels}")
         kh, kw = pair(kernel_size, "kernel_size", minimum=1)
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size, self.stride, self.padding, self.dilation = (kh, kw), stride, padding, dilation
+        self.kernel_size, self.stride = (kh, kw), stride
+        self.padding, self.dilation = padding, dilation
         std = math.sqrt(2.0 / (out_channels * kh * kw / groups))
         w = _rng(rng).standard_normal((out_channels, in_channels // groups, kh, kw)) * std
         self.weight = Parameter(w.astype(np.float32))
@@ -56,7 +57,8 @@ class Linear(Module):
         bound = 1.0 / math.sqrt(in_features)
         rng = _rng(rng)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(rng.uniform(-bound, bound, (out_features, in_features)).astype(np.float32))
+        shape = (out_features, in_features)
+        self.weight = Parameter(rng.uniform(-bound, bound, shape).astype(np.float32))
         self.bias = (Parameter(rng.uniform(-bound, bound, out_features).astype(np.float32))
                      if bias else None)
         self.macs = 0

@@ -125,7 +125,8 @@ class Module:
         shapes = {**{k: p.shape for k, p in own.items()},
                   **{k: b.shape for k, b in own_buffers.items()}}
         wrong = [f"{k}: {tuple(np.shape(state[k]))} vs {tuple(shapes[k])}"
-                 for k in sorted(expected & set(state)) if tuple(np.shape(state[k])) != tuple(shapes[k])]
+                 for k in sorted(expected & set(state))
+                 if tuple(np.shape(state[k])) != tuple(shapes[k])]
         if missing or unexpected or wrong:
             raise ValueError(f"state does not fit {type(self).__name__}: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}, shape mismatches {wrong[:5]}")

@@ -61,7 +61,8 @@ class TuckerConv2d(Module):
             raise ValueError("only dense, undilated convolutions have a Tucker format here")
         w = conv.weight.data
         if method == "hooi":
-            f = td.partial_tucker(w.astype(np.float64) if backend.array_module(w) is np else w, ranks)
+            f = td.partial_tucker(w.astype(np.float64) if backend.array_module(w) is np else w,
+                                  ranks)
         elif method == "hosvd":
             f = td.hosvd(w, ranks)
         else:

@@ -17,5 +17,5 @@ from tensorconv.reference.norm import batch_norm_backward, batch_norm_forward
 from tensorconv.reference.pool import gap_linear, pool2d
 
 __all__ = ["batch_norm_backward", "batch_norm_forward", "conv1x1", "conv2d",
-           "conv2d_backward_data", "conv2d_backward_weight", "cp_conv2d", "depthwise_conv2d", "gap_linear",
-           "pool2d"]
+           "conv2d_backward_data", "conv2d_backward_weight", "cp_conv2d", "depthwise_conv2d",
+           "gap_linear", "pool2d"]

@@ -26,7 +26,8 @@ def _check(rng, xs, ws, kw, *, relu=False, with_bias=True, **algo):
 
     x, w, b = _case(rng, xs, ws, with_bias)
     geom = conv_geometry(xs, ws, **kw)
-    out = cp.full(geom.output_shape, cp.nan, dtype=cp.float32)  # poisoned: every element must be written
+    out = cp.full(geom.output_shape, cp.nan,
+                  dtype=cp.float32)  # poisoned: every element must be written
     ops.conv2d(cp.asarray(x), cp.asarray(w), None if b is None else cp.asarray(b),
                relu=relu, out=out, **algo, **kw)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),

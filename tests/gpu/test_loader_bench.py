@@ -30,7 +30,8 @@ def test_missing_kernel_file(tmp_path, monkeypatch):
 
 
 def test_compile_error_names_file_options_and_log(tmp_path, monkeypatch):
-    (tmp_path / "broken.cu").write_text('extern "C" __global__ void k(float* p) { p[0] = undeclared; }\n')
+    (tmp_path / "broken.cu").write_text(
+        'extern "C" __global__ void k(float* p) { p[0] = undeclared; }\n')
     monkeypatch.setenv("TENSORCONV_KERNEL_DIR", str(tmp_path))
     with pytest.raises(cuda.KernelCompileError) as info:
         cuda.get_kernel("broken.cu", "k", defines={"MY_DEFINE": 3})

@@ -99,12 +99,14 @@ def test_fused_layer_bad_input():
         tl.tucker_layer_conv2d(cp.ones((1, 8, 10, 10), cp.float32), packed, 1, 1, out=out)
     with pytest.raises(ValueError, match="packed for clusters of 2"):
         tl.tucker_layer_conv2d(x, packed, 1, 1, tile=tl.Tile(4, 4, 4), out=out)
-    wide = tl.pack_weights(np.ones((256, 16, 1, 1), np.float32), np.ones((256, 256, 3, 3), np.float32),
+    wide = tl.pack_weights(np.ones((256, 16, 1, 1), np.float32), np.ones((256, 256, 3, 3),
+                                                                         np.float32),
                            np.ones((16, 256, 1, 1), np.float32), None, 1, xp=cp)
     with pytest.raises(ValueError, match="more than 4 items|shared memory"):   # 64 x 256 items
         tl.tucker_layer_conv2d(x, wide, 1, 1, tile=tl.Tile(16, 16, 1), out=out)
     with pytest.raises(ValueError, match="residual has shape"):
-        tl.tucker_layer_conv2d(x, packed, 1, 1, residual=cp.ones((1, 16, 5, 5), cp.float32), out=out)
+        tl.tucker_layer_conv2d(x, packed, 1, 1, residual=cp.ones((1, 16, 5, 5), cp.float32),
+                               out=out)
     with pytest.raises(ValueError, match="stride 1 or 2"):
         tl.tucker_layer_conv2d(x, packed, 3, 1, out=out)
     with pytest.raises(TypeError, match="runs on the GPU"):

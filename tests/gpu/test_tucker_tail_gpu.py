@@ -102,10 +102,12 @@ def test_bad_input_before_launch():
         tail.tucker_tail_conv2d(u, core, 1, 1, w_last, y_out=y,
                          packed=tail.pack_weights(core, w_last, cp.ones((4, 12, 1, 1), cp.float32)))
     with pytest.raises(ValueError, match="residual has shape"):
-        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, residual=cp.ones((1, 12, 5, 6), cp.float32), y_out=y)
+        tail.tucker_tail_conv2d(u, core, 1, 1, w_last, residual=cp.ones((1, 12, 5, 6), cp.float32),
+                                y_out=y)
     with pytest.raises(ValueError, match="y_out has shape"):
         tail.tucker_tail_conv2d(u, core, 1, 1, w_last, y_out=cp.empty((1, 12, 5, 6), cp.float32))
     with pytest.raises(ValueError, match="do not fit"):
-        tail.tucker_tail_conv2d(cp.ones((1, 512, 7, 7), cp.float32), cp.ones((512, 512, 3, 3), cp.float32),
+        tail.tucker_tail_conv2d(cp.ones((1, 512, 7, 7), cp.float32), cp.ones((512, 512, 3, 3),
+                                                                             cp.float32),
                          1, 1, cp.ones((8, 512, 1, 1), cp.float32))
     assert bool((y == 7.0).all())

@@ -58,4 +58,6 @@ def accuracy(logits, labels) -> float:
     """Fraction of rows whose arg-max equals the label (host float)."""
     data = getattr(logits, "data", logits)
     lab = getattr(labels, "data", labels)
-    return float(backend.to_host((data.argmax(axis=1) == lab).mean()).item()) if len(lab) else np.nan
+    if not len(lab):
+        return np.nan
+    return float(backend.to_host((data.argmax(axis=1) == lab).mean()).item())

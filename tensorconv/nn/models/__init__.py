@@ -24,12 +24,14 @@ MODELS = {
 
 
 def get_model(name: str, **kwargs):
-    """Build a model of the zoo; ``kwargs`` go to its constructor (in_channels, num_classes, seed)."""
+    """Build a model of the zoo; ``kwargs`` go to its constructor (in_channels, num_classes,
+    seed)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
     return MODELS[name](**kwargs)
 
 
-__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "MobileNetV1", "ResNet", "SmallCNN", "VGG",
-           "densenet121", "densenet201", "get_model", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn",
+__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "MobileNetV1", "ResNet", "SmallCNN",
+           "VGG", "densenet121", "densenet201", "get_model", "mobilenet_v1", "resnet18", "resnet20",
+           "resnet50", "small_cnn",
            "vgg16"]

@@ -15,6 +15,8 @@ A tuned plan times both sides (CUDA-graph replay medians, the one launch on ever
 candidate tile, their kernels compiled first in parallel) and stores the verdict; an
 untuned plan follows a stored verdict, else the choice's default.  A dry plan (the
 ahead-of-time build) records every candidate's kernels and takes the parts.
+:func:`plan_one_launch_or_parts` wraps the choice for a planner whose parts are modules
+still to plan: it plans them on a side plan only when the choice times them.
 """
 
 from __future__ import annotations
@@ -109,3 +111,40 @@ def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts
                "parts_us": parts_us}
     tunecache.store(key, verdict)
     return Choice(True, best) if verdict["fused"] else Choice(False)
+
+
+def plan_one_launch_or_parts(plan, kind: str, files, problem, *, launch, out, plan_parts,
+                             **choice):
+    """Plan a module (or run of modules) as one launch or as its parts, by
+    :func:`one_launch_or_parts`; returns the planned output.
+
+    Parameters
+    ----------
+    plan : Plan
+    kind, files, problem :
+        As :func:`one_launch_or_parts`.
+    launch : callable (tile) -> Step
+        The one launch on ``tile``, writing ``out``.
+    out : array
+        The one launch's output buffer.
+    plan_parts : callable (Plan) -> array
+        Plans the parts on the given plan and returns their output.  When the choice times
+        them they are planned once on a side plan, which the plan then takes over.
+    **choice :
+        ``tiles``, ``decode`` and the optional arguments of :func:`one_launch_or_parts`.
+    """
+    side, planned = plan.side(), []
+
+    def parts():
+        planned.append(plan_parts(side))
+        return side.steps
+
+    verdict = one_launch_or_parts(plan, kind, files, problem, launch=launch, parts=parts,
+                                  **choice)
+    if verdict.fused:
+        plan.append(launch(verdict.tile))
+        return out
+    if planned:  # already planned (and timed) on the side: take it over
+        plan.adopt(side)
+        return planned[0]
+    return plan_parts(plan)

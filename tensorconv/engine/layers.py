@@ -9,7 +9,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv.checks import conv_geometry, pool_args, pooled_size
-from tensorconv.engine.choice import one_launch_or_parts
+from tensorconv.engine.choice import plan_one_launch_or_parts
 from tensorconv.engine.dense import DENSE_FILES
 from tensorconv.engine.fold import bn_scale_shift, folded
 from tensorconv.engine.plan import Plan, Step
@@ -106,26 +106,12 @@ def plan_head(plan: Plan, gap, fc, x):
         return Step(lambda: classifier_head.gap_linear(x, w, b, out=out, tile=tile),
                     f"gap + linear {tuple(w.shape)} {tile}", classifier_head.kernels(p, tile))
 
-    side = plan.side()
-    parts = []
-
-    def plan_parts():
-        parts.append(plan_module(fc, side, plan_module(gap, side, x)))
-        return side.steps
-
     tiles = classifier_head.candidates(p, backend.device_facts())
-    choice = one_launch_or_parts(
+    return plan_one_launch_or_parts(
         plan, "head", (classifier_head.FILE, direct_conv.FILE), f"{tuple(x.shape)}|K{p.k}",
-        tiles=lambda: tiles, launch=launch, parts=plan_parts,
-        decode=lambda v: classifier_head.Tile(*v),
+        launch=launch, out=out, plan_parts=lambda q: plan_module(fc, q, plan_module(gap, q, x)),
+        tiles=lambda: tiles, decode=lambda v: classifier_head.Tile(*v),
         default=classifier_head.default_tile(p, backend.device_facts()))
-    if choice.fused:
-        plan.append(launch(choice.tile))
-        return out
-    if parts:  # already planned (and timed) on the side: take it over
-        plan.adopt(side)
-        return parts[0]
-    return plan_module(fc, plan, plan_module(gap, plan, x))
 
 
 def plan_stem(plan: Plan, stem, pool_layer, x):
@@ -157,22 +143,8 @@ def plan_stem(plan: Plan, stem, pool_layer, x):
             f"conv {tuple(w.shape)} + max pool {p.pool_kernel} on {tuple(x.shape)} {tile}",
             conv_maxpool.kernels(p, tile))
 
-    side = plan.side()
-    parts = []
-
-    def plan_parts():
-        parts.append(plan_two(side))
-        return side.steps
-
-    choice = one_launch_or_parts(
+    return plan_one_launch_or_parts(
         plan, "stem_pool", (conv_maxpool.FILE, pool.FILE) + DENSE_FILES, p,
-        tiles=lambda: tiles, launch=launch, parts=plan_parts,
+        launch=launch, out=out, plan_parts=plan_two, tiles=lambda: tiles,
         decode=lambda v: conv_maxpool.Tile(*v),
         default=conv_maxpool.default_tile(p, backend.device_facts()))
-    if choice.fused:
-        plan.append(launch(choice.tile))
-        return out
-    if parts:
-        plan.adopt(side)
-        return parts[0]
-    return plan_two(plan)

@@ -9,7 +9,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv.checks import check_conv_args, conv_geometry
-from tensorconv.engine.choice import one_launch_or_parts, tick
+from tensorconv.engine.choice import one_launch_or_parts, plan_one_launch_or_parts, tick
 from tensorconv.engine.dense import CORE_FILES, DENSE_FILES
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.passes import PAIR_FILES
@@ -74,27 +74,15 @@ def plan_tucker(m: TuckerConv2d, plan: Plan, x, *, bn=None, relu=False, residual
             out=out), f"fused tucker {m.ranks} on {tuple(x.shape)} {tile}",
             tucker_layer.kernels(p, tile))
 
-    side, three = plan.side(), []
-
-    def plan_parts():
-        three.append(plan_three(m, side, x, bn, relu, residual))
-        return side.steps
-
     facts = backend.device_facts()
-    choice = one_launch_or_parts(
+    return plan_one_launch_or_parts(
         plan, "tucker_layer", (tucker_layer.FILE,) + DENSE_FILES,
-        f"{p}|res{residual is not None}",
+        f"{p}|res{residual is not None}", launch=launch, out=out,
+        plan_parts=lambda q: plan_three(m, q, x, bn, relu, residual),
         tiles=lambda: [oracle.tune_fused_tile(x, u1, w, u3, b3, geom.stride, geom.padding)[0]],
-        launch=launch, parts=plan_parts, decode=lambda v: tucker_layer.Tile(*v),
+        decode=lambda v: tucker_layer.Tile(*v),
         candidate_kernels=lambda: [k for t in tucker_layer.ranked(p, facts, limit=16)
                                    for k in tucker_layer.kernels(p, t)])
-    if choice.fused:
-        plan.append(launch(choice.tile))
-        return out
-    if three:  # already planned (and timed) on the side: take it over
-        plan.adopt(side)
-        return three[0]
-    return plan_three(m, plan, x, bn, relu, residual)
 
 
 def fuse_tucker_tails(plan: Plan) -> None:

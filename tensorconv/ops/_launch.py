@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda
+from tensorconv.checks import check_packed, conv_call, output_buffer
 
 NULL = np.uintp(0)   # a null pointer argument: an optional array that is absent
 
@@ -60,6 +61,36 @@ def launch(ref: cuda.KernelRef, grid, block, args, smem: int = 0) -> None:
     if smem:
         cuda.set_dynamic_smem(kernel, smem)
     kernel(tuple(grid), tuple(block), args, shared_mem=smem)
+
+
+def conv_op(kernel, name: str, x, w, stride, padding, *, bias=None, relu: bool = False,
+            residual=None, tile=None, packed=None, out=None):
+    """The public op of a dense-convolution kernel module ``kernel`` (its ``Problem`` a
+    :class:`~tensorconv.checks.ConvGeometry`): checks, the GPU-only error, then
+    :func:`run_conv`."""
+    x, w, bias, residual, p = conv_call(x, w, bias, residual, stride, padding)
+    xp = backend.array_module(x)
+    gpu_only(xp, name, "tensorconv.ops.conv2d")
+    if (why := kernel.supported(p)) is not None:
+        raise ValueError(why)
+    return run_conv(kernel, x, w, p, (bias, residual, bool(relu)), tile, packed, out)
+
+
+def run_conv(kernel, x, w, p, epilogue, tile=None, packed=None, out=None,
+             pack_hint: str = "pack_weights(w)"):
+    """Run ``kernel`` (an ops module) on checked ``x``, ``w`` of geometry ``p``: its tuned
+    tile (where it has a tuner), else its static estimate, unless ``tile`` is given;
+    ``packed`` weights checked (``pack_hint`` names the call that makes them) or made;
+    ``out`` checked or allocated.  Returns ``out``."""
+    xp = backend.array_module(x)
+    tuned = getattr(kernel, "tuned_tile", None)
+    tile = tile or (tuned(p) if tuned else None) or kernel.default_tile(p, backend.device_facts())
+    kernel.check_tile(tile, p)
+    packed = (kernel.pack_weights(w) if packed is None else
+              check_packed(packed, "packed", kernel.packed_shape(p), xp, pack_hint))
+    out = output_buffer(xp, out, p.output_shape)
+    kernel.run(x, packed, out, p, tile, epilogue)
+    return out
 
 
 def gpu_only(xp, op: str, cpu_alternative: str = "") -> None:

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 
 from tensorconv import backend, tunecache
-from tensorconv.checks import ConvGeometry, check_packed, conv_call, output_buffer
+from tensorconv.checks import ConvGeometry, conv_call
 from tensorconv.ops import (
     direct_conv,
     tucker_core_cluster,
@@ -35,7 +35,7 @@ from tensorconv.ops import (
     tucker_core_tf32x3,
     winograd_conv,
 )
-from tensorconv.ops._launch import gpu_only
+from tensorconv.ops._launch import gpu_only, run_conv
 
 log = logging.getLogger(__name__)
 KERNELS = {"tdc": tucker_core_tdc, "cluster": tucker_core_cluster,
@@ -150,13 +150,5 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu: bool = False, res
     if tile is not None and not isinstance(tile, kernel.Tile):
         raise ValueError(f"tile {tile!r} does not fit variant={variant!r} (expects a "
                          f"{kernel.__name__.rsplit('.', 1)[1]}.Tile)")
-    if tile is None:
-        tile = (kernel.default_tile(geom, backend.device_facts()) if variant == "tdc" else
-                kernel.tuned_tile(geom) or kernel.default_tile(geom, backend.device_facts()))
-    kernel.check_tile(tile, geom)
-    packed = (kernel.pack_weights(w) if packed is None else
-              check_packed(packed, "packed", kernel.packed_shape(geom), xp,
-                           f"core_conv.pack_weights({variant!r}, w)"))
-    out = output_buffer(xp, out, geom.output_shape)
-    kernel.run(x, packed, out, geom, tile, (bias, residual, bool(relu)))
-    return out
+    return run_conv(kernel, x, w, geom, (bias, residual, bool(relu)), tile, packed, out,
+                    f"core_conv.pack_weights({variant!r}, w)")

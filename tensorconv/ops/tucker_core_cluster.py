@@ -17,22 +17,23 @@ winner, which :func:`tuned_tile` reads back.
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import backend, cuda, tunecache
+from tensorconv import cuda, tunecache
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry, check_packed, conv_call, core_conv_issue, output_buffer
+from tensorconv.checks import ConvGeometry, core_conv_issue
 from tensorconv.ops._launch import (
     cdiv,
     check_smem,
     check_splits,
+    conv_op,
     crsn,
     epilogue_args,
     family_first,
     filter_cover,
-    gpu_only,
     has_clusters,
     launch,
     push_slot_floats,
@@ -283,18 +284,8 @@ def cluster_conv2d(x, w, stride=1, padding=0, *, bias=None, relu: bool = False, 
     -------
     CuPy array, (B, N, OH, OW), float32
     """
-    x, w, bias, residual, p = conv_call(x, w, bias, residual, stride, padding)
-    xp = backend.array_module(x)
-    gpu_only(xp, "cluster_conv2d", "tensorconv.ops.conv2d")
-    if (why := supported(p)) is not None:
-        raise ValueError(why)
-    tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
-    check_tile(tile, p)
-    packed = (pack_weights(w) if packed is None else
-              check_packed(packed, "packed", packed_shape(p), xp, "pack_weights(w)"))
-    out = output_buffer(xp, out, p.output_shape)
-    run(x, packed, out, p, tile, (bias, residual, bool(relu)))
-    return out
+    return conv_op(sys.modules[__name__], "cluster_conv2d", x, w, stride, padding, bias=bias,
+                   relu=relu, residual=residual, tile=tile, packed=packed, out=out)
 
 
 def run(x, packed, out, p: Problem, tile: Tile, epilogue=(None, None, False)) -> None:

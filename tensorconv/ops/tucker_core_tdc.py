@@ -14,14 +14,15 @@ reproduces its rule); :func:`default_tile` uses the calibrated form of that mode
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import backend, cuda
+from tensorconv import cuda
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry, check_packed, conv_call, output_buffer
-from tensorconv.ops._launch import cdiv, check_smem, crsn, gpu_only, launch
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops._launch import cdiv, check_smem, conv_op, crsn, launch
 
 FILE = "tucker_core_tdc.cu"
 Problem = ConvGeometry
@@ -198,18 +199,8 @@ def tdc_conv2d(x, w, stride=1, padding=0, *, tile: Tile | None = None, packed=No
     -------
     CuPy array, (B, N, OH, OW), float32
     """
-    x, w, _, _, p = conv_call(x, w, None, None, stride, padding)
-    xp = backend.array_module(x)
-    gpu_only(xp, "tdc_conv2d", "tensorconv.ops.conv2d")
-    if (why := supported(p)) is not None:
-        raise ValueError(why)
-    tile = tile or default_tile(p, backend.device_facts())
-    check_tile(tile, p)
-    packed = (pack_weights(w) if packed is None else
-              check_packed(packed, "packed", packed_shape(p), xp, "pack_weights(w)"))
-    out = output_buffer(xp, out, p.output_shape)
-    run(x, packed, out, p, tile)
-    return out
+    return conv_op(sys.modules[__name__], "tdc_conv2d", x, w, stride, padding, tile=tile,
+                   packed=packed, out=out)
 
 
 def run(x, packed, out, p: Problem, tile: Tile, epilogue=(None, None, False)) -> None:

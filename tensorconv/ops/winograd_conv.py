@@ -12,19 +12,20 @@ times all of its few tiles.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry, check_packed, conv_call, output_buffer
+from tensorconv.checks import ConvGeometry
 from tensorconv.ops._launch import (
     b_fragments,
     cdiv,
     check_smem,
+    conv_op,
     epilogue_args,
-    gpu_only,
     has_tf32_mma,
     launch,
 )
@@ -213,18 +214,8 @@ def winograd_conv2d(x, w, padding=1, *, bias=None, relu: bool = False, residual=
     -------
     CuPy array, (B, N, OH, OW), float32
     """
-    x, w, bias, residual, p = conv_call(x, w, bias, residual, 1, padding)
-    xp = backend.array_module(x)
-    gpu_only(xp, "winograd_conv2d", "tensorconv.ops.conv2d")
-    if (why := supported(p)) is not None:
-        raise ValueError(why)
-    tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
-    check_tile(tile, p)
-    packed = (pack_weights(w) if packed is None else
-              check_packed(packed, "packed", packed_shape(p), xp, "pack_weights(w)"))
-    out = output_buffer(xp, out, p.output_shape)
-    run(x, packed, out, p, tile, (bias, residual, bool(relu)))
-    return out
+    return conv_op(sys.modules[__name__], "winograd_conv2d", x, w, 1, padding, bias=bias,
+                   relu=relu, residual=residual, tile=tile, packed=packed, out=out)
 
 
 def run(x, packed, out, p: Problem, tile: Tile, epilogue=(None, None, False)) -> None:

@@ -6,22 +6,48 @@ import argparse
 import math
 from pathlib import Path
 
-from tensorconv.results import results_dir
+from tensorconv import bench, files
+from tensorconv.results import ResultsOverwriteError, check_replace, results_dir
 
 
-def parser(name: str, doc: str) -> argparse.ArgumentParser:
+class ExperimentParser(argparse.ArgumentParser):
+    """The arguments of one experiment; parsing them also checks, before any work, that
+    the run may write its results where they go (:func:`tensorconv.results.check_replace`)."""
+
+    def __init__(self, name: str, doc: str):
+        super().__init__(prog=f"python -m experiments.{name}", description=doc,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.name = name
+        self.output_name = lambda ns: name  # the file stem a run writes (train: per model)
+        self.add_argument("--quick", action="store_true", help="a smaller, faster run")
+        self.add_argument("--out", type=Path, default=None,
+                          help="results directory (default: $TENSORCONV_RESULTS or "
+                               "./tensorconv-results; --out results replaces the committed "
+                               "reference results)")
+        self.add_argument("--force", action="store_true",
+                          help="replace results in --out that another device measured")
+
+    def parse_args(self, args=None, namespace=None):
+        ns = super().parse_args(args, namespace)
+        try:
+            csv = outputs(self.output_name(ns), ns.out, make=False)["csv"]
+            check_replace(csv, bench.device_label(), force=ns.force)
+        except ResultsOverwriteError as exc:
+            self.exit(2, f"{self.prog}: {exc}\n")
+        return ns
+
+
+def parser(name: str, doc: str) -> ExperimentParser:
     """An argument parser with the flags every experiment takes."""
-    p = argparse.ArgumentParser(prog=f"python -m experiments.{name}", description=doc)
-    p.add_argument("--quick", action="store_true", help="a smaller, faster run")
-    p.add_argument("--out", type=Path, default=None,
-                   help="results directory (default: $TENSORCONV_RESULTS or ./results)")
-    return p
+    return ExperimentParser(name, doc)
 
 
-def outputs(name: str, out: Path | None) -> dict:
-    """Paths of the CSV, markdown and PNG an experiment writes."""
+def outputs(name: str, out: Path | None, *, make: bool = True) -> dict:
+    """Paths of the CSV, markdown and PNG an experiment writes (``out``, else
+    :func:`~tensorconv.results.results_dir`; made unless ``make`` is False)."""
     d = out or results_dir()
-    d.mkdir(parents=True, exist_ok=True)
+    if make:
+        d.mkdir(parents=True, exist_ok=True)
     return {ext: d / f"{name}.{ext}" for ext in ("csv", "md", "png")}
 
 
@@ -40,7 +66,7 @@ def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    files.atomic_write(path, None, write=lambda f: fig.savefig(f, dpi=120, format="png"))
     plt.close(fig)
 
 

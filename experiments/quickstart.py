@@ -6,7 +6,7 @@ then TDC's ADMM training towards Tucker ranks that remove about half of the
 3x3 layers' MACs, decomposition and fine-tuning — in a couple of minutes on a
 CPU.  Prints a table (accuracy, parameters, FLOPs, time, and on a GPU the
 per-layer latency of the Tucker form against the dense layer) and writes
-``results/quickstart.{csv,md,png}``.
+``quickstart.{csv,md,png}`` into ``--out`` (default ``./tensorconv-results``).
 """
 
 from __future__ import annotations
@@ -66,12 +66,13 @@ def main(argv=None) -> int:
                       batch_size=64, lr=0.1, warmup_epochs=0, augment=False, pad_to=None,
                       train_limit=args.train or (5000 if args.quick else 20000),
                       test_limit=2000 if args.quick else 10000, device=args.device)
-    work = Path(tempfile.mkdtemp(prefix="tensorconv-quickstart-"))
-    t0 = time.perf_counter()
-    result = train(cfg, work / "dense.npz")
-    seconds = time.perf_counter() - t0
-    cost = count_flops_params(result.model, (1, 1, 28, 28))
-    tucker = compress(cfg, result.model, work)
+    with tempfile.TemporaryDirectory(prefix="tensorconv-quickstart-") as tmp:
+        work = Path(tmp)  # the checkpoints of this run only: removed when it ends
+        t0 = time.perf_counter()
+        result = train(cfg, work / "dense.npz")
+        seconds = time.perf_counter() - t0
+        cost = count_flops_params(result.model, (1, 1, 28, 28))
+        tucker = compress(cfg, result.model, work)
     last = result.history[-1]
     env = bench.environment()
     variant = "cuda" if result.model.xp.__name__ == "cupy" else "numpy"

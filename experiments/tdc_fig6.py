@@ -41,7 +41,7 @@ VARIANTS = ["tdc-paper-model", "tdc-model", "tdc-oracle", "cluster-default", "cl
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--tiles", action="store_true",
-                   help="also write every oracle tile time to results/tdc_fig6_tiles.csv")
+                   help="also write every oracle tile time to tdc_fig6_tiles.csv in --out")
     p.add_argument("--cudnn-runs", type=int, default=3,
                    help="fresh autotuning processes behind cudnn-fp32-best (default 3; 0: none)")
     args = p.parse_args(argv)

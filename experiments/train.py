@@ -5,7 +5,7 @@
 checkpointing after every epoch to ``--checkpoint``.  ``--stop-after N`` ends
 the call after N epochs; the next call with the same checkpoint resumes
 exactly, so a long run fits machines with a time limit per command.  Writes
-``results/train_MODEL.{csv,md,png}``.
+``train_MODEL.{csv,md,png}`` (and the checkpoint) into ``--out``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
     p.add_argument("--checkpoint", type=Path, default=None,
-                   help="checkpoint file (default: results/train_MODEL.ckpt.npz)")
+                   help="checkpoint file (default: train_MODEL.ckpt.npz in --out)")
     p.add_argument("--stop-after", type=int, default=None, help="epochs to run in this call")
+    p.output_name = lambda ns: f"train_{ns.model}"
     args = p.parse_args(argv)
     if args.quick:
         args.epochs, args.train_limit = min(args.epochs, 2), args.train_limit or 2000

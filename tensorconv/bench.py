@@ -257,6 +257,13 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def device_label() -> str:
+    """The device a measurement taken now runs on, as results files name it."""
+    if backend.gpu_available():
+        return backend.device_facts().name
+    return f"CPU ({platform.processor() or platform.machine()}, NumPy backend)"
+
+
 def environment(with_torch: bool = False) -> dict:
     """Where and how a result was measured: device, versions, command, commit, time."""
     env = {
@@ -272,11 +279,11 @@ def environment(with_torch: bool = False) -> dict:
         import cupy
 
         facts = backend.device_facts()
-        env.update(device=facts.name, arch=facts.arch, sms=facts.sm_count,
+        env.update(device=device_label(), arch=facts.arch, sms=facts.sm_count,
                    cuda_runtime=facts.cuda_runtime, cuda_driver=facts.cuda_driver,
                    cupy=cupy.__version__)
     else:
-        env["device"] = f"CPU ({env['host_cpu']}, NumPy backend)"
+        env["device"] = device_label()
     if with_torch and torch_cudnn_available():
         import torch
 

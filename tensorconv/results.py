@@ -1,9 +1,12 @@
 """The one results format: tidy CSV rows, a markdown table, made from the CSV.
 
-Every experiment writes ``results/NAME.csv`` with one row per measured number
-(columns :data:`COLUMNS`), ``results/NAME.md`` (the table a person reads, with
-the command, device and versions) and ``results/NAME.png``.  Tables and plots
-are built from the rows, never typed by hand.
+Every experiment writes ``NAME.csv`` with one row per measured number (columns
+:data:`COLUMNS`), ``NAME.md`` (the table a person reads, with the command, device and
+versions) and ``NAME.png``, into :func:`results_dir` (``./tensorconv-results`` unless
+told).  The reference results committed with the code live in :data:`REFERENCE`
+(``results/``) and change only when a run is pointed there (``--out results``); a run
+on another device than the one that measured a file does not replace it unless forced
+(:func:`check_replace`).  Tables and plots are built from the rows, never typed by hand.
 """
 
 from __future__ import annotations
@@ -12,26 +15,45 @@ import csv
 import io
 import math
 import os
-import tempfile
 from pathlib import Path
+
+from tensorconv.files import atomic_write
 
 COLUMNS = ("experiment", "case", "variant", "metric", "value", "unit", "paper_value",
            "device", "note")
 
 
+REFERENCE = Path("results")  # the committed reference results (relative to a checkout)
+
+
+class ResultsOverwriteError(RuntimeError):
+    """A run would replace results measured on another device."""
+
+
 def results_dir() -> Path:
-    """Where experiments write (``TENSORCONV_RESULTS`` or ``./results``)."""
-    return Path(os.environ.get("TENSORCONV_RESULTS", "results"))
+    """Where experiments write by default: ``TENSORCONV_RESULTS``, else
+    ``./tensorconv-results`` (never the committed :data:`REFERENCE`)."""
+    return Path(os.environ.get("TENSORCONV_RESULTS") or "tensorconv-results")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: a reader (or a run
-    killed mid-write) sees the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def measured_on(csv_path) -> set[str]:
+    """The devices named in a results CSV's ``device`` column (empty when there is no
+    such file, or it has no such column)."""
+    try:
+        with open(csv_path, newline="") as f:
+            return {r.get("device") or "" for r in csv.DictReader(f)} - {""}
+    except FileNotFoundError:
+        return set()
+
+
+def check_replace(csv_path, device: str, *, force: bool = False) -> None:
+    """Raise :class:`ResultsOverwriteError` when ``csv_path`` holds results measured on
+    another device than ``device`` and ``force`` is not set: said before a run, not after."""
+    other = measured_on(csv_path) - {device}
+    if other and not force:
+        raise ResultsOverwriteError(
+            f"{csv_path} was measured on {', '.join(sorted(other))}; this run is on {device}. "
+            f"Write elsewhere (--out DIR) or pass --force to replace it")
 
 
 class ResultSet:

@@ -1,27 +1,38 @@
-"""Atomic, self-describing training checkpoints (one ``.npz`` file)."""
+"""Atomic, self-describing training checkpoints (one ``.npz`` file).
+
+:func:`save` writes through :func:`tensorconv.files.atomic_write` (a killed run leaves
+the previous checkpoint whole; a read-only one is never replaced); :func:`load` answers
+a damaged, truncated or foreign file with one :class:`CheckpointError` naming the path
+and what is wrong.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from tensorconv.files import atomic_write
 
-class CheckpointMismatchError(ValueError):
+
+class CheckpointError(ValueError):
+    """A file that is not a usable checkpoint (damaged, truncated or foreign)."""
+
+
+class CheckpointMismatchError(CheckpointError):
     """A checkpoint exists but was written for another model or configuration."""
 
 
 def save(path, *, model_state: dict, optimizer_state: dict, meta: dict,
          extra: dict | None = None) -> Path:
-    """Write the checkpoint to a temporary file beside ``path``, then rename it over ``path``.
+    """Write the checkpoint atomically (a temporary file beside ``path``, then a rename).
 
-    A run killed while writing leaves the previous checkpoint intact.
+    A run killed while writing leaves the previous checkpoint intact; a checkpoint the
+    user made read-only raises :class:`tensorconv.files.ReadOnlyFileError` and is kept.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"model/{k}": v for k, v in model_state.items()}
     velocity = optimizer_state["velocity"]
     arrays.update({f"opt/velocity/{i}": v for i, v in enumerate(velocity) if v is not None})
@@ -29,27 +40,42 @@ def save(path, *, model_state: dict, optimizer_state: dict, meta: dict,
     meta = dict(meta, optimizer={"lr": optimizer_state["lr"], "steps": optimizer_state["steps"],
                                  "n_velocity": len(velocity)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(path, None, write=lambda f: np.savez(f, **arrays))
 
 
 def load(path) -> tuple[dict, dict, dict]:
-    """Return ``(model_state, optimizer_state, meta)``; ``meta["extra"]`` holds the extra arrays."""
-    with np.load(path) as z:
-        meta = json.loads(bytes(z["meta"]).decode())
-        model_state = {k[len("model/"):]: z[k] for k in z.files if k.startswith("model/")}
-        n = meta["optimizer"]["n_velocity"]
-        velocity = [z[f"opt/velocity/{i}"] if f"opt/velocity/{i}" in z.files else None
-                    for i in range(n)]
-        meta["extra"] = {k[len("extra/"):]: z[k] for k in z.files if k.startswith("extra/")}
-    optimizer_state = {"lr": meta["optimizer"]["lr"], "steps": meta["optimizer"]["steps"],
-                       "velocity": velocity}
+    """Return ``(model_state, optimizer_state, meta)``; ``meta["extra"]`` holds the extra arrays.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    CheckpointError
+        The file is not a tensorconv checkpoint, or is damaged or truncated.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path} is not a tensorconv checkpoint (not an .npz archive; "
+                              f"truncated or another kind of file)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "meta" not in z.files:
+                raise CheckpointError(f"{path} is an .npz archive without tensorconv's "
+                                      f"metadata: not a tensorconv checkpoint")
+            meta = json.loads(bytes(z["meta"]).decode())
+            model_state = {k[len("model/"):]: z[k] for k in z.files if k.startswith("model/")}
+            n = meta["optimizer"]["n_velocity"]
+            velocity = [z[f"opt/velocity/{i}"] if f"opt/velocity/{i}" in z.files else None
+                        for i in range(n)]
+            meta["extra"] = {k[len("extra/"):]: z[k] for k in z.files if k.startswith("extra/")}
+            optimizer_state = {"lr": meta["optimizer"]["lr"], "steps": meta["optimizer"]["steps"],
+                               "velocity": velocity}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError,
+            TypeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path} is a damaged tensorconv checkpoint "
+                              f"({type(exc).__name__}: {exc})") from exc
     return model_state, optimizer_state, meta

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import tensorconv
-from tensorconv import backend, data
+from tensorconv import backend, data, files
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
@@ -180,6 +180,10 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     ------
     CheckpointMismatchError
         The checkpoint belongs to another model or configuration (nothing is overwritten).
+    CheckpointError
+        The checkpoint is damaged or not a tensorconv checkpoint (nothing is overwritten).
+    tensorconv.files.ReadOnlyFileError
+        The checkpoint exists and is read-only.
     FloatingPointError
         The loss became NaN or infinite; the message names the epoch and step.
     """
@@ -187,6 +191,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
 
     if cfg.tucker_ranks and cfg.cp_rank:
         raise ValueError("tucker_ranks and cp_rank are two formats: give one")
+    if checkpoint is not None:
+        files.check_writable(Path(checkpoint))  # said now, not after the first epoch
     device = _resolve_device(cfg.device)
     train_set, test_set = load_data(cfg)
     model = get_model(cfg.model, in_channels=train_set.images.shape[1],

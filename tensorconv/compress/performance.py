@@ -13,9 +13,9 @@ from tqdm import tqdm
 from tensorconv import backend, graph, timing, tunecache
 from tensorconv.compress.ranks import LayerSpec, candidate_ranks
 from tensorconv.engine import InferenceEngine
+from tensorconv.files import atomic_write
 from tensorconv.nn.layers import Conv2d, Sequential
 from tensorconv.nn.tucker import TuckerConv2d
-from tensorconv.results import atomic_write
 
 log = logging.getLogger(__name__)
 

@@ -56,8 +56,21 @@ def tick(plan, what: str) -> None:
     root.progress.update()
 
 
+def _verdict(stored, decode, allowed) -> Choice:
+    """A stored verdict as a :class:`Choice`; raises on one this version cannot use (the
+    tune cache then treats it as a miss)."""
+    if not isinstance(stored["fused"], bool):
+        raise TypeError(f"'fused' must be true or false, got {stored['fused']!r}")
+    if not stored["fused"]:
+        return Choice(False)
+    tile = decode(stored["tile"])
+    if allowed is not None and tile not in allowed:
+        raise ValueError(f"{tile} is not a candidate here")
+    return Choice(True, tile)
+
+
 def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts,
-                        decode, encode=encode_tile, default=None,
+                        decode, encode=encode_tile, default=None, allowed=None,
                         candidate_kernels=None) -> Choice:
     """Whether one launch replaces the steps it covers, and on which tile.
 
@@ -80,6 +93,8 @@ def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts
         A tile from / to its stored form.
     default : tile, optional
         Fuse on it when nothing is stored and the plan is not tuned (None: the parts).
+    allowed : collection of tiles, optional
+        The tiles a stored verdict may name (others are a miss, re-timed when tuning).
     candidate_kernels : callable () -> iterable of KernelRef, optional
         For a dry plan: every kernel the candidates may compile (default: those of
         ``launch(t)`` for every ``t`` of ``tiles()``).
@@ -89,9 +104,9 @@ def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts
     Choice
     """
     key = tunecache.make_key(kind, files, problem)
-    stored = tunecache.lookup(key)
+    stored = tunecache.known(key, lambda v: _verdict(v, decode, allowed))
     if stored is not None:
-        return Choice(True, decode(stored["tile"])) if stored["fused"] else Choice(False)
+        return stored
     if not plan.tune:
         return Choice(default is not None, default)
     tick(plan, kind)

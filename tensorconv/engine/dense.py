@@ -70,7 +70,7 @@ def _general_step(plan, x, w, b, geom, relu, residual, out) -> Step:
     choice = one_launch_or_parts(
         plan, "pointwise_path", (pointwise_conv.FILE, direct_conv.FILE),
         f"{geom}|res{residual is not None}|{algorithm}", tiles=lambda: tiles, launch=launch,
-        parts=lambda: [general], decode=lambda v: pointwise_conv.Tile(*v))
+        parts=lambda: [general], decode=lambda v: pointwise_conv.Tile(*v), allowed=tiles)
     return launch(choice.tile) if choice.fused else general
 
 
@@ -93,7 +93,8 @@ def _core_step(plan, x, w, b, geom, relu, residual, out, general: Step) -> Step 
         plan, "core_path", DENSE_FILES,
         f"{geom}|{'+'.join(k.name for k in general.kernels)}",
         tiles=lambda: [oracle.tune_core(x, w, geom)], launch=launch, parts=lambda: [general],
-        encode=core_conv.encode_choice, decode=core_conv.decode_choice,
+        encode=core_conv.encode_choice,
+        decode=lambda v: core_conv.check_choice(geom, core_conv.decode_choice(v)),
         candidate_kernels=lambda: oracle.core_kernels(geom))
     return launch(choice.tile) if choice.fused else None
 

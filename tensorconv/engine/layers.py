@@ -110,7 +110,7 @@ def plan_head(plan: Plan, gap, fc, x):
     return plan_one_launch_or_parts(
         plan, "head", (classifier_head.FILE, direct_conv.FILE), f"{tuple(x.shape)}|K{p.k}",
         launch=launch, out=out, plan_parts=lambda q: plan_module(fc, q, plan_module(gap, q, x)),
-        tiles=lambda: tiles, decode=lambda v: classifier_head.Tile(*v),
+        tiles=lambda: tiles, decode=lambda v: classifier_head.Tile(*v), allowed=tiles,
         default=classifier_head.default_tile(p, backend.device_facts()))
 
 
@@ -146,5 +146,5 @@ def plan_stem(plan: Plan, stem, pool_layer, x):
     return plan_one_launch_or_parts(
         plan, "stem_pool", (conv_maxpool.FILE, pool.FILE) + DENSE_FILES, p,
         launch=launch, out=out, plan_parts=plan_two, tiles=lambda: tiles,
-        decode=lambda v: conv_maxpool.Tile(*v),
+        decode=lambda v: conv_maxpool.Tile(*v), allowed=tiles,
         default=conv_maxpool.default_tile(p, backend.device_facts()))

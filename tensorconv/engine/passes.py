@@ -65,7 +65,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
             plan, "pointwise_pair", PAIR_FILES,
             f"{a.geom}|{b.geom}|res{a.residual is not None}", tiles=lambda t=tiles: t,
             launch=launch, parts=lambda f=first, s=second: [f, s],
-            decode=lambda v: pointwise_pair.Tile(*v))
+            decode=lambda v: pointwise_pair.Tile(*v), allowed=tiles)
         if not choice.fused:
             continue
         fused = launch(choice.tile)
@@ -106,7 +106,7 @@ def fold_projection_shortcuts(plan: Plan) -> None:
         choice = one_launch_or_parts(
             plan, "shortcut_fold", PAIR_FILES, f"{a.geom}|{b.geom}|{sc.geom}",
             tiles=lambda t=tiles: t, launch=launch, parts=lambda s=short, f=step: [s, f],
-            decode=lambda v: pointwise_pair.Tile(*v))
+            decode=lambda v: pointwise_pair.Tile(*v), allowed=tiles)
         if not choice.fused:
             continue
         plan.steps[i] = launch(choice.tile)

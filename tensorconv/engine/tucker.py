@@ -80,7 +80,7 @@ def plan_tucker(m: TuckerConv2d, plan: Plan, x, *, bn=None, relu=False, residual
         f"{p}|res{residual is not None}", launch=launch, out=out,
         plan_parts=lambda q: plan_three(m, q, x, bn, relu, residual),
         tiles=lambda: [oracle.tune_fused_tile(x, u1, w, u3, b3, geom.stride, geom.padding)[0]],
-        decode=lambda v: tucker_layer.Tile(*v),
+        decode=lambda v: tucker_layer.Tile(*v), allowed=tucker_layer.candidates(p, facts),
         candidate_kernels=lambda: [k for t in tucker_layer.ranked(p, facts, limit=16)
                                    for k in tucker_layer.kernels(p, t)])
 
@@ -121,7 +121,8 @@ def fuse_tucker_tails(plan: Plan) -> None:
             plan, "tucker_tail", (tucker_tail.FILE,) + CORE_FILES + PAIR_FILES,
             f"{core_geom}|{last.geom}|{None if nxt is None else nxt.geom}|"
             f"res{last.residual is not None}", tiles=lambda t=tiles: t, launch=launch,
-            parts=lambda f=first, s=second: [f, s], decode=lambda v: tucker_tail.Tile(*v))
+            parts=lambda f=first, s=second: [f, s], decode=lambda v: tucker_tail.Tile(*v),
+            allowed=tiles)
         if choice.fused:
             steps[i:i + 2] = [launch(choice.tile)]
         i += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorconv import backend, cuda
+from tensorconv import backend, cuda, tunecache
 from tensorconv.checks import check_packed, conv_call, output_buffer
 
 NULL = np.uintp(0)   # a null pointer argument: an optional array that is absent
@@ -91,6 +91,17 @@ def run_conv(kernel, x, w, p, epilogue, tile=None, packed=None, out=None,
     out = output_buffer(xp, out, p.output_shape)
     kernel.run(x, packed, out, p, tile, epilogue)
     return out
+
+
+def stored_tile(kernel, p):
+    """The tile the tuner stored for ``p`` under ``kernel.tile_key(p)`` (``kernel`` an ops
+    module), when it is still one of ``kernel.candidates`` on this device; else None (an
+    entry of another version, or edited by hand, is a miss: never a failed launch)."""
+    def check(tile):
+        if tile not in kernel.candidates(p, backend.device_facts()):
+            raise ValueError(f"{tile} is not a candidate tile for {p}")
+
+    return tunecache.known_tile(kernel.tile_key(p), kernel.Tile, check)
 
 
 def gpu_only(xp, op: str, cpu_alternative: str = "") -> None:

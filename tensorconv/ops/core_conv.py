@@ -71,9 +71,20 @@ def decode_choice(stored) -> tuple:
     return stored["variant"], KERNELS[stored["variant"]].Tile(**stored["tile"])
 
 
+def check_choice(geom: ConvGeometry, choice) -> tuple:
+    """``choice`` (variant, tile) when it can run ``geom`` here: a variant that competes for
+    it and one of that kernel's candidate tiles; else ``ValueError``."""
+    variant, tile = choice
+    if variant not in competing(geom):
+        raise ValueError(f"variant {variant!r} does not run {geom}")
+    if tile not in KERNELS[variant].candidates(geom, backend.device_facts()):
+        raise ValueError(f"{tile} is not a candidate {variant} tile for {geom}")
+    return choice
+
+
 def tuned_choice(geom: ConvGeometry):
     """``(variant, tile)`` of the faster core kernel when ``geom`` was tuned here, else None."""
-    return tunecache.known(choice_key(geom), decode_choice)
+    return tunecache.known(choice_key(geom), lambda v: check_choice(geom, decode_choice(v)))
 
 
 def default_choice(geom: ConvGeometry):

@@ -12,6 +12,7 @@ every candidate and stores the fastest, which :func:`tuned_tile` reads back.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,15 @@ import numpy as np
 from tensorconv import backend, cuda, reference, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import check_array, check_residual, check_vector, output_buffer, pair
-from tensorconv.ops._launch import cdiv, check_smem, launch, next_pow2, no_out_on_cpu, ptr
+from tensorconv.ops._launch import (
+    cdiv,
+    check_smem,
+    launch,
+    next_pow2,
+    no_out_on_cpu,
+    ptr,
+    stored_tile,
+)
 
 FILE = "cp_conv.cu"
 VARIANTS = ("fused", "naive")
@@ -159,7 +168,7 @@ def tile_key(p: Problem) -> str:
 
 def tuned_tile(p: Problem) -> Tile | None:
     """The tile the tuner stored for ``p`` on this device, else None; never times."""
-    return tunecache.known(tile_key(p), lambda hit: Tile(**hit["tile"]))
+    return stored_tile(sys.modules[__name__], p)
 
 
 def _name(rank: int, scheme: str) -> str:

@@ -37,6 +37,7 @@ from tensorconv.ops._launch import (
     has_tf32_mma,
     launch,
     push_slot_floats,
+    stored_tile,
 )
 
 FILE = "tucker_core_tf32x3.cu"
@@ -236,7 +237,7 @@ def tile_key(p: Problem) -> str:
 
 def tuned_tile(p: Problem) -> Tile | None:
     """The tile the tuner stored for ``p`` on this device, else None; never times."""
-    return tunecache.known(tile_key(p), lambda hit: Tile(**hit["tile"]))
+    return stored_tile(sys.modules[__name__], p)
 
 
 def check_tile(tile: Tile, p: Problem) -> None:

@@ -15,6 +15,7 @@ best few.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,7 @@ from tensorconv.ops._launch import (
     has_clusters,
     launch,
     ptr,
+    stored_tile,
     up4,
 )
 
@@ -221,7 +223,7 @@ def tile_key(p: Problem) -> str:
 
 def tuned_tile(p: Problem) -> Tile | None:
     """The tile the tuner stored for ``p`` on this device, else None; never times."""
-    return tunecache.known(tile_key(p), lambda hit: Tile(**hit["tile"]))
+    return stored_tile(sys.modules[__name__], p)
 
 
 def _name(r: int, s: int, stride: int, cluster: int, items: int) -> str:

@@ -28,6 +28,7 @@ from tensorconv.ops._launch import (
     epilogue_args,
     has_tf32_mma,
     launch,
+    stored_tile,
 )
 
 FILE = "winograd_conv.cu"
@@ -130,7 +131,7 @@ def tile_key(p: Problem) -> str:
 
 def tuned_tile(p: Problem) -> Tile | None:
     """The tile the tuner stored for ``p`` on this device, else None; never times."""
-    return tunecache.known(tile_key(p), lambda hit: Tile(**hit["tile"]))
+    return stored_tile(sys.modules[__name__], p)
 
 
 def check_tile(tile: Tile, p: Problem) -> None:

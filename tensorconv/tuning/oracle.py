@@ -47,19 +47,27 @@ def time_tiles(key: str | None, tiles, run_tile, kernels, *, repeat: int = 10,
     return best, times
 
 
-def _stored_us(key: str) -> float:
-    return tunecache.lookup(key)["us"]
+def _stored_us(key: str) -> float | None:
+    """The time stored beside a tuned tile (None when the entry has no usable one)."""
+    hit = tunecache.lookup(key)
+    us = hit.get("us") if isinstance(hit, dict) else None
+    return float(us) if isinstance(us, (int, float)) and us > 0 else None
 
 
 def oracle_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
     """Time every tile of the paper's kernel; return ``(best tile, {tile: µs})`` and remember
     the best (a cache hit returns it with an empty timing dict)."""
     key = tunecache.make_key("tdc_oracle", tucker_core_tdc.FILE, geom)
-    if use_cache and (hit := tunecache.lookup(key)) is not None:
-        return tucker_core_tdc.Tile(**hit["tile"]), {}
+    tiles = tucker_core_tdc.candidates(geom, backend.device_facts())
+
+    def check(tile):
+        if tile not in tiles:
+            raise ValueError(f"{tile} is not a candidate for {geom}")
+
+    if use_cache and (hit := tunecache.known_tile(key, tucker_core_tdc.Tile, check)) is not None:
+        return hit, {}
     packed = tucker_core_tdc.pack_weights(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
-    tiles = tucker_core_tdc.candidates(geom, backend.device_facts())
     return time_tiles(key, tiles, lambda t: tucker_core_tdc.run(x, packed, out, geom, t),
                       lambda t: tucker_core_tdc.kernels(geom, t), repeat=repeat,
                       what=f"tdc tiles for {geom.c}->{geom.k} on {geom.h}x{geom.w}")
@@ -69,7 +77,8 @@ def _tune_kernel(variant: str, x, w, geom: ConvGeometry, tiles, repeat: int, use
     """Time ``tiles`` of core kernel ``variant`` on ``geom``; store and return the fastest and
     the times (a cache hit: the stored tile and an empty dict)."""
     kernel = _TUNED[variant]
-    if use_cache and (hit := kernel.tuned_tile(geom)) is not None:
+    if use_cache and (hit := kernel.tuned_tile(geom)) is not None and \
+            _stored_us(kernel.tile_key(geom)) is not None:
         return hit, {}
     packed = kernel.pack_weights(w)
     out = backend.array_module(x).empty(geom.output_shape, dtype="float32")
@@ -134,7 +143,7 @@ def tune_core(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = T
         if not _TUNED[variant].candidates(geom, facts):
             continue
         tile, times = _TUNERS[variant](x, w, geom, repeat=repeat, use_cache=use_cache)
-        us = times.get(tile) or _stored_us(_TUNED[variant].tile_key(geom))
+        us = times[tile] if times else _stored_us(_TUNED[variant].tile_key(geom))
         if best is None or us < best[2]:
             best = (variant, tile, us)
     if best is None:

@@ -15,14 +15,54 @@ import numpy as np
 from tensorconv import backend
 
 
+def is_int(value) -> bool:
+    """An integer (Python or NumPy), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an ``int``: ``TypeError`` for anything but an integer (a float, a
+    string or a bool is refused, never rounded or parsed), ``ValueError`` below
+    ``minimum``."""
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_real(value, name: str, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a finite ``float`` within the bounds (open where said): ``TypeError``
+    for a non-number or a bool, ``ValueError`` for NaN, infinity or out of range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                    np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if low is not None and (v < low or (low_open and v == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (v > high or (high_open and v == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+    return v
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` when it is a bool (Python or NumPy); else ``TypeError``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
 def pair(value, name: str, *, minimum: int) -> tuple[int, int]:
-    """Normalise an int or a pair of ints to ``(h, w)``, each ``>= minimum``."""
-    if isinstance(value, (int, np.integer)):
-        value = (int(value), int(value))
-    try:
-        h, w = (int(v) for v in value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    """Normalise an int or a pair of ints (tuple or list) to ``(h, w)``, each ``>= minimum``.
+    Floats, strings and bools are refused, not converted."""
+    if is_int(value):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(map(is_int, value)):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+    h, w = (int(v) for v in value)
     if h < minimum or w < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {(h, w)}")
     return h, w
@@ -83,8 +123,7 @@ def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -
     stride = pair(stride, "stride", minimum=1)
     padding = pair(padding, "padding", minimum=0)
     dilation = pair(dilation, "dilation", minimum=1)
-    if not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    groups = check_int(groups, "groups", minimum=1)
     if c % groups:
         raise ValueError(f"groups={groups} does not divide the input channels of x ({c})")
     if k % groups:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend
-from tensorconv.checks import pair
+from tensorconv.checks import check_int, pair
 from tensorconv.decomp import cp as cpd
 from tensorconv.nn.layers import Conv2d
 from tensorconv.nn.module import Module
@@ -28,8 +28,7 @@ class CPConv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, rank: int, stride=1,
                  padding=0, bias: bool = False, rng=None):
         super().__init__()
-        if not isinstance(rank, (int, np.integer)) or rank < 1:
-            raise ValueError(f"rank must be a positive int, got {rank!r}")
+        rank = check_int(rank, "rank", minimum=1)
         kh, kw = pair(kernel_size, "kernel_size", minimum=1)
         (sh, sw), (ph, pw) = pair(stride, "stride", minimum=1), pair(padding, "padding", minimum=0)
         self.contract_in = Conv2d(in_channels, rank, 1, bias=False, rng=rng)

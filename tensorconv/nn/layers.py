@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tensorconv.autograd import functions as F
-from tensorconv.checks import pair
+from tensorconv.checks import check_bool, check_int, check_real, pair, pool_args
 from tensorconv.nn.module import Module, Parameter
 
 
@@ -24,6 +24,13 @@ class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, rng=None):
         super().__init__()
+        in_channels = check_int(in_channels, "in_channels", minimum=1)
+        out_channels = check_int(out_channels, "out_channels", minimum=1)
+        groups = check_int(groups, "groups", minimum=1)
+        pair(stride, "stride", minimum=1)
+        pair(padding, "padding", minimum=0)
+        pair(dilation, "dilation", minimum=1)
+        check_bool(bias, "bias")
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"groups={groups} must divide in_channels={in_channels} and "
                              f"out_channels={out_channels}")
@@ -54,6 +61,9 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, rng=None):
         super().__init__()
+        in_features = check_int(in_features, "in_features", minimum=1)
+        out_features = check_int(out_features, "out_features", minimum=1)
+        check_bool(bias, "bias")
         bound = 1.0 / math.sqrt(in_features)
         rng = _rng(rng)
         self.in_features, self.out_features = in_features, out_features
@@ -75,6 +85,9 @@ class Linear(Module):
 class BatchNorm2d(Module):
     def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5):
         super().__init__()
+        channels = check_int(channels, "channels", minimum=1)
+        momentum = check_real(momentum, "momentum", low=0.0, high=1.0)
+        eps = check_real(eps, "eps", low=0.0, low_open=True)
         self.channels, self.momentum, self.eps = channels, momentum, eps
         self.weight = Parameter(np.ones(channels, np.float32))
         self.bias = Parameter(np.zeros(channels, np.float32))
@@ -99,6 +112,7 @@ class ReLU(Module):
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        pool_args(kernel_size, stride, padding)  # checked now, not at the first forward
         self.args = (kernel_size, stride, padding)
 
     def forward(self, x):
@@ -108,6 +122,7 @@ class MaxPool2d(Module):
 class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
+        pool_args(kernel_size, stride, padding)
         self.args = (kernel_size, stride, padding)
 
     def forward(self, x):
@@ -134,6 +149,8 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, seed: int = 0):
         super().__init__()
+        p = check_real(p, "p", low=0.0, high=1.0, high_open=True)
+        seed = check_int(seed, "seed", minimum=0)
         self.p, self.seed = p, seed
         self.rng = None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend
+from tensorconv.checks import check_int, is_int
 from tensorconv.decomp import tucker as td
 from tensorconv.nn.layers import Conv2d
 from tensorconv.nn.module import Module
@@ -35,6 +36,10 @@ class TuckerConv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size, ranks, stride=1,
                  padding=0, bias: bool = False, rng=None):
         super().__init__()
+        if not isinstance(ranks, (tuple, list)) or len(ranks) != 2 or not all(map(is_int, ranks)):
+            raise TypeError(f"ranks must be a pair of ints (D1, D2), got {ranks!r}")
+        in_channels = check_int(in_channels, "in_channels", minimum=1)
+        out_channels = check_int(out_channels, "out_channels", minimum=1)
         d1, d2 = (int(r) for r in ranks)
         if not (1 <= d1 <= in_channels and 1 <= d2 <= out_channels):
             raise ValueError(f"ranks (D1, D2) = {(d1, d2)} must lie in 1..{in_channels} and "

@@ -88,6 +88,17 @@ def check_array(a, name: str, *, ndim: int, dtype=None, contiguous: bool = False
         raise ValueError(f"{name} must be C-contiguous (call xp.ascontiguousarray first)")
 
 
+def check_finite(a, name: str) -> None:
+    """``ValueError`` naming ``a`` and how many of its entries are NaN or infinite (a
+    decomposition of such weights would hang or return NaN factors)."""
+    xp = backend.array_module(a)
+    bad = int(xp.count_nonzero(~xp.isfinite(a)))
+    if bad:
+        nans = int(xp.count_nonzero(xp.isnan(a)))
+        raise ValueError(f"{name} has {bad} non-finite entries ({nans} NaN, {bad - nans} "
+                         f"infinite) of {a.size}")
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """Sizes of one 2-D convolution, NCHW input and (K, C/groups, R, S) weights."""

@@ -59,7 +59,7 @@ def test_cpize_and_errors():
     with pytest.raises(ValueError, match="factor S has shape"):
         CPConv2d(4, 4, 3, 2).load_factors(cpd.CPFactors(np.ones((5, 2)), np.ones((3, 2)),
                                                          np.ones((3, 2)), np.ones((4, 2))))
-    with pytest.raises(ValueError, match="rank must be a positive int"):
+    with pytest.raises(ValueError, match="rank must be >= 1"):
         cpd.parafac(np.ones((4, 4, 3, 3)), 0)
 
 

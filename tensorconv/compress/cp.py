@@ -3,7 +3,8 @@ fresh layer whose factors a checkpoint will fill)."""
 
 from __future__ import annotations
 
-from tensorconv.compress.tucker import tucker_candidates
+from tensorconv.checks import check_bool, check_finite, check_int
+from tensorconv.compress.tucker import replace_layers, tucker_candidates
 from tensorconv.nn.cp import CPConv2d
 
 
@@ -16,15 +17,20 @@ def cpize(model, rank: int, *, min_channels: int = 16, decompose: bool = True) -
     their random initialisation (weights about to be loaded from a checkpoint) and the
     result is ``{name: nan}``.
     """
-    errors = {}
-    modules = dict(model.named_modules())
-    for name, conv in tucker_candidates(model, min_channels).items():
+    rank = check_int(rank, "rank", minimum=1)
+    min_channels = check_int(min_channels, "min_channels", minimum=1)
+    check_bool(decompose, "decompose")
+    convs = tucker_candidates(model, min_channels)
+    if decompose:  # checked for every layer before any changes
+        for name, conv in convs.items():
+            check_finite(conv.weight.data, f"the weights of {name!r}")
+    errors, layers = {}, {}
+    for name, conv in convs.items():
         if decompose:
-            layer, errors[name] = CPConv2d.from_conv(conv, rank)
+            layers[name], errors[name] = CPConv2d.from_conv(conv, rank)
         else:
-            layer = CPConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, rank,
-                             conv.stride, conv.padding, bias=conv.bias is not None)
+            layers[name] = CPConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, rank,
+                                    conv.stride, conv.padding, bias=conv.bias is not None)
             errors[name] = float("nan")
-        parent_name, _, attr = name.rpartition(".")
-        setattr(modules[parent_name + "." if parent_name else ""], attr, layer)
+    replace_layers(model, layers)
     return errors

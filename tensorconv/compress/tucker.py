@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorconv.checks import check_bool, check_finite, check_int, check_real, is_int
 from tensorconv.nn.flops import count_flops_params
 from tensorconv.nn.layers import Conv2d
 from tensorconv.nn.tucker import TuckerConv2d
@@ -31,23 +32,46 @@ def tuckerize(model, ranks: dict, *, decompose: bool = True, method: str = "hooi
         True: initialise from the trained weights (HOOI / HOSVD); False: random
         initialisation (training the Tucker model from scratch).
     """
+    if not isinstance(ranks, dict):
+        raise TypeError(f"ranks must be a dict name -> (D1, D2), got {type(ranks).__name__}")
+    check_bool(decompose, "decompose")
+    if method not in ("hooi", "hosvd"):
+        raise ValueError(f"method must be 'hooi' or 'hosvd', got {method!r}")
     convs = tucker_candidates(model)
     unknown = sorted(set(ranks) - set(convs))
     if unknown:
         raise ValueError(f"no dense R x S convolution named {unknown[:3]} in the model")
+    for name, r in ranks.items():  # every rank checked before any layer changes
+        if not isinstance(r, (tuple, list)) or len(r) != 2 or not all(map(is_int, r)):
+            raise TypeError(f"ranks[{name!r}] must be a pair of ints (D1, D2), got {r!r}")
+        conv = convs[name]
+        if not (1 <= r[0] <= conv.in_channels and 1 <= r[1] <= conv.out_channels):
+            raise ValueError(f"ranks[{name!r}] = {tuple(r)} must lie in 1..{conv.in_channels} "
+                             f"and 1..{conv.out_channels}")
+        if decompose:
+            check_finite(conv.weight.data, f"the weights of {name!r}")
     rng = np.random.default_rng(seed)
+    layers = {}
     for name, r in ranks.items():
         conv = convs[name]
         if decompose:
-            layer = TuckerConv2d.from_conv(conv, r, method=method)
+            layers[name] = TuckerConv2d.from_conv(conv, tuple(r), method=method)
         else:
-            layer = TuckerConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, r,
-                                 conv.stride, conv.padding, bias=conv.bias is not None, rng=rng)
+            layers[name] = TuckerConv2d(conv.in_channels, conv.out_channels, conv.kernel_size,
+                                        tuple(r), conv.stride, conv.padding,
+                                        bias=conv.bias is not None, rng=rng)
             if model.xp is not np:
-                layer.to("gpu")
+                layers[name].to("gpu")
+    return replace_layers(model, layers)
+
+
+def replace_layers(model, layers: dict):
+    """Put each ``layers[name]`` in the place of the module ``name`` of ``model`` (all made
+    before any is put in: a failure while making them leaves the model as it was)."""
+    modules = dict(model.named_modules())
+    for name, layer in layers.items():
         parent_name, _, attr = name.rpartition(".")
-        parent = dict(model.named_modules())[parent_name + "." if parent_name else ""]
-        setattr(parent, attr, layer)
+        setattr(modules[parent_name + "." if parent_name else ""], attr, layer)
     return model
 
 
@@ -60,8 +84,8 @@ def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1,
     ``scope`` says whose MACs: ``"model"`` (all of them) or ``"layers"`` (the
     candidate convolutions' only, as Algorithm 1's budget B counts them).
     """
-    if not 0 < reduction < 1:
-        raise ValueError(f"reduction must be in (0, 1), got {reduction}")
+    check_real(reduction, "reduction", low=0.0, high=1.0, low_open=True, high_open=True)
+    multiple = check_int(multiple, "multiple", minimum=1)
     if scope not in ("model", "layers"):
         raise ValueError(f"scope must be 'model' or 'layers', got {scope!r}")
     base = count_flops_params(model, input_shape)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorconv import backend
+from tensorconv.checks import check_array, check_finite, check_int
 
 
 @dataclass
@@ -46,10 +47,10 @@ def parafac(w, rank: int, *, n_iter_max: int = 200, seed: int = 0) -> CPFactors:
     import tensorly as tl
     from tensorly.decomposition import parafac as tl_parafac
 
-    if w.ndim != 4:
-        raise ValueError(f"w must be (N, C, kh, kw), got shape {tuple(w.shape)}")
-    if not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be a positive int, got {rank!r}")
+    check_array(w, "w", ndim=4)
+    check_finite(w, "w")
+    rank = check_int(rank, "rank", minimum=1)
+    n_iter_max = check_int(n_iter_max, "n_iter_max", minimum=1)
     xp = backend.array_module(w)
     with tl.backend_context("cupy" if xp.__name__ == "cupy" else "numpy"):
         weights, (t, s, h, ww) = tl_parafac(w, rank, n_iter_max=n_iter_max, init="random",

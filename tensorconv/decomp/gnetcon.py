@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorconv import backend, ops
+from tensorconv.checks import check_int
 
 
 class NoFeasibleSequence(ValueError):
@@ -50,6 +51,9 @@ class Network:
     bytes_per_element: int = 4
 
     def __post_init__(self):
+        for label, size in self.sizes.items():
+            check_int(size, f"sizes[{label!r}]", minimum=1)
+        check_int(self.bytes_per_element, "bytes_per_element", minimum=1)
         names = list(self.tensors)
         for name, labels in self.tensors.items():
             for lab in labels:
@@ -117,6 +121,8 @@ def gnetcon(net: Network, memory_cap: int | None = None) -> Plan:
     n = len(net.tensors)
     if n < 2:
         raise ValueError("a network needs at least two tensors")
+    if memory_cap is not None:
+        check_int(memory_cap, "memory_cap", minimum=1)
     full = (1 << n) - 1
     best = {1 << i: (0, 0) for i in range(n)}   # mask -> (cost, peak bytes)
     split = {}
@@ -332,7 +338,8 @@ def execute(net: Network, plan: Plan, arrays: dict, *, gemm: str = "cublas"):
 
 
 def cp_conv_network(n: int, s: int, t: int, y: int, x: int, kh: int, kw: int, r: int) -> Network:
-    """The CP-decomposed convolution layer of the paper's eq. 7 as a generalized network."""
+    """The CP-decomposed convolution layer of the paper's eq. 7 as a generalized network
+    (every size a positive int, checked by :class:`Network`)."""
     return Network(
         tensors={"U": ("n", "s", "y", "x"), "S": ("s", "r"), "H": ("h", "r"), "W": ("w", "r"),
                  "T": ("t", "r")},

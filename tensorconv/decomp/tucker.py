@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorconv import backend
+from tensorconv.checks import check_array, check_finite, is_int
 
 
 @dataclass
@@ -28,15 +29,19 @@ class TuckerFactors:
         return self.core.shape[1], self.core.shape[0]
 
 
-def _check(w, ranks):
-    if w.ndim != 4:
-        raise ValueError(f"w must be (N, C, R, S), got shape {tuple(w.shape)}")
-    d1, d2 = ranks
+def _check(w, ranks) -> tuple[int, int]:
+    """``(D1, D2)`` after checking ``w`` (a finite float (N, C, R, S) array) and ``ranks``."""
+    check_array(w, "w", ndim=4)
+    check_finite(w, "w")
+    if not isinstance(ranks, (tuple, list)) or len(ranks) != 2 or not all(map(is_int, ranks)):
+        raise TypeError(f"ranks must be a pair of ints (D1, D2), got {ranks!r}")
+    d1, d2 = (int(r) for r in ranks)
     n, c = w.shape[:2]
     if not (1 <= d1 <= c):
         raise ValueError(f"rank D1={d1} must be in 1..{c} (the kernel's input channels)")
     if not (1 <= d2 <= n):
         raise ValueError(f"rank D2={d2} must be in 1..{n} (the kernel's output channels)")
+    return d1, d2
 
 
 def _leading_left_vectors(mat, k):
@@ -66,8 +71,7 @@ def hosvd(w, ranks) -> TuckerFactors:
     w : ndarray (NumPy or CuPy), (N, C, R, S)
     ranks : (D1, D2)
     """
-    _check(w, ranks)
-    d1, d2 = ranks
+    d1, d2 = _check(w, ranks)
     n, c, r, s = w.shape
     u_out = _leading_left_vectors(w.reshape(n, -1), d2)
     u_in = _leading_left_vectors(w.transpose(1, 0, 2, 3).reshape(c, -1), d1)
@@ -92,8 +96,7 @@ def partial_tucker(w, ranks, *, n_iter_max: int = 100, tol: float = 1e-6) -> Tuc
     import tensorly as tl
     from tensorly.decomposition import partial_tucker as tl_partial_tucker
 
-    _check(w, ranks)
-    d1, d2 = ranks
+    d1, d2 = _check(w, ranks)
     xp = backend.array_module(w)
     with tl.backend_context("cupy" if xp.__name__ == "cupy" else "numpy"):
         (core, (u_out, u_in)), _ = tl_partial_tucker(w, rank=[d2, d1], modes=[0, 1],

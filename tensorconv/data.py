@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorconv.checks import check_int
+
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
                          "Shirt", "Sneaker", "Bag", "Ankle boot")
 _FILES = {
@@ -35,10 +37,20 @@ class DatasetFormatError(ValueError):
 
 
 def fashion_mnist_dir() -> Path:
-    """The directory holding the four Fashion-MNIST ``.gz`` files."""
-    candidates = [Path(os.environ["TENSORCONV_DATA"])] if os.environ.get("TENSORCONV_DATA") else []
-    candidates.append(_DEBIAN_DIR)
+    """The directory holding the four Fashion-MNIST ``.gz`` files: ``TENSORCONV_DATA``
+    when it is set (an error when it lacks them: a setting is never silently passed
+    over), else the Debian package's."""
     needed = [name for imgs, lbls, _ in _FILES.values() for name in (imgs, lbls)]
+    if os.environ.get("TENSORCONV_DATA"):
+        d = Path(os.environ["TENSORCONV_DATA"])
+        missing = [name for name in needed if not (d / name).is_file()]
+        if missing:
+            state = "is not a directory" if not d.is_dir() else f"lacks {', '.join(missing)}"
+            raise DatasetNotFoundError(
+                f"TENSORCONV_DATA={d} {state}: put the four Fashion-MNIST .gz files there, "
+                f"or unset it to use the Debian package ({_DEBIAN_DIR})")
+        return d
+    candidates = [_DEBIAN_DIR]
     for d in candidates:
         if all((d / name).is_file() for name in needed):
             return d
@@ -56,8 +68,14 @@ def read_idx(path, *, magic: int) -> np.ndarray:
     ndarray of uint8, (count,) for labels or (count, rows, cols) for images
     """
     path = Path(path)
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise DatasetNotFoundError(f"{path} does not exist") from None
+    except (EOFError, OSError) as exc:  # truncated, or not gzip at all
+        raise DatasetFormatError(f"{path}: not a whole gzip file ({exc}); download it "
+                                 f"again") from exc
     if len(raw) < 8:
         raise DatasetFormatError(f"{path}: too short to be an IDX file ({len(raw)} bytes)")
     found = int.from_bytes(raw[:4], "big")
@@ -85,7 +103,8 @@ class Dataset:
 
     def subset(self, n: int, seed: int = 0) -> "Dataset":
         """A random subset of ``n`` examples, fixed by ``seed``."""
-        if not 0 < n <= len(self):
+        n = check_int(n, "n", minimum=1)
+        if n > len(self):
             raise ValueError(f"n must be in 1..{len(self)}, got {n}")
         rng = np.random.default_rng(seed)
         idx = rng.permutation(len(self))[:n]
@@ -115,6 +134,10 @@ def load_fashion_mnist(split: str = "train", *, root=None, pad_to: int | None = 
     """
     if split not in _FILES:
         raise ValueError(f"split must be one of {sorted(_FILES)}, got {split!r}")
+    if limit is not None:
+        limit = check_int(limit, "limit", minimum=1)
+    if pad_to is not None:
+        pad_to = check_int(pad_to, "pad_to", minimum=28)
     root = Path(root) if root is not None else fashion_mnist_dir()
     img_name, lbl_name, count = _FILES[split]
     images = read_idx(root / img_name, magic=_IMAGE_MAGIC)
@@ -130,8 +153,6 @@ def load_fashion_mnist(split: str = "train", *, root=None, pad_to: int | None = 
     if normalize:
         x = (x - dtype(FASHION_MNIST_MEAN)) / dtype(FASHION_MNIST_STD)
     if pad_to is not None:
-        if pad_to < 28:
-            raise ValueError(f"pad_to must be >= 28, got {pad_to}")
         lo = (pad_to - 28) // 2
         hi = pad_to - 28 - lo
         # Pad with the value a black pixel has after normalisation.
@@ -149,8 +170,7 @@ def batches(data: Dataset, batch_size: int, *, shuffle: bool = True, rng=None,
     rng : numpy.random.Generator, optional
         Source of the shuffle order; pass one to make epochs reproducible.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
     n = len(data)
     order = (rng or np.random.default_rng()).permutation(n) if shuffle else np.arange(n)
     stop = n - n % batch_size if drop_last else n

@@ -69,10 +69,39 @@ def test_wrong_count(tmp_path, rng):
 
 
 def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("TENSORCONV_DATA", str(tmp_path))
+    monkeypatch.delenv("TENSORCONV_DATA", raising=False)
     monkeypatch.setattr(data, "_DEBIAN_DIR", tmp_path / "nowhere")
     with pytest.raises(data.DatasetNotFoundError, match="apt-get install dataset-fashion-mnist"):
         data.load_fashion_mnist()
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_a_data_directory_set_but_wrong_is_an_error_not_passed_over(fake_root, tmp_path,
+                                                                    monkeypatch, where):
+    d = tmp_path / "nowhere" if where == "missing" else tmp_path
+    monkeypatch.setenv("TENSORCONV_DATA", str(d))
+    monkeypatch.setattr(data, "_DEBIAN_DIR", fake_root)      # a good copy exists elsewhere
+    msg = "is not a directory" if where == "missing" else "lacks train-images"
+    with pytest.raises(data.DatasetNotFoundError, match=f"TENSORCONV_DATA={d} {msg}"):
+        data.load_fashion_mnist()
+
+
+def test_a_truncated_dataset_file_names_its_path(fake_root, tmp_path):
+    import shutil
+
+    for f in fake_root.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    name = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    name.write_bytes(name.read_bytes()[:40])
+    with pytest.raises(data.DatasetFormatError, match="t10k-labels-idx1-ubyte.gz: not a whole"):
+        data.load_fashion_mnist("test", root=tmp_path)
+
+
+@pytest.mark.parametrize("limit,exc", [(-5, ValueError), (0, ValueError), (2.5, TypeError),
+                                       ("10", TypeError)])
+def test_dataset_limits_are_positive_ints(fake_root, limit, exc):
+    with pytest.raises(exc, match="limit must be"):
+        data.load_fashion_mnist("test", root=fake_root, limit=limit)
 
 
 def test_bad_arguments(fake_root):

@@ -20,8 +20,8 @@ KERNELS = ROOT.parent / "kernels_cu"
 # The layers, bottom first: a module may import its own layer and the ones below it.
 LAYERS = (
     ("tensorconv", "tensorconv.backend", "tensorconv.precision", "tensorconv.files",
-     "tensorconv.results", "tensorconv.data"),
-    ("tensorconv.checks",),
+     "tensorconv.results"),
+    ("tensorconv.checks", "tensorconv.data"),
     ("tensorconv.cuda", "tensorconv.graph"),
     ("tensorconv.timing", "tensorconv.tunecache"),
     ("tensorconv.reference", "tensorconv.bench"),

@@ -165,3 +165,43 @@ def test_cp_finetune_from_a_dense_checkpoint_resumes_exactly(tmp_path):
         train(_cfg(cp_rank=2, tucker_ranks=ADMM_RANKS), progress=False)
     with pytest.raises(ckpt.CheckpointMismatchError, match="CP rank: 3"):
         train(_cfg(init_from=str(tmp_path / "full.npz")), progress=False)
+
+
+@pytest.mark.parametrize("field,value,exc,msg", [
+    ("epochs", 0, ValueError, "epochs must be >= 1"),
+    ("epochs", 2.5, TypeError, "epochs must be an int"),
+    ("batch_size", -1, ValueError, "batch_size must be >= 1"),
+    ("train_limit", -5, ValueError, "train_limit must be >= 1"),
+    ("lr", float("nan"), ValueError, "lr must be finite"),
+    ("lr", 0.0, ValueError, "lr must be > 0"),
+    ("momentum", 1.0, ValueError, "momentum must be < 1"),
+    ("model", "nosuchmodel", ValueError, "model must be one of"),
+    ("schedule", "linear", ValueError, "schedule must be one of"),
+    ("augment", "yes", TypeError, "augment must be True or False"),
+    ("cp_rank", 0, ValueError, "cp_rank must be >= 1"),
+])
+def test_a_config_is_checked_when_it_is_made(field, value, exc, msg):
+    with pytest.raises(exc, match=msg):
+        _cfg(**{field: value})
+
+
+def test_a_damaged_checkpoint_is_one_clear_error_and_kept(tmp_path):
+    path = tmp_path / "run.npz"
+    train(_cfg(epochs=1), path, progress=False)
+    path.write_bytes(path.read_bytes()[:300])
+    before = path.read_bytes()
+    with pytest.raises(ckpt.CheckpointError, match="run.npz is not a tensorconv checkpoint"):
+        train(_cfg(), path, progress=False)
+    assert path.read_bytes() == before
+
+
+def test_a_read_only_checkpoint_is_refused_before_training(tmp_path):
+    from tensorconv.files import ReadOnlyFileError
+
+    path = tmp_path / "run.npz"
+    train(_cfg(epochs=1), path, progress=False)
+    before = path.read_bytes()
+    path.chmod(0o444)
+    with pytest.raises(ReadOnlyFileError, match="run.npz is read-only"):
+        train(_cfg(), path, progress=False)
+    assert path.read_bytes() == before

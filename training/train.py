@@ -21,8 +21,9 @@ from tensorconv import backend, data, files
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
+from tensorconv.checks import check_bool, check_int, check_real
 from tensorconv.compress import cpize, tuckerize
-from tensorconv.nn import get_model
+from tensorconv.nn import MODELS, get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
 from training import checkpoint as ckpt
 from training.admm_tucker import ADMMTucker
@@ -60,6 +61,36 @@ class TrainConfig:
     admm_ranks: dict | None = None     # conv name -> (D1, D2): ADMM towards these ranks
     admm_rho: float = 1e-3
     admm_rho_growth: float = 1.3
+
+    def __post_init__(self):
+        """Every field checked when the config is made, before any data or model is built."""
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        for name in ("epochs", "batch_size"):
+            check_int(getattr(self, name), name, minimum=1)
+        for name in ("warmup_epochs", "seed"):
+            check_int(getattr(self, name), name, minimum=0)
+        for name in ("train_limit", "test_limit", "cp_rank"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, minimum=1)
+        if self.pad_to is not None:
+            check_int(self.pad_to, "pad_to", minimum=1)
+        check_real(self.lr, "lr", low=0.0, low_open=True)
+        check_real(self.momentum, "momentum", low=0.0, high=1.0, high_open=True)
+        check_real(self.weight_decay, "weight_decay", low=0.0)
+        check_real(self.admm_rho, "admm_rho", low=0.0, low_open=True)
+        check_real(self.admm_rho_growth, "admm_rho_growth", low=1.0)
+        if self.clip_grad is not None:
+            check_real(self.clip_grad, "clip_grad", low=0.0, low_open=True)
+        for name in ("nesterov", "augment"):
+            check_bool(getattr(self, name), name)
+        for name, allowed in (("schedule", ("cosine", "step")), ("device", ("auto", "cpu", "gpu")),
+                              ("dataset", ("fashion_mnist", "synthetic")),
+                              ("tucker_init", ("decompose", "random"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.tucker_ranks and self.cp_rank:
+            raise ValueError("tucker_ranks and cp_rank are two formats: give one")
 
 
 @dataclass
@@ -189,8 +220,6 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     """
     from tqdm import tqdm
 
-    if cfg.tucker_ranks and cfg.cp_rank:
-        raise ValueError("tucker_ranks and cp_rank are two formats: give one")
     if checkpoint is not None:
         files.check_writable(Path(checkpoint))  # said now, not after the first epoch
     device = _resolve_device(cfg.device)
@@ -202,9 +231,6 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     if cfg.init_from:
         _init_from(model, cfg)
     if cfg.tucker_ranks:
-        if cfg.tucker_init not in ("decompose", "random"):
-            raise ValueError("tucker_init must be 'decompose' or 'random', got "
-                             f"{cfg.tucker_init!r}")
         tuckerize(model, {k: tuple(v) for k, v in cfg.tucker_ranks.items()},
                   decompose=cfg.tucker_init == "decompose", seed=cfg.seed)
     if cfg.cp_rank:  # a resumed run loads its factors: no need to decompose again

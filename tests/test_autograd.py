@@ -139,3 +139,94 @@ def test_gradcheck_catches_a_wrong_gradient(rng):
 
     with pytest.raises(AssertionError, match="differs"):
         gradcheck(lambda a: Wrong.apply(a), [T(rng, 4)])
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+class _WrongSquare:
+    """``x**2`` whose backward forgets the factor 2."""
+
+    @staticmethod
+    def apply(x):
+        from tensorconv.autograd.function import Function
+
+        class Square(Function):
+            def forward(self, a):
+                self.a = a
+                return a * a
+
+            def backward(self, g):
+                return (g * self.a,)
+
+        return Square.apply(x)
+
+
+def test_gradcheck_catches_a_wrong_backward_on_a_non_contiguous_input(rng):
+    from tensorconv.autograd import Tensor, gradcheck
+
+    base = rng.standard_normal((4, 6))
+    x = Tensor(base[:, ::2], requires_grad=True)          # a strided view
+    assert not x.data.flags.c_contiguous
+    with pytest.raises(AssertionError, match="gradient of input 0"):
+        gradcheck(_WrongSquare.apply, [x])
+    assert np.array_equal(x.data, base[:, ::2])           # perturbations undone
+
+
+def test_gradcheck_refuses_to_check_nothing(rng):
+    from tensorconv.autograd import Tensor, gradcheck
+
+    with pytest.raises(ValueError, match="no input requires a gradient"):
+        gradcheck(lambda x: x * 2.0, [Tensor(rng.standard_normal(3))])
+
+
+def test_item_of_a_tensor_with_many_elements_is_an_error():
+    from tensorconv.autograd import Tensor
+
+    assert Tensor(np.array([2.5])).item() == 2.5
+    with pytest.raises(ValueError, match=r"item\(\) needs a one-element tensor"):
+        Tensor(np.ones(3)).item()
+
+
+@pytest.mark.parametrize("seed,exc,msg", [
+    (np.ones((1, 3, 4)), ValueError, "grad has shape"),
+    (np.ones((4,)), ValueError, "grad has shape"),
+    (np.ones((3, 4), np.float32), TypeError, "grad is float32"),
+    ([[1.0] * 4] * 3, TypeError, "grad"),
+])
+def test_a_seed_gradient_must_match_the_tensor(seed, exc, msg):
+    from tensorconv.autograd import Tensor
+
+    x = Tensor(np.ones((3, 4)), requires_grad=True)
+    y = x * 2.0
+    with pytest.raises(exc, match=msg):
+        y.backward(seed)
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("how", ["assign", "subtract", "item"])
+def test_changing_a_saved_input_in_place_before_backward_is_an_error(how):
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    x = Tensor(np.arange(6.0).reshape(2, 3) - 2.0, requires_grad=True)
+    w = Tensor(np.ones((2, 3)), requires_grad=True)
+    y = F.relu(x * w)
+    if how == "assign":
+        w.data = np.zeros((2, 3))
+    elif how == "subtract":
+        w.data -= 1.0
+    else:
+        w[0, 0] = 5.0
+    with pytest.raises(RuntimeError, match="changed in place after the forward pass"):
+        y.backward(np.ones(y.shape))
+
+
+def test_a_fresh_forward_after_an_in_place_change_is_fine():
+    from tensorconv.autograd import Tensor
+
+    w = Tensor(np.ones(3), requires_grad=True)
+    w.data -= 0.5
+    y = w * 3.0
+    y.backward(np.ones(3))
+    assert np.allclose(w.grad, 3.0)

@@ -55,6 +55,7 @@ class Function:
         results = tuple(Tensor(o, requires_grad=needs_grad) for o in outputs)
         if needs_grad:
             fn.inputs = tensors
+            fn.input_versions = tuple(t.version for t in tensors)
             # Weak references: a tensor owns its creator, not the reverse, so an
             # unused output and its graph are freed at once (no reference cycle).
             fn.outputs = tuple(weakref.ref(r) for r in results)
@@ -83,6 +84,22 @@ def _topological_order(root: Tensor) -> list:
     return order[::-1]
 
 
+def _check_versions(fn: Function) -> None:
+    """Raise when a tensor ``fn`` read (and may have saved) changed in place since."""
+    for i, (t, v) in enumerate(zip(fn.inputs, fn.input_versions)):
+        if t.version != v:
+            raise RuntimeError(
+                f"input {i} ({t.name or tuple(t.shape)}) of {type(fn).__name__} was changed in "
+                f"place after the forward pass (version {v} -> {t.version}); its gradient "
+                f"would be wrong. Change a copy, or run the forward pass again")
+    for i, ref in enumerate(fn.outputs):
+        out = ref()
+        if out is not None and out.version != 0:
+            raise RuntimeError(
+                f"output {i} of {type(fn).__name__} was changed in place after the forward "
+                f"pass; its gradient would be wrong. Change a copy instead")
+
+
 def backward(root: Tensor, grad) -> None:
     """Propagate ``grad`` (d loss / d root) to every leaf with ``requires_grad``.
 
@@ -107,6 +124,7 @@ def backward(root: Tensor, grad) -> None:
             continue
         gouts = [xp.zeros(shape, dtype) if g is None else g
                  for g, (shape, dtype) in zip(gouts, fn.output_meta)]
+        _check_versions(fn)
         gins = fn.backward(*gouts)
         if not isinstance(gins, tuple):
             gins = (gins,)

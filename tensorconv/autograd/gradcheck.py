@@ -23,15 +23,27 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, rtol: float = 1e-4, atol: float 
     Returns
     -------
     True; raises ``AssertionError`` naming the input and the worst element otherwise.
+
+    Raises
+    ------
+    ValueError
+        No input requires a gradient (there would be nothing to check).
+
+    Every element is perturbed in place through its own index, so inputs of any layout
+    (non-contiguous views included) are checked element by element.
     """
     for i, t in enumerate(inputs):
         if not isinstance(t, Tensor):
             raise TypeError(f"inputs[{i}] must be a Tensor, got {type(t).__name__}")
         if t.requires_grad and t.dtype != np.float64:
             raise TypeError(f"gradcheck needs float64 inputs; inputs[{i}] is {t.dtype}")
+    if not any(t.requires_grad for t in inputs):
+        raise ValueError("no input requires a gradient: gradcheck would check nothing")
     for t in inputs:
         t.grad = None
     out = fn(*inputs)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"fn must return a Tensor, got {type(out).__name__}")
     xp = out.xp
     v = xp.asarray(np.random.default_rng(seed).standard_normal(out.shape))
     out.backward(v)
@@ -43,17 +55,15 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, rtol: float = 1e-4, atol: float 
         if not t.requires_grad:
             continue
         analytic = t.grad if t.grad is not None else xp.zeros_like(t.data)
-        flat = t.data.reshape(-1)
-        numeric = xp.zeros(flat.shape, dtype=np.float64)
-        for j in range(flat.size):
-            old = float(flat[j])
-            flat[j] = old + eps
+        numeric = xp.zeros(t.shape, dtype=np.float64)
+        for idx in np.ndindex(*t.shape):  # indexes the array itself: any strides
+            old = float(t.data[idx])
+            t.data[idx] = old + eps
             fp = objective()
-            flat[j] = old - eps
+            t.data[idx] = old - eps
             fm = objective()
-            flat[j] = old
-            numeric[j] = (fp - fm) / (2 * eps)
-        numeric = numeric.reshape(t.shape)
+            t.data[idx] = old
+            numeric[idx] = (fp - fm) / (2 * eps)
         err = xp.abs(analytic - numeric)
         bad = err > atol + rtol * xp.abs(numeric)
         if bool(bad.any()):

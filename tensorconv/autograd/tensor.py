@@ -25,12 +25,37 @@ class Tensor:
         if isinstance(data, np.generic):  # NumPy reductions return scalars, not 0-d arrays
             data = np.asarray(data)
         data = backend.as_array(data, name or "data")
-        self.data = data
+        self._data = data
+        self._version = 0         # bumped by every change made through the Tensor
         self.grad = None
         self.creator = None       # the Function node that produced this tensor
         self._pending = None      # gradient in flight during backward()
         self.requires_grad = bool(requires_grad)
         self.name = name
+
+    # ---- the data, and its version
+    @property
+    def data(self):
+        """The array.  Assigning to it (``t.data = a``, ``t.data -= g``) or to an item
+        (``t[i] = v``) is an in-place change: it bumps :attr:`version`, and a backward pass
+        through a function that saved the old value raises instead of giving a wrong
+        gradient.  Writing into the array itself (``t.data[i] = v``) bypasses the count,
+        as PyTorch's ``.data`` does."""
+        return self._data
+
+    @data.setter
+    def data(self, value) -> None:
+        self._data = value
+        self._version += 1
+
+    @property
+    def version(self) -> int:
+        """How many in-place changes the tensor has had (see :attr:`data`)."""
+        return self._version
+
+    def __setitem__(self, index, value) -> None:
+        self._data[index] = value.data if isinstance(value, Tensor) else value
+        self._version += 1
 
     # ---- array-like facts
     @property
@@ -67,13 +92,17 @@ class Tensor:
         return backend.to_host(self.data)
 
     def item(self) -> float:
-        return float(self.data.reshape(-1)[0]) if self.size == 1 else float("nan")
+        """The value of a one-element tensor as a Python float."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, got shape {tuple(self.shape)}")
+        return float(self.data.reshape(-1)[0])
 
     # ---- differentiation
     def backward(self, grad=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
 
-        ``grad`` defaults to ones for a one-element tensor (a loss).
+        ``grad`` (d loss / d self) defaults to ones for a one-element tensor (a loss); given,
+        it must have this tensor's shape, dtype and device (nothing is broadcast or cast).
         """
         from tensorconv.autograd.function import backward
 
@@ -82,6 +111,16 @@ class Tensor:
                 raise ValueError(f"backward() without a gradient needs a one-element tensor, "
                                  f"got shape {tuple(self.shape)}")
             grad = self.xp.ones_like(self.data)
+        else:
+            grad = backend.as_array(grad.data if isinstance(grad, Tensor) else grad, "grad")
+            if backend.array_module(grad) is not self.xp:
+                raise TypeError(f"grad is on another device than the tensor "
+                                f"({backend.array_module(grad).__name__} vs {self.xp.__name__})")
+            if grad.shape != self.shape:
+                raise ValueError(f"grad has shape {tuple(grad.shape)}; the tensor has shape "
+                                 f"{tuple(self.shape)}")
+            if grad.dtype != self.dtype:
+                raise TypeError(f"grad is {grad.dtype}; the tensor is {self.dtype}")
         backward(self, grad)
 
     def zero_grad(self) -> None:

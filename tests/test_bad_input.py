@@ -212,3 +212,16 @@ def test_tuckerize_and_cpize_refuse_non_finite_weights_before_any_change():
     assert _weights(model).keys() == before
     with pytest.raises(ValueError, match="rank must be >= 1"):
         cpize(model, 0, decompose=False)
+
+
+def test_batch_norm_running_statistics_of_the_wrong_length_are_refused(rng):
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    x = Tensor(rng.standard_normal((2, 4, 3, 3)).astype(F32))
+    gamma, beta = Tensor(np.ones(4, F32)), Tensor(np.zeros(4, F32))
+    for training in (True, False):
+        with pytest.raises(ValueError, match="running_mean has 1 entries; x has 4 channels"):
+            F.batch_norm2d(x, gamma, beta, np.zeros(1, F32), np.ones(4, F32), training=training)
+        with pytest.raises(ValueError, match="running_var has 8 entries"):
+            F.batch_norm2d(x, gamma, beta, np.zeros(4, F32), np.ones(8, F32), training=training)

@@ -29,10 +29,13 @@ def instantiations() -> list[str]:
     return []
 
 
-def _check(x, gamma, beta=None):
+def _check(x, gamma, beta=None, running_mean=None, running_var=None):
+    """The array module of ``x`` (N, C, H, W), after checking that every per-channel array
+    given has C entries (nothing is broadcast)."""
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4)
-    for name, a in (("gamma", gamma), ("beta", beta)):
+    for name, a in (("gamma", gamma), ("beta", beta), ("running_mean", running_mean),
+                    ("running_var", running_var)):
         if a is None:
             continue
         check_array(a, name, ndim=1, xp=xp)
@@ -59,7 +62,7 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
     Returns ``(y, mean, invstd)``; in training the running statistics are
     updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.
     """
-    xp = _check(x, gamma, beta)
+    xp = _check(x, gamma, beta, running_mean, running_var)
     n, c, h, w = x.shape
     if training and n * h * w < 2:
         raise ValueError("batch norm needs more than one value per channel in training")

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 from tensorconv import bench, files
+from tensorconv.cli import OneLineParser
 from tensorconv.results import ResultsOverwriteError, check_replace, results_dir
 
 
-class ExperimentParser(argparse.ArgumentParser):
+class ExperimentParser(OneLineParser):
     """The arguments of one experiment; parsing them also checks, before any work, that
     the run may write its results where they go (:func:`tensorconv.results.check_replace`)."""
 
     def __init__(self, name: str, doc: str):
-        super().__init__(prog=f"python -m experiments.{name}", description=doc,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=f"python -m experiments.{name}", description=doc)
         self.name = name
         self.output_name = lambda ns: name  # the file stem a run writes (train: per model)
         self.add_argument("--quick", action="store_true", help="a smaller, faster run")

@@ -19,6 +19,7 @@ import numpy as np
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, reference, timing
 from tensorconv.checks import conv_geometry
+from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "bench_conv"
@@ -202,4 +203,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -16,12 +16,14 @@ import numpy as np
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, engine, timing
 from tensorconv.autograd import Tensor, no_grad
+from tensorconv.cli import guarded
 from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
 from tensorconv.nn.layers import BatchNorm2d
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
 
 NAME = "bench_inference"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 # measured on this project's H100 (DESIGN.md): PyTorch/cuDNN ResNet-18 batch 1 fp32
 DESIGN_US = {"pytorch-eager": 2181.0, "pytorch-graph": 494.0}
 
@@ -169,4 +171,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

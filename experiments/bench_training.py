@@ -18,11 +18,13 @@ from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
+from tensorconv.cli import guarded
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
 
 NAME = "bench_training"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 TARGET = 0.5  # ours / PyTorch eager
 
 
@@ -167,4 +169,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

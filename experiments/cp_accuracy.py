@@ -27,6 +27,7 @@ import numpy as np
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, timing
 from tensorconv.autograd import Tensor, no_grad
+from tensorconv.cli import guarded
 from tensorconv.compress import cpize
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
@@ -202,4 +203,4 @@ def _plot(rows, ranks, lrs, path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

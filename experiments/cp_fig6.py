@@ -11,6 +11,7 @@ from __future__ import annotations
 from experiments._common import outputs, parser
 from experiments.cp_table2 import NAME as TABLE
 from experiments.cp_table2 import plot
+from tensorconv.cli import guarded
 from tensorconv.results import pivot_markdown, read_csv, write_markdown
 
 NAME = "cp_fig6"
@@ -35,4 +36,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -31,6 +31,7 @@ import numpy as np
 
 from experiments._common import geomean, outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, reference, timing
+from tensorconv.cli import guarded
 from tensorconv.decomp import cp as cpd
 from tensorconv.decomp import gnetcon
 from tensorconv.ops import cp_conv as cpops
@@ -38,6 +39,7 @@ from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_cs
 from tensorconv.tuning import cp_tuner
 
 NAME = "cp_table2"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 LAYERS = {1: (3, 224, 224, 96, 11, 11), 2: (48, 55, 55, 256, 5, 5), 3: (256, 27, 27, 384, 3, 3),
           4: (192, 13, 13, 384, 3, 3), 5: (192, 13, 13, 256, 3, 3)}
 RANKS = (1, 2, 4, 8, 16)
@@ -291,4 +293,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -21,9 +21,11 @@ from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
+from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "first_run"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 TARGET_S = 60.0
 
 
@@ -82,4 +84,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -20,6 +20,7 @@ import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
+from tensorconv.cli import guarded
 from tensorconv.nn import count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training.train import TrainConfig, train
@@ -127,4 +128,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

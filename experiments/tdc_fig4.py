@@ -12,9 +12,11 @@ from __future__ import annotations
 from experiments._common import outputs, parser, pyplot, save_figure
 from experiments._tdc import measure_core_shape
 from tensorconv import backend, bench
+from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
 
 NAME = "tdc_fig4"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 
 
 def main(argv=None) -> int:
@@ -57,4 +59,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -24,9 +24,11 @@ from experiments._common import geomean, outputs, parser, pyplot, save_figure
 from experiments._cudnn_fresh import fresh_times
 from experiments._tdc import measure_core_shape
 from tensorconv import backend, bench
+from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "tdc_fig6"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 SHAPES = [(32, 32, 7, 7), (32, 32, 14, 14), (32, 32, 28, 28), (32, 32, 56, 56), (64, 32, 7, 7),
           (64, 32, 14, 14), (64, 32, 28, 28), (64, 32, 56, 56), (64, 32, 112, 112),
           (64, 32, 224, 224), (64, 64, 56, 56), (96, 64, 7, 7), (96, 64, 28, 28),
@@ -134,4 +136,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

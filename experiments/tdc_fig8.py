@@ -38,6 +38,7 @@ import numpy as np
 from experiments._common import outputs, parser, pyplot, save_figure
 from experiments._torch_mirror import to_torch
 from tensorconv import backend, bench, timing, tunecache
+from tensorconv.cli import guarded
 from tensorconv.compress import tuckerize, uniform_ranks
 from tensorconv.compress.performance import performance_tables
 from tensorconv.compress.ranks import layer_specs, select_ranks
@@ -46,6 +47,7 @@ from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "tdc_fig8"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 # zoo name, input shape, MAC reduction (the paper's budget B for the network)
 MODELS = {"resnet18": ("resnet18_imagenet", (1, 3, 224, 224), 0.65),
           "resnet50": ("resnet50", (1, 3, 224, 224), 0.40),
@@ -217,4 +219,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

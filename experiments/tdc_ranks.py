@@ -33,6 +33,7 @@ import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
+from tensorconv.cli import guarded
 from tensorconv.compress import tuckerize, uniform_ranks
 from tensorconv.compress.performance import performance_tables
 from tensorconv.compress.ranks import layer_specs, select_ranks
@@ -41,6 +42,7 @@ from tensorconv.nn import get_model
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 
 NAME = "tdc_ranks"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 MODEL, SHAPE = "resnet18_imagenet", (1, 3, 224, 224)
 # Algorithm 1's variants: (label, theta, tie, chained): latencies within ``tie`` of the fastest
 # count as equal, the largest ranks among them winning (2 %: timing noise; 10 %: trading speed
@@ -226,4 +228,4 @@ def plot(rows, path) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

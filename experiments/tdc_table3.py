@@ -27,6 +27,7 @@ from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench
+from tensorconv.cli import guarded
 from tensorconv.compress import tuckerize, uniform_ranks
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
@@ -208,4 +209,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import bench
-from tensorconv.nn import count_flops_params
+from tensorconv.cli import guarded
+from tensorconv.nn import MODELS, count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training.train import TrainConfig, train
 
@@ -24,7 +25,7 @@ TARGETS = {"resnet20": 92.5}  # issue target (test accuracy, %) on Fashion-MNIST
 def main(argv=None) -> int:
     p = parser("train", __doc__)
     d = TrainConfig()
-    p.add_argument("--model", default=d.model)
+    p.add_argument("--model", default=d.model, choices=sorted(MODELS))
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)
@@ -100,4 +101,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main, prog="python -m experiments.train"))

@@ -41,10 +41,10 @@ def require_cuda(what: str):
     """Return the ``cupy`` module, or raise :class:`CudaUnavailableError` naming ``what``."""
     if not cupy_installed():
         raise CudaUnavailableError(
-            f"{what} needs CuPy, which is not installed: pip install -e '.[cuda13]' "
-            "(or '.[cuda12]' for a CUDA 12 driver)")
+            f"{what} needs an NVIDIA GPU with CuPy, and CuPy is not installed here (on a GPU "
+            "machine: pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver)")
     if not gpu_available():
-        raise CudaUnavailableError(f"{what} needs a CUDA GPU, and CuPy sees none")
+        raise CudaUnavailableError(f"{what} needs an NVIDIA GPU, and CuPy sees none here")
     import cupy
 
     return cupy

@@ -1,18 +1,55 @@
-"""The ``tensorconv`` command: ``info``, ``list``, ``build TARGET`` and ``run NAME [--quick]``."""
+"""The ``tensorconv`` command: ``info``, ``list``, ``build TARGET`` and ``run NAME [--quick]``.
+
+A mistake the library can name (an unknown model, experiment or option, a damaged
+checkpoint, missing data, no GPU, results it will not replace) prints one line and exits
+with status 2; ``TENSORCONV_DEBUG=1`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.metadata
+import os
 import pkgutil
 import sys
 
-from tensorconv import __version__, backend, bench, engine, precision
+from tensorconv import __version__, backend, bench, engine, precision, results
 from tensorconv.nn import MODELS, MaxPool2d, get_model
 
 _PACKAGES = ("numpy", "scipy", "numba", "tensorly", "matplotlib", "tqdm", "cupy-cuda13x",
              "cupy-cuda12x", "cupy", "torch")
+
+
+# What a user can cause and the message names: printed as one line, not a traceback.
+USER_ERRORS = (backend.CudaUnavailableError, ValueError, OSError, results.ResultsOverwriteError)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``prog: message; see --help``) and
+    whose help keeps the description's own line breaks."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def guarded(fn, *args, prog: str = "tensorconv") -> int:
+    """``fn(*args)`` as an exit status: the user's mistakes (:data:`USER_ERRORS`) become
+    one line on stderr and status 2, an interrupt status 130."""
+    try:
+        return int(fn(*args) or 0)
+    except USER_ERRORS as exc:
+        if os.environ.get("TENSORCONV_DEBUG"):
+            raise
+        print(f"{prog}: {exc}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _version(dist: str) -> str | None:
@@ -52,22 +89,30 @@ def info_lines() -> list[str]:
     return lines
 
 
-def experiment_names() -> list[tuple[str, str]]:
-    """``(name, one-line description)`` of every runnable experiment."""
+def experiment_names() -> dict[str, tuple[str, bool]]:
+    """``{name: (one-line description, needs a GPU)}`` of every runnable experiment (a
+    module's ``NEEDS_GPU``)."""
     import experiments
 
-    out = []
+    out = {}
     for mod in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name):
         if mod.name.startswith("_"):
             continue
-        doc = importlib.import_module(f"experiments.{mod.name}").__doc__ or ""
-        out.append((mod.name, doc.strip().splitlines()[0] if doc.strip() else ""))
+        module = importlib.import_module(f"experiments.{mod.name}")
+        doc = (module.__doc__ or "").strip()
+        out[mod.name] = (doc.splitlines()[0] if doc else "", getattr(module, "NEEDS_GPU", False))
     return out
+
+
+def experiment_list(names: dict) -> str:
+    """The experiments, one a line, those that need a GPU marked."""
+    return "\n".join(f"  {n:<16} {'[GPU] ' if gpu else ''}{doc}"
+                     for n, (doc, gpu) in names.items())
 
 
 def build_model(name: str, argv: list[str]) -> int:
     """``tensorconv build MODEL``: compile what an inference engine of a zoo model needs."""
-    p = argparse.ArgumentParser(prog=f"tensorconv build {name}",
+    p = OneLineParser(prog=f"tensorconv build {name}",
                                 description="Compile, in parallel and ahead of time, every kernel "
                                             "an inference engine of the model may need.")
     p.add_argument("--shape", default=None,
@@ -77,7 +122,7 @@ def build_model(name: str, argv: list[str]) -> int:
                    help="also every candidate a tuned engine (tune=True) times")
     p.add_argument("--precision", choices=precision.PRECISIONS, default=precision.DEFAULT)
     args = p.parse_args(argv)
-    backend.require_cuda(f"tensorconv build {name}")
+    backend.require_cuda("compiling its kernels")
     model = get_model(name).to("gpu").eval()
     if args.shape:
         shape = tuple(int(v) for v in args.shape.split(","))
@@ -90,17 +135,23 @@ def build_model(name: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tensorconv", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    names = experiment_names()
+    parser = OneLineParser(
+        prog="tensorconv", description=__doc__,
+        epilog="experiments (tensorconv run NAME [--quick]; [GPU]: needs an NVIDIA GPU):\n"
+               + experiment_list(names))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     sub.add_parser("info", help="versions, GPU facts, available baselines")
     sub.add_parser("list", help="list the experiments")
     build = sub.add_parser("build", help="compile ahead of time what a model or an experiment "
                                          "needs: tensorconv build TARGET [...]")
-    build.add_argument("target", help="a zoo model (e.g. resnet18_imagenet) or an experiment")
+    build.add_argument("target", nargs="?",
+                       help="a zoo model (e.g. resnet18_imagenet) or an experiment")
     build.add_argument("args", nargs=argparse.REMAINDER,
                        help="a model's --shape/--tune/--precision, or the experiment's own")
-    run = sub.add_parser("run", help="run an experiment: tensorconv run NAME [--quick] [...]")
-    run.add_argument("name")
+    run = sub.add_parser("run", help="run an experiment: tensorconv run NAME [--quick] [...]",
+                         epilog="experiments:\n" + experiment_list(names))
+    run.add_argument("name", nargs="?", help="the experiment (tensorconv list names them)")
     run.add_argument("args", nargs=argparse.REMAINDER,
                      help="passed to the experiment (e.g. --quick)")
     ns = parser.parse_args(argv)
@@ -108,33 +159,30 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "info":
         print("\n".join(info_lines()))
         return 0
-    names = dict(experiment_names())
-    if ns.command == "build":
-        try:
-            if ns.target in MODELS:
-                return build_model(ns.target, ns.args)
-            module = importlib.import_module(f"experiments.{ns.target}") \
-                if ns.target in names else None
-            if module is None or not hasattr(module, "build"):
-                with_build = [n for n in names
-                              if hasattr(importlib.import_module(f"experiments.{n}"), "build")]
-                parser.error(f"cannot build {ns.target!r}: name a model ({', '.join(MODELS)}) "
-                             f"or an experiment with a build step ({', '.join(with_build)})")
-            compiled = module.build(ns.args)
-            print(f"{ns.target}: {compiled} kernels compiled (the rest were in CuPy's cache)")
-            return 0
-        except backend.CudaUnavailableError as exc:
-            print(f"tensorconv build {ns.target}: {exc}", file=sys.stderr)
-            return 2
     if ns.command == "list":
-        for name, doc in names.items():
-            print(f"{name:<20} {doc}")
+        print(experiment_list(names))
         return 0
+    if ns.command == "build":
+        return guarded(_build, ns.target, ns.args, names,
+                       prog=f"tensorconv build {ns.target or ''}".rstrip())
+    if ns.name is None:
+        run.error(f"name an experiment: {', '.join(names)}")
     if ns.name not in names:
-        parser.error(f"unknown experiment {ns.name!r}; choose from: {', '.join(names)}")
+        run.error(f"unknown experiment {ns.name!r}; choose from: {', '.join(names)}")
     module = importlib.import_module(f"experiments.{ns.name}")
-    try:
-        return int(module.main(ns.args) or 0)
-    except backend.CudaUnavailableError as exc:  # a GPU experiment here: say so, no traceback
-        print(f"tensorconv run {ns.name}: {exc}", file=sys.stderr)
-        return 2
+    return guarded(module.main, ns.args, prog=f"tensorconv run {ns.name}")
+
+
+def _build(target: str | None, args: list[str], names: dict) -> int:
+    """``tensorconv build TARGET``: a zoo model, or an experiment with a ``build`` step."""
+    with_build = [n for n in names if hasattr(importlib.import_module(f"experiments.{n}"),
+                                              "build")]
+    if target is None or (target not in MODELS and target not in with_build):
+        what = "name" if target is None else f"cannot build {target!r}:"
+        raise ValueError(f"{what} a model ({', '.join(MODELS)}) or an experiment with a build "
+                         f"step ({', '.join(with_build)})")
+    if target in MODELS:
+        return build_model(target, args)
+    compiled = importlib.import_module(f"experiments.{target}").build(args)
+    print(f"{target}: {compiled} kernels compiled (the rest were in CuPy's cache)")
+    return 0

@@ -72,9 +72,57 @@ def test_cli_list(capsys):
     assert "bench_conv" in out and "quickstart" in out
 
 
-def test_cli_unknown_experiment():
+def _one_line_exit(capsys, argv) -> str:
+    """Run the CLI on ``argv``; assert it exits 2 with one line on stderr; return it."""
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    ([], "required: command"),
+    (["run"], "name an experiment"),
+    (["run", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
+    (["run", "train", "--model", "nosuchmodel"], "invalid choice: 'nosuchmodel'"),
+    (["run", "train", "--bogus"], "unrecognized arguments: --bogus"),
+    (["build"], "name a model"),
+    (["build", "nosuch"], "cannot build 'nosuch'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_cli_mistakes_are_one_line(capsys, argv, fragment):
+    assert fragment in _one_line_exit(capsys, argv)
+
+
+def test_cli_damaged_checkpoint_is_one_line(capsys, tmp_path):
+    ckpt = tmp_path / "c.npz"
+    ckpt.write_bytes(b"not a checkpoint")
+    err = _one_line_exit(capsys, ["run", "train", "--model", "small_cnn", "--checkpoint",
+                                  str(ckpt), "--out", str(tmp_path)])
+    assert "c.npz is not a tensorconv checkpoint" in err
+
+
+def test_cli_missing_data_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORCONV_DATA", str(tmp_path / "nowhere"))
+    err = _one_line_exit(capsys, ["run", "quickstart", "--quick", "--out", str(tmp_path)])
+    assert "TENSORCONV_DATA=" in err
+
+
+def test_cli_debug_shows_the_traceback(monkeypatch):
+    monkeypatch.setenv("TENSORCONV_DEBUG", "1")
+    with pytest.raises(ValueError, match="cannot build"):
+        cli.main(["build", "nosuch"])
+
+
+def test_cli_help_lists_the_experiments_and_marks_the_gpu_ones(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["run", "no_such_experiment"])
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "tdc_fig8         [GPU]" in out and "quickstart       Quickstart" in out
 
 
 def test_cli_gpu_experiment_without_a_gpu_is_one_line(capsys, monkeypatch):
@@ -82,4 +130,5 @@ def test_cli_gpu_experiment_without_a_gpu_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(backend, "cupy_installed", lambda: True)
     assert cli.main(["run", "tdc_ranks", "--out", "unused"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("tensorconv run tdc_ranks:") and "needs a CUDA GPU" in err
+    assert err.startswith("tensorconv run tdc_ranks:") and "needs an NVIDIA GPU" in err
+    assert len(err.strip().splitlines()) == 1

@@ -55,6 +55,13 @@ def check_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def check_bools(**flags) -> None:
+    """:func:`check_bool` on every keyword (``check_bools(relu=relu)``): a flag given as
+    ``"no"``, ``1`` or an array is refused, not read as true."""
+    for name, value in flags.items():
+        check_bool(value, name)
+
+
 def pair(value, name: str, *, minimum: int) -> tuple[int, int]:
     """Normalise an int or a pair of ints (tuple or list) to ``(h, w)``, each ``>= minimum``.
     Floats, strings and bools are refused, not converted."""

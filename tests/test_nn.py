@@ -124,8 +124,14 @@ def test_sgd_state_roundtrip_and_errors():
                                                                    opt.velocity[0])
     with pytest.raises(ValueError, match="nesterov"):
         SGD([p], lr=0.1, nesterov=True)
-    with pytest.raises(ValueError, match="lr > 0"):
+    with pytest.raises(ValueError, match="lr must be > 0"):
         SGD([p], lr=0.0)
+    with pytest.raises(ValueError, match="momentum must be < 1"):
+        SGD([p], lr=0.1, momentum=1.0)
+    with pytest.raises(TypeError, match="nesterov must be True or False"):
+        SGD([p], lr=0.1, momentum=0.9, nesterov="yes")
+    with pytest.raises(ValueError, match="params is empty"):
+        SGD([], lr=0.1)
 
 
 def test_schedules_and_clipping():

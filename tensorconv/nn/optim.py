@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from tensorconv import backend
+from tensorconv.checks import check_bools, check_real
 from tensorconv.ops.sgd import PointerTables, sgd_multi_tensor
 
 
@@ -30,12 +31,15 @@ class SGD:
 
     def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0, decoupled: bool = False):
-        if lr <= 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(f"need lr > 0, momentum >= 0, weight_decay >= 0; got lr={lr}, "
-                             f"momentum={momentum}, weight_decay={weight_decay}")
+        lr = check_real(lr, "lr", low=0.0, low_open=True)
+        momentum = check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
+        weight_decay = check_real(weight_decay, "weight_decay", low=0.0)
+        check_bools(nesterov=nesterov, decoupled=decoupled)
         if nesterov and momentum == 0:
             raise ValueError("nesterov needs momentum > 0")
         self.params = list(params)
+        if not self.params:
+            raise ValueError("params is empty: nothing to optimise")
         self.lr, self.momentum, self.nesterov = lr, momentum, nesterov
         self.weight_decay, self.decoupled = weight_decay, decoupled
         self.velocity = [None] * len(self.params)

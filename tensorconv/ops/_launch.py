@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda, tunecache
-from tensorconv.checks import check_packed, conv_call, output_buffer
+from tensorconv.checks import check_bools, check_packed, conv_call, output_buffer
 
 NULL = np.uintp(0)   # a null pointer argument: an optional array that is absent
 
@@ -68,6 +68,7 @@ def conv_op(kernel, name: str, x, w, stride, padding, *, bias=None, relu: bool =
     """The public op of a dense-convolution kernel module ``kernel`` (its ``Problem`` a
     :class:`~tensorconv.checks.ConvGeometry`): checks, the GPU-only error, then
     :func:`run_conv`."""
+    check_bools(relu=relu)
     x, w, bias, residual, p = conv_call(x, w, bias, residual, stride, padding)
     xp = backend.array_module(x)
     gpu_only(xp, name, "tensorconv.ops.conv2d")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.checks import check_array
+from tensorconv.checks import check_array, check_bools, check_real
 from tensorconv.ops._launch import cdiv, launch
 
 FILE = "batchnorm.cu"
@@ -62,6 +62,9 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
     Returns ``(y, mean, invstd)``; in training the running statistics are
     updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.
     """
+    check_bools(training=training, relu=relu)
+    check_real(momentum, "momentum", low=0.0, high=1.0)
+    check_real(eps, "eps", low=0.0, low_open=True)
     xp = _check(x, gamma, beta, running_mean, running_var)
     n, c, h, w = x.shape
     if training and n * h * w < 2:
@@ -93,6 +96,7 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     x, out : CuPy float32 (N, C, H, W), C-contiguous
     mean, invstd, gamma, beta : CuPy float32 (C,)
     """
+    check_bools(relu=relu)
     xp = _check(x, gamma, beta)
     if not _kernel_path(xp, x, mean, invstd, gamma, beta):
         raise TypeError("batch_norm_apply needs C-contiguous CuPy float32 arrays")
@@ -112,6 +116,7 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None):
 
     ``y``: the forward output when it had a fused ReLU (``gy`` is dropped where ``y <= 0``).
     """
+    check_bools(training=training)
     xp = _check(x, gamma)
     if gy.shape != x.shape or (y is not None and y.shape != x.shape):
         raise ValueError(f"gy {tuple(gy.shape)} and y must have x's shape {tuple(x.shape)}")

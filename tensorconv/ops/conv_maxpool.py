@@ -17,6 +17,7 @@ from tensorconv import backend, cuda, reference
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     ConvGeometry,
+    check_bools,
     check_window_fits,
     conv_call,
     output_buffer,
@@ -195,6 +196,7 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     may come out NaN where they give +-inf (a 3xTF32 product of inf and a weight's
     zero remainder).
     """
+    check_bools(relu=relu)
     x, w, bias, _, g = conv_call(x, w, bias, None, stride, padding)
     xp = backend.array_module(x)
     p = Problem(g, *pool_args(pool_kernel, pool_stride, pool_padding))

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 
 from tensorconv import backend, tunecache
-from tensorconv.checks import ConvGeometry, conv_call
+from tensorconv.checks import ConvGeometry, check_bools, conv_call
 from tensorconv.ops import (
     direct_conv,
     tucker_core_cluster,
@@ -140,6 +140,7 @@ def core_conv2d(x, w, stride=1, padding=0, *, bias=None, relu: bool = False, res
     -------
     CuPy array, (B, D2, OH, OW), float32
     """
+    check_bools(relu=relu)
     x, w, bias, residual, geom = conv_call(x, w, bias, residual, stride, padding)
     xp = backend.array_module(x)
     gpu_only(xp, "core_conv2d", "tensorconv.ops.conv2d")

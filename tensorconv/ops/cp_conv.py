@@ -19,7 +19,14 @@ import numpy as np
 
 from tensorconv import backend, cuda, reference, tunecache
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import check_array, check_residual, check_vector, output_buffer, pair
+from tensorconv.checks import (
+    check_array,
+    check_bools,
+    check_residual,
+    check_vector,
+    output_buffer,
+    pair,
+)
 from tensorconv.ops._launch import (
     cdiv,
     check_smem,
@@ -232,6 +239,7 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
     -------
     array, (N, K, OH, OW), float32
     """
+    check_bools(relu=relu)
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)

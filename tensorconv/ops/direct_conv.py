@@ -28,6 +28,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     ConvGeometry,
     check_array,
+    check_bools,
     check_conv_args,
     check_residual,
     conv_geometry,
@@ -283,6 +284,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     -------
     array, (N, K, OH, OW), float32, on the device of ``x``
     """
+    check_bools(relu=relu)
     x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
     bias = None if bias is None else backend.as_array(bias, "bias")
     geom = check_conv_args(x, w, bias, stride, padding, dilation, groups,

@@ -15,7 +15,7 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry, check_packed, conv_call, output_buffer
+from tensorconv.checks import ConvGeometry, check_bools, check_packed, conv_call, output_buffer
 from tensorconv.ops import direct_conv
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 
@@ -111,6 +111,7 @@ def conv1x1(x, w, bias=None, *, residual=None, relu: bool = False, tile: Tile | 
     -------
     array, (N, K, H, W), float32
     """
+    check_bools(relu=relu)
     x, w, bias, residual, p = conv_call(x, w, bias, residual)
     if (why := supported(p)) is not None:
         raise ValueError(f"conv1x1 {why}: got w of shape {tuple(w.shape)}")

@@ -24,6 +24,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     ConvGeometry,
     check_array,
+    check_bools,
     check_residual,
     check_vector,
     conv_call,
@@ -233,6 +234,7 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, skip_x=None, ski
     -------
     (y, z) : arrays, (N, M, H, W) and (N, J, H, W), float32
     """
+    check_bools(relu1=relu1, relu2=relu2)
     x, w1, b1, _, g1 = conv_call(x, w1, b1)
     w2 = backend.as_array(w2, "w2")
     xp = backend.array_module(x)

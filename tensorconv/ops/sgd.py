@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda
+from tensorconv.checks import check_bools, check_real
 from tensorconv.ops._launch import cdiv, launch
 
 FILE = "sgd.cu"
@@ -53,6 +54,10 @@ def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
     tables : PointerTables, optional
         Keep one per optimiser to skip re-uploading unchanged pointer tables.
     """
+    check_bools(nesterov=nesterov, decoupled=decoupled)
+    check_real(lr, "lr", low=0.0)
+    check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
+    check_real(weight_decay, "weight_decay", low=0.0)
     if not (len(params) == len(grads) == len(velocities)) or not params:
         raise ValueError("params, grads and velocities must be non-empty lists of one length")
     xp = backend.require_cuda("sgd_multi_tensor")

@@ -25,6 +25,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     ConvGeometry,
     check_array,
+    check_bools,
     check_residual,
     conv_geometry,
     core_conv_issue,
@@ -267,6 +268,7 @@ def tucker_layer_conv2d(x, packed: PackedWeights, stride=1, padding=0, *, residu
     -------
     CuPy array, (B, N, OH, OW), float32
     """
+    check_bools(relu=relu)
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)
     gpu_only(xp, "tucker_layer")

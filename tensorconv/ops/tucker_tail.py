@@ -21,6 +21,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     ConvGeometry,
     check_array,
+    check_bools,
     check_residual,
     check_vector,
     conv_call,
@@ -185,6 +186,7 @@ def tucker_tail_conv2d(u, w_core, stride, padding, w_last, w_next=None, b_last=N
     -------
     (y, z) : arrays; ``z`` is None without ``w_next``
     """
+    check_bools(relu1=relu1, relu2=relu2)
     u, w_core, _, _, core = conv_call(u, w_core, None, None, stride, padding)
     xp = backend.array_module(u)
     w_last = backend.as_array(w_last, "w_last")

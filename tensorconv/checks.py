@@ -134,8 +134,11 @@ class ConvGeometry:
         return 2 * self.n * self.k * self.oh * self.ow * (self.c // self.groups) * self.r * self.s
 
 
-def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> ConvGeometry:
-    """Validate convolution hyper-parameters against the two shapes; return the sizes."""
+def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, *,
+                  names=("x", "w")) -> ConvGeometry:
+    """Validate convolution hyper-parameters against the two shapes (of the arrays
+    ``names`` names, for messages); return the sizes."""
+    nx, nw = names
     n, c, h, w = x_shape
     k, cg, r, s = w_shape
     stride = pair(stride, "stride", minimum=1)
@@ -143,44 +146,50 @@ def conv_geometry(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -
     dilation = pair(dilation, "dilation", minimum=1)
     groups = check_int(groups, "groups", minimum=1)
     if c % groups:
-        raise ValueError(f"groups={groups} does not divide the input channels of x ({c})")
+        raise ValueError(f"groups={groups} does not divide the input channels of {nx} ({c})")
     if k % groups:
-        raise ValueError(f"groups={groups} does not divide the output channels of w ({k})")
+        raise ValueError(f"groups={groups} does not divide the output channels of {nw} ({k})")
     if cg * groups != c:
-        raise ValueError(f"w has {cg} input channels per group, but x has {c} channels "
-                         f"and groups={groups} (expected w.shape[1] == {c // groups})")
+        raise ValueError(f"{nw} has {cg} input channels per group, but {nx} has {c} channels "
+                         f"and groups={groups} (expected {nw}.shape[1] == {c // groups})")
     oh = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
     ow = (w + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
     if oh < 1 or ow < 1:
-        raise ValueError(f"the {r}x{s} filter (dilation {dilation}) does not fit the "
-                         f"{h}x{w} input with padding {padding}: output would be {oh}x{ow}")
+        raise ValueError(f"the {r}x{s} filter of {nw} (dilation {dilation}) does not fit the "
+                         f"{h}x{w} input {nx} with padding {padding}: output would be "
+                         f"{oh}x{ow}")
     return ConvGeometry(n, c, h, w, k, r, s, stride, padding, dilation, int(groups), oh, ow)
 
 
 def check_conv_args(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
-                    dtype=None, contiguous: bool = False) -> ConvGeometry:
-    """Check ``x`` (N, C, H, W), ``w`` (K, C/groups, R, S) and ``bias`` (K,) together."""
+                    dtype=None, contiguous: bool = False,
+                    names=("x", "w", "bias")) -> ConvGeometry:
+    """Check ``x`` (N, C, H, W), ``w`` (K, C/groups, R, S) and ``bias`` (K,) together;
+    ``names`` are what the caller calls them (in messages)."""
+    nx, nw, nb = names
     xp = backend.array_module(x)
-    check_array(x, "x", ndim=4, dtype=dtype, contiguous=contiguous)
-    check_array(w, "w", ndim=4, dtype=dtype, contiguous=contiguous, xp=xp)
+    check_array(x, nx, ndim=4, dtype=dtype, contiguous=contiguous)
+    check_array(w, nw, ndim=4, dtype=dtype, contiguous=contiguous, xp=xp)
     if dtype is None and w.dtype != x.dtype:
-        raise TypeError(f"w's dtype ({w.dtype.name}) differs from x's ({x.dtype.name})")
-    geom = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
+        raise TypeError(f"{nw}'s dtype ({w.dtype.name}) differs from {nx}'s ({x.dtype.name})")
+    geom = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups, names=(nx, nw))
     if bias is not None:
-        check_array(bias, "bias", ndim=1, dtype=x.dtype, contiguous=contiguous, xp=xp)
+        check_array(bias, nb, ndim=1, dtype=x.dtype, contiguous=contiguous, xp=xp)
         if bias.shape[0] != geom.k:
-            raise ValueError(f"bias has {bias.shape[0]} entries; w has {geom.k} output channels")
+            raise ValueError(f"{nb} has {bias.shape[0]} entries; {nw} has {geom.k} output "
+                             f"channels")
     return geom
 
 
-def conv_call(x, w, bias=None, residual=None, stride=1, padding=0, dilation=1, groups=1):
+def conv_call(x, w, bias=None, residual=None, stride=1, padding=0, dilation=1, groups=1, *,
+              names=("x", "w", "bias")):
     """The arrays and geometry of one fp32 NCHW convolution call, checked together:
     ``(x, w, bias, residual, geom)`` with every array viewed as a NumPy or CuPy array
-    (a DLPack CUDA tensor is shared, not copied)."""
-    x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
-    bias = None if bias is None else backend.as_array(bias, "bias")
+    (a DLPack CUDA tensor is shared, not copied); ``names`` as :func:`check_conv_args`."""
+    x, w = backend.as_array(x, names[0]), backend.as_array(w, names[1])
+    bias = None if bias is None else backend.as_array(bias, names[2])
     geom = check_conv_args(x, w, bias, stride, padding, dilation, groups, dtype=np.float32,
-                           contiguous=True)
+                           contiguous=True, names=names)
     residual = check_residual(residual, geom.output_shape, backend.array_module(x))
     return x, w, bias, residual, geom
 
@@ -198,14 +207,16 @@ def core_conv_issue(geom: ConvGeometry, kernel: str, max_filter: int) -> str | N
     return None
 
 
-def pool_args(kernel, stride, padding):
+def pool_args(kernel, stride, padding, *, names=("kernel_size", "stride", "padding")):
     """``(kernel, stride, padding)`` of a pooling window as pairs; ``stride`` None is the
-    kernel (PyTorch's default); padding at most half the kernel."""
-    kernel = pair(kernel, "kernel_size", minimum=1)
-    stride = kernel if stride is None else pair(stride, "stride", minimum=1)
-    padding = pair(padding, "padding", minimum=0)
+    kernel (PyTorch's default); padding at most half the kernel.  ``names`` are what the
+    caller calls the three (in messages)."""
+    nk, ns, npad = names
+    kernel = pair(kernel, nk, minimum=1)
+    stride = kernel if stride is None else pair(stride, ns, minimum=1)
+    padding = pair(padding, npad, minimum=0)
     if padding[0] * 2 > kernel[0] or padding[1] * 2 > kernel[1]:
-        raise ValueError(f"padding {padding} must be at most half the kernel {kernel}")
+        raise ValueError(f"{npad} {padding} must be at most half the {nk} {kernel}")
     return kernel, stride, padding
 
 

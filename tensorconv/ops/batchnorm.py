@@ -31,7 +31,7 @@ def instantiations() -> list[str]:
 
 def _check(x, gamma, beta=None, running_mean=None, running_var=None):
     """The array module of ``x`` (N, C, H, W), after checking that every per-channel array
-    given has C entries (nothing is broadcast)."""
+    given has C entries and ``x``'s dtype (nothing is broadcast or mixed)."""
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4)
     for name, a in (("gamma", gamma), ("beta", beta), ("running_mean", running_mean),
@@ -39,6 +39,9 @@ def _check(x, gamma, beta=None, running_mean=None, running_var=None):
         if a is None:
             continue
         check_array(a, name, ndim=1, xp=xp)
+        if a.dtype != x.dtype:
+            raise TypeError(f"{name} is {a.dtype.name} but x is {x.dtype.name}: give them "
+                            f"one dtype")
         if a.shape[0] != x.shape[1]:
             raise ValueError(f"{name} has {a.shape[0]} entries; x has {x.shape[1]} channels")
     return xp

@@ -199,7 +199,8 @@ def conv2d_maxpool(x, w, bias=None, stride=1, padding=0, pool_kernel=3, pool_str
     check_bools(relu=relu)
     x, w, bias, _, g = conv_call(x, w, bias, None, stride, padding)
     xp = backend.array_module(x)
-    p = Problem(g, *pool_args(pool_kernel, pool_stride, pool_padding))
+    p = Problem(g, *pool_args(pool_kernel, pool_stride, pool_padding,
+                              names=("pool_kernel", "pool_stride", "pool_padding")))
     pk, pp = p.pool_kernel, p.pool_padding
     check_window_fits(g.oh + 2 * pp[0], g.ow + 2 * pp[1], pk)
     if xp is np:

@@ -235,7 +235,7 @@ def conv1x1_pair(x, w1, w2, b1=None, b2=None, *, residual=None, skip_x=None, ski
     (y, z) : arrays, (N, M, H, W) and (N, J, H, W), float32
     """
     check_bools(relu1=relu1, relu2=relu2)
-    x, w1, b1, _, g1 = conv_call(x, w1, b1)
+    x, w1, b1, _, g1 = conv_call(x, w1, b1, names=("x", "w1", "b1"))
     w2 = backend.as_array(w2, "w2")
     xp = backend.array_module(x)
     check_array(w2, "w2", ndim=4, dtype=np.float32, contiguous=True, xp=xp)

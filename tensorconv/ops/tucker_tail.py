@@ -187,7 +187,8 @@ def tucker_tail_conv2d(u, w_core, stride, padding, w_last, w_next=None, b_last=N
     (y, z) : arrays; ``z`` is None without ``w_next``
     """
     check_bools(relu1=relu1, relu2=relu2)
-    u, w_core, _, _, core = conv_call(u, w_core, None, None, stride, padding)
+    u, w_core, _, _, core = conv_call(u, w_core, None, None, stride, padding,
+                                      names=("u", "w_core", "bias"))
     xp = backend.array_module(u)
     w_last = backend.as_array(w_last, "w_last")
     w_next = None if w_next is None else backend.as_array(w_next, "w_next")

@@ -55,6 +55,18 @@ def check_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def check_choice(value, name: str, allowed) -> str:
+    """``value`` when it is one of the strings ``allowed``; else ``TypeError`` (not a
+    string) or ``ValueError`` (another string), naming ``name`` and the choices."""
+    allowed = tuple(allowed)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {allowed}, got {value!r} "
+                        f"({type(value).__name__})")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
 def check_bools(**flags) -> None:
     """:func:`check_bool` on every keyword (``check_bools(relu=relu)``): a flag given as
     ``"no"``, ``1`` or an array is refused, not read as true."""

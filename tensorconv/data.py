@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorconv.checks import check_int
+from tensorconv.checks import check_bools, check_choice, check_int, check_real
 
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
                          "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -132,8 +132,8 @@ def load_fashion_mnist(split: str = "train", *, root=None, pad_to: int | None = 
     -------
     Dataset with images (N, 1, H, W) of ``dtype`` and labels (N,) int64
     """
-    if split not in _FILES:
-        raise ValueError(f"split must be one of {sorted(_FILES)}, got {split!r}")
+    check_choice(split, "split", sorted(_FILES))
+    check_bools(normalize=normalize)
     if limit is not None:
         limit = check_int(limit, "limit", minimum=1)
     if pad_to is not None:
@@ -163,20 +163,25 @@ def load_fashion_mnist(split: str = "train", *, root=None, pad_to: int | None = 
 
 def batches(data: Dataset, batch_size: int, *, shuffle: bool = True, rng=None,
             drop_last: bool = False):
-    """Yield ``(images, labels)`` mini-batches (host arrays).
+    """An iterator of ``(images, labels)`` mini-batches (host arrays); the arguments are
+    checked now, not at the first batch.
 
     Parameters
     ----------
     rng : numpy.random.Generator, optional
         Source of the shuffle order; pass one to make epochs reproducible.
     """
+    if not isinstance(data, Dataset):
+        raise TypeError(f"data must be a Dataset, got {type(data).__name__}")
     batch_size = check_int(batch_size, "batch_size", minimum=1)
+    check_bools(shuffle=shuffle, drop_last=drop_last)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
     n = len(data)
     order = (rng or np.random.default_rng()).permutation(n) if shuffle else np.arange(n)
     stop = n - n % batch_size if drop_last else n
-    for start in range(0, stop, batch_size):
-        idx = order[start:start + batch_size]
-        yield data.images[idx], data.labels[idx]
+    return ((data.images[idx], data.labels[idx])
+            for idx in (order[start:start + batch_size] for start in range(0, stop, batch_size)))
 
 
 def synthetic_dataset(n: int = 256, *, classes: int = 4, size: int = 8, channels: int = 1,
@@ -186,6 +191,13 @@ def synthetic_dataset(n: int = 256, *, classes: int = 4, size: int = 8, channels
     ``seed`` fixes the class templates, ``sample_seed`` (default ``seed``) the
     examples drawn from them: a train and a test split share ``seed``.
     """
+    n = check_int(n, "n", minimum=1)
+    for name, value in (("classes", classes), ("size", size), ("channels", channels)):
+        check_int(value, name, minimum=1)
+    noise = check_real(noise, "noise", low=0.0)
+    check_int(seed, "seed", minimum=0)
+    if sample_seed is not None:
+        check_int(sample_seed, "sample_seed", minimum=0)
     templates = np.random.default_rng(seed).standard_normal(
         (classes, channels, size, size)).astype(np.float32)
     rng = np.random.default_rng(seed if sample_seed is None else sample_seed)

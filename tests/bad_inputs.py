@@ -141,3 +141,135 @@ def all_wrong_calls(case: OpCase) -> list[tuple[str, str, object]]:
     calls += [(a, what, v) for a, m in case.ints.items() for what, v in wrong_ints(m)]
     calls += [(a, what, v) for a in case.bools for what, v in WRONG_BOOLS]
     return calls
+
+
+@dataclass(frozen=True)
+class ArgCase:
+    """A layer constructor, transform or loader: ``fn(**good())`` works; ``ints`` maps
+    integer arguments to their minimum, ``reals`` real ones to ``(low, high)`` (either
+    None), ``bools`` are flags, ``choices`` maps string arguments to what they take."""
+
+    name: str
+    fn: Callable
+    good: Callable
+    ints: dict = field(default_factory=dict)
+    reals: dict = field(default_factory=dict)
+    bools: tuple = ()
+    choices: dict = field(default_factory=dict)
+    optional: tuple = ()              # arguments for which None is a good value
+
+
+def wrong_reals(low, high) -> list[tuple[str, object]]:
+    """Wrong values for a real argument in ``[low, high]``."""
+    out = [("NaN", float("nan")), ("infinity", float("inf")), ("a string", "0.1"),
+           ("a bool", True), ("None", None), ("a list", [0.1])]
+    if low is not None:
+        out.append(("below the range", low - 1.0))
+    if high is not None:
+        out.append(("above the range", high + 1.0))
+    return out
+
+
+def wrong_choices(allowed) -> list[tuple[str, object]]:
+    return [("an unknown name", "no-such-" + str(allowed[0])), ("None", None), ("a number", 1),
+            ("upper case", str(allowed[0]).upper()), ("a list", [allowed[0]])]
+
+
+def all_wrong_args(case: ArgCase) -> list[tuple[str, str, object]]:
+    calls = [(a, w, v) for a, m in case.ints.items() for w, v in wrong_ints(m)
+             if not isinstance(v, (tuple, list))]       # these take one int, not a pair
+    calls += [(a, w, v) for a, (lo, hi) in case.reals.items() for w, v in wrong_reals(lo, hi)]
+    calls += [(a, w, v) for a in case.bools for w, v in WRONG_BOOLS]
+    calls += [(a, w, v) for a, allowed in case.choices.items() for w, v in wrong_choices(allowed)]
+    return calls
+
+
+def _resnet20():
+    from tensorconv.nn import get_model
+
+    return get_model("resnet20", in_channels=1)
+
+
+def _layers():
+    from tensorconv.nn import layers as L
+    from tensorconv.nn.cp import CPConv2d
+    from tensorconv.nn.tucker import TuckerConv2d
+
+    return L, TuckerConv2d, CPConv2d
+
+
+def _arg_cases() -> list[ArgCase]:
+    from tensorconv import data
+    from tensorconv.compress import cpize, tuckerize, uniform_ranks
+
+    L, TuckerConv2d, CPConv2d = _layers()
+    conv = {"in_channels": 1, "out_channels": 1}
+    return [
+        ArgCase("Conv2d", L.Conv2d, lambda: dict(in_channels=4, out_channels=6, kernel_size=3,
+                                                 stride=1, padding=1, dilation=1, groups=2,
+                                                 bias=True),
+                ints={**conv, "groups": 1}, bools=("bias",)),
+        ArgCase("Linear", L.Linear, lambda: dict(in_features=4, out_features=3, bias=True),
+                ints={"in_features": 1, "out_features": 1}, bools=("bias",)),
+        ArgCase("BatchNorm2d", L.BatchNorm2d, lambda: dict(channels=4, momentum=0.1, eps=1e-5),
+                ints={"channels": 1}, reals={"momentum": (0.0, 1.0), "eps": (0.0, None)}),
+        ArgCase("Dropout", L.Dropout, lambda: dict(p=0.5, seed=0), ints={"seed": 0},
+                reals={"p": (0.0, 1.0)}),
+        ArgCase("TuckerConv2d", TuckerConv2d,
+                lambda: dict(in_channels=8, out_channels=8, kernel_size=3, ranks=(4, 4)),
+                ints=conv),
+        ArgCase("CPConv2d", CPConv2d,
+                lambda: dict(in_channels=8, out_channels=8, kernel_size=3, rank=2),
+                ints={**conv, "rank": 1}),
+        ArgCase("tuckerize", tuckerize,
+                lambda: dict(model=_resnet20(), ranks={}, decompose=False, method="hooi",
+                             seed=0),
+                ints={"seed": 0}, bools=("decompose",), choices={"method": ("hooi", "hosvd")}),
+        ArgCase("cpize", cpize, lambda: dict(model=_resnet20(), rank=2, min_channels=64,
+                                             decompose=False),
+                ints={"rank": 1, "min_channels": 1}, bools=("decompose",)),
+        ArgCase("uniform_ranks", uniform_ranks,
+                lambda: dict(model=_resnet20(), reduction=0.5, input_shape=(1, 1, 32, 32),
+                             multiple=1, scope="model"),
+                ints={"multiple": 1}, reals={"reduction": (0.0, 1.0)},
+                choices={"scope": ("model", "layers")}),
+        ArgCase("synthetic_dataset", data.synthetic_dataset,
+                lambda: dict(n=16, classes=2, size=4, channels=1, noise=0.5, seed=0),
+                ints={"n": 1, "classes": 1, "size": 1, "channels": 1, "seed": 0},
+                reals={"noise": (0.0, None)}),
+        ArgCase("batches", data.batches,
+                lambda: dict(data=data.synthetic_dataset(8, size=4), batch_size=4,
+                             shuffle=True, drop_last=False),
+                ints={"batch_size": 1}, bools=("shuffle", "drop_last")),
+        ArgCase("load_fashion_mnist", data.load_fashion_mnist,
+                lambda: dict(split="test", root=fake_fashion_mnist(), pad_to=32,
+                             normalize=True, limit=10),
+                ints={"pad_to": 28, "limit": 1}, bools=("normalize",),
+                choices={"split": ("train", "test")}, optional=("pad_to", "limit")),
+    ]
+
+
+def fake_fashion_mnist():
+    """A directory of all-zero Fashion-MNIST files of the right sizes (made once)."""
+    import atexit
+    import gzip
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    global _FAKE_ROOT
+    if _FAKE_ROOT is None:
+        _FAKE_ROOT = Path(tempfile.mkdtemp(prefix="tensorconv-fake-fmnist-"))
+        atexit.register(shutil.rmtree, _FAKE_ROOT, True)
+        for split, n in (("train", 60000), ("t10k", 10000)):
+            for kind, magic, shape in (("images-idx3", 2051, (n, 28, 28)),
+                                       ("labels-idx1", 2049, (n,))):
+                header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big")
+                                                             for d in shape)
+                with gzip.open(_FAKE_ROOT / f"{split}-{kind}-ubyte.gz", "wb", 1) as f:
+                    f.write(header + bytes(int(np.prod(shape))))
+    return _FAKE_ROOT
+
+
+_FAKE_ROOT = None
+ARG_CASES = _arg_cases()

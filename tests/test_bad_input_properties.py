@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.bad_inputs import CASES, all_wrong_calls, names_argument
+from tests.bad_inputs import (
+    ARG_CASES,
+    CASES,
+    all_wrong_args,
+    all_wrong_calls,
+    names_argument,
+    wrong_choices,
+)
 
 CALLS = [(case, arg, what, value) for case in CASES for arg, what, value in all_wrong_calls(case)]
 
@@ -77,3 +84,53 @@ def test_random_wrong_arguments_are_refused_by_name(call):
     kwargs = case.good(np, np.random.default_rng(0))
     kwargs[arg] = value
     _refused(case, kwargs, arg)
+
+
+# ------------------------------------------------------- layers, transforms, loaders
+
+ARG_CALLS = [(case, arg, what, value) for case in ARG_CASES
+             for arg, what, value in all_wrong_args(case)]
+
+
+@pytest.mark.parametrize("case", ARG_CASES, ids=[c.name for c in ARG_CASES])
+def test_every_good_constructor_call_runs(case):
+    case.fn(**case.good())
+
+
+@pytest.mark.parametrize("case,arg,what,value", ARG_CALLS,
+                         ids=[f"{c.name}-{a}-{w}" for c, a, w, _ in ARG_CALLS])
+def test_a_wrong_layer_transform_or_loader_argument_is_refused_by_name(case, arg, what, value):
+    _refused(case, {**case.good(), arg: value}, arg)
+
+
+@st.composite
+def _wrong_arg(draw):
+    case = draw(st.sampled_from(ARG_CASES))
+    arg = draw(st.sampled_from(sorted([*case.ints, *case.reals, *case.bools, *case.choices])))
+    if arg in case.ints:
+        value = draw(st.one_of(st.integers(max_value=case.ints[arg] - 1), st.floats(),
+                               st.text(max_size=3), st.booleans(),
+                               st.nothing() if arg in case.optional else st.none()))
+    elif arg in case.reals:
+        lo, hi = case.reals[arg]
+        bad = [st.floats(allow_nan=True).filter(lambda v: not np.isfinite(v)),
+               st.text(max_size=3), st.booleans(), st.none()]
+        if lo is not None:
+            bad.append(st.floats(max_value=lo, exclude_max=True, allow_infinity=False))
+        if hi is not None:
+            bad.append(st.floats(min_value=hi, exclude_min=True, allow_infinity=False))
+        value = draw(st.one_of(*bad))
+    elif arg in case.bools:
+        value = draw(st.one_of(st.integers(), st.text(max_size=3), st.floats(), st.none()))
+    else:
+        value = draw(st.one_of(st.text(max_size=6).filter(
+            lambda v: v not in case.choices[arg]), st.sampled_from(
+            [v for _, v in wrong_choices(case.choices[arg])])))
+    return case, arg, value
+
+
+@settings(max_examples=200, deadline=None)
+@given(_wrong_arg())
+def test_random_wrong_layer_transform_or_loader_arguments_are_refused(call):
+    case, arg, value = call
+    _refused(case, {**case.good(), arg: value}, arg)

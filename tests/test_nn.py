@@ -51,7 +51,7 @@ def test_model_rejects_wrong_input_shape():
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="unknown model"):
+    with pytest.raises(ValueError, match="name must be one of .*got .alexnet."):
         get_model("alexnet")
 
 

@@ -21,7 +21,7 @@ from tensorconv import backend, data, files
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
-from tensorconv.checks import check_bool, check_int, check_real
+from tensorconv.checks import check_bool, check_choice, check_int, check_real
 from tensorconv.compress import cpize, tuckerize
 from tensorconv.nn import MODELS, get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
@@ -64,8 +64,7 @@ class TrainConfig:
 
     def __post_init__(self):
         """Every field checked when the config is made, before any data or model is built."""
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        check_choice(self.model, "model", sorted(MODELS))
         for name in ("epochs", "batch_size"):
             check_int(getattr(self, name), name, minimum=1)
         for name in ("warmup_epochs", "seed"):
@@ -87,8 +86,7 @@ class TrainConfig:
         for name, allowed in (("schedule", ("cosine", "step")), ("device", ("auto", "cpu", "gpu")),
                               ("dataset", ("fashion_mnist", "synthetic")),
                               ("tucker_init", ("decompose", "random"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+            check_choice(getattr(self, name), name, allowed)
         if self.tucker_ranks and self.cp_rank:
             raise ValueError("tucker_ranks and cp_rank are two formats: give one")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorconv.checks import check_bool, check_finite, check_int, check_real, is_int
+from tensorconv.checks import check_bool, check_choice, check_finite, check_int, check_real, is_int
 from tensorconv.nn.flops import count_flops_params
 from tensorconv.nn.layers import Conv2d
 from tensorconv.nn.tucker import TuckerConv2d
@@ -35,8 +35,8 @@ def tuckerize(model, ranks: dict, *, decompose: bool = True, method: str = "hooi
     if not isinstance(ranks, dict):
         raise TypeError(f"ranks must be a dict name -> (D1, D2), got {type(ranks).__name__}")
     check_bool(decompose, "decompose")
-    if method not in ("hooi", "hosvd"):
-        raise ValueError(f"method must be 'hooi' or 'hosvd', got {method!r}")
+    check_int(seed, "seed", minimum=0)
+    check_choice(method, "method", ("hooi", "hosvd"))
     convs = tucker_candidates(model)
     unknown = sorted(set(ranks) - set(convs))
     if unknown:
@@ -86,8 +86,7 @@ def uniform_ranks(model, reduction: float, input_shape, *, multiple: int = 1,
     """
     check_real(reduction, "reduction", low=0.0, high=1.0, low_open=True, high_open=True)
     multiple = check_int(multiple, "multiple", minimum=1)
-    if scope not in ("model", "layers"):
-        raise ValueError(f"scope must be 'model' or 'layers', got {scope!r}")
+    check_choice(scope, "scope", ("model", "layers"))
     base = count_flops_params(model, input_shape)
     convs = tucker_candidates(model)
     per_layer = {name.rstrip("."): macs for name, _, macs, _ in base["layers"]}

@@ -22,6 +22,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import (
     check_array,
     check_bools,
+    check_choice,
     check_residual,
     check_vector,
     output_buffer,
@@ -244,8 +245,7 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
     factors = _check_factors(x, xp, s, h, w, t)
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    check_choice(variant, "variant", VARIANTS)
     p = problem(x.shape, factors, stride, padding)
     if variant == "fused" and (why := supported(p)) is not None:
         raise ValueError(why)

@@ -29,6 +29,7 @@ from tensorconv.checks import (
     ConvGeometry,
     check_array,
     check_bools,
+    check_choice,
     check_conv_args,
     check_residual,
     conv_geometry,
@@ -289,8 +290,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     bias = None if bias is None else backend.as_array(bias, "bias")
     geom = check_conv_args(x, w, bias, stride, padding, dilation, groups,
                            dtype=np.float32, contiguous=True)
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if algorithm is not None:
+        check_choice(algorithm, "algorithm", ALGORITHMS)
     _check_splits(splits)
     xp = backend.array_module(x)
     residual = check_residual(residual, geom.output_shape, xp)

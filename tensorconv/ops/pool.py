@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.checks import check_array, check_window_fits, output_buffer, pool_args, pooled_size
+from tensorconv.checks import (
+    check_array,
+    check_choice,
+    check_window_fits,
+    output_buffer,
+    pool_args,
+    pooled_size,
+)
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 
 FILE = "pool.cu"
@@ -51,8 +58,7 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max", out=Non
     -------
     array, (N, C, OH, OW), float32
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_choice(mode, "mode", MODES)
     (kh, kw), (sh, sw), (ph, pw) = pool_args(kernel_size, stride, padding)
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)

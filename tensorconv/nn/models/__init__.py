@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from tensorconv.checks import check_choice
 from tensorconv.nn.models.densenet import DenseNet, densenet121, densenet201
 from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
@@ -26,8 +27,7 @@ MODELS = {
 def get_model(name: str, **kwargs):
     """Build a model of the zoo; ``kwargs`` go to its constructor (in_channels, num_classes,
     seed)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
+    check_choice(name, "name", sorted(MODELS))
     return MODELS[name](**kwargs)
 
 

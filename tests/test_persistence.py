@@ -295,3 +295,35 @@ def test_an_engine_verdict_this_version_cannot_use_is_a_miss(cache):
     for bad in ({"fused": "yes", "tile": [2]}, {"fused": True, "tile": [7]}, {"tile": [1]},
                 [True, [1]], {"fused": True}):
         assert choose(f"bad{bad!r}", bad) == Choice(True, (9,)), bad      # a miss: default
+
+
+def _save_forever(path: str) -> None:
+    i = 0
+    while True:
+        ckpt.save(path, model_state={"w": np.full(200_000, i, np.float32)},
+                  optimizer_state={"lr": 0.1, "steps": i, "velocity": [None]}, meta={"epoch": i})
+        i += 1
+
+
+def test_a_checkpoint_write_killed_midway_leaves_a_whole_checkpoint(tmp_path):
+    path = tmp_path / "c.npz"
+    _save(path)
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_save_forever, args=(str(path),))
+    proc.start()
+    deadline = time.monotonic() + 60
+    while ckpt.load(path)[2]["epoch"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)        # reading while it writes: always a whole file
+    time.sleep(0.05)
+    proc.kill()                 # a write in flight is cut short
+    proc.join()
+    state, opt, meta = ckpt.load(path)   # the last whole checkpoint, never a torn one
+    assert meta["epoch"] >= 3 and meta["epoch"] == opt["steps"]
+    assert np.all(state["w"] == meta["epoch"])
+
+
+def test_a_directory_where_a_checkpoint_should_be_is_one_clear_error(tmp_path):
+    with pytest.raises(ckpt.CheckpointError, match="is a directory"):
+        ckpt.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        ckpt.load(tmp_path / "missing.npz")

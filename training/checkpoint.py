@@ -54,6 +54,8 @@ def load(path) -> tuple[dict, dict, dict]:
         The file is not a tensorconv checkpoint, or is damaged or truncated.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     if not zipfile.is_zipfile(path):

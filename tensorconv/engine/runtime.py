@@ -6,6 +6,7 @@ from __future__ import annotations
 from tensorconv import backend, cuda, timing
 from tensorconv import graph as captured_graph
 from tensorconv import precision as mma_precision
+from tensorconv.checks import check_bools, is_int
 from tensorconv.engine import planners
 from tensorconv.engine.build import engine_kernels
 from tensorconv.engine.plan import Plan
@@ -53,9 +54,12 @@ class InferenceEngine:
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
-        if len(input_shape) != 4 or model.in_channels != input_shape[1]:
-            raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W), "
-                             f"got {tuple(input_shape)}")
+        check_bools(graph=graph, tune=tune, build=build)
+        if (not isinstance(input_shape, (tuple, list)) or len(input_shape) != 4
+                or not all(is_int(s) and s >= 1 for s in input_shape)
+                or model.in_channels != input_shape[1]):
+            raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W) of positive "
+                             f"ints, got {input_shape!r}")
         self.input_shape = tuple(int(s) for s in input_shape)
         self.plan = Plan(cp, tune=tune, precision=precision)
         self.precision = self.plan.precision

@@ -72,6 +72,11 @@ def test_engine_bad_input():
     model.to("gpu")
     with pytest.raises(ValueError, match="input_shape"):
         InferenceEngine(model, (1, 3, 28, 28))
+    for shape in ((1, 1, 28.5, 28), (0, 1, 28, 28), "1,1,28,28", (1, 1, 28)):
+        with pytest.raises(ValueError, match="input_shape must be"):
+            InferenceEngine(model, shape)
+    with pytest.raises(TypeError, match="tune must be True or False"):
+        InferenceEngine(model, (1, 1, 28, 28), tune="yes")
     engine = InferenceEngine(model, (1, 1, 28, 28))
     with pytest.raises(ValueError, match="built for"):
         engine(cp.zeros((2, 1, 28, 28), cp.float32))

@@ -21,7 +21,7 @@ KERNELS = ROOT.parent / "kernels_cu"
 LAYERS = (
     ("tensorconv", "tensorconv.backend", "tensorconv.precision", "tensorconv.files",
      "tensorconv.results"),
-    ("tensorconv.checks", "tensorconv.data"),
+    ("tensorconv.checks", "tensorconv.data", "tensorconv.blocksparse"),
     ("tensorconv.cuda", "tensorconv.graph"),
     ("tensorconv.timing", "tensorconv.tunecache"),
     ("tensorconv.reference", "tensorconv.bench"),

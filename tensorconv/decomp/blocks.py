@@ -1,0 +1,132 @@
+"""Dense blocks in a pruned kernel matrix: Algorithm 1 of Rumi et al. (PACT'20, §4.1).
+
+Rows of the K x (C·R·S) kernel matrix that share many nonzero columns are grouped by
+hypergraph partitioning — each row a node, each column a hyperedge joining the rows it has
+nonzeros in, the connectivity (``km1``) objective, so that few columns are split between
+groups — then, in each group of at least ``b1`` rows, the columns with at least ``t2``
+nonzeros form a dense block if there are at least ``b2`` of them.  The block's nonzeros leave
+the matrix and the search repeats until it finds no block; what is left becomes the CSR
+remainder (:mod:`tensorconv.blocksparse`).
+
+The paper used hMETIS; we use Mt-KaHyPar (``pip install mtkahypar``; Linux x86-64 wheels for
+CPython 3.10-3.13) with its deterministic preset and a fixed seed: a layout is the same on any
+machine and thread count (``TENSORCONV_PARTITION_THREADS``, default the cores up to 16).
+One change from the paper: a group row with no nonzero in the selected columns is left out
+of the block (it would only add zero work), as long as ``b1`` rows remain.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv.blocksparse import INDEX, Layout, layout_from_pattern
+from tensorconv.checks import check_int, check_real
+
+
+class PartitionerUnavailableError(RuntimeError):
+    """The hypergraph partitioner (Mt-KaHyPar) is not installed."""
+
+
+@functools.cache
+def _partitioner():
+    try:
+        import mtkahypar
+    except ImportError as exc:
+        raise PartitionerUnavailableError(
+            "dense-block extraction needs the Mt-KaHyPar hypergraph partitioner: pip install "
+            "mtkahypar (wheels for Linux x86-64, CPython 3.10-3.13); elsewhere a pruned "
+            "layer runs on its CSR remainder alone (blocks=False)") from exc
+    threads = int(os.environ.get("TENSORCONV_PARTITION_THREADS", 0)) or min(os.cpu_count() or 1, 16)
+    return mtkahypar, mtkahypar.initialize(threads, False)
+
+
+def partition_rows(pattern, groups: int, *, seed: int = 0, epsilon: float = 0.3) -> np.ndarray:
+    """A group (0 .. ``groups``-1) for every row of ``pattern`` (bool, rows x columns): rows
+    sharing nonzero columns together, by Mt-KaHyPar (km1 objective, groups at most
+    ``1 + epsilon`` times the mean size, deterministic for a ``seed``)."""
+    pattern = np.asarray(pattern, bool)
+    rows = pattern.shape[0]
+    groups = check_int(groups, "groups", minimum=2)
+    check_real(epsilon, "epsilon", low=0.0, low_open=True)
+    if rows <= groups:
+        return np.arange(rows, dtype=INDEX)
+    mtk, init = _partitioner()
+    edges = [np.nonzero(col)[0].tolist() for col in pattern.T if col.sum() > 1]
+    ctx = init.context_from_preset(mtk.PresetType.DETERMINISTIC)
+    ctx.set_partitioning_parameters(groups, float(epsilon), mtk.Objective.KM1)
+    ctx.logging = False
+    mtk.set_seed(int(seed))
+    graph = init.create_hypergraph(ctx, rows, len(edges), edges)
+    return np.asarray(graph.partition(ctx).get_partition(), INDEX)
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The layout Algorithm 1 found and its statistics: ``rounds`` of partitioning,
+    ``in_blocks`` (share of the nonzeros the blocks hold), ``fill`` (nonzeros over cells in
+    the blocks), ``seconds``."""
+
+    layout: Layout
+    rounds: int
+    in_blocks: float
+    fill: float
+    seconds: float
+
+
+def extract_blocks(pattern, shape, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
+                   seed: int = 0, epsilon: float = 0.3) -> Extraction:
+    """Algorithm 1: dense blocks of the nonzeros of ``pattern`` and the CSR remainder.
+
+    Parameters
+    ----------
+    pattern : bool array, (K, C·R·S)
+        The kernel matrix's nonzeros (:func:`tensorconv.blocksparse.kernel_matrix` ``!= 0``).
+    shape : (K, C, R, S)
+    t1 : int
+        Row groups per round (the partition's k).
+    t2 : int
+        Nonzeros a column needs within a group to join its block.
+    b1, b2 : int
+        Least rows and columns of a block.
+    seed, epsilon :
+        The partitioner's seed and balance slack (:func:`partition_rows`).
+
+    Returns
+    -------
+    Extraction
+    """
+    start = time.perf_counter()
+    for name, value in (("t1", t1), ("t2", t2), ("b1", b1), ("b2", b2)):
+        check_int(value, name, minimum=1)
+    pattern = np.asarray(pattern, bool)
+    rest = pattern.copy()
+    blocks, rounds = [], 0
+    while rest.any():
+        rounds += 1
+        group = partition_rows(rest, max(2, t1), seed=seed + rounds, epsilon=epsilon)
+        found = False
+        for g in range(max(2, t1)):
+            rows = np.nonzero(group == g)[0]
+            if rows.size < b1:
+                continue
+            cols = np.nonzero(rest[rows].sum(axis=0) >= t2)[0]
+            if cols.size < b2:
+                continue
+            used = rows[rest[np.ix_(rows, cols)].any(axis=1)]
+            rows = used if used.size >= b1 else rows
+            blocks.append((rows.astype(INDEX), cols.astype(INDEX)))
+            rest[np.ix_(rows, cols)] = False
+            found = True
+        if not found:
+            break
+    layout = layout_from_pattern(pattern, shape, blocks)
+    nnz = int(pattern.sum())
+    held = nnz - int(rest.sum())
+    cells = sum(r.size * c.size for r, c in blocks)
+    return Extraction(layout, rounds, held / nnz if nnz else 0.0, held / cells if cells else 0.0,
+                      time.perf_counter() - start)

@@ -1,0 +1,80 @@
+"""Algorithm 1 (dense-block extraction) on planted, random and edge-case patterns."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from tensorconv import blocksparse as bs
+from tensorconv.decomp import blocks as alg1
+
+pytest.importorskip("mtkahypar", reason="the hypergraph partitioner is not installed")
+
+
+def test_planted_blocks_are_found_whole():
+    rng = np.random.default_rng(0)
+    shape = (32, 8, 3, 3)
+    m = np.zeros((32, 72), bool)
+    rows = rng.permutation(32)
+    cols = rng.permutation(72)
+    m[np.ix_(rows[:16], cols[:20])] = True
+    m[np.ix_(rows[16:], cols[20:50])] = True
+    e = alg1.extract_blocks(m, shape, t1=2, t2=4, b1=8, b2=8)
+    assert e.in_blocks == 1.0 and e.fill == 1.0 and e.layout.indices.size == 0
+    found = {(tuple(r), tuple(c)) for r, c in e.layout.blocks}
+    assert found == {(tuple(np.sort(rows[:16])), tuple(np.sort(cols[:20]))),
+                     (tuple(np.sort(rows[16:])), tuple(np.sort(cols[20:50])))}
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_every_block_keeps_the_papers_rules_and_every_weight_is_stored_once(rng, trial):
+    k, c = int(rng.integers(16, 80)), int(rng.integers(4, 24))
+    shape = (k, c, 3, 3)
+    w = rng.standard_normal(shape) * (rng.random(shape) < rng.uniform(0.05, 0.5))
+    pattern = bs.kernel_matrix(w) != 0
+    t2, b1, b2 = int(rng.choice([2, 4, 8])), 4, 4
+    e = alg1.extract_blocks(pattern, shape, t1=4, t2=t2, b1=b1, b2=b2, seed=trial)
+    owner = e.layout.owner()
+    for b, (rows, cols) in enumerate(e.layout.blocks):
+        assert rows.size >= b1 and cols.size >= b2
+        owned = (owner[np.ix_(rows, cols)] == b) & pattern[np.ix_(rows, cols)]
+        assert (owned.sum(axis=0) >= t2).all()         # each column earned its place
+    packed = bs.pack(w, e.layout)
+    assert np.array_equal(packed.to_kernel(), w.astype(np.float32))
+    held = sum(np.count_nonzero(v) for v in packed.values)
+    assert e.in_blocks == pytest.approx(held / max(1, pattern.sum()))
+    again = alg1.extract_blocks(pattern, shape, t1=4, t2=t2, b1=b1, b2=b2, seed=trial)
+    assert [(r.tolist(), c.tolist()) for r, c in again.layout.blocks] == \
+        [(r.tolist(), c.tolist()) for r, c in e.layout.blocks]   # reproducible
+
+
+def test_edge_cases_empty_dense_and_tiny():
+    shape = (16, 4, 1, 1)
+    empty = alg1.extract_blocks(np.zeros((16, 4), bool), shape, b1=2, b2=2, t2=2)
+    assert empty.layout.blocks == () and empty.in_blocks == 0.0 and empty.rounds == 0
+    full = alg1.extract_blocks(np.ones((16, 4), bool), shape, t1=2, b1=2, b2=2, t2=2)
+    assert full.in_blocks == 1.0 and full.layout.indices.size == 0
+    one = alg1.extract_blocks(np.eye(16, 4, dtype=bool), shape, t1=2, b1=2, b2=2, t2=2)
+    assert one.layout.blocks == () and one.layout.indices.size == 4     # all remainder
+
+
+def test_bad_parameters_are_refused_by_name():
+    with pytest.raises(ValueError, match="t2 must be >= 1"):
+        alg1.extract_blocks(np.ones((4, 4), bool), (4, 4, 1, 1), t2=0)
+    with pytest.raises(TypeError, match="b1 must be an int"):
+        alg1.extract_blocks(np.ones((4, 4), bool), (4, 4, 1, 1), b1=2.5)
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
+        alg1.partition_rows(np.ones((40, 4), bool), 4, epsilon=0.0)
+
+
+def test_a_missing_partitioner_is_one_clear_error(monkeypatch):
+    alg1._partitioner.cache_clear()
+    monkeypatch.setitem(sys.modules, "mtkahypar", None)
+    try:
+        with pytest.raises(alg1.PartitionerUnavailableError, match="pip install mtkahypar"):
+            alg1.partition_rows(np.ones((40, 4), bool), 4)
+    finally:
+        monkeypatch.undo()
+        alg1._partitioner.cache_clear()

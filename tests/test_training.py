@@ -205,3 +205,56 @@ def test_a_read_only_checkpoint_is_refused_before_training(tmp_path):
     with pytest.raises(ReadOnlyFileError, match="run.npz is read-only"):
         train(_cfg(), path, progress=False)
     assert path.read_bytes() == before
+
+
+def _timeless(history):
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+def test_admm_pruning_then_masked_fine_tuning_resumes_exactly(tmp_path):
+    from tensorconv.compress import prune
+
+    admm = _cfg(model="small_cnn", epochs=2, admm_prune_ratio=4.0, admm_rho=1e-2)
+    first = train(admm, tmp_path / "admm.npz", progress=False)
+    extra = ckpt.load(tmp_path / "admm.npz")[2]["extra"]
+    for name, conv in prune.prune_candidates(first.model).items():
+        z = extra[f"z/{name}"]                            # Z: on the constraint set
+        assert np.count_nonzero(z) <= prune.keep_count(z.size, 4.0)
+        assert extra[f"u/{name}"].shape == conv.weight.shape
+    half = train(admm, tmp_path / "half.npz", stop_after=1, progress=False)
+    again = train(admm, tmp_path / "half.npz", progress=False)   # ADMM state resumes exactly
+    assert _timeless(half.history[:1]) == _timeless(first.history[:1])
+    assert [h["admm_gap"] for h in again.history] == [h["admm_gap"] for h in first.history]
+    tune = _cfg(epochs=2, init_from=str(tmp_path / "admm.npz"), prune_ratio=4.0)
+    full = train(tune, tmp_path / "full.npz", progress=False)
+    part = train(tune, tmp_path / "part.npz", stop_after=1, progress=False)
+    resumed = train(tune, tmp_path / "part.npz", progress=False)
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    convs = prune.prune_candidates(full.model)
+    masks = ckpt.load(tmp_path / "full.npz")[2]["extra"]
+    for name, conv in convs.items():
+        mask = masks[f"mask/{name}"]
+        assert mask.sum() == prune.keep_count(mask.size, 4.0)
+        assert np.all(conv.weight.data[~mask] == 0)          # pruned weights stayed zero
+    assert _timeless(part.history) == _timeless(full.history[:1])
+
+
+def test_training_under_masks_from_a_file(tmp_path):
+    from tensorconv.compress import prune
+    from tensorconv.nn import get_model
+
+    model = get_model("small_cnn", in_channels=1, num_classes=4)
+    masks = prune.magnitude_masks(model, 8.0)
+    prune.save_masks(tmp_path / "m.npz", masks)
+    assert set(prune.load_masks(tmp_path / "m.npz")) == set(masks)
+    result = train(_cfg(epochs=1, prune_masks=str(tmp_path / "m.npz")), progress=False)
+    for name, conv in prune.prune_candidates(result.model).items():
+        assert np.all(conv.weight.data[~masks[name]] == 0)
+    (tmp_path / "bad.npz").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="bad.npz is not a masks file"):
+        prune.load_masks(tmp_path / "bad.npz")
+    with pytest.raises(ValueError, match="prune_ratio and prune_masks"):
+        _cfg(prune_ratio=4.0, prune_masks="m.npz")
+    with pytest.raises(ValueError, match="two ADMM constraints"):
+        _cfg(admm_prune_ratio=4.0, admm_ranks={"a": (1, 1)})

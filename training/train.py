@@ -23,10 +23,13 @@ from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
 from tensorconv.checks import check_bool, check_choice, check_int, check_real
 from tensorconv.compress import cpize, tuckerize
+from tensorconv.compress.prune import load_masks, magnitude_masks
 from tensorconv.nn import MODELS, get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
 from training import checkpoint as ckpt
+from training.admm_prune import ADMMPrune
 from training.admm_tucker import ADMMTucker
+from training.masked import MaskedTraining
 
 # Config fields a resumed run may change; every other field must match the checkpoint.
 _RESUMABLE_CHANGES = {"epochs", "device"}
@@ -61,6 +64,9 @@ class TrainConfig:
     admm_ranks: dict | None = None     # conv name -> (D1, D2): ADMM towards these ranks
     admm_rho: float = 1e-3
     admm_rho_growth: float = 1.3
+    admm_prune_ratio: float | None = None  # ADMM pruning: every prunable conv keeps 1/ratio
+    prune_ratio: float | None = None   # hard-prune the starting weights to 1/ratio, train masked
+    prune_masks: str | None = None     # an .npz of masks (tensorconv.compress.prune.save_masks)
 
     def __post_init__(self):
         """Every field checked when the config is made, before any data or model is built."""
@@ -89,6 +95,15 @@ class TrainConfig:
             check_choice(getattr(self, name), name, allowed)
         if self.tucker_ranks and self.cp_rank:
             raise ValueError("tucker_ranks and cp_rank are two formats: give one")
+        for name in ("admm_prune_ratio", "prune_ratio"):
+            if getattr(self, name) is not None:
+                check_real(getattr(self, name), name, low=1.0)
+        if self.admm_ranks and self.admm_prune_ratio:
+            raise ValueError("admm_ranks and admm_prune_ratio are two ADMM constraints: give one")
+        if self.prune_ratio and self.prune_masks:
+            raise ValueError("prune_ratio and prune_masks both give masks: give one")
+        if (self.prune_ratio or self.prune_masks) and (self.tucker_ranks or self.cp_rank):
+            raise ValueError("pruning masks apply to a dense model, not a Tucker or CP one")
 
 
 @dataclass
@@ -238,20 +253,26 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         model.to("gpu")
     xp = model.xp
     admm = (ADMMTucker(model, cfg.admm_ranks, cfg.admm_rho, cfg.admm_rho_growth)
-            if cfg.admm_ranks else None)
+            if cfg.admm_ranks else
+            ADMMPrune(model, cfg.admm_prune_ratio, cfg.admm_rho, cfg.admm_rho_growth)
+            if cfg.admm_prune_ratio else None)
     opt = SGD(model.parameters(), cfg.lr, cfg.momentum, cfg.nesterov, cfg.weight_decay)
     rng = np.random.default_rng(cfg.seed)
     result = TrainResult(model)
     start_epoch = 0
+    masks = (load_masks(cfg.prune_masks) if cfg.prune_masks else
+             magnitude_masks(model, cfg.prune_ratio) if cfg.prune_ratio else None)
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and path.exists():
         meta = _restore(path, cfg, model, opt)
         rng.bit_generator.state = meta["rng_state"]
         if admm is not None:
             admm.load_state(meta["extra"], meta["admm_rho"])
+        masks = MaskedTraining.masks_in(meta["extra"]) or masks  # the run's own, as they were
         start_epoch = meta["epoch"]
         result.history, result.step_losses = meta["history"], meta["step_losses"]
 
+    masked = MaskedTraining(model, masks) if masks else None
     steps_per_epoch = len(train_set) // cfg.batch_size
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training "
@@ -279,9 +300,13 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             loss.backward()
             if admm is not None:
                 admm.after_backward()
+            if masked is not None:
+                masked.after_backward()
             if cfg.clip_grad:
                 clip_grad_norm(opt.params, cfg.clip_grad)
             opt.step()
+            if masked is not None:
+                masked.after_step()
             losses.append(loss.data)
             correct.append((logits.data.argmax(axis=1) == y).sum())
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
@@ -315,7 +340,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                             "rng_state": rng.bit_generator.state,
                             "admm_rho": admm.rho if admm is not None else None,
                             "tensorconv": tensorconv.__version__},
-                      extra=admm.state_arrays() if admm is not None else None)
+                      extra={**(admm.state_arrays() if admm is not None else {}),
+                             **(masked.state_arrays() if masked is not None else {})})
     result.finished = (result.history[-1]["epoch"] if result.history else 0) >= cfg.epochs
     if not math.isfinite(result.history[-1]["test_loss"]) if result.history else False:
         raise FloatingPointError("test loss is not finite after training")

@@ -1,8 +1,11 @@
-"""Model transforms: Tucker and CP formats of a model's convolutions, and TDC's
-hardware-aware rank selection (Algorithm 1) with the table T it chooses from.
+"""Model transforms: Tucker and CP formats of a model's convolutions, non-structured
+pruning masks, and TDC's hardware-aware rank selection (Algorithm 1) with the table T it
+chooses from.
 
 * :mod:`~tensorconv.compress.tucker` — ``tucker_candidates``, ``tuckerize``, ``uniform_ranks``;
 * :mod:`~tensorconv.compress.cp` — ``cpize``;
+* :mod:`~tensorconv.compress.prune` — pruning masks (magnitude top-l), ``apply_masks``,
+  ``save_masks``/``load_masks``;
 * :mod:`~tensorconv.compress.ranks` — ``LayerSpec``, ``layer_specs``, ``select_ranks``;
 * :mod:`~tensorconv.compress.performance` — ``layer_latency``, ``performance_tables``
   (table T, measured through the inference engine on this GPU).

@@ -6,6 +6,8 @@ chooses from.
 * :mod:`~tensorconv.compress.cp` — ``cpize``;
 * :mod:`~tensorconv.compress.prune` — pruning masks (magnitude top-l), ``apply_masks``,
   ``save_masks``/``load_masks``;
+* :mod:`~tensorconv.compress.reprune` — performance-aware re-pruning (knapsack, §5 of
+  Rumi et al.);
 * :mod:`~tensorconv.compress.ranks` — ``LayerSpec``, ``layer_specs``, ``select_ranks``;
 * :mod:`~tensorconv.compress.performance` — ``layer_latency``, ``performance_tables``
   (table T, measured through the inference engine on this GPU).

@@ -1,0 +1,186 @@
+"""Performance-aware re-pruning (Rumi et al., PACT'20, §5).
+
+After Algorithm 1 has put a pruned layer's nonzeros into dense blocks and a CSR remainder,
+some weights cost far more time than they are worth: a block row writes an output row, a
+lone remainder weight reads a whole input row.  Re-pruning removes the weights whose removal
+frees the most memory traffic while their squared norm stays within ``B3`` times the layer's:
+
+* a dense block can lose only a whole row (benefit ``C1``: one output row not written; plus
+  ``C2`` for each block column in which it is the only nonzero: one input row not read) or a
+  whole column (``C2``, plus ``C1`` for each block row it is the only nonzero of);
+* a remainder weight can go alone (``C2``; plus ``C1`` when it is its row's only weight).
+
+The choice is the 0/1 knapsack of eq. 1: costs ``ceil(1000 w^2)`` summed over an item, the
+capacity ``ceil(1000 B3 sum w^2)``, solved exactly by dynamic programming (:func:`knapsack`).
+Rows and columns of one block may both be chosen; their common cells then count twice
+against the budget, so the removed norm never exceeds it.  After re-pruning every cell of
+every block is trainable (:meth:`~tensorconv.blocksparse.Layout.mask`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv.blocksparse import INDEX, BlockSparse, Layout, pack
+from tensorconv.checks import check_int, check_real
+
+SCALE = 1000  # the paper's integer scale of squared weights
+
+
+def knapsack(costs, benefits, capacity: int) -> np.ndarray:
+    """The 0/1 knapsack: a bool array choosing items of total ``costs`` <= ``capacity`` with
+    the largest total ``benefits`` (both non-negative integers).
+
+    Exact dynamic programming over the capacity.  Items alike in (cost, benefit) are
+    merged into power-of-two bundles first (the bounded-knapsack split), so thousands of
+    single weights cost a few dozen rows of the table; free items are always taken.
+    """
+    costs, benefits = np.asarray(costs, np.int64), np.asarray(benefits, np.int64)
+    if costs.shape != benefits.shape or costs.ndim != 1:
+        raise ValueError("costs and benefits must be 1-D arrays of one length")
+    if costs.size and (costs.min() < 0 or benefits.min() < 0):
+        raise ValueError("costs and benefits must be >= 0")
+    capacity = check_int(capacity, "capacity", minimum=0)
+    chosen = (costs == 0) & (benefits > 0)
+    useful = np.nonzero((costs > 0) & (costs <= capacity) & (benefits > 0))[0]
+    if useful.size == 0:
+        return chosen
+    pairs, inverse = np.unique(np.stack([costs[useful], benefits[useful]], 1), axis=0,
+                               return_inverse=True)
+    inverse = inverse.reshape(-1)
+    bundles = []                                 # (pair index, how many items, cost, benefit)
+    for p, (c, b) in enumerate(pairs):
+        left, k = int(np.count_nonzero(inverse == p)), 1
+        while left > 0:
+            take = min(k, left)
+            bundles.append((p, take, int(c) * take, int(b) * take))
+            left, k = left - take, k * 2
+    best = np.zeros(capacity + 1, np.int64)
+    taken = []
+    for _, _, c, b in bundles:
+        if c > capacity:
+            taken.append(None)
+            continue
+        with_it = best[:-c] + b if c else best + b
+        better = np.zeros(capacity + 1, bool)
+        better[c:] = with_it > best[c:]
+        best[c:] = np.where(better[c:], with_it, best[c:])
+        taken.append(np.packbits(better))
+    count = np.zeros(len(pairs), np.int64)
+    room = int(np.argmax(best))
+    for (p, take, c, _), bits in zip(reversed(bundles), reversed(taken)):
+        if bits is not None and np.unpackbits(bits, count=capacity + 1)[room]:
+            count[p] += take
+            room -= c
+    for p in range(len(pairs)):            # which items of a pair: any count of them
+        members = useful[inverse == p]
+        chosen[members[:count[p]]] = True
+    return chosen
+
+
+@dataclass(frozen=True)
+class Items:
+    """The removal candidates of a layer: ``kind`` 0 block row, 1 block column, 2 remainder
+    weight; ``block`` (-1 for the remainder) and ``index`` (position in the block's rows or
+    columns, or in the remainder's entries); squared-norm ``l2`` and ``benefit``."""
+
+    kind: np.ndarray
+    block: np.ndarray
+    index: np.ndarray
+    l2: np.ndarray
+    benefit: np.ndarray
+
+
+def removal_items(packed: BlockSparse, c1: int = 1, c2: int = 1) -> Items:
+    """Every block row, block column and remainder weight of ``packed`` with its cost (sum
+    of squares) and benefit (``c1`` per output row, ``c2`` per input row no longer touched)."""
+    kind, block, index, l2, benefit = [], [], [], [], []
+    for b, v in enumerate(packed.values):
+        nz = v != 0
+        sq = v.astype(np.float64) ** 2
+        lone_in_col = nz & (nz.sum(axis=0, keepdims=True) == 1)
+        lone_in_row = nz & (nz.sum(axis=1, keepdims=True) == 1)
+        rows, cols = v.shape
+        kind += [0] * rows + [1] * cols
+        block += [b] * (rows + cols)
+        index += list(range(rows)) + list(range(cols))
+        l2 += list(sq.sum(axis=1)) + list(sq.sum(axis=0))
+        benefit += list(c1 + c2 * lone_in_col.sum(axis=1)) + list(c2 + c1 * lone_in_row.sum(0))
+    lay = packed.layout
+    per_row = np.diff(lay.indptr)[lay.csr_rows]
+    n = lay.indices.size
+    kind += [2] * n
+    block += [-1] * n
+    index += list(range(n))
+    l2 += list(packed.data.astype(np.float64) ** 2)
+    benefit += list(c2 + c1 * (per_row == 1))
+    return Items(np.asarray(kind, np.int8), np.asarray(block, INDEX), np.asarray(index, INDEX),
+                 np.asarray(l2, np.float64), np.asarray(benefit, np.int64))
+
+
+@dataclass(frozen=True)
+class Repruned:
+    """The re-pruned layer: its ``packed`` weights and their layout, the squared norm
+    removed as a share of the layer's (``removed_l2``), the total ``benefit``, and how many
+    block rows, block columns and remainder weights went."""
+
+    packed: BlockSparse
+    removed_l2: float
+    benefit: int
+    rows: int
+    cols: int
+    weights: int
+
+
+def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repruned:
+    """Re-prune a block-sparse layer within ``b3`` of its squared norm (eq. 1).
+
+    Parameters
+    ----------
+    packed : BlockSparse
+        The pruned layer after Algorithm 1.
+    b3 : float in [0, 1]
+        The budget: removed weights' sum of squares <= ``b3`` times the layer's.
+    c1, c2 : int
+        Benefit of an output row not written, an input row not read (the paper: 1, 1).
+
+    Returns
+    -------
+    Repruned
+    """
+    if not isinstance(packed, BlockSparse):
+        raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
+    check_real(b3, "b3", low=0.0, high=1.0)
+    c1, c2 = check_int(c1, "c1", minimum=0), check_int(c2, "c2", minimum=0)
+    items = removal_items(packed, c1, c2)
+    total = float(sum((v.astype(np.float64) ** 2).sum() for v in packed.values)
+                  + (packed.data.astype(np.float64) ** 2).sum())
+    costs = np.ceil(SCALE * items.l2).astype(np.int64)
+    chosen = knapsack(costs, items.benefit, math.ceil(SCALE * b3 * total))
+    blocks, values = [], []
+    for b, ((rows, cols), v) in enumerate(zip(packed.layout.blocks, packed.values)):
+        drop_r = items.index[chosen & (items.kind == 0) & (items.block == b)]
+        drop_c = items.index[chosen & (items.kind == 1) & (items.block == b)]
+        keep_r = np.setdiff1d(np.arange(rows.size), drop_r)
+        keep_c = np.setdiff1d(np.arange(cols.size), drop_c)
+        if keep_r.size and keep_c.size:
+            blocks.append((rows[keep_r], cols[keep_c]))
+            values.append(v[np.ix_(keep_r, keep_c)])
+    keep_w = ~chosen[items.kind == 2]
+    lay = packed.layout
+    rows_of = lay.csr_rows[keep_w]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows_of, minlength=lay.rows))])
+    layout = Layout(lay.shape, tuple(blocks), indptr.astype(INDEX), lay.indices[keep_w])
+    kernel = np.zeros((lay.rows, lay.cols), np.float32)
+    for (rows, cols), v in zip(blocks, values):
+        kernel[np.ix_(rows, cols)] += v   # a cell two blocks cover holds 0 in all but one
+    kernel[rows_of, lay.indices[keep_w]] = packed.data[keep_w]
+    new = pack(kernel.reshape(lay.shape), layout)
+    removed = total - float((new.to_matrix().astype(np.float64) ** 2).sum())
+    return Repruned(new, removed / total if total else 0.0, int(items.benefit[chosen].sum()),
+                    int(np.count_nonzero(chosen & (items.kind == 0))),
+                    int(np.count_nonzero(chosen & (items.kind == 1))),
+                    int(np.count_nonzero(chosen & (items.kind == 2))))

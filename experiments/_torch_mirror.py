@@ -13,6 +13,7 @@ from tensorconv import backend
 from tensorconv.nn import layers as L
 from tensorconv.nn.cp import CPConv2d
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
+from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
 from tensorconv.nn.models.vgg import VGG
@@ -49,6 +50,16 @@ def to_torch(m):
 
         def forward(self, x):
             return torch.cat([x, self.body(x)], dim=1)
+
+    class Branches(tnn.Module):
+        """cat([b(x) for b in branches]) over channels, our inception module."""
+
+        def __init__(self, branches):
+            super().__init__()
+            self.branches = tnn.ModuleList(branches)
+
+        def forward(self, x):
+            return torch.cat([b(x) for b in self.branches], dim=1)
 
     if isinstance(m, L.Conv2d):
         t = tnn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,
@@ -107,6 +118,11 @@ def to_torch(m):
                               to_torch(m.gap), to_torch(m.fc)).eval()
     if isinstance(m, VGG):
         return tnn.Sequential(to_torch(m.features), to_torch(m.flatten), to_torch(m.fc)).eval()
+    if isinstance(m, Inception):
+        return Branches([to_torch(b) for b in m.branches()])
+    if isinstance(m, GoogLeNet):
+        return tnn.Sequential(to_torch(m.stem), to_torch(m.inceptions), to_torch(m.gap),
+                              to_torch(m.fc)).eval()
     if isinstance(m, SmallCNN):
         return tnn.Sequential(to_torch(m.features), to_torch(m.gap), to_torch(m.fc)).eval()
     raise NotImplementedError(f"no PyTorch mirror for {type(m).__name__}")

@@ -75,7 +75,8 @@ def test_torch_mirror_matches_our_forward(rng):
 
     # a bottleneck ResNet-50 reaches at most ~45 % fewer MACs through its 3x3 convolutions
     for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", 0.5),
-                      ("densenet121", None), ("vgg16", None), ("resnet50", 0.4)):
+                      ("densenet121", None), ("vgg16", None), ("resnet50", 0.4),
+                      ("googlenet", None)):
         model = get_model(name, in_channels=1)
         if fmt == "cp":
             cpize(model, 3)

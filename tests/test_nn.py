@@ -31,6 +31,18 @@ def test_densenet121_forward_cifar_stem():
     assert model(Tensor(np.ones((1, 1, 32, 32), np.float32))).shape == (1, 10)
 
 
+def test_googlenet_forward_and_cost():
+    model = get_model("googlenet", in_channels=1, num_classes=10)
+    model.eval()
+    assert model(Tensor(np.ones((1, 1, 32, 32), np.float32))).shape == (1, 10)
+    inception = model.inceptions[0]
+    assert inception.branch5[3].kernel_size == (5, 5)        # the paper's 5x5, not two 3x3
+    big = count_flops_params(get_model("googlenet", stem="imagenet", num_classes=1000),
+                             (1, 3, 224, 224))
+    # the paper: 1.5 G multiply-adds, 6.8 M parameters (before batch norm)
+    assert round(big["macs"] / 1e9, 2) == 1.58 and 6.8e6 < big["params"] < 7.1e6
+
+
 def test_known_costs():
     r18 = count_flops_params(get_model("resnet18_imagenet"), (1, 3, 224, 224))
     assert round(r18["macs"] / 1e9, 3) == 1.814 and round(r18["params"] / 1e6, 2) == 11.69

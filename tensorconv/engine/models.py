@@ -1,6 +1,6 @@
 """Planning the model zoo's blocks and networks: residual blocks (BN folded, the residual
 and ReLU in the last convolution's epilogue), ResNets, VGG, MobileNet, the small CNN and
-DenseNets (stem and head fused where faster)."""
+DenseNets and GoogLeNet (stem and head fused where faster)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from tensorconv.engine.layers import plan_bn, plan_head, plan_stem
 from tensorconv.engine.plan import Plan
 from tensorconv.engine.registry import plan_conv, plan_module
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
+from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.vgg import VGG
 
@@ -45,11 +46,30 @@ def plan_dense_layer(m: DenseLayer, plan: Plan, x):
     y = plan_bn(m.bn1, plan, x, relu=True)
     y = plan_conv(m.conv1, plan, y, bn=m.bn2, relu=True)
     y = plan_conv(m.conv2, plan, y)
-    out = plan.alloc((x.shape[0], x.shape[1] + y.shape[1]) + x.shape[2:])
-    head, tail = out[:, :x.shape[1]], out[:, x.shape[1]:]
-    plan.add(lambda: (head.__setitem__(Ellipsis, x), tail.__setitem__(Ellipsis, y)),
-             "dense concat")
+    return plan_concat(plan, [x, y], "dense concat")
+
+
+def plan_concat(plan: Plan, parts: list, label: str):
+    """One buffer holding ``parts`` (N, C_i, H, W) one after another over channels."""
+    x = parts[0]
+    out = plan.alloc((x.shape[0], sum(p.shape[1] for p in parts)) + x.shape[2:])
+    edges = [0]
+    for p in parts:
+        edges.append(edges[-1] + p.shape[1])
+    slots = [out[:, a:b] for a, b in zip(edges, edges[1:])]
+    plan.add(lambda: [s.__setitem__(Ellipsis, p) for s, p in zip(slots, parts)], label)
     return out
+
+
+def plan_inception(m: Inception, plan: Plan, x):
+    """The four branches (each conv with its BN folded and ReLU fused), then their concat."""
+    return plan_concat(plan, [plan_module(b, plan, x) for b in m.branches()],
+                       "inception concat")
+
+
+def plan_googlenet(m: GoogLeNet, plan: Plan, x):
+    y = plan_module(m.inceptions, plan, plan_module(m.stem, plan, x))
+    return plan_head(plan, m.gap, m.fc, y)
 
 
 def plan_transition(m: Transition, plan: Plan, x):

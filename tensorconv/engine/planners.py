@@ -10,6 +10,7 @@ from tensorconv.engine.registry import register_conv_planner, register_planner
 from tensorconv.nn import layers as L
 from tensorconv.nn.cp import CPConv2d
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
+from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.mobilenet import MobileNetV1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
@@ -43,6 +44,8 @@ PLANNERS = {
     DenseLayer: models.plan_dense_layer,
     Transition: models.plan_transition,
     DenseNet: models.plan_densenet,
+    Inception: models.plan_inception,
+    GoogLeNet: models.plan_googlenet,
 }
 
 # the rewrite passes over a finished plan, in order: pairs first (shortcuts fold into

@@ -6,6 +6,7 @@ from functools import partial
 
 from tensorconv.checks import check_choice
 from tensorconv.nn.models.densenet import DenseNet, densenet121, densenet201
+from tensorconv.nn.models.googlenet import GoogLeNet, Inception, googlenet
 from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
 from tensorconv.nn.models.smallcnn import SmallCNN, small_cnn
@@ -20,6 +21,7 @@ MODELS = {
     "mobilenet_v1": mobilenet_v1,
     "densenet121": densenet121,
     "densenet201": densenet201,
+    "googlenet": googlenet,
     "small_cnn": small_cnn,
 }
 
@@ -31,7 +33,6 @@ def get_model(name: str, **kwargs):
     return MODELS[name](**kwargs)
 
 
-__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "MobileNetV1", "ResNet", "SmallCNN",
-           "VGG", "densenet121", "densenet201", "get_model", "mobilenet_v1", "resnet18", "resnet20",
-           "resnet50", "small_cnn",
-           "vgg16"]
+__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "GoogLeNet", "Inception",
+           "MobileNetV1", "ResNet", "SmallCNN", "VGG", "densenet121", "densenet201", "get_model",
+           "googlenet", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn", "vgg16"]

@@ -26,6 +26,7 @@ CASES = [
     ("densenet121", dict(stem="imagenet"), (1, 3, 64, 64)),
     ("densenet121", dict(stem="cifar", in_channels=1, num_classes=10), (2, 1, 32, 32)),
     ("small_cnn", dict(), (4, 1, 28, 28)),
+    ("googlenet", dict(in_channels=1), (2, 1, 32, 32)),
 ]
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.nn.layers import Conv2d, Linear
+from tensorconv.nn.sparse import SparseConv2d
 
 
 def count_flops_params(model, input_shape) -> dict:
@@ -19,7 +20,8 @@ def count_flops_params(model, input_shape) -> dict:
     Returns
     -------
     dict with ``macs``, ``flops`` (= 2 * macs), ``params`` and ``layers``, a list of
-    ``(name, type, macs, params)``; BN, pooling and element-wise work is not counted.
+    ``(name, type, macs, params)``; BN, pooling and element-wise work is not counted; a
+    pruned layer counts its nonzero weights and their multiply-adds.
     """
     was_training = model.training
     model.eval()
@@ -28,6 +30,6 @@ def count_flops_params(model, input_shape) -> dict:
         model(x)
     model.train(was_training)
     layers = [(name.rstrip("."), type(m).__name__, int(m.macs), m.num_parameters())
-              for name, m in model.named_modules() if isinstance(m, (Conv2d, Linear))]
+              for name, m in model.named_modules() if isinstance(m, (Conv2d, Linear, SparseConv2d))]
     macs = sum(layer[2] for layer in layers)
     return {"macs": macs, "flops": 2 * macs, "params": model.num_parameters(), "layers": layers}

@@ -73,7 +73,10 @@ class Module:
                 yield f"{prefix}{name}", b
 
     def num_parameters(self) -> int:
-        return sum(p.size for p in self.parameters())
+        """Parameters of this module and its children (a child may count its own way, as a
+        pruned layer counts its nonzero weights)."""
+        return (sum(p.size for p in self._parameters.values())
+                + sum(m.num_parameters() for m in self._modules.values()))
 
     # ---- modes and devices
     def train(self, mode: bool = True) -> "Module":

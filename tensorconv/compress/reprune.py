@@ -179,7 +179,7 @@ def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repr
         kernel[np.ix_(rows, cols)] += v   # a cell two blocks cover holds 0 in all but one
     kernel[rows_of, lay.indices[keep_w]] = packed.data[keep_w]
     new = pack(kernel.reshape(lay.shape), layout)
-    removed = total - float((new.to_matrix().astype(np.float64) ** 2).sum())
+    removed = float(((packed.to_matrix().astype(np.float64) - new.to_matrix()) ** 2).sum())
     return Repruned(new, removed / total if total else 0.0, int(items.benefit[chosen].sum()),
                     int(np.count_nonzero(chosen & (items.kind == 0))),
                     int(np.count_nonzero(chosen & (items.kind == 1))),

@@ -4,6 +4,7 @@
 * ``slow`` tests (the long sweeps) run only with ``--slow`` (or ``TENSORCONV_SLOW=1``):
   ``pytest -m gpu`` is the quick GPU suite, ``pytest -m gpu --slow`` the whole one, run
   before an issue is resolved.
+* ``TENSORCONV_TEST_SEED=n`` replays the ``rng`` fixture's seed a failure printed.
 * ``TENSORCONV_TEST_LOG=path`` appends each test's outcome, duration and failure text to
   ``path`` as it finishes (a run cut short by a time limit still says what it did).
 """
@@ -56,7 +57,8 @@ def pytest_runtest_logreport(report):
 
 @pytest.fixture
 def rng(request):
-    """A freshly seeded generator; the seed is printed so a failure can be replayed."""
-    seed = int.from_bytes(os.urandom(4), "little")
+    """A freshly seeded generator; the seed is printed so a failure can be replayed with
+    ``TENSORCONV_TEST_SEED=<seed> pytest <test id>``."""
+    seed = int(os.environ.get("TENSORCONV_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
     print(f"{request.node.nodeid}: rng seed {seed}")
     return np.random.default_rng(seed)

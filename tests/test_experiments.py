@@ -121,3 +121,21 @@ def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     assert 40 < cell[("budget70", "admm", "model_flops_reduction")]["value"] < 90
     assert "uniform" in cell[("budget70", "admm", "ranks")]["note"]    # no GPU here: no table
     assert (tmp_path / "tdc_table3.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
+    pytest.importorskip("mtkahypar")
+    from experiments import sparse_table1
+
+    args = ["--quick", "--models", "small_cnn", "--out", str(tmp_path), "--t2", "2"]
+    assert sparse_table1.main(args + ["--time-budget", "0"]) == 0     # nothing fits: no row
+    assert sparse_table1.main(args) == 0
+    rows = results.read_csv(tmp_path / "sparse_table1.csv")
+    acc = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}
+    assert set(acc) == {"full", "admm", "pruned", "repruned"}
+    assert all(10.0 < a <= 100.0 for a in acc.values())
+    removed = [r["value"] for r in rows if r["metric"] == "removed_l2"]
+    assert removed and all(0 <= v <= 0.2 + 1e-3 for v in removed)
+    assert (tmp_path / "sparse_table1_work" / "small_cnn" / "repruned_masks.npz").exists()
+    assert (tmp_path / "sparse_table1.png").stat().st_size > 0

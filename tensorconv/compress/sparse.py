@@ -1,6 +1,6 @@
-"""Turning a pruned model's convolutions into ``SparseConv2d`` layers: each pruned kernel's
+"""Turning a pruned model's convolutions into ``SparseConv2d`` layers — each pruned kernel's
 nonzeros reorganised by Algorithm 1 into dense blocks and a CSR remainder (Rumi et al.,
-PACT'20, §4)."""
+PACT'20, §4) — and the masks of its performance-aware re-pruning (§5)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from tensorconv import backend
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import check_bool
 from tensorconv.compress.prune import prune_candidates
+from tensorconv.compress.reprune import reprune
 from tensorconv.compress.tucker import replace_layers
 from tensorconv.decomp.blocks import extract_blocks
 from tensorconv.nn.sparse import SparseConv2d
@@ -58,3 +59,19 @@ def sparsify(model, *, blocks: bool = True, t1: int = 8, t2: int = 8, b1: int = 
             layers[name].to("gpu")
     replace_layers(model, layers)
     return report
+
+
+def reprune_masks(model, b3: float, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
+                  seed: int = 0) -> tuple[dict, dict]:
+    """Performance-aware re-pruning of every pruned convolution of ``model`` (§5): Algorithm 1
+    on its nonzeros, then :func:`tensorconv.compress.reprune.reprune` within ``b3`` of its
+    squared norm.  Returns the masks to retrain under — every cell of every remaining block
+    and the remainder's nonzeros, {name: bool (K, C, R, S)} — and {name: Repruned}."""
+    masks, report = {}, {}
+    for name, conv in prune_candidates(model).items():
+        w = backend.to_host(conv.weight.data)
+        found = extract_blocks(kernel_matrix(w) != 0, w.shape, t1=t1, t2=t2, b1=b1, b2=b2,
+                               seed=seed)
+        report[name] = reprune(pack(w, found.layout), b3)
+        masks[name] = report[name].packed.layout.mask().reshape(w.shape)
+    return masks, report

@@ -1,0 +1,144 @@
+"""Sparse table 1: accuracy of the full, the ADMM-pruned and the re-pruned-and-retrained model.
+
+Rumi et al. (PACT'20), Table 1, on Fashion-MNIST padded to 32x32 instead of CIFAR-10.  For
+each model (``--models``, each with its pruning ratio: ResNet-18 8x, VGG-16 4x, GoogLeNet
+8x) four training phases run, each checkpointed after every epoch in ``--work``:
+
+* ``full`` — the dense model, trained from scratch;
+* ``admm`` — ADMM pruning from it: every convolution but the stem moves towards its
+  ``ceil(size / ratio)`` largest weights (rho grows each epoch);
+* ``pruned`` — the hard prune to those weights, then fine-tuning under the masks;
+* ``repruned`` — Algorithm 1 and performance-aware re-pruning (budget ``--b3`` of each
+  layer's squared norm) on the pruned model, then retraining (10 epochs) under the masks
+  that keep every dense-block cell trainable.
+
+Reports each phase's test accuracy beside the paper's, each layer's density before and
+after re-pruning and the share of its nonzeros in dense blocks.  ``--time-budget`` stops
+between epochs and a later call resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments._common import outputs, parser, pyplot, save_figure
+from tensorconv import bench
+from tensorconv.cli import guarded
+from tensorconv.compress.prune import save_masks
+from tensorconv.compress.sparse import reprune_masks
+from tensorconv.nn import get_model
+from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
+from training import checkpoint as ckpt
+from training.train import TimeBudget, TrainConfig, train_within
+
+NAME = "sparse_table1"
+# model -> (pruning ratio, paper's full / ADMM-pruned / re-pruned accuracy on CIFAR-10)
+MODELS = {"resnet18": (8.0, (94.14, 94.13, 94.34)), "vgg16": (4.0, (93.54, 93.13, 93.43)),
+          "googlenet": (8.0, (95.48, 95.32, 95.42)), "small_cnn": (4.0, (None, None, None))}
+PHASES = ("full", "admm", "pruned", "repruned")
+
+
+def configs(args, model: str, work: Path) -> dict:
+    """The four phases' training configurations for ``model``."""
+    ratio = MODELS[model][0]
+    pad = None if model == "small_cnn" else 32
+    common = dict(model=model, batch_size=128, device=args.device, pad_to=pad,
+                  train_limit=2000 if args.quick else None, test_limit=1000 if args.quick else None)
+    tune = dict(common, lr=0.01, warmup_epochs=0)
+    return {
+        "full": TrainConfig(**common, epochs=args.full_epochs),
+        "admm": TrainConfig(**tune, epochs=args.admm_epochs, init_from=str(work / "full.npz"),
+                            admm_prune_ratio=ratio, admm_rho=args.rho,
+                            admm_rho_growth=args.rho_growth),
+        "pruned": TrainConfig(**tune, epochs=args.finetune_epochs,
+                              init_from=str(work / "admm.npz"), prune_ratio=ratio),
+        "repruned": TrainConfig(**tune, epochs=args.retrain_epochs,
+                                init_from=str(work / "pruned.npz"),
+                                prune_masks=str(work / "repruned_masks.npz")),
+    }
+
+
+def write_reprune_masks(args, model: str, work: Path) -> dict:
+    """Re-prune the fine-tuned pruned model; write its masks (once) and return the report."""
+    net = get_model(model, in_channels=1, num_classes=10)
+    net.load_state_dict(ckpt.load(work / "pruned.npz")[0])
+    masks, report = reprune_masks(net, args.b3, t2=args.t2, seed=0)
+    path = work / "repruned_masks.npz"
+    if not path.exists():
+        save_masks(path, masks)
+    return report
+
+
+def main(argv=None) -> int:
+    p = parser(NAME, __doc__)
+    p.add_argument("--models", nargs="+", choices=sorted(MODELS),
+                   default=["resnet18", "vgg16", "googlenet"])
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints (default: OUT/sparse_table1_work)")
+    p.add_argument("--full-epochs", type=int, default=30)
+    p.add_argument("--admm-epochs", type=int, default=10)
+    p.add_argument("--finetune-epochs", type=int, default=10)
+    p.add_argument("--retrain-epochs", type=int, default=10)
+    p.add_argument("--rho", type=float, default=1e-3)
+    p.add_argument("--rho-growth", type=float, default=1.5)
+    p.add_argument("--b3", type=float, default=0.2, help="re-pruning budget (paper: 0.2)")
+    p.add_argument("--t2", type=int, default=8, help="Algorithm 1's column threshold")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.full_epochs = args.admm_epochs = args.finetune_epochs = args.retrain_epochs = 1
+    paths = outputs(NAME, args.out)
+    budget = TimeBudget(args.time_budget)
+    env = bench.environment()
+    rs = ResultSet(NAME, env)
+    for model in args.models:
+        work = (args.work or paths["csv"].parent / f"{NAME}_work") / model
+        work.mkdir(parents=True, exist_ok=True)
+        ratio, paper = MODELS[model]
+        case = f"{model}-{ratio:g}x"
+        cfgs = configs(args, model, work)
+        for phase, paper_acc in zip(PHASES, (paper[0], None, paper[1], paper[2])):
+            if phase == "repruned":
+                report = write_reprune_masks(args, model, work)
+                for layer, r in report.items():
+                    lay = r.packed.layout
+                    rs.add(f"{case}/{layer}", "repruned", "removed_l2", r.removed_l2, "1")
+                    rs.add(f"{case}/{layer}", "repruned", "blocks", len(lay.blocks), "count")
+                    rs.add(f"{case}/{layer}", "repruned", "benefit", r.benefit, "count",
+                           note=f"{r.rows} block rows, {r.cols} block columns, {r.weights} "
+                                f"remainder weights removed")
+            meta, finished = train_within(cfgs[phase], work / f"{phase}.npz", budget)
+            if meta is None or not meta["history"]:
+                break
+            epochs = meta["history"][-1]["epoch"]
+            note = "" if finished else f"partial: {epochs}/{cfgs[phase].epochs} epochs"
+            rs.add(case, phase, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
+                   paper_value=paper_acc if phase != "admm" else None,
+                   note=note or "paper: CIFAR-10")
+            if not finished:
+                break
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    write_markdown(paths["md"], "Sparse table 1 on Fashion-MNIST: full, pruned, re-pruned",
+                   env, [("Test accuracy (%)", pivot_markdown(rows, "test_acc", list(PHASES))),
+                         ("Re-pruning per layer", long_markdown(
+                             [r for r in rows if r["metric"] != "test_acc"])),
+                         ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
+    plt = pyplot()
+    acc = [r for r in rows if r["metric"] == "test_acc"]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = [f"{r['case']} {r['variant']}" for r in acc]
+    ax.barh(labels, [r["value"] for r in acc], label="ours (Fashion-MNIST)")
+    paper = [(r["paper_value"], lab) for r, lab in zip(acc, labels) if r["paper_value"] > 0]
+    if paper:
+        ax.scatter(*zip(*paper), color="k", zorder=3, label="paper (CIFAR-10)")
+    ax.set_xlabel("test accuracy (%)")
+    ax.legend(fontsize=8)
+    save_figure(fig, paths["png"])
+    print(pivot_markdown(rows, "test_acc", list(PHASES)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -324,3 +324,16 @@ def test_engine_fuses_the_stem_where_the_cache_says_so(rng, name, shape, fused, 
                       f"Tile(th=4, tw=8, nb=16)"] if fused else [])
     assert sum("pool (3, 3) max" in s.label for s in engine.plan.steps) == (not fused)
     assert err < 1e-4
+
+
+def test_engine_runs_pruned_models(rng):
+    """A ResNet-20 pruned 8x, its convolutions turned into SparseConv2d layers (dense blocks
+    and a CSR remainder), runs through the engine and matches the model."""
+    from tensorconv.compress import prune
+    from tensorconv.compress.sparse import sparsify
+
+    model = get_model("resnet20", in_channels=1)
+    prune.apply_masks(model, prune.magnitude_masks(model, 8.0))
+    sparsify(model, blocks=False)
+    engine, err = _engine_against_model(model, (2, 1, 32, 32), rng)
+    assert err < 1e-4

@@ -5,7 +5,7 @@ and its rows here."""
 
 from __future__ import annotations
 
-from tensorconv.engine import cp, dense, layers, models, passes, sparse, tucker
+from tensorconv.engine import cp, dense, layers, models, passes, scc, sparse, tucker
 from tensorconv.engine.registry import register_conv_planner, register_planner
 from tensorconv.nn import layers as L
 from tensorconv.nn.cp import CPConv2d
@@ -15,6 +15,7 @@ from tensorconv.nn.models.mobilenet import MobileNetV1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
 from tensorconv.nn.models.vgg import VGG
+from tensorconv.nn.scc import SCCConv2d, Separable
 from tensorconv.nn.sparse import SparseConv2d
 from tensorconv.nn.tucker import TuckerConv2d
 
@@ -25,6 +26,8 @@ CONV_PLANNERS = {
     TuckerConv2d: tucker.plan_tucker,
     CPConv2d: cp.plan_cp,
     SparseConv2d: sparse.plan_sparse_conv2d,
+    SCCConv2d: scc.plan_scc_conv,
+    Separable: scc.plan_separable,
 }
 
 PLANNERS = {

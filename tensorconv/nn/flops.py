@@ -6,7 +6,10 @@ import numpy as np
 
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.nn.layers import Conv2d, Linear
+from tensorconv.nn.scc import SCCConv2d
 from tensorconv.nn.sparse import SparseConv2d
+
+COUNTED = (Conv2d, Linear, SparseConv2d, SCCConv2d)  # the layers whose MACs are counted
 
 
 def count_flops_params(model, input_shape) -> dict:
@@ -30,6 +33,6 @@ def count_flops_params(model, input_shape) -> dict:
         model(x)
     model.train(was_training)
     layers = [(name.rstrip("."), type(m).__name__, int(m.macs), m.num_parameters())
-              for name, m in model.named_modules() if isinstance(m, (Conv2d, Linear, SparseConv2d))]
+              for name, m in model.named_modules() if isinstance(m, COUNTED)]
     macs = sum(layer[2] for layer in layers)
     return {"macs": macs, "flops": 2 * macs, "params": model.num_parameters(), "layers": layers}

@@ -337,3 +337,14 @@ def test_engine_runs_pruned_models(rng):
     sparsify(model, blocks=False)
     engine, err = _engine_against_model(model, (2, 1, 32, 32), rng)
     assert err < 1e-4
+
+
+@pytest.mark.parametrize("name,pointwise", [("vgg16", "scc"), ("resnet18", "scc"),
+                                            ("mobilenet_v1", "gpw")])
+def test_engine_runs_depthwise_separable_models(rng, name, pointwise):
+    """DSXplore's DW + SCC (and DW + GPW) networks through the engine match the model."""
+    from tensorconv.compress.separable import separable
+
+    model = separable(get_model(name, in_channels=1), pointwise, cg=2, co=0.5)
+    engine, err = _engine_against_model(model, (2, 1, 32, 32), rng)
+    assert err < 1e-4

@@ -6,7 +6,8 @@ from tensorconv.autograd.functions.loss import accuracy, softmax_cross_entropy
 from tensorconv.autograd.functions.math import add, concat, flatten, mul, reshape
 from tensorconv.autograd.functions.normalization import batch_norm2d
 from tensorconv.autograd.functions.pooling import avg_pool2d, global_avg_pool2d, max_pool2d
+from tensorconv.autograd.functions.scc import scc_conv
 
 __all__ = ["accuracy", "add", "avg_pool2d", "batch_norm2d", "concat", "conv2d", "dropout",
            "flatten", "global_avg_pool2d", "linear", "max_pool2d", "mul", "relu", "reshape",
-           "softmax_cross_entropy"]
+           "scc_conv", "softmax_cross_entropy"]

@@ -10,7 +10,7 @@ from tensorconv.nn.models.googlenet import GoogLeNet, Inception, googlenet
 from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
 from tensorconv.nn.models.smallcnn import SmallCNN, small_cnn
-from tensorconv.nn.models.vgg import VGG, vgg16
+from tensorconv.nn.models.vgg import VGG, vgg16, vgg19
 
 MODELS = {
     "resnet20": resnet20,
@@ -18,6 +18,7 @@ MODELS = {
     "resnet18_imagenet": partial(resnet18, stem="imagenet", num_classes=1000),
     "resnet50": resnet50,
     "vgg16": vgg16,
+    "vgg19": vgg19,
     "mobilenet_v1": mobilenet_v1,
     "densenet121": densenet121,
     "densenet201": densenet201,
@@ -35,4 +36,5 @@ def get_model(name: str, **kwargs):
 
 __all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "GoogLeNet", "Inception",
            "MobileNetV1", "ResNet", "SmallCNN", "VGG", "densenet121", "densenet201", "get_model",
-           "googlenet", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn", "vgg16"]
+           "googlenet", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn", "vgg16",
+           "vgg19"]

@@ -1,4 +1,4 @@
-"""VGG-16 with batch norm, CIFAR-style (32x32 inputs, one linear classifier)."""
+"""VGG-16 and VGG-19 with batch norm, CIFAR-style (32x32 inputs, one linear classifier)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from tensorconv.nn.module import Module
 
 VGG16_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
                 512, 512, 512, "M")
+VGG19_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+                512, 512, 512, 512, "M")
 
 
 class VGG(Module):
@@ -37,3 +39,8 @@ class VGG(Module):
 def vgg16(in_channels: int = 3, num_classes: int = 10, seed: int = 0) -> VGG:
     """VGG-16-BN for 32x32 inputs (the five pools leave 1x1x512)."""
     return VGG(VGG16_CONFIG, in_channels, num_classes, seed)
+
+
+def vgg19(in_channels: int = 3, num_classes: int = 10, seed: int = 0) -> VGG:
+    """VGG-19-BN for 32x32 inputs."""
+    return VGG(VGG19_CONFIG, in_channels, num_classes, seed)

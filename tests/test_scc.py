@@ -1,0 +1,124 @@
+"""Sliding-channel convolution: the channel map, the reference against the dense-masked
+1x1 form, gradients, bad parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import reference
+from tensorconv.reference import scc
+
+GRID = [(cin, cout, cg, co) for cin, cout in ((8, 8), (12, 20), (16, 5), (6, 11))
+        for cg in (1, 2, 4) if cin % cg == 0 for co in (0.0, 0.25, 1 / 3, 0.5, 0.75)
+        if (cin // cg) - int(np.floor(co * (cin // cg) + 0.5)) >= 1]
+
+
+def test_the_papers_figures():
+    g = scc.scc_geometry(4, 4, 2, 0.5)                 # Fig. 2(c): windows {0,1}, {1,2}, ...
+    assert g.u == 2 and g.stride == 1 and g.channels().tolist() == [[0, 1], [1, 2], [2, 3],
+                                                                     [3, 0]]
+    assert g.cycle == 4                                # Fig. 5(a): every four filters repeat
+    assert scc.scc_geometry(6, 6, 2, 1 / 3).cycle == 3  # Fig. 5(b) (co 33 %)
+    assert scc.scc_geometry(8, 8, 1, 0.5).u == 8       # cg = 1: every channel
+
+
+@pytest.mark.parametrize("cin,cout,cg,co", GRID)
+def test_forward_and_backward_equal_the_dense_masked_1x1(rng, cin, cout, cg, co):
+    g = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((2, cin, 3, 4))
+    w = rng.standard_normal((cout, g.u))
+    b = rng.standard_normal(cout)
+    dense = scc.dense_weights(w, g)
+    assert np.count_nonzero(dense) == cout * g.u       # windows never repeat a channel
+    y = scc.scc_forward(x, w, g, b)
+    want = reference.conv2d(x, dense[:, :, None, None], b)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    gy = rng.standard_normal(y.shape)
+    gx, gw = scc.scc_backward(x, w, gy, g)
+    np.testing.assert_allclose(gx, np.einsum("kc,nkhw->nchw", dense, gy), atol=1e-12)
+    gdense = np.einsum("nkhw,nchw->kc", gy, x)
+    np.testing.assert_allclose(gw, gdense[np.arange(cout)[:, None], g.channels()], atol=1e-12)
+
+
+@pytest.mark.parametrize("args,exc,msg", [
+    ((6, 8, 4, 0.5), ValueError, "cg=4 does not divide the 6"),
+    ((8, 8, 2, 1.0), ValueError, "co must be < 1"),
+    ((8, 8, 2, -0.1), ValueError, "co must be >= 0"),
+    ((8, 8, 8, 0.6), ValueError, "stride of 0"),
+    ((8, 8, 2.0, 0.5), TypeError, "cg must be an int"),
+    ((8, 0, 2, 0.5), ValueError, "cout must be >= 1"),
+])
+def test_bad_parameters_are_refused(args, exc, msg):
+    with pytest.raises(exc, match=msg):
+        scc.scc_geometry(*args)
+
+
+def test_parameter_and_flop_counts_against_pw_and_gpw():
+    g = scc.scc_geometry(64, 128, 2, 0.5)
+    assert g.params == 128 * 32                        # GPW-cg2's count, PW's half
+    assert g.macs(56 * 56) == 128 * 32 * 56 * 56
+
+
+def test_the_layer_trains_through_the_autograd(rng):
+    from tensorconv.autograd import Tensor, gradcheck
+    from tensorconv.autograd import functions as F
+    from tensorconv.nn.scc import SCCConv2d
+
+    layer = SCCConv2d(12, 10, 2, 0.5, bias=True, rng=rng)
+    x = rng.standard_normal((2, 12, 3, 3))
+    w = Tensor(layer.weight.data.astype(np.float64), requires_grad=True)
+    b = Tensor(rng.standard_normal(10), requires_grad=True)
+    xt = Tensor(x, requires_grad=True)
+    assert gradcheck(lambda a, ww, bb: F.scc_conv(a, ww, layer.geom, bb), [xt, w, b])
+    y = layer(Tensor(x.astype(np.float32)))
+    np.testing.assert_allclose(y.data, scc.scc_forward(x, layer.weight.data, layer.geom),
+                               rtol=1e-5, atol=1e-5)
+    assert layer.macs == 10 * 6 * 2 * 9 and layer.num_parameters() == 10 * 6 + 10
+    with pytest.raises(ValueError, match="cg=5 does not divide"):
+        SCCConv2d(12, 10, 5, 0.5)
+
+
+# ----------------------------------------------------------------------------- networks
+
+@pytest.mark.parametrize("name,kw,mmacs,params", [
+    # DSXplore's Table II (CIFAR-10, SCC-cg2-co50): MFLOPs (multiply-adds), parameters (M)
+    ("vgg16", {}, 21.85, 0.87), ("vgg19", {}, 26.92, 1.19), ("resnet18", {}, 43.99, 0.84),
+    ("resnet50", dict(stem="cifar", num_classes=10), 735.79, 12.87),
+])
+def test_dw_scc_networks_have_the_papers_costs(name, kw, mmacs, params):
+    from tensorconv.compress.separable import separable
+    from tensorconv.nn import count_flops_params, get_model
+
+    c = count_flops_params(separable(get_model(name, **kw), "scc", cg=2, co=0.5),
+                           (1, 3, 32, 32))
+    assert c["params"] / 1e6 == pytest.approx(params, rel=0.01)
+    assert c["macs"] / 1e6 == pytest.approx(mmacs, rel=0.06)   # theirs count BN's work too
+
+
+@pytest.mark.parametrize("pointwise", ["scc", "gpw", "pw"])
+def test_separable_forms_run_and_order_their_costs(rng, pointwise):
+    from tensorconv.autograd import Tensor, no_grad
+    from tensorconv.compress.separable import separable
+    from tensorconv.nn import count_flops_params, get_model
+
+    model = separable(get_model("mobilenet_v1", in_channels=1), pointwise, cg=4, co=0.25)
+    model.eval()
+    with no_grad():
+        assert model(Tensor(rng.standard_normal((2, 1, 32, 32)).astype(np.float32))).shape \
+            == (2, 10)
+    params = count_flops_params(model, (1, 1, 32, 32))["params"]
+    full = count_flops_params(get_model("mobilenet_v1", in_channels=1), (1, 1, 32, 32))
+    assert params < full["params"] if pointwise != "pw" else params == full["params"]
+
+
+def test_separable_refuses_what_it_cannot_do():
+    from tensorconv.compress.separable import separable
+    from tensorconv.nn import get_model
+
+    with pytest.raises(ValueError, match="no depthwise-separable form of a DenseNet"):
+        separable(get_model("densenet121"))
+    with pytest.raises(ValueError, match="pointwise must be one of"):
+        separable(get_model("vgg16"), "dw")
+    with pytest.raises(ValueError, match="cg=3 does not divide"):
+        separable(get_model("vgg16"), "scc", cg=3)

@@ -139,3 +139,28 @@ def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     assert removed and all(0 <= v <= 0.2 + 1e-3 for v in removed)
     assert (tmp_path / "sparse_table1_work" / "small_cnn" / "repruned_masks.npz").exists()
     assert (tmp_path / "sparse_table1.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_scc_table2_quick_reports_costs_beside_the_paper(tmp_path):
+    from experiments import scc_table2
+
+    args = ["--quick", "--models", "vgg16", "--out", str(tmp_path), "--device", "cpu"]
+    assert scc_table2.main(args + ["--time-budget", "0"]) == 0   # costs only, no training
+    rows = results.read_csv(tmp_path / "scc_table2.csv")
+    params = {r["variant"]: r for r in rows if r["metric"] == "params_m"}
+    assert params["dw+scc"]["value"] == pytest.approx(0.87, rel=0.01)
+    assert params["dw+scc"]["paper_value"] == 0.87
+    assert not any(r["metric"] == "test_acc" for r in rows)
+
+
+def test_scc_table4_costs_order_pw_gpw_scc(tmp_path):
+    from experiments import scc_table4
+
+    assert scc_table4.main(["--quick", "--out", str(tmp_path), "--time-budget", "0"]) == 0
+    rows = results.read_csv(tmp_path / "scc_table4.csv")
+    params = {r["variant"]: r["value"] for r in rows if r["metric"] == "params_m"}
+    assert len(params) == 10
+    for cg in (2, 4, 8):                   # SCC costs what GPW costs at the same cg
+        assert params[f"dw+scc-cg{cg}-co50"] == params[f"dw+gpw-cg{cg}"] < params["dw+pw"]
+    assert params["dw+gpw-cg8"] < params["dw+gpw-cg4"] < params["dw+gpw-cg2"]

@@ -258,3 +258,17 @@ def test_training_under_masks_from_a_file(tmp_path):
         _cfg(prune_ratio=4.0, prune_masks="m.npz")
     with pytest.raises(ValueError, match="two ADMM constraints"):
         _cfg(admm_prune_ratio=4.0, admm_ranks={"a": (1, 1)})
+
+
+def test_a_dw_scc_model_trains_and_resumes_exactly(tmp_path):
+    with pytest.raises(ValueError, match="no depthwise-separable form"):
+        train(_cfg(pointwise="scc"), progress=False)          # small_cnn has none
+    cfg = _cfg(model="vgg16", epochs=2, pad_to=32, train_limit=64, test_limit=32,
+               batch_size=16, pointwise="scc", cg=2, co=0.5)
+    full = train(cfg, tmp_path / "full.npz", progress=False)
+    train(cfg, tmp_path / "part.npz", stop_after=1, progress=False)
+    resumed = train(cfg, tmp_path / "part.npz", progress=False)
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="pointwise must be one of"):
+        _cfg(pointwise="dw")

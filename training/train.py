@@ -24,6 +24,7 @@ from tensorconv.autograd.functions.loss import check_labels
 from tensorconv.checks import check_bool, check_choice, check_int, check_real
 from tensorconv.compress import cpize, tuckerize
 from tensorconv.compress.prune import load_masks, magnitude_masks
+from tensorconv.compress.separable import POINTWISE, separable
 from tensorconv.nn import MODELS, get_model
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
 from training import checkpoint as ckpt
@@ -67,6 +68,9 @@ class TrainConfig:
     admm_prune_ratio: float | None = None  # ADMM pruning: every prunable conv keeps 1/ratio
     prune_ratio: float | None = None   # hard-prune the starting weights to 1/ratio, train masked
     prune_masks: str | None = None     # an .npz of masks (tensorconv.compress.prune.save_masks)
+    pointwise: str | None = None       # "scc", "gpw" or "pw": the depthwise-separable form
+    cg: int = 2                        # its channel groups (scc, gpw)
+    co: float = 0.5                    # its channel overlap (scc)
 
     def __post_init__(self):
         """Every field checked when the config is made, before any data or model is built."""
@@ -104,6 +108,12 @@ class TrainConfig:
             raise ValueError("prune_ratio and prune_masks both give masks: give one")
         if (self.prune_ratio or self.prune_masks) and (self.tucker_ranks or self.cp_rank):
             raise ValueError("pruning masks apply to a dense model, not a Tucker or CP one")
+        check_int(self.cg, "cg", minimum=1)
+        check_real(self.co, "co", low=0.0, high=1.0, high_open=True)
+        if self.pointwise is not None:
+            check_choice(self.pointwise, "pointwise", POINTWISE)
+            if self.tucker_ranks or self.cp_rank or self.init_from:
+                raise ValueError("a depthwise-separable model trains from scratch, alone")
 
 
 @dataclass
@@ -241,6 +251,8 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                       num_classes=len(train_set.classes), seed=cfg.seed)
     check_labels(train_set.labels, len(train_set), model.num_classes)
     check_labels(test_set.labels, len(test_set), model.num_classes)
+    if cfg.pointwise:
+        separable(model, cfg.pointwise, cg=cfg.cg, co=cfg.co, seed=cfg.seed)
     if cfg.init_from:
         _init_from(model, cfg)
     if cfg.tucker_ranks:

@@ -17,6 +17,7 @@ MODELS = {
     "resnet18": resnet18,
     "resnet18_imagenet": partial(resnet18, stem="imagenet", num_classes=1000),
     "resnet50": resnet50,
+    "resnet50_cifar": partial(resnet50, stem="cifar", num_classes=10),
     "vgg16": vgg16,
     "vgg19": vgg19,
     "mobilenet_v1": mobilenet_v1,

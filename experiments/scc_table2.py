@@ -1,0 +1,116 @@
+"""DSXplore table II: accuracy, multiply-adds and parameters of five CNNs, original and DW+SCC.
+
+Wang et al. (IPDPS'21), Table II, on Fashion-MNIST padded to 32x32 instead of CIFAR-10: VGG-16,
+VGG-19, MobileNet, ResNet-18 and ResNet-50 (CIFAR stems), each trained from scratch as it is and
+with its convolutions made depthwise-separable with a sliding-channel pointwise stage
+(SCC-cg2-co50; :mod:`tensorconv.compress.separable`).  Reports final and best test accuracy,
+multiply-adds ("MFLOPs" in the paper) and parameters beside the paper's.  Every run checkpoints
+after each epoch in ``--work``; ``--time-budget`` stops between epochs and a later call resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments._common import outputs, parser, pyplot, save_figure
+from tensorconv import bench
+from tensorconv.cli import guarded
+from tensorconv.compress.separable import separable
+from tensorconv.nn import count_flops_params, get_model
+from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
+from training.train import TimeBudget, TrainConfig, train_within
+
+NAME = "scc_table2"
+MODELS = ("vgg16", "vgg19", "mobilenet_v1", "resnet18", "resnet50_cifar")
+# model -> {variant: (MFLOPs, parameters in M, accuracy %)}, the paper's CIFAR-10 numbers
+PAPER = {"vgg16": {"original": (314.16, 14.73, 92.64), "dw+scc": (21.85, 0.87, 92.60)},
+         "vgg19": {"original": (399.17, 20.04, 93.88), "dw+scc": (26.92, 1.19, 92.71)},
+         "mobilenet_v1": {"original": (50.00, 6.17, 92.05), "dw+scc": (30.00, 0.59, 92.56)},
+         "resnet18": {"original": (255.89, 11.17, 95.75), "dw+scc": (43.99, 0.84, 94.44)},
+         "resnet50_cifar": {"original": (1297.80, 23.52, 95.82),
+                            "dw+scc": (735.79, 12.87, 95.12)}}
+
+
+def costs(model: str, cfg: TrainConfig) -> dict:
+    """Multiply-adds (M) and parameters (M) of ``cfg``'s network at 1 x 1 x 32 x 32."""
+    net = get_model(model, in_channels=1, num_classes=10)
+    if cfg.pointwise:
+        separable(net, cfg.pointwise, cg=cfg.cg, co=cfg.co)
+    c = count_flops_params(net, (1, 1, 32, 32))
+    return {"mmacs": c["macs"] / 1e6, "params_m": c["params"] / 1e6}
+
+
+def run_variants(args, variants: list, rs: ResultSet, work: Path, paper: dict) -> None:
+    """Train every ``(case, variant, cfg)`` within the budget; add its rows to ``rs``."""
+    budget = TimeBudget(args.time_budget)
+    for case, variant, cfg in variants:
+        meta, finished = train_within(cfg, work / f"{case}-{variant}-seed{cfg.seed}.npz", budget)
+        ref = paper.get(case, {}).get(variant.split("/")[0], (None, None, None))
+        for metric, value in costs(cfg.model, cfg).items():
+            rs.add(case, variant, metric, value, "M",
+                   paper_value=ref[0] if metric == "mmacs" else ref[1])
+        if meta is None or not meta["history"]:
+            continue
+        hist = meta["history"]
+        note = "" if finished else f"partial: {hist[-1]['epoch']}/{cfg.epochs} epochs"
+        rs.add(case, variant, "test_acc", 100 * hist[-1]["test_acc"], "%", paper_value=ref[2],
+               note=note or f"seed {cfg.seed}; paper: CIFAR-10")
+        rs.add(case, variant, "best_test_acc", 100 * max(h["test_acc"] for h in hist), "%")
+
+
+def common(args, model: str) -> dict:
+    return dict(model=model, batch_size=128, device=args.device, epochs=args.epochs,
+                train_limit=2000 if args.quick else None, test_limit=1000 if args.quick else None)
+
+
+def report(args, rs: ResultSet, env: dict, title: str, paths: dict) -> None:
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    write_markdown(paths["md"], title, env,
+                   [("Test accuracy (%)", pivot_markdown(rows, "test_acc")),
+                    ("Multiply-adds (M)", pivot_markdown(rows, "mmacs")),
+                    ("Parameters (M)", pivot_markdown(rows, "params_m")),
+                    ("All rows", long_markdown(rows)),
+                    ("Setup", f"Fashion-MNIST padded to 32x32, {args.epochs} epochs, SGD "
+                              f"(cosine), batch 128; the paper's numbers are CIFAR-10.")])
+    plt = pyplot()
+    acc = [r for r in rows if r["metric"] == "test_acc"]
+    fig, ax = plt.subplots(figsize=(7, 0.4 * max(4, len(acc)) + 1))
+    labels = [f"{r['case']} {r['variant']}" for r in acc]
+    ax.barh(labels, [r["value"] for r in acc], label="ours (Fashion-MNIST)")
+    paper = [(r["paper_value"], lab) for r, lab in zip(acc, labels) if r["paper_value"] > 0]
+    if paper:
+        ax.scatter(*zip(*paper), color="k", zorder=3, label="paper (CIFAR-10)")
+    ax.set_xlabel("test accuracy (%)")
+    ax.legend(fontsize=8)
+    save_figure(fig, paths["png"])
+    print(pivot_markdown(rows, "test_acc"))
+
+
+def main(argv=None) -> int:
+    p = parser(NAME, __doc__)
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/NAME_work)")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs = 1
+    paths = outputs(NAME, args.out)
+    work = args.work or paths["csv"].parent / f"{NAME}_work"
+    work.mkdir(parents=True, exist_ok=True)
+    variants = []
+    for model in args.models:
+        variants.append((model, "original", TrainConfig(**common(args, model))))
+        variants.append((model, "dw+scc", TrainConfig(**common(args, model), pointwise="scc",
+                                                      cg=2, co=0.5)))
+    env = bench.environment()
+    rs = ResultSet(NAME, env)
+    run_variants(args, variants, rs, work, PAPER)
+    report(args, rs, env, "DSXplore table II on Fashion-MNIST: original vs DW+SCC-cg2-co50", paths)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

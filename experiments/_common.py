@@ -73,3 +73,37 @@ def geomean(values) -> float:
     """Geometric mean of the positive finite values (NaN when there are none)."""
     values = [v for v in values if v > 0 and math.isfinite(v)]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+
+
+def training_args(p) -> None:
+    """The arguments of an experiment that trains in resumable runs: ``--work`` (their
+    checkpoints), ``--time-budget`` (seconds for this call: it stops between epochs and a
+    later call resumes) and ``--device``."""
+    p.add_argument("--work", type=Path, default=None,
+                   help="checkpoints of the training runs (default: OUT/NAME_work)")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+
+
+def work_dir(name: str, args, paths: dict, *sub: str) -> Path:
+    """The checkpoint directory of experiment ``name`` (``--work``, else beside its CSV),
+    made."""
+    d = (args.work or paths["csv"].parent / f"{name}_work").joinpath(*sub)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def plot_accuracy(rows: list, path: Path, ours: str = "ours (Fashion-MNIST)",
+                  theirs: str = "paper (CIFAR-10)") -> None:
+    """A bar per ``test_acc`` row (``case variant``) with the paper's value beside it."""
+    plt = pyplot()
+    acc = [r for r in rows if r["metric"] == "test_acc"]
+    fig, ax = plt.subplots(figsize=(7, 0.4 * max(4, len(acc)) + 1))
+    labels = [f"{r['case']} {r['variant']}" for r in acc]
+    ax.barh(labels, [r["value"] for r in acc], label=ours)
+    paper = [(r["paper_value"], lab) for r, lab in zip(acc, labels) if r["paper_value"] > 0]
+    if paper:
+        ax.scatter(*zip(*paper), color="k", zorder=3, label=theirs)
+    ax.set_xlabel("test accuracy (%)")
+    ax.legend(fontsize=8)
+    save_figure(fig, path)

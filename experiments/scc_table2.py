@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments._common import outputs, parser, pyplot, save_figure
+from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
 from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.compress.separable import separable
@@ -73,17 +73,7 @@ def report(args, rs: ResultSet, env: dict, title: str, paths: dict) -> None:
                     ("All rows", long_markdown(rows)),
                     ("Setup", f"Fashion-MNIST padded to 32x32, {args.epochs} epochs, SGD "
                               f"(cosine), batch 128; the paper's numbers are CIFAR-10.")])
-    plt = pyplot()
-    acc = [r for r in rows if r["metric"] == "test_acc"]
-    fig, ax = plt.subplots(figsize=(7, 0.4 * max(4, len(acc)) + 1))
-    labels = [f"{r['case']} {r['variant']}" for r in acc]
-    ax.barh(labels, [r["value"] for r in acc], label="ours (Fashion-MNIST)")
-    paper = [(r["paper_value"], lab) for r, lab in zip(acc, labels) if r["paper_value"] > 0]
-    if paper:
-        ax.scatter(*zip(*paper), color="k", zorder=3, label="paper (CIFAR-10)")
-    ax.set_xlabel("test accuracy (%)")
-    ax.legend(fontsize=8)
-    save_figure(fig, paths["png"])
+    plot_accuracy(rows, paths["png"])
     print(pivot_markdown(rows, "test_acc"))
 
 
@@ -91,15 +81,12 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/NAME_work)")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    training_args(p)
     args = p.parse_args(argv)
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
-    work = args.work or paths["csv"].parent / f"{NAME}_work"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir(NAME, args, paths)
     variants = []
     for model in args.models:
         variants.append((model, "original", TrainConfig(**common(args, model))))

@@ -9,9 +9,7 @@ Every run checkpoints after each epoch; ``--time-budget`` stops between epochs.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from experiments._common import outputs, parser
+from experiments._common import outputs, parser, training_args, work_dir
 from experiments.scc_table2 import common, report, run_variants
 from tensorconv import bench
 from tensorconv.cli import guarded
@@ -47,15 +45,12 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--work", type=Path, default=None, help="checkpoints (default: OUT/NAME_work)")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    training_args(p)
     args = p.parse_args(argv)
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
-    work = args.work or paths["csv"].parent / f"{NAME}_work"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir(NAME, args, paths)
     env = bench.environment()
     rs = ResultSet(NAME, env)
     run_variants(args, variants(args), rs, work, PAPER)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments._common import outputs, parser, pyplot, save_figure
+from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
 from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.compress.prune import save_masks
@@ -73,8 +73,6 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=sorted(MODELS),
                    default=["resnet18", "vgg16", "googlenet"])
-    p.add_argument("--work", type=Path, default=None,
-                   help="checkpoints (default: OUT/sparse_table1_work)")
     p.add_argument("--full-epochs", type=int, default=30)
     p.add_argument("--admm-epochs", type=int, default=10)
     p.add_argument("--finetune-epochs", type=int, default=10)
@@ -83,8 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--rho-growth", type=float, default=1.5)
     p.add_argument("--b3", type=float, default=0.2, help="re-pruning budget (paper: 0.2)")
     p.add_argument("--t2", type=int, default=8, help="Algorithm 1's column threshold")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds for this call")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    training_args(p)
     args = p.parse_args(argv)
     if args.quick:
         args.full_epochs = args.admm_epochs = args.finetune_epochs = args.retrain_epochs = 1
@@ -93,8 +90,7 @@ def main(argv=None) -> int:
     env = bench.environment()
     rs = ResultSet(NAME, env)
     for model in args.models:
-        work = (args.work or paths["csv"].parent / f"{NAME}_work") / model
-        work.mkdir(parents=True, exist_ok=True)
+        work = work_dir(NAME, args, paths, model)
         ratio, paper = MODELS[model]
         case = f"{model}-{ratio:g}x"
         cfgs = configs(args, model, work)
@@ -125,17 +121,7 @@ def main(argv=None) -> int:
                          ("Re-pruning per layer", long_markdown(
                              [r for r in rows if r["metric"] != "test_acc"])),
                          ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
-    plt = pyplot()
-    acc = [r for r in rows if r["metric"] == "test_acc"]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    labels = [f"{r['case']} {r['variant']}" for r in acc]
-    ax.barh(labels, [r["value"] for r in acc], label="ours (Fashion-MNIST)")
-    paper = [(r["paper_value"], lab) for r, lab in zip(acc, labels) if r["paper_value"] > 0]
-    if paper:
-        ax.scatter(*zip(*paper), color="k", zorder=3, label="paper (CIFAR-10)")
-    ax.set_xlabel("test accuracy (%)")
-    ax.legend(fontsize=8)
-    save_figure(fig, paths["png"])
+    plot_accuracy(rows, paths["png"])
     print(pivot_markdown(rows, "test_acc", list(PHASES)))
     return 0
 

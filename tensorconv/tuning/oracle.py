@@ -88,13 +88,20 @@ def _tune_kernel(variant: str, x, w, geom: ConvGeometry, tiles, repeat: int, use
                       what=f"{variant} tiles for {geom.c}->{geom.k} on {geom.h}x{geom.w}")
 
 
+def tuned_candidates(variant: str, geom: ConvGeometry, facts, candidates: int | None = None):
+    """The tiles the tuner times for core kernel ``variant``: the ``candidates`` (default
+    :data:`CANDIDATES`) best-estimated cluster or tf32x3 tiles, every Winograd tile."""
+    if variant == "winograd":
+        return winograd_conv.candidates(geom, facts)
+    return _TUNED[variant].ranked(geom, facts, candidates or CANDIDATES)
+
+
 def tune_cluster_tile(x, w, geom: ConvGeometry, *, candidates: int | None = None,
                       repeat: int = 10, use_cache: bool = True):
     """Time the ``candidates`` best-estimated cluster tiles; return ``(best, {tile: µs})``."""
     facts = backend.device_facts()
     return _tune_kernel("cluster", x, w, geom,
-                        lambda: tucker_core_cluster.ranked(geom, facts, candidates or CANDIDATES),
-                        repeat,
+                        lambda: tuned_candidates("cluster", geom, facts, candidates), repeat,
                         use_cache)
 
 
@@ -103,15 +110,14 @@ def tune_tf32x3_tile(x, w, geom: ConvGeometry, *, candidates: int | None = None,
     """Time the ``candidates`` best-estimated ``"tf32x3"`` tiles; return ``(best, {tile: µs})``."""
     facts = backend.device_facts()
     return _tune_kernel("tf32x3", x, w, geom,
-                        lambda: tucker_core_tf32x3.ranked(geom, facts, candidates or CANDIDATES),
-                        repeat,
+                        lambda: tuned_candidates("tf32x3", geom, facts, candidates), repeat,
                         use_cache)
 
 
 def tune_winograd_tile(x, w, geom: ConvGeometry, *, repeat: int = 10, use_cache: bool = True):
     """Time every ``"winograd"`` tile; return ``(best, {tile: µs})``."""
     facts = backend.device_facts()
-    return _tune_kernel("winograd", x, w, geom, lambda: winograd_conv.candidates(geom, facts),
+    return _tune_kernel("winograd", x, w, geom, lambda: tuned_candidates("winograd", geom, facts),
                         repeat, use_cache)
 
 
@@ -121,11 +127,8 @@ _TUNERS = {"cluster": tune_cluster_tile, "tf32x3": tune_tf32x3_tile,
 
 def core_kernels(geom: ConvGeometry) -> list:
     """Every kernel :func:`tune_core` may compile for ``geom`` (for an ahead-of-time build)."""
-    facts, candidates = backend.device_facts(), CANDIDATES
-    tiles = {"cluster": lambda: tucker_core_cluster.ranked(geom, facts, candidates),
-             "tf32x3": lambda: tucker_core_tf32x3.ranked(geom, facts, candidates),
-             "winograd": lambda: winograd_conv.candidates(geom, facts)}
-    return [k for v in core_conv.competing(geom) for t in tiles[v]()
+    facts = backend.device_facts()
+    return [k for v in core_conv.competing(geom) for t in tuned_candidates(v, geom, facts)
             for k in _TUNED[v].kernels(geom, t)]
 
 

@@ -1,0 +1,158 @@
+// Sparse convolution over a block-sparse kernel (Rumi et al., PACT'20, §4), fp32, NCHW.
+//
+// The K x (C·R·S) kernel matrix is held as dense blocks (a list of rows, a list of
+// columns, every cell stored) and a CSR remainder (tensorconv/blocksparse.py).  With the
+// output pixels of all images as one axis Q = N·OH·OW, the convolution is
+//     y[k, q] = sum over the columns j of row k of  W[k, j] · X[j, q],
+// X the implicit im2col of the input: column j = c·R·S + r·S + s reads x[n, c, ih, iw]
+// at ih = oh·sh - ph + r, iw = ow·sw - pw + s (zero outside the image).
+//
+// sparse_block_gemm: one dense block (or a range of its rows) as a register-tiled GEMM,
+// BM rows x BN pixels per thread block, BK columns per shared-memory stage; the input is
+// gathered through the block's column list (col_off[j] = c·H·W + r·W + s, col_r, col_s
+// for the bounds: the precomputed offsets of an implicit im2col), and the result is added
+// into y through the row list: a warp's stores cover consecutive pixels of one row.
+// Launches run one after another, so blocks sharing rows accumulate without atomics.
+//
+// sparse_csr_rows: the remainder, one thread per output pixel of one row (the row's
+// weights are the same for the whole thread block: broadcast loads), then the epilogue
+// (bias, residual, ReLU) of every row — it runs last, after the blocks (y zeroed first),
+// or alone, writing y, when there is no block.
+#include "tc_common.cuh"
+
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
+    const float* __restrict__ x,        // (N, C, H, W)
+    const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
+    const int* __restrict__ rows,       // (nrows,) output channels
+    const int* __restrict__ cols,       // (ncols,) kernel-matrix columns
+    const int* __restrict__ col_off,    // (C·R·S,) c·H·W + r·W + s
+    const int* __restrict__ col_r,      // (C·R·S,) r
+    const int* __restrict__ col_s,      // (C·R·S,) s
+    float* __restrict__ y,              // (N, K, OH, OW), added into
+    int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
+    int sh, int sw, int ph, int pw, int Q)
+{
+    tc::wait_prior_grids();
+    constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
+    static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
+    __shared__ float as[BK][BM];
+    __shared__ float bs[BK][BN];
+    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int OHW = OH * OW;
+
+    // The pixel this thread gathers in every stage (j fixed, BK/(THREADS/BN) columns).
+    const int gj = tid % BN, gk = tid / BN;
+    const int gq = q0 + gj;
+    const bool gvalid = gq < Q;
+    int gbase = 0, gih = 0, giw = 0;
+    if (gvalid) {
+        const int n = gq / OHW, p = gq - n * OHW, oh = p / OW, ow = p - oh * OW;
+        gih = oh * sh - ph;
+        giw = ow * sw - pw;
+        gbase = n * CHW + gih * W + giw;
+    }
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    for (int k0 = 0; k0 < ncols; k0 += BK) {
+        for (int e = tid; e < BM * BK; e += THREADS) {   // the weights, coalesced along k
+            const int i = e / BK, kk = e - i * BK;
+            const int m = m0 + i, k = k0 + kk;
+            as[kk][i] = (m < nrows && k < ncols) ? values[(size_t)m * ncols + k] : 0.f;
+        }
+#pragma unroll
+        for (int kk = gk; kk < BK; kk += THREADS / BN) {  // the im2col columns, gathered
+            const int k = k0 + kk;
+            float v = 0.f;
+            if (gvalid && k < ncols) {
+                const int col = cols[k];
+                const int ih = gih + col_r[col], iw = giw + col_s[col];
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + col_off[col]];
+            }
+            bs[kk][gj] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) a[i] = as[kk][ty + i * TY];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx + j * TX];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+        const int q = q0 + tx + j * TX;
+        if (q >= Q) continue;
+        const int n = q / OHW, p = q - n * OHW;
+        const size_t base = (size_t)n * K * OHW + p;
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + ty + i * TY;
+            if (m < nrows) y[base + (size_t)rows[m] * OHW] += acc[i][j];
+        }
+    }
+}
+
+template <int PIX>
+__global__ void __launch_bounds__(PIX) sparse_csr_rows(
+    const float* __restrict__ x,        // (N, C, H, W)
+    const int* __restrict__ indptr,     // (K + 1,)
+    const int* __restrict__ indices,    // (nnz,) kernel-matrix columns
+    const float* __restrict__ data,     // (nnz,)
+    const int* __restrict__ col_off, const int* __restrict__ col_r,
+    const int* __restrict__ col_s,
+    const float* __restrict__ bias,     // (K,) or nullptr
+    const float* __restrict__ residual, // like y, or nullptr
+    float* __restrict__ y,              // (N, K, OH, OW)
+    int CHW, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw, int Q,
+    int accumulate, int relu)
+{
+    tc::wait_prior_grids();
+    const int q = blockIdx.x * PIX + threadIdx.x, k = blockIdx.y;
+    if (q >= Q) return;
+    const int OHW = OH * OW;
+    const int n = q / OHW, p = q - n * OHW, oh = p / OW, ow = p - oh * OW;
+    const int ih0 = oh * sh - ph, iw0 = ow * sw - pw;
+    const int base = n * CHW + ih0 * W + iw0;
+    float acc = 0.f;
+    const int end = indptr[k + 1];
+    for (int e = indptr[k]; e < end; ++e) {
+        const int col = indices[e];
+        const int ih = ih0 + col_r[col], iw = iw0 + col_s[col];
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) acc = fmaf(data[e], x[base + col_off[col]], acc);
+    }
+    const size_t at = ((size_t)n * K + k) * OHW + p;
+    if (accumulate) acc += y[at];
+    y[at] = tc::conv_epilogue(acc, bias, k, residual, at, relu);
+}
+
+// What CI's nvcc build type-checks: tensorconv.ops.sparse_conv.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SPARSE_BLOCK_GEMM(...) template __global__ void sparse_block_gemm<__VA_ARGS__>( \
+    const float*, const float*, const int*, const int*, const int*, const int*, const int*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int, int, int);
+#define TC_I_SPARSE_CSR_ROWS(...) template __global__ void sparse_csr_rows<__VA_ARGS__>( \
+    const float*, const int*, const int*, const float*, const int*, const int*, const int*, \
+    const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int);
+TC_I_SPARSE_BLOCK_GEMM(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(32, 128, 16, 4, 4)
+TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 4)
+TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
+TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
+#undef TC_I_SPARSE_BLOCK_GEMM
+#undef TC_I_SPARSE_CSR_ROWS
+#endif

@@ -1,0 +1,287 @@
+"""Sparse convolution over a block-sparse kernel (``kernels_cu/sparse_conv.cu``), fp32, NCHW.
+
+A pruned layer's kernel, reorganised by Algorithm 1 into dense blocks and a CSR remainder
+(:mod:`tensorconv.blocksparse`), runs as one launch sequence: the output zeroed, each dense
+block (or range of its rows, a *piece*) a register-tiled GEMM gathering its im2col columns
+and adding into its output rows, then the remainder row by row with the epilogue (bias,
+residual, ReLU).  The pieces follow the paper (§4.2): a block of r rows splits into
+``32 * (r // 32)`` rows on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile
+(two halves when more than 16), so that a block's cost grows with its rows, not in steps
+of 32.  Any batch, stride and padding; filters of any size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda, reference
+from tensorconv.backend import DeviceFacts
+from tensorconv.blocksparse import BlockSparse, column_taps
+from tensorconv.checks import (
+    ConvGeometry,
+    check_array,
+    check_bools,
+    check_residual,
+    check_vector,
+    conv_geometry,
+    output_buffer,
+)
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
+
+FILE = "sparse_conv.cu"
+INT32_MAX = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One piece of a dense block: ``rows`` x ``cols`` weights against the ``q`` output
+    pixels of all images."""
+
+    rows: int
+    cols: int
+    q: int
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A GEMM launch shape: ``bm`` rows x ``bn`` pixels per thread block, ``bk`` columns per
+    stage, each thread ``tm`` x ``tn`` outputs."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def smem_bytes(self, p: Problem) -> int:
+        return 4 * self.bk * (self.bm + self.bn)
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        return cdiv(p.q, self.bn), cdiv(p.rows, self.bm), 1
+
+
+TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4),
+         Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4))
+CSR_PIXELS = (128, 256)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows ``start:stop`` of dense block ``block``, launched on ``tile``."""
+
+    block: int
+    start: int
+    stop: int
+    tile: Tile
+
+
+def supported(geom: ConvGeometry) -> str | None:
+    """Why the kernels cannot run the convolution ``geom`` (None when they can)."""
+    if geom.groups != 1 or geom.dilation != (1, 1):
+        return "sparse convolution supports neither groups nor dilation"
+    if geom.n * geom.c * geom.h * geom.w > INT32_MAX or \
+            geom.n * geom.k * geom.oh * geom.ow > INT32_MAX:
+        return "the input or the output has more than 2**31 - 1 elements"
+    return None
+
+
+def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
+    """Every tile (each fits any device's shared memory) with no more rows than the piece
+    needs, rounded up to a tile height."""
+    return [t for t in TILES if t.bm <= max(8, 1 << (p.rows - 1).bit_length())]
+
+
+def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
+    """The tallest tile no taller than the piece (8 rows at least), 128 pixels wide."""
+    fitting = [t for t in TILES if t.bn == 128 and t.bm <= max(8, p.rows)]
+    return max(fitting, key=lambda t: t.bm)
+
+
+def split_rows(rows: int) -> list[tuple[int, int]]:
+    """The paper's split of a block's rows (§4.2): ``32 * (rows // 32)`` rows, then the
+    rest — halved when more than 16 — as ``(start, stop)`` ranges."""
+    head = 32 * (rows // 32)
+    parts = [(0, head)] if head else []
+    rest = rows - head
+    if rest > 16:
+        half = head + (rest + 1) // 2
+        parts += [(head, half), (half, rows)]
+    elif rest:
+        parts.append((head, rows))
+    return parts
+
+
+def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts) -> tuple:
+    """Each block split as :func:`split_rows`, each piece on its :func:`default_tile`."""
+    q = geom.n * geom.oh * geom.ow
+    pieces = []
+    for b, (rows, cols) in enumerate(packed.layout.blocks):
+        for start, stop in split_rows(rows.size):
+            tile = default_tile(Problem(stop - start, cols.size, q), facts)
+            pieces.append(Piece(b, start, stop, tile))
+    return tuple(pieces)
+
+
+@dataclass(frozen=True, eq=False)
+class SparseWeights:
+    """A block-sparse kernel on the GPU as the kernels read it, for one input plane size:
+    per block its values (rows x cols), rows and columns; the remainder's CSR arrays; the
+    im2col column tables (``col_off`` = c·H·W + r·W + s, ``col_r``, ``col_s``)."""
+
+    shape: tuple
+    hw: tuple
+    values: tuple
+    rows: tuple
+    cols: tuple
+    indptr: object
+    indices: object
+    data: object
+    col_off: object
+    col_r: object
+    col_s: object
+
+
+def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
+    """``packed``'s arrays on ``xp``'s device, with the column tables of an ``hw`` =
+    (H, W) input."""
+    if not isinstance(packed, BlockSparse):
+        raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
+    h, w = hw
+    lay = packed.layout
+    c, r, s = column_taps(np.arange(lay.cols), lay.shape)
+    i32 = np.int32
+    dev = lambda a, dt: xp.ascontiguousarray(xp.asarray(a, dtype=dt))  # noqa: E731
+    return SparseWeights(
+        lay.shape, (h, w), tuple(dev(v, np.float32) for v in packed.values),
+        tuple(dev(rows, i32) for rows, _ in lay.blocks),
+        tuple(dev(cols, i32) for _, cols in lay.blocks),
+        dev(lay.indptr, i32), dev(lay.indices if lay.indices.size else [0], i32),
+        dev(packed.data if packed.data.size else [0.0], np.float32),
+        dev(c * h * w + r * w + s, i32), dev(r, i32), dev(s, i32))
+
+
+def _gemm_name(t: Tile) -> str:
+    return f"sparse_block_gemm<{t.bm}, {t.bn}, {t.bk}, {t.tm}, {t.tn}>"
+
+
+def _csr_name(pix: int) -> str:
+    return f"sparse_csr_rows<{pix}>"
+
+
+def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
+    """The kernels a piece on ``tile`` and the remainder's pass run."""
+    return (cuda.kernel_ref(FILE, _gemm_name(tile)),
+            cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])))
+
+
+def layer_kernels(pieces, csr_pixels: int = CSR_PIXELS[0]) -> tuple[cuda.KernelRef, ...]:
+    """Every kernel a layer of ``pieces`` launches."""
+    names = {_gemm_name(piece.tile) for piece in pieces} | {_csr_name(csr_pixels)}
+    return tuple(cuda.kernel_ref(FILE, n) for n in sorted(names))
+
+
+def instantiations() -> list[str]:
+    """What CI's nvcc build type-checks: every GEMM tile and remainder width."""
+    return sorted([_gemm_name(t) for t in TILES] + [_csr_name(p) for p in CSR_PIXELS])
+
+
+def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
+                  residual=None, pieces=None, weights=None, out=None):
+    """``relu?(conv(x, w) + bias + residual)`` with ``w`` block-sparse (fp32, NCHW).
+
+    Parameters
+    ----------
+    x : array, (N, C, H, W), float32, C-contiguous (NumPy: the reference computes it)
+    packed : BlockSparse, of a (K, C, R, S) kernel
+    bias : array, (K,), float32, optional
+    stride, padding : int or (int, int)
+    relu : bool
+    residual : array, (N, K, OH, OW), float32, optional
+    pieces : tuple of Piece, optional
+        How the blocks launch; default :func:`default_pieces`.  Every block row must be in
+        exactly one piece.
+    weights : SparseWeights, optional
+        :func:`pack_weights` of ``packed`` for this input size, prepared once.
+    out : array, (N, K, OH, OW), float32, optional (GPU only)
+
+    Returns
+    -------
+    array, (N, K, OH, OW), float32
+    """
+    check_bools(relu=relu)
+    if not isinstance(packed, BlockSparse):
+        raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
+    x = backend.as_array(x, "x")
+    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
+    geom = conv_geometry(x.shape, packed.shape, stride, padding, names=("x", "packed"))
+    xp = backend.array_module(x)
+    bias = check_vector(None if bias is None else backend.as_array(bias, "bias"), "bias",
+                        geom.k, xp, "output channel")
+    residual = check_residual(residual, geom.output_shape, xp)
+    if (why := supported(geom)) is not None:
+        raise ValueError(why)
+    if xp is np:
+        no_out_on_cpu(out=out)
+        y = reference.sparse_conv2d(x, packed, bias, geom.stride, geom.padding, relu=relu,
+                                    residual=residual)
+        return y.astype(np.float32)
+    pieces = default_pieces(packed, geom, backend.device_facts()) if pieces is None else pieces
+    check_pieces(pieces, packed)
+    if weights is None:
+        weights = pack_weights(packed, (geom.h, geom.w), xp)
+    elif not isinstance(weights, SparseWeights) or weights.shape != packed.shape or \
+            weights.hw != (geom.h, geom.w):
+        raise ValueError("weights must be pack_weights(packed, (H, W), xp) of this input size")
+    out = output_buffer(xp, out, geom.output_shape)
+    run(x, weights, out, geom, pieces, (bias, residual, bool(relu)))
+    return out
+
+
+def check_pieces(pieces, packed: BlockSparse) -> None:
+    """``ValueError`` unless ``pieces`` cover every row of every block exactly once, each
+    on a known tile."""
+    blocks = packed.layout.blocks
+    covered = [np.zeros(rows.size, int) for rows, _ in blocks]
+    for piece in pieces:
+        if not isinstance(piece, Piece) or piece.tile not in TILES:
+            raise ValueError(f"pieces must be Piece(block, start, stop, tile) on one of "
+                             f"{TILES}, got {piece!r}")
+        if not 0 <= piece.block < len(blocks) or \
+                not 0 <= piece.start < piece.stop <= blocks[piece.block][0].size:
+            raise ValueError(f"piece {piece} is outside the blocks")
+        covered[piece.block][piece.start:piece.stop] += 1
+    if any((c != 1).any() for c in covered):
+        raise ValueError("pieces must cover every row of every block exactly once")
+
+
+def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
+        epilogue=(None, None, False)) -> None:
+    """The launch sequence on checked arguments (``epilogue``: bias, residual, relu)."""
+    bias, residual, relu = epilogue
+    i32 = np.int32
+    q = geom.n * geom.oh * geom.ow
+    dims = (i32(geom.c * geom.h * geom.w), i32(geom.h), i32(geom.w), i32(geom.k),
+            i32(geom.oh), i32(geom.ow), i32(geom.stride[0]), i32(geom.stride[1]),
+            i32(geom.padding[0]), i32(geom.padding[1]), i32(q))
+    tables = (weights.col_off, weights.col_r, weights.col_s)
+    if pieces:
+        out.fill(0)
+    for piece in pieces:
+        t, ncols = piece.tile, weights.cols[piece.block].size
+        p = Problem(piece.stop - piece.start, ncols, q)
+        values = weights.values[piece.block][piece.start:piece.stop]
+        rows = weights.rows[piece.block][piece.start:piece.stop]
+        launch(cuda.kernel_ref(FILE, _gemm_name(t)), t.grid(p), (t.threads,),
+               (x, values, rows, weights.cols[piece.block], *tables, out, i32(p.rows),
+                i32(ncols), *dims))
+    pix = CSR_PIXELS[0]
+    launch(cuda.kernel_ref(FILE, _csr_name(pix)), (cdiv(q, pix), geom.k, 1), (pix,),
+           (x, weights.indptr, weights.indices, weights.data, *tables,
+            ptr(bias), ptr(residual), out,
+            *dims, i32(bool(pieces)), i32(bool(relu))))

@@ -1,0 +1,105 @@
+"""The sparse convolution kernels against the dense reference: random shapes, densities
+and layouts (shared rows, overlapping blocks, no block, a block covering everything, empty
+rows), every tile, strides, batches, the epilogue; poisoned outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import blocksparse as bs
+from tensorconv import ops, reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import sparse_conv as sc
+from tests.helpers import rel_err, sweep
+
+pytestmark = pytest.mark.gpu
+
+
+def _case(rng, k, c, r, density, nblocks):
+    shape = (k, c, r, r)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
+    cols = c * r * r
+    blocks = []
+    for _ in range(nblocks):
+        rows = np.unique(rng.integers(0, k, rng.integers(1, k + 1)))
+        bc = np.unique(rng.integers(0, cols, rng.integers(1, cols + 1)))
+        blocks.append((rows, bc))
+    return w, bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
+
+
+def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=None):
+    import cupy as cp
+
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    k = w.shape[0]
+    geom = conv_geometry(x_shape, w.shape, stride, padding)
+    b = rng.standard_normal(k).astype(np.float32) if epilogue else None
+    res = rng.standard_normal(geom.output_shape).astype(np.float32) if epilogue else None
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                            None if b is None else b.astype(np.float64), stride, padding)
+    if epilogue:
+        want = np.maximum(want + res, 0)
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    ops.sparse_conv2d(cp.asarray(x), packed, None if b is None else cp.asarray(b), stride,
+                      padding, relu=epilogue, residual=None if res is None else cp.asarray(res),
+                      pieces=pieces, out=out)
+    got = out.get()
+    assert np.isfinite(got).all()
+    assert rel_err(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("trial", sweep(24, 8))
+def test_random_layers_match_the_dense_reference(rng, trial):
+    k, c = int(rng.integers(1, 80)), int(rng.integers(1, 24))
+    r = int(rng.choice([1, 3, 5, 7]))
+    stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, r // 2 + 1))
+    density = float(rng.choice([0.02, 0.125, 0.25, 0.6, 1.0]))
+    w, packed = _case(rng, k, c, r, density, int(rng.integers(0, 5)))
+    n, h = int(rng.integers(1, 4)), int(rng.integers(r, 20))
+    print(f"K={k} C={c} R={r} stride={stride} pad={padding} density={density} "
+          f"blocks={len(packed.layout.blocks)} N={n} H={h}")
+    _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2))
+
+
+@pytest.mark.parametrize("tile", sc.TILES, ids=str)
+def test_every_tile_on_a_block_shared_with_the_remainder(rng, tile):
+    w, packed = _case(rng, 70, 9, 3, 0.3, 2)          # 70 rows: every tile has a ragged edge
+    pieces = tuple(sc.Piece(b, 0, rows.size, tile)
+                   for b, (rows, _) in enumerate(packed.layout.blocks))
+    _check(rng, w, packed, (2, 9, 13, 11), 1, 1, pieces=pieces)
+
+
+@pytest.mark.parametrize("layout", ["none", "everything", "overlapping", "empty rows"])
+def test_edge_layouts(rng, layout):
+    shape = (48, 8, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.2)).astype(np.float32)
+    m = bs.kernel_matrix(w)
+    if layout == "empty rows":
+        m[::3] = 0
+    everything = (np.arange(48), np.arange(72))
+    blocks = {"none": [], "everything": [everything], "empty rows": [everything],
+              "overlapping": [(np.arange(0, 40), np.arange(0, 50)),
+                              (np.arange(20, 48), np.arange(30, 72))]}[layout]
+    packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+    for stride in (1, 2):
+        _check(rng, w, packed, (3, 8, 10, 10), stride, 1)
+
+
+def test_a_zero_kernel_gives_bias_residual_relu(rng):
+    w = np.zeros((16, 4, 3, 3), np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(np.zeros((16, 36), bool), w.shape))
+    _check(rng, w, packed, (2, 4, 8, 8), 1, 1)
+
+
+def test_prepared_weights_are_reused_and_checked(rng):
+    import cupy as cp
+
+    w, packed = _case(rng, 32, 8, 3, 0.25, 2)
+    x = cp.asarray(rng.standard_normal((1, 8, 12, 12)).astype(np.float32))
+    weights = sc.pack_weights(packed, (12, 12), cp)
+    once = ops.sparse_conv2d(x, packed, None, 1, 1, weights=weights)
+    again = ops.sparse_conv2d(x, packed, None, 1, 1, weights=weights)
+    assert cp.array_equal(once, again)
+    with pytest.raises(ValueError, match="weights must be pack_weights"):
+        ops.sparse_conv2d(x, packed, None, 1, 1, weights=sc.pack_weights(packed, (11, 12), cp))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 from tensorconv import bench, files
@@ -33,6 +34,7 @@ class ExperimentParser(OneLineParser):
             check_replace(csv, bench.device_label(), force=ns.force)
         except ResultsOverwriteError as exc:
             self.exit(2, f"{self.prog}: {exc}\n")
+        preload_pyplot()
         return ns
 
 
@@ -58,6 +60,13 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def preload_pyplot() -> None:
+    """Import matplotlib on a daemon thread while the experiment starts: where it never ran
+    before, building its font cache takes seconds, which then overlap the kernel compiles
+    (NVRTC releases the GIL) instead of adding to the run."""
+    threading.Thread(target=pyplot, name="preload-pyplot", daemon=True).start()
 
 
 def save_figure(fig, path: Path) -> None:

@@ -19,6 +19,7 @@ __global__ void conv2d_direct_fwd(
     const float* __restrict__ x,     // (N, C, H, W)
     const float* __restrict__ w,     // (K, C / groups, R, S)
     const float* __restrict__ bias,  // (K,) or nullptr
+    const float* __restrict__ res,   // (N, K, OH, OW) or nullptr: added before the ReLU
     float* __restrict__ y,           // (N, K, OH, OW)
     int C, int H, int W, int K, int OH, int OW, int R, int S,
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
@@ -115,9 +116,11 @@ __global__ void conv2d_direct_fwd(
     for (int k = 0; k < TK; ++k) {
         const int kk = g * Kg + k0 + k;
         if (k0 + k < Kg) {
+            const size_t o = (((size_t)n * K + kk) * OH + oh) * OW + ow;
             float v = acc[k] + (bias != nullptr ? bias[kk] : 0.f);
+            if (res != nullptr) v += res[o];
             if (relu) v = fmaxf(v, 0.f);
-            y[(((size_t)n * K + kk) * OH + oh) * OW + ow] = v;
+            y[o] = v;
         }
     }
 }

@@ -47,6 +47,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     path = os.environ.get("TENSORCONV_TEST_LOG")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller logs what its workers report
     if not path or (report.when != "call" and report.outcome == "passed"):
         return
     with open(path, "a") as f:

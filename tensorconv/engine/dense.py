@@ -48,8 +48,6 @@ def _general_step(plan, x, w, b, geom, relu, residual, out) -> Step:
     """The implicit GEMM (or the direct kernel) — or, for a stride-1 1x1 convolution where
     the choice found it faster, the batch-1 pointwise kernel on its best tile."""
     algorithm = direct_conv.choose_algorithm(geom)
-    if residual is not None and algorithm == "direct":
-        algorithm = "igemm"  # only the implicit-GEMM epilogue adds a residual
     conv = (geom.stride, geom.padding, geom.dilation, geom.groups)
     general = Step(lambda: direct_conv.conv2d(x, w, b, *conv, relu=relu, residual=residual,
                                               out=out, algorithm=algorithm),

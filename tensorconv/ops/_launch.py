@@ -7,6 +7,8 @@ instead of writing them again.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tensorconv import backend, cuda, tunecache
@@ -161,19 +163,38 @@ def family_first(tiles, cost, family, limit: int | None, per_family: int = 2) ->
 
     The ``per_family`` cheapest tiles of every ``family(tile)`` come first, then
     the overall cheapest, so that the tuner sees every family whatever the
-    estimate's bias; without ``limit``, every tile by cost.
+    estimate's bias; without ``limit``, every tile by cost.  ``cost`` is called once
+    per tile.
     """
-    tiles = sorted(tiles, key=cost)
+    costs = {t: cost(t) for t in tiles}
+    tiles = sorted(costs, key=costs.get)
     if not limit:
         return tiles
-    picked, seen = [], {}
+    picked, seen = {}, {}
     for t in tiles:
         f = family(t)
         if seen.get(f, 0) < per_family:
             seen[f] = seen.get(f, 0) + 1
-            picked.append(t)
-    picked += [t for t in tiles if t not in picked]
-    return sorted(picked[:limit], key=cost)
+            picked[t] = None
+    for t in tiles:
+        if len(picked) >= limit:
+            break
+        picked.setdefault(t, None)
+    return sorted(list(picked)[:limit], key=costs.get)
+
+
+def memo_list(fn):
+    """Memoise ``fn`` (hashable arguments, returns a list): planning, ahead-of-time builds
+    and tuners rank one problem's candidates several times, and ranking thousands of tiles
+    costs tens of milliseconds.  Each call returns a fresh list."""
+    cached = functools.lru_cache(maxsize=1024)(lambda *a, **kw: tuple(fn(*a, **kw)))
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return list(cached(*args, **kwargs))
+
+    wrapper.cache_clear = cached.cache_clear
+    return wrapper
 
 
 _workspaces: dict = {}

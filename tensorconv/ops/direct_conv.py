@@ -195,13 +195,13 @@ def _geometry_args(geom: ConvGeometry):
             i32(geom.dilation[1]), i32(geom.groups))
 
 
-def _launch_direct(x, w, bias, out, geom, tile, relu):
+def _launch_direct(x, w, bias, residual, out, geom, tile, relu):
     i32 = np.int32
     tiles_w = cdiv(geom.ow, tile.tw)
     k_tiles = cdiv(geom.k // geom.groups, tile.tk)
-    args = (x, w, bias, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-            i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles), i32(tile.cc),
-                                                     i32(relu))
+    args = (x, w, bias, residual, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k),
+            i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles),
+                                                                   i32(tile.cc), i32(relu))
     launch(kernels(geom, "direct", tile)[0], tile.grid(geom), (tile.tw, tile.th, 1), args,
            tile.smem_bytes(geom))
 
@@ -271,7 +271,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     relu : bool
         Apply ``max(., 0)`` last, inside the kernel.
     residual : array, (N, K, OH, OW), float32, optional
-        Added before the ReLU (a ResNet block's shortcut); ``"igemm"`` only.
+        Added before the ReLU (a ResNet block's shortcut).
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
     algorithm : {"igemm", "direct"}, optional
@@ -308,11 +308,12 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     sm_count = facts.sm_count
     algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
     if algorithm == "direct":
-        if residual is not None:
-            raise ValueError("residual needs algorithm='igemm'")
+        if splits is not None:
+            raise ValueError("splits applies to algorithm='igemm' only")
         tile = tile or default_tile(geom, facts)
         check_tile(tile, geom)
-        _launch_direct(x, w, NULL if bias is None else bias, out, geom, tile, bool(relu))
+        _launch_direct(x, w, NULL if bias is None else bias,
+                       NULL if residual is None else residual, out, geom, tile, bool(relu))
     else:
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' only")

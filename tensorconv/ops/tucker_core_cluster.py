@@ -36,6 +36,7 @@ from tensorconv.ops._launch import (
     filter_cover,
     has_clusters,
     launch,
+    memo_list,
     push_slot_floats,
     stored_tile,
 )
@@ -193,6 +194,7 @@ def estimate(p: Problem, tile: Tile, sm_count: int, calibration=CALIBRATION_H100
     return float(np.dot(calibration, features(p, tile, sm_count)))
 
 
+@memo_list
 def ranked(p: Problem, facts: DeviceFacts, limit: int | None = 64) -> list[Tile]:
     """Candidates, best estimate first; with ``limit``, the best two of every
     (nt, pt, splits) family come first (:func:`tensorconv.ops._launch.family_first`), so

@@ -148,22 +148,22 @@ def test_backward_kernels_random_shapes(rng, trial):
     assert rel_err(gw.get(), ref_gw) <= TOL, (xs, ws, kw, splits)
 
 
-@pytest.mark.parametrize("splits", [1, 4])
-def test_residual_epilogue(rng, splits):
+@pytest.mark.parametrize("algorithm,splits,k,groups",
+                         [("igemm", 1, 32, 1), ("igemm", 4, 32, 1), ("direct", None, 32, 1),
+                          ("direct", None, 6, 2), (None, None, 6, 2)])
+def test_residual_epilogue(rng, algorithm, splits, k, groups):
     import cupy as cp
 
     x = rng.standard_normal((2, 24, 9, 9)).astype(np.float32)
-    w = rng.standard_normal((32, 24, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(32).astype(np.float32)
-    res = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
-    out = cp.full((2, 32, 9, 9), cp.nan, cp.float32)
-    ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
-               residual=cp.asarray(res), out=out, splits=splits)
+    w = rng.standard_normal((k, 24 // groups, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    res = rng.standard_normal((2, k, 9, 9)).astype(np.float32)
+    out = cp.full((2, k, 9, 9), cp.nan, cp.float32)
+    ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, groups=groups,
+               relu=True, residual=cp.asarray(res), out=out, splits=splits, algorithm=algorithm)
     ref = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
-                                      b.astype(np.float64), padding=1) + res, 0)
+                                      b.astype(np.float64), padding=1, groups=groups) + res, 0)
     assert rel_err(out.get(), ref) <= TOL
     with pytest.raises(ValueError, match="residual has shape"):
-        ops.conv2d(cp.asarray(x), cp.asarray(w), residual=cp.asarray(res), out=out)
-    with pytest.raises(ValueError, match="residual needs"):
-        ops.conv2d(cp.asarray(x), cp.asarray(w), padding=1, residual=cp.asarray(res),
-                   algorithm="direct")
+        ops.conv2d(cp.asarray(x), cp.asarray(w), groups=groups, residual=cp.asarray(res),
+                   out=out, algorithm=algorithm)

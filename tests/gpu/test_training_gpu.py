@@ -54,7 +54,10 @@ def test_training_step_matches_cpu(rng):
     y = rng.integers(0, 10, 32)
     cpu = _one_step_then_loss(np, x, y)
     gpu = _one_step_then_loss(cp, x, y)
-    assert abs(cpu[0] - gpu[0]) < 1e-4 and abs(cpu[1] - gpu[1]) < 1e-4, (cpu, gpu)
+    assert abs(cpu[0] - gpu[0]) < 2e-5, (cpu, gpu)
+    # one lr-0.1 step moves the loss by ~0.4; float32 summation order (amplified through
+    # 19 batch norms) leaves ~1e-4 between the devices, a wrong gradient far more
+    assert abs(cpu[1] - gpu[1]) < 5e-4 and abs(cpu[0] - cpu[1]) > 1e-2, (cpu, gpu)
 
 
 def test_module_device_roundtrip():

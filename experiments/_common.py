@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 from pathlib import Path
@@ -34,7 +35,7 @@ class ExperimentParser(OneLineParser):
             check_replace(csv, bench.device_label(), force=ns.force)
         except ResultsOverwriteError as exc:
             self.exit(2, f"{self.prog}: {exc}\n")
-        preload_pyplot()
+        preload("matplotlib.pyplot")
         return ns
 
 
@@ -62,11 +63,22 @@ def pyplot():
     return plt
 
 
-def preload_pyplot() -> None:
-    """Import matplotlib on a daemon thread while the experiment starts: where it never ran
-    before, building its font cache takes seconds, which then overlap the kernel compiles
-    (NVRTC releases the GIL) instead of adding to the run."""
-    threading.Thread(target=pyplot, name="preload-pyplot", daemon=True).start()
+def preload(*modules: str) -> None:
+    """Import ``modules`` on a daemon thread while the experiment starts.
+
+    Where matplotlib never ran, building its font cache takes seconds; importing PyTorch
+    takes seconds.  Begun here, that overlaps the kernel compiles (NVRTC releases the GIL)
+    instead of adding to the run.  A failed import is left for the main thread's own
+    import to report.
+    """
+    def work():
+        for name in modules:
+            try:
+                pyplot() if name == "matplotlib.pyplot" else importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported where the experiment imports it
+                pass
+
+    threading.Thread(target=work, name="preload", daemon=True).start()
 
 
 def save_figure(fig, path: Path) -> None:

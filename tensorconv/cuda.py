@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -220,6 +221,15 @@ def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,
     return load(kernel_ref(file, name_expression, defines), backend_name)
 
 
+def compile_weight(ref: KernelRef) -> tuple:
+    """How long ``ref`` takes to compile, as an order: tensor-core kernels first, then by the
+    product of the template's integer arguments (filter size times fragments per warp:
+    what the compiler unrolls).  On a cold start the slowest build bounds the pool's wall
+    time, so it must not start last."""
+    ints = [int(v) for v in re.findall(r"\d+", ref.name.partition("<")[2])]
+    return uses_tensor_cores(ref.file), math.prod(ints)
+
+
 def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = None) -> int:
     """Compile every kernel of ``refs`` not yet loaded in this process, in parallel.
 
@@ -246,7 +256,7 @@ def compile_all(refs, *, desc: str = "compiling kernels", workers: int | None = 
             if (directory, r.file, r.name, r.defines, "nvrtc", device) not in _LOADED]
     if not todo:
         return 0
-    todo.sort(key=lambda r: not uses_tensor_cores(r.file))  # the slow mma builds start first
+    todo.sort(key=compile_weight, reverse=True)  # the longest builds start first
 
     def compile_one(ref):
         with cupy.cuda.Device(device):  # a new thread starts on device 0

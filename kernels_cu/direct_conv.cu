@@ -379,8 +379,8 @@ __global__ void conv2d_splitk_reduce(
 // What CI's nvcc build type-checks: tensorconv.ops.direct_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_CONV2D_DIRECT_FWD(...) template __global__ void conv2d_direct_fwd<__VA_ARGS__>( \
-    const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int);
+    const float*, const float*, const float*, const float*, float*, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int);
 TC_I_CONV2D_DIRECT_FWD(1, 0, 0) TC_I_CONV2D_DIRECT_FWD(1, 1, 1) TC_I_CONV2D_DIRECT_FWD(1, 3, 3)
 TC_I_CONV2D_DIRECT_FWD(16, 0, 0) TC_I_CONV2D_DIRECT_FWD(16, 1, 1) TC_I_CONV2D_DIRECT_FWD(16, 3, 3)
 TC_I_CONV2D_DIRECT_FWD(2, 0, 0) TC_I_CONV2D_DIRECT_FWD(2, 1, 1) TC_I_CONV2D_DIRECT_FWD(2, 3, 3)

@@ -15,6 +15,7 @@ re-pruning: every cell of every block, and the remainder's nonzeros.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,6 +142,15 @@ class Layout:
     def mask(self) -> np.ndarray:
         """(K, C·R·S) bool: the cells this layout stores (trainable after re-pruning)."""
         return self.owner() >= 0
+
+    def digest(self) -> str:
+        """A short hash of the layout (shape, blocks, remainder pattern): the tune cache keys
+        a sparse layer's choices by it, since the sizes alone do not say how it runs."""
+        h = hashlib.sha1(repr(self.shape).encode())
+        for a in (self.indptr, self.indices, *(i for block in self.blocks for i in block)):
+            h.update(np.ascontiguousarray(a, INDEX).tobytes())
+            h.update(b"|")
+        return h.hexdigest()[:16]
 
     def stored(self) -> int:
         """How many values the layout stores (block cells, overlaps counted once per block,

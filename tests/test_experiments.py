@@ -104,6 +104,20 @@ def test_cp_table2_quick(tmp_path):
     assert (tmp_path / "cp_fig6.png").stat().st_size > 0
 
 
+@pytest.mark.gpu
+def test_sparse_layers_quick(tmp_path):
+    pytest.importorskip("mtkahypar")
+    from experiments import sparse_layers
+
+    assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "sparse_layers.csv")
+    errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
+    assert len(errs) == 3 * 4 and max(errs) <= 1e-5      # two layouts, csr, cusparse per layer
+    variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert {"ours", "csr", "cusparse", "ours-dense", "t2=4", "t2=8"} <= variants
+    assert (tmp_path / "sparse_layers.png").stat().st_size > 0
+
+
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     from experiments import tdc_table3

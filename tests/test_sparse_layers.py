@@ -37,9 +37,42 @@ def test_a_sparsified_model_matches_the_masked_dense_model(rng, blocks):
     assert sparse["params"] == dense["params"] - total + kept
     assert sparse["macs"] < dense["macs"]
     if blocks:
-        assert any(r.blocks for r in report.values())
+        assert any(r.blocks for reports in report.values() for r in reports)
 
 
 def test_sparse_conv2d_checks_its_arguments():
     with pytest.raises(TypeError, match="packed must be a BlockSparse"):
         SparseConv2d(np.ones((2, 2, 1, 1)))
+
+
+def test_sparsify_keeps_a_layout_per_threshold(rng):
+    pytest.importorskip("mtkahypar")
+    model = get_model("small_cnn", in_channels=1)
+    prune.apply_masks(model, prune.magnitude_masks(model, 4.0))
+    report = sparsify(model, t2=(2, 4, 4, 16), b1=4, b2=4)
+    for name, reports in report.items():
+        assert [r.t2 for r in reports] == [2, 4, 16]
+        layer = {n.rstrip("."): m for n, m in model.named_modules()}[name]
+        digests = {v.layout.digest() for v in layer.variants}
+        assert len(digests) == len(layer.variants) <= 3
+        assert all(np.array_equal(v.to_matrix(), layer.packed.to_matrix())
+                   for v in layer.variants)
+    with pytest.raises(ValueError, match="t2"):
+        sparsify(get_model("small_cnn", in_channels=1), t2=())
+    with pytest.raises(ValueError, match=r"t2\[1\]"):
+        sparsify(get_model("small_cnn", in_channels=1), t2=(4, 0))
+
+
+def test_variants_must_hold_the_same_kernel(rng):
+    from tensorconv.blocksparse import layout_from_pattern, pack
+
+    w = (rng.standard_normal((8, 4, 3, 3)) * (rng.random((8, 4, 3, 3)) < 0.3)).astype(np.float32)
+    a = pack(w, layout_from_pattern(w.reshape(8, -1) != 0, w.shape))
+    w2 = w.copy()
+    w2[w2 != 0] *= 2
+    b = pack(w2, layout_from_pattern(w2.reshape(8, -1) != 0, w.shape))
+    with pytest.raises(ValueError, match="variants\\[0\\] holds another kernel"):
+        SparseConv2d(a, variants=[b])
+    with pytest.raises(TypeError, match="variants\\[0\\] must be a BlockSparse"):
+        SparseConv2d(a, variants=[w])
+    assert SparseConv2d(a, variants=[a]).variants == (a, a)

@@ -10,7 +10,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
-from tensorconv.checks import check_bool
+from tensorconv.checks import check_bool, check_int
 from tensorconv.compress.prune import prune_candidates
 from tensorconv.compress.reprune import reprune
 from tensorconv.compress.tucker import replace_layers
@@ -20,41 +20,62 @@ from tensorconv.nn.sparse import SparseConv2d
 
 @dataclass(frozen=True)
 class LayerReport:
-    """What :func:`sparsify` did to one layer: the share of nonzeros in dense blocks,
-    the blocks' fill, how many blocks, Algorithm 1's seconds."""
+    """What :func:`sparsify` did to one layer, for each threshold ``t2`` tried: the share of
+    nonzeros in dense blocks, the blocks' fill, how many blocks, Algorithm 1's seconds."""
 
     density: float
+    t2: int
     blocks: int
     in_blocks: float
     fill: float
     seconds: float
 
 
-def sparsify(model, *, blocks: bool = True, t1: int = 8, t2: int = 8, b1: int = 8,
-             b2: int = 8, seed: int = 0) -> dict:
+def _thresholds(t2) -> tuple:
+    values = (t2,) if isinstance(t2, (int, np.integer)) and not isinstance(t2, bool) else t2
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise TypeError(f"t2 must be an int or a sequence of ints, got {t2!r}") from None
+    if not values:
+        raise ValueError("t2 must name at least one threshold")
+    for i, v in enumerate(values):
+        check_int(v, f"t2[{i}]", minimum=1)
+    return tuple(dict.fromkeys(int(v) for v in values))
+
+
+def sparsify(model, *, blocks: bool = True, t1: int = 8, t2=8, b1: int = 8, b2: int = 8,
+             seed: int = 0) -> dict:
     """Replace every prunable convolution of ``model`` (:func:`prune_candidates`) by a
     ``SparseConv2d`` holding its nonzeros, in place; all layers are built before any is
-    replaced.  Returns {name: LayerReport}.
+    replaced.  Returns {name: [LayerReport per layout]}.
 
     ``blocks=False`` keeps every nonzero in the CSR remainder (no partitioner needed);
     otherwise Algorithm 1 (:func:`tensorconv.decomp.blocks.extract_blocks`) with ``t1``,
-    ``t2``, ``b1``, ``b2`` and ``seed``.
+    ``b1``, ``b2``, ``seed`` and each threshold of ``t2`` (an int or a sequence, e.g. the
+    paper's (4, 8, 12, 16)): the layer keeps every distinct layout, the first as its
+    ``packed``, and the engine runs the fastest (or the dense kernel, if that is faster).
     """
     check_bool(blocks, "blocks")
+    thresholds = _thresholds(t2)
     layers, report = {}, {}
     for name, conv in prune_candidates(model).items():
         w = backend.to_host(conv.weight.data)
         pattern = kernel_matrix(w) != 0
-        if blocks:
-            found = extract_blocks(pattern, w.shape, t1=t1, t2=t2, b1=b1, b2=b2, seed=seed)
-            layout = found.layout
-            report[name] = LayerReport(float(pattern.mean()), len(layout.blocks),
-                                       found.in_blocks, found.fill, found.seconds)
-        else:
+        layouts, report[name] = {}, []
+        for t in thresholds if blocks else ():
+            found = extract_blocks(pattern, w.shape, t1=t1, t2=t, b1=b1, b2=b2, seed=seed)
+            layouts.setdefault(found.layout.digest(), found.layout)
+            report[name].append(LayerReport(float(pattern.mean()), t, len(found.layout.blocks),
+                                            found.in_blocks, found.fill, found.seconds))
+        if not blocks:
             layout = layout_from_pattern(pattern, w.shape)
-            report[name] = LayerReport(float(pattern.mean()), 0, 0.0, 0.0, 0.0)
+            layouts[layout.digest()] = layout
+            report[name].append(LayerReport(float(pattern.mean()), 0, 0, 0.0, 0.0, 0.0))
+        packed = [pack(w, lay) for lay in layouts.values()]
         bias = None if conv.bias is None else backend.to_host(conv.bias.data)
-        layers[name] = SparseConv2d(pack(w, layout), conv.stride, conv.padding, bias)
+        layers[name] = SparseConv2d(packed[0], conv.stride, conv.padding, bias,
+                                    variants=packed[1:])
         if model.xp is not np:
             layers[name].to("gpu")
     replace_layers(model, layers)

@@ -26,12 +26,28 @@ class SparseConv2d(Module):
     packed : BlockSparse
     stride, padding : int or (int, int)
     bias : array (K,), optional
+    variants : sequence of BlockSparse, optional
+        Other layouts of the same kernel (Algorithm 1 at other thresholds): the engine
+        times them all and runs the fastest.
+
+    Attributes
+    ----------
+    variants : tuple of BlockSparse
+        ``packed`` first, then the others.
     """
 
-    def __init__(self, packed: BlockSparse, stride=1, padding=0, bias=None):
+    def __init__(self, packed: BlockSparse, stride=1, padding=0, bias=None, variants=()):
         super().__init__()
         if not isinstance(packed, BlockSparse):
             raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
+        matrix = packed.to_matrix()
+        for i, v in enumerate(variants):
+            if not isinstance(v, BlockSparse):
+                raise TypeError(f"variants[{i}] must be a BlockSparse, got {type(v).__name__}")
+            if v.shape != packed.shape or not np.array_equal(v.to_matrix(), matrix):
+                raise ValueError(f"variants[{i}] holds another kernel than packed (each "
+                                 f"variant is a layout of the same weights)")
+        self.variants = (packed, *variants)
         self.stride, self.padding = pair(stride, "stride", minimum=1), pair(padding, "padding",
                                                                                 minimum=0)
         k, c, r, s = packed.shape

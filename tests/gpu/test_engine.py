@@ -326,17 +326,31 @@ def test_engine_fuses_the_stem_where_the_cache_says_so(rng, name, shape, fused, 
     assert err < 1e-4
 
 
-def test_engine_runs_pruned_models(rng):
+@pytest.mark.parametrize("blocks,tune", [(False, False), (True, False), (True, True)])
+def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
     """A ResNet-20 pruned 8x, its convolutions turned into SparseConv2d layers (dense blocks
-    and a CSR remainder), runs through the engine and matches the model."""
+    at two thresholds and a CSR remainder), runs through the engine on the sparse kernels
+    (untuned: every layer; tuned: each layer's fastest layout, or the dense kernel) and
+    matches the model; the tuned choices are stored, one per layer."""
     from tensorconv.compress import prune
     from tensorconv.compress.sparse import sparsify
 
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     model = get_model("resnet20", in_channels=1)
-    prune.apply_masks(model, prune.magnitude_masks(model, 8.0))
-    sparsify(model, blocks=False)
-    engine, err = _engine_against_model(model, (2, 1, 32, 32), rng)
-    assert err < 1e-4
+    masks = prune.magnitude_masks(model, 8.0)
+    prune.apply_masks(model, masks)
+    sparsify(model, blocks=blocks, t2=(4, 8), b1=4, b2=4)
+    x, ref = _input_and_reference(model, (2, 1, 32, 32), rng)
+    engine = InferenceEngine(model, (2, 1, 32, 32), tune=tune)
+    assert rel_err(engine(x).get(), ref) < 1e-4
+    sparse_steps = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
+    if tune:
+        stored = json.loads((tmp_path / "tune.json").read_text())
+        verdicts = [v for k, v in stored.items() if k.startswith("sparse_conv|")]
+        assert len(verdicts) == len(masks)
+        assert sparse_steps == sum(v["fused"] for v in verdicts)
+    else:
+        assert sparse_steps == len(masks)
 
 
 @pytest.mark.parametrize("name,pointwise", [("vgg16", "scc"), ("resnet18", "scc"),

@@ -1,0 +1,261 @@
+"""Sparse layers: per-layer time of pruned convolutions (Rumi et al., PACT'20, Figs 8-12).
+
+For each distinct prunable convolution of ``--model`` (the CIFAR-style zoo model on 32x32
+Fashion-MNIST-shaped input, ``--batch`` 32), its kernel pruned ``--ratio`` times — by
+magnitude from its initial weights (an unstructured pattern: the hardest case for dense
+blocks), or with a trained model's masks (``--masks``, saved by ``sparse_table1``) — runs
+as:
+
+* ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16), the
+  sparse kernels on each layout, the fastest kept (as the engine's choice does);
+* ``csr``: every nonzero in the CSR remainder: the row-wise direct sparse convolution
+  (Escoin-style) of the same kernel file;
+* ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
+  without building the im2col (eager, CUDA events: cuSPARSE does not capture);
+* ``ours-dense``: our dense convolution of the unpruned kernel (the engine's tuned core
+  kernel, else the implicit GEMM);
+* ``cudnn-fp32`` / ``cudnn-tf32``: PyTorch's cuDNN on the unpruned kernel
+  (``cudnn.benchmark``).
+
+Every output is checked against the dense convolution of the pruned kernel first.  Times
+are CUDA-graph replay medians, side by side in one process.  Also recorded: Algorithm 1's
+statistics per threshold (blocks, share of nonzeros in blocks, fill, seconds) and the
+threshold kept.  The paper's ranges (P100, ResNet18-8x: 1.66-7.58x over cuDNN, 1.04-1.45x
+over SpMM) stand in the notes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments._common import geomean, outputs, parser, pyplot, save_figure
+from tensorconv import backend, bench, ops, timing
+from tensorconv.autograd import Tensor, no_grad
+from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
+from tensorconv.checks import conv_geometry
+from tensorconv.cli import guarded
+from tensorconv.compress.prune import keep_count, load_masks, prune_candidates, top_magnitude
+from tensorconv.decomp.blocks import extract_blocks
+from tensorconv.nn import get_model
+from tensorconv.ops import core_conv, sparse_conv
+from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.tuning import oracle
+
+NAME = "sparse_layers"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
+PAPER = {"resnet18": "P100, ResNet18-8x: ours 1.66-7.58x over cuDNN, 1.04-1.45x over SpMM",
+         "vgg16": "P100, VGG16-4x: ours 1.03-5.40x over cuDNN, 1.18-1.54x over SpMM",
+         "googlenet": "P100, GoogLeNet-8x: ours 1.49-4.13x over cuDNN"}
+
+
+def _args(argv):
+    p = parser(NAME, __doc__)
+    p.add_argument("--model", default="resnet18", help="zoo model (CIFAR-style, 32x32)")
+    p.add_argument("--ratio", type=float, default=8.0, help="pruning ratio (magnitude masks)")
+    p.add_argument("--masks", default=None, help="trained masks (.npz of sparse_table1)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
+    p.add_argument("--all-layers", action="store_true",
+                   help="every prunable layer, not only the first of each shape")
+    return p.parse_args(argv)
+
+
+def conv_inputs(model, names, input_shape) -> dict:
+    """{name: input shape} of the named convolutions in one forward at ``input_shape``."""
+    mods = {n.rstrip("."): m for n, m in model.named_modules()}
+    shapes = {}
+    for name in names:
+        m, forward = mods[name], mods[name].forward
+        m.forward = lambda x, f=forward, n=name: (shapes.__setitem__(n, tuple(x.shape)), f(x))[1]
+    try:
+        with no_grad():
+            model(Tensor(np.zeros(input_shape, np.float32)))
+    finally:
+        for name in names:
+            del mods[name].forward
+    return shapes
+
+
+def _layers(args):
+    """[(name, conv, input shape, pruned kernel)] of the layers to time."""
+    model = get_model(args.model, in_channels=1, seed=0).eval()
+    convs = prune_candidates(model)
+    masks = load_masks(args.masks) if args.masks else None
+    shapes = {n: (args.batch,) + s[1:]
+              for n, s in conv_inputs(model, list(convs), (1, 1, 32, 32)).items()}
+    seen, out = set(), []
+    for name, conv in convs.items():
+        w = conv.weight.data
+        key = (w.shape, conv.stride, conv.padding, shapes[name])
+        if key in seen and not args.all_layers:
+            continue
+        seen.add(key)
+        if masks is not None:
+            if name not in masks or masks[name].shape != w.shape:
+                raise ValueError(f"--masks has no mask of shape {w.shape} for {name}")
+            mask = masks[name].astype(bool)
+        else:
+            mask = top_magnitude(w, keep_count(w.size, args.ratio)).astype(bool)
+        out.append((name, conv, shapes[name], (w * mask).astype(np.float32)))
+    return out
+
+
+def _im2col_index(geom):
+    """Flat indices into the zero-padded input that gather the (C·R·S, N·OH·OW) im2col."""
+    n, c, hp, wp = geom.n, geom.c, geom.h + 2 * geom.padding[0], geom.w + 2 * geom.padding[1]
+    r, s = geom.r, geom.s
+    ci, ri, si = np.meshgrid(np.arange(c), np.arange(r), np.arange(s), indexing="ij")
+    oh, ow = np.meshgrid(np.arange(geom.oh) * geom.stride[0], np.arange(geom.ow) * geom.stride[1],
+                         indexing="ij")
+    row = (ci * hp * wp + ri * wp + si).reshape(-1, 1)
+    col = (oh * wp + ow).reshape(1, -1)
+    per_image = row + col
+    return (per_image[:, None, :] + (np.arange(n) * c * hp * wp)[None, :, None]).reshape(
+        c * r * s, -1)
+
+
+def measure(rs, name, conv, x_shape, w, args, torch):
+    import cupy as cp
+    from cupyx.scipy import sparse as cps
+
+    rng = np.random.default_rng(1)
+    geom = conv_geometry(x_shape, w.shape, conv.stride, conv.padding)
+    case = f"{name} {w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]} s{geom.stride[0]} " \
+           f"{geom.h}x{geom.w}"
+    x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    wd = cp.asarray(w)
+    want = ops.conv2d(x, wd, None, geom.stride, geom.padding)
+    density = float(np.count_nonzero(w)) / w.size
+    rs.add(case, "pruned", "density", density, "1")
+    out = cp.empty(geom.output_shape, cp.float32)
+
+    def check(variant, got):
+        err = float(cp.linalg.norm(got - want) / cp.linalg.norm(want))
+        rs.add(case, variant, "rel_err", err, "1")
+        if not err <= 1e-5:
+            raise RuntimeError(f"{case} {variant}: rel_err {err:.2e} against the dense kernel")
+
+    def run_layout(packed):
+        weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
+        pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
+        fn = lambda: sparse_conv.run(x, weights, out, geom, pieces)  # noqa: E731
+        fn()
+        return fn
+
+    pattern = kernel_matrix(w) != 0
+    best = None
+    for t2 in args.t2:
+        found = extract_blocks(pattern, w.shape, t2=t2)
+        tag = f"t2={t2}"
+        rs.add(case, tag, "blocks", len(found.layout.blocks), "count")
+        rs.add(case, tag, "in_blocks", found.in_blocks, "1")
+        rs.add(case, tag, "fill", found.fill, "1")
+        rs.add(case, tag, "alg1_s", found.seconds, "s", note="target <= 5 s per layer")
+        fn = run_layout(pack(w, found.layout))
+        check(f"ours {tag}", out)
+        us = timing.time_graph(fn).median_us
+        rs.add(case, tag, "latency_us", us, "us")
+        if best is None or us < best[1]:
+            best = (t2, us)
+    rs.add(case, "ours", "latency_us", best[1], "us", note=f"fastest threshold t2={best[0]}")
+    rs.add(case, "ours", "t2", best[0], "1")
+
+    fn = run_layout(pack(w, layout_from_pattern(pattern, w.shape)))
+    check("csr", out)
+    rs.add(case, "csr", "latency_us", timing.time_graph(fn).median_us, "us")
+
+    index = cp.asarray(_im2col_index(geom))
+    a = cps.csr_matrix(cp.asarray(kernel_matrix(w)))
+    pad = ((0, 0), (0, 0), (geom.padding[0],) * 2, (geom.padding[1],) * 2)
+    cols = cp.pad(x, pad).ravel()[index]
+    spmm = lambda: a @ cols  # noqa: E731
+    both = lambda: a @ cp.pad(x, pad).ravel()[index]  # noqa: E731
+    y = spmm().reshape(geom.k, geom.n, geom.oh, geom.ow).transpose(1, 0, 2, 3)
+    check("cusparse", cp.ascontiguousarray(y))
+    rs.add(case, "cusparse", "latency_us", timing.time_events(spmm).median_us, "us",
+           note="SpMM alone, eager")
+    rs.add(case, "cusparse+im2col", "latency_us", timing.time_events(both).median_us, "us",
+           note="im2col and SpMM, eager")
+
+    full = cp.asarray(conv.weight.data)
+    if core_conv.supported(geom, "cluster") is None:
+        oracle.tune_core(x, full, geom)
+        dense = lambda: ops.core_conv2d(x, full, geom.stride, geom.padding, out=out)  # noqa: E731
+    else:
+        dense = lambda: ops.conv2d(x, full, None, geom.stride, geom.padding, out=out)  # noqa: E731
+    rs.add(case, "ours-dense", "latency_us", timing.time_graph(dense).median_us, "us",
+           note="the unpruned kernel")
+
+    if torch is not None:
+        xt, wt = torch.from_dlpack(x), torch.from_dlpack(full)
+        for tf32 in (False, True):
+            torch.backends.cudnn.allow_tf32 = tf32
+            run = lambda: torch.nn.functional.conv2d(xt, wt, None, geom.stride,  # noqa: E731
+                                                     geom.padding)
+            us = timing.time_graph(run, framework="torch", calls_per_graph=10).median_us
+            rs.add(case, f"cudnn-{'tf32' if tf32 else 'fp32'}", "latency_us", us, "us",
+                   note="the unpruned kernel, cudnn.benchmark")
+    lat = rs.values("latency_us")
+    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr", "cusparse"):
+        if (case, base) in lat:
+            rs.add(case, f"{base}/ours", "speedup", lat[(case, base)] / lat[(case, "ours")], "x")
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    cp = backend.require_cuda(NAME)
+    del cp
+    torch = None
+    if bench.torch_cudnn_available():
+        import torch
+
+        torch.backends.cudnn.benchmark = True
+    rs = ResultSet(NAME, bench.environment(with_torch=torch is not None))
+    layers = _layers(args)
+    if args.quick:  # three layers, two thresholds
+        layers, args.t2 = layers[:3], args.t2[:2]
+    from tqdm import tqdm
+
+    for name, conv, shape, w in tqdm(layers, desc="timing pruned layers", unit="layer"):
+        measure(rs, name, conv, shape, w, args, torch)
+    speed = rs.values("speedup")
+    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr", "cusparse"):
+        ratios = [v for (c, b), v in speed.items() if b == f"{base}/ours"]
+        if ratios:
+            rs.add("all layers", f"{base}/ours", "speedup_median", float(np.median(ratios)),
+                   "x", note=f"min {min(ratios):.2f} max {max(ratios):.2f} "
+                             f"geomean {geomean(ratios):.2f}")
+    paths = outputs(NAME, args.out)
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    sections = [(m, pivot_markdown(rows, m)) for m in ("latency_us", "speedup", "speedup_median",
+                                                         "blocks", "in_blocks", "fill", "alg1_s",
+                                                         "density")
+                if any(r["metric"] == m for r in rows)]
+    masks = f"masks from {args.masks}" if args.masks else \
+        f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
+    sections.append(("Notes", f"{args.model}, batch {args.batch}, {masks}. Paper: "
+                              f"{PAPER.get(args.model, 'see Figs 8-12')}. cuSPARSE is timed "
+                              f"eagerly (it does not capture into a CUDA graph); the others "
+                              f"by graph replay."))
+    write_markdown(paths["md"], f"Pruned layers of {args.model} (batch {args.batch}, fp32)",
+                   bench.environment(with_torch=torch is not None), sections)
+    plt = pyplot()
+    cases = [c for (c, b) in speed if b == "cudnn-fp32/ours"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.2
+    for i, base in enumerate(("cudnn-fp32", "cudnn-tf32", "csr", "cusparse")):
+        vals = [speed.get((c, f"{base}/ours"), np.nan) for c in cases]
+        ax.bar(np.arange(len(cases)) + (i - 1.5) * width, vals, width, label=f"ours vs {base}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(cases)), [c.split(" ", 1)[1] for c in cases], rotation=30,
+                  ha="right", fontsize=7)
+    ax.set_ylabel("speed-up of ours (x)")
+    ax.legend(fontsize=7)
+    save_figure(fig, paths["png"])
+    print(sections[0][1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

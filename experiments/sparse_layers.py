@@ -179,10 +179,16 @@ def measure(rs, name, conv, x_shape, w, args, torch):
 
     full = cp.asarray(conv.weight.data)
     if core_conv.supported(geom, "cluster") is None:
-        oracle.tune_core(x, full, geom)
-        dense = lambda: ops.core_conv2d(x, full, geom.stride, geom.padding, out=out)  # noqa: E731
+        variant, tile = oracle.tune_core(x, full, geom)
+        packed = core_conv.KERNELS[variant].pack_weights(full)
+        dense = lambda: ops.core_conv2d(x, full, geom.stride, geom.padding,  # noqa: E731
+                                        variant=variant, tile=tile, packed=packed, out=out)
     else:
         dense = lambda: ops.conv2d(x, full, None, geom.stride, geom.padding, out=out)  # noqa: E731
+    dense()
+    err = float(cp.linalg.norm(out - ops.conv2d(x, full, None, geom.stride, geom.padding))
+                / cp.linalg.norm(out))
+    rs.add(case, "ours-dense", "rel_err_unpruned", err, "1")
     rs.add(case, "ours-dense", "latency_us", timing.time_graph(dense).median_us, "us",
            note="the unpruned kernel")
 

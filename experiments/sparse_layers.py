@@ -6,10 +6,11 @@ magnitude from its initial weights (an unstructured pattern: the hardest case fo
 blocks), or with a trained model's masks (``--masks``, saved by ``sparse_table1``) — runs
 as:
 
-* ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16), the
-  sparse kernels on each layout, the fastest kept (as the engine's choice does);
-* ``csr``: every nonzero in the CSR remainder: the row-wise direct sparse convolution
-  (Escoin-style) of the same kernel file;
+* ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16) and no
+  blocks at all (``no-blocks``: every nonzero in the tiled remainder kernel), the sparse
+  kernels on each layout, the fastest kept (as the engine's choice does);
+* ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
+  direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
   without building the im2col (eager, CUDA events: cuSPARSE does not capture);
 * ``ours-dense``: our dense convolution of the unpruned kernel (the engine's tuned core
@@ -135,10 +136,11 @@ def measure(rs, name, conv, x_shape, w, args, torch):
         if not err <= 1e-5:
             raise RuntimeError(f"{case} {variant}: rel_err {err:.2e} against the dense kernel")
 
-    def run_layout(packed):
+    def run_layout(packed, remainder="tiled"):
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
-        fn = lambda: sparse_conv.run(x, weights, out, geom, pieces)  # noqa: E731
+        fn = lambda: sparse_conv.run(x, weights, out, geom, pieces,  # noqa: E731
+                                     remainder=remainder)
         fn()
         return fn
 
@@ -157,12 +159,20 @@ def measure(rs, name, conv, x_shape, w, args, torch):
         rs.add(case, tag, "latency_us", us, "us")
         if best is None or us < best[1]:
             best = (t2, us)
-    rs.add(case, "ours", "latency_us", best[1], "us", note=f"fastest threshold t2={best[0]}")
-    rs.add(case, "ours", "t2", best[0], "1")
+    plain = pack(w, layout_from_pattern(pattern, w.shape))
+    fn = run_layout(plain)
+    check("ours no-blocks", out)
+    us = timing.time_graph(fn).median_us
+    rs.add(case, "no-blocks", "latency_us", us, "us")
+    if us < best[1]:
+        best = (0, us)
+    rs.add(case, "ours", "latency_us", best[1], "us",
+           note=f"fastest: t2={best[0]}" if best[0] else "fastest: no blocks")
+    rs.add(case, "ours", "t2", best[0], "1", note="0: no blocks")
 
-    fn = run_layout(pack(w, layout_from_pattern(pattern, w.shape)))
-    check("csr", out)
-    rs.add(case, "csr", "latency_us", timing.time_graph(fn).median_us, "us")
+    fn = run_layout(plain, "rows")
+    check("csr-rows", out)
+    rs.add(case, "csr-rows", "latency_us", timing.time_graph(fn).median_us, "us")
 
     index = cp.asarray(_im2col_index(geom))
     a = cps.csr_matrix(cp.asarray(kernel_matrix(w)))
@@ -202,7 +212,7 @@ def measure(rs, name, conv, x_shape, w, args, torch):
             rs.add(case, f"cudnn-{'tf32' if tf32 else 'fp32'}", "latency_us", us, "us",
                    note="the unpruned kernel, cudnn.benchmark")
     lat = rs.values("latency_us")
-    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr", "cusparse"):
+    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr-rows", "cusparse"):
         if (case, base) in lat:
             rs.add(case, f"{base}/ours", "speedup", lat[(case, base)] / lat[(case, "ours")], "x")
 
@@ -225,7 +235,7 @@ def main(argv=None) -> int:
     for name, conv, shape, w in tqdm(layers, desc="timing pruned layers", unit="layer"):
         measure(rs, name, conv, shape, w, args, torch)
     speed = rs.values("speedup")
-    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr", "cusparse"):
+    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr-rows", "cusparse"):
         ratios = [v for (c, b), v in speed.items() if b == f"{base}/ours"]
         if ratios:
             rs.add("all layers", f"{base}/ours", "speedup_median", float(np.median(ratios)),
@@ -250,7 +260,7 @@ def main(argv=None) -> int:
     cases = [c for (c, b) in speed if b == "cudnn-fp32/ours"]
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.2
-    for i, base in enumerate(("cudnn-fp32", "cudnn-tf32", "csr", "cusparse")):
+    for i, base in enumerate(("cudnn-fp32", "cudnn-tf32", "csr-rows", "cusparse")):
         vals = [speed.get((c, f"{base}/ours"), np.nan) for c in cases]
         ax.bar(np.arange(len(cases)) + (i - 1.5) * width, vals, width, label=f"ours vs {base}")
     ax.axhline(1.0, color="k", lw=0.8)

@@ -14,10 +14,20 @@
 // into y through the row list: a warp's stores cover consecutive pixels of one row.
 // Launches run one after another, so blocks sharing rows accumulate without atomics.
 //
-// sparse_csr_rows: the remainder, one thread per output pixel of one row (the row's
-// weights are the same for the whole thread block: broadcast loads), then the epilogue
-// (bias, residual, ReLU) of every row — it runs last, after the blocks (y zeroed first),
-// or alone, writing y, when there is no block.
+// sparse_csr_tiled: the remainder (the default).  A thread block owns RB rows and a tile
+// of NB images x TH x TW output pixels; the input under the tile streams through shared
+// memory CK channels at a time, and for each row the block walks that row's nonzeros in
+// the chunk (chunk_ptr: where each row's nonzeros of each chunk start; tap: each nonzero's
+// offset in a staged channel, c_local·IHT·IWT + r·IWT + s) with block-uniform (broadcast)
+// weight loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output
+// row, so a warp's shared-memory reads are consecutive words.  Every staged input value
+// serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
+//
+// sparse_csr_rows: the same remainder one thread per output pixel of one row (the
+// row-wise direct sparse convolution, Escoin-style), kept as the baseline.
+//
+// Both end with the epilogue (bias, residual, ReLU) of every row: they run last, after
+// the blocks (y zeroed first), or alone, writing y, when there is no block.
 #include "tc_common.cuh"
 
 template <int BM, int BN, int BK, int TM, int TN>
@@ -107,6 +117,83 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     }
 }
 
+template <int RB, int PX, int CK>
+__global__ void __launch_bounds__(256) sparse_csr_tiled(
+    const float* __restrict__ x,          // (N, C, H, W)
+    const int* __restrict__ chunk_ptr,    // (K, chunks + 1): row k's nonzeros of chunk j
+                                          // start at chunk_ptr[k * (chunks + 1) + j]
+    const int* __restrict__ tap,          // (nnz,) offset in a staged channel
+    const float* __restrict__ data,       // (nnz,)
+    const float* __restrict__ bias,       // (K,) or nullptr
+    const float* __restrict__ residual,   // like y, or nullptr
+    float* __restrict__ y,                // (N, K, OH, OW)
+    int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
+    int NB, int TH, int TW, int IHT, int IWT, int chunks, int tiles_w,
+    int accumulate, int relu)
+{
+    tc::wait_prior_grids();
+    extern __shared__ float xs[];          // (NB, CK, IHT, IWT)
+    const int lanes = TW / PX;             // threads per output row of the tile
+    const int tid = threadIdx.x;
+    const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
+    const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;
+    const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = blockIdx.z * NB;
+    const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
+    const int k0 = blockIdx.y * RB;
+    const int plane = IHT * IWT, staged = NB * CK * plane;
+    const int base = (img * CK * IHT + ty * sh) * IWT + tx * sw;
+
+    float acc[RB][PX];
+#pragma unroll
+    for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
+
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int c0 = chunk * CK;
+        for (int e = tid; e < staged; e += blockDim.x) {
+            const int b = e / (CK * plane), rem = e - b * CK * plane;
+            const int c = rem / plane, rc = rem - c * plane;
+            const int row = rc / IWT, col = rc - row * IWT;
+            const int n = n0 + b, ih = ih0 + row, iw = iw0 + col;
+            const bool ok = n < N && c0 + c < C && ih >= 0 && ih < H && iw >= 0 && iw < W;
+            xs[e] = ok ? x[(((size_t)n * C + c0 + c) * H + ih) * W + iw] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < RB; ++i) {
+            const int k = k0 + i;
+            if (k >= K) break;
+            const int* cp = chunk_ptr + (size_t)k * (chunks + 1) + chunk;
+            const int end = cp[1];
+            for (int e = cp[0]; e < end; ++e) {
+                const float v = data[e];
+                const float* src = xs + base + tap[e];
+#pragma unroll
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(v, src[j * lanes * sw], acc[i][j]);
+            }
+        }
+        __syncthreads();
+    }
+
+    const int n = n0 + img, oh = oh0 + ty;
+    if (n >= N || oh >= OH) return;
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+        const int k = k0 + i;
+        if (k >= K) break;
+#pragma unroll
+        for (int j = 0; j < PX; ++j) {
+            const int ow = ow0 + tx + j * lanes;
+            if (ow >= OW) continue;
+            const size_t at = (((size_t)n * K + k) * OH + oh) * OW + ow;
+            float v = acc[i][j];
+            if (accumulate) v += y[at];
+            y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
+        }
+    }
+}
+
 template <int PIX>
 __global__ void __launch_bounds__(PIX) sparse_csr_rows(
     const float* __restrict__ x,        // (N, C, H, W)
@@ -153,6 +240,12 @@ TC_I_SPARSE_BLOCK_GEMM(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(32, 128, 16, 4,
 TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 4)
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
+#define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
+    const float*, const int*, const int*, const float*, const float*, const float*, float*, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int);
+TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
+#undef TC_I_SPARSE_CSR_TILED
 #endif

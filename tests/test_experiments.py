@@ -112,9 +112,9 @@ def test_sparse_layers_quick(tmp_path):
     assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "sparse_layers.csv")
     errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
-    assert len(errs) == 3 * 4 and max(errs) <= 1e-5      # two layouts, csr, cusparse per layer
+    assert len(errs) == 3 * 5 and max(errs) <= 1e-5   # 2 thresholds, no blocks, rows, cusparse
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
-    assert {"ours", "csr", "cusparse", "ours-dense", "t2=4", "t2=8"} <= variants
+    assert {"ours", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4", "t2=8"} <= variants
     assert (tmp_path / "sparse_layers.png").stat().st_size > 0
 
 

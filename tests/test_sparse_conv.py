@@ -7,6 +7,7 @@ import pytest
 
 from tensorconv import blocksparse as bs
 from tensorconv import ops, reference
+from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tests.helpers import device_facts
 
@@ -76,3 +77,65 @@ def test_bad_input_is_refused_by_name(rng):
         call.update(kwargs)
         with pytest.raises(exc, match=msg):
             ops.sparse_conv2d(**call)
+
+
+def _emulate_tiled(x, packed, geom):
+    """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
+    tile = sc.default_remainder_tile(geom)
+    g = sc.remainder_geometry(geom, tile)
+    weights = sc.pack_weights(packed, (geom.h, geom.w), np)
+    chunk_ptr, tap = sc.remainder_tables(weights, tile.ck, g.iht, g.iwt, np)
+    chunks = -(-geom.c // tile.ck)
+    data = weights.data
+    xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * g.iht + 2 * geom.padding[0],
+                     geom.w + 2 * g.iwt + 2 * geom.padding[1]), np.float64)
+    ph, pw = geom.padding
+    xpad[:geom.n, :geom.c, ph:ph + geom.h, pw:pw + geom.w] = x
+    y = np.zeros(geom.output_shape)
+    lanes = g.tw // tile.px
+    for n0 in range(0, geom.n, g.nb):
+        for oh0 in range(0, geom.oh, g.th):
+            for ow0 in range(0, geom.ow, g.tw):
+                ih0, iw0 = oh0 * geom.stride[0], ow0 * geom.stride[1]
+                for chunk in range(chunks):
+                    xs = xpad[n0:n0 + g.nb, chunk * tile.ck:(chunk + 1) * tile.ck,
+                              ih0:ih0 + g.iht, iw0:iw0 + g.iwt].ravel()
+                    for k in range(geom.k):
+                        for e in range(chunk_ptr[k, chunk], chunk_ptr[k, chunk + 1]):
+                            for img in range(g.nb):
+                                for ty in range(g.th):
+                                    for tx in range(g.tw):
+                                        n, oh, ow = n0 + img, oh0 + ty, ow0 + tx
+                                        if n >= geom.n or oh >= geom.oh or ow >= geom.ow:
+                                            continue
+                                        base = (img * tile.ck * g.iht + ty * geom.stride[0]) \
+                                            * g.iwt + (tx % lanes) * geom.stride[1]
+                                        j = tx // lanes
+                                        y[n, k, oh, ow] += data[e] * xs[
+                                            base + tap[e] + j * lanes * geom.stride[1]]
+    return y
+
+
+@pytest.mark.parametrize("shape,x_shape,stride", [((6, 11, 3, 3), (2, 11, 7, 9), 1),
+                                                   ((20, 9, 1, 1), (3, 9, 5, 3), 2),
+                                                   ((4, 3, 5, 5), (1, 3, 12, 10), 2)])
+def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, shape, x_shape,
+                                                                         stride):
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    pad = shape[2] // 2
+    geom = conv_geometry(x_shape, shape, stride, pad)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
+    np.testing.assert_allclose(_emulate_tiled(x, packed, geom), want, rtol=1e-9, atol=1e-9)
+
+
+def test_remainder_geometry_stays_within_the_block_limits():
+    for shape in [(32, 64, 32, 32), (32, 512, 4, 4), (1, 3, 224, 224), (7, 5, 2, 3)]:
+        for k, r, stride in [(64, 3, 1), (512, 3, 2), (5, 7, 2), (8, 1, 1)]:
+            geom = conv_geometry(shape, (k, shape[1], r, r), stride, r // 2)
+            tile = sc.default_remainder_tile(geom)
+            g = sc.remainder_geometry(geom, tile)
+            assert 1 <= g.threads(tile) <= 256
+            assert g.smem_bytes(tile) <= 48 * 1024
+            assert g.tw % tile.px == 0

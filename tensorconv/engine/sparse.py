@@ -51,7 +51,7 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
                                             (bd, residual, bool(relu))),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
                     f"{lay.indices.size} in the remainder",
-                    sparse_conv.layer_kernels(pieces[i]))
+                    sparse_conv.layer_kernels(pieces[i], geom))
 
     digests = ",".join(v.layout.digest() for v in folded)
     return plan_one_launch_or_parts(
@@ -59,4 +59,5 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
         tiles=lambda: list(range(len(folded))), decode=int, encode=int, default=0,
         allowed=range(len(folded)),
-        candidate_kernels=lambda: [k for p in pieces for k in sparse_conv.layer_kernels(p)])
+        candidate_kernels=lambda: [k for p in pieces
+                                   for k in sparse_conv.layer_kernels(p, geom)])

@@ -12,7 +12,7 @@ of 32.  Any batch, stride and padding; filters of any size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from tensorconv.checks import (
     ConvGeometry,
     check_array,
     check_bools,
+    check_choice,
     check_residual,
     check_vector,
     conv_geometry,
@@ -69,6 +70,65 @@ class Tile:
 TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4),
          Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4))
 CSR_PIXELS = (128, 256)
+
+
+@dataclass(frozen=True)
+class RemainderTile:
+    """The tiled remainder kernel's template: ``rb`` rows per thread block, ``px`` pixels
+    per thread, ``ck`` input channels per shared-memory stage."""
+
+    rb: int
+    px: int
+    ck: int
+
+
+REMAINDER_TILES = (RemainderTile(8, 4, 8), RemainderTile(16, 4, 8), RemainderTile(16, 2, 8))
+REMAINDERS = ("tiled", "rows")   # the tiled kernel, or the one-thread-per-pixel baseline
+_STAGE_BYTES = 48 * 1024         # the most shared memory a remainder block stages
+
+
+@dataclass(frozen=True)
+class RemainderGeometry:
+    """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
+    pixels per thread block, the staged input ``iht`` x ``iwt`` per channel."""
+
+    nb: int
+    th: int
+    tw: int
+    iht: int
+    iwt: int
+
+    def threads(self, tile: RemainderTile) -> int:
+        return self.nb * self.th * (self.tw // tile.px)
+
+    def smem_bytes(self, tile: RemainderTile) -> int:
+        return 4 * self.nb * tile.ck * self.iht * self.iwt
+
+    def grid(self, geom: ConvGeometry, tile: RemainderTile) -> tuple[int, int, int]:
+        return (cdiv(geom.oh, self.th) * cdiv(geom.ow, self.tw), cdiv(geom.k, tile.rb),
+                cdiv(geom.n, self.nb))
+
+
+def remainder_geometry(geom: ConvGeometry, tile: RemainderTile) -> RemainderGeometry:
+    """Up to 8 threads across an output row (``px`` pixels each), rows and then images
+    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input."""
+    lanes = min(8, cdiv(geom.ow, tile.px))
+    tw = lanes * tile.px
+    th = min(geom.oh, max(1, 128 // lanes))
+    iwt = (tw - 1) * geom.stride[1] + geom.s
+    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * iwt  # noqa: E731
+    while th > 1 and per_image(th) > _STAGE_BYTES:
+        th = cdiv(th, 2)
+    nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
+    return RemainderGeometry(nb, th, tw, (th - 1) * geom.stride[0] + geom.r, iwt)
+
+
+def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
+    """16 rows (8 when the kernel has fewer), 4 pixels per thread (2 on outputs narrower
+    than 4)."""
+    if geom.ow < 4:
+        return RemainderTile(16, 2, 8)
+    return RemainderTile(16 if geom.k >= 16 else 8, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -145,6 +205,7 @@ class SparseWeights:
     col_off: object
     col_r: object
     col_s: object
+    staged: dict = field(default_factory=dict)   # (ck, iht, iwt) -> (chunk_ptr, tap)
 
 
 def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
@@ -166,6 +227,28 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
         dev(c * h * w + r * w + s, i32), dev(r, i32), dev(s, i32))
 
 
+def remainder_tables(weights: SparseWeights, ck: int, iht: int, iwt: int, xp):
+    """``(chunk_ptr, tap)`` of the tiled remainder kernel, made once per staging shape:
+    where each row's nonzeros of each ``ck``-channel chunk start ((K, chunks + 1) int32),
+    and each nonzero's offset in a staged ``iht`` x ``iwt`` channel."""
+    key = (ck, iht, iwt)
+    if key not in weights.staged:
+        k, c, r, s = weights.shape
+        indptr = backend.to_host(weights.indptr)
+        cols = backend.to_host(weights.indices)[:indptr[-1]].astype(np.int64)
+        ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
+        chunks = cdiv(c, ck)
+        rows = np.repeat(np.arange(k), np.diff(indptr))
+        counts = np.bincount(rows * chunks + ch // ck, minlength=k * chunks).reshape(k, chunks)
+        chunk_ptr = np.zeros((k, chunks + 1), np.int64)
+        chunk_ptr[:, 1:] = np.cumsum(counts, axis=1)
+        chunk_ptr += indptr[:-1, None]
+        tap = (ch % ck) * iht * iwt + tap_r * iwt + tap_s
+        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32),
+                               xp.asarray(tap if tap.size else [0], np.int32))
+    return weights.staged[key]
+
+
 def _gemm_name(t: Tile) -> str:
     return f"sparse_block_gemm<{t.bm}, {t.bn}, {t.bk}, {t.tm}, {t.tn}>"
 
@@ -174,25 +257,37 @@ def _csr_name(pix: int) -> str:
     return f"sparse_csr_rows<{pix}>"
 
 
+def _tiled_name(t: RemainderTile) -> str:
+    return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}>"
+
+
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
-    """The kernels a piece on ``tile`` and the remainder's pass run."""
-    return (cuda.kernel_ref(FILE, _gemm_name(tile)),
-            cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])))
+    """The kernel a piece on ``tile`` runs."""
+    return (cuda.kernel_ref(FILE, _gemm_name(tile)),)
 
 
-def layer_kernels(pieces, csr_pixels: int = CSR_PIXELS[0]) -> tuple[cuda.KernelRef, ...]:
-    """Every kernel a layer of ``pieces`` launches."""
-    names = {_gemm_name(piece.tile) for piece in pieces} | {_csr_name(csr_pixels)}
-    return tuple(cuda.kernel_ref(FILE, n) for n in sorted(names))
+def remainder_kernel(geom: ConvGeometry, remainder: str = "tiled") -> cuda.KernelRef:
+    """The kernel that runs the remainder and the epilogue of ``geom``."""
+    if remainder == "rows":
+        return cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0]))
+    return cuda.kernel_ref(FILE, _tiled_name(default_remainder_tile(geom)))
+
+
+def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "tiled") -> tuple:
+    """Every kernel a layer of ``pieces`` launches on ``geom``."""
+    refs = {cuda.kernel_ref(FILE, _gemm_name(piece.tile)) for piece in pieces}
+    return tuple(sorted(refs | {remainder_kernel(geom, remainder)}, key=lambda r: r.name))
 
 
 def instantiations() -> list[str]:
-    """What CI's nvcc build type-checks: every GEMM tile and remainder width."""
-    return sorted([_gemm_name(t) for t in TILES] + [_csr_name(p) for p in CSR_PIXELS])
+    """What CI's nvcc build type-checks: every GEMM tile and remainder kernel."""
+    return sorted([_gemm_name(t) for t in TILES] + [_csr_name(p) for p in CSR_PIXELS]
+                  + [_tiled_name(t) for t in REMAINDER_TILES])
 
 
 def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
-                  residual=None, pieces=None, weights=None, out=None):
+                  residual=None, pieces=None, weights=None, remainder: str = "tiled",
+                  out=None):
     """``relu?(conv(x, w) + bias + residual)`` with ``w`` block-sparse (fp32, NCHW).
 
     Parameters
@@ -208,6 +303,9 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
+    remainder : {"tiled", "rows"}
+        The remainder's kernel: shared-memory tiles over rows and pixels, or one thread
+        per pixel of one row (the row-wise baseline).
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -215,6 +313,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     array, (N, K, OH, OW), float32
     """
     check_bools(relu=relu)
+    check_choice(remainder, "remainder", REMAINDERS)
     if not isinstance(packed, BlockSparse):
         raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
     x = backend.as_array(x, "x")
@@ -239,7 +338,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
             weights.hw != (geom.h, geom.w):
         raise ValueError("weights must be pack_weights(packed, (H, W), xp) of this input size")
     out = output_buffer(xp, out, geom.output_shape)
-    run(x, weights, out, geom, pieces, (bias, residual, bool(relu)))
+    run(x, weights, out, geom, pieces, (bias, residual, bool(relu)), remainder)
     return out
 
 
@@ -261,7 +360,7 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
-        epilogue=(None, None, False)) -> None:
+        epilogue=(None, None, False), remainder: str = "tiled") -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu)."""
     bias, residual, relu = epilogue
     i32 = np.int32
@@ -280,8 +379,19 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         launch(cuda.kernel_ref(FILE, _gemm_name(t)), t.grid(p), (t.threads,),
                (x, values, rows, weights.cols[piece.block], *tables, out, i32(p.rows),
                 i32(ncols), *dims))
-    pix = CSR_PIXELS[0]
-    launch(cuda.kernel_ref(FILE, _csr_name(pix)), (cdiv(q, pix), geom.k, 1), (pix,),
-           (x, weights.indptr, weights.indices, weights.data, *tables,
-            ptr(bias), ptr(residual), out,
-            *dims, i32(bool(pieces)), i32(bool(relu))))
+    if remainder == "rows":
+        pix = CSR_PIXELS[0]
+        launch(cuda.kernel_ref(FILE, _csr_name(pix)), (cdiv(q, pix), geom.k, 1), (pix,),
+               (x, weights.indptr, weights.indices, weights.data, *tables,
+                ptr(bias), ptr(residual), out,
+                *dims, i32(bool(pieces)), i32(bool(relu))))
+        return
+    tile = default_remainder_tile(geom)
+    g = remainder_geometry(geom, tile)
+    chunk_ptr, tap = remainder_tables(weights, tile.ck, g.iht, g.iwt, backend.array_module(x))
+    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, cdiv(geom.c, tile.ck),
+            cdiv(geom.ow, g.tw), bool(pieces), bool(relu))
+    launch(cuda.kernel_ref(FILE, _tiled_name(tile)), g.grid(geom, tile), (g.threads(tile),),
+           (x, chunk_ptr, tap, weights.data, ptr(bias), ptr(residual), out,
+            *(i32(v) for v in ints)), g.smem_bytes(tile))

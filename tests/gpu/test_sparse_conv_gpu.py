@@ -28,7 +28,8 @@ def _case(rng, k, c, r, density, nblocks):
     return w, bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
 
 
-def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=None):
+def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=None,
+           remainder="tiled"):
     import cupy as cp
 
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -43,7 +44,7 @@ def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=No
     out = cp.full(geom.output_shape, cp.nan, cp.float32)
     ops.sparse_conv2d(cp.asarray(x), packed, None if b is None else cp.asarray(b), stride,
                       padding, relu=epilogue, residual=None if res is None else cp.asarray(res),
-                      pieces=pieces, out=out)
+                      pieces=pieces, remainder=remainder, out=out)
     got = out.get()
     assert np.isfinite(got).all()
     assert rel_err(got, want) <= 1e-5
@@ -59,7 +60,8 @@ def test_random_layers_match_the_dense_reference(rng, trial):
     n, h = int(rng.integers(1, 4)), int(rng.integers(r, 20))
     print(f"K={k} C={c} R={r} stride={stride} pad={padding} density={density} "
           f"blocks={len(packed.layout.blocks)} N={n} H={h}")
-    _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2))
+    _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
+           remainder=sc.REMAINDERS[trial // 2 % 2])
 
 
 @pytest.mark.parametrize("tile", sc.TILES, ids=str)
@@ -83,7 +85,8 @@ def test_edge_layouts(rng, layout):
                               (np.arange(20, 48), np.arange(30, 72))]}[layout]
     packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
     for stride in (1, 2):
-        _check(rng, w, packed, (3, 8, 10, 10), stride, 1)
+        for remainder in sc.REMAINDERS:
+            _check(rng, w, packed, (3, 8, 10, 10), stride, 1, remainder=remainder)
 
 
 def test_a_zero_kernel_gives_bias_residual_relu(rng):
@@ -103,3 +106,14 @@ def test_prepared_weights_are_reused_and_checked(rng):
     assert cp.array_equal(once, again)
     with pytest.raises(ValueError, match="weights must be pack_weights"):
         ops.sparse_conv2d(x, packed, None, 1, 1, weights=sc.pack_weights(packed, (11, 12), cp))
+
+
+@pytest.mark.parametrize("hw,k", [((32, 32), 64), ((4, 4), 40), ((3, 2), 8), ((9, 7), 5)])
+def test_the_tiled_remainder_on_each_geometry(rng, hw, k):
+    """Wide and narrow maps, few rows, many images per block (and the 2-pixel tile)."""
+    c = 19                                      # three channel stages, the last partial
+    w = (rng.standard_normal((k, c, 3, 3)) * (rng.random((k, c, 3, 3)) < 0.15)).astype(
+        np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    for stride in (1, 2):
+        _check(rng, w, packed, (5, c) + hw, stride, 1)

@@ -17,9 +17,9 @@
 // sparse_csr_tiled: the remainder (the default).  A thread block owns RB rows and a tile
 // of NB images x TH x TW output pixels; the input under the tile streams through shared
 // memory CK channels at a time, and for each row the block walks that row's nonzeros in
-// the chunk (chunk_ptr: where each row's nonzeros of each chunk start; tap: each nonzero's
-// offset in a staged channel, c_local·IHT·IWT + r·IWT + s) with block-uniform (broadcast)
-// weight loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output
+// the chunk (chunk_ptr: where each row's nonzeros of each chunk start; taps: each
+// nonzero's weight and offset in a staged channel, c_local·IHT·IWT + r·IWT + s, one
+// 8-byte load) with block-uniform (broadcast) loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output
 // row, so a warp's shared-memory reads are consecutive words.  Every staged input value
 // serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
 //
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
     const int* __restrict__ chunk_ptr,    // (K, chunks + 1): row k's nonzeros of chunk j
                                           // start at chunk_ptr[k * (chunks + 1) + j]
-    const int* __restrict__ tap,          // (nnz,) offset in a staged channel
-    const float* __restrict__ data,       // (nnz,)
+    const float2* __restrict__ taps,      // (nnz,): the weight, and (as bits) its offset
+                                          // in a staged channel
     const float* __restrict__ bias,       // (K,) or nullptr
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
@@ -166,11 +166,13 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
             if (k >= K) break;
             const int* cp = chunk_ptr + (size_t)k * (chunks + 1) + chunk;
             const int end = cp[1];
+            // Unrolled so that several (weight, offset) loads are in flight at once.
+#pragma unroll 4
             for (int e = cp[0]; e < end; ++e) {
-                const float v = data[e];
-                const float* src = xs + base + tap[e];
+                const float2 t = taps[e];
+                const float* src = xs + base + __float_as_int(t.y);
 #pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(v, src[j * lanes * sw], acc[i][j]);
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, src[j * lanes * sw], acc[i][j]);
             }
         }
         __syncthreads();
@@ -241,7 +243,7 @@ TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
-    const float*, const int*, const int*, const float*, const float*, const float*, float*, \
+    const float*, const int*, const float2*, const float*, const float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int);
 TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)

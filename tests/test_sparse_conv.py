@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -84,9 +86,9 @@ def _emulate_tiled(x, packed, geom):
     tile = sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    chunk_ptr, tap = sc.remainder_tables(weights, tile.ck, g.iht, g.iwt, np)
+    chunk_ptr, taps = sc.remainder_tables(weights, tile.ck, g.iht, g.iwt, np)
     chunks = -(-geom.c // tile.ck)
-    data = weights.data
+    data, tap = taps[:, 0], taps[:, 1].view(np.int32)
     xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * g.iht + 2 * geom.padding[0],
                      geom.w + 2 * g.iwt + 2 * geom.padding[1]), np.float64)
     ph, pw = geom.padding
@@ -136,6 +138,9 @@ def test_remainder_geometry_stays_within_the_block_limits():
             geom = conv_geometry(shape, (k, shape[1], r, r), stride, r // 2)
             tile = sc.default_remainder_tile(geom)
             g = sc.remainder_geometry(geom, tile)
+            if geom.n * geom.k * geom.oh * geom.ow >= 2 * 132 * 8 * 128:
+                assert math.prod(g.grid(geom, tile)) >= 2 * 132 or g.nb == 1 and g.th * \
+                    g.tw // tile.px <= 32
             assert 1 <= g.threads(tile) <= 256
             assert g.smem_bytes(tile) <= 48 * 1024
             assert g.tw % tile.px == 0

@@ -12,6 +12,7 @@ of 32.  Any batch, stride and padding; filters of any size.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,9 +110,11 @@ class RemainderGeometry:
                 cdiv(geom.n, self.nb))
 
 
-def remainder_geometry(geom: ConvGeometry, tile: RemainderTile) -> RemainderGeometry:
+def remainder_geometry(geom: ConvGeometry, tile: RemainderTile,
+                       sm_count: int = 132) -> RemainderGeometry:
     """Up to 8 threads across an output row (``px`` pixels each), rows and then images
-    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input."""
+    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input; images, then
+    rows, taken off a block while that leaves fewer than two blocks per SM."""
     lanes = min(8, cdiv(geom.ow, tile.px))
     tw = lanes * tile.px
     th = min(geom.oh, max(1, 128 // lanes))
@@ -120,15 +123,27 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile) -> RemainderGeom
     while th > 1 and per_image(th) > _STAGE_BYTES:
         th = cdiv(th, 2)
     nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
+
+    def blocks(nb, th):
+        return cdiv(geom.oh, th) * cdiv(geom.ow, tw) * cdiv(geom.k, tile.rb) * cdiv(geom.n, nb)
+
+    while nb > 1 and blocks(nb, th) < 2 * sm_count:
+        nb = cdiv(nb, 2)
+    while th > 1 and lanes * th > 32 and blocks(nb, th) < 2 * sm_count:
+        th = cdiv(th, 2)
     return RemainderGeometry(nb, th, tw, (th - 1) * geom.stride[0] + geom.r, iwt)
 
 
-def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
-    """16 rows (8 when the kernel has fewer), 4 pixels per thread (2 on outputs narrower
-    than 4)."""
+def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
+    """16 rows (8 when the kernel has fewer, or when 16 leave fewer than two blocks per
+    SM), 4 pixels per thread (2 on outputs narrower than 4)."""
     if geom.ow < 4:
         return RemainderTile(16, 2, 8)
-    return RemainderTile(16 if geom.k >= 16 else 8, 4, 8)
+    tile = RemainderTile(16, 4, 8)
+    g = remainder_geometry(geom, tile, sm_count)
+    if geom.k < 16 or math.prod(g.grid(geom, tile)) < 2 * sm_count:
+        return RemainderTile(8, 4, 8)
+    return tile
 
 
 @dataclass(frozen=True)
@@ -228,14 +243,16 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
 
 
 def remainder_tables(weights: SparseWeights, ck: int, iht: int, iwt: int, xp):
-    """``(chunk_ptr, tap)`` of the tiled remainder kernel, made once per staging shape:
+    """``(chunk_ptr, taps)`` of the tiled remainder kernel, made once per staging shape:
     where each row's nonzeros of each ``ck``-channel chunk start ((K, chunks + 1) int32),
-    and each nonzero's offset in a staged ``iht`` x ``iwt`` channel."""
+    and each nonzero's weight with its offset in a staged ``iht`` x ``iwt`` channel
+    ((nnz, 2) float32, the offset's int32 bits in the second column)."""
     key = (ck, iht, iwt)
     if key not in weights.staged:
         k, c, r, s = weights.shape
         indptr = backend.to_host(weights.indptr)
-        cols = backend.to_host(weights.indices)[:indptr[-1]].astype(np.int64)
+        nnz = int(indptr[-1])
+        cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
         ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
         chunks = cdiv(c, ck)
         rows = np.repeat(np.arange(k), np.diff(indptr))
@@ -243,9 +260,11 @@ def remainder_tables(weights: SparseWeights, ck: int, iht: int, iwt: int, xp):
         chunk_ptr = np.zeros((k, chunks + 1), np.int64)
         chunk_ptr[:, 1:] = np.cumsum(counts, axis=1)
         chunk_ptr += indptr[:-1, None]
-        tap = (ch % ck) * iht * iwt + tap_r * iwt + tap_s
-        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32),
-                               xp.asarray(tap if tap.size else [0], np.int32))
+        taps = np.zeros((max(nnz, 1), 2), np.float32)
+        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz]
+        taps[:nnz, 1] = ((ch % ck) * iht * iwt + tap_r * iwt + tap_s).astype(np.int32).view(
+            np.float32)
+        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32), xp.asarray(taps))
     return weights.staged[key]
 
 
@@ -270,7 +289,8 @@ def remainder_kernel(geom: ConvGeometry, remainder: str = "tiled") -> cuda.Kerne
     """The kernel that runs the remainder and the epilogue of ``geom``."""
     if remainder == "rows":
         return cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0]))
-    return cuda.kernel_ref(FILE, _tiled_name(default_remainder_tile(geom)))
+    return cuda.kernel_ref(FILE, _tiled_name(default_remainder_tile(
+        geom, backend.device_facts().sm_count)))
 
 
 def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "tiled") -> tuple:
@@ -386,12 +406,13 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                 ptr(bias), ptr(residual), out,
                 *dims, i32(bool(pieces)), i32(bool(relu))))
         return
-    tile = default_remainder_tile(geom)
-    g = remainder_geometry(geom, tile)
-    chunk_ptr, tap = remainder_tables(weights, tile.ck, g.iht, g.iwt, backend.array_module(x))
+    sm_count = backend.device_facts().sm_count
+    tile = default_remainder_tile(geom, sm_count)
+    g = remainder_geometry(geom, tile, sm_count)
+    chunk_ptr, taps = remainder_tables(weights, tile.ck, g.iht, g.iwt, backend.array_module(x))
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
             *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, cdiv(geom.c, tile.ck),
             cdiv(geom.ow, g.tw), bool(pieces), bool(relu))
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), g.grid(geom, tile), (g.threads(tile),),
-           (x, chunk_ptr, tap, weights.data, ptr(bias), ptr(residual), out,
+           (x, chunk_ptr, taps, ptr(bias), ptr(residual), out,
             *(i32(v) for v in ints)), g.smem_bytes(tile))

@@ -14,7 +14,7 @@
 // into y through the row list: a warp's stores cover consecutive pixels of one row.
 // Launches run one after another, so blocks sharing rows accumulate without atomics.
 //
-// sparse_csr_tiled: the remainder (the default).  A thread block owns RB rows and a tile
+// sparse_csr_tiled: the remainder, tiled.  A thread block owns RB rows and a tile
 // of NB images x TH x TW output pixels; the input under the tile streams through shared
 // memory CK channels at a time, and for each row the block walks that row's nonzeros in
 // the chunk (chunk_ptr: where each row's nonzeros of each chunk start; taps: each
@@ -24,7 +24,8 @@
 // serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
 //
 // sparse_csr_rows: the same remainder one thread per output pixel of one row (the
-// row-wise direct sparse convolution, Escoin-style), kept as the baseline.
+// row-wise direct sparse convolution, Escoin-style): the default while the tiled kernel
+// is slower (its staging costs more than its reuse saves; docs/notes/sparse_conv.md).
 //
 // Both end with the epilogue (bias, residual, ReLU) of every row: they run last, after
 // the blocks (y zeroed first), or alone, writing y, when there is no block.

@@ -84,7 +84,8 @@ class RemainderTile:
 
 
 REMAINDER_TILES = (RemainderTile(8, 4, 8), RemainderTile(16, 4, 8), RemainderTile(16, 2, 8))
-REMAINDERS = ("tiled", "rows")   # the tiled kernel, or the one-thread-per-pixel baseline
+REMAINDERS = ("rows", "tiled")   # one thread per pixel of a row (faster on the H100 so
+# far: docs/notes/sparse_conv.md), or the shared-memory tiled kernel
 _STAGE_BYTES = 48 * 1024         # the most shared memory a remainder block stages
 
 
@@ -285,7 +286,7 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
     return (cuda.kernel_ref(FILE, _gemm_name(tile)),)
 
 
-def remainder_kernel(geom: ConvGeometry, remainder: str = "tiled") -> cuda.KernelRef:
+def remainder_kernel(geom: ConvGeometry, remainder: str = "rows") -> cuda.KernelRef:
     """The kernel that runs the remainder and the epilogue of ``geom``."""
     if remainder == "rows":
         return cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0]))
@@ -293,7 +294,7 @@ def remainder_kernel(geom: ConvGeometry, remainder: str = "tiled") -> cuda.Kerne
         geom, backend.device_facts().sm_count)))
 
 
-def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "tiled") -> tuple:
+def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "rows") -> tuple:
     """Every kernel a layer of ``pieces`` launches on ``geom``."""
     refs = {cuda.kernel_ref(FILE, _gemm_name(piece.tile)) for piece in pieces}
     return tuple(sorted(refs | {remainder_kernel(geom, remainder)}, key=lambda r: r.name))
@@ -306,7 +307,7 @@ def instantiations() -> list[str]:
 
 
 def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
-                  residual=None, pieces=None, weights=None, remainder: str = "tiled",
+                  residual=None, pieces=None, weights=None, remainder: str = "rows",
                   out=None):
     """``relu?(conv(x, w) + bias + residual)`` with ``w`` block-sparse (fp32, NCHW).
 
@@ -323,9 +324,9 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"tiled", "rows"}
-        The remainder's kernel: shared-memory tiles over rows and pixels, or one thread
-        per pixel of one row (the row-wise baseline).
+    remainder : {"rows", "tiled"}
+        The remainder's kernel: one thread per pixel of one row (the row-wise direct
+        sparse convolution), or shared-memory tiles over rows and pixels.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -380,7 +381,7 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
-        epilogue=(None, None, False), remainder: str = "tiled") -> None:
+        epilogue=(None, None, False), remainder: str = "rows") -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu)."""
     bias, residual, relu = epilogue
     i32 = np.int32

@@ -79,6 +79,65 @@ def test_the_layer_trains_through_the_autograd(rng):
         SCCConv2d(12, 10, 5, 0.5)
 
 
+@pytest.mark.parametrize("cin,cout,cg,co", [(12, 10, 2, 0.5), (8, 3, 4, 0.0), (9, 14, 3, 0.34),
+                                            (6, 6, 1, 0.0), (16, 40, 2, 0.75)])
+@pytest.mark.parametrize("impl", ["scc_channel_stack", "scc_conv_stack"])
+def test_the_papers_operator_stacks_compute_scc_and_its_gradients(rng, cin, cout, cg, co, impl):
+    """Base (channel stack) and Opt (convolution stack, channel-cyclic): forward against the
+    window-by-window reference, gradients against the dense-masked SCC, and gradcheck."""
+    from tensorconv.autograd import Tensor, gradcheck
+    from tensorconv.autograd import functions as F
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    fn = getattr(F, impl)
+    x = rng.standard_normal((2, cin, 3, 4))
+    w, b = rng.standard_normal((cout, g.u)), rng.standard_normal(cout)
+    y = fn(Tensor(x), Tensor(w), g, Tensor(b)).data
+    np.testing.assert_allclose(y, scc.scc_forward(x, w, g, b), rtol=1e-12, atol=1e-12)
+    gy = rng.standard_normal(y.shape)
+    grads = []
+    for f in (fn, F.scc_conv):
+        ts = [Tensor(a, requires_grad=True) for a in (x, w, b)]
+        f(ts[0], ts[1], g, ts[2]).backward(gy)
+        grads.append([t.grad for t in ts])
+    for ours, dense in zip(*grads):
+        np.testing.assert_allclose(ours, dense, rtol=1e-10, atol=1e-10)
+    ts = [Tensor(a, requires_grad=True) for a in (x[:1, :, :2, :2], w, b)]
+    assert gradcheck(lambda a, ww, bb: fn(a, ww, g, bb), ts)
+    with pytest.raises(ValueError, match="w must be"):
+        fn(Tensor(x), Tensor(w[:, :-1]), g)
+
+
+def test_the_operator_stacks_build_what_the_paper_says():
+    """Base slices every filter's window (two slices when it wraps); Opt builds each of the
+    cycle's windows once and one convolution per filter."""
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+    from tensorconv.autograd.functions import connection, math
+
+    calls = {"slice": 0, "conv": 0}
+    g = scc.scc_geometry(8, 12, 2, 0.5)          # U 4, stride 2, cycle 4: windows wrap at k=3
+    orig_slice, orig_conv = math.Slice.apply, connection.Conv2d.apply
+
+    def counting(kind, orig):
+        def apply(*a, **kw):
+            calls[kind] += 1
+            return orig(*a, **kw)
+        return apply
+
+    x, w = Tensor(np.ones((1, 8, 2, 2))), Tensor(np.ones((12, 4)))
+    try:
+        math.Slice.apply = counting("slice", orig_slice)
+        connection.Conv2d.apply = counting("conv", orig_conv)
+        F.scc_channel_stack(x, w, g)
+        assert calls == {"slice": 12 + 3, "conv": 1}     # filters 3, 7, 11 wrap
+        calls.update(slice=0, conv=0)
+        F.scc_conv_stack(x, w, g)
+        assert calls == {"slice": 4 + 1 + 12, "conv": 12}  # 4 windows (one wraps), 12 weights
+    finally:
+        math.Slice.apply, connection.Conv2d.apply = orig_slice, orig_conv
+
+
 # ----------------------------------------------------------------------------- networks
 
 @pytest.mark.parametrize("name,kw,mmacs,params", [

@@ -46,6 +46,25 @@ class Reshape(Function):
         return gy.reshape(self.in_shape)
 
 
+class Slice(Function):
+    """``x[start:stop]`` along one axis; its gradient is zero outside the slice."""
+
+    def __init__(self, axis, start, stop):
+        self.axis, self.start, self.stop = axis, start, stop
+
+    def forward(self, x):
+        self.shape = x.shape
+        index = [slice(None)] * x.ndim
+        index[self.axis] = slice(self.start, self.stop)
+        self.index = tuple(index)
+        return x[self.index]
+
+    def backward(self, gy):
+        g = backend.array_module(gy).zeros(self.shape, dtype=gy.dtype)
+        g[self.index] = gy
+        return g
+
+
 class Concat(Function):
     def __init__(self, axis=1):
         self.axis = axis
@@ -76,6 +95,14 @@ def reshape(x, shape):
 def flatten(x):
     """(N, ...) -> (N, prod(...))."""
     return Reshape.apply(x, shape=(x.shape[0], -1))
+
+
+def take(x, start: int, stop: int, axis: int = 1):
+    """``x[..., start:stop, ...]`` along ``axis`` (0 <= start < stop <= size), differentiable."""
+    size = x.shape[axis]
+    if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= size):
+        raise ValueError(f"take needs 0 <= start < stop <= {size}, got {start}, {stop}")
+    return Slice.apply(x, axis=axis, start=start, stop=stop)
 
 
 def concat(xs, axis: int = 1):

@@ -7,6 +7,8 @@ import math
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from tensorconv import bench, files
 from tensorconv.cli import OneLineParser
 from tensorconv.results import ResultsOverwriteError, check_replace, results_dir
@@ -88,6 +90,17 @@ def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     files.atomic_write(path, None, write=lambda f: fig.savefig(f, dpi=120, format="png"))
     plt.close(fig)
+
+
+def grouped_bars(ax, cases, series: dict, *, width: float = 0.8) -> None:
+    """One group of bars per case, one bar per entry of ``series`` ({label: values, one per
+    case}; NaN leaves a gap), case names under the groups."""
+    bar = width / max(1, len(series))
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar(np.arange(len(cases)) + (i - (len(series) - 1) / 2) * bar, values, bar,
+               label=label)
+    ax.set_xticks(np.arange(len(cases)), cases, rotation=30, ha="right", fontsize=7)
+    ax.legend(fontsize=7)
 
 
 def geomean(values) -> float:

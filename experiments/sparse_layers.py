@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import geomean, outputs, parser, pyplot, save_figure
+from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, timing
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
@@ -259,15 +259,12 @@ def main(argv=None) -> int:
     plt = pyplot()
     cases = [c for (c, b) in speed if b == "cudnn-fp32/ours"]
     fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.2
-    for i, base in enumerate(("cudnn-fp32", "cudnn-tf32", "csr-rows", "cusparse")):
-        vals = [speed.get((c, f"{base}/ours"), np.nan) for c in cases]
-        ax.bar(np.arange(len(cases)) + (i - 1.5) * width, vals, width, label=f"ours vs {base}")
+    bases = ("cudnn-fp32", "cudnn-tf32", "csr-rows", "cusparse")
+    grouped_bars(ax, [c.split(" ", 1)[1] for c in cases],
+                 {f"ours vs {b}": [speed.get((c, f"{b}/ours"), np.nan) for c in cases]
+                  for b in bases})
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(np.arange(len(cases)), [c.split(" ", 1)[1] for c in cases], rotation=30,
-                  ha="right", fontsize=7)
     ax.set_ylabel("speed-up of ours (x)")
-    ax.legend(fontsize=7)
     save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0

@@ -118,6 +118,18 @@ def test_sparse_layers_quick(tmp_path):
     assert (tmp_path / "sparse_layers.png").stat().st_size > 0
 
 
+@pytest.mark.gpu
+def test_sparse_fig6_quick(tmp_path):
+    from experiments import sparse_fig6
+
+    args = ["--quick", "--out", str(tmp_path)]
+    assert sparse_fig6.main(args) == 0
+    rows = results.read_csv(tmp_path / "sparse_fig6.csv")
+    lat = {(r["case"], r["variant"]) for r in rows if r["metric"] == "latency_us"}
+    assert {("K=1", "ours-block"), ("K=128", "ours-dense")} <= lat
+    assert (tmp_path / "sparse_fig6.png").stat().st_size > 0
+
+
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     from experiments import tdc_table3

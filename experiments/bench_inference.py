@@ -20,7 +20,7 @@ from tensorconv.cli import guarded
 from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
 from tensorconv.nn.layers import BatchNorm2d
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "bench_inference"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -148,9 +148,8 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("latency_us", "ratio", "rel_err_vs_autograd",
-                                                         "rel_err_vs_pytorch", "step_us")
-                if any(r["metric"] == m for r in rows)]
+    sections = metric_sections(rows, ("latency_us", "ratio", "rel_err_vs_autograd",
+                                                         "rel_err_vs_pytorch", "step_us"))
     sections.append(("Notes", "paper_value column: the PyTorch figures measured on this H100 and "
                               "recorded in DESIGN.md (2181 µs eager, 494 µs graph), which match "
                               "PyTorch's defaults (TF32 convolutions). Ours is strict fp32. "

@@ -21,7 +21,7 @@ from tensorconv.autograd import functions as F
 from tensorconv.cli import guarded
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "bench_training"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -148,9 +148,8 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("images_per_s", "step_time",
-                                                       "throughput_ratio")
-                if any(r["metric"] == m for r in rows)]
+    sections = metric_sections(rows, ("images_per_s", "step_time",
+                                                       "throughput_ratio"))
     sections.append(("Notes", f"{steps} timed steps x {repeats} repeats after 5 warm-up steps; "
                               "median. Target: ours >= 0.5x PyTorch eager."))
     write_markdown(paths["md"], "ResNet-20 training-step throughput", env, sections)

@@ -26,7 +26,7 @@ from tensorconv.blocksparse import layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
 from tensorconv.ops import sparse_conv
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "sparse_fig6"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -99,9 +99,8 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("latency_us", "us_per_kernel_spread",
-                                                         "ratio")
-                if any(r["metric"] == m for r in rows)]
+    sections = metric_sections(rows, ("latency_us", "us_per_kernel_spread",
+                                                         "ratio"))
     sections.append(("Notes", f"Input {args.batch} x {C} x {args.size} x {args.size}, 3x3, "
                               f"padding 1, fp32. Paper (P100): cuDNN 7.6.5 and TVM step at "
                               f"multiples of 32, their GEMM linear in K."))

@@ -32,6 +32,7 @@ import numpy as np
 from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, timing
 from tensorconv.autograd import Tensor, no_grad
+from tensorconv.autograd.functions.windows import windows
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
@@ -39,7 +40,7 @@ from tensorconv.compress.prune import keep_count, load_masks, prune_candidates, 
 from tensorconv.decomp.blocks import extract_blocks
 from tensorconv.nn import get_model
 from tensorconv.ops import core_conv, sparse_conv
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 from tensorconv.tuning import oracle
 
 NAME = "sparse_layers"
@@ -101,20 +102,6 @@ def _layers(args):
     return out
 
 
-def _im2col_index(geom):
-    """Flat indices into the zero-padded input that gather the (C·R·S, N·OH·OW) im2col."""
-    n, c, hp, wp = geom.n, geom.c, geom.h + 2 * geom.padding[0], geom.w + 2 * geom.padding[1]
-    r, s = geom.r, geom.s
-    ci, ri, si = np.meshgrid(np.arange(c), np.arange(r), np.arange(s), indexing="ij")
-    oh, ow = np.meshgrid(np.arange(geom.oh) * geom.stride[0], np.arange(geom.ow) * geom.stride[1],
-                         indexing="ij")
-    row = (ci * hp * wp + ri * wp + si).reshape(-1, 1)
-    col = (oh * wp + ow).reshape(1, -1)
-    per_image = row + col
-    return (per_image[:, None, :] + (np.arange(n) * c * hp * wp)[None, :, None]).reshape(
-        c * r * s, -1)
-
-
 def measure(rs, name, conv, x_shape, w, args, torch):
     import cupy as cp
     from cupyx.scipy import sparse as cps
@@ -174,12 +161,15 @@ def measure(rs, name, conv, x_shape, w, args, torch):
     check("csr-rows", out)
     rs.add(case, "csr-rows", "latency_us", timing.time_graph(fn).median_us, "us")
 
-    index = cp.asarray(_im2col_index(geom))
     a = cps.csr_matrix(cp.asarray(kernel_matrix(w)))
-    pad = ((0, 0), (0, 0), (geom.padding[0],) * 2, (geom.padding[1],) * 2)
-    cols = cp.pad(x, pad).ravel()[index]
+
+    def im2col():  # (C·R·S, N·OH·OW): the strided windows, copied into a matrix
+        win = windows(x, (geom.r, geom.s), geom.stride, geom.padding)
+        return win.transpose(1, 2, 3, 0, 4, 5).reshape(geom.c * geom.r * geom.s, -1)
+
+    cols = im2col()
     spmm = lambda: a @ cols  # noqa: E731
-    both = lambda: a @ cp.pad(x, pad).ravel()[index]  # noqa: E731
+    both = lambda: a @ im2col()  # noqa: E731
     y = spmm().reshape(geom.k, geom.n, geom.oh, geom.ow).transpose(1, 0, 2, 3)
     check("cusparse", cp.ascontiguousarray(y))
     rs.add(case, "cusparse", "latency_us", timing.time_events(spmm).median_us, "us",
@@ -244,10 +234,9 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("latency_us", "speedup", "speedup_median",
+    sections = metric_sections(rows, ("latency_us", "speedup", "speedup_median",
                                                          "blocks", "in_blocks", "fill", "alg1_s",
-                                                         "density")
-                if any(r["metric"] == m for r in rows)]
+                                                         "density"))
     masks = f"masks from {args.masks}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
     sections.append(("Notes", f"{args.model}, batch {args.batch}, {masks}. Paper: "

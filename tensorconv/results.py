@@ -116,6 +116,13 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}"
 
 
+def metric_sections(rows: list[dict], metrics) -> list[tuple[str, str]]:
+    """``(metric, pivot_markdown(rows, metric))`` for each of ``metrics`` that ``rows`` hold,
+    in that order: the sections of a results markdown file."""
+    present = {r["metric"] for r in rows}
+    return [(m, pivot_markdown(rows, m)) for m in metrics if m in present]
+
+
 def pivot_markdown(rows: list[dict], metric: str, variants: list[str] | None = None) -> str:
     """A markdown table of ``metric``: one line per case, one column per variant."""
     rows = [r for r in rows if r["metric"] == metric]

@@ -60,3 +60,13 @@ def test_resultset_roundtrip(tmp_path):
     text = md.read_text()
     assert "# Demo" in text and "TestGPU" in text and "## Times" in text
     assert "| b | ours | time_us | 5.50 | us | – |" in results.long_markdown(rows)
+
+
+def test_metric_sections_keep_the_order_asked_and_skip_absent_metrics():
+    from tensorconv.results import metric_sections, pivot_markdown
+
+    rows = [{"case": "a", "variant": "v", "metric": m, "value": 1.0, "unit": "s", "paper_value": ""}
+            for m in ("x", "y")]
+    got = metric_sections(rows, ("y", "z", "x"))
+    assert [m for m, _ in got] == ["y", "x"]
+    assert got[0][1] == pivot_markdown(rows, "y")

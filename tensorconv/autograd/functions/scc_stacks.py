@@ -68,9 +68,8 @@ def scc_conv_stack(x, w, geom: SCCGeometry, b=None):
     _check(x, w, geom, b)
     starts = geom.starts()
     windows = {}
-    for k in range(min(geom.cycle, geom.cout)):
-        pieces = _window(x, int(starts[k]), geom)
-        windows[k] = pieces[0] if len(pieces) == 1 else concat(pieces)
+    for k in range(min(geom.cycle, geom.cout)):   # stored once, as the paper keeps them:
+        windows[k] = concat(_window(x, int(starts[k]), geom))  # a contiguous copy each
     outs = [conv2d(windows[k % geom.cycle], reshape(take(w, k, k + 1, axis=0), (1, geom.u, 1, 1)))
             for k in range(geom.cout)]
     y = concat(outs)

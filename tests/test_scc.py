@@ -181,3 +181,56 @@ def test_separable_refuses_what_it_cannot_do():
         separable(get_model("vgg16"), "dw")
     with pytest.raises(ValueError, match="cg=3 does not divide"):
         separable(get_model("vgg16"), "scc", cg=3)
+
+
+# ----------------------------------------------------------------------------- the op
+
+@pytest.mark.parametrize("cin,cout,cg,co", [(12, 10, 2, 0.5), (9, 14, 3, 0.34), (16, 40, 2, 0.75),
+                                            (8, 3, 4, 0.0)])
+def test_the_channel_map_gathers_the_input_gradient(rng, cin, cout, cg, co):
+    """The input-centric kernel's table: channel c's (filter, weight) pairs give exactly the
+    reference input gradient, in filter order, every weight once."""
+    from tensorconv.ops import scc_conv
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    ptr, ks, widx = scc_conv.channel_map(g)
+    assert ptr[-1] == cout * g.u and sorted(widx) == list(range(cout * g.u))
+    w = rng.standard_normal((cout, g.u))
+    gy = rng.standard_normal((2, cout, 3, 2))
+    gx = np.zeros((2, cin, 3, 2))
+    for c in range(cin):
+        pairs = list(zip(ks[ptr[c]:ptr[c + 1]], widx[ptr[c]:ptr[c + 1]]))
+        assert [k for k, _ in pairs] == sorted(k for k, _ in pairs)
+        for k, i in pairs:
+            assert i // g.u == k and g.channels()[k, i % g.u] == c
+            gx[:, c] += w.reshape(-1)[i] * gy[:, k]
+    want = scc.scc_backward(np.zeros((2, cin, 3, 2)), w, gy, g)[0]
+    np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
+    from tensorconv import ops
+
+    g = scc.scc_geometry(12, 10, 2, 0.5)
+    x = rng.standard_normal((2, 12, 4, 3)).astype(np.float32)
+    w = rng.standard_normal((10, 6)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    gy = rng.standard_normal((2, 10, 4, 3)).astype(np.float32)
+    y = ops.scc_conv2d(x, w, g, b, relu=True)
+    np.testing.assert_allclose(y, np.maximum(scc.scc_forward(x, w, g, b), 0), rtol=1e-6)
+    gx, gw = scc.scc_backward(x, w, gy, g)
+    np.testing.assert_allclose(ops.scc_conv2d_backward_data(gy, w, g), gx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ops.scc_conv2d_backward_weight(x, gy, g), gw, rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="x has 11 channels"):
+        ops.scc_conv2d(x[:, :11].copy(), w, g)
+    with pytest.raises(ValueError, match=r"w has shape \(10, 5\)"):
+        ops.scc_conv2d(x, w[:, :5].copy(), g)
+    with pytest.raises(TypeError, match="geom must be an SCCGeometry"):
+        ops.scc_conv2d(x, w, (12, 10, 2, 0.5))
+    with pytest.raises(ValueError, match="variant"):
+        ops.scc_conv2d_backward_data(gy, w, g, variant="sideways")
+    with pytest.raises(ValueError, match="batch and spatial sizes"):
+        ops.scc_conv2d_backward_weight(x, gy[:, :, :3].copy(), g)
+    with pytest.raises(ValueError, match="out is supported on the GPU"):
+        ops.scc_conv2d(x, w, g, out=np.empty((2, 10, 4, 3), np.float32))

@@ -34,3 +34,65 @@ def test_scc_on_the_gpu_matches_the_reference(rng, impl, cin, cout, cg, co):
     assert rel_err(ts[0].grad.get(), gx) <= 1e-5
     assert rel_err(ts[1].grad.get(), gw) <= 1e-5
     assert rel_err(ts[2].grad.get(), gy.astype(np.float64).sum(axis=(0, 2, 3))) <= 1e-5
+
+
+def _grid():
+    """cg in {1, 2, 4, 8} x co in {0, 25, 33, 50, 75} %, Cout a multiple of the cycle, not
+    one, and smaller than it; odd sizes."""
+    out = []
+    for cin, cout in ((32, 48), (24, 20), (64, 64), (16, 7), (40, 130)):
+        for cg in (1, 2, 4, 8):
+            for co in (0.0, 0.25, 0.33, 0.5, 0.75):
+                try:
+                    out.append(scc.scc_geometry(cin, cout, cg, co))
+                except ValueError:
+                    pass
+    return out
+
+
+@pytest.mark.parametrize("geom", _grid(), ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")
+def test_scc_kernels_match_the_reference(rng, geom):
+    """Forward (bias, ReLU), both input-gradient forms and the weight gradient against the
+    float64 reference; outputs poisoned; batch > 1, odd spatial sizes."""
+    import cupy as cp
+
+    from tensorconv import ops
+
+    n, h, wd = 3, 9, 7
+    x = rng.standard_normal((n, geom.cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((geom.cout, geom.u)).astype(np.float32)
+    b = rng.standard_normal(geom.cout).astype(np.float32)
+    gy = rng.standard_normal((n, geom.cout, h, wd)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    poison = lambda shape: cp.full(shape, cp.nan, cp.float32)  # noqa: E731
+    y = poison((n, geom.cout, h, wd))
+    ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True, out=y)
+    want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
+    assert rel_err(y.get(), want) <= 1e-5
+    gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
+    for variant in ("input", "output"):
+        gx = poison(x.shape)
+        ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, variant=variant,
+                                     out=gx)
+        assert rel_err(gx.get(), gx_want) <= 1e-5, variant
+    for splits in (None, 1, 5):
+        gw = poison(w.shape)
+        ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
+                                       out=gw)
+        assert rel_err(gw.get(), gw_want) <= 1e-5, splits
+
+
+def test_the_weight_gradient_is_deterministic(rng):
+    import cupy as cp
+
+    from tensorconv import ops
+
+    geom = scc.scc_geometry(64, 96, 2, 0.5)
+    x = cp.asarray(rng.standard_normal((16, 64, 14, 14)).astype(np.float32))
+    gy = cp.asarray(rng.standard_normal((16, 96, 14, 14)).astype(np.float32))
+    first = ops.scc_conv2d_backward_weight(x, gy, geom).copy()
+    for _ in range(3):
+        assert cp.array_equal(ops.scc_conv2d_backward_weight(x, gy, geom), first)
+    gx = ops.scc_conv2d_backward_data(gy, cp.asarray(rng.standard_normal((96, 32)),
+                                                     cp.float32), geom)
+    assert bool(cp.isfinite(gx).all())

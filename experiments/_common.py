@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorconv import bench, files
+from tensorconv.autograd import Tensor, no_grad
 from tensorconv.cli import OneLineParser
 from tensorconv.results import ResultsOverwriteError, check_replace, results_dir
 
@@ -141,3 +142,19 @@ def plot_accuracy(rows: list, path: Path, ours: str = "ours (Fashion-MNIST)",
     ax.set_xlabel("test accuracy (%)")
     ax.legend(fontsize=8)
     save_figure(fig, path)
+
+
+def conv_inputs(model, names, input_shape) -> dict:
+    """{name: input shape} of the named convolutions in one forward at ``input_shape``."""
+    mods = {n.rstrip("."): m for n, m in model.named_modules()}
+    shapes = {}
+    for name in names:
+        m, forward = mods[name], mods[name].forward
+        m.forward = lambda x, f=forward, n=name: (shapes.__setitem__(n, tuple(x.shape)), f(x))[1]
+    try:
+        with no_grad():
+            model(Tensor(np.zeros(input_shape, np.float32)))
+    finally:
+        for name in names:
+            del mods[name].forward
+    return shapes

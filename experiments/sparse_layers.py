@@ -29,9 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
+from experiments._common import (
+    conv_inputs,
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    pyplot,
+    save_figure,
+)
 from tensorconv import backend, bench, ops, timing
-from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd.functions.windows import windows
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
@@ -60,22 +67,6 @@ def _args(argv):
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
     return p.parse_args(argv)
-
-
-def conv_inputs(model, names, input_shape) -> dict:
-    """{name: input shape} of the named convolutions in one forward at ``input_shape``."""
-    mods = {n.rstrip("."): m for n, m in model.named_modules()}
-    shapes = {}
-    for name in names:
-        m, forward = mods[name], mods[name].forward
-        m.forward = lambda x, f=forward, n=name: (shapes.__setitem__(n, tuple(x.shape)), f(x))[1]
-    try:
-        with no_grad():
-            model(Tensor(np.zeros(input_shape, np.float32)))
-    finally:
-        for name in names:
-            del mods[name].forward
-    return shapes
 
 
 def _layers(args):

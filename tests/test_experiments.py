@@ -130,6 +130,19 @@ def test_sparse_fig6_quick(tmp_path):
     assert (tmp_path / "sparse_fig6.png").stat().st_size > 0
 
 
+@pytest.mark.gpu
+def test_scc_backward_quick(tmp_path):
+    from experiments import scc_backward
+
+    assert scc_backward.main(["--quick", "--batch", "4", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "scc_backward.csv")
+    errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
+    assert len(errs) == 2 * 5 and max(errs) <= 1e-5
+    impls = {r["variant"] for r in rows if r["metric"] == "backward_us"}
+    assert {"ours", "var", "dense", "base", "opt"} <= impls
+    assert (tmp_path / "scc_backward.png").stat().st_size > 0
+
+
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     from experiments import tdc_table3

@@ -25,7 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import conv_inputs, geomean, outputs, parser, pyplot, save_figure
+from experiments._common import (
+    conv_inputs,
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    pyplot,
+    save_figure,
+)
 from tensorconv import backend, bench, ops, timing
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
@@ -188,13 +196,9 @@ def main(argv=None) -> int:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     impls = [i for i in ("ours", "var", "dense", "opt", "base", "torch-gpw")
              if any((c, i) in bwd for c in cases)]
-    for i, impl in enumerate(impls):
-        ax.bar(np.arange(len(cases)) + (i - len(impls) / 2) * 0.13,
-               [bwd.get((c, impl), np.nan) for c in cases], 0.13, label=impl)
+    grouped_bars(ax, cases, {i: [bwd.get((c, i), np.nan) for c in cases] for i in impls})
     ax.set_yscale("log")
-    ax.set_xticks(np.arange(len(cases)), cases, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("backward (µs, log)")
-    ax.legend(fontsize=7)
     save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0

@@ -143,6 +143,18 @@ def test_scc_backward_quick(tmp_path):
     assert (tmp_path / "scc_backward.png").stat().st_size > 0
 
 
+@pytest.mark.gpu
+def test_scc_train_speed_quick(tmp_path):
+    from experiments import scc_train_speed
+
+    args = ["--quick", "--models", "resnet18", "--batch", "8", "--steps", "1",
+            "--out", str(tmp_path)]
+    assert scc_train_speed.main(args) == 0
+    rows = results.read_csv(tmp_path / "scc_train_speed.csv")
+    assert {r["variant"] for r in rows if r["metric"] == "step_ms"} == {"ours", "dense", "opt",
+                                                                          "base"}
+
+
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     from experiments import tdc_table3

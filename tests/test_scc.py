@@ -234,3 +234,28 @@ def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
         ops.scc_conv2d_backward_weight(x, gy[:, :, :3].copy(), g)
     with pytest.raises(ValueError, match="out is supported on the GPU"):
         ops.scc_conv2d(x, w, g, out=np.empty((2, 10, 4, 3), np.float32))
+
+
+def test_the_layer_runs_every_implementation_alike(rng):
+    from tensorconv.autograd import Tensor
+    from tensorconv.nn.scc import SCCConv2d
+
+    layer = SCCConv2d(12, 10, 2, 0.5, bias=True, rng=rng)
+    x = rng.standard_normal((2, 12, 3, 3)).astype(np.float32)
+    gy = rng.standard_normal((2, 10, 3, 3)).astype(np.float32)
+    results = {}
+    for impl in ("auto", "dense", "channel_stack", "conv_stack"):
+        layer.impl = impl
+        layer.zero_grad()
+        xt = Tensor(x, requires_grad=True)
+        layer(xt).backward(gy)
+        results[impl] = (xt.grad, layer.weight.grad, layer.bias.grad)
+    for impl, grads in results.items():
+        for got, want in zip(grads, results["dense"]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=impl)
+    layer.impl = "kernels"
+    with pytest.raises(TypeError, match="CuPy arrays only"):
+        layer(Tensor(x))
+    layer.impl = "fast"
+    with pytest.raises(ValueError, match="impl must be one of"):
+        layer(Tensor(x))

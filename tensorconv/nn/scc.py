@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from tensorconv.autograd import functions as F
-from tensorconv.checks import check_bool
+from tensorconv.checks import check_bool, check_choice
 from tensorconv.nn.layers import BatchNorm2d, Conv2d, ReLU
 from tensorconv.nn.module import Module, Parameter
 from tensorconv.reference.scc import scc_geometry
@@ -29,11 +29,21 @@ class SCCConv2d(Module):
         Share of a window that overlaps the next filter's.
     bias : bool
     rng : numpy Generator, optional
+
+    Attributes
+    ----------
+    impl : {"auto", "kernels", "dense", "channel_stack", "conv_stack"}
+        How the forward and backward run: the SCC kernels where they can ("auto"), the
+        kernels, the dense-masked 1x1, or the paper's two operator stacks (Base, Opt) —
+        the experiments compare them; the result is the same.
     """
+
+    IMPLS = ("auto", "kernels", "dense", "channel_stack", "conv_stack")
 
     def __init__(self, in_channels: int, out_channels: int, cg: int, co: float,
                  bias: bool = False, rng=None):
         super().__init__()
+        self.impl = "auto"
         self.geom = scc_geometry(in_channels, out_channels, cg, co)
         check_bool(bias, "bias")
         rng = rng if rng is not None else np.random.default_rng(0)
@@ -47,7 +57,11 @@ class SCCConv2d(Module):
         self.macs = 0
 
     def forward(self, x):
-        y = F.scc_conv(x, self.weight, self.geom, self.bias)
+        impl = check_choice(self.impl, "impl", self.IMPLS)
+        if impl in ("channel_stack", "conv_stack"):
+            y = getattr(F, f"scc_{impl}")(x, self.weight, self.geom, self.bias)
+        else:
+            y = F.scc_conv(x, self.weight, self.geom, self.bias, impl=impl)
         self.macs = self.geom.macs(y.shape[0] * y.shape[2] * y.shape[3])
         return y
 

@@ -110,7 +110,8 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=No
     p = h * wd
     i32 = np.int32
     p_tiles, k_tiles = cdiv(p, BP), cdiv(cdiv(geom.cout, geom.cycle), BK)
-    launch(cuda.kernel_ref(FILE, "scc_fwd"), (n * p_tiles, geom.cycle * k_tiles, 1), (THREADS,),
+    groups = min(geom.cycle, geom.cout)      # window groups that hold a filter
+    launch(cuda.kernel_ref(FILE, "scc_fwd"), (n * p_tiles, groups * k_tiles, 1), (THREADS,),
            (x, w, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u), i32(geom.stride),
             i32(geom.cycle), i32(p), i32(p_tiles), i32(k_tiles), i32(bool(relu))))
     return out
@@ -170,7 +171,7 @@ def _device_map(geom: SCCGeometry, device: int):
 def default_splits(geom: SCCGeometry, pixels: int, sm_count: int) -> int:
     """Pixel shares of the weight gradient: enough blocks for two per SM, each share at
     least 16 staging rounds of 64 pixels."""
-    blocks = geom.cycle * cdiv(cdiv(geom.cout, geom.cycle), BK) * cdiv(geom.u, UC)
+    blocks = min(geom.cycle, geom.cout) * cdiv(cdiv(geom.cout, geom.cycle), BK) * cdiv(geom.u, UC)
     return max(1, min(cdiv(2 * sm_count, blocks), cdiv(pixels, 16 * BP)))
 
 
@@ -215,7 +216,8 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     partial = workspace(xp, splits * geom.cout * geom.u)   # graph-safe: no allocation
     i32 = np.int32
     k_tiles, u_tiles = cdiv(cdiv(geom.cout, geom.cycle), BK), cdiv(geom.u, UC)
-    launch(cuda.kernel_ref(FILE, "scc_bwd_filter"), (geom.cycle * k_tiles, u_tiles, splits),
+    groups = min(geom.cycle, geom.cout)
+    launch(cuda.kernel_ref(FILE, "scc_bwd_filter"), (groups * k_tiles, u_tiles, splits),
            (THREADS,), (x, gy, partial, i32(n), i32(geom.cin), i32(geom.cout), i32(geom.u),
                         i32(geom.stride), i32(geom.cycle), i32(h * wd), i32(k_tiles),
                         i32(u_tiles), i32(per_split)))

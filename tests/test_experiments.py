@@ -155,6 +155,17 @@ def test_scc_train_speed_quick(tmp_path):
                                                                           "base"}
 
 
+@pytest.mark.gpu
+def test_scc_memory_quick(tmp_path):
+    from experiments import scc_memory
+
+    args = ["--quick", "--models", "resnet18", "--batch", "8", "--out", str(tmp_path)]
+    assert scc_memory.main(args) == 0
+    rows = results.read_csv(tmp_path / "scc_memory.csv")
+    mib = {r["variant"]: r["value"] for r in rows if r["metric"] == "forward_mib"}
+    assert mib["base"] > mib["opt"] > 0 and mib["ours"] > 0
+
+
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
     from experiments import tdc_table3

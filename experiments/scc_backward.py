@@ -42,7 +42,7 @@ from tensorconv.compress.separable import separable
 from tensorconv.nn import get_model
 from tensorconv.nn.scc import SCCConv2d
 from tensorconv.reference import scc as reference
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "scc_backward"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -182,10 +182,9 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("backward_us", "forward_us", "fwd_bwd_us",
+    sections = metric_sections(rows, ("backward_us", "forward_us", "fwd_bwd_us",
                                                          "backward_speedup", "fwd_bwd_speedup",
-                                                         "atomics", "rel_err")
-                if any(r["metric"] == m for r in rows)]
+                                                         "atomics", "rel_err"))
     sections.append(("Notes", f"{args.model} DW+SCC cg{args.cg} co{args.co:g}, batch "
                               f"{args.batch}, 32x32 input, fp32, eager timings (CUDA events). "
                               f"Paper (V100, Fig. 9): the input-centric backward 15.03x over "

@@ -26,7 +26,7 @@ from tensorconv.cli import guarded
 from tensorconv.compress.separable import separable
 from tensorconv.nn import get_model
 from tensorconv.nn.scc import SCCConv2d
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "scc_memory"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -89,9 +89,8 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("forward_mib", "saved_pct",
-                                                         "out_of_memory")
-                if any(r["metric"] == m for r in rows)]
+    sections = metric_sections(rows, ("forward_mib", "saved_pct",
+                                                         "out_of_memory"))
     sections.append(("Notes", f"DW + SCC cg{args.cg} co{args.co:g}, batch {args.batch}, "
                               f"1x32x32, fp32: the memory a training forward keeps for its "
                               f"backward. Paper (V100): the channel-cyclic reuse saves "

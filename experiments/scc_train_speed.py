@@ -34,7 +34,7 @@ from tensorconv.compress.separable import separable
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD
 from tensorconv.nn.scc import SCCConv2d
-from tensorconv.results import ResultSet, pivot_markdown, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "scc_train_speed"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -117,8 +117,7 @@ def main(argv=None) -> int:
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
-    sections = [(m, pivot_markdown(rows, m)) for m in ("step_ms", "speedup", "out_of_memory")
-                if any(r["metric"] == m for r in rows)]
+    sections = metric_sections(rows, ("step_ms", "speedup", "out_of_memory"))
     sections.append(("Notes", f"Training step (forward, loss, backward, SGD) of each DW + SCC "
                               f"network with every SCC layer on one implementation; batch "
                               f"{args.batch}, input {shape[1:]}, random data, fp32. Paper "

@@ -141,7 +141,11 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = blockIdx.z * NB;
     const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
     const int k0 = blockIdx.y * RB;
-    const int plane = IHT * IWT, staged = NB * CK * plane;
+    // Staging threads: groups of `width` (at most a warp) per line; a block of fewer than
+    // 32 threads is one group.  Threads beyond the last whole group stage nothing.
+    const int lines = NB * CK * IHT;
+    const int width = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / width;
+    const int group = tid < groups * width ? tid / width : lines, lane = tid % width;
     const int base = (img * CK * IHT + ty * sh) * IWT + tx * sw;
 
     float acc[RB][PX];
@@ -152,13 +156,20 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
 
     for (int chunk = 0; chunk < chunks; ++chunk) {
         const int c0 = chunk * CK;
-        for (int e = tid; e < staged; e += blockDim.x) {
-            const int b = e / (CK * plane), rem = e - b * CK * plane;
-            const int c = rem / plane, rc = rem - c * plane;
-            const int row = rc / IWT, col = rc - row * IWT;
-            const int n = n0 + b, ih = ih0 + row, iw = iw0 + col;
-            const bool ok = n < N && c0 + c < C && ih >= 0 && ih < H && iw >= 0 && iw < W;
-            xs[e] = ok ? x[(((size_t)n * C + c0 + c) * H + ih) * W + iw] : 0.f;
+        // Line by line (image, channel, row), a group of up to 32 threads across a line's
+        // columns: the divisions are per line, not per element, and the loads coalesce.
+        for (int line = group; line < lines; line += groups) {
+            const int b = line / (CK * IHT), rem = line - b * CK * IHT;
+            const int c = rem / IHT, row = rem - c * IHT;
+            const int n = n0 + b, ih = ih0 + row;
+            const bool ok = n < N && c0 + c < C && ih >= 0 && ih < H;
+            const float* src = x + (((size_t)(ok ? n : 0) * C + (ok ? c0 + c : 0)) * H
+                                    + (ok ? ih : 0)) * W;
+            float* dst = xs + line * IWT;
+            for (int col = lane; col < IWT; col += width) {
+                const int iw = iw0 + col;
+                dst[col] = ok && iw >= 0 && iw < W ? src[iw] : 0.f;
+            }
         }
         __syncthreads();
 #pragma unroll

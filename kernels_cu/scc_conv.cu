@@ -1,121 +1,236 @@
 // Sliding-channel convolution (DSXplore's SCC, Wang et al., IPDPS'21), fp32, NCHW.
 //
-// Filter k reads the U input channels (b_k + u) mod Cin, b_k = (k * stride) mod Cin.  After
-// `cycle` filters the windows repeat, so the filters fall into `cycle` window groups:
-// group j holds filters j, j + cycle, j + 2 cycle, ... and all of them read window b_j.
-// Every kernel here works on a window group at a time, which is the paper's
-// channel-cyclic reuse: a group's window is staged once for all of its filters.
+// Filter k reads the U input channels (b_k + u) mod Cin, b_k = (k * stride) mod Cin.  The
+// host sorts the filters by window start (the channel-cyclic groups, side by side): a tile
+// of consecutive sorted filters reads one band of "virtual" channels v in [lo, lo + span)
+// (channel v mod Cin; lo the first filter's start, span = last start - lo + U), so every
+// SCC product is a GEMM over that band with the weights laid out dense-masked in shared
+// memory (filter i's weight at v is w[k_i, v - b_i] when 0 <= v - b_i < U, else 0).  A
+// tile of one window group has span U: no wasted multiply-add; a tile across groups pays
+// (span / U) for its reuse.  Pixels are flat over the batch (q = n * P + p), so small
+// feature maps still fill whole tiles.
 //
-// scc_fwd: a tile of BK filters of one group x BP pixels of one image per block, the
-//   window streamed through shared memory UC channels at a time (wrapping past Cin), the
-//   weights beside it; each thread 2 filters x 4 pixels; bias and ReLU fused.
-// scc_bwd_data: the input-centric gradient, one thread per (input channel, pixel): it
-//   walks the (filter, weight) pairs whose window holds its channel (the channel map, a
-//   CSR table) and writes its value once: no atomics, deterministic.
-// scc_bwd_data_atomic: the output-centric variant ("Var"): one thread per (filter,
-//   pixel) adds w[k, u] * gy[k, p] into each of its window's channels with atomicAdd.
-// scc_bwd_filter: the weight gradient without atomics: a block reduces a tile of BK
-//   filters of one group x UC window offsets over its share of the pixels into a partial
-//   sum; scc_reduce_splits adds the shares in a fixed order.
+// scc_fwd<TN>: y for 64 sorted filters x 16·TN pixels per block; each thread 4 filters x
+//   TN pixels; bias and ReLU fused.
+// scc_bwd_data<TN>: the input-centric gradient, as a GEMM: a block owns 64 input channels
+//   x 16·TN pixels and pulls from the filters whose window meets its channels (a per-tile
+//   list made on the host); every gx value is written once: no atomics, deterministic.
+// scc_bwd_data_gather: the paper's input-centric form, one thread per (channel, pixel)
+//   walking its channel's (filter, weight) pairs (the channel map, CSR).
+// scc_bwd_data_atomic: the paper's output-centric "Var": one thread per (filter, pixel)
+//   adds w[k, u] * gy[k, p] into each channel of its window with atomicAdd.
+// scc_bwd_filter: the weight gradient without atomics, as a GEMM: a block reduces 64
+//   sorted filters x 64 band channels over its share of the pixels into a partial sum;
+//   scc_reduce_splits adds the shares in a fixed order.
 //
 // Launch geometry, tables and checks belong to tensorconv/ops/scc_conv.py.
 #include "tc_common.cuh"
 
 namespace scc {
-constexpr int BK = 32, BP = 64, UC = 32, THREADS = 256;
+constexpr int THREADS = 256, BM = 64, RC = 16;   // 16 x 16 threads; reduction chunk
+
+// v mod Cin for 0 <= v < 3 Cin (a band starts below Cin and spans less than 2 Cin).
+__device__ __forceinline__ int wrap(int v, int Cin) {
+    v -= v >= Cin ? Cin : 0;
+    return v - (v >= Cin ? Cin : 0);
 }
 
+// Offset of pixel q of a (N, C, P) map's channel 0, or -1 past the last pixel.
+__device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
+    if (q >= Q) return -1;
+    const int n = q / P;
+    return (long long)n * C * P + (q - n * P);
+}
+}  // namespace scc
+
+template <int TN>
 __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
-    const float* __restrict__ x,      // (N, Cin, P)
-    const float* __restrict__ w,      // (Cout, U)
-    const float* __restrict__ bias,   // (Cout,) or nullptr
-    float* __restrict__ y,            // (N, Cout, P)
-    int Cin, int Cout, int U, int stride, int cycle, int P, int p_tiles, int k_tiles,
-    int relu)
+    const float* __restrict__ x,        // (N, Cin, P)
+    const float* __restrict__ w,        // (Cout, U)
+    const int* __restrict__ order,      // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,     // (Cout,) the start of each sorted filter
+    const float* __restrict__ bias,     // (Cout,) or nullptr
+    float* __restrict__ y,              // (N, Cout, P)
+    int Cin, int Cout, int U, int P, int Q, int relu)
 {
     using namespace scc;
+    constexpr int BN = 16 * TN;
+    static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
     tc::wait_prior_grids();
-    __shared__ float xs[UC][BP];
-    __shared__ float ws[BK][UC + 1];
+    __shared__ float ws[RC][BM];
+    __shared__ float xs[RC][BN];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int n = blockIdx.x / p_tiles, p0 = (blockIdx.x - n * p_tiles) * BP;
-    const int j = blockIdx.y / k_tiles, t0 = (blockIdx.y - j * k_tiles) * BK;
-    const int start = (int)(((long long)j * stride) % Cin);
-    const float* xn = x + (size_t)n * Cin * P;
-    float acc[2][4] = {};
-    for (int u0 = 0; u0 < U; u0 += UC) {
-        for (int e = tid; e < UC * BP; e += THREADS) {
-            const int u = e / BP, p = e - u * BP;
-            int c = start + u0 + u;
-            c -= c >= Cin ? Cin : 0;   // start < Cin and u0 + u < U <= Cin: one wrap at most
-            xs[u][p] = u0 + u < U && p0 + p < P ? xn[(size_t)c * P + p0 + p] : 0.f;
+    const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int last = min(i0 + BM, Cout) - 1;
+    const int lo = starts[i0], span = starts[last] - lo + U;
+
+    // The filter this thread stages weights for, and the pixel it stages inputs for.
+    const int wm = tid % BM, wr = tid / BM;
+    const int wi = i0 + wm;
+    const int wk = wi < Cout ? order[wi] : -1;
+    const int wb = wi < Cout ? starts[wi] - lo : 0;   // its window within the band
+    const int xq = tid % BN, xr = tid / BN;
+    const long long xbase = pixel_base(q0 + xq, Q, Cin, P);
+
+    float acc[4][TN];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    for (int v0 = 0; v0 < span; v0 += RC) {
+#pragma unroll
+        for (int rr = 0; rr < RC * BM / THREADS; ++rr) {
+            const int r = wr + rr * (THREADS / BM), u = v0 + r - wb;
+            ws[r][wm] = wk >= 0 && u >= 0 && u < U ? w[(size_t)wk * U + u] : 0.f;
         }
-        for (int e = tid; e < BK * UC; e += THREADS) {
-            const int kk = e / UC, u = e - kk * UC;
-            const int k = j + (t0 + kk) * cycle;
-            ws[kk][u] = k < Cout && u0 + u < U ? w[(size_t)k * U + u0 + u] : 0.f;
+#pragma unroll
+        for (int rr = 0; rr < RC * BN / THREADS; ++rr) {
+            const int r = xr + rr * (THREADS / BN), v = v0 + r;
+            xs[r][xq] = xbase >= 0 && v < span ? x[xbase + (size_t)wrap(lo + v, Cin) * P] : 0.f;
         }
         __syncthreads();
-#pragma unroll 8
-        for (int u = 0; u < UC; ++u) {
-            const float a0 = ws[2 * ty][u], a1 = ws[2 * ty + 1][u];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float b = xs[u][tx + 16 * i];
-                acc[0][i] = fmaf(a0, b, acc[0][i]);
-                acc[1][i] = fmaf(a1, b, acc[1][i]);
-            }
+        for (int r = 0; r < RC; ++r) {
+            float a[4], b[TN];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int k = j + (t0 + 2 * ty + r) * cycle;
-        if (k >= Cout) continue;
+    for (int j = 0; j < TN; ++j) {
+        const long long base = pixel_base(q0 + tx + 16 * j, Q, Cout, P);
+        if (base < 0) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int p = p0 + tx + 16 * i;
-            if (p >= P) continue;
-            const size_t at = ((size_t)n * Cout + k) * P + p;
-            y[at] = tc::conv_epilogue(acc[r][i], bias, k, nullptr, at, relu);
+            const int si = i0 + ty + 16 * i;
+            if (si >= Cout) continue;
+            const int k = order[si];
+            const size_t at = base + (size_t)k * P;
+            y[at] = tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
         }
     }
 }
 
+template <int TN>
 __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
+    const float* __restrict__ gy,        // (N, Cout, P)
+    const float* __restrict__ w,         // (Cout, U)
+    const int* __restrict__ begin_k,     // (Cout,) window start of each filter
+    const int* __restrict__ tile_ptr,    // (tiles + 1,): the filters meeting channel tile t
+    const int* __restrict__ tile_k,      //   are tile_k[tile_ptr[t] .. tile_ptr[t + 1])
+    float* __restrict__ gx,              // (N, Cin, P)
+    int Cin, int Cout, int U, int P, int Q)
+{
+    using namespace scc;
+    constexpr int BN = 16 * TN;
+    static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
+    tc::wait_prior_grids();
+    __shared__ float ws[RC][BM];
+    __shared__ float gs[RC][BN];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
+
+    const int wm = tid % BM, wr = tid / BM;   // the channel this thread stages weights for
+    const int wc = c0 + wm;
+    const int gq = tid % BN, gr = tid / BN;
+    const long long gbase = pixel_base(q0 + gq, Q, Cout, P);
+
+    float acc[4][TN];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    for (int e0 = e_begin; e0 < e_end; e0 += RC) {
+#pragma unroll
+        for (int rr = 0; rr < RC * BM / THREADS; ++rr) {
+            const int r = wr + rr * (THREADS / BM);
+            float v = 0.f;
+            if (e0 + r < e_end && wc < Cin) {
+                const int k = tile_k[e0 + r];
+                int u = wc - begin_k[k];
+                u += u < 0 ? Cin : 0;
+                if (u < U) v = w[(size_t)k * U + u];
+            }
+            ws[r][wm] = v;
+        }
+#pragma unroll
+        for (int rr = 0; rr < RC * BN / THREADS; ++rr) {
+            const int r = gr + rr * (THREADS / BN);
+            gs[r][gq] = gbase >= 0 && e0 + r < e_end
+                            ? gy[gbase + (size_t)tile_k[e0 + r] * P] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < RC; ++r) {
+            float a[4], b[TN];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) b[j] = gs[r][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+        const long long base = pixel_base(q0 + tx + 16 * j, Q, Cin, P);
+        if (base < 0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = c0 + ty + 16 * i;
+            if (c < Cin) gx[base + (size_t)c * P] = acc[i][j];
+        }
+    }
+}
+
+__global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_gather(
     const float* __restrict__ gy,      // (N, Cout, P)
     const float* __restrict__ w,       // (Cout, U)
     const int* __restrict__ map_ptr,   // (Cin + 1,): channel c's pairs
     const int* __restrict__ map_k,     // the filter of each pair
     const int* __restrict__ map_w,     // its weight's index k * U + u
     float* __restrict__ gx,            // (N, Cin, P)
-    int Cin, int Cout, int P, int p_tiles)
+    int Cin, int Cout, int P, int Q)
 {
     tc::wait_prior_grids();
-    const int n = blockIdx.x / p_tiles;
-    const int p = (blockIdx.x - n * p_tiles) * scc::THREADS + threadIdx.x, c = blockIdx.y;
-    if (p >= P) return;
-    const float* g = gy + (size_t)n * Cout * P + p;
+    const int q = blockIdx.x * scc::THREADS + threadIdx.x, c = blockIdx.y;
+    const long long gbase = scc::pixel_base(q, Q, Cout, P);
+    if (gbase < 0) return;
     float acc = 0.f;
     const int end = map_ptr[c + 1];
 #pragma unroll 4
-    for (int e = map_ptr[c]; e < end; ++e) acc = fmaf(w[map_w[e]], g[(size_t)map_k[e] * P], acc);
-    gx[((size_t)n * Cin + c) * P + p] = acc;
+    for (int e = map_ptr[c]; e < end; ++e)
+        acc = fmaf(w[map_w[e]], gy[gbase + (size_t)map_k[e] * P], acc);
+    gx[scc::pixel_base(q, Q, Cin, P) + (size_t)c * P] = acc;
 }
 
 __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_atomic(
     const float* __restrict__ gy,      // (N, Cout, P)
     const float* __restrict__ w,       // (Cout, U)
+    const int* __restrict__ begin_k,   // (Cout,) window start of each filter
     float* __restrict__ gx,            // (N, Cin, P), zeroed first
-    int Cin, int Cout, int U, int stride, int P, int p_tiles)
+    int Cin, int Cout, int U, int P, int Q)
 {
     tc::wait_prior_grids();
-    const int n = blockIdx.x / p_tiles;
-    const int p = (blockIdx.x - n * p_tiles) * scc::THREADS + threadIdx.x, k = blockIdx.y;
-    if (p >= P) return;
-    const float g = gy[((size_t)n * Cout + k) * P + p];
-    const int start = (int)(((long long)k * stride) % Cin);
-    float* out = gx + (size_t)n * Cin * P + p;
+    const int q = blockIdx.x * scc::THREADS + threadIdx.x, k = blockIdx.y;
+    const long long gbase = scc::pixel_base(q, Q, Cout, P);
+    if (gbase < 0) return;
+    const float g = gy[gbase + (size_t)k * P];
+    const int start = begin_k[k];
+    float* out = gx + scc::pixel_base(q, Q, Cin, P);
     for (int u = 0; u < U; ++u) {
         int c = start + u;
         c -= c >= Cin ? Cin : 0;
@@ -126,66 +241,68 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_atomic(
 __global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
     const float* __restrict__ x,       // (N, Cin, P)
     const float* __restrict__ gy,      // (N, Cout, P)
+    const int* __restrict__ order,     // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,    // (Cout,) the start of each sorted filter
     float* __restrict__ partial,       // (splits, Cout, U)
-    int N, int Cin, int Cout, int U, int stride, int cycle, int P, int k_tiles, int u_tiles,
-    int per_split)
+    int Cin, int Cout, int U, int P, int Q, int per_split)
 {
     using namespace scc;
+    constexpr int BN = 64;
     tc::wait_prior_grids();
-    __shared__ float gs[BK][BP + 1];
-    __shared__ float xs[UC][BP + 1];
+    __shared__ float gs[RC][BM + 4];
+    __shared__ float xs[RC][BN + 4];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int j = blockIdx.x / k_tiles, t0 = (blockIdx.x - j * k_tiles) * BK;
-    const int u0 = blockIdx.y * UC, split = blockIdx.z;
-    const int start = (int)(((long long)j * stride) % Cin);
-    const long long total = (long long)N * P;
-    const long long q_begin = (long long)split * per_split;
-    const long long q_end = q_begin + per_split < total ? q_begin + per_split : total;
-    float acc[2][2] = {};
-    for (long long q0 = q_begin; q0 < q_end; q0 += BP) {
-        for (int e = tid; e < BK * BP; e += THREADS) {
-            const int kk = e / BP, pp = e - kk * BP;
-            const long long q = q0 + pp;
-            const int k = j + (t0 + kk) * cycle;
-            float v = 0.f;
-            if (q < q_end && k < Cout) {
-                const long long n = q / P, p = q - n * P;
-                v = gy[((size_t)n * Cout + k) * P + p];
-            }
-            gs[kk][pp] = v;
+    const int i0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
+    const int last = min(i0 + BM, Cout) - 1;
+    const int lo = starts[i0], span = starts[last] - lo + U;
+    if (v0 >= span) return;            // the grid covers the widest band of any tile
+    const int q_begin = blockIdx.z * per_split, q_end = min(q_begin + per_split, Q);
+
+    // Staging: a thread keeps one pixel lane (r) and walks rows of the tile.
+    const int sr = tid % RC, sm = tid / RC;     // sm in [0, 16)
+
+    float acc[4][4] = {};
+    for (int qc = q_begin; qc < q_end; qc += RC) {
+        const int q = qc + sr;
+        const long long gb = q < q_end ? pixel_base(q, Q, Cout, P) : -1;
+        const long long xb = q < q_end ? pixel_base(q, Q, Cin, P) : -1;
+#pragma unroll
+        for (int mm = 0; mm < BM * RC / THREADS; ++mm) {
+            const int m = sm + mm * (THREADS / RC), si = i0 + m;
+            gs[sr][m] = gb >= 0 && si < Cout ? gy[gb + (size_t)order[si] * P] : 0.f;
         }
-        for (int e = tid; e < UC * BP; e += THREADS) {
-            const int uu = e / BP, pp = e - uu * BP;
-            const long long q = q0 + pp;
-            float v = 0.f;
-            if (q < q_end && u0 + uu < U) {
-                const long long n = q / P, p = q - n * P;
-                int c = start + u0 + uu;
-                c -= c >= Cin ? Cin : 0;
-                v = x[((size_t)n * Cin + c) * P + p];
-            }
-            xs[uu][pp] = v;
+#pragma unroll
+        for (int vv = 0; vv < BN * RC / THREADS; ++vv) {
+            const int v = sm + vv * (THREADS / RC);
+            xs[sr][v] = xb >= 0 && v0 + v < span ? x[xb + (size_t)wrap(lo + v0 + v, Cin) * P]
+                                                  : 0.f;
         }
         __syncthreads();
-#pragma unroll 8
-        for (int pp = 0; pp < BP; ++pp) {
-            const float g0 = gs[2 * ty][pp], g1 = gs[2 * ty + 1][pp];
-            const float x0 = xs[2 * tx][pp], x1 = xs[2 * tx + 1][pp];
-            acc[0][0] = fmaf(g0, x0, acc[0][0]);
-            acc[0][1] = fmaf(g0, x1, acc[0][1]);
-            acc[1][0] = fmaf(g1, x0, acc[1][0]);
-            acc[1][1] = fmaf(g1, x1, acc[1][1]);
+#pragma unroll
+        for (int r = 0; r < RC; ++r) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = gs[r][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b[j] = xs[r][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         __syncthreads();
     }
+    // Band channel v of sorted filter i is its weight u = v - (b_i - lo), when in range:
+    // every (filter, weight) lies in exactly one band tile, so each is written once.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int k = j + (t0 + 2 * ty + r) * cycle;
-        if (k >= Cout) continue;
+    for (int i = 0; i < 4; ++i) {
+        const int si = i0 + ty + 16 * i;
+        if (si >= Cout) continue;
+        const int k = order[si], b = starts[si] - lo;
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            const int u = u0 + 2 * tx + s;
-            if (u < U) partial[((size_t)split * Cout + k) * U + u] = acc[r][s];
+        for (int j = 0; j < 4; ++j) {
+            const int u = v0 + tx + 16 * j - b;
+            if (u >= 0 && u < U) partial[((size_t)blockIdx.z * Cout + k) * U + u] = acc[i][j];
         }
     }
 }
@@ -200,3 +317,15 @@ __global__ void scc_reduce_splits(const float* __restrict__ partial, float* __re
     for (int s = 0; s < splits; ++s) v += partial[(size_t)s * size + i];   // a fixed order
     gw[i] = v;
 }
+
+// What CI's nvcc build type-checks: tensorconv.ops.scc_conv.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
+    const float*, const int*, const int*, const int*, float*, int, int, int, int, int);
+TC_I_SCC_BWD_DATA(4) TC_I_SCC_BWD_DATA(8)
+#undef TC_I_SCC_BWD_DATA
+#define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
+    const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
+TC_I_SCC_FWD(4) TC_I_SCC_FWD(8)
+#undef TC_I_SCC_FWD
+#endif

@@ -139,7 +139,7 @@ def test_scc_backward_quick(tmp_path):
     errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
     assert len(errs) == 2 * 5 and max(errs) <= 1e-5
     impls = {r["variant"] for r in rows if r["metric"] == "backward_us"}
-    assert {"ours", "var", "dense", "base", "opt"} <= impls
+    assert {"ours", "gather", "var", "dense", "base", "opt"} <= impls
     assert (tmp_path / "scc_backward.png").stat().st_size > 0
 
 

@@ -208,6 +208,79 @@ def test_the_channel_map_gathers_the_input_gradient(rng, cin, cout, cg, co):
     np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
 
 
+BAND_GRID = [(12, 10, 2, 0.5), (9, 14, 3, 0.34), (16, 40, 2, 0.75), (8, 3, 4, 0.0),
+             (64, 150, 2, 0.33), (200, 70, 8, 0.25), (96, 130, 1, 0.0), (130, 64, 2, 0.5)]
+
+
+def _bands(g):
+    """(sorted filters, band channels, dense-masked band weights) of each filter tile, as
+    the forward and weight-gradient kernels stage them."""
+    from tensorconv.ops import scc_conv
+
+    order, starts = scc_conv.sorted_filters(g)
+    for t, span in enumerate(scc_conv.band_spans(g)):
+        i0 = t * scc_conv.BM
+        idx, lo = order[i0:i0 + scc_conv.BM], starts[i0]
+        pos = (starts[i0:i0 + scc_conv.BM] - lo)[:, None] + np.arange(g.u)   # (tile, U)
+        yield idx, (lo + np.arange(span)) % g.cin, pos
+
+
+@pytest.mark.parametrize("cin,cout,cg,co", BAND_GRID)
+def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, cg, co):
+    """The forward and weight-gradient kernels' tiles: filters sorted by window start,
+    64 at a time, each tile a GEMM over one band of channels with its weights dense-masked
+    (emulated here in NumPy) give the reference; a tile inside one window group reads U
+    channels; every (filter, weight) lies in one band."""
+    from tensorconv.ops import scc_conv
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    order, starts = scc_conv.sorted_filters(g)
+    assert sorted(order) == list(range(cout)) and np.all(np.diff(starts) >= 0)
+    assert np.array_equal(starts, g.starts()[order])
+    x = rng.standard_normal((2, cin, 3, 2))
+    w = rng.standard_normal((cout, g.u))
+    gy = rng.standard_normal((2, cout, 3, 2))
+    y, gw, seen = np.zeros_like(gy), np.zeros_like(w), np.zeros(w.shape, int)
+    for idx, band, pos in _bands(g):
+        assert band.size < 2 * cin + g.u
+        wb = np.zeros((idx.size, band.size))
+        np.put_along_axis(wb, pos, w[idx], axis=1)
+        y[:, idx] = np.einsum("kv,nvhw->nkhw", wb, x[:, band])
+        full = np.einsum("nkhw,nvhw->kv", gy[:, idx], x[:, band])
+        gw[idx] = np.take_along_axis(full, pos, axis=1)
+        seen[idx] += 1
+        if np.unique(g.starts()[idx]).size == 1:
+            assert band.size == g.u
+    assert np.all(seen == 1)
+    want_gx, want_gw = scc.scc_backward(x, w, gy, g)
+    np.testing.assert_allclose(y, scc.scc_forward(x, w, g), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cin,cout,cg,co", BAND_GRID)
+def test_channel_tiles_give_the_input_gradient(rng, cin, cout, cg, co):
+    """The input-gradient kernel's table: each 64-channel tile lists exactly the filters
+    whose window meets it (in window order), and pulling from them (weights dense-masked,
+    emulated here) gives the reference."""
+    from tensorconv.ops import scc_conv
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    ptr, ks = scc_conv.data_tiles(g)
+    w = rng.standard_normal((cout, g.u))
+    gy = rng.standard_normal((2, cout, 3, 2))
+    dense = scc.dense_weights(w, g)
+    gx = np.zeros((2, cin, 3, 2))
+    for t in range(ptr.size - 1):
+        tile = np.arange(t * scc_conv.BM, min((t + 1) * scc_conv.BM, cin))
+        listed = ks[ptr[t]:ptr[t + 1]]
+        meets = [k for k in range(cout) if np.isin(g.channels()[k], tile).any()]
+        assert sorted(listed) == meets
+        assert np.all(np.diff(g.starts()[listed]) >= 0)
+        gx[:, tile] = np.einsum("kc,nkhw->nchw", dense[listed][:, tile], gy[:, listed])
+    want = scc.scc_backward(np.zeros((2, cin, 3, 2)), w, gy, g)[0]
+    np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
+
+
 def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
     from tensorconv import ops
 

@@ -38,17 +38,12 @@ def plan_scc_conv(m: SCCConv2d, plan: Plan, x, *, bn=None, relu=False, residual=
     def launch(_tile) -> Step:
         return Step(lambda: scc_conv.scc_conv2d(x, w, g, b, relu=bool(relu), out=out),
                     f"scc {g.cin}->{g.cout} cg{g.cg} co{g.co:g} on {tuple(x.shape)}",
-                    _forward_kernels())
+                    (scc_conv.forward_kernel(g, x.shape[0] * x.shape[2] * x.shape[3]),))
 
     return plan_one_launch_or_parts(
         plan, "scc_path", (scc_conv.FILE,) + DENSE_FILES,
         f"{g}|{tuple(x.shape)}|relu{bool(relu)}", launch=launch, out=out, plan_parts=dense,
         tiles=lambda: [0], decode=int, encode=int, default=0, allowed=(0,))
-
-
-def _forward_kernels():
-    """The forward kernel an SCC step launches."""
-    return tuple(k for k in scc_conv.kernels() if k.name == "scc_fwd")
 
 
 def plan_separable(m: Separable, plan: Plan, x, *, bn=None, relu=False, residual=None):

@@ -1,14 +1,15 @@
 """Sliding-channel convolution (``kernels_cu/scc_conv.cu``): forward, both gradients, fp32,
 NCHW (Wang et al., DSXplore, IPDPS'21).
 
-The filters of an SCC layer fall into ``cycle`` window groups (filter k reads window
-``k mod cycle``); every kernel works a group at a time, staging its window once for all its
-filters (the paper's channel-cyclic reuse).  The input gradient is input-centric (each
-input channel gathers the filters whose window holds it, through the channel map: no
-atomics), with the output-centric atomic form (the paper's "Var") beside it for the
-comparison; the weight gradient reduces per-block partial sums in a fixed order, so it is
-deterministic too.  The launch shapes are fixed (a block of 256 threads: 32 filters x 64
-pixels forward, 32 filters x 32 offsets for the weight gradient); nothing to tune yet.
+The filters, sorted by window start (the channel-cyclic groups side by side), are tiled 64
+at a time; a tile reads one band of consecutive channels, so the forward pass and the
+weight gradient are GEMMs over that band with the weights dense-masked in shared memory,
+and the input gradient is a GEMM per tile of 64 input channels over the filters whose
+window meets them (input-centric: each gx value written once, no atomics).  Pixels are
+flat over the batch.  Beside it, the paper's two per-thread forms of the input gradient:
+``"gather"`` (input-centric through the channel map) and ``"output"`` (output-centric with
+atomics, its "Var").  The weight gradient reduces per-split partial sums in a fixed order,
+so every gradient here is deterministic but the atomic one.
 """
 
 from __future__ import annotations
@@ -25,33 +26,106 @@ from tensorconv.reference.scc import SCCGeometry
 
 FILE = "scc_conv.cu"
 THREADS = 256
-BK, BP, UC = 32, 64, 32          # scc:: constants of the .cu
-DATA_VARIANTS = ("input", "output")
-NAMES = ("scc_fwd", "scc_bwd_data", "scc_bwd_data_atomic", "scc_bwd_filter",
-         "scc_reduce_splits")
+BM, RC = 64, 16                  # scc:: constants of the .cu: filter/channel tile, chunk
+PIXEL_TILES = (4, 8)             # TN: 16·TN pixels per block (forward, input gradient)
+FILTER_BAND = 64                 # band channels per weight-gradient block
+DATA_VARIANTS = ("input", "gather", "output")
+_SIMPLE = ("scc_bwd_data_gather", "scc_bwd_data_atomic", "scc_bwd_filter",
+           "scc_reduce_splits")
+
+
+def _fwd_name(tn: int) -> str:
+    return f"scc_fwd<{tn}>"
+
+
+def _data_name(tn: int) -> str:
+    return f"scc_bwd_data<{tn}>"
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
-    """Every kernel of the file (forward, both input-gradient forms, the weight gradient)."""
-    return tuple(cuda.kernel_ref(FILE, n) for n in NAMES)
+    """Every kernel of the file (forward, the three input-gradient forms, the weight
+    gradient and its reduction)."""
+    names = [f(tn) for f in (_fwd_name, _data_name) for tn in PIXEL_TILES] + list(_SIMPLE)
+    return tuple(cuda.kernel_ref(FILE, n) for n in names)
 
 
 def instantiations() -> list[str]:
-    """No templates: CI's nvcc build compiles the file as it is."""
-    return []
+    """The template instances CI's nvcc build compiles."""
+    return sorted(f(tn) for f in (_fwd_name, _data_name) for tn in PIXEL_TILES)
+
+
+@functools.lru_cache(maxsize=256)
+def sorted_filters(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, starts)``: the filters sorted by window start (then index) and the start
+    of each, both (Cout,) int32.  Consecutive sorted filters read overlapping windows."""
+    b = geom.starts()
+    order = np.lexsort((np.arange(geom.cout), b))
+    return order.astype(np.int32), b[order].astype(np.int32)
+
+
+def band_spans(geom: SCCGeometry) -> np.ndarray:
+    """The channels each tile of ``BM`` sorted filters reads: last start - first start + U
+    (int64, (tiles,)); a tile inside one window group reads exactly U."""
+    _, starts = sorted_filters(geom)
+    first = starts[::BM].astype(np.int64)
+    last = starts[np.minimum(np.arange(BM, geom.cout + BM, BM), geom.cout) - 1]
+    return last - first + geom.u
+
+
+@functools.lru_cache(maxsize=256)
+def data_tiles(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """The input gradient's table: for each tile of ``BM`` input channels, the filters
+    whose window holds one of them, as CSR ``(ptr (tiles + 1,), filters)`` (int32, in
+    window order)."""
+    order, _ = sorted_filters(geom)
+    tiles = cdiv(geom.cin, BM)
+    meets = np.zeros((geom.cout, tiles), dtype=bool)
+    rows = np.repeat(np.arange(geom.cout), geom.u)
+    meets[rows, (geom.channels() // BM).reshape(-1)] = True
+    meets = meets[order]                                  # rows in window order
+    t, i = np.nonzero(meets.T)                            # by tile, then window order
+    ptr_ = np.concatenate([[0], np.cumsum(np.bincount(t, minlength=tiles))]).astype(np.int32)
+    return ptr_, order[i].astype(np.int32)
 
 
 @functools.lru_cache(maxsize=256)
 def channel_map(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The input-centric gradient's table: for each input channel c, the (filter k, weight
-    index k·U + u) pairs with ``(b_k + u) mod Cin == c``, as CSR ``(ptr (Cin + 1,), k, widx)``
-    (int32).  The pairs of a channel are in filter order."""
+    """The per-thread input-centric gradient's table: for each input channel c, the
+    (filter k, weight index k·U + u) pairs with ``(b_k + u) mod Cin == c``, as CSR
+    ``(ptr (Cin + 1,), k, widx)`` (int32).  The pairs of a channel are in filter order."""
     chans = geom.channels().reshape(-1)                  # (Cout·U,): channel of each weight
     widx = np.arange(chans.size)
     order = np.lexsort((widx, chans))                    # by channel, then filter
     counts = np.bincount(chans, minlength=geom.cin)
     ptr_ = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return ptr_, (widx[order] // geom.u).astype(np.int32), widx[order].astype(np.int32)
+
+
+@functools.lru_cache(maxsize=256)
+def _device_tables(geom: SCCGeometry, device: int, which: str):
+    """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
+    window start of each filter), ``"tiles"`` or ``"map"``."""
+    import cupy
+
+    host = {"sorted": lambda: sorted_filters(geom),
+            "starts": lambda: (geom.starts().astype(np.int32),),
+            "tiles": lambda: data_tiles(geom),
+            "map": lambda: channel_map(geom)}[which]()
+    with cupy.cuda.Device(device):
+        return tuple(cupy.asarray(a) for a in host)
+
+
+def pixel_tile(row_tiles: int, pixels: int, sm_count: int) -> int:
+    """TN of a forward or input-gradient launch: 128-pixel tiles where they still give
+    two blocks per SM, else 64."""
+    big = PIXEL_TILES[-1]
+    return big if row_tiles * cdiv(pixels, 16 * big) >= 2 * sm_count else PIXEL_TILES[0]
+
+
+def forward_kernel(geom: SCCGeometry, pixels: int) -> cuda.KernelRef:
+    """The kernel :func:`scc_conv2d` launches for ``pixels`` = N x H x W."""
+    tn = pixel_tile(cdiv(geom.cout, BM), pixels, backend.device_facts().sm_count)
+    return cuda.kernel_ref(FILE, _fwd_name(tn))
 
 
 def _check_geom(geom) -> SCCGeometry:
@@ -107,13 +181,14 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=No
         y = reference.scc_forward(x, w, geom, bias).astype(np.float32)
         return np.maximum(y, 0, out=y) if relu else y
     out = output_buffer(xp, out, (n, geom.cout, h, wd))
-    p = h * wd
+    q = n * h * wd
+    tiles = cdiv(geom.cout, BM)
+    tn = pixel_tile(tiles, q, backend.device_facts().sm_count)
+    order, starts = _device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
-    p_tiles, k_tiles = cdiv(p, BP), cdiv(cdiv(geom.cout, geom.cycle), BK)
-    groups = min(geom.cycle, geom.cout)      # window groups that hold a filter
-    launch(cuda.kernel_ref(FILE, "scc_fwd"), (n * p_tiles, groups * k_tiles, 1), (THREADS,),
-           (x, w, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u), i32(geom.stride),
-            i32(geom.cycle), i32(p), i32(p_tiles), i32(k_tiles), i32(bool(relu))))
+    launch(forward_kernel(geom, q), (cdiv(q, 16 * tn), tiles, 1), (THREADS,),
+           (x, w, order, starts, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u),
+            i32(h * wd), i32(q), i32(bool(relu))))
     return out
 
 
@@ -125,9 +200,11 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     gy : array, (N, Cout, H, W), float32
     w : array, (Cout, U), float32
     geom : SCCGeometry
-    variant : {"input", "output"}
-        Input-centric (each channel gathers its filters: deterministic, no atomics) or
-        output-centric (each filter adds into its window's channels with atomics).
+    variant : {"input", "gather", "output"}
+        Input-centric as a tiled GEMM (each tile of channels pulls from the filters that
+        read it: deterministic, no atomics); the paper's input-centric form, one thread
+        per input value walking the channel map; or its output-centric "Var" (each filter
+        adds into its window's channels with atomics).
     out : array, (N, Cin, H, W), float32, optional (GPU only)
 
     Returns
@@ -145,34 +222,35 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
         x0 = np.zeros((n, geom.cin, h, wd))
         return reference.scc_backward(x0, w, gy, geom)[0].astype(np.float32)
     out = output_buffer(xp, out, (n, geom.cin, h, wd))
-    p = h * wd
+    p, q = h * wd, n * h * wd
+    device = xp.cuda.runtime.getDevice()
     i32 = np.int32
-    p_tiles = cdiv(p, THREADS)
-    if variant == "output":
+    if variant == "input":
+        tiles = cdiv(geom.cin, BM)
+        tn = pixel_tile(tiles, q, backend.device_facts().sm_count)
+        (begin_k,) = _device_tables(geom, device, "starts")
+        tile_ptr, tile_k = _device_tables(geom, device, "tiles")
+        launch(cuda.kernel_ref(FILE, _data_name(tn)), (cdiv(q, 16 * tn), tiles, 1),
+               (THREADS,), (gy, w, begin_k, tile_ptr, tile_k, out, i32(geom.cin),
+                            i32(geom.cout), i32(geom.u), i32(p), i32(q)))
+    elif variant == "gather":
+        launch(cuda.kernel_ref(FILE, "scc_bwd_data_gather"), (cdiv(q, THREADS), geom.cin, 1),
+               (THREADS,), (gy, w, *_device_tables(geom, device, "map"), out, i32(geom.cin),
+                            i32(geom.cout), i32(p), i32(q)))
+    else:
         out.fill(0)
-        launch(cuda.kernel_ref(FILE, "scc_bwd_data_atomic"), (n * p_tiles, geom.cout, 1),
-               (THREADS,), (gy, w, out, i32(geom.cin), i32(geom.cout), i32(geom.u),
-                            i32(geom.stride), i32(p), i32(p_tiles)))
-        return out
-    tables = _device_map(geom, xp.cuda.runtime.getDevice())
-    launch(cuda.kernel_ref(FILE, "scc_bwd_data"), (n * p_tiles, geom.cin, 1), (THREADS,),
-           (gy, w, *tables, out, i32(geom.cin), i32(geom.cout), i32(p), i32(p_tiles)))
+        (begin_k,) = _device_tables(geom, device, "starts")
+        launch(cuda.kernel_ref(FILE, "scc_bwd_data_atomic"), (cdiv(q, THREADS), geom.cout, 1),
+               (THREADS,), (gy, w, begin_k, out, i32(geom.cin), i32(geom.cout), i32(geom.u),
+                            i32(p), i32(q)))
     return out
-
-
-@functools.lru_cache(maxsize=256)
-def _device_map(geom: SCCGeometry, device: int):
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return tuple(cupy.asarray(a) for a in channel_map(geom))
 
 
 def default_splits(geom: SCCGeometry, pixels: int, sm_count: int) -> int:
     """Pixel shares of the weight gradient: enough blocks for two per SM, each share at
-    least 16 staging rounds of 64 pixels."""
-    blocks = min(geom.cycle, geom.cout) * cdiv(cdiv(geom.cout, geom.cycle), BK) * cdiv(geom.u, UC)
-    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(pixels, 16 * BP)))
+    least 8 chunks of 16 pixels."""
+    blocks = int(sum(cdiv(int(span), FILTER_BAND) for span in band_spans(geom)))
+    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(pixels, 8 * RC)))
 
 
 def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None = None,
@@ -208,19 +286,18 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
         w0 = np.zeros((geom.cout, geom.u))
         return reference.scc_backward(x, w0, gy, geom)[1].astype(np.float32)
     out = output_buffer(xp, out, (geom.cout, geom.u))
-    total = n * h * wd
-    splits = min(splits or default_splits(geom, total, backend.device_facts().sm_count),
-                 cdiv(total, BP))
-    per_split = cdiv(cdiv(total, splits), BP) * BP
-    splits = cdiv(total, per_split)
+    q = n * h * wd
+    splits = min(splits or default_splits(geom, q, backend.device_facts().sm_count),
+                 cdiv(q, RC))
+    per_split = cdiv(cdiv(q, splits), RC) * RC
+    splits = cdiv(q, per_split)                            # no empty share
     partial = workspace(xp, splits * geom.cout * geom.u)   # graph-safe: no allocation
+    order, starts = _device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
-    k_tiles, u_tiles = cdiv(cdiv(geom.cout, geom.cycle), BK), cdiv(geom.u, UC)
-    groups = min(geom.cycle, geom.cout)
-    launch(cuda.kernel_ref(FILE, "scc_bwd_filter"), (groups * k_tiles, u_tiles, splits),
-           (THREADS,), (x, gy, partial, i32(n), i32(geom.cin), i32(geom.cout), i32(geom.u),
-                        i32(geom.stride), i32(geom.cycle), i32(h * wd), i32(k_tiles),
-                        i32(u_tiles), i32(per_split)))
+    bands = cdiv(int(band_spans(geom).max()), FILTER_BAND)
+    launch(cuda.kernel_ref(FILE, "scc_bwd_filter"), (bands, cdiv(geom.cout, BM), splits),
+           (THREADS,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
+                        i32(geom.u), i32(h * wd), i32(q), i32(per_split)))
     size = geom.cout * geom.u
     launch(cuda.kernel_ref(FILE, "scc_reduce_splits"), (cdiv(size, THREADS), 1, 1),
            (THREADS,), (partial, out, i32(splits), i32(size)))

@@ -70,7 +70,7 @@ def test_scc_kernels_match_the_reference(rng, geom):
     want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
     assert rel_err(y.get(), want) <= 1e-5
     gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
-    for variant in ("input", "output"):
+    for variant in ("input", "gather", "output"):
         gx = poison(x.shape)
         ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, variant=variant,
                                      out=gx)
@@ -80,6 +80,34 @@ def test_scc_kernels_match_the_reference(rng, geom):
         ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
                                        out=gw)
         assert rel_err(gw.get(), gw_want) <= 1e-5, splits
+
+
+@pytest.mark.parametrize("tn", [4, 8])
+@pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
+                                            (256, 200, 8, 0.25), (64, 64, 1, 0.0)])
+def test_scc_kernels_on_both_pixel_tiles(rng, monkeypatch, tn, cin, cout, cg, co):
+    """Forward and input gradient on 64- and 128-pixel tiles (forced), several filter and
+    channel tiles, pixels flat across images (13x13 maps, not a tile multiple)."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_conv
+
+    monkeypatch.setattr(scc_conv, "pixel_tile", lambda *_: tn)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((5, cin, 13, 13)).astype(np.float32)
+    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+    gy = rng.standard_normal((5, cout, 13, 13)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    y = cp.full((5, cout, 13, 13), cp.nan, cp.float32)
+    ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, out=y)
+    assert rel_err(y.get(), scc.scc_forward(x64, w64, geom)) <= 1e-5
+    gx = cp.full(x.shape, cp.nan, cp.float32)
+    ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, out=gx)
+    gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
+    assert rel_err(gx.get(), gx_want) <= 1e-5
+    gw = ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom)
+    assert rel_err(gw.get(), gw_want) <= 1e-5
 
 
 def test_the_weight_gradient_is_deterministic(rng):

@@ -82,9 +82,10 @@ def _random_tf32x3_tile(rng, geom, trial):
         if (warps_m * warps_n <= tf32x3.MAX_WARPS and tile.pixels % tw == 0
                 and tile.smem_bytes(geom) <= 96 * 1024):
             return tile
-    # large filters on many channels: no random tile of these template arguments fits
-    return next(t for t in tf32x3.candidates(geom, backend.device_facts())
-                if (t.wm, t.wn) == (wm, wn))
+    # large filters on many channels: no random tile of these template arguments fits;
+    # a candidate of the same warp tile where the ranked list keeps one, else the best
+    cands = tf32x3.candidates(geom, backend.device_facts())
+    return next((t for t in cands if (t.wm, t.wn) == (wm, wn)), cands[0])
 
 
 def _random_winograd_tile(rng, trial):

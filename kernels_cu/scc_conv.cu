@@ -54,23 +54,43 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     int Cin, int Cout, int U, int P, int Q, int relu)
 {
     using namespace scc;
-    constexpr int BN = 16 * TN;
+    constexpr int BN = 16 * TN, WL = RC * BM / THREADS, XL = RC * BN / THREADS;
     static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
     tc::wait_prior_grids();
-    __shared__ float ws[RC][BM];
+    __shared__ float ws[RC][BM + 1];
     __shared__ float xs[RC][BN];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
     const int lo = starts[i0], span = starts[last] - lo + U;
 
-    // The filter this thread stages weights for, and the pixel it stages inputs for.
-    const int wm = tid % BM, wr = tid / BM;
-    const int wi = i0 + wm;
-    const int wk = wi < Cout ? order[wi] : -1;
-    const int wb = wi < Cout ? starts[wi] - lo : 0;   // its window within the band
+    // Weights stage along u (a filter's consecutive weights: coalesced): this thread's
+    // band offset wr and its WL filters, with their window within the band.
+    const int wr = tid % RC;
+    int wk[WL], wb[WL];
+#pragma unroll
+    for (int l = 0; l < WL; ++l) {
+        const int si = i0 + tid / RC + l * (THREADS / RC);
+        wk[l] = si < Cout ? order[si] : -1;
+        wb[l] = si < Cout ? starts[si] - lo : 0;
+    }
+    // Inputs stage along pixels: this thread's pixel and its XL band rows.
     const int xq = tid % BN, xr = tid / BN;
     const long long xbase = pixel_base(q0 + xq, Q, Cin, P);
+
+    float wreg[WL], xreg[XL];
+    auto load = [&](int v0) {
+#pragma unroll
+        for (int l = 0; l < WL; ++l) {
+            const int u = v0 + wr - wb[l];
+            wreg[l] = wk[l] >= 0 && u >= 0 && u < U ? w[(size_t)wk[l] * U + u] : 0.f;
+        }
+#pragma unroll
+        for (int l = 0; l < XL; ++l) {
+            const int v = v0 + xr + l * (THREADS / BN);
+            xreg[l] = xbase >= 0 && v < span ? x[xbase + (size_t)wrap(lo + v, Cin) * P] : 0.f;
+        }
+    };
 
     float acc[4][TN];
 #pragma unroll
@@ -78,18 +98,14 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
+    load(0);
     for (int v0 = 0; v0 < span; v0 += RC) {
 #pragma unroll
-        for (int rr = 0; rr < RC * BM / THREADS; ++rr) {
-            const int r = wr + rr * (THREADS / BM), u = v0 + r - wb;
-            ws[r][wm] = wk >= 0 && u >= 0 && u < U ? w[(size_t)wk * U + u] : 0.f;
-        }
+        for (int l = 0; l < WL; ++l) ws[wr][tid / RC + l * (THREADS / RC)] = wreg[l];
 #pragma unroll
-        for (int rr = 0; rr < RC * BN / THREADS; ++rr) {
-            const int r = xr + rr * (THREADS / BN), v = v0 + r;
-            xs[r][xq] = xbase >= 0 && v < span ? x[xbase + (size_t)wrap(lo + v, Cin) * P] : 0.f;
-        }
+        for (int l = 0; l < XL; ++l) xs[xr + l * (THREADS / BN)][xq] = xreg[l];
         __syncthreads();
+        if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
             float a[4], b[TN];
@@ -130,7 +146,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     int Cin, int Cout, int U, int P, int Q)
 {
     using namespace scc;
-    constexpr int BN = 16 * TN;
+    constexpr int BN = 16 * TN, WL = RC * BM / THREADS, GL = RC * BN / THREADS;
     static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
     tc::wait_prior_grids();
     __shared__ float ws[RC][BM];
@@ -139,10 +155,33 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
 
-    const int wm = tid % BM, wr = tid / BM;   // the channel this thread stages weights for
+    // Weights stage along channels (consecutive channels of one filter are consecutive
+    // weights: coalesced): this thread's channel and its WL list rows.
+    const int wm = tid % BM, wr = tid / BM;
     const int wc = c0 + wm;
     const int gq = tid % BN, gr = tid / BN;
     const long long gbase = pixel_base(q0 + gq, Q, Cout, P);
+
+    float wreg[WL], greg[GL];
+    auto load = [&](int e0) {
+#pragma unroll
+        for (int l = 0; l < WL; ++l) {
+            const int e = e0 + wr + l * (THREADS / BM);
+            float v = 0.f;
+            if (e < e_end && wc < Cin) {
+                const int k = tile_k[e];
+                int u = wc - begin_k[k];
+                u += u < 0 ? Cin : 0;
+                if (u < U) v = w[(size_t)k * U + u];
+            }
+            wreg[l] = v;
+        }
+#pragma unroll
+        for (int l = 0; l < GL; ++l) {
+            const int e = e0 + gr + l * (THREADS / BN);
+            greg[l] = gbase >= 0 && e < e_end ? gy[gbase + (size_t)tile_k[e] * P] : 0.f;
+        }
+    };
 
     float acc[4][TN];
 #pragma unroll
@@ -150,26 +189,14 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
+    load(e_begin);
     for (int e0 = e_begin; e0 < e_end; e0 += RC) {
 #pragma unroll
-        for (int rr = 0; rr < RC * BM / THREADS; ++rr) {
-            const int r = wr + rr * (THREADS / BM);
-            float v = 0.f;
-            if (e0 + r < e_end && wc < Cin) {
-                const int k = tile_k[e0 + r];
-                int u = wc - begin_k[k];
-                u += u < 0 ? Cin : 0;
-                if (u < U) v = w[(size_t)k * U + u];
-            }
-            ws[r][wm] = v;
-        }
+        for (int l = 0; l < WL; ++l) ws[wr + l * (THREADS / BM)][wm] = wreg[l];
 #pragma unroll
-        for (int rr = 0; rr < RC * BN / THREADS; ++rr) {
-            const int r = gr + rr * (THREADS / BN);
-            gs[r][gq] = gbase >= 0 && e0 + r < e_end
-                            ? gy[gbase + (size_t)tile_k[e0 + r] * P] : 0.f;
-        }
+        for (int l = 0; l < GL; ++l) gs[gr + l * (THREADS / BN)][gq] = greg[l];
         __syncthreads();
+        if (e0 + RC < e_end) load(e0 + RC);
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
             float a[4], b[TN];
@@ -247,7 +274,8 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
     int Cin, int Cout, int U, int P, int Q, int per_split)
 {
     using namespace scc;
-    constexpr int BN = 64;
+    constexpr int BN = 64, L = BM * RC / THREADS;   // L rows of each operand per thread
+    static_assert(BN == BM, "both operands stage alike");
     tc::wait_prior_grids();
     __shared__ float gs[RC][BM + 4];
     __shared__ float xs[RC][BN + 4];
@@ -258,26 +286,38 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
     if (v0 >= span) return;            // the grid covers the widest band of any tile
     const int q_begin = blockIdx.z * per_split, q_end = min(q_begin + per_split, Q);
 
-    // Staging: a thread keeps one pixel lane (r) and walks rows of the tile.
-    const int sr = tid % RC, sm = tid / RC;     // sm in [0, 16)
-
-    float acc[4][4] = {};
-    for (int qc = q_begin; qc < q_end; qc += RC) {
+    // Staging: a thread keeps one pixel lane (sr) and L rows of each operand: the gy rows
+    // of L filters and the x rows of L band channels, fixed for the whole reduction.
+    const int sr = tid % RC, sm = tid / RC;
+    long long grow[L], xrow[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+        const int m = sm + l * (THREADS / RC), si = i0 + m;
+        grow[l] = si < Cout ? (long long)order[si] * P : -1;
+        xrow[l] = v0 + m < span ? (long long)wrap(lo + v0 + m, Cin) * P : -1;
+    }
+    float greg[L], xreg[L];
+    auto load = [&](int qc) {
         const int q = qc + sr;
         const long long gb = q < q_end ? pixel_base(q, Q, Cout, P) : -1;
         const long long xb = q < q_end ? pixel_base(q, Q, Cin, P) : -1;
 #pragma unroll
-        for (int mm = 0; mm < BM * RC / THREADS; ++mm) {
-            const int m = sm + mm * (THREADS / RC), si = i0 + m;
-            gs[sr][m] = gb >= 0 && si < Cout ? gy[gb + (size_t)order[si] * P] : 0.f;
+        for (int l = 0; l < L; ++l) {
+            greg[l] = gb >= 0 && grow[l] >= 0 ? gy[gb + grow[l]] : 0.f;
+            xreg[l] = xb >= 0 && xrow[l] >= 0 ? x[xb + xrow[l]] : 0.f;
         }
+    };
+
+    float acc[4][4] = {};
+    load(q_begin);
+    for (int qc = q_begin; qc < q_end; qc += RC) {
 #pragma unroll
-        for (int vv = 0; vv < BN * RC / THREADS; ++vv) {
-            const int v = sm + vv * (THREADS / RC);
-            xs[sr][v] = xb >= 0 && v0 + v < span ? x[xb + (size_t)wrap(lo + v0 + v, Cin) * P]
-                                                  : 0.f;
+        for (int l = 0; l < L; ++l) {
+            gs[sr][sm + l * (THREADS / RC)] = greg[l];
+            xs[sr][sm + l * (THREADS / RC)] = xreg[l];
         }
         __syncthreads();
+        if (qc + RC < q_end) load(qc + RC);
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
             float a[4], b[4];

@@ -246,11 +246,19 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _bands(geom: SCCGeometry) -> tuple[int, int]:
+    """(band tiles of the widest filter tile, band-tile blocks of all filter tiles) of the
+    weight gradient."""
+    tiles = [cdiv(int(span), FILTER_BAND) for span in band_spans(geom)]
+    return max(tiles), sum(tiles)
+
+
 def default_splits(geom: SCCGeometry, pixels: int, sm_count: int) -> int:
-    """Pixel shares of the weight gradient: enough blocks for two per SM, each share at
-    least 8 chunks of 16 pixels."""
-    blocks = int(sum(cdiv(int(span), FILTER_BAND) for span in band_spans(geom)))
-    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(pixels, 8 * RC)))
+    """Pixel shares of the weight gradient: about six blocks per SM (a block's reduction
+    is a chain of dependent chunks: many in flight hide its latency), each share at least
+    8 chunks of 16 pixels."""
+    return max(1, min(cdiv(6 * sm_count, _bands(geom)[1]), cdiv(pixels, 8 * RC)))
 
 
 def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None = None,
@@ -294,7 +302,7 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     partial = workspace(xp, splits * geom.cout * geom.u)   # graph-safe: no allocation
     order, starts = _device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
-    bands = cdiv(int(band_spans(geom).max()), FILTER_BAND)
+    bands = _bands(geom)[0]
     launch(cuda.kernel_ref(FILE, "scc_bwd_filter"), (bands, cdiv(geom.cout, BM), splits),
            (THREADS,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
                         i32(geom.u), i32(h * wd), i32(q), i32(per_split)))

@@ -21,6 +21,7 @@ networks at 3x224x224, batch ``--batch`` (the paper: 32-64), Fig. 8.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -43,10 +44,21 @@ SETTINGS = ((2, 0.5), (4, 0.5), (8, 0.5), (2, 0.25), (2, 0.75))
 PAPER = {"base/ours": 5.68, "opt/ours": 2.34}     # V100 averages, Fig. 7
 
 
+def _setting(text: str) -> tuple[int, float]:
+    """``"cg:co"`` -> (cg, co)."""
+    try:
+        cg, co = text.split(":")
+        return int(cg), float(co)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a setting is CG:CO (e.g. 2:0.5), got {text!r}")
+
+
 def _args(argv):
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+",
                    default=["vgg16", "vgg19", "resnet18", "resnet50_cifar", "mobilenet_v1"])
+    p.add_argument("--settings", nargs="+", type=_setting, default=list(SETTINGS),
+                   metavar="CG:CO", help="(cg, co) pairs, e.g. 2:0.5 4:0.5 (the paper's five)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--imagenet", action="store_true", help="3x224x224 inputs (Fig. 8)")
@@ -84,7 +96,7 @@ def main(argv=None) -> int:
     cp = backend.require_cuda(NAME)
     env = bench.environment()
     rs = ResultSet(NAME, env)
-    settings = SETTINGS[:1] if args.quick else SETTINGS
+    settings = args.settings[:1] if args.quick else args.settings
     models = args.models[:1] if args.quick else args.models
     shape = (args.batch, 3, 224, 224) if args.imagenet else (args.batch, 1, 32, 32)
     from tqdm import tqdm

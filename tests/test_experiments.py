@@ -140,6 +140,8 @@ def test_scc_backward_quick(tmp_path):
     assert len(errs) == 2 * 6 and max(errs) <= 1e-5   # 2 layers x 6 implementations
     impls = {r["variant"] for r in rows if r["metric"] == "backward_us"}
     assert {"ours", "gather", "var", "dense", "base", "opt"} <= impls
+    kernel = {r["variant"] for r in rows if r["metric"] == "fwd_bwd_graph_us"}
+    assert {"ours", "gather", "var"} <= kernel
     assert (tmp_path / "scc_backward.png").stat().st_size > 0
 
 

@@ -10,24 +10,27 @@
 // (span / U) for its reuse.  Pixels are flat over the batch (q = n * P + p), so small
 // feature maps still fill whole tiles.
 //
-// scc_fwd<TN>: y for 64 sorted filters x 16·TN pixels per block; each thread 4 filters x
-//   TN pixels; bias and ReLU fused.
-// scc_bwd_data<TN>: the input-centric gradient, as a GEMM: a block owns 64 input channels
-//   x 16·TN pixels and pulls from the filters whose window meets its channels (a per-tile
+// The GEMM kernels take their tile as template arguments <TY, TX, TN>: TY x TX threads,
+// each 4 rows x TN columns, so a block covers BM = 4·TY rows x TN·TX columns.  Small row
+// tiles (16, 32) keep a tile inside one window group where groups are small.
+//
+// scc_fwd: y for BM sorted filters x TN·TX pixels per block; bias and ReLU fused.
+// scc_bwd_data: the input-centric gradient, as a GEMM: a block owns BM input channels x
+//   TN·TX pixels and pulls from the filters whose window meets its channels (a per-tile
 //   list made on the host); every gx value is written once: no atomics, deterministic.
 // scc_bwd_data_gather: the paper's input-centric form, one thread per (channel, pixel)
 //   walking its channel's (filter, weight) pairs (the channel map, CSR).
 // scc_bwd_data_atomic: the paper's output-centric "Var": one thread per (filter, pixel)
 //   adds w[k, u] * gy[k, p] into each channel of its window with atomicAdd.
-// scc_bwd_filter: the weight gradient without atomics, as a GEMM: a block reduces 64
-//   sorted filters x 64 band channels over its share of the pixels into a partial sum;
+// scc_bwd_filter: the weight gradient without atomics, as a GEMM: a block reduces BM
+//   sorted filters x TN·TX band channels over its share of the pixels into a partial sum;
 //   scc_reduce_splits adds the shares in a fixed order.
 //
 // Launch geometry, tables and checks belong to tensorconv/ops/scc_conv.py.
 #include "tc_common.cuh"
 
 namespace scc {
-constexpr int THREADS = 256, BM = 64, RC = 16;   // 16 x 16 threads; reduction chunk
+constexpr int THREADS = 256, RC = 16;   // the per-thread kernels' block; reduction chunk
 
 // v mod Cin for 0 <= v < 3 Cin (a band starts below Cin and spans less than 2 Cin).
 __device__ __forceinline__ int wrap(int v, int Cin) {
@@ -43,8 +46,8 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
 }
 }  // namespace scc
 
-template <int TN>
-__global__ void __launch_bounds__(scc::THREADS) scc_fwd(
+template <int TY, int TX, int TN>
+__global__ void __launch_bounds__(TY * TX) scc_fwd(
     const float* __restrict__ x,        // (N, Cin, P)
     const float* __restrict__ w,        // (Cout, U)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start
@@ -53,13 +56,13 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     float* __restrict__ y,              // (N, Cout, P)
     int Cin, int Cout, int U, int P, int Q, int relu)
 {
-    using namespace scc;
-    constexpr int BN = 16 * TN, WL = RC * BM / THREADS, XL = RC * BN / THREADS;
-    static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
     tc::wait_prior_grids();
+    using namespace scc;
+    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, XL = RC * BN / T;
+    static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ float ws[RC][BM + 1];
     __shared__ float xs[RC][BN];
-    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
     const int lo = starts[i0], span = starts[last] - lo + U;
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     int wk[WL], wb[WL];
 #pragma unroll
     for (int l = 0; l < WL; ++l) {
-        const int si = i0 + tid / RC + l * (THREADS / RC);
+        const int si = i0 + tid / RC + l * (T / RC);
         wk[l] = si < Cout ? order[si] : -1;
         wb[l] = si < Cout ? starts[si] - lo : 0;
     }
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
         }
 #pragma unroll
         for (int l = 0; l < XL; ++l) {
-            const int v = v0 + xr + l * (THREADS / BN);
+            const int v = v0 + xr + l * (T / BN);
             xreg[l] = xbase >= 0 && v < span ? x[xbase + (size_t)wrap(lo + v, Cin) * P] : 0.f;
         }
     };
@@ -101,18 +104,18 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     load(0);
     for (int v0 = 0; v0 < span; v0 += RC) {
 #pragma unroll
-        for (int l = 0; l < WL; ++l) ws[wr][tid / RC + l * (THREADS / RC)] = wreg[l];
+        for (int l = 0; l < WL; ++l) ws[wr][tid / RC + l * (T / RC)] = wreg[l];
 #pragma unroll
-        for (int l = 0; l < XL; ++l) xs[xr + l * (THREADS / BN)][xq] = xreg[l];
+        for (int l = 0; l < XL; ++l) xs[xr + l * (T / BN)][xq] = xreg[l];
         __syncthreads();
         if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
             float a[4], b[TN];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + 16 * i];
+            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + TY * i];
 #pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + 16 * j];
+            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + TX * j];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -122,11 +125,11 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     }
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + tx + 16 * j, Q, Cout, P);
+        const long long base = pixel_base(q0 + tx + TX * j, Q, Cout, P);
         if (base < 0) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int si = i0 + ty + 16 * i;
+            const int si = i0 + ty + TY * i;
             if (si >= Cout) continue;
             const int k = order[si];
             const size_t at = base + (size_t)k * P;
@@ -135,8 +138,8 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd(
     }
 }
 
-template <int TN>
-__global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
+template <int TY, int TX, int TN>
+__global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     const float* __restrict__ gy,        // (N, Cout, P)
     const float* __restrict__ w,         // (Cout, U)
     const int* __restrict__ begin_k,     // (Cout,) window start of each filter
@@ -145,13 +148,13 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     float* __restrict__ gx,              // (N, Cin, P)
     int Cin, int Cout, int U, int P, int Q)
 {
-    using namespace scc;
-    constexpr int BN = 16 * TN, WL = RC * BM / THREADS, GL = RC * BN / THREADS;
-    static_assert(THREADS % BN == 0, "a staging thread keeps one pixel");
     tc::wait_prior_grids();
+    using namespace scc;
+    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, GL = RC * BN / T;
+    static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ float ws[RC][BM];
     __shared__ float gs[RC][BN];
-    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
 
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     auto load = [&](int e0) {
 #pragma unroll
         for (int l = 0; l < WL; ++l) {
-            const int e = e0 + wr + l * (THREADS / BM);
+            const int e = e0 + wr + l * (T / BM);
             float v = 0.f;
             if (e < e_end && wc < Cin) {
                 const int k = tile_k[e];
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
         }
 #pragma unroll
         for (int l = 0; l < GL; ++l) {
-            const int e = e0 + gr + l * (THREADS / BN);
+            const int e = e0 + gr + l * (T / BN);
             greg[l] = gbase >= 0 && e < e_end ? gy[gbase + (size_t)tile_k[e] * P] : 0.f;
         }
     };
@@ -192,18 +195,18 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     load(e_begin);
     for (int e0 = e_begin; e0 < e_end; e0 += RC) {
 #pragma unroll
-        for (int l = 0; l < WL; ++l) ws[wr + l * (THREADS / BM)][wm] = wreg[l];
+        for (int l = 0; l < WL; ++l) ws[wr + l * (T / BM)][wm] = wreg[l];
 #pragma unroll
-        for (int l = 0; l < GL; ++l) gs[gr + l * (THREADS / BN)][gq] = greg[l];
+        for (int l = 0; l < GL; ++l) gs[gr + l * (T / BN)][gq] = greg[l];
         __syncthreads();
         if (e0 + RC < e_end) load(e0 + RC);
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
             float a[4], b[TN];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + 16 * i];
+            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + TY * i];
 #pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = gs[r][tx + 16 * j];
+            for (int j = 0; j < TN; ++j) b[j] = gs[r][tx + TX * j];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -213,11 +216,11 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data(
     }
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + tx + 16 * j, Q, Cin, P);
+        const long long base = pixel_base(q0 + tx + TX * j, Q, Cin, P);
         if (base < 0) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int c = c0 + ty + 16 * i;
+            const int c = c0 + ty + TY * i;
             if (c < Cin) gx[base + (size_t)c * P] = acc[i][j];
         }
     }
@@ -265,7 +268,8 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_atomic(
     }
 }
 
-__global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
+template <int TY, int TX, int TN>
+__global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     const float* __restrict__ x,       // (N, Cin, P)
     const float* __restrict__ gy,      // (N, Cout, P)
     const int* __restrict__ order,     // (Cout,) filters sorted by window start
@@ -273,62 +277,65 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
     float* __restrict__ partial,       // (splits, Cout, U)
     int Cin, int Cout, int U, int P, int Q, int per_split)
 {
-    using namespace scc;
-    constexpr int BN = 64, L = BM * RC / THREADS;   // L rows of each operand per thread
-    static_assert(BN == BM, "both operands stage alike");
     tc::wait_prior_grids();
+    using namespace scc;
+    // LG filter rows and LX band rows per thread
+    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, LG = BM * RC / T, LX = BN * RC / T;
+    static_assert(T % RC == 0 && BM * RC % T == 0 && BN * RC % T == 0, "staging shapes");
     __shared__ float gs[RC][BM + 4];
     __shared__ float xs[RC][BN + 4];
-    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int i0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
     const int lo = starts[i0], span = starts[last] - lo + U;
     if (v0 >= span) return;            // the grid covers the widest band of any tile
     const int q_begin = blockIdx.z * per_split, q_end = min(q_begin + per_split, Q);
 
-    // Staging: a thread keeps one pixel lane (sr) and L rows of each operand: the gy rows
-    // of L filters and the x rows of L band channels, fixed for the whole reduction.
+    // Staging: a thread keeps one pixel lane (sr) and its rows of each operand: the gy
+    // rows of LG filters and the x rows of LX band channels, fixed for the whole reduction.
     const int sr = tid % RC, sm = tid / RC;
-    long long grow[L], xrow[L];
+    long long grow[LG], xrow[LX];
 #pragma unroll
-    for (int l = 0; l < L; ++l) {
-        const int m = sm + l * (THREADS / RC), si = i0 + m;
+    for (int l = 0; l < LG; ++l) {
+        const int si = i0 + sm + l * (T / RC);
         grow[l] = si < Cout ? (long long)order[si] * P : -1;
-        xrow[l] = v0 + m < span ? (long long)wrap(lo + v0 + m, Cin) * P : -1;
     }
-    float greg[L], xreg[L];
+#pragma unroll
+    for (int l = 0; l < LX; ++l) {
+        const int v = v0 + sm + l * (T / RC);
+        xrow[l] = v < span ? (long long)wrap(lo + v, Cin) * P : -1;
+    }
+    float greg[LG], xreg[LX];
     auto load = [&](int qc) {
         const int q = qc + sr;
         const long long gb = q < q_end ? pixel_base(q, Q, Cout, P) : -1;
         const long long xb = q < q_end ? pixel_base(q, Q, Cin, P) : -1;
 #pragma unroll
-        for (int l = 0; l < L; ++l) {
-            greg[l] = gb >= 0 && grow[l] >= 0 ? gy[gb + grow[l]] : 0.f;
-            xreg[l] = xb >= 0 && xrow[l] >= 0 ? x[xb + xrow[l]] : 0.f;
-        }
+        for (int l = 0; l < LG; ++l) greg[l] = gb >= 0 && grow[l] >= 0 ? gy[gb + grow[l]] : 0.f;
+#pragma unroll
+        for (int l = 0; l < LX; ++l) xreg[l] = xb >= 0 && xrow[l] >= 0 ? x[xb + xrow[l]] : 0.f;
     };
 
-    float acc[4][4] = {};
+    float acc[4][TN] = {};
     load(q_begin);
     for (int qc = q_begin; qc < q_end; qc += RC) {
 #pragma unroll
-        for (int l = 0; l < L; ++l) {
-            gs[sr][sm + l * (THREADS / RC)] = greg[l];
-            xs[sr][sm + l * (THREADS / RC)] = xreg[l];
-        }
+        for (int l = 0; l < LG; ++l) gs[sr][sm + l * (T / RC)] = greg[l];
+#pragma unroll
+        for (int l = 0; l < LX; ++l) xs[sr][sm + l * (T / RC)] = xreg[l];
         __syncthreads();
         if (qc + RC < q_end) load(qc + RC);
 #pragma unroll
         for (int r = 0; r < RC; ++r) {
-            float a[4], b[4];
+            float a[4], b[TN];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = gs[r][ty + 16 * i];
+            for (int i = 0; i < 4; ++i) a[i] = gs[r][ty + TY * i];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) b[j] = xs[r][tx + 16 * j];
+            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + TX * j];
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         __syncthreads();
     }
@@ -336,12 +343,12 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_filter(
     // every (filter, weight) lies in exactly one band tile, so each is written once.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int si = i0 + ty + 16 * i;
+        const int si = i0 + ty + TY * i;
         if (si >= Cout) continue;
         const int k = order[si], b = starts[si] - lo;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int u = v0 + tx + 16 * j - b;
+        for (int j = 0; j < TN; ++j) {
+            const int u = v0 + tx + TX * j - b;
             if (u >= 0 && u < U) partial[((size_t)blockIdx.z * Cout + k) * U + u] = acc[i][j];
         }
     }
@@ -362,10 +369,15 @@ __global__ void scc_reduce_splits(const float* __restrict__ partial, float* __re
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, float*, int, int, int, int, int);
-TC_I_SCC_BWD_DATA(4) TC_I_SCC_BWD_DATA(8)
+TC_I_SCC_BWD_DATA(16, 16, 4) TC_I_SCC_BWD_DATA(16, 16, 8) TC_I_SCC_BWD_DATA(4, 64, 4)
+TC_I_SCC_BWD_DATA(8, 32, 4)
 #undef TC_I_SCC_BWD_DATA
+#define TC_I_SCC_BWD_FILTER(...) template __global__ void scc_bwd_filter<__VA_ARGS__>( \
+    const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
+TC_I_SCC_BWD_FILTER(16, 16, 4) TC_I_SCC_BWD_FILTER(4, 16, 2) TC_I_SCC_BWD_FILTER(8, 16, 4)
+#undef TC_I_SCC_BWD_FILTER
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
-TC_I_SCC_FWD(4) TC_I_SCC_FWD(8)
+TC_I_SCC_FWD(16, 16, 4) TC_I_SCC_FWD(16, 16, 8) TC_I_SCC_FWD(4, 64, 4) TC_I_SCC_FWD(8, 32, 4)
 #undef TC_I_SCC_FWD
 #endif

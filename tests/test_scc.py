@@ -212,25 +212,26 @@ BAND_GRID = [(12, 10, 2, 0.5), (9, 14, 3, 0.34), (16, 40, 2, 0.75), (8, 3, 4, 0.
              (64, 150, 2, 0.33), (200, 70, 8, 0.25), (96, 130, 1, 0.0), (130, 64, 2, 0.5)]
 
 
-def _bands(g):
+def _bands(g, rows):
     """(sorted filters, band channels, dense-masked band weights) of each filter tile, as
     the forward and weight-gradient kernels stage them."""
     from tensorconv.ops import scc_conv
 
     order, starts = scc_conv.sorted_filters(g)
-    for t, span in enumerate(scc_conv.band_spans(g)):
-        i0 = t * scc_conv.BM
-        idx, lo = order[i0:i0 + scc_conv.BM], starts[i0]
-        pos = (starts[i0:i0 + scc_conv.BM] - lo)[:, None] + np.arange(g.u)   # (tile, U)
+    for t, span in enumerate(scc_conv.band_spans(g, rows)):
+        i0 = t * rows
+        idx, lo = order[i0:i0 + rows], starts[i0]
+        pos = (starts[i0:i0 + rows] - lo)[:, None] + np.arange(g.u)   # (tile, U)
         yield idx, (lo + np.arange(span)) % g.cin, pos
 
 
+@pytest.mark.parametrize("rows", [64, 32, 16])
 @pytest.mark.parametrize("cin,cout,cg,co", BAND_GRID)
-def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, cg, co):
+def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, cg, co, rows):
     """The forward and weight-gradient kernels' tiles: filters sorted by window start,
-    64 at a time, each tile a GEMM over one band of channels with its weights dense-masked
-    (emulated here in NumPy) give the reference; a tile inside one window group reads U
-    channels; every (filter, weight) lies in one band."""
+    ``rows`` at a time, each tile a GEMM over one band of channels with its weights
+    dense-masked (emulated here in NumPy) give the reference; a tile inside one window
+    group reads U channels; every (filter, weight) lies in one band."""
     from tensorconv.ops import scc_conv
 
     g = scc.scc_geometry(cin, cout, cg, co)
@@ -241,7 +242,7 @@ def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, c
     w = rng.standard_normal((cout, g.u))
     gy = rng.standard_normal((2, cout, 3, 2))
     y, gw, seen = np.zeros_like(gy), np.zeros_like(w), np.zeros(w.shape, int)
-    for idx, band, pos in _bands(g):
+    for idx, band, pos in _bands(g, rows):
         assert band.size < 2 * cin + g.u
         wb = np.zeros((idx.size, band.size))
         np.put_along_axis(wb, pos, w[idx], axis=1)
@@ -257,21 +258,22 @@ def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, c
     np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("rows", [64, 32, 16])
 @pytest.mark.parametrize("cin,cout,cg,co", BAND_GRID)
-def test_channel_tiles_give_the_input_gradient(rng, cin, cout, cg, co):
-    """The input-gradient kernel's table: each 64-channel tile lists exactly the filters
-    whose window meets it (in window order), and pulling from them (weights dense-masked,
-    emulated here) gives the reference."""
+def test_channel_tiles_give_the_input_gradient(rng, cin, cout, cg, co, rows):
+    """The input-gradient kernel's table: each tile of ``rows`` channels lists exactly the
+    filters whose window meets it (in window order), and pulling from them (weights
+    dense-masked, emulated here) gives the reference."""
     from tensorconv.ops import scc_conv
 
     g = scc.scc_geometry(cin, cout, cg, co)
-    ptr, ks = scc_conv.data_tiles(g)
+    ptr, ks = scc_conv.data_tiles(g, rows)
     w = rng.standard_normal((cout, g.u))
     gy = rng.standard_normal((2, cout, 3, 2))
     dense = scc.dense_weights(w, g)
     gx = np.zeros((2, cin, 3, 2))
     for t in range(ptr.size - 1):
-        tile = np.arange(t * scc_conv.BM, min((t + 1) * scc_conv.BM, cin))
+        tile = np.arange(t * rows, min((t + 1) * rows, cin))
         listed = ks[ptr[t]:ptr[t + 1]]
         meets = [k for k in range(cout) if np.isin(g.channels()[k], tile).any()]
         assert sorted(listed) == meets
@@ -279,6 +281,25 @@ def test_channel_tiles_give_the_input_gradient(rng, cin, cout, cg, co):
         gx[:, tile] = np.einsum("kc,nkhw->nchw", dense[listed][:, tile], gy[:, listed])
     want = scc.scc_backward(np.zeros((2, cin, 3, 2)), w, gy, g)[0]
     np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
+
+
+def test_each_layer_takes_the_tiles_of_least_work():
+    """Small window groups take small row tiles (no dense-masked zeros), large ones the
+    64-row tiles; every chosen tile is one the file instantiates."""
+    from tensorconv.ops import scc_conv
+
+    small = scc.scc_geometry(64, 64, 2, 0.5)       # 4 groups of 16 filters, U = 32
+    fwd, data, band = scc_conv._row_tiles(small)
+    assert fwd == 16 and band.rows == 16
+    assert scc_conv.band_spans(small, 16).tolist() == [32] * 4
+    large = scc.scc_geometry(512, 512, 2, 0.5)     # 4 groups of 128 filters, U = 256
+    fwd, data, band = scc_conv._row_tiles(large)
+    assert fwd == 64 and data == 64 and band.rows == 64
+    for g in (small, large):
+        rows = scc_conv._row_tiles(g)[0]
+        t = scc_conv.pixel_tile(rows, -(-g.cout // rows), 128 * 32 * 32, 132)
+        assert t in scc_conv.PIXEL_TILES and t.rows == rows
+        assert scc_conv._bands(g)[0] in scc_conv.BAND_TILES
 
 
 def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):

@@ -82,32 +82,52 @@ def test_scc_kernels_match_the_reference(rng, geom):
         assert rel_err(gw.get(), gw_want) <= 1e-5, splits
 
 
-@pytest.mark.parametrize("tn", [4, 8])
+def _shapes():
+    from tensorconv.ops import scc_conv
+
+    return [(t, scc_conv.BAND_TILES[i % len(scc_conv.BAND_TILES)])
+            for i, t in enumerate(scc_conv.PIXEL_TILES)]
+
+
+@pytest.mark.parametrize("shape", range(4), ids=lambda i: f"shape{i}")
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
-                                            (256, 200, 8, 0.25), (64, 64, 1, 0.0)])
-def test_scc_kernels_on_both_pixel_tiles(rng, monkeypatch, tn, cin, cout, cg, co):
-    """Forward and input gradient on 64- and 128-pixel tiles (forced), several filter and
-    channel tiles, pixels flat across images (13x13 maps, not a tile multiple)."""
+                                            (256, 200, 8, 0.25), (64, 64, 1, 0.0),
+                                            (64, 70, 2, 0.5)])
+def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg, co):
+    """Forward, input gradient and weight gradient on each block shape (forced: 64, 32 and
+    16 rows, 64 to 256 pixels), several filter and channel tiles, pixels flat across
+    images (13x13 maps, not a tile multiple)."""
     import cupy as cp
 
     from tensorconv import ops
     from tensorconv.ops import scc_conv
 
-    monkeypatch.setattr(scc_conv, "pixel_tile", lambda *_: tn)
-    geom = scc.scc_geometry(cin, cout, cg, co)
-    x = rng.standard_normal((5, cin, 13, 13)).astype(np.float32)
-    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
-    gy = rng.standard_normal((5, cout, 13, 13)).astype(np.float32)
-    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
-    y = cp.full((5, cout, 13, 13), cp.nan, cp.float32)
-    ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, out=y)
-    assert rel_err(y.get(), scc.scc_forward(x64, w64, geom)) <= 1e-5
-    gx = cp.full(x.shape, cp.nan, cp.float32)
-    ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, out=gx)
-    gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
-    assert rel_err(gx.get(), gx_want) <= 1e-5
-    gw = ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom)
-    assert rel_err(gw.get(), gw_want) <= 1e-5
+    tile, band = _shapes()[shape]
+    monkeypatch.setattr(scc_conv, "_row_tiles", lambda g: (tile.rows, tile.rows, band))
+    monkeypatch.setattr(scc_conv, "pixel_tile", lambda *_: tile)
+    scc_conv._bands.cache_clear()                      # memoised on the real choice
+    try:
+        geom = scc.scc_geometry(cin, cout, cg, co)
+        x = rng.standard_normal((5, cin, 13, 13)).astype(np.float32)
+        w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        gy = rng.standard_normal((5, cout, 13, 13)).astype(np.float32)
+        x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+        y = cp.full((5, cout, 13, 13), cp.nan, cp.float32)
+        ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True, out=y)
+        want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
+        assert rel_err(y.get(), want) <= 1e-5
+        gx = cp.full(x.shape, cp.nan, cp.float32)
+        ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, out=gx)
+        gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
+        assert rel_err(gx.get(), gx_want) <= 1e-5
+        for splits in (None, 3):
+            gw = cp.full(w.shape, cp.nan, cp.float32)
+            ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
+                                           out=gw)
+            assert rel_err(gw.get(), gw_want) <= 1e-5
+    finally:
+        scc_conv._bands.cache_clear()
 
 
 def test_the_weight_gradient_is_deterministic(rng):

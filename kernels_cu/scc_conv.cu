@@ -44,6 +44,24 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
+// acc[i][j] += A[r][ty + TY·i] · B[r][tx + TX·j] over the RC rows of one staged chunk: the
+// product step of every GEMM kernel here (4 x TN outputs a thread).
+template <int TY, int TX, int TN, int LA, int LB>
+__device__ __forceinline__ void chunk_product(float (&acc)[4][TN], const float (*A)[LA],
+                                              const float (*B)[LB], int tx, int ty) {
+#pragma unroll
+    for (int r = 0; r < RC; ++r) {
+        float a[4], b[TN];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = A[r][ty + TY * i];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) b[j] = B[r][tx + TX * j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
 }  // namespace scc
 
 template <int TY, int TX, int TN>
@@ -95,11 +113,7 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
         }
     };
 
-    float acc[4][TN];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+    float acc[4][TN] = {};
 
     load(0);
     for (int v0 = 0; v0 < span; v0 += RC) {
@@ -109,18 +123,7 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
         for (int l = 0; l < XL; ++l) xs[xr + l * (T / BN)][xq] = xreg[l];
         __syncthreads();
         if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
-#pragma unroll
-        for (int r = 0; r < RC; ++r) {
-            float a[4], b[TN];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + TY * i];
-#pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + TX * j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        chunk_product<TY, TX, TN>(acc, ws, xs, tx, ty);
         __syncthreads();
     }
 #pragma unroll
@@ -186,11 +189,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
         }
     };
 
-    float acc[4][TN];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+    float acc[4][TN] = {};
 
     load(e_begin);
     for (int e0 = e_begin; e0 < e_end; e0 += RC) {
@@ -200,18 +199,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
         for (int l = 0; l < GL; ++l) gs[gr + l * (T / BN)][gq] = greg[l];
         __syncthreads();
         if (e0 + RC < e_end) load(e0 + RC);
-#pragma unroll
-        for (int r = 0; r < RC; ++r) {
-            float a[4], b[TN];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = ws[r][ty + TY * i];
-#pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = gs[r][tx + TX * j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        chunk_product<TY, TX, TN>(acc, ws, gs, tx, ty);
         __syncthreads();
     }
 #pragma unroll
@@ -325,18 +313,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
         for (int l = 0; l < LX; ++l) xs[sr][sm + l * (T / RC)] = xreg[l];
         __syncthreads();
         if (qc + RC < q_end) load(qc + RC);
-#pragma unroll
-        for (int r = 0; r < RC; ++r) {
-            float a[4], b[TN];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = gs[r][ty + TY * i];
-#pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = xs[r][tx + TX * j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        chunk_product<TY, TX, TN>(acc, gs, xs, tx, ty);
         __syncthreads();
     }
     // Band channel v of sorted filter i is its weight u = v - (b_i - lo), when in range:

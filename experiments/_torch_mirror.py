@@ -2,7 +2,8 @@
 
 :func:`to_torch` walks one of our models and builds ``torch.nn`` modules that
 compute the same evaluation-mode forward (a ``CPConv2d`` becomes its four
-convolutions and a ``TuckerConv2d`` its three, the way a PyTorch user runs them).
+convolutions, a ``TuckerConv2d`` its three and a depthwise-separable block its depthwise
+and (grouped) pointwise convolutions, the way a PyTorch user runs them).
 Experiments only: the
 library never imports PyTorch.
 """
@@ -17,6 +18,7 @@ from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
 from tensorconv.nn.models.vgg import VGG
+from tensorconv.nn.scc import Separable
 from tensorconv.nn.tucker import TuckerConv2d
 
 
@@ -97,6 +99,9 @@ def to_torch(m):
                                                       m.contract_out)))
     if isinstance(m, TuckerConv2d):
         return tnn.Sequential(*(to_torch(c) for c in (m.first, m.core, m.last)))
+    if isinstance(m, Separable):    # DW + GPW / PW (an SCC pointwise stage has no mirror)
+        return tnn.Sequential(to_torch(m.depthwise), to_torch(m.bn), tnn.ReLU(),
+                              to_torch(m.pointwise))
     if isinstance(m, DenseLayer):
         return Concat(tnn.Sequential(to_torch(m.bn1), tnn.ReLU(), to_torch(m.conv1),
                                      to_torch(m.bn2), tnn.ReLU(), to_torch(m.conv2)))

@@ -22,19 +22,13 @@ networks at 3x224x224, batch ``--batch`` (the paper: 32-64), Fig. 8.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
+from experiments._scc import dw_scc, step_time
 from tensorconv import backend, bench
-from tensorconv.autograd import Tensor
-from tensorconv.autograd import functions as F
 from tensorconv.cli import guarded
-from tensorconv.compress.separable import separable
-from tensorconv.nn import get_model
-from tensorconv.nn.optim import SGD
-from tensorconv.nn.scc import SCCConv2d
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 NAME = "scc_train_speed"
@@ -65,32 +59,6 @@ def _args(argv):
     return p.parse_args(argv)
 
 
-def step_time(model, shape, steps: int, cp) -> float:
-    """Median seconds per training step of ``model`` on random data of ``shape``."""
-    rng = np.random.default_rng(0)
-    x = Tensor(cp.asarray(rng.standard_normal(shape).astype(np.float32)))
-    y = cp.asarray(rng.integers(0, 10, shape[0]))
-    opt = SGD(model.parameters(), 0.05, 0.9, True, 5e-4)
-
-    def step():
-        loss = F.softmax_cross_entropy(model(x), y, check=False)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    for _ in range(2):
-        step()
-    cp.cuda.Device().synchronize()
-    runs = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        cp.cuda.Device().synchronize()
-        runs.append((time.perf_counter() - t0) / steps)
-    return float(np.median(runs))
-
-
 def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
@@ -104,11 +72,7 @@ def main(argv=None) -> int:
     runs = [(m, cg, co, impl) for m in models for cg, co in settings for impl in IMPLS]
     for name, cg, co, impl in tqdm(runs, desc="timing training steps", unit="run"):
         case = f"{name} cg{cg} co{round(100 * co)}"
-        kw = dict(in_channels=shape[1], num_classes=1000 if args.imagenet else 10)
-        model = separable(get_model(name, **kw), "scc", cg=cg, co=co).to("gpu")
-        for m in model.modules():
-            if isinstance(m, SCCConv2d):
-                m.impl = IMPLS[impl]
+        model = dw_scc(name, cg, co, shape[1], 1000 if args.imagenet else 10, IMPLS[impl])
         try:
             ms = 1e3 * step_time(model, shape, args.steps, cp)
             rs.add(case, impl, "step_ms", ms, "ms",

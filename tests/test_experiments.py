@@ -71,15 +71,18 @@ def test_torch_mirror_matches_our_forward(rng):
     from experiments._torch_mirror import to_torch
     from tensorconv.autograd import Tensor, no_grad
     from tensorconv.compress import cpize, tuckerize, uniform_ranks
+    from tensorconv.compress.separable import separable
     from tensorconv.nn import get_model
 
     # a bottleneck ResNet-50 reaches at most ~45 % fewer MACs through its 3x3 convolutions
     for name, fmt in (("resnet20", None), ("resnet20", "cp"), ("resnet20", 0.5),
                       ("densenet121", None), ("vgg16", None), ("resnet50", 0.4),
-                      ("googlenet", None)):
+                      ("googlenet", None), ("vgg16", "gpw"), ("resnet18", "pw")):
         model = get_model(name, in_channels=1)
         if fmt == "cp":
             cpize(model, 3)
+        elif fmt in ("gpw", "pw"):
+            separable(model, fmt, cg=2)
         elif fmt is not None:
             tuckerize(model, uniform_ranks(model, fmt, (1, 1, 32, 32)), decompose=False)
         model.eval()
@@ -155,6 +158,40 @@ def test_scc_train_speed_quick(tmp_path):
     rows = results.read_csv(tmp_path / "scc_train_speed.csv")
     assert {r["variant"] for r in rows if r["metric"] == "step_ms"} == {"ours", "dense", "opt",
                                                                           "base"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,axis", [("scc_groups", "cg"), ("scc_overlap", "co"),
+                                       ("scc_batch", "batch")])
+def test_scc_sweeps_quick(tmp_path, name, axis):
+    """Figs 11-13: two points of one network, step times and (but for the batch sweep) the
+    paper's normalisation to the first point."""
+    import importlib
+
+    exp = importlib.import_module(f"experiments.{name}")
+    args = ["--quick", "--models", "resnet18", "--steps", "1", "--out", str(tmp_path)]
+    args += [] if name == "scc_batch" else ["--batch", "8"]
+    args += ["--batches", "4", "8"] if name == "scc_batch" else []
+    assert exp.main(args) == 0
+    rows = results.read_csv(tmp_path / f"{name}.csv")
+    steps = [r for r in rows if r["metric"] == "step_ms"]
+    assert len(steps) == 2 and all(r["value"] > 0 for r in steps)
+    assert all(r["variant"].startswith(f"{axis}=") for r in steps)
+    rel = [r["value"] for r in rows if r["metric"] == "relative"]
+    assert rel == ([] if name == "scc_batch" else [1.0, rel[1]])
+    assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+@pytest.mark.gpu
+def test_scc_inference_quick(tmp_path):
+    from experiments import scc_inference
+
+    assert scc_inference.main(["--quick", "--batches", "2", "4", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "scc_inference.csv")
+    assert max(r["value"] for r in rows if r["metric"] == "rel_err") <= 1e-4
+    ms = {r["variant"] for r in rows if r["metric"] == "batch_ms"}
+    assert "ours-dw-scc" in ms
+    assert (tmp_path / "scc_inference.png").stat().st_size > 0
 
 
 @pytest.mark.gpu

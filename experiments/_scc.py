@@ -58,11 +58,20 @@ def step_time(model, shape, steps: int, cp) -> float:
     return float(np.median(runs))
 
 
-def run_sweep(rs, args, cp, points, *, axis: str, baseline=None) -> dict:
+def partial_csv(name: str, out):
+    """Where an experiment keeps its rows while it runs (``NAME.partial.csv`` beside its
+    results; removed once the results are written): a run cut short keeps what it measured
+    without touching an earlier complete ``NAME.csv``."""
+    return outputs(name, out)["csv"].with_name(f"{name}.partial.csv")
+
+
+def run_sweep(rs, args, cp, points, *, axis: str, baseline=None, csv=None) -> dict:
     """Time the training step of each ``(model, value, cg, co, batch)`` of ``points`` with
     our SCC kernels; record ``step_ms`` and ``images_per_s`` (case: the model, variant:
     ``axis=value``) and, when ``baseline`` names a value, ``relative`` (the step time over
-    the model's at ``baseline``: the paper's normalisation).  Returns {(model, value): ms}."""
+    the model's at ``baseline``: the paper's normalisation).  The rows so far go to ``csv``
+    (:func:`partial_csv`) after every point.  Returns
+    {(model, value): ms}."""
     from tqdm import tqdm
 
     ms = {}
@@ -82,6 +91,8 @@ def run_sweep(rs, args, cp, points, *, axis: str, baseline=None) -> dict:
         rs.add(model_name, f"{axis}={value}", "step_ms", 1e3 * t, "ms",
                note=f"cg {cg}, co {co:g}, batch {batch}, 1x32x32, fp32")
         rs.add(model_name, f"{axis}={value}", "images_per_s", batch / t, "img/s")
+        if csv is not None:
+            rs.write_csv(csv)
     if baseline is not None:
         for (model_name, value), t in ms.items():
             if (model_name, baseline) in ms:
@@ -97,6 +108,7 @@ def write_sweep(name: str, rs, env, args, ms: dict, *, axis: str, title: str, no
     returns the first table."""
     paths = outputs(name, args.out)
     rs.write_csv(paths["csv"])
+    partial_csv(name, args.out).unlink(missing_ok=True)
     rows = read_csv(paths["csv"])
     order = (metric,) + tuple(m for m in ("relative", "step_ms", "images_per_s",
                                           "out_of_memory") if m != metric)

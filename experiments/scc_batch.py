@@ -11,7 +11,7 @@ threads to fill the GPU), above it grows with the batch.
 from __future__ import annotations
 
 from experiments._common import parser
-from experiments._scc import SWEEP_MODELS, run_sweep, write_sweep
+from experiments._scc import SWEEP_MODELS, partial_csv, run_sweep, write_sweep
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet
@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     models, batches = ((args.models[:1], args.batches[:2]) if args.quick
                        else (args.models, args.batches))
     points = [(m, b, args.cg, args.co, b) for m in models for b in batches]
-    ms = run_sweep(rs, args, cp, points, axis="batch")
+    ms = run_sweep(rs, args, cp, points, axis="batch",
+                   csv=partial_csv(NAME, args.out))
     print(write_sweep(NAME, rs, env, args, ms, axis="batch", metric="step_ms",
                       title="DW + SCC training step against the batch size",
                       notes=f"cg {args.cg}, co {args.co:g}, 1x32x32, fp32, our SCC kernels. "

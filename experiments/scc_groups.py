@@ -11,7 +11,7 @@ grows, each filter reading Cin / cg channels.
 from __future__ import annotations
 
 from experiments._common import parser
-from experiments._scc import SWEEP_MODELS, run_sweep, write_sweep
+from experiments._scc import SWEEP_MODELS, partial_csv, run_sweep, write_sweep
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet
@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     rs = ResultSet(NAME, env)
     models, cgs = (args.models[:1], args.cgs[:2]) if args.quick else (args.models, args.cgs)
     points = [(m, cg, cg, args.co, args.batch) for m in models for cg in cgs]
-    ms = run_sweep(rs, args, cp, points, axis="cg", baseline=cgs[0])
+    ms = run_sweep(rs, args, cp, points, axis="cg", baseline=cgs[0],
+                   csv=partial_csv(NAME, args.out))
     print(write_sweep(NAME, rs, env, args, ms, axis="cg",
                       title="DW + SCC training step against the channel groups",
                       notes=f"co {args.co:g}, batch {args.batch}, 1x32x32, fp32, our SCC "

@@ -12,7 +12,7 @@ this measures.
 from __future__ import annotations
 
 from experiments._common import parser
-from experiments._scc import SWEEP_MODELS, run_sweep, write_sweep
+from experiments._scc import SWEEP_MODELS, partial_csv, run_sweep, write_sweep
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet
@@ -38,7 +38,8 @@ def main(argv=None) -> int:
     rs = ResultSet(NAME, env)
     models, cos = (args.models[:1], args.cos[:2]) if args.quick else (args.models, args.cos)
     points = [(m, f"{co:g}", args.cg, co, args.batch) for m in models for co in cos]
-    ms = run_sweep(rs, args, cp, points, axis="co", baseline=f"{cos[0]:g}")
+    ms = run_sweep(rs, args, cp, points, axis="co", baseline=f"{cos[0]:g}",
+                   csv=partial_csv(NAME, args.out))
     print(write_sweep(NAME, rs, env, args, ms, axis="co",
                       title="DW + SCC training step against the channel overlap",
                       notes=f"cg {args.cg}, batch {args.batch}, 1x32x32, fp32, our SCC "

@@ -26,7 +26,7 @@ import argparse
 import numpy as np
 
 from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
-from experiments._scc import dw_scc, step_time
+from experiments._scc import dw_scc, partial_csv, step_time
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
     shape = (args.batch, 3, 224, 224) if args.imagenet else (args.batch, 1, 32, 32)
     from tqdm import tqdm
 
+    paths, partial = outputs(NAME, args.out), partial_csv(NAME, args.out)
     runs = [(m, cg, co, impl) for m in models for cg, co in settings for impl in IMPLS]
     for name, cg, co, impl in tqdm(runs, desc="timing training steps", unit="run"):
         case = f"{name} cg{cg} co{round(100 * co)}"
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
                    note=f"batch {args.batch}, {shape[1]}x{shape[2]}x{shape[3]}")
         except cp.cuda.memory.OutOfMemoryError:
             rs.add(case, impl, "out_of_memory", 1, "1", note="the step exhausted GPU memory")
+        rs.write_csv(partial)                  # a run cut short keeps what it measured
         del model
         cp.get_default_memory_pool().free_all_blocks()
     ms = rs.values("step_ms")
@@ -90,8 +92,8 @@ def main(argv=None) -> int:
             rs.add("all", f"{other}/ours", "speedup", geomean(ratios), "x",
                    paper_value=PAPER.get(f"{other}/ours"),
                    note=f"geomean over {len(ratios)} runs; min {min(ratios):.2f}")
-    paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
+    partial.unlink(missing_ok=True)
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("step_ms", "speedup", "out_of_memory"))
     sections.append(("Notes", f"Training step (forward, loss, backward, SGD) of each DW + SCC "

@@ -160,6 +160,47 @@ def test_scc_train_speed_quick(tmp_path):
                                                                           "base"}
 
 
+def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):
+    """The DSXplore sweeps write the rows so far after every point to NAME.partial.csv
+    (an out-of-memory point is skipped), normalise to the baseline point, and the final
+    write removes the partial file (CPU: the model and its timing are stubbed)."""
+    import types
+
+    from experiments import _scc
+    from tensorconv.results import ResultSet
+
+    class OutOfMemory(Exception):
+        pass
+
+    partial = _scc.partial_csv("sweep", tmp_path)
+    seen = []
+
+    def step_time(model, shape, steps, cp):
+        seen.append(shape[0])
+        if len(seen) == 2:      # the first point's two rows are on disk already
+            assert len(results.read_csv(partial)) == 2
+        if shape[0] == 16:
+            raise OutOfMemory
+        return 1e-3 * shape[0]
+
+    monkeypatch.setattr(_scc, "dw_scc", lambda *a, **k: object())
+    monkeypatch.setattr(_scc, "step_time", step_time)
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemory)),
+        get_default_memory_pool=lambda: pool)
+    rs = ResultSet("sweep", {"device": "test"})
+    args = types.SimpleNamespace(steps=1, out=tmp_path)
+    points = [("m", b, 2, 0.5, b) for b in (4, 8, 16)]
+    ms = _scc.run_sweep(rs, args, cp, points, axis="batch", baseline=4, csv=partial)
+    assert seen == [4, 8, 16] and ms == {("m", 4): 4.0, ("m", 8): 8.0}
+    assert len(results.read_csv(partial)) == 4 and rs.values("relative")[("m", "batch=8")] == 2
+    assert rs.values("out_of_memory") == {("m", "batch=16"): 1.0}
+    _scc.write_sweep("sweep", rs, {"device": "test", "command": "x"}, args, ms, axis="batch",
+                     title="t", notes="n")
+    assert not partial.exists() and (tmp_path / "sweep.csv").exists()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,axis", [("scc_groups", "cg"), ("scc_overlap", "co"),
                                        ("scc_batch", "batch")])

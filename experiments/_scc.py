@@ -7,14 +7,15 @@ import time
 
 import numpy as np
 
-from experiments._common import outputs, pyplot, save_figure
+from experiments._common import outputs, parser, pyplot, save_figure
+from tensorconv import backend, bench
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.compress.separable import separable
 from tensorconv.nn import get_model
 from tensorconv.nn.optim import SGD
 from tensorconv.nn.scc import SCCConv2d
-from tensorconv.results import metric_sections, read_csv, write_markdown
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 
 SWEEP_MODELS = ("vgg16", "mobilenet_v1", "resnet18")   # the paper's three (Fig. 13)
 
@@ -126,3 +127,30 @@ def write_sweep(name: str, rs, env, args, ms: dict, *, axis: str, title: str, no
     ax.legend()
     save_figure(fig, paths["png"])
     return sections[0][1]
+
+
+def sweep_parser(name: str, doc: str):
+    """The parser of a sweep experiment: ``--models`` (the paper's three) and ``--steps``;
+    the experiment adds its axis and the fixed parameters."""
+    p = parser(name, doc)
+    p.add_argument("--models", nargs="+", default=list(SWEEP_MODELS))
+    p.add_argument("--steps", type=int, default=5)
+    return p
+
+
+def sweep(name: str, args, values, point, *, axis: str, baseline: bool, title: str,
+          notes: str) -> int:
+    """Run a sweep experiment: for each model of ``args.models`` and each of ``values``
+    (the first model and two values with ``--quick``), time ``point(model, value)`` =
+    ``(model, value, cg, co, batch)``; normalise to the first value when ``baseline``
+    (else report step times); write and print the results."""
+    cp = backend.require_cuda(name)
+    env = bench.environment()
+    rs = ResultSet(name, env)
+    models, values = (args.models[:1], values[:2]) if args.quick else (args.models, values)
+    points = [point(m, v) for m in models for v in values]
+    ms = run_sweep(rs, args, cp, points, axis=axis,
+                   baseline=points[0][1] if baseline else None, csv=partial_csv(name, args.out))
+    print(write_sweep(name, rs, env, args, ms, axis=axis, title=title, notes=notes,
+                      metric="relative" if baseline else "step_ms"))
+    return 0

@@ -10,42 +10,29 @@ threads to fill the GPU), above it grows with the batch.
 
 from __future__ import annotations
 
-from experiments._common import parser
-from experiments._scc import SWEEP_MODELS, partial_csv, run_sweep, write_sweep
-from tensorconv import backend, bench
+from experiments._scc import sweep, sweep_parser
 from tensorconv.cli import guarded
-from tensorconv.results import ResultSet
 
 NAME = "scc_batch"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 
 
 def _args(argv):
-    p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+", default=list(SWEEP_MODELS))
+    p = sweep_parser(NAME, __doc__)
     p.add_argument("--batches", nargs="+", type=int,
                    default=[16, 32, 64, 128, 256, 512, 1024])
     p.add_argument("--cg", type=int, default=2)
     p.add_argument("--co", type=float, default=0.5)
-    p.add_argument("--steps", type=int, default=5)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = _args(argv)
-    cp = backend.require_cuda(NAME)
-    env = bench.environment()
-    rs = ResultSet(NAME, env)
-    models, batches = ((args.models[:1], args.batches[:2]) if args.quick
-                       else (args.models, args.batches))
-    points = [(m, b, args.cg, args.co, b) for m in models for b in batches]
-    ms = run_sweep(rs, args, cp, points, axis="batch",
-                   csv=partial_csv(NAME, args.out))
-    print(write_sweep(NAME, rs, env, args, ms, axis="batch", metric="step_ms",
-                      title="DW + SCC training step against the batch size",
-                      notes=f"cg {args.cg}, co {args.co:g}, 1x32x32, fp32, our SCC kernels. "
-                            f"Paper (V100, Fig. 13): flat below batch 128, growing above."))
-    return 0
+    return sweep(NAME, args, args.batches, lambda m, b: (m, b, args.cg, args.co, b),
+                 axis="batch", baseline=False,
+                 title="DW + SCC training step against the batch size",
+                 notes=f"cg {args.cg}, co {args.co:g}, 1x32x32, fp32, our SCC kernels. "
+                       f"Paper (V100, Fig. 13): flat below batch 128, growing above.")
 
 
 if __name__ == "__main__":

@@ -10,41 +10,29 @@ grows, each filter reading Cin / cg channels.
 
 from __future__ import annotations
 
-from experiments._common import parser
-from experiments._scc import SWEEP_MODELS, partial_csv, run_sweep, write_sweep
-from tensorconv import backend, bench
+from experiments._scc import sweep, sweep_parser
 from tensorconv.cli import guarded
-from tensorconv.results import ResultSet
 
 NAME = "scc_groups"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 
 
 def _args(argv):
-    p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+", default=list(SWEEP_MODELS))
+    p = sweep_parser(NAME, __doc__)
     p.add_argument("--cgs", nargs="+", type=int, default=[1, 2, 4, 8])
     p.add_argument("--co", type=float, default=0.5)
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--steps", type=int, default=5)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = _args(argv)
-    cp = backend.require_cuda(NAME)
-    env = bench.environment()
-    rs = ResultSet(NAME, env)
-    models, cgs = (args.models[:1], args.cgs[:2]) if args.quick else (args.models, args.cgs)
-    points = [(m, cg, cg, args.co, args.batch) for m in models for cg in cgs]
-    ms = run_sweep(rs, args, cp, points, axis="cg", baseline=cgs[0],
-                   csv=partial_csv(NAME, args.out))
-    print(write_sweep(NAME, rs, env, args, ms, axis="cg",
-                      title="DW + SCC training step against the channel groups",
-                      notes=f"co {args.co:g}, batch {args.batch}, 1x32x32, fp32, our SCC "
-                            f"kernels; relative: the step time over cg={cgs[0]}'s. Paper "
-                            f"(V100, Fig. 11): the step time falls as cg grows."))
-    return 0
+    return sweep(NAME, args, args.cgs, lambda m, cg: (m, cg, cg, args.co, args.batch),
+                 axis="cg", baseline=True,
+                 title="DW + SCC training step against the channel groups",
+                 notes=f"co {args.co:g}, batch {args.batch}, 1x32x32, fp32, our SCC kernels; "
+                       f"relative: the step time over the first cg's. Paper (V100, Fig. 11): "
+                       f"the step time falls as cg grows.")
 
 
 if __name__ == "__main__":

@@ -173,12 +173,12 @@ def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):
         pass
 
     partial = _scc.partial_csv("sweep", tmp_path)
-    seen = []
+    seen, watch = [], [partial]
 
     def step_time(model, shape, steps, cp):
         seen.append(shape[0])
-        if len(seen) == 2:      # the first point's two rows are on disk already
-            assert len(results.read_csv(partial)) == 2
+        if watch and len(seen) == 2:   # the first point's two rows are on disk already
+            assert len(results.read_csv(watch[0])) == 2
         if shape[0] == 16:
             raise OutOfMemory
         return 1e-3 * shape[0]
@@ -199,6 +199,19 @@ def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):
     _scc.write_sweep("sweep", rs, {"device": "test", "command": "x"}, args, ms, axis="batch",
                      title="t", notes="n")
     assert not partial.exists() and (tmp_path / "sweep.csv").exists()
+
+    from experiments import scc_groups, scc_overlap
+
+    monkeypatch.setattr(_scc.backend, "require_cuda", lambda name: cp)
+    seen.clear()
+    watch.clear()
+    assert scc_overlap.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "scc_overlap.csv")
+    assert {r["variant"] for r in rows if r["metric"] == "relative"} == {"co=0.1", "co=0.25"}
+    assert scc_groups.main(["--models", "a", "b", "--cgs", "1", "2", "--out", str(tmp_path)]) == 0
+    rel = {(r["case"], r["variant"]): r["value"]
+           for r in results.read_csv(tmp_path / "scc_groups.csv") if r["metric"] == "relative"}
+    assert set(rel) == {(m, f"cg={c}") for m in "ab" for c in (1, 2)} and rel[("a", "cg=1")] == 1
 
 
 @pytest.mark.gpu

@@ -1,0 +1,87 @@
+"""Tensor-core convolution on the GPU against the fp32 reference on fp16 values: random
+shapes in both layouts, every block shape, split-K, the fused epilogue, poisoned outputs;
+the 33 layers of the batch-1 study at batch 1, 2, 4 and 8 (slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv.reference import conv as reference
+from tests.helpers import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+def _case(rng, n, c, h, w, k, r, stride, padding, epilogue=True):
+    """fp16 inputs, weights, bias and residual, and the fp32 reference output (NCHW)."""
+    x = rng.standard_normal((n, c, h, w)).astype(np.float16)
+    wt = (rng.standard_normal((k, c, r, r)) / np.sqrt(c * r * r)).astype(np.float16)
+    b = rng.standard_normal(k).astype(np.float32) if epilogue else None
+    want = reference.conv2d(x.astype(np.float32), wt.astype(np.float32), b, stride, padding)
+    res = rng.standard_normal(want.shape).astype(np.float16) if epilogue else None
+    if epilogue:
+        want = np.maximum(want + res.astype(np.float32), 0)
+    return x, wt, b, res, want, (stride, padding, epilogue)
+
+
+def _error(case, layout, tile=None):
+    """Relative error of the kernel's output (poisoned first) in ``layout``."""
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    x, wt, b, res, want, (stride, padding, epilogue) = case
+    if layout == "nhwc":
+        x, want = x.transpose(0, 2, 3, 1), want.transpose(0, 2, 3, 1)
+        res = None if res is None else res.transpose(0, 2, 3, 1)
+    dev = lambda a: None if a is None else cp.asarray(np.ascontiguousarray(a))  # noqa: E731
+    out = cp.full(want.shape, cp.nan, cp.float16)
+    tcc.tc_conv2d(dev(x), dev(wt), dev(b), stride, padding, layout=layout, relu=epilogue,
+                  residual=dev(res), tile=tile, out=out)
+    return rel_err(out.get().astype(np.float32), want)
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_random_shapes_every_tile_and_split(rng, trial):
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    n = int(rng.integers(1, 4))
+    c, k = int(rng.integers(1, 70)), int(rng.integers(1, 90))          # odd, not multiples
+    r = int(rng.choice([1, 3, 5, 7]))
+    stride, padding = int(rng.choice([1, 2])), int(rng.choice([0, 1, 3]))
+    h = w = int(rng.integers(r, 20))
+    case = _case(rng, n, c, h, w, k, r, stride, padding)
+    shape = tcc.SHAPES[trial % len(tcc.SHAPES)]
+    for layout in ("nchw", "nhwc"):
+        for splits in (1, 3):
+            err = _error(case, layout, tcc.Tile(*shape, splits=splits))
+            assert err <= 2e-3, (layout, shape, splits, err)
+        assert _error(case, layout) <= 2e-3, layout                  # the default tile
+
+
+def test_split_k_replays_with_the_same_result(rng):
+    """The per-tile counters are left at zero: repeating the split launch gives the same
+    (bit-identical) output."""
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    x = cp.asarray(rng.standard_normal((1, 256, 7, 7)).astype(np.float16))
+    w = cp.asarray((rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float16))
+    tile = tcc.Tile(64, 64, 32, 32, splits=8)
+    first = tcc.tc_conv2d(x, w, None, 1, 1, tile=tile).copy()
+    for _ in range(3):
+        assert cp.array_equal(tcc.tc_conv2d(x, w, None, 1, 1, tile=tile), first)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 2, 4, 8])
+def test_the_33_layers_of_the_study(rng, batch):
+    from experiments._tc import LAYERS
+
+    for layer in LAYERS:
+        case = _case(rng, batch, layer.c, layer.h, layer.h, layer.k, layer.r, layer.stride,
+                     layer.padding, epilogue=False)
+        for layout in ("nchw", "nhwc"):
+            assert _error(case, layout) <= 2e-3, (layer, layout)

@@ -250,6 +250,19 @@ def test_scc_inference_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_tc_layers_quick(tmp_path):
+    pytest.importorskip("torch")
+    from experiments import tc_layers
+
+    assert tc_layers.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "tc_layers.csv")
+    assert max(r["value"] for r in rows if r["metric"] == "rel_err") <= 2e-3
+    lat = {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert lat == {"ours-nchw", "cudnn-nchw", "ours-nhwc", "cudnn-nhwc"}
+    assert {r["case"] for r in rows if r["metric"] == "mean_reduction_pct"} == {"all layers"}
+
+
+@pytest.mark.gpu
 def test_scc_memory_quick(tmp_path):
     from experiments import scc_memory
 

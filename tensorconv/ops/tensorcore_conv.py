@@ -140,9 +140,12 @@ def pack_weights(w, layout: str, xp=None):
     return xp.ascontiguousarray(w.reshape(w.shape[0], -1).astype(np.float16))
 
 
-def _input_geometry(x_shape, w_shape, stride, padding, layout) -> ConvGeometry:
+def problem(x_shape, w_shape, stride, padding, layout: str) -> Problem:
+    """The :class:`Problem` of an input of ``x_shape`` in ``layout`` and (Cout, C, R, S)
+    weights."""
+    check_choice(layout, "layout", LAYOUTS)
     nchw = x_shape if layout == "nchw" else (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
-    return conv_geometry(nchw, w_shape, stride, padding)
+    return Problem(conv_geometry(nchw, w_shape, stride, padding), layout)
 
 
 def output_shape(p: Problem) -> tuple[int, int, int, int]:
@@ -194,7 +197,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     xp = backend.array_module(x)
     check_array(x, "x", ndim=4, dtype=np.float16, contiguous=True, xp=xp)
     check_array(w, "w", ndim=4, xp=xp)
-    p = Problem(_input_geometry(x.shape, w.shape, stride, padding, layout), layout)
+    p = problem(x.shape, w.shape, stride, padding, layout)
     if (why := supported(p)) is not None:
         raise ValueError(why)
     shape = output_shape(p)

@@ -1,0 +1,141 @@
+"""Sun et al. Figs 2-3: the 33 distinct convolutions of ResNet-18 and SqueezeNet 1.0 at
+224x224, batch 1, fp16 on the tensor cores: ours against cuDNN, NCHW and NHWC.
+
+Ours: :func:`tensorconv.ops.tc_conv2d` (implicit-im2col GEMM on ``mma.sync``, split-K in
+the launch) on its default tile, in each layout.  cuDNN: PyTorch's ``conv2d`` in fp16 with
+``cudnn.benchmark`` (NCHW, and ``channels_last`` for NHWC).  Both are timed as CUDA-graph
+replays after their outputs are checked against the fp32 reference on the same fp16
+values (relative error <= 2e-3).  Reported per layer: times, our time over cuDNN's, and
+over all layers the mean latency reduction, the best and the worst layer.  Paper (RTX 2070,
+NCHW, cuDNN 7): mean reduction 14 %, best 60 % (S20), worst -101 % (L2); Jetson Xavier 49 %.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments._common import (
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    preload,
+    pyplot,
+    save_figure,
+)
+from experiments._tc import LAYERS
+from tensorconv import backend, bench, timing
+from tensorconv.cli import guarded
+from tensorconv.ops import tensorcore_conv as tcc
+from tensorconv.reference import conv as reference
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
+
+NAME = "tc_layers"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
+PAPER = {"mean_reduction_pct": 14.0, "best_reduction_pct": 60.0, "worst_reduction_pct": -101.0}
+
+
+def _args(argv):
+    p = parser(NAME, __doc__)
+    p.add_argument("--batch", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    cp = backend.require_cuda(NAME)
+    preload("torch")
+    if not bench.torch_cudnn_available():
+        raise SystemExit(f"{NAME} compares against cuDNN: install PyTorch (pip install -e "
+                         f"'.[baselines]')")
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    env = bench.environment(with_torch=True)
+    rs = ResultSet(NAME, env)
+    layers = LAYERS[::8] if args.quick else LAYERS
+    reps = dict(repeat=20 if args.quick else 100)
+    rng = np.random.default_rng(0)
+    from tqdm import tqdm
+
+    ratios = {"nchw": [], "nhwc": []}
+    for layer in tqdm(layers, desc="timing layers", unit="layer"):
+        case = f"{layer.model}:{layer.name}"
+        x = rng.standard_normal((args.batch, layer.c, layer.h, layer.h)).astype(np.float16)
+        w = (rng.standard_normal((layer.k, layer.c, layer.r, layer.r))
+             / np.sqrt(layer.c * layer.r * layer.r)).astype(np.float16)
+        want = reference.conv2d(x.astype(np.float32), w.astype(np.float32), None,
+                                layer.stride, layer.padding)
+        for layout in ("nchw", "nhwc"):
+            xl = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+            wl = want if layout == "nchw" else want.transpose(0, 2, 3, 1)
+            xd, wd = cp.asarray(xl), cp.asarray(w)
+            packed = tcc.pack_weights(wd, layout)
+            out = cp.empty(wl.shape, cp.float16)
+            tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride,
+                                                layer.padding, layout), backend.device_facts())
+            run = lambda: tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding,  # noqa: E731
+                                        layout=layout, tile=tile, packed=packed, out=out)
+            run()
+            err = float(np.linalg.norm(out.get().astype(np.float32) - wl) / np.linalg.norm(wl))
+            rs.add(case, f"ours-{layout}", "rel_err", err, "1")
+            if not err <= 2e-3:
+                raise RuntimeError(f"{case} {layout}: rel_err {err:.2e} against the reference")
+            ours = timing.time_graph(run, calls_per_graph=5, **reps).median_us
+            xt = torch.from_numpy(x).cuda()
+            wt = torch.from_numpy(w).cuda()
+            if layout == "nhwc":
+                xt = xt.to(memory_format=torch.channels_last)
+                wt = wt.to(memory_format=torch.channels_last)
+            with torch.no_grad():
+                conv = lambda: torch.nn.functional.conv2d(  # noqa: E731
+                    xt, wt, None, layer.stride, layer.padding)
+                theirs_out = conv().float().cpu().numpy()
+                terr = float(np.linalg.norm(theirs_out - want) / np.linalg.norm(want))
+                theirs = timing.time_graph(conv, framework="torch", calls_per_graph=5,
+                                           **reps).median_us
+            rs.add(case, f"cudnn-{layout}", "rel_err", terr, "1")
+            rs.add(case, f"ours-{layout}", "latency_us", ours, "us", note=f"{tile}")
+            rs.add(case, f"cudnn-{layout}", "latency_us", theirs, "us")
+            rs.add(case, f"ours/cudnn-{layout}", "ratio", ours / theirs, "x")
+            ratios[layout].append(ours / theirs)
+    for layout, rr in ratios.items():
+        red = [100 * (1 - r) for r in rr]
+        rs.add("all layers", layout, "mean_reduction_pct", float(np.mean(red)), "%",
+               paper_value=PAPER["mean_reduction_pct"] if layout == "nchw" else None,
+               note="target >= 40 (NCHW)" if layout == "nchw" else "")
+        rs.add("all layers", layout, "best_reduction_pct", max(red), "%",
+               paper_value=PAPER["best_reduction_pct"] if layout == "nchw" else None)
+        rs.add("all layers", layout, "worst_reduction_pct", min(red), "%",
+               paper_value=PAPER["worst_reduction_pct"] if layout == "nchw" else None,
+               note="target: no layer slower than 1.2x (NCHW), 1.3x (NHWC)")
+        rs.add("all layers", layout, "geomean_ratio", geomean(rr), "x",
+               note="target <= 0.9 (NHWC)" if layout == "nhwc" else "")
+    paths = outputs(NAME, args.out)
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    sections = metric_sections(rows, ("latency_us", "ratio", "mean_reduction_pct",
+                                      "best_reduction_pct", "worst_reduction_pct",
+                                      "geomean_ratio", "rel_err"))
+    sections.append(("Notes", f"Batch {args.batch}, fp16 in and out, fp32 accumulation, "
+                              f"224x224 inputs; CUDA-graph medians. Reduction = 1 - ours/cuDNN. "
+                              f"Paper (RTX 2070, NCHW): mean 14 %, best 60 %, worst -101 %."))
+    write_markdown(paths["md"], "Tensor-core convolution at batch 1: the 33 layers", env,
+                   sections)
+    lat = rs.values("latency_us")
+    cases = [f"{layer.model}:{layer.name}" for layer in layers]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(12, 4))
+    grouped_bars(ax, cases, {v: [lat.get((c, v), np.nan) for c in cases]
+                             for v in ("ours-nchw", "cudnn-nchw", "ours-nhwc", "cudnn-nhwc")})
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (µs, log)")
+    ax.tick_params(axis="x", labelrotation=90, labelsize=6)
+    ax.legend()
+    save_figure(fig, paths["png"])
+    print(sections[0][1])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

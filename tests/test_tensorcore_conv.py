@@ -62,8 +62,11 @@ def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
     assert len(cands) == len(set(cands)) and all(
         t.splits == 1 or tcc.split_k(p, t) >= 2 * tcc.BK for t in cands)
     names = set(tcc.instantiations())
+    every = tcc.candidates(p, H100, paths=tuple(tcc.PATHS))
+    assert {t.path for t in every} == set(tcc.PATHS)
+    assert all(tcc.path_fits(t.shape, t.path) for t in every)
     for lay in tcc.LAYOUTS:
-        assert all(tcc.kernels(tcc.Problem(p.geom, lay), t)[0].name in names for t in cands)
+        assert all(tcc.kernels(tcc.Problem(p.geom, lay), t)[0].name in names for t in every)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -95,3 +98,5 @@ def test_bad_input_is_refused_by_name(rng):
         tcc.tc_conv2d(x, w, out=np.zeros((1, 2, 3, 3), np.float16))
     p = tcc.Problem(conv_geometry((1, 4, 5, 5), (4, 1, 3, 3), 1, 1, groups=4), "nchw")
     assert "groups" in tcc.supported(p)
+    assert not tcc.path_fits((32, 32, 16, 16), 2)          # a 16-row warp tile: no 32x8
+    assert tcc.Tile(64, 64, 32, 32).smem_bytes(p) == 4 * 64 * 68 + 4

@@ -6,8 +6,10 @@ An implicit-im2col GEMM (M = N·OH·OW pixels, N = Cout, K = C·R·S) on ``mma.s
 m16n8k16: the lowered matrix is never built, ragged sizes are predicated.  At batch 1 most
 layers give too few output tiles for the GPU, so K splits across ``Tile.splits`` blocks
 whose partial tiles the last block of each tile adds up inside the same launch (a counter
-per tile, reset by that block: the launch replays from a CUDA graph).  The first piece of
-issue 24: no tuner yet (:func:`default_tile` is a heuristic), no WMMA path, no cp.async.
+per tile, reset by that block: the launch replays from a CUDA graph).  Two instruction
+paths: ``mma.sync`` m16n8k16 and WMMA with the paper's fragment shapes (:data:`PATHS`).
+The first piece of issue 24: no tuner yet (:func:`default_tile` is an analytic rank), no
+cp.async, no ldmatrix.
 """
 
 from __future__ import annotations
@@ -47,28 +49,43 @@ class Problem:
 
 @dataclass(frozen=True)
 class Tile:
-    """A block of ``bm`` pixels x ``bn`` output channels, warps of ``wm`` x ``wn``, and K
-    split ``splits`` ways."""
+    """A block of ``bm`` pixels x ``bn`` output channels, warps of ``wm`` x ``wn``, K split
+    ``splits`` ways, on the instructions of ``path`` (:data:`PATHS`)."""
 
     bm: int
     bn: int
     wm: int
     wn: int
     splits: int = 1
+    path: int = 0
 
     @property
     def threads(self) -> int:
         return (self.bm // self.wm) * (self.bn // self.wn) * 32
 
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.bm, self.bn, self.wm, self.wn
+
     def smem_bytes(self, p: Problem) -> int:
-        return 2 * (self.bm + self.bn) * (BK + 8) + 4
+        """The operand tiles, or the fp32 result tile that reuses them, and a flag."""
+        return max(2 * (self.bm + self.bn) * (BK + 8), 4 * self.bm * (self.bn + 4)) + 4
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
 
 
-# (bm, bn, wm, wn): every shape the file instantiates, both layouts.
+# (bm, bn, wm, wn): every block shape the file instantiates, both layouts.
 SHAPES = ((32, 32, 16, 16), (64, 32, 32, 16), (64, 64, 32, 32), (128, 64, 64, 32))
+# The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
+# (m x n of an m x n x 16 fragment).
+PATHS = {0: ("mma.sync", 16, 8), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
+
+
+def path_fits(shape, path: int) -> bool:
+    """Whether a warp tile of ``shape`` holds whole fragments of ``path``."""
+    _, fm, fn = PATHS[path]
+    return shape[2] % fm == 0 and shape[3] % fn == 0
 
 
 def supported(p: Problem) -> str | None:
@@ -88,15 +105,16 @@ def split_k(p: Problem, tile: Tile) -> int:
     return round_up(cdiv(p.k, tile.splits), BK)
 
 
-def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
-    """Every shape with split counts up to :data:`MAX_SPLITS` whose shares hold at least
-    two chunks, cheapest (fewest waves, then least padding) first."""
+def candidates(p: Problem, facts: DeviceFacts, paths=(0,)) -> list[Tile]:
+    """Every shape on each of ``paths`` with split counts up to :data:`MAX_SPLITS` whose
+    shares hold at least two chunks, cheapest (fewest waves, then least padding) first."""
     out = []
-    for bm, bn, wm, wn in SHAPES:
-        for splits in range(1, MAX_SPLITS + 1):
-            if splits > 1 and split_k(p, Tile(bm, bn, wm, wn, splits)) < 2 * BK:
-                break
-            out.append(Tile(bm, bn, wm, wn, splits))
+    for shape in SHAPES:
+        for path in (q for q in paths if path_fits(shape, q)):
+            for splits in range(1, MAX_SPLITS + 1):
+                if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
+                    break
+                out.append(Tile(*shape, splits, path))
     return sorted(out, key=lambda t: _cost(p, t, facts))
 
 
@@ -116,7 +134,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
 
 
 def _name(t: Tile, layout: str) -> str:
-    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {int(layout == 'nhwc')}>"
+    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {int(layout == 'nhwc')}>"
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
@@ -125,8 +143,9 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 
 def instantiations() -> list[str]:
-    """Every shape in both layouts (split counts are runtime)."""
-    return sorted(_name(Tile(*s), lay) for s in SHAPES for lay in LAYOUTS)
+    """Every shape on every path it fits, in both layouts (split counts are runtime)."""
+    return sorted(_name(Tile(*s, path=q), lay) for s in SHAPES for q in PATHS
+                  if path_fits(s, q) for lay in LAYOUTS)
 
 
 def pack_weights(w, layout: str, xp=None):
@@ -219,8 +238,10 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         return _reference(x, w, bias, residual, p, relu)
     facts = backend.device_facts()
     tile = tile or default_tile(p, facts)
-    if not isinstance(tile, Tile) or (tile.bm, tile.bn, tile.wm, tile.wn) not in SHAPES:
-        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES}, got {tile!r}")
+    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
+            or not path_fits(tile.shape, tile.path):
+        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
+                         f"({sorted(PATHS)}) whose fragments it holds, got {tile!r}")
     if not 1 <= tile.splits <= MAX_SPLITS:
         raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
     if packed is None:

@@ -1,5 +1,6 @@
 """Tensor-core convolution on the GPU against the fp32 reference on fp16 values: random
-shapes in both layouts, every block shape, split-K, the fused epilogue, poisoned outputs;
+shapes in both layouts, every block shape on every instruction path (mma.sync, the three
+WMMA fragment shapes), split-K, the fused epilogue, poisoned outputs;
 the 33 layers of the batch-1 study at batch 1, 2, 4 and 8 (slow)."""
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def test_random_shapes_every_tile_and_split(rng, trial):
     case = _case(rng, n, c, h, w, k, r, stride, padding)
     shape = tcc.SHAPES[trial % len(tcc.SHAPES)]
     for layout in ("nchw", "nhwc"):
-        for splits in (1, 3):
-            err = _error(case, layout, tcc.Tile(*shape, splits=splits))
-            assert err <= 2e-3, (layout, shape, splits, err)
+        for path in (q for q in tcc.PATHS if tcc.path_fits(shape, q)):
+            for splits in (1, 3):
+                err = _error(case, layout, tcc.Tile(*shape, splits=splits, path=path))
+                assert err <= 2e-3, (layout, shape, path, splits, err)
         assert _error(case, layout) <= 2e-3, layout                  # the default tile
 
 

@@ -15,14 +15,15 @@ cp.async, no ldmatrix.
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import backend, cuda
+from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry, check_array, check_choice, conv_geometry
-from tensorconv.ops._launch import cdiv, launch, ptr, round_up, workspace
+from tensorconv.ops._launch import cdiv, launch, ptr, round_up, stored_tile, workspace
 from tensorconv.reference import conv as reference
 
 FILE = "tensorcore_conv.cu"
@@ -105,13 +106,15 @@ def split_k(p: Problem, tile: Tile) -> int:
     return round_up(cdiv(p.k, tile.splits), BK)
 
 
-def candidates(p: Problem, facts: DeviceFacts, paths=(0,)) -> list[Tile]:
-    """Every shape on each of ``paths`` with split counts up to :data:`MAX_SPLITS` whose
-    shares hold at least two chunks, cheapest (fewest waves, then least padding) first."""
+def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
+               max_splits: int = MAX_SPLITS) -> list[Tile]:
+    """Every shape on each of ``paths`` it fits, with split counts up to ``max_splits``
+    whose shares hold at least two chunks, cheapest by :func:`_cost` first (mma.sync first
+    among equals)."""
     out = []
     for shape in SHAPES:
         for path in (q for q in paths if path_fits(shape, q)):
-            for splits in range(1, MAX_SPLITS + 1):
+            for splits in range(1, max_splits + 1):
                 if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
                     break
                 out.append(Tile(*shape, splits, path))
@@ -129,8 +132,18 @@ def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """The best-ranked candidate (no tuner yet)."""
+    """The best-ranked candidate (what runs untuned)."""
     return candidates(p, facts)[0]
+
+
+def tile_key(p: Problem) -> str:
+    """The tune-cache key of ``p``'s tile: device, source, shape, layout (fp16)."""
+    return tunecache.make_key("tc_conv", FILE, f"{p.geom}|{p.layout}|fp16")
+
+
+def tuned_tile(p: Problem) -> Tile | None:
+    """The tile :func:`tensorconv.tuning.tc_search.tune_tc_tile` stored for ``p``, if any."""
+    return stored_tile(sys.modules[__name__], p)
 
 
 def _name(t: Tile, layout: str) -> str:
@@ -200,7 +213,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     bias : array, (Cout,), float32, optional
     residual : array like the output, float16, optional
     tile : Tile, optional
-        Default :func:`default_tile`.
+        Default: the tuned tile (:func:`tuned_tile`), else :func:`default_tile`.
     packed : array, (Cout, C·R·S), float16, optional
         :func:`pack_weights` of ``w`` for ``layout``, prepared once.
     out : array like the output, float16, optional (GPU only)
@@ -237,7 +250,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
             raise ValueError("out is supported on the GPU only")
         return _reference(x, w, bias, residual, p, relu)
     facts = backend.device_facts()
-    tile = tile or default_tile(p, facts)
+    tile = tile or tuned_tile(p) or default_tile(p, facts)
     if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
             or not path_fits(tile.shape, tile.path):
         raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "

@@ -87,3 +87,23 @@ def test_the_33_layers_of_the_study(rng, batch):
                      layer.padding, epilogue=False)
         for layout in ("nchw", "nhwc"):
             assert _error(case, layout) <= 2e-3, (layer, layout)
+
+
+def test_the_search_stores_the_fastest_tile_and_the_op_takes_it(rng, tmp_path, monkeypatch):
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+    from tensorconv.tuning.tc_search import PAPER_PATHS, tune_tc_tile
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    x = cp.asarray(rng.standard_normal((1, 64, 14, 14)).astype(np.float16))
+    w = cp.asarray((rng.standard_normal((96, 64, 3, 3)) / 24).astype(np.float16))
+    best, times = tune_tc_tile(x, w, 1, 1, layout="nchw", budget=6)
+    assert best in times and len(times) == 6 and min(times.values()) == times[best]
+    p = tcc.problem(x.shape, w.shape, 1, 1, "nchw")
+    assert tcc.tuned_tile(p) == best
+    again, cached = tune_tc_tile(x, w, 1, 1, budget=6)
+    assert again == best and cached == {}
+    paper, ptimes = tune_tc_tile(x, w, 1, 1, budget=4, paths=PAPER_PATHS, max_splits=1,
+                                 store=False)
+    assert paper.path in PAPER_PATHS and paper.splits == 1 and tcc.tuned_tile(p) == best

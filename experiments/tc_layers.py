@@ -1,8 +1,9 @@
 """Sun et al. Figs 2-3: the 33 distinct convolutions of ResNet-18 and SqueezeNet 1.0 at
 224x224, batch 1, fp16 on the tensor cores: ours against cuDNN, NCHW and NHWC.
 
-Ours: :func:`tensorconv.ops.tc_conv2d` (implicit-im2col GEMM on ``mma.sync``, split-K in
-the launch) on its default tile, in each layout.  cuDNN: PyTorch's ``conv2d`` in fp16 with
+Ours: :func:`tensorconv.ops.tc_conv2d` (implicit-im2col GEMM on ``mma.sync`` or WMMA,
+split-K in the launch) on the analytic rank's first tile, or with ``--tune`` the fastest of
+the search (:mod:`tensorconv.tuning.tc_search`), in each layout.  cuDNN: PyTorch's ``conv2d`` in fp16 with
 ``cudnn.benchmark`` (NCHW, and ``channels_last`` for NHWC).  Both are timed as CUDA-graph
 replays after their outputs are checked against the fp32 reference on the same fp16
 values (relative error <= 2e-3).  Reported per layer: times, our time over cuDNN's, and
@@ -29,6 +30,7 @@ from tensorconv.cli import guarded
 from tensorconv.ops import tensorcore_conv as tcc
 from tensorconv.reference import conv as reference
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
+from tensorconv.tuning.tc_search import tune_tc_tile
 
 NAME = "tc_layers"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -38,6 +40,9 @@ PAPER = {"mean_reduction_pct": 14.0, "best_reduction_pct": 60.0, "worst_reductio
 def _args(argv):
     p = parser(NAME, __doc__)
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--tune", action="store_true",
+                   help="search each layer's schedule (tuning.tc_search) instead of the "
+                        "analytic rank's first tile")
     return p.parse_args(argv)
 
 
@@ -72,8 +77,12 @@ def main(argv=None) -> int:
             xd, wd = cp.asarray(xl), cp.asarray(w)
             packed = tcc.pack_weights(wd, layout)
             out = cp.empty(wl.shape, cp.float16)
-            tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride,
-                                                layer.padding, layout), backend.device_facts())
+            if args.tune:
+                tile = tune_tc_tile(xd, wd, layer.stride, layer.padding, layout=layout)[0]
+            else:
+                tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride,
+                                                    layer.padding, layout),
+                                        backend.device_facts())
             run = lambda: tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding,  # noqa: E731
                                         layout=layout, tile=tile, packed=packed, out=out)
             run()

@@ -4,11 +4,12 @@
 Ours: :func:`tensorconv.ops.tc_conv2d` (implicit-im2col GEMM on ``mma.sync`` or WMMA,
 split-K in the launch) on the analytic rank's first tile, or with ``--tune`` the fastest of
 the search (:mod:`tensorconv.tuning.tc_search`), in each layout.  cuDNN: PyTorch's
-``conv2d`` in fp16 with ``cudnn.benchmark`` (NCHW, and ``channels_last`` for NHWC).  Both are timed as CUDA-graph
-replays after their outputs are checked against the fp32 reference on the same fp16
-values (relative error <= 2e-3).  Reported per layer: times, our time over cuDNN's, and
-over all layers the mean latency reduction, the best and the worst layer.  Paper (RTX 2070,
-NCHW, cuDNN 7): mean reduction 14 %, best 60 % (S20), worst -101 % (L2); Jetson Xavier 49 %.
+``conv2d`` in fp16 with ``cudnn.benchmark`` (NCHW, and ``channels_last`` for NHWC).  Both
+are timed as CUDA-graph replays after their outputs are checked against the fp32 reference
+on the same fp16 values (relative error <= 2e-3).  Reported per layer: times, our time over
+cuDNN's, and over all layers the mean latency reduction, the best and the worst layer.
+Paper (RTX 2070, NCHW, cuDNN 7): mean reduction 14 %, best 60 % (S20), worst -101 % (L2);
+Jetson Xavier 49 %.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from tensorconv import backend, timing
+from tensorconv.ops import tensorcore_conv as tcc
+from tensorconv.reference import conv as reference
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -68,3 +74,55 @@ def distinct(layers) -> list[Layer]:
 
 
 LAYERS = distinct(_resnet18()) + distinct(_squeezenet10())
+
+
+def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, reps=None) -> dict:
+    """Ours and cuDNN (PyTorch fp16, ``cudnn.benchmark``) on ``layer`` at ``batch`` in both
+    layouts, after checking both against the fp32 reference on the same fp16 values:
+    ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile"}}`` (CUDA-graph
+    medians).  ``tune`` searches our schedule (:mod:`tensorconv.tuning.tc_search`)."""
+    from tensorconv.tuning.tc_search import tune_tc_tile
+
+    reps = reps or {"repeat": 100}
+    x = rng.standard_normal((batch, layer.c, layer.h, layer.h)).astype(np.float16)
+    w = (rng.standard_normal((layer.k, layer.c, layer.r, layer.r))
+         / np.sqrt(layer.c * layer.r * layer.r)).astype(np.float16)
+    want = reference.conv2d(x.astype(np.float32), w.astype(np.float32), None, layer.stride,
+                            layer.padding)
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    out = {}
+    for layout in tcc.LAYOUTS:
+        xl = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        wl = want if layout == "nchw" else want.transpose(0, 2, 3, 1)
+        xd, wd = cp.asarray(xl), cp.asarray(w)
+        packed = tcc.pack_weights(wd, layout)
+        y = cp.empty(wl.shape, cp.float16)
+        if tune:
+            tile = tune_tc_tile(xd, wd, layer.stride, layer.padding, layout=layout)[0]
+        else:
+            tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride, layer.padding,
+                                                layout), backend.device_facts())
+
+        def run(xd=xd, wd=wd, layout=layout, tile=tile, packed=packed, y=y):
+            tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding, layout=layout, tile=tile,
+                          packed=packed, out=y)
+
+        run()
+        ours_err = rel(y.get().astype(np.float32), wl)
+        if not ours_err <= 2e-3:
+            raise RuntimeError(f"{layer} {layout}: rel_err {ours_err:.2e} against the "
+                               f"reference")
+        ours = timing.time_graph(run, calls_per_graph=5, **reps).median_us
+        xt, wt = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+        if layout == "nhwc":
+            xt = xt.to(memory_format=torch.channels_last)
+            wt = wt.to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            conv = lambda xt=xt, wt=wt: torch.nn.functional.conv2d(  # noqa: E731
+                xt, wt, None, layer.stride, layer.padding)
+            cudnn_err = rel(conv().float().cpu().numpy(), want)
+            theirs = timing.time_graph(conv, framework="torch", calls_per_graph=5,
+                                       **reps).median_us
+        out[layout] = {"ours_us": ours, "cudnn_us": theirs, "ours_err": ours_err,
+                       "cudnn_err": cudnn_err, "tile": tile}
+    return out

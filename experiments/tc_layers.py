@@ -25,13 +25,10 @@ from experiments._common import (
     pyplot,
     save_figure,
 )
-from experiments._tc import LAYERS
-from tensorconv import backend, bench, timing
+from experiments._tc import LAYERS, measure
+from tensorconv import backend, bench
 from tensorconv.cli import guarded
-from tensorconv.ops import tensorcore_conv as tcc
-from tensorconv.reference import conv as reference
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
-from tensorconv.tuning.tc_search import tune_tc_tile
 
 NAME = "tc_layers"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -67,48 +64,14 @@ def main(argv=None) -> int:
     ratios = {"nchw": [], "nhwc": []}
     for layer in tqdm(layers, desc="timing layers", unit="layer"):
         case = f"{layer.model}:{layer.name}"
-        x = rng.standard_normal((args.batch, layer.c, layer.h, layer.h)).astype(np.float16)
-        w = (rng.standard_normal((layer.k, layer.c, layer.r, layer.r))
-             / np.sqrt(layer.c * layer.r * layer.r)).astype(np.float16)
-        want = reference.conv2d(x.astype(np.float32), w.astype(np.float32), None,
-                                layer.stride, layer.padding)
-        for layout in ("nchw", "nhwc"):
-            xl = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            wl = want if layout == "nchw" else want.transpose(0, 2, 3, 1)
-            xd, wd = cp.asarray(xl), cp.asarray(w)
-            packed = tcc.pack_weights(wd, layout)
-            out = cp.empty(wl.shape, cp.float16)
-            if args.tune:
-                tile = tune_tc_tile(xd, wd, layer.stride, layer.padding, layout=layout)[0]
-            else:
-                tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride,
-                                                    layer.padding, layout),
-                                        backend.device_facts())
-            run = lambda: tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding,  # noqa: E731
-                                        layout=layout, tile=tile, packed=packed, out=out)
-            run()
-            err = float(np.linalg.norm(out.get().astype(np.float32) - wl) / np.linalg.norm(wl))
-            rs.add(case, f"ours-{layout}", "rel_err", err, "1")
-            if not err <= 2e-3:
-                raise RuntimeError(f"{case} {layout}: rel_err {err:.2e} against the reference")
-            ours = timing.time_graph(run, calls_per_graph=5, **reps).median_us
-            xt = torch.from_numpy(x).cuda()
-            wt = torch.from_numpy(w).cuda()
-            if layout == "nhwc":
-                xt = xt.to(memory_format=torch.channels_last)
-                wt = wt.to(memory_format=torch.channels_last)
-            with torch.no_grad():
-                conv = lambda: torch.nn.functional.conv2d(  # noqa: E731
-                    xt, wt, None, layer.stride, layer.padding)
-                theirs_out = conv().float().cpu().numpy()
-                terr = float(np.linalg.norm(theirs_out - want) / np.linalg.norm(want))
-                theirs = timing.time_graph(conv, framework="torch", calls_per_graph=5,
-                                           **reps).median_us
-            rs.add(case, f"cudnn-{layout}", "rel_err", terr, "1")
-            rs.add(case, f"ours-{layout}", "latency_us", ours, "us", note=f"{tile}")
-            rs.add(case, f"cudnn-{layout}", "latency_us", theirs, "us")
-            rs.add(case, f"ours/cudnn-{layout}", "ratio", ours / theirs, "x")
-            ratios[layout].append(ours / theirs)
+        for layout, m in measure(cp, torch, layer, args.batch, rng, tune=args.tune,
+                                 reps=reps).items():
+            rs.add(case, f"ours-{layout}", "rel_err", m["ours_err"], "1")
+            rs.add(case, f"cudnn-{layout}", "rel_err", m["cudnn_err"], "1")
+            rs.add(case, f"ours-{layout}", "latency_us", m["ours_us"], "us", note=f"{m['tile']}")
+            rs.add(case, f"cudnn-{layout}", "latency_us", m["cudnn_us"], "us")
+            rs.add(case, f"ours/cudnn-{layout}", "ratio", m["ours_us"] / m["cudnn_us"], "x")
+            ratios[layout].append(m["ours_us"] / m["cudnn_us"])
     for layout, rr in ratios.items():
         red = [100 * (1 - r) for r in rr]
         rs.add("all layers", layout, "mean_reduction_pct", float(np.mean(red)), "%",

@@ -263,6 +263,17 @@ def test_tc_layers_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_tc_batch_quick(tmp_path):
+    pytest.importorskip("torch")
+    from experiments import tc_batch
+
+    assert tc_batch.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "tc_batch.csv")
+    assert max(r["value"] for r in rows if r["metric"] == "rel_err") <= 2e-3
+    assert len([r for r in rows if r["metric"] == "crossover_batch"]) == 4
+
+
+@pytest.mark.gpu
 def test_scc_memory_quick(tmp_path):
     from experiments import scc_memory
 

@@ -7,6 +7,7 @@ stride, padding and input plane agree.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +80,7 @@ LAYERS = distinct(_resnet18()) + distinct(_squeezenet10())
 def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, reps=None) -> dict:
     """Ours and cuDNN (PyTorch fp16, ``cudnn.benchmark``) on ``layer`` at ``batch`` in both
     layouts, after checking both against the fp32 reference on the same fp16 values:
-    ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile"}}`` (CUDA-graph
+    ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile", "tune_s"}}`` (CUDA-graph
     medians).  ``tune`` searches our schedule (:mod:`tensorconv.tuning.tc_search`)."""
     from tensorconv.tuning.tc_search import tune_tc_tile
 
@@ -97,8 +98,11 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
         xd, wd = cp.asarray(xl), cp.asarray(w)
         packed = tcc.pack_weights(wd, layout)
         y = cp.empty(wl.shape, cp.float16)
+        tune_s = 0.0
         if tune:
+            start = time.perf_counter()
             tile = tune_tc_tile(xd, wd, layer.stride, layer.padding, layout=layout)[0]
+            tune_s = time.perf_counter() - start
         else:
             tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride, layer.padding,
                                                 layout), backend.device_facts())
@@ -124,5 +128,5 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
             theirs = timing.time_graph(conv, framework="torch", calls_per_graph=5,
                                        **reps).median_us
         out[layout] = {"ours_us": ours, "cudnn_us": theirs, "ours_err": ours_err,
-                       "cudnn_err": cudnn_err, "tile": tile}
+                       "cudnn_err": cudnn_err, "tile": tile, "tune_s": tune_s}
     return out

@@ -8,145 +8,230 @@
 // NCHW k = (c, r, s), NHWC k = (r, s, c), so that consecutive k are consecutive addresses
 // of x in NHWC.  Ragged M, Cout and K are predicated, never padded on the host.
 //
-// tc_conv<BM, BN, WM, WN, PATH, NHWC>: a block owns BM pixels x BN output channels, each
-// warp WM x WN of them.  K streams through shared memory BK = 32 at a time, both operands
-// K-contiguous, rows padded by 8 halves (a warp's fragment loads hit distinct banks); the
-// next chunk's global loads are issued into registers before the current chunk's products
-// (a two-stage register pipeline).  PATH picks the instructions: 0 = mma.sync m16n8k16
-// (fragments loaded as 32-bit pairs), 1-3 = WMMA with the paper's fragment shapes
-// 16x16x16, 32x8x16 and 8x32x16.  Either way the accumulators go through shared memory
-// (over the operand tiles) to one epilogue.
+// tc_conv<BM, BN, WM, WN, PATH, MODE, STAGES>: a block owns BM pixels x BN output channels,
+// each warp WM x WN of them.  K streams through a STAGES-deep ring of shared-memory chunks,
+// BK = 32 wide.  MODE says how operands arrive (bit 0: NHWC; bit 1: vector loads):
+//   - vector B: 16-byte cp.async of 8 consecutive k (needs K % 8 == 0);
+//   - vector A (NHWC with C % 8 == 0): 16-byte cp.async of 8 consecutive channels of one
+//     pixel at one filter tap, each thread's pixels decoded once per launch;
+//   - scalar A (NCHW, or a stem with 3 channels): one half per load, a warp's lanes on
+//     consecutive pixels (coalesced in NCHW), the k -> (offset, r, s) map read from a table
+//     the host built once per layer, so no division runs per element; loaded into
+//     registers a chunk ahead and stored after the current chunk's products.  Those tiles
+//     are kept k-major (pixels contiguous: conflict-free stores) and read with
+//     ldmatrix.trans.
+// PATH picks the instructions: 0 = mma.sync m16n8k16 with ldmatrix, 1-3 = WMMA with the
+// paper's fragment shapes 16x16x16, 32x8x16 and 8x32x16.  Either way the accumulators go
+// through shared memory (over the operand ring) to one epilogue.
 //
 // Split-K inside the launch: blockIdx.z takes a share of K; each share writes its fp32
 // partial tile to a workspace, and the last share of a tile to arrive (an atomic counter
 // per tile) adds the shares in a fixed order and runs the epilogue (bias, residual, ReLU,
 // fp16 store); it resets the counter, so the launch replays from a CUDA graph.
 //
-// Launch geometry, packing and checks belong to tensorconv/ops/tensorcore_conv.py.
+// Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
 #include <cuda_fp16.h>
 #include <mma.h>
 #include "tc_common.cuh"
 
 namespace tcc {
-constexpr int BK = 32, PAD = 8, LDS = BK + PAD;   // shared row: 40 halves = 80 bytes
+constexpr int BK = 32, PAD = 8, LDS = BK + PAD;   // an m-major or n-major row: 80 bytes
 
 // The sizes and buffers of one launch.
 struct Conv {
     const __half* x;         // (N, C, H, W) or (N, H, W, C)
     const __half* wp;        // (Cout, K), K in the layout's order
-    const float* bias;       // (Cout,) or nullptr
-    const __half* residual;  // like y, or nullptr
-    __half* y;               // (N, Cout, OH, OW) or (N, OH, OW, Cout)
-    float* partial;          // (splits, M, Cout) when split
-    int* counters;           // one per output tile, zero between launches
-    int N, C, H, W, Cout, R, S, OH, OW, sh, sw, ph, pw, relu;
-    int M, K, OHW, RS;
+    const int2* ktab;        // (K,): {offset of tap k from a pixel's corner, r << 16 | s}
+    int N, C, H, W, Cout, R, S, OH, OW, sh, sw, ph, pw;
+    int M, K, OHW;
 };
 
-// Stages a BK-wide chunk of A (implicit im2col) and B into registers, then shared memory.
-// A: NCHW keeps one pixel per thread (coalesced along the image row) and walks k; NHWC
-// keeps one k lane per thread (coalesced along channels) and walks pixels.  B: one k lane
-// per thread, walking output channels.
-template <int BM, int BN, int T, int NHWC>
-struct Stager {
-    static constexpr int AL = BM * BK / T, BL = BN * BK / T;
-    static_assert(BM * BK % T == 0 && BN * BK % T == 0, "staging shapes");
-    static_assert(T % BK == 0 && (NHWC || T % BM == 0), "a staging thread keeps one lane");
-    int a_fix, a_start, a_step, b_k, b_start, m0, n0, k_end;
-    int px_n = 0, px_ih = 0, px_iw = 0;
-    bool px_ok = false;
-    __half areg[AL], breg[BL];
-
-    __device__ Stager(const Conv& cv, int tid, int m0_, int n0_, int k_end_)
-        : a_fix(NHWC ? tid % BK : tid % BM), a_start(NHWC ? tid / BK : tid / BM),
-          a_step(NHWC ? T / BK : T / BM), b_k(tid % BK), b_start(tid / BK), m0(m0_),
-          n0(n0_), k_end(k_end_) {
-        if (!NHWC) {
-            const int m = m0 + a_fix;
-            px_ok = m < cv.M;
-            if (px_ok) {
-                px_n = m / cv.OHW;
-                const int p = m - px_n * cv.OHW, oh = p / cv.OW;
-                px_ih = oh * cv.sh - cv.ph;
-                px_iw = (p - oh * cv.OW) * cv.sw - cv.pw;
-            }
-        }
-    }
-
-    __device__ void load(const Conv& cv, int k0) {
-#pragma unroll
-        for (int l = 0; l < AL; ++l) {
-            const int v = a_start + l * a_step;          // the walked index
-            __half val = __float2half(0.f);
-            if (!NHWC) {
-                const int k = k0 + v;
-                if (px_ok && k < k_end) {
-                    const int c = k / cv.RS, rs = k - c * cv.RS, r = rs / cv.S, s = rs - r * cv.S;
-                    const int ih = px_ih + r, iw = px_iw + s;
-                    if (ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W)
-                        val = cv.x[(((size_t)px_n * cv.C + c) * cv.H + ih) * cv.W + iw];
-                }
-            } else {
-                const int k = k0 + a_fix, m = m0 + v;
-                if (m < cv.M && k < k_end) {
-                    const int rs = k / cv.C, c = k - rs * cv.C, r = rs / cv.S, s = rs - r * cv.S;
-                    const int n = m / cv.OHW, p = m - n * cv.OHW, oh = p / cv.OW;
-                    const int ih = oh * cv.sh - cv.ph + r, iw = (p - oh * cv.OW) * cv.sw - cv.pw + s;
-                    if (ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W)
-                        val = cv.x[(((size_t)n * cv.H + ih) * cv.W + iw) * cv.C + c];
-                }
-            }
-            areg[l] = val;
-        }
-#pragma unroll
-        for (int l = 0; l < BL; ++l) {
-            const int nn = n0 + b_start + l * (T / BK), k = k0 + b_k;
-            breg[l] = nn < cv.Cout && k < k_end ? cv.wp[(size_t)nn * cv.K + k]
-                                                 : __float2half(0.f);
-        }
-    }
-
-    __device__ void store(__half (*As)[LDS], __half (*Bs)[LDS]) const {
-#pragma unroll
-        for (int l = 0; l < AL; ++l) {
-            const int v = a_start + l * a_step;
-            if (!NHWC) As[a_fix][v] = areg[l];
-            else As[v][a_fix] = areg[l];
-        }
-#pragma unroll
-        for (int l = 0; l < BL; ++l) Bs[b_start + l * (T / BK)][b_k] = breg[l];
-    }
-};
-
-__device__ __forceinline__ unsigned pair(const __half* p) {
-    return *reinterpret_cast<const unsigned*>(p);
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// mma.sync m16n8k16: a warp's WM x WN accumulators in registers.
-template <int WM, int WN>
+// 16 bytes global -> shared, bypassing L1; zero-filled when !pred (src then unread).
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// The per-stage operand tiles: A as [BM][LDS] (k contiguous) or, k-major, [BK][BM + PAD]
+// (pixels contiguous); B as [BN][LDS].
+template <int BM, int BN, bool A_KM>
+struct Ring {
+    static constexpr int LDA = A_KM ? BM + PAD : LDS;
+    static constexpr int A_HALVES = A_KM ? BK * LDA : BM * LDS, B_HALVES = BN * LDS;
+    static constexpr int STAGE = A_HALVES + B_HALVES;   // halves; a multiple of 8
+    __half* base;
+    __device__ __half* a(int s) const { return base + s * STAGE; }
+    __device__ __half* b(int s) const { return base + s * STAGE + A_HALVES; }
+};
+
+// Loads one BK-chunk of A and B.  Vector operands go straight to shared memory (cp.async);
+// scalar ones through registers (load() before the products, store() after).
+template <int BM, int BN, int T, bool NHWC, bool VEC_A, bool VEC_B, bool A_KM>
+struct Loader {
+    // vector A: 4 copies of 8 halves per pixel row; a thread keeps column tid % 4.
+    static constexpr int A_COPIES = BM * BK / 8, A_PER = (A_COPIES + T - 1) / T;
+    static constexpr int B_COPIES = BN * BK / 8, B_PER = (B_COPIES + T - 1) / T;
+    // scalar A: a thread keeps pixel tid % BM and walks k; scalar B: lane k = tid % BK.
+    static constexpr int AL = VEC_A ? 1 : BM * BK / T, BL = VEC_B ? 1 : BN * BK / T;
+    static_assert(VEC_A || (T % BM == 0 && BM * BK % T == 0), "scalar A staging");
+    static_assert(VEC_B || (T % BK == 0 && BN * BK % T == 0), "scalar B staging");
+
+    int tid, m0, n0, k_end;
+    // vector A: per copy row its pixel's corner (ih0, iw0), image offset, validity
+    int v_ih[A_PER], v_iw[A_PER], v_base[A_PER];
+    // scalar A: this thread's pixel corner (ih0, iw0) and its offset in x, to which the
+    // table adds tap k's offset (NCHW: c·H·W + r·W + s; NHWC: (r·W + s)·C + c)
+    int s_ih = 0, s_iw = 0, s_base = 0;
+    bool s_ok = false;
+    __half areg[AL], breg[BL];
+
+    __device__ Loader(const Conv& cv, int tid_, int m0_, int n0_, int k_end_)
+        : tid(tid_), m0(m0_), n0(n0_), k_end(k_end_) {
+        if (VEC_A) {
+#pragma unroll
+            for (int j = 0; j < A_PER; ++j) {
+                const int m = m0 + (tid + j * T) / 4;
+                v_base[j] = -1;
+                if (m < cv.M && tid + j * T < A_COPIES) {
+                    const int n = m / cv.OHW, p = m - n * cv.OHW, oh = p / cv.OW;
+                    v_ih[j] = oh * cv.sh - cv.ph;
+                    v_iw[j] = (p - oh * cv.OW) * cv.sw - cv.pw;
+                    v_base[j] = n * cv.H * cv.W * cv.C;
+                }
+            }
+        } else {
+            const int m = m0 + tid % BM;
+            s_ok = m < cv.M;
+            if (s_ok) {
+                const int n = m / cv.OHW, p = m - n * cv.OHW, oh = p / cv.OW;
+                s_ih = oh * cv.sh - cv.ph;
+                s_iw = (p - oh * cv.OW) * cv.sw - cv.pw;
+                s_base = NHWC ? ((n * cv.H + s_ih) * cv.W + s_iw) * cv.C
+                              : n * cv.C * cv.H * cv.W + s_ih * cv.W + s_iw;
+            }
+        }
+    }
+
+    // Issue chunk k0 into stage buffers (a, b): cp.async for vector operands, register
+    // loads for scalar ones.
+    __device__ void issue(const Conv& cv, int k0, __half* a, __half* b) {
+        if (VEC_A) {
+            const int col = tid % 4, k = k0 + col * 8;
+            int r = 0, s = 0, c = 0;
+            const bool k_ok = k < k_end;
+            if (k_ok) {
+                const int rs = k / cv.C;
+                c = k - rs * cv.C;
+                r = rs / cv.S;
+                s = rs - r * cv.S;
+            }
+#pragma unroll
+            for (int j = 0; j < A_PER; ++j) {
+                const int row = (tid + j * T) / 4;
+                if (tid + j * T >= A_COPIES) break;
+                const int ih = v_ih[j] + r, iw = v_iw[j] + s;
+                const bool ok = k_ok && v_base[j] >= 0 && ih >= 0 && ih < cv.H && iw >= 0 &&
+                                iw < cv.W;
+                const __half* src = ok ? cv.x + v_base[j] + (ih * cv.W + iw) * cv.C + c : cv.x;
+                cp16(a + row * LDS + col * 8, src, ok);
+            }
+        } else {
+            const int kl = tid / BM;
+#pragma unroll
+            for (int l = 0; l < AL; ++l) {
+                const int k = k0 + kl + l * (T / BM);
+                __half v = __float2half(0.f);
+                if (s_ok && k < k_end) {
+                    const int2 e = __ldg(&cv.ktab[k]);
+                    const int ih = s_ih + (e.y >> 16), iw = s_iw + (e.y & 0xffff);
+                    if (ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W)
+                        v = cv.x[s_base + e.x];
+                }
+                areg[l] = v;
+            }
+        }
+        if (VEC_B) {
+#pragma unroll
+            for (int j = 0; j < B_PER; ++j) {
+                const int i = tid + j * T;
+                if (i >= B_COPIES) break;
+                const int row = i / 4, col = i % 4, nn = n0 + row, k = k0 + col * 8;
+                const bool ok = nn < cv.Cout && k < k_end;
+                cp16(b + row * LDS + col * 8, ok ? cv.wp + (size_t)nn * cv.K + k : cv.wp, ok);
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < BL; ++l) {
+                const int nn = n0 + tid / BK + l * (T / BK), k = k0 + tid % BK;
+                breg[l] = nn < cv.Cout && k < k_end ? cv.wp[(size_t)nn * cv.K + k]
+                                                     : __float2half(0.f);
+            }
+        }
+    }
+
+    // Store the scalar operands held in registers into stage buffers (a, b).
+    __device__ void store(__half* a, __half* b) const {
+        if (!VEC_A) {
+            const int m = tid % BM, kl = tid / BM;
+#pragma unroll
+            for (int l = 0; l < AL; ++l) {
+                const int k = kl + l * (T / BM);
+                if (A_KM) a[k * (BM + PAD) + m] = areg[l];
+                else a[m * LDS + k] = areg[l];
+            }
+        }
+        if (!VEC_B) {
+#pragma unroll
+            for (int l = 0; l < BL; ++l)
+                b[(tid / BK + l * (T / BK)) * LDS + tid % BK] = breg[l];
+        }
+    }
+};
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// mma.sync m16n8k16: a warp's WM x WN accumulators in registers, fragments by ldmatrix.
+template <int WM, int WN, int BM, bool A_KM>
 struct MmaPath {
     static constexpr int MI = WM / 16, NI = WN / 8;
+    static_assert(WM % 16 == 0 && WN % 16 == 0, "ldmatrix.x4 reads two n8 blocks");
     float acc[MI][NI][4] = {};
 
-    __device__ void step(const __half (*As)[LDS], const __half (*Bs)[LDS], int wm0, int wn0,
-                         int lane) {
-        const int g = lane >> 2, tg = lane & 3;
+    __device__ void step(const __half* As, const __half* Bs, int wm0, int wn0, int lane) {
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 16) {
             unsigned a[MI][4], b[NI][2];
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
-                const int row = wm0 + i * 16 + g, col = kb + tg * 2;
-                a[i][0] = pair(&As[row][col]);
-                a[i][1] = pair(&As[row + 8][col]);
-                a[i][2] = pair(&As[row][col + 8]);
-                a[i][3] = pair(&As[row + 8][col + 8]);
+                if (A_KM) {   // k-major: four 8x8 blocks, transposed on the way
+                    const int k = kb + (lane & 7) + ((lane >> 4) & 1) * 8;
+                    const int m = wm0 + i * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4_t(a[i], As + k * (BM + PAD) + m);
+                } else {
+                    ldsm_x4(a[i], As + (wm0 + i * 16 + (lane & 15)) * LDS + kb + (lane >> 4) * 8);
+                }
             }
 #pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                const int row = wn0 + j * 8 + g, col = kb + tg * 2;
-                b[j][0] = pair(&Bs[row][col]);
-                b[j][1] = pair(&Bs[row][col + 8]);
+            for (int j = 0; j < NI; j += 2) {
+                unsigned r[4];
+                const int n = wn0 + j * 8 + (lane & 7) + ((lane >> 4) & 1) * 8;
+                ldsm_x4(r, Bs + n * LDS + kb + ((lane >> 3) & 1) * 8);
+                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
             }
 #pragma unroll
             for (int i = 0; i < MI; ++i)
@@ -163,24 +248,27 @@ struct MmaPath {
     }
 
     template <int LDC>
-    __device__ void dump(float (*Cs)[LDC], int wm0, int wn0, int lane) const {
+    __device__ void dump(float* Cs, int wm0, int wn0, int lane) const {
         const int g = lane >> 2, tg = lane & 3;
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int j = 0; j < NI; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    Cs[wm0 + i * 16 + g + (e >> 1) * 8][wn0 + j * 8 + tg * 2 + (e & 1)] =
-                        acc[i][j][e];
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(
+                        &Cs[(wm0 + i * 16 + g + h * 8) * LDC + wn0 + j * 8 + tg * 2]) =
+                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
     }
 };
 
 // WMMA with an FM x FN x 16 fragment shape (the paper's three).
-template <int WM, int WN, int FM, int FN>
+template <int WM, int WN, int FM, int FN, int BM, bool A_KM>
 struct WmmaPath {
     static constexpr int MI = WM / FM, NI = WN / FN;
     static_assert(WM % FM == 0 && WN % FN == 0, "a warp tile of whole fragments");
+    using ALayout = typename std::conditional<A_KM, nvcuda::wmma::col_major,
+                                              nvcuda::wmma::row_major>::type;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, FM, FN, 16, float> acc[MI][NI];
 
     __device__ WmmaPath() {
@@ -190,17 +278,21 @@ struct WmmaPath {
             for (int j = 0; j < NI; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.f);
     }
 
-    __device__ void step(const __half (*As)[LDS], const __half (*Bs)[LDS], int wm0, int wn0,
-                         int) {
+    __device__ void step(const __half* As, const __half* Bs, int wm0, int wn0, int) {
         using namespace nvcuda;
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 16) {
-            wmma::fragment<wmma::matrix_a, FM, FN, 16, __half, wmma::row_major> a[MI];
+            wmma::fragment<wmma::matrix_a, FM, FN, 16, __half, ALayout> a[MI];
             wmma::fragment<wmma::matrix_b, FM, FN, 16, __half, wmma::col_major> b[NI];
 #pragma unroll
-            for (int i = 0; i < MI; ++i) wmma::load_matrix_sync(a[i], &As[wm0 + i * FM][kb], LDS);
+            for (int i = 0; i < MI; ++i) {
+                if (A_KM) wmma::load_matrix_sync(a[i], As + kb * (BM + PAD) + wm0 + i * FM,
+                                                 BM + PAD);
+                else wmma::load_matrix_sync(a[i], As + (wm0 + i * FM) * LDS + kb, LDS);
+            }
 #pragma unroll
-            for (int j = 0; j < NI; ++j) wmma::load_matrix_sync(b[j], &Bs[wn0 + j * FN][kb], LDS);
+            for (int j = 0; j < NI; ++j)
+                wmma::load_matrix_sync(b[j], Bs + (wn0 + j * FN) * LDS + kb, LDS);
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -209,95 +301,149 @@ struct WmmaPath {
     }
 
     template <int LDC>
-    __device__ void dump(float (*Cs)[LDC], int wm0, int wn0, int) const {
+    __device__ void dump(float* Cs, int wm0, int wn0, int) const {
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int j = 0; j < NI; ++j)
-                nvcuda::wmma::store_matrix_sync(&Cs[wm0 + i * FM][wn0 + j * FN], acc[i][j], LDC,
-                                                nvcuda::wmma::mem_row_major);
+                nvcuda::wmma::store_matrix_sync(&Cs[(wm0 + i * FM) * LDC + wn0 + j * FN],
+                                                acc[i][j], LDC, nvcuda::wmma::mem_row_major);
     }
 };
 
-template <int WM, int WN, int PATH> struct PathOf;
-template <int WM, int WN> struct PathOf<WM, WN, 0> { using type = MmaPath<WM, WN>; };
-template <int WM, int WN> struct PathOf<WM, WN, 1> { using type = WmmaPath<WM, WN, 16, 16>; };
-template <int WM, int WN> struct PathOf<WM, WN, 2> { using type = WmmaPath<WM, WN, 32, 8>; };
-template <int WM, int WN> struct PathOf<WM, WN, 3> { using type = WmmaPath<WM, WN, 8, 32>; };
+// k-major A tiles for scalar loads, except under 8x32 WMMA fragments, whose 8-pixel
+// column offsets would break WMMA's 32-byte pointer alignment there.
+template <int PATH, bool VEC_A> struct AKm { static constexpr bool value = !VEC_A && PATH != 3; };
+
+template <int WM, int WN, int BM, int PATH, bool A_KM> struct PathOf;
+template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 0, K> {
+    using type = MmaPath<WM, WN, BM, K>; };
+template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 1, K> {
+    using type = WmmaPath<WM, WN, 16, 16, BM, K>; };
+template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 2, K> {
+    using type = WmmaPath<WM, WN, 32, 8, BM, K>; };
+template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 3, K> {
+    using type = WmmaPath<WM, WN, 8, 32, BM, K>; };
 }  // namespace tcc
 
-template <int BM, int BN, int WM, int WN, int PATH, int NHWC>
+// MODE: bit 0 = NHWC, bit 1 = vector loads (B always; A where NHWC).
+template <int BM, int BN, int WM, int WN, int PATH, int MODE, int STAGES>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
-    const __half* __restrict__ x, const __half* __restrict__ wp, const float* __restrict__ bias,
-    const __half* __restrict__ residual, __half* __restrict__ y, float* __restrict__ partial,
-    int* __restrict__ counters, int N, int C, int H, int W, int Cout, int R, int S, int OH,
-    int OW, int sh, int sw, int ph, int pw, int k_per_split, int relu)
+    const __half* __restrict__ x, const __half* __restrict__ wp, const int2* __restrict__ ktab,
+    const float* __restrict__ bias, const __half* __restrict__ residual,
+    __half* __restrict__ y, float* __restrict__ partial, int* __restrict__ counters, int N,
+    int C, int H, int W, int Cout, int R, int S, int OH, int OW, int sh, int sw, int ph,
+    int pw, int k_per_split, int relu, int vec_out)
 {
-    tc::wait_prior_grids();
     using namespace tcc;
+    constexpr bool NHWC = MODE & 1, VEC_B = (MODE >> 1) & 1, VEC_A = VEC_B && NHWC;
+    constexpr bool A_KM = AKm<PATH, VEC_A>::value;
     constexpr int WARPS_M = BM / WM, T = WARPS_M * (BN / WN) * 32, LDC = BN + 4;
-    constexpr int AB_BYTES = (BM + BN) * LDS * 2, C_BYTES = BM * LDC * 4;
-    __shared__ __align__(32) unsigned char smem[AB_BYTES > C_BYTES ? AB_BYTES : C_BYTES];
+    using R_ = Ring<BM, BN, A_KM>;
+    extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int s_last;
-    auto As = reinterpret_cast<__half (*)[LDS]>(smem);
-    auto Bs = reinterpret_cast<__half (*)[LDS]>(smem + BM * LDS * 2);
-    auto Cs = reinterpret_cast<float (*)[LDC]>(smem);   // over As and Bs, after the K loop
+    const R_ ring{reinterpret_cast<__half*>(smem)};
+    float* Cs = reinterpret_cast<float*>(smem);   // over the ring, after the K loop
 
-    const Conv cv{x, wp, bias, residual, y, partial, counters, N, C, H, W, Cout, R, S, OH,
-                  OW, sh, sw, ph, pw, relu, N * OH * OW, C * R * S, OH * OW, R * S};
+    const Conv cv{x, wp, ktab, N, C, H, W, Cout, R, S, OH, OW, sh, sw, ph, pw, N * OH * OW,
+                  C * R * S, OH * OW};
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int k_begin = blockIdx.z * k_per_split;
     const int k_end = min(cv.K, k_begin + k_per_split);
+    const int chunks = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
 
-    Stager<BM, BN, T, NHWC> stage(cv, tid, m0, n0, k_end);
-    typename PathOf<WM, WN, PATH>::type path;
-    if (k_begin < k_end) stage.load(cv, k_begin);
-    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-        stage.store(As, Bs);
-        __syncthreads();
-        if (k0 + BK < k_end) stage.load(cv, k0 + BK);   // flies over these products
-        path.step(As, Bs, wm0, wn0, lane);
-        __syncthreads();
+    Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM> ld(cv, tid, m0, n0, k_end);
+    typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
+    tc::wait_prior_grids();
+
+    // Prologue: chunks 0..STAGES-2 in flight (scalar operands stored at once).
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < chunks) {
+            ld.issue(cv, k_begin + s * BK, ring.a(s), ring.b(s));
+            ld.store(ring.a(s), ring.b(s));
+        }
+        cp_commit();
     }
-    path.dump(Cs, wm0, wn0, lane);
+    for (int kt = 0; kt < chunks; ++kt) {
+        cp_wait<STAGES - 2>();
+        __syncthreads();   // chunk kt landed; every warp is done with chunk kt - 1
+        const int next = kt + STAGES - 1, ns = next % STAGES;
+        if (next < chunks) ld.issue(cv, k_begin + next * BK, ring.a(ns), ring.b(ns));
+        cp_commit();
+        path.step(ring.a(kt % STAGES), ring.b(kt % STAGES), wm0, wn0, lane);
+        if (next < chunks) ld.store(ring.a(ns), ring.b(ns));
+    }
+    cp_wait<0>();
+    __syncthreads();
+    path.template dump<LDC>(Cs, wm0, wn0, lane);
     __syncthreads();
 
-    // Split-K: every share stores its partial; the last to arrive sums them in order.
+    // Split-K: every share stores its partial tile; the last to arrive sums them in order.
     const int splits = gridDim.z;
     if (splits > 1) {
-        for (int e = tid; e < BM * BN; e += T) {
-            const int m = m0 + e / BN, n = n0 + e % BN;
-            if (m < cv.M && n < Cout)
-                partial[((size_t)blockIdx.z * cv.M + m) * Cout + n] = Cs[e / BN][e % BN];
+        const int tile = blockIdx.y * gridDim.x + blockIdx.x, tiles = gridDim.x * gridDim.y;
+        constexpr int Q = BM * BN / 4;   // float4s per tile
+        float4* mine = reinterpret_cast<float4*>(partial) + ((size_t)blockIdx.z * tiles + tile) * Q;
+        for (int e = tid; e < Q; e += T) {
+            const int mm = e / (BN / 4), nn = (e % (BN / 4)) * 4;
+            mine[e] = *reinterpret_cast<const float4*>(&Cs[mm * LDC + nn]);
         }
         __threadfence();
         __syncthreads();
-        const int tile = blockIdx.y * gridDim.x + blockIdx.x;
         if (tid == 0) s_last = atomicAdd(&counters[tile], 1) == splits - 1;
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        for (int e = tid; e < BM * BN; e += T) {
-            const int m = m0 + e / BN, n = n0 + e % BN;
-            float v = 0.f;
-            if (m < cv.M && n < Cout)
-                for (int z = 0; z < splits; ++z)   // a fixed order: deterministic
-                    v += __ldcg(&partial[((size_t)z * cv.M + m) * Cout + n]);
-            Cs[e / BN][e % BN] = v;
+        const float4* all = reinterpret_cast<const float4*>(partial) + (size_t)tile * Q;
+        for (int e = tid; e < Q; e += T) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int z = 0; z < splits; ++z) {   // a fixed order: deterministic
+                const float4 u = __ldcg(all + (size_t)z * tiles * Q + e);
+                v.x += u.x; v.y += u.y; v.z += u.z; v.w += u.w;
+            }
+            const int mm = e / (BN / 4), nn = (e % (BN / 4)) * 4;
+            *reinterpret_cast<float4*>(&Cs[mm * LDC + nn]) = v;
         }
         if (tid == 0) counters[tile] = 0;      // ready for the next launch
         __syncthreads();
     }
+    const int M = cv.M, OHW = cv.OHW;
+    if (NHWC && vec_out) {   // Cout % 8 == 0, aligned: 8 channels per 16-byte store
+        for (int e = tid; e < BM * BN / 8; e += T) {
+            const int mm = e / (BN / 8), nn = (e % (BN / 8)) * 8, m = m0 + mm, n = n0 + nn;
+            if (m >= M || n >= Cout) continue;
+            const size_t at = (size_t)m * Cout + n;
+            float v[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q) v[q] = Cs[mm * LDC + nn + q];
+            if (bias != nullptr) {
+#pragma unroll
+                for (int q = 0; q < 8; ++q) v[q] += bias[n + q];
+            }
+            if (residual != nullptr) {
+                const uint4 rr = *reinterpret_cast<const uint4*>(residual + at);
+                const __half* rh = reinterpret_cast<const __half*>(&rr);
+#pragma unroll
+                for (int q = 0; q < 8; ++q) v[q] += __half2float(rh[q]);
+            }
+            uint4 out;
+            __half* oh = reinterpret_cast<__half*>(&out);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) oh[q] = __float2half(relu ? fmaxf(v[q], 0.f) : v[q]);
+            *reinterpret_cast<uint4*>(y + at) = out;
+        }
+        return;
+    }
     for (int e = tid; e < BM * BN; e += T) {   // consecutive threads: consecutive addresses
         const int mm = NHWC ? e / BN : e % BM, nn = NHWC ? e % BN : e / BM;
         const int m = m0 + mm, n = n0 + nn;
-        if (m >= cv.M || n >= Cout) continue;
-        const int img = m / cv.OHW, p = m - img * cv.OHW;
-        const size_t at = NHWC ? ((size_t)img * cv.OHW + p) * Cout + n
-                               : ((size_t)img * Cout + n) * cv.OHW + p;
-        float v = Cs[mm][nn];
+        if (m >= M || n >= Cout) continue;
+        const int img = m / OHW, p = m - img * OHW;
+        const size_t at = NHWC ? (size_t)m * Cout + n : ((size_t)img * Cout + n) * OHW + p;
+        float v = Cs[mm * LDC + nn];
         if (bias != nullptr) v += bias[n];
         if (residual != nullptr) v += __half2float(residual[at]);
         y[at] = __float2half(relu ? fmaxf(v, 0.f) : v);
@@ -307,20 +453,91 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
 // What CI's nvcc build type-checks: tensorconv.ops.tensorcore_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
-    const __half*, const float*, const __half*, __half*, float*, int*, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int);
-TC_I_TC_CONV(128, 64, 64, 32, 0, 0) TC_I_TC_CONV(128, 64, 64, 32, 0, 1)
-TC_I_TC_CONV(128, 64, 64, 32, 1, 0) TC_I_TC_CONV(128, 64, 64, 32, 1, 1)
-TC_I_TC_CONV(128, 64, 64, 32, 2, 0) TC_I_TC_CONV(128, 64, 64, 32, 2, 1)
-TC_I_TC_CONV(128, 64, 64, 32, 3, 0) TC_I_TC_CONV(128, 64, 64, 32, 3, 1)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 0) TC_I_TC_CONV(32, 32, 16, 16, 0, 1)
-TC_I_TC_CONV(32, 32, 16, 16, 1, 0) TC_I_TC_CONV(32, 32, 16, 16, 1, 1)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 0) TC_I_TC_CONV(64, 32, 32, 16, 0, 1)
-TC_I_TC_CONV(64, 32, 32, 16, 1, 0) TC_I_TC_CONV(64, 32, 32, 16, 1, 1)
-TC_I_TC_CONV(64, 32, 32, 16, 2, 0) TC_I_TC_CONV(64, 32, 32, 16, 2, 1)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 0) TC_I_TC_CONV(64, 64, 32, 32, 0, 1)
-TC_I_TC_CONV(64, 64, 32, 32, 1, 0) TC_I_TC_CONV(64, 64, 32, 32, 1, 1)
-TC_I_TC_CONV(64, 64, 32, 32, 2, 0) TC_I_TC_CONV(64, 64, 32, 32, 2, 1)
-TC_I_TC_CONV(64, 64, 32, 32, 3, 0) TC_I_TC_CONV(64, 64, 32, 32, 3, 1)
+    const __half*, const int2*, const float*, const __half*, __half*, float*, int*, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 3)
+TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 4) TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 3) TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 4)
+TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 3)
+TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 4) TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 3) TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 4)
+TC_I_TC_CONV(128, 128, 64, 64, 1, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 1, 1, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 1, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 1, 3, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 2, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 2, 1, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 2, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 2, 3, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 3, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 3, 1, 2)
+TC_I_TC_CONV(128, 128, 64, 64, 3, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 3, 3, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 3)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 4) TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 3) TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 4)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 3)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 4) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 3) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 4)
+TC_I_TC_CONV(128, 64, 64, 32, 1, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 1, 1, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 1, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 1, 3, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 2, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 2, 1, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 2, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 2, 3, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 3, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 3, 1, 2)
+TC_I_TC_CONV(128, 64, 64, 32, 3, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 3, 3, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 3)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 3) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 1, 0, 2) TC_I_TC_CONV(16, 64, 16, 16, 1, 1, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 1, 2, 2) TC_I_TC_CONV(16, 64, 16, 16, 1, 3, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 3)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 3) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 4)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4)
+TC_I_TC_CONV(32, 32, 16, 16, 1, 0, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 1, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 1, 2, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 3)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 3) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 1, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 1, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 1, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 3, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 1, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 3, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 3, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 3)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 4) TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 3) TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 4)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 3)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 4) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 3) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 4)
+TC_I_TC_CONV(64, 128, 32, 64, 1, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 1, 1, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 1, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 1, 3, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 2, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 2, 1, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 2, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 2, 3, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 3, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 3, 1, 2)
+TC_I_TC_CONV(64, 128, 32, 64, 3, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 3, 3, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 3)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 3) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 1, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 1, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 3, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 2, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 1, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 2, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 3)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 3) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 1, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 1, 1, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 1, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 1, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 2, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 2, 1, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 2, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 2, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 3, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 3, 1, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 3, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 3, 3, 2)
 #undef TC_I_TC_CONV
 #endif

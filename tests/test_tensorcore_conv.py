@@ -15,23 +15,27 @@ H100 = DeviceFacts("H100", 0, (9, 0), 132, 1024, 48 * 1024, 227 * 1024, 228 * 10
                    65536, 2048, 50 * 2**20, 80 * 2**30, 1_980_000, 13000, 13000)
 
 
-def _im2col(x, p):
-    """A (M x K) as the kernel reads it, element by element from x (either layout)."""
-    g = p.geom
+def _im2col(x, p, vector):
+    """A (M x K) as the kernel reads it from the flat input, element by element: through the
+    tap table (scalar loads) or, ``vector`` (NHWC), dividing k by C per 8-channel group."""
+    g, flat, table = p.geom, x.ravel(), tcc.tap_table(p)
     a = np.zeros((p.m, p.k))
     for m in range(p.m):
         n, q = divmod(m, g.oh * g.ow)
         oh, ow = divmod(q, g.ow)
+        ih0, iw0 = oh * g.stride[0] - g.padding[0], ow * g.stride[1] - g.padding[1]
         for k in range(p.k):
-            if p.layout == "nchw":
-                c, rs = divmod(k, g.r * g.s)
-                r, s = divmod(rs, g.s)
-            else:
+            if vector:
                 rs, c = divmod(k, g.c)
                 r, s = divmod(rs, g.s)
-            ih, iw = oh * g.stride[0] - g.padding[0] + r, ow * g.stride[1] - g.padding[1] + s
-            if 0 <= ih < g.h and 0 <= iw < g.w:
-                a[m, k] = x[n, c, ih, iw] if p.layout == "nchw" else x[n, ih, iw, c]
+                at = n * g.h * g.w * g.c + ((ih0 + r) * g.w + iw0 + s) * g.c + c
+            else:
+                r, s = table[k, 1] >> 16, table[k, 1] & 0xFFFF
+                corner = (((n * g.h + ih0) * g.w + iw0) * g.c if p.layout == "nhwc"
+                          else n * g.c * g.h * g.w + ih0 * g.w + iw0)
+                at = corner + table[k, 0]
+            if 0 <= ih0 + r < g.h and 0 <= iw0 + s < g.w:
+                a[m, k] = flat[at]
     return a
 
 
@@ -40,17 +44,18 @@ def _im2col(x, p):
                                                         (2, 4, 8, 8, 6, 1, 2, 0),
                                                         (1, 2, 11, 11, 3, 7, 2, 3)])
 def test_the_kernels_gemm_view_is_the_convolution(rng, layout, n, c, h, w, k, r, stride, padding):
-    """im2col(x) · pack_weights(w)ᵀ, with the kernel's index formulas, is the convolution in
-    the output layout."""
+    """im2col(x) · pack_weights(w)ᵀ, with the kernel's index formulas (both load paths), is
+    the convolution in the output layout."""
     x = rng.standard_normal((n, c, h, w))
     wt = rng.standard_normal((k, c, r, r)).astype(np.float16)
     p = tcc.Problem(conv_geometry(x.shape, wt.shape, stride, padding), layout)
     xl = x if layout == "nchw" else x.transpose(0, 2, 3, 1)
-    y = _im2col(xl, p) @ tcc.pack_weights(wt, layout).astype(np.float64).T   # (M, Cout)
     g = p.geom
     want = reference.conv2d(x, wt.astype(np.float64), None, stride, padding)
-    got = y.reshape(g.n, g.oh, g.ow, g.k).transpose(0, 3, 1, 2)
-    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    for vector in (False, True) if layout == "nhwc" else (False,):
+        y = _im2col(xl, p, vector) @ tcc.pack_weights(wt, layout).astype(np.float64).T
+        got = y.reshape(g.n, g.oh, g.ow, g.k).transpose(0, 3, 1, 2)    # (M, Cout) -> NCHW
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
 def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
@@ -99,4 +104,11 @@ def test_bad_input_is_refused_by_name(rng):
     p = tcc.Problem(conv_geometry((1, 4, 5, 5), (4, 1, 3, 3), 1, 1, groups=4), "nchw")
     assert "groups" in tcc.supported(p)
     assert not tcc.path_fits((32, 32, 16, 16), 2)          # a 16-row warp tile: no 32x8
-    assert tcc.Tile(64, 64, 32, 32).smem_bytes(p) == 4 * 64 * 68 + 4
+    # three stages of A k-major (32 x 72 halves) and B (64 x 40), over the 64 x 68 fp32 tile
+    assert tcc.Tile(64, 64, 32, 32).smem_bytes(p) == 3 * 2 * (32 * 72 + 64 * 40)
+    assert tcc.Tile(128, 64, 64, 32, stages=2).smem_bytes(p) == 4 * 128 * 68
+    with pytest.raises(ValueError, match="tile.vec needs"):
+        tcc.check_tile(tcc.Tile(64, 64, 32, 32), tcc.problem((1, 5, 5, 3), (8, 3, 3, 3), 1, 1,
+                                                              "nhwc"))
+    with pytest.raises(ValueError, match="stages"):
+        tcc.check_tile(tcc.Tile(64, 64, 32, 32, path=1, stages=3), p)

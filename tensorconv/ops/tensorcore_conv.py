@@ -2,21 +2,25 @@
 fp32 accumulate, fp16 out, NCHW or NHWC (Sun et al., "Efficient Tensor Cores support in
 TVM for Low-Latency Deep Learning").
 
-An implicit-im2col GEMM (M = N·OH·OW pixels, N = Cout, K = C·R·S) on ``mma.sync``
-m16n8k16: the lowered matrix is never built, ragged sizes are predicated.  At batch 1 most
-layers give too few output tiles for the GPU, so K splits across ``Tile.splits`` blocks
-whose partial tiles the last block of each tile adds up inside the same launch (a counter
-per tile, reset by that block: the launch replays from a CUDA graph).  Two instruction
-paths: ``mma.sync`` m16n8k16 and WMMA with the paper's fragment shapes (:data:`PATHS`).
-The first piece of issue 24: no tuner yet (:func:`default_tile` is an analytic rank), no
-cp.async, no ldmatrix.
+An implicit-im2col GEMM (M = N·OH·OW pixels, N = Cout, K = C·R·S): the lowered matrix is
+never built, ragged sizes are predicated.  Operands stream through a ring of shared-memory
+chunks, by 16-byte ``cp.async`` where rows allow (weights with K % 8 == 0; NHWC inputs
+with C % 8 == 0) and otherwise one half per load through registers, the k -> input offset
+map read from a per-layer table (:func:`tap_table`).  At batch 1 most layers give too few
+output tiles for the GPU, so K splits across ``Tile.splits`` blocks whose partial tiles the
+last block of each tile adds up inside the same launch (a counter per tile, reset by that
+block: the launch replays from a CUDA graph).  Two instruction paths: ``mma.sync``
+m16n8k16 with ``ldmatrix``, and WMMA with the paper's fragment shapes (:data:`PATHS`).
+:func:`default_tile` is an analytic rank; :mod:`tensorconv.tuning.tc_search` times the
+best-ranked tiles.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,8 +32,10 @@ from tensorconv.reference import conv as reference
 
 FILE = "tensorcore_conv.cu"
 BK = 32                                   # tcc::BK: K per shared-memory chunk
+PAD = 8                                   # tcc::PAD: halves after each shared row
 LAYOUTS = ("nchw", "nhwc")
 MAX_SPLITS = 16
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,11 +53,19 @@ class Problem:
     def k(self) -> int:
         return self.geom.c * self.geom.r * self.geom.s
 
+    @property
+    def vec_ok(self) -> bool:
+        """Whether 16-byte loads fit: 8 consecutive k of a weight row (K % 8 == 0) and, in
+        NHWC, 8 consecutive channels of a pixel (C % 8 == 0)."""
+        return self.k % 8 == 0 and (self.layout == "nchw" or self.geom.c % 8 == 0)
+
 
 @dataclass(frozen=True)
 class Tile:
     """A block of ``bm`` pixels x ``bn`` output channels, warps of ``wm`` x ``wn``, K split
-    ``splits`` ways, on the instructions of ``path`` (:data:`PATHS`)."""
+    ``splits`` ways, on the instructions of ``path`` (:data:`PATHS`), through a ring of
+    ``stages`` shared-memory chunks, with 16-byte ``cp.async`` loads where ``vec`` (else
+    one half per load, through registers)."""
 
     bm: int
     bn: int
@@ -59,6 +73,8 @@ class Tile:
     wn: int
     splits: int = 1
     path: int = 0
+    stages: int = 3
+    vec: bool = True
 
     @property
     def threads(self) -> int:
@@ -69,22 +85,33 @@ class Tile:
         return self.bm, self.bn, self.wm, self.wn
 
     def smem_bytes(self, p: Problem) -> int:
-        """The operand tiles, or the fp32 result tile that reuses them, and a flag."""
-        return max(2 * (self.bm + self.bn) * (BK + 8), 4 * self.bm * (self.bn + 4)) + 4
+        """The ring of operand chunks, or the fp32 result tile that reuses it."""
+        a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
+        a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
+        ring = 2 * self.stages * (a + self.bn * (BK + PAD))
+        return max(ring, 4 * self.bm * (self.bn + 4))
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
 
+    def mode(self, p: Problem) -> int:
+        """The kernel's MODE: bit 0 NHWC, bit 1 vector loads."""
+        return int(p.layout == "nhwc") | (int(self.vec) << 1)
 
-# (bm, bn, wm, wn): every block shape the file instantiates, both layouts.
-SHAPES = ((32, 32, 16, 16), (64, 32, 32, 16), (64, 64, 32, 32), (128, 64, 64, 32))
+
+# (bm, bn, wm, wn): every block shape the file instantiates (four warps each).
+SHAPES = ((16, 64, 16, 16), (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16),
+          (64, 64, 32, 32), (64, 128, 32, 64), (128, 64, 64, 32), (128, 128, 64, 64))
 # The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
 # (m x n of an m x n x 16 fragment).
-PATHS = {0: ("mma.sync", 16, 8), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
+PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
+# Pipeline depths: mma.sync takes 2-4 stages; WMMA (the paper's path) double-buffers.
+STAGES = {0: (2, 3, 4), 1: (2,), 2: (2,), 3: (2,)}
 
 
 def path_fits(shape, path: int) -> bool:
-    """Whether a warp tile of ``shape`` holds whole fragments of ``path``."""
+    """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
+    16 x 16 of A and of B per ldmatrix.x4)."""
     _, fm, fn = PATHS[path]
     return shape[2] % fm == 0 and shape[3] % fn == 0
 
@@ -98,6 +125,8 @@ def supported(p: Problem) -> str | None:
         return f"dilation={g.dilation}: the tensor-core kernel runs undilated convolutions only"
     if p.layout not in LAYOUTS:
         return f"layout must be one of {LAYOUTS}, got {p.layout!r}"
+    if max(g.n * g.c * g.h * g.w, p.m * g.k) >= 2**31:
+        return "the input or the output has 2**31 elements or more (32-bit offsets)"
     return None
 
 
@@ -106,29 +135,48 @@ def split_k(p: Problem, tile: Tile) -> int:
     return round_up(cdiv(p.k, tile.splits), BK)
 
 
+def check_tile(tile: Tile, p: Problem) -> None:
+    """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
+    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
+            or not path_fits(tile.shape, tile.path) or tile.stages not in STAGES[tile.path]:
+        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
+                         f"({sorted(PATHS)}) whose fragments it holds, with stages in "
+                         f"{STAGES}, got {tile!r}")
+    if not 1 <= tile.splits <= MAX_SPLITS:
+        raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
+    if tile.vec and not p.vec_ok:
+        raise ValueError(f"tile.vec needs K % 8 == 0 (and C % 8 == 0 in NHWC); this layer "
+                         f"has C={p.geom.c}, K={p.k} ({p.layout})")
+
+
 def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
-               max_splits: int = MAX_SPLITS) -> list[Tile]:
-    """Every shape on each of ``paths`` it fits, with split counts up to ``max_splits``
-    whose shares hold at least two chunks, cheapest by :func:`_cost` first (mma.sync first
-    among equals)."""
+               max_splits: int = MAX_SPLITS, vec=(True, False)) -> list[Tile]:
+    """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
+    split counts up to ``max_splits`` whose shares hold at least two chunks, with and
+    without vector loads (``vec``; with only where the layer allows), cheapest by
+    :func:`_cost` first."""
+    vecs = [v for v in vec if p.vec_ok or not v]
     out = []
     for shape in SHAPES:
         for path in (q for q in paths if path_fits(shape, q)):
             for splits in range(1, max_splits + 1):
                 if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
                     break
-                out.append(Tile(*shape, splits, path))
+                out += [Tile(*shape, splits, path, st, v) for st in STAGES[path] for v in vecs]
     return sorted(out, key=lambda t: _cost(p, t, facts))
 
 
 def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
-    """An analytic rank: waves of blocks over the SMs (four blocks each), times the padded
-    work of a block, plus the split reduction's traffic."""
+    """An analytic rank: waves of blocks over the SMs (four blocks each), times a block's
+    chunks, each the padded multiply-adds of the tile plus a fixed latency (worth a 64 x 64
+    chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
+    stages first among equals."""
     blocks = int(np.prod(t.grid(p)))
     waves = cdiv(blocks, 4 * facts.sm_count)
-    per_block = t.bm * t.bn * split_k(p, t)
+    chunks = cdiv(split_k(p, t), BK)
+    per_block = chunks * (t.bm * t.bn + 64 * 64) * BK * (1 if t.vec else 2)
     reduce = (t.splits > 1) * t.splits * p.m * p.geom.k * 8 / (4 * facts.sm_count)
-    return waves * per_block + reduce, -t.bm * t.bn
+    return waves * per_block + reduce, not t.vec, t.path != 0, abs(t.stages - 3), -t.bm * t.bn
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
@@ -146,19 +194,43 @@ def tuned_tile(p: Problem) -> Tile | None:
     return stored_tile(sys.modules[__name__], p)
 
 
-def _name(t: Tile, layout: str) -> str:
-    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {int(layout == 'nhwc')}>"
+def _name(t: Tile, mode: int) -> str:
+    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {mode}, {t.stages}>"
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
     """The kernel ``tile`` launches for ``p``."""
-    return (cuda.kernel_ref(FILE, _name(tile, p.layout)),)
+    return (cuda.kernel_ref(FILE, _name(tile, tile.mode(p))),)
 
 
 def instantiations() -> list[str]:
-    """Every shape on every path it fits, in both layouts (split counts are runtime)."""
-    return sorted(_name(Tile(*s, path=q), lay) for s in SHAPES for q in PATHS
-                  if path_fits(s, q) for lay in LAYOUTS)
+    """Every shape on every path it fits, at each of its depths, in the four modes (both
+    layouts, vector loads or not; split counts are runtime)."""
+    return sorted(_name(Tile(*s, path=q, stages=st), mode) for s in SHAPES for q in PATHS
+                  if path_fits(s, q) for st in STAGES[q] for mode in range(4))
+
+
+def tap_table(p: Problem) -> np.ndarray:
+    """(K, 2) int32: for each k, the offset of its input element from the pixel's corner
+    (NCHW k = (c, r, s): c·H·W + r·W + s; NHWC k = (r, s, c): (r·W + s)·C + c) and
+    r << 16 | s, which the kernel's scalar loads read instead of dividing k."""
+    g = p.geom
+    if p.layout == "nchw":
+        c, r, s = np.meshgrid(np.arange(g.c), np.arange(g.r), np.arange(g.s), indexing="ij")
+        off = c * g.h * g.w + r * g.w + s
+    else:
+        r, s, c = np.meshgrid(np.arange(g.r), np.arange(g.s), np.arange(g.c), indexing="ij")
+        off = (r * g.w + s) * g.c + c
+    return np.stack([off.ravel(), (r.ravel() << 16) | s.ravel()], axis=1).astype(np.int32)
+
+
+@functools.lru_cache(maxsize=64)
+def _device_tap_table(device: int, p: Problem):
+    """:func:`tap_table` on ``device``, built once per layer."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.asarray(tap_table(p))
 
 
 def pack_weights(w, layout: str, xp=None):
@@ -249,29 +321,35 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         if out is not None:
             raise ValueError("out is supported on the GPU only")
         return _reference(x, w, bias, residual, p, relu)
-    facts = backend.device_facts()
-    tile = tile or tuned_tile(p) or default_tile(p, facts)
-    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
-            or not path_fits(tile.shape, tile.path):
-        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
-                         f"({sorted(PATHS)}) whose fragments it holds, got {tile!r}")
-    if not 1 <= tile.splits <= MAX_SPLITS:
-        raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
+    tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
+    check_tile(tile, p)
     if packed is None:
         packed = pack_weights(w, layout, xp)
-    elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != np.float16:
-        raise ValueError(f"packed must be float16 of shape {(p.geom.k, p.k)} (pack_weights), "
-                         f"got {packed.dtype} {tuple(packed.shape)}")
+    elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != np.float16 \
+            or not packed.flags.c_contiguous:
+        raise ValueError(f"packed must be C-contiguous float16 of shape {(p.geom.k, p.k)} "
+                         f"(pack_weights), got {packed.dtype} {tuple(packed.shape)}")
+    if tile.vec and (x.data.ptr % 16 or packed.data.ptr % 16):
+        log.info("tc_conv2d: x or packed is not 16-byte aligned; %s runs on scalar loads",
+                 tile)
+        tile = replace(tile, vec=False)
     out = xp.empty(shape, dtype=np.float16) if out is None else out
+    # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
+    vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and out.data.ptr % 16 == 0
+               and (residual is None or residual.data.ptr % 16 == 0))
     grid = tile.grid(p)
-    partial = workspace(xp, tile.splits * p.m * p.geom.k) if tile.splits > 1 else None
-    counters = _counter_buffer(xp, grid[0] * grid[1]) if tile.splits > 1 else None
+    tiles = grid[0] * grid[1]
+    partial = workspace(xp, tile.splits * tiles * tile.bm * tile.bn) if tile.splits > 1 \
+        else None
+    counters = _counter_buffer(xp, tiles) if tile.splits > 1 else None
     g, i32 = p.geom, np.int32
     launch(kernels(p, tile)[0], grid, (tile.threads,),
-           (x, packed, ptr(bias), ptr(residual), out, ptr(partial), ptr(counters),
-            i32(g.n), i32(g.c), i32(g.h), i32(g.w), i32(g.k), i32(g.r), i32(g.s), i32(g.oh),
-            i32(g.ow), i32(g.stride[0]), i32(g.stride[1]), i32(g.padding[0]),
-            i32(g.padding[1]), i32(split_k(p, tile)), i32(bool(relu))))
+           (x, packed, _device_tap_table(xp.cuda.runtime.getDevice(), p), ptr(bias), ptr(residual),
+            out, ptr(partial), ptr(counters), i32(g.n), i32(g.c), i32(g.h), i32(g.w),
+            i32(g.k), i32(g.r), i32(g.s), i32(g.oh), i32(g.ow), i32(g.stride[0]),
+            i32(g.stride[1]), i32(g.padding[0]), i32(g.padding[1]), i32(split_k(p, tile)),
+            i32(bool(relu)), i32(vec_out)),
+           smem=tile.smem_bytes(p))
     return out
 
 

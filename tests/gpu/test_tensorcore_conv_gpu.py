@@ -51,15 +51,47 @@ def test_random_shapes_every_tile_and_split(rng, trial):
     c, k = int(rng.integers(1, 70)), int(rng.integers(1, 90))          # odd, not multiples
     r = int(rng.choice([1, 3, 5, 7]))
     stride, padding = int(rng.choice([1, 2])), int(rng.choice([0, 1, 3]))
+    if trial % 2:                                # vector loads need C % 8 == 0 in NHWC
+        c = 8 * int(rng.integers(1, 9))
     h = w = int(rng.integers(r, 20))
     case = _case(rng, n, c, h, w, k, r, stride, padding)
     shape = tcc.SHAPES[trial % len(tcc.SHAPES)]
     for layout in ("nchw", "nhwc"):
+        p = tcc.problem(case[0].shape if layout == "nchw" else
+                        (n, h, w, c), case[1].shape, stride, padding, layout)
         for path in (q for q in tcc.PATHS if tcc.path_fits(shape, q)):
-            for splits in (1, 3):
-                err = _error(case, layout, tcc.Tile(*shape, splits=splits, path=path))
-                assert err <= 2e-3, (layout, shape, path, splits, err)
+            for stages in tcc.STAGES[path]:
+                for vec in (False, True) if p.vec_ok else (False,):
+                    for splits in (1, 3):
+                        tile = tcc.Tile(*shape, splits, path, stages, vec)
+                        err = _error(case, layout, tile)
+                        assert err <= 2e-3, (layout, tile, err)
         assert _error(case, layout) <= 2e-3, layout                  # the default tile
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_unaligned_views_fall_back_to_scalar_loads_and_stores(rng, layout):
+    """x, out and residual one element past an aligned address: vector tiles must not read
+    or write through them 16 bytes at a time (the op falls back), and the result stands."""
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    case = _case(rng, 1, 16, 9, 9, 24, 3, 1, 1)
+    x, wt, b, res, want, _ = case
+    if layout == "nhwc":
+        x, want, res = (a.transpose(0, 2, 3, 1) for a in (x, want, res))
+
+    def shifted(a, fill=None):      # a C-contiguous view starting 2 bytes into a buffer
+        buf = cp.empty(a.size + 1, cp.float16)
+        view = buf[1:].reshape(a.shape)
+        view[...] = cp.asarray(np.ascontiguousarray(a)) if fill is None else fill
+        return view
+
+    out = shifted(want, cp.nan)
+    tcc.tc_conv2d(shifted(x), cp.asarray(wt), cp.asarray(b), 1, 1, layout=layout, relu=True,
+                  residual=shifted(res), tile=tcc.Tile(64, 64, 32, 32), out=out)
+    assert rel_err(out.get().astype(np.float32), want) <= 2e-3
 
 
 def test_split_k_replays_with_the_same_result(rng):

@@ -262,13 +262,16 @@ struct MmaPath {
     }
 };
 
+// A's WMMA layout: k-major tiles are column-major A (NVRTC has no <type_traits>).
+template <bool A_KM> struct ALayoutOf { using type = nvcuda::wmma::row_major; };
+template <> struct ALayoutOf<true> { using type = nvcuda::wmma::col_major; };
+
 // WMMA with an FM x FN x 16 fragment shape (the paper's three).
 template <int WM, int WN, int FM, int FN, int BM, bool A_KM>
 struct WmmaPath {
     static constexpr int MI = WM / FM, NI = WN / FN;
     static_assert(WM % FM == 0 && WN % FN == 0, "a warp tile of whole fragments");
-    using ALayout = typename std::conditional<A_KM, nvcuda::wmma::col_major,
-                                              nvcuda::wmma::row_major>::type;
+    using ALayout = typename ALayoutOf<A_KM>::type;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, FM, FN, 16, float> acc[MI][NI];
 
     __device__ WmmaPath() {

@@ -400,15 +400,32 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
         __syncthreads();
         if (!s_last) return;
         __threadfence();
+        // A thread's float4s of the tile, up to 8 at a time, every share's loads in
+        // flight together (the sum still runs share by share: deterministic).
+        constexpr int QT = (Q + T - 1) / T, G = QT < 8 ? QT : 8;
         const float4* all = reinterpret_cast<const float4*>(partial) + (size_t)tile * Q;
-        for (int e = tid; e < Q; e += T) {
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int z = 0; z < splits; ++z) {   // a fixed order: deterministic
-                const float4 u = __ldcg(all + (size_t)z * tiles * Q + e);
-                v.x += u.x; v.y += u.y; v.z += u.z; v.w += u.w;
+        for (int q0 = 0; q0 < QT; q0 += G) {
+            float4 v[G];
+#pragma unroll
+            for (int q = 0; q < G; ++q) v[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+            for (int z = 0; z < splits; ++z) {
+#pragma unroll
+                for (int q = 0; q < G; ++q) {
+                    const int e = tid + (q0 + q) * T;
+                    if (Q % T == 0 || e < Q) {
+                        const float4 u = __ldcg(all + (size_t)z * tiles * Q + e);
+                        v[q].x += u.x; v[q].y += u.y; v[q].z += u.z; v[q].w += u.w;
+                    }
+                }
             }
-            const int mm = e / (BN / 4), nn = (e % (BN / 4)) * 4;
-            *reinterpret_cast<float4*>(&Cs[mm * LDC + nn]) = v;
+#pragma unroll
+            for (int q = 0; q < G; ++q) {
+                const int e = tid + (q0 + q) * T;
+                if (Q % T == 0 || e < Q)
+                    *reinterpret_cast<float4*>(&Cs[(e / (BN / 4)) * LDC + (e % (BN / 4)) * 4]) =
+                        v[q];
+            }
         }
         if (tid == 0) counters[tile] = 0;      // ready for the next launch
         __syncthreads();

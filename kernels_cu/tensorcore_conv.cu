@@ -73,8 +73,10 @@ struct Ring {
 };
 
 // Loads one BK-chunk of A and B.  Vector operands go straight to shared memory (cp.async);
-// scalar ones through registers (load() before the products, store() after).
-template <int BM, int BN, int T, bool NHWC, bool VEC_A, bool VEC_B, bool A_KM>
+// scalar ones into a ring of S register slots (issue() S - 1 chunks ahead, store() into
+// shared memory just before the chunk is needed), so their latency overlaps S - 2 chunks
+// of products as cp.async's does.  Slots must be compile-time after unrolling.
+template <int BM, int BN, int T, bool NHWC, bool VEC_A, bool VEC_B, bool A_KM, int S>
 struct Loader {
     // vector A: 4 copies of 8 halves per pixel row; a thread keeps column tid % 4.
     static constexpr int A_COPIES = BM * BK / 8, A_PER = (A_COPIES + T - 1) / T;
@@ -85,13 +87,14 @@ struct Loader {
     static_assert(VEC_B || (T % BK == 0 && BN * BK % T == 0), "scalar B staging");
 
     int tid, m0, n0, k_end;
-    // vector A: per copy row its pixel's corner (ih0, iw0), image offset, validity
-    int v_ih[A_PER], v_iw[A_PER], v_base[A_PER];
+    // vector A: per copy row its pixel's corner (ih0, iw0) (ih0 far out of the image for
+    // rows past M) and the corner's offset in x, to which the table adds the tap's
+    int v_ih[A_PER], v_iw[A_PER], v_at[A_PER];
     // scalar A: this thread's pixel corner (ih0, iw0) and its offset in x, to which the
     // table adds tap k's offset (NCHW: c·H·W + r·W + s; NHWC: (r·W + s)·C + c)
     int s_ih = 0, s_iw = 0, s_base = 0;
     bool s_ok = false;
-    __half areg[AL], breg[BL];
+    __half areg[S][AL], breg[S][BL];
 
     __device__ Loader(const Conv& cv, int tid_, int m0_, int n0_, int k_end_)
         : tid(tid_), m0(m0_), n0(n0_), k_end(k_end_) {
@@ -99,12 +102,12 @@ struct Loader {
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
                 const int m = m0 + (tid + j * T) / 4;
-                v_base[j] = -1;
-                if (m < cv.M && tid + j * T < A_COPIES) {
+                v_ih[j] = -(1 << 24), v_iw[j] = 0, v_at[j] = 0;
+                if (m < cv.M) {
                     const int n = m / cv.OHW, p = m - n * cv.OHW, oh = p / cv.OW;
                     v_ih[j] = oh * cv.sh - cv.ph;
                     v_iw[j] = (p - oh * cv.OW) * cv.sw - cv.pw;
-                    v_base[j] = n * cv.H * cv.W * cv.C;
+                    v_at[j] = ((n * cv.H + v_ih[j]) * cv.W + v_iw[j]) * cv.C;
                 }
             }
         } else {
@@ -122,25 +125,19 @@ struct Loader {
 
     // Issue chunk k0 into stage buffers (a, b): cp.async for vector operands, register
     // loads for scalar ones.
-    __device__ void issue(const Conv& cv, int k0, __half* a, __half* b) {
-        if (VEC_A) {
+    __device__ void issue(const Conv& cv, int k0, __half* a, __half* b, int slot) {
+        if (VEC_A) {   // 8 channels of one tap: the table gives the tap, k its channel
             const int col = tid % 4, k = k0 + col * 8;
-            int r = 0, s = 0, c = 0;
             const bool k_ok = k < k_end;
-            if (k_ok) {
-                const int rs = k / cv.C;
-                c = k - rs * cv.C;
-                r = rs / cv.S;
-                s = rs - r * cv.S;
-            }
+            const int2 e = k_ok ? __ldg(&cv.ktab[k]) : make_int2(0, 0);
+            const int r = e.y >> 16, s = e.y & 0xffff;
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
                 const int row = (tid + j * T) / 4;
                 if (tid + j * T >= A_COPIES) break;
                 const int ih = v_ih[j] + r, iw = v_iw[j] + s;
-                const bool ok = k_ok && v_base[j] >= 0 && ih >= 0 && ih < cv.H && iw >= 0 &&
-                                iw < cv.W;
-                const __half* src = ok ? cv.x + v_base[j] + (ih * cv.W + iw) * cv.C + c : cv.x;
+                const bool ok = k_ok && ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W;
+                const __half* src = ok ? cv.x + v_at[j] + e.x : cv.x;
                 cp16(a + row * LDS + col * 8, src, ok);
             }
         } else {
@@ -155,7 +152,7 @@ struct Loader {
                     if (ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W)
                         v = cv.x[s_base + e.x];
                 }
-                areg[l] = v;
+                areg[slot][l] = v;
             }
         }
         if (VEC_B) {
@@ -171,27 +168,27 @@ struct Loader {
 #pragma unroll
             for (int l = 0; l < BL; ++l) {
                 const int nn = n0 + tid / BK + l * (T / BK), k = k0 + tid % BK;
-                breg[l] = nn < cv.Cout && k < k_end ? cv.wp[(size_t)nn * cv.K + k]
+                breg[slot][l] = nn < cv.Cout && k < k_end ? cv.wp[(size_t)nn * cv.K + k]
                                                      : __float2half(0.f);
             }
         }
     }
 
     // Store the scalar operands held in registers into stage buffers (a, b).
-    __device__ void store(__half* a, __half* b) const {
+    __device__ void store(__half* a, __half* b, int slot) const {
         if (!VEC_A) {
             const int m = tid % BM, kl = tid / BM;
 #pragma unroll
             for (int l = 0; l < AL; ++l) {
                 const int k = kl + l * (T / BM);
-                if (A_KM) a[k * (BM + PAD) + m] = areg[l];
-                else a[m * LDS + k] = areg[l];
+                if (A_KM) a[k * (BM + PAD) + m] = areg[slot][l];
+                else a[m * LDS + k] = areg[slot][l];
             }
         }
         if (!VEC_B) {
 #pragma unroll
             for (int l = 0; l < BL; ++l)
-                b[(tid / BK + l * (T / BK)) * LDS + tid % BK] = breg[l];
+                b[(tid / BK + l * (T / BK)) * LDS + tid % BK] = breg[slot][l];
         }
     }
 };
@@ -357,27 +354,33 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
     const int k_end = min(cv.K, k_begin + k_per_split);
     const int chunks = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
 
-    Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM> ld(cv, tid, m0, n0, k_end);
+    Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES> ld(cv, tid, m0, n0, k_end);
     typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
     tc::wait_prior_grids();
 
-    // Prologue: chunks 0..STAGES-2 in flight (scalar operands stored at once).
+    // Prologue: chunks 0..STAGES-2 in flight, chunk 0's scalar operands stored.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < chunks) {
-            ld.issue(cv, k_begin + s * BK, ring.a(s), ring.b(s));
-            ld.store(ring.a(s), ring.b(s));
-        }
+        if (s < chunks) ld.issue(cv, k_begin + s * BK, ring.a(s), ring.b(s), s);
         cp_commit();
     }
-    for (int kt = 0; kt < chunks; ++kt) {
-        cp_wait<STAGES - 2>();
-        __syncthreads();   // chunk kt landed; every warp is done with chunk kt - 1
-        const int next = kt + STAGES - 1, ns = next % STAGES;
-        if (next < chunks) ld.issue(cv, k_begin + next * BK, ring.a(ns), ring.b(ns));
-        cp_commit();
-        path.step(ring.a(kt % STAGES), ring.b(kt % STAGES), wm0, wn0, lane);
-        if (next < chunks) ld.store(ring.a(ns), ring.b(ns));
+    if (chunks > 0) ld.store(ring.a(0), ring.b(0), 0);
+    // Unrolled by STAGES so that every ring slot (u, u + STAGES - 1, u + 1 mod STAGES) is
+    // a constant.
+    for (int kt0 = 0; kt0 < chunks; kt0 += STAGES) {
+#pragma unroll
+        for (int u = 0; u < STAGES; ++u) {
+            const int kt = kt0 + u;
+            if (kt >= chunks) break;
+            cp_wait<STAGES - 2>();
+            __syncthreads();   // chunk kt landed; every warp is done with chunk kt - 1
+            const int ns = (u + STAGES - 1) % STAGES, fs = (u + 1) % STAGES;
+            if (kt + STAGES - 1 < chunks)
+                ld.issue(cv, k_begin + (kt + STAGES - 1) * BK, ring.a(ns), ring.b(ns), ns);
+            cp_commit();
+            path.step(ring.a(u), ring.b(u), wm0, wn0, lane);
+            if (kt + 1 < chunks) ld.store(ring.a(fs), ring.b(fs), fs);   // needed next
+        }
     }
     cp_wait<0>();
     __syncthreads();
@@ -475,33 +478,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
     const __half*, const int2*, const float*, const __half*, __half*, float*, int*, int, int, int, \
     int, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 3)
-TC_I_TC_CONV(128, 128, 64, 64, 0, 0, 4) TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 3) TC_I_TC_CONV(128, 128, 64, 64, 0, 1, 4)
-TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 3)
-TC_I_TC_CONV(128, 128, 64, 64, 0, 2, 4) TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 3) TC_I_TC_CONV(128, 128, 64, 64, 0, 3, 4)
-TC_I_TC_CONV(128, 128, 64, 64, 1, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 1, 1, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 1, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 1, 3, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 2, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 2, 1, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 2, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 2, 3, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 3, 0, 2) TC_I_TC_CONV(128, 128, 64, 64, 3, 1, 2)
-TC_I_TC_CONV(128, 128, 64, 64, 3, 2, 2) TC_I_TC_CONV(128, 128, 64, 64, 3, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 3)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 0, 4) TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 3) TC_I_TC_CONV(128, 64, 64, 32, 0, 1, 4)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 3)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 4) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 4) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 2)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 3) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 4)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2)
 TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 3) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 4)
-TC_I_TC_CONV(128, 64, 64, 32, 1, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 1, 1, 2)
 TC_I_TC_CONV(128, 64, 64, 32, 1, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 1, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 2, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 2, 1, 2)
 TC_I_TC_CONV(128, 64, 64, 32, 2, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 2, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 3, 0, 2) TC_I_TC_CONV(128, 64, 64, 32, 3, 1, 2)
 TC_I_TC_CONV(128, 64, 64, 32, 3, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 3, 3, 2)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 3)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 2)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 3) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 3)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 2)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4)
@@ -515,9 +502,13 @@ TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 2)
 TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4)
 TC_I_TC_CONV(32, 32, 16, 16, 1, 0, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 1, 2)
 TC_I_TC_CONV(32, 32, 16, 16, 1, 2, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 3, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 3)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 3) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 4)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 3)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 2)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 3) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 4)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 2)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4)
@@ -525,21 +516,19 @@ TC_I_TC_CONV(32, 64, 16, 32, 1, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 1, 2)
 TC_I_TC_CONV(32, 64, 16, 32, 1, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 3, 2)
 TC_I_TC_CONV(32, 64, 16, 32, 3, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 1, 2)
 TC_I_TC_CONV(32, 64, 16, 32, 3, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 3)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 0, 4) TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 3) TC_I_TC_CONV(64, 128, 32, 64, 0, 1, 4)
 TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 3)
 TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 4) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 2)
 TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 3) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 4)
-TC_I_TC_CONV(64, 128, 32, 64, 1, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 1, 1, 2)
 TC_I_TC_CONV(64, 128, 32, 64, 1, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 1, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 2, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 2, 1, 2)
 TC_I_TC_CONV(64, 128, 32, 64, 2, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 2, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 3, 0, 2) TC_I_TC_CONV(64, 128, 32, 64, 3, 1, 2)
 TC_I_TC_CONV(64, 128, 32, 64, 3, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 3, 3, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 3)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 3) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 4)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 3)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 2)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 3) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 4)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 2)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4)
@@ -547,9 +536,13 @@ TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 1, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 1, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 3, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 2, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 1, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 2, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 3)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 3) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 4)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 3)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 2)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 3) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 4)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 2)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4)

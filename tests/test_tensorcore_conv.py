@@ -112,3 +112,8 @@ def test_bad_input_is_refused_by_name(rng):
                                                               "nhwc"))
     with pytest.raises(ValueError, match="stages"):
         tcc.check_tile(tcc.Tile(64, 64, 32, 32, path=1, stages=3), p)
+    nchw = tcc.problem((1, 64, 8, 8), (64, 64, 3, 3), 1, 1, "nchw")
+    with pytest.raises(ValueError, match="register ring"):      # 16 A halves x 4 stages + B
+        tcc.check_tile(tcc.Tile(64, 64, 32, 32, stages=4, vec=False), nchw)
+    assert all(tcc.ring_fits(t.shape, t.stages, t.mode(nchw))
+               for t in tcc.candidates(nchw, H100))

@@ -99,9 +99,12 @@ class Tile:
         return int(p.layout == "nhwc") | (int(self.vec) << 1)
 
 
-# (bm, bn, wm, wn): every block shape the file instantiates (four warps each).
+# (bm, bn, wm, wn): every block shape the file instantiates: four warps, or eight, which
+# halve each warp's serial work on a block tile (at batch 1 a block's latency is the layer's).
 SHAPES = ((16, 64, 16, 16), (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16),
-          (64, 64, 32, 32), (64, 128, 32, 64), (128, 64, 64, 32), (128, 128, 64, 64))
+          (64, 64, 32, 32), (64, 128, 32, 64), (128, 64, 64, 32),
+          (32, 64, 16, 16), (64, 32, 16, 16), (64, 64, 32, 16), (128, 64, 32, 32))
+RING_HALVES = 64   # register halves per thread the scalar loads' ring may hold
 # The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
 # (m x n of an m x n x 16 fragment).
 PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
@@ -111,9 +114,20 @@ STAGES = {0: (2, 3, 4), 1: (2,), 2: (2,), 3: (2,)}
 
 def path_fits(shape, path: int) -> bool:
     """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
-    16 x 16 of A and of B per ldmatrix.x4)."""
+    16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps."""
     _, fm, fn = PATHS[path]
-    return shape[2] % fm == 0 and shape[3] % fn == 0
+    warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
+    return shape[2] % fm == 0 and shape[3] % fn == 0 and (path == 0 or warps == 4)
+
+
+def ring_fits(shape, stages: int, mode: int) -> bool:
+    """Whether the register ring of the scalar loads (A unless NHWC with vector loads, B
+    unless vector loads: one chunk's halves per thread per stage) stays within
+    :data:`RING_HALVES` (more spills)."""
+    threads = (shape[0] // shape[2]) * (shape[1] // shape[3]) * 32
+    a = shape[0] * BK // threads if mode != 3 else 0
+    b = shape[1] * BK // threads if not mode & 2 else 0
+    return (a + b) * stages <= RING_HALVES
 
 
 def supported(p: Problem) -> str | None:
@@ -147,6 +161,10 @@ def check_tile(tile: Tile, p: Problem) -> None:
     if tile.vec and not p.vec_ok:
         raise ValueError(f"tile.vec needs K % 8 == 0 (and C % 8 == 0 in NHWC); this layer "
                          f"has C={p.geom.c}, K={p.k} ({p.layout})")
+    if not ring_fits(tile.shape, tile.stages, tile.mode(p)):
+        raise ValueError(f"{tile}: the scalar loads' register ring of {tile.stages} stages "
+                         f"exceeds {RING_HALVES} halves per thread ({p.layout}); use fewer "
+                         f"stages or vector loads")
 
 
 def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
@@ -162,7 +180,8 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
             for splits in range(1, max_splits + 1):
                 if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
                     break
-                out += [Tile(*shape, splits, path, st, v) for st in STAGES[path] for v in vecs]
+                out += [t for st in STAGES[path] for v in vecs
+                        if ring_fits(shape, st, (t := Tile(*shape, splits, path, st, v)).mode(p))]
     return sorted(out, key=lambda t: _cost(p, t, facts))
 
 
@@ -207,7 +226,8 @@ def instantiations() -> list[str]:
     """Every shape on every path it fits, at each of its depths, in the four modes (both
     layouts, vector loads or not; split counts are runtime)."""
     return sorted(_name(Tile(*s, path=q, stages=st), mode) for s in SHAPES for q in PATHS
-                  if path_fits(s, q) for st in STAGES[q] for mode in range(4))
+                  if path_fits(s, q) for st in STAGES[q] for mode in range(4)
+                  if ring_fits(s, st, mode))
 
 
 def tap_table(p: Problem) -> np.ndarray:

@@ -43,7 +43,7 @@ def _error(case, layout, tile=None):
     return rel_err(out.get().astype(np.float32), want)
 
 
-@pytest.mark.parametrize("trial", range(8))
+@pytest.mark.parametrize("trial", range(11))          # one block shape each
 def test_random_shapes_every_tile_and_split(rng, trial):
     from tensorconv.ops import tensorcore_conv as tcc
 
@@ -64,6 +64,8 @@ def test_random_shapes_every_tile_and_split(rng, trial):
                 for vec in (False, True) if p.vec_ok else (False,):
                     for splits in (1, 3):
                         tile = tcc.Tile(*shape, splits, path, stages, vec)
+                        if not tcc.ring_fits(shape, stages, tile.mode(p)):
+                            continue
                         err = _error(case, layout, tile)
                         assert err <= 2e-3, (layout, tile, err)
         assert _error(case, layout) <= 2e-3, layout                  # the default tile

@@ -24,14 +24,19 @@
 // paper's fragment shapes 16x16x16, 32x8x16 and 8x32x16.  Either way the accumulators go
 // through shared memory (over the operand ring) to one epilogue.
 //
-// Split-K inside the launch: blockIdx.z takes a share of K; each share writes its fp32
-// partial tile to a workspace, and the last share of a tile to arrive (an atomic counter
-// per tile) adds the shares in a fixed order and runs the epilogue (bias, residual, ReLU,
-// fp16 store); it resets the counter, so the launch replays from a CUDA graph.
+// Split-K inside the launch: blockIdx.z takes a share of K.  With CL > 1 (sm_90) the CL
+// shares of a tile form a thread-block cluster and reduce through distributed shared
+// memory: each block owns 1/CL of the tile, receives every share's partials of it by
+// st.async (tdcx::PushReduce), adds them in rank order and runs the epilogue on its part.
+// With CL = 1 and gridDim.z > 1, each share writes its fp32 partial tile to a workspace,
+// and the last share of a tile to arrive (an atomic counter per tile) adds the shares in a
+// fixed order and runs the epilogue; it resets the counter, so the launch replays from a
+// CUDA graph.  Either way deterministic.  The epilogue: bias, residual, ReLU, fp16 store.
 //
 // Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
 #include <cuda_fp16.h>
 #include <mma.h>
+#include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
 namespace tcc {
@@ -326,14 +331,16 @@ template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 3, K> {
     using type = WmmaPath<WM, WN, 8, 32, BM, K>; };
 }  // namespace tcc
 
-// MODE: bit 0 = NHWC, bit 1 = vector loads (B always; A where NHWC).
-template <int BM, int BN, int WM, int WN, int PATH, int MODE, int STAGES>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
+// MODE: bit 0 = NHWC, bit 1 = vector loads (B always; A where NHWC).  CL: the cluster
+// of split shares (1: none).  The push slots of a cluster start at byte slots_at.
+template <int BM, int BN, int WM, int WN, int PATH, int MODE, int STAGES, int CL>
+__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
     const __half* __restrict__ x, const __half* __restrict__ wp, const int2* __restrict__ ktab,
     const float* __restrict__ bias, const __half* __restrict__ residual,
     __half* __restrict__ y, float* __restrict__ partial, int* __restrict__ counters, int N,
     int C, int H, int W, int Cout, int R, int S, int OH, int OW, int sh, int sw, int ph,
-    int pw, int k_per_split, int relu, int vec_out)
+    int pw, int k_per_split, int relu, int vec_out, int slots_at,
+    unsigned long long share_div)
 {
     using namespace tcc;
     constexpr bool NHWC = MODE & 1, VEC_B = (MODE >> 1) & 1, VEC_A = VEC_B && NHWC;
@@ -356,6 +363,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
 
     Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES> ld(cv, tid, m0, n0, k_end);
     typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
+    tdcx::PushReduce<CL> red(reinterpret_cast<float*>(smem + slots_at), share_div);
+    if constexpr (CL > 1) red.begin(BM * BN);
     tc::wait_prior_grids();
 
     // Prologue: chunks 0..STAGES-2 in flight, chunk 0's scalar operands stored.
@@ -387,6 +396,39 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
     path.template dump<LDC>(Cs, wm0, wn0, lane);
     __syncthreads();
 
+    const int M = cv.M, OHW = cv.OHW;
+    // Output (m0 + mm, n0 + nn) of value v through the epilogue.
+    auto put = [&](int mm, int nn, float v) {
+        const int m = m0 + mm, n = n0 + nn;
+        if (m >= M || n >= Cout) return;
+        const int img = m / OHW, p = m - img * OHW;
+        const size_t at = NHWC ? (size_t)m * Cout + n : ((size_t)img * Cout + n) * OHW + p;
+        if (bias != nullptr) v += bias[n];
+        if (residual != nullptr) v += __half2float(residual[at]);
+        y[at] = __float2half(relu ? fmaxf(v, 0.f) : v);
+    };
+    if constexpr (CL > 1) {
+        // Tile order along the output's contiguous dimension: channels in NHWC, pixels in
+        // NCHW, so that a block's owned run stores coalesced.
+        red.ready();
+        for (int i = tid * 4; i < BM * BN; i += T * 4) {
+            float v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int idx = i + q;
+                v[q] = NHWC ? Cs[(idx / BN) * LDC + idx % BN] : Cs[(idx % BM) * LDC + idx / BM];
+            }
+            red.template push<4>(i, v);
+        }
+        red.wait();
+        const int owned = red.count(BM * BN), base = red.rank * red.share;
+        for (int e = tid; e < owned; e += T) {
+            const int idx = base + e;
+            if (NHWC) put(idx / BN, idx % BN, red.sum(e));
+            else put(idx % BM, idx / BM, red.sum(e));
+        }
+        return;
+    }
     // Split-K: every share stores its partial tile; the last to arrive sums them in order.
     const int splits = gridDim.z;
     if (splits > 1) {
@@ -433,7 +475,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
         if (tid == 0) counters[tile] = 0;      // ready for the next launch
         __syncthreads();
     }
-    const int M = cv.M, OHW = cv.OHW;
     if (NHWC && vec_out) {   // Cout % 8 == 0, aligned: 8 channels per 16-byte store
         for (int e = tid; e < BM * BN / 8; e += T) {
             const int mm = e / (BN / 8), nn = (e % (BN / 8)) * 8, m = m0 + mm, n = n0 + nn;
@@ -462,95 +503,137 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
     }
     for (int e = tid; e < BM * BN; e += T) {   // consecutive threads: consecutive addresses
         const int mm = NHWC ? e / BN : e % BM, nn = NHWC ? e % BN : e / BM;
-        const int m = m0 + mm, n = n0 + nn;
-        if (m >= M || n >= Cout) continue;
-        const int img = m / OHW, p = m - img * OHW;
-        const size_t at = NHWC ? (size_t)m * Cout + n : ((size_t)img * Cout + n) * OHW + p;
-        float v = Cs[mm * LDC + nn];
-        if (bias != nullptr) v += bias[n];
-        if (residual != nullptr) v += __half2float(residual[at]);
-        y[at] = __float2half(relu ? fmaxf(v, 0.f) : v);
+        put(mm, nn, Cs[mm * LDC + nn]);
     }
 }
 
 // What CI's nvcc build type-checks: tensorconv.ops.tensorcore_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
-    const __half*, const int2*, const float*, const __half*, __half*, float*, int*, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2)
-TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3)
-TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 4) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 2)
-TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 3) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 4)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 3) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 4)
-TC_I_TC_CONV(128, 64, 64, 32, 1, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 1, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 2, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 2, 3, 2)
-TC_I_TC_CONV(128, 64, 64, 32, 3, 2, 2) TC_I_TC_CONV(128, 64, 64, 32, 3, 3, 2)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 3)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 3)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 2)
-TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4)
-TC_I_TC_CONV(16, 64, 16, 16, 1, 0, 2) TC_I_TC_CONV(16, 64, 16, 16, 1, 1, 2)
-TC_I_TC_CONV(16, 64, 16, 16, 1, 2, 2) TC_I_TC_CONV(16, 64, 16, 16, 1, 3, 2)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 3)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 2)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 3) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 4)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 2)
-TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4)
-TC_I_TC_CONV(32, 32, 16, 16, 1, 0, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 1, 2)
-TC_I_TC_CONV(32, 32, 16, 16, 1, 2, 2) TC_I_TC_CONV(32, 32, 16, 16, 1, 3, 2)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 3)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 2)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 3) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 4)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 2)
-TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4)
-TC_I_TC_CONV(32, 64, 16, 32, 1, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 1, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 1, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 1, 3, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 3, 0, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 1, 2)
-TC_I_TC_CONV(32, 64, 16, 32, 3, 2, 2) TC_I_TC_CONV(32, 64, 16, 32, 3, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 3)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 4) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 3) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 4)
-TC_I_TC_CONV(64, 128, 32, 64, 1, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 1, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 2, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 2, 3, 2)
-TC_I_TC_CONV(64, 128, 32, 64, 3, 2, 2) TC_I_TC_CONV(64, 128, 32, 64, 3, 3, 2)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 3)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 2)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 3) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 4)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 2)
-TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4)
-TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 1, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 1, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 1, 3, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 2, 0, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 1, 2)
-TC_I_TC_CONV(64, 32, 32, 16, 2, 2, 2) TC_I_TC_CONV(64, 32, 32, 16, 2, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 3)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 3) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 4)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4)
-TC_I_TC_CONV(64, 64, 32, 32, 1, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 1, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 1, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 1, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 2, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 2, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 2, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 2, 3, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 3, 0, 2) TC_I_TC_CONV(64, 64, 32, 32, 3, 1, 2)
-TC_I_TC_CONV(64, 64, 32, 32, 3, 2, 2) TC_I_TC_CONV(64, 64, 32, 32, 3, 3, 2)
+    const __half*, const int2*, const float*, const __half*, __half*, float*, int*, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    unsigned long long);
+TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2, 1)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3, 1)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 4, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 2, 1)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 3, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 4, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 3, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 4, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 1, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 1, 3, 2, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 2, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 2, 3, 2, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 3, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 3, 3, 2, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 0, 3, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 1, 3, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 3, 8) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 2, 4, 8) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(16, 64, 16, 16, 1, 0, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 1, 1, 2, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 1, 2, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 1, 3, 2, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 3, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 4, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 2, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 3, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 1, 4, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 3, 8) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 2, 4, 8) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(32, 32, 16, 16, 1, 0, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 1, 1, 2, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 1, 2, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 1, 3, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 3, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 4, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 3, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 1, 4, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 3, 8) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 2, 4, 8) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 8) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 4, 8) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 3, 8)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 8)
+TC_I_TC_CONV(32, 64, 16, 32, 1, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 1, 1, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 1, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 1, 3, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 3, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 3, 1, 2, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 3, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 3, 3, 2, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 3, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 4, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 2, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 3, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 4, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 1, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 1, 3, 2, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 2, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 2, 3, 2, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 3, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 3, 3, 2, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 3, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 0, 4, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 2, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 3, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 1, 4, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 2, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 3, 8) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 2, 4, 8) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 8) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 4, 8) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 1, 1, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 1, 2, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 1, 3, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 2, 0, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 2, 1, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 2, 2, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 2, 3, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 0, 4, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 3, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 1, 4, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 3, 8) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4, 4)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 2, 4, 8) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 3, 8)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 2)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 8)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 8) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 4, 8) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 3, 8)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 8)
+TC_I_TC_CONV(64, 64, 32, 32, 1, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 1, 1, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 1, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 1, 3, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 2, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 2, 1, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 2, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 2, 3, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 3, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 3, 1, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 3, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 3, 3, 2, 1)
 #undef TC_I_TC_CONV
 #endif

@@ -20,182 +20,39 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry, check_array, check_choice, conv_geometry
-from tensorconv.ops._launch import cdiv, launch, ptr, round_up, stored_tile, workspace
+from tensorconv.checks import check_array, check_choice, conv_geometry
+from tensorconv.ops._launch import launch, ptr, stored_tile, workspace
+from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, re-exported)
+    BK,
+    CLUSTER_SHAPES,
+    CLUSTER_SPLITS,
+    CLUSTER_STAGES,
+    LAYOUTS,
+    MAX_SPLITS,
+    PAD,
+    PATHS,
+    RING_HALVES,
+    SHAPES,
+    STAGES,
+    Problem,
+    Tile,
+    candidates,
+    check_tile,
+    path_fits,
+    ring_fits,
+    split_k,
+    supported,
+)
 from tensorconv.reference import conv as reference
 
 FILE = "tensorcore_conv.cu"
-BK = 32                                   # tcc::BK: K per shared-memory chunk
-PAD = 8                                   # tcc::PAD: halves after each shared row
-LAYOUTS = ("nchw", "nhwc")
-MAX_SPLITS = 16
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One convolution and the layout of its input and output."""
-
-    geom: ConvGeometry
-    layout: str
-
-    @property
-    def m(self) -> int:
-        return self.geom.n * self.geom.oh * self.geom.ow
-
-    @property
-    def k(self) -> int:
-        return self.geom.c * self.geom.r * self.geom.s
-
-    @property
-    def vec_ok(self) -> bool:
-        """Whether 16-byte loads fit: 8 consecutive k of a weight row (K % 8 == 0) and, in
-        NHWC, 8 consecutive channels of a pixel (C % 8 == 0)."""
-        return self.k % 8 == 0 and (self.layout == "nchw" or self.geom.c % 8 == 0)
-
-
-@dataclass(frozen=True)
-class Tile:
-    """A block of ``bm`` pixels x ``bn`` output channels, warps of ``wm`` x ``wn``, K split
-    ``splits`` ways, on the instructions of ``path`` (:data:`PATHS`), through a ring of
-    ``stages`` shared-memory chunks, with 16-byte ``cp.async`` loads where ``vec`` (else
-    one half per load, through registers)."""
-
-    bm: int
-    bn: int
-    wm: int
-    wn: int
-    splits: int = 1
-    path: int = 0
-    stages: int = 3
-    vec: bool = True
-
-    @property
-    def threads(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn) * 32
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        return self.bm, self.bn, self.wm, self.wn
-
-    def smem_bytes(self, p: Problem) -> int:
-        """The ring of operand chunks, or the fp32 result tile that reuses it."""
-        a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
-        a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
-        ring = 2 * self.stages * (a + self.bn * (BK + PAD))
-        return max(ring, 4 * self.bm * (self.bn + 4))
-
-    def grid(self, p: Problem) -> tuple[int, int, int]:
-        return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
-
-    def mode(self, p: Problem) -> int:
-        """The kernel's MODE: bit 0 NHWC, bit 1 vector loads."""
-        return int(p.layout == "nhwc") | (int(self.vec) << 1)
-
-
-# (bm, bn, wm, wn): every block shape the file instantiates: four warps, or eight, which
-# halve each warp's serial work on a block tile (at batch 1 a block's latency is the layer's).
-SHAPES = ((16, 64, 16, 16), (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16),
-          (64, 64, 32, 32), (64, 128, 32, 64), (128, 64, 64, 32),
-          (32, 64, 16, 16), (64, 32, 16, 16), (64, 64, 32, 16), (128, 64, 32, 32))
-RING_HALVES = 64   # register halves per thread the scalar loads' ring may hold
-# The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
-# (m x n of an m x n x 16 fragment).
-PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
-# Pipeline depths: mma.sync takes 2-4 stages; WMMA (the paper's path) double-buffers.
-STAGES = {0: (2, 3, 4), 1: (2,), 2: (2,), 3: (2,)}
-
-
-def path_fits(shape, path: int) -> bool:
-    """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
-    16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps."""
-    _, fm, fn = PATHS[path]
-    warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
-    return shape[2] % fm == 0 and shape[3] % fn == 0 and (path == 0 or warps == 4)
-
-
-def ring_fits(shape, stages: int, mode: int) -> bool:
-    """Whether the register ring of the scalar loads (A unless NHWC with vector loads, B
-    unless vector loads: one chunk's halves per thread per stage) stays within
-    :data:`RING_HALVES` (more spills)."""
-    threads = (shape[0] // shape[2]) * (shape[1] // shape[3]) * 32
-    a = shape[0] * BK // threads if mode != 3 else 0
-    b = shape[1] * BK // threads if not mode & 2 else 0
-    return (a + b) * stages <= RING_HALVES
-
-
-def supported(p: Problem) -> str | None:
-    """Why ``p`` cannot run here, or None."""
-    g = p.geom
-    if g.groups != 1:
-        return f"groups={g.groups}: the tensor-core kernel runs dense convolutions only"
-    if g.dilation != (1, 1):
-        return f"dilation={g.dilation}: the tensor-core kernel runs undilated convolutions only"
-    if p.layout not in LAYOUTS:
-        return f"layout must be one of {LAYOUTS}, got {p.layout!r}"
-    if max(g.n * g.c * g.h * g.w, p.m * g.k) >= 2**31:
-        return "the input or the output has 2**31 elements or more (32-bit offsets)"
-    return None
-
-
-def split_k(p: Problem, tile: Tile) -> int:
-    """K per split share: a multiple of BK, so no share starts inside a chunk."""
-    return round_up(cdiv(p.k, tile.splits), BK)
-
-
-def check_tile(tile: Tile, p: Problem) -> None:
-    """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
-    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
-            or not path_fits(tile.shape, tile.path) or tile.stages not in STAGES[tile.path]:
-        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
-                         f"({sorted(PATHS)}) whose fragments it holds, with stages in "
-                         f"{STAGES}, got {tile!r}")
-    if not 1 <= tile.splits <= MAX_SPLITS:
-        raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
-    if tile.vec and not p.vec_ok:
-        raise ValueError(f"tile.vec needs K % 8 == 0 (and C % 8 == 0 in NHWC); this layer "
-                         f"has C={p.geom.c}, K={p.k} ({p.layout})")
-    if not ring_fits(tile.shape, tile.stages, tile.mode(p)):
-        raise ValueError(f"{tile}: the scalar loads' register ring of {tile.stages} stages "
-                         f"exceeds {RING_HALVES} halves per thread ({p.layout}); use fewer "
-                         f"stages or vector loads")
-
-
-def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
-               max_splits: int = MAX_SPLITS, vec=(True, False)) -> list[Tile]:
-    """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
-    split counts up to ``max_splits`` whose shares hold at least two chunks, with and
-    without vector loads (``vec``; with only where the layer allows), cheapest by
-    :func:`_cost` first."""
-    vecs = [v for v in vec if p.vec_ok or not v]
-    out = []
-    for shape in SHAPES:
-        for path in (q for q in paths if path_fits(shape, q)):
-            for splits in range(1, max_splits + 1):
-                if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
-                    break
-                out += [t for st in STAGES[path] for v in vecs
-                        if ring_fits(shape, st, (t := Tile(*shape, splits, path, st, v)).mode(p))]
-    return sorted(out, key=lambda t: _cost(p, t, facts))
-
-
-def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
-    """An analytic rank: waves of blocks over the SMs (four blocks each), times a block's
-    chunks, each the padded multiply-adds of the tile plus a fixed latency (worth a 64 x 64
-    chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
-    stages first among equals."""
-    blocks = int(np.prod(t.grid(p)))
-    waves = cdiv(blocks, 4 * facts.sm_count)
-    chunks = cdiv(split_k(p, t), BK)
-    per_block = chunks * (t.bm * t.bn + 64 * 64) * BK * (1 if t.vec else 2)
-    reduce = (t.splits > 1) * t.splits * p.m * p.geom.k * 8 / (4 * facts.sm_count)
-    return waves * per_block + reduce, not t.vec, t.path != 0, abs(t.stages - 3), -t.bm * t.bn
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
@@ -214,7 +71,8 @@ def tuned_tile(p: Problem) -> Tile | None:
 
 
 def _name(t: Tile, mode: int) -> str:
-    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {mode}, {t.stages}>"
+    cl = t.splits if t.cluster else 1
+    return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {mode}, {t.stages}, {cl}>"
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
@@ -225,9 +83,13 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 def instantiations() -> list[str]:
     """Every shape on every path it fits, at each of its depths, in the four modes (both
     layouts, vector loads or not; split counts are runtime)."""
-    return sorted(_name(Tile(*s, path=q, stages=st), mode) for s in SHAPES for q in PATHS
-                  if path_fits(s, q) for st in STAGES[q] for mode in range(4)
-                  if ring_fits(s, st, mode))
+    plain = [_name(Tile(*s, path=q, stages=st), mode) for s in SHAPES for q in PATHS
+             if path_fits(s, q) for st in STAGES[q] for mode in range(4)
+             if ring_fits(s, st, mode)]
+    clustered = [_name(Tile(*s, cl, 0, st, True, True), mode) for s in CLUSTER_SHAPES
+                 for st in CLUSTER_STAGES for mode in (2, 3) for cl in CLUSTER_SPLITS
+                 if ring_fits(s, st, mode)]
+    return sorted(plain + clustered)
 
 
 def tap_table(p: Problem) -> np.ndarray:
@@ -359,16 +221,17 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
                and (residual is None or residual.data.ptr % 16 == 0))
     grid = tile.grid(p)
     tiles = grid[0] * grid[1]
-    partial = workspace(xp, tile.splits * tiles * tile.bm * tile.bn) if tile.splits > 1 \
-        else None
-    counters = _counter_buffer(xp, tiles) if tile.splits > 1 else None
+    spill = tile.splits > 1 and not tile.cluster     # shares meet in a global workspace
+    partial = workspace(xp, tile.splits * tiles * tile.bm * tile.bn) if spill else None
+    counters = _counter_buffer(xp, tiles) if spill else None
     g, i32 = p.geom, np.int32
     launch(kernels(p, tile)[0], grid, (tile.threads,),
            (x, packed, _device_tap_table(xp.cuda.runtime.getDevice(), p), ptr(bias), ptr(residual),
             out, ptr(partial), ptr(counters), i32(g.n), i32(g.c), i32(g.h), i32(g.w),
             i32(g.k), i32(g.r), i32(g.s), i32(g.oh), i32(g.ow), i32(g.stride[0]),
             i32(g.stride[1]), i32(g.padding[0]), i32(g.padding[1]), i32(split_k(p, tile)),
-            i32(bool(relu)), i32(vec_out)),
+            i32(bool(relu)), i32(vec_out), i32(tile.slots_at(p) if tile.cluster else 0),
+            cuda.fast_div(tile.share)),
            smem=tile.smem_bytes(p))
     return out
 

@@ -68,6 +68,13 @@ def test_random_shapes_every_tile_and_split(rng, trial):
                             continue
                         err = _error(case, layout, tile)
                         assert err <= 2e-3, (layout, tile, err)
+        if shape in tcc.CLUSTER_SHAPES and p.vec_ok:      # split shares in a cluster
+            for splits in tcc.CLUSTER_SPLITS:
+                for stages in tcc.CLUSTER_STAGES:
+                    tile = tcc.Tile(*shape, splits, 0, stages, True, True)
+                    if tcc.ring_fits(shape, stages, tile.mode(p)):
+                        err = _error(case, layout, tile)
+                        assert err <= 2e-3, (layout, tile, err)
         assert _error(case, layout) <= 2e-3, layout                  # the default tile
 
 
@@ -96,16 +103,17 @@ def test_unaligned_views_fall_back_to_scalar_loads_and_stores(rng, layout):
     assert rel_err(out.get().astype(np.float32), want) <= 2e-3
 
 
-def test_split_k_replays_with_the_same_result(rng):
-    """The per-tile counters are left at zero: repeating the split launch gives the same
-    (bit-identical) output."""
+@pytest.mark.parametrize("cluster", [False, True])
+def test_split_k_replays_with_the_same_result(rng, cluster):
+    """The per-tile counters are left at zero, cluster shares add in rank order: repeating
+    the split launch gives the same (bit-identical) output."""
     import cupy as cp
 
     from tensorconv.ops import tensorcore_conv as tcc
 
     x = cp.asarray(rng.standard_normal((1, 256, 7, 7)).astype(np.float16))
     w = cp.asarray((rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float16))
-    tile = tcc.Tile(64, 64, 32, 32, splits=8)
+    tile = tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster)
     first = tcc.tc_conv2d(x, w, None, 1, 1, tile=tile).copy()
     for _ in range(3):
         assert cp.array_equal(tcc.tc_conv2d(x, w, None, 1, 1, tile=tile), first)

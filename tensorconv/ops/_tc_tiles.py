@@ -1,0 +1,217 @@
+"""The schedule space of the tensor-core convolution (:mod:`tensorconv.ops.tensorcore_conv`):
+its :class:`Problem`, its :class:`Tile` and every knob's legal values, the checks a tile
+must pass, and the analytic rank that orders the candidates for the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.backend import DeviceFacts
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops._launch import cdiv, has_clusters, push_slot_floats, round_up, up4
+
+BK = 32                                   # tcc::BK: K per shared-memory chunk
+PAD = 8                                   # tcc::PAD: halves after each shared row
+LAYOUTS = ("nchw", "nhwc")
+MAX_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One convolution and the layout of its input and output."""
+
+    geom: ConvGeometry
+    layout: str
+
+    @property
+    def m(self) -> int:
+        return self.geom.n * self.geom.oh * self.geom.ow
+
+    @property
+    def k(self) -> int:
+        return self.geom.c * self.geom.r * self.geom.s
+
+    @property
+    def vec_ok(self) -> bool:
+        """Whether 16-byte loads fit: 8 consecutive k of a weight row (K % 8 == 0) and, in
+        NHWC, 8 consecutive channels of a pixel (C % 8 == 0)."""
+        return self.k % 8 == 0 and (self.layout == "nchw" or self.geom.c % 8 == 0)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A block of ``bm`` pixels x ``bn`` output channels, warps of ``wm`` x ``wn``, K split
+    ``splits`` ways, on the instructions of ``path`` (:data:`PATHS`), through a ring of
+    ``stages`` shared-memory chunks, with 16-byte ``cp.async`` loads where ``vec`` (else
+    one half per load, through registers).  ``cluster``: the split shares of a tile form a
+    thread-block cluster and reduce through distributed shared memory (sm_90; splits in
+    :data:`CLUSTER_SPLITS`); else through a global workspace."""
+
+    bm: int
+    bn: int
+    wm: int
+    wn: int
+    splits: int = 1
+    path: int = 0
+    stages: int = 3
+    vec: bool = True
+    cluster: bool = False
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return self.bm, self.bn, self.wm, self.wn
+
+    def smem_bytes(self, p: Problem) -> int:
+        """The ring of operand chunks, or the fp32 result tile that reuses it."""
+        a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
+        a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
+        ring = 2 * self.stages * (a + self.bn * (BK + PAD))
+        base = max(ring, 4 * self.bm * (self.bn + 4))
+        if not self.cluster:
+            return base
+        return self.slots_at(p) + 4 * push_slot_floats(self.splits, self.share)
+
+    def slots_at(self, p: Problem) -> int:
+        """Byte offset of a cluster's push slots: after the ring and the result tile."""
+        a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
+        a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
+        return round_up(max(2 * self.stages * (a + self.bn * (BK + PAD)),
+                            4 * self.bm * (self.bn + 4)), 16)
+
+    @property
+    def share(self) -> int:
+        """Outputs of the tile each block of a cluster owns (``tdcx::PushReduce``)."""
+        return up4(cdiv(self.bm * self.bn, self.splits)) if self.cluster else 1
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
+
+    def mode(self, p: Problem) -> int:
+        """The kernel's MODE: bit 0 NHWC, bit 1 vector loads."""
+        return int(p.layout == "nhwc") | (int(self.vec) << 1)
+
+
+# (bm, bn, wm, wn): every block shape the file instantiates: four warps, or eight, which
+# halve each warp's serial work on a block tile (at batch 1 a block's latency is the layer's).
+SHAPES = ((16, 64, 16, 16), (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16),
+          (64, 64, 32, 32), (64, 128, 32, 64), (128, 64, 64, 32),
+          (32, 64, 16, 16), (64, 32, 16, 16), (64, 64, 32, 16), (128, 64, 32, 32))
+RING_HALVES = 64   # register halves per thread the scalar loads' ring may hold
+# Split shares reduced in a cluster: on mma.sync tiles of at most 64 x 64 with vector
+# weight loads (modes 2 and 3), three or four stages.
+CLUSTER_SPLITS = (2, 4, 8)
+CLUSTER_STAGES = (3, 4)
+CLUSTER_SHAPES = tuple(s for s in SHAPES if s[0] <= 64 and s[1] <= 64)
+# The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
+# (m x n of an m x n x 16 fragment).
+PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
+# Pipeline depths: mma.sync takes 2-4 stages; WMMA (the paper's path) double-buffers.
+STAGES = {0: (2, 3, 4), 1: (2,), 2: (2,), 3: (2,)}
+
+
+def path_fits(shape, path: int) -> bool:
+    """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
+    16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps."""
+    _, fm, fn = PATHS[path]
+    warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
+    return shape[2] % fm == 0 and shape[3] % fn == 0 and (path == 0 or warps == 4)
+
+
+def ring_fits(shape, stages: int, mode: int) -> bool:
+    """Whether the register ring of the scalar loads (A unless NHWC with vector loads, B
+    unless vector loads: one chunk's halves per thread per stage) stays within
+    :data:`RING_HALVES` (more spills)."""
+    threads = (shape[0] // shape[2]) * (shape[1] // shape[3]) * 32
+    a = shape[0] * BK // threads if mode != 3 else 0
+    b = shape[1] * BK // threads if not mode & 2 else 0
+    return (a + b) * stages <= RING_HALVES
+
+
+def supported(p: Problem) -> str | None:
+    """Why ``p`` cannot run here, or None."""
+    g = p.geom
+    if g.groups != 1:
+        return f"groups={g.groups}: the tensor-core kernel runs dense convolutions only"
+    if g.dilation != (1, 1):
+        return f"dilation={g.dilation}: the tensor-core kernel runs undilated convolutions only"
+    if p.layout not in LAYOUTS:
+        return f"layout must be one of {LAYOUTS}, got {p.layout!r}"
+    if max(g.n * g.c * g.h * g.w, p.m * g.k) >= 2**31:
+        return "the input or the output has 2**31 elements or more (32-bit offsets)"
+    return None
+
+
+def split_k(p: Problem, tile: Tile) -> int:
+    """K per split share: a multiple of BK, so no share starts inside a chunk."""
+    return round_up(cdiv(p.k, tile.splits), BK)
+
+
+def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
+    """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
+    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
+            or not path_fits(tile.shape, tile.path) or tile.stages not in STAGES[tile.path]:
+        raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
+                         f"({sorted(PATHS)}) whose fragments it holds, with stages in "
+                         f"{STAGES}, got {tile!r}")
+    if not 1 <= tile.splits <= MAX_SPLITS:
+        raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
+    if tile.vec and not p.vec_ok:
+        raise ValueError(f"tile.vec needs K % 8 == 0 (and C % 8 == 0 in NHWC); this layer "
+                         f"has C={p.geom.c}, K={p.k} ({p.layout})")
+    if tile.cluster and (tile.splits not in CLUSTER_SPLITS or tile.path != 0 or not tile.vec
+                         or tile.shape not in CLUSTER_SHAPES
+                         or tile.stages not in CLUSTER_STAGES):
+        raise ValueError(f"a cluster tile needs splits in {CLUSTER_SPLITS}, path 0, vector "
+                         f"loads, stages in {CLUSTER_STAGES} and a shape in "
+                         f"{CLUSTER_SHAPES}; got {tile}")
+    if tile.cluster and not has_clusters(facts or backend.device_facts()):
+        raise ValueError(f"{tile} needs thread-block clusters (sm_90)")
+    if not ring_fits(tile.shape, tile.stages, tile.mode(p)):
+        raise ValueError(f"{tile}: the scalar loads' register ring of {tile.stages} stages "
+                         f"exceeds {RING_HALVES} halves per thread ({p.layout}); use fewer "
+                         f"stages or vector loads")
+
+
+def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
+               max_splits: int = MAX_SPLITS, vec=(True, False)) -> list[Tile]:
+    """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
+    split counts up to ``max_splits`` whose shares hold at least two chunks, with and
+    without vector loads (``vec``; with only where the layer allows), cheapest by
+    :func:`_cost` first."""
+    vecs = [v for v in vec if p.vec_ok or not v]
+    out = []
+    for shape in SHAPES:
+        for path in (q for q in paths if path_fits(shape, q)):
+            for splits in range(1, max_splits + 1):
+                if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
+                    break
+                out += [t for st in STAGES[path] for v in vecs
+                        if ring_fits(shape, st, (t := Tile(*shape, splits, path, st, v)).mode(p))]
+                if (splits in CLUSTER_SPLITS and path == 0 and shape in CLUSTER_SHAPES
+                        and p.vec_ok and has_clusters(facts)):
+                    out += [Tile(*shape, splits, 0, st, True, True) for st in CLUSTER_STAGES
+                            if ring_fits(shape, st, Tile(*shape).mode(p))]
+    return sorted(out, key=lambda t: _cost(p, t, facts))
+
+
+def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
+    """An analytic rank: waves of blocks over the SMs (four blocks each), times a block's
+    chunks, each the padded multiply-adds of the tile plus a fixed latency (worth a 64 x 64
+    chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
+    stages first among equals."""
+    blocks = int(np.prod(t.grid(p)))
+    waves = cdiv(blocks, 4 * facts.sm_count)
+    chunks = cdiv(split_k(p, t), BK)
+    per_block = chunks * (t.bm * t.bn + 64 * 64) * BK * (1 if t.vec else 2)
+    reduce = (t.splits > 1) * t.splits * p.m * p.geom.k * 8 / (4 * facts.sm_count)
+    reduce /= 4 if t.cluster else 1
+    return (waves * per_block + reduce, not t.vec, t.path != 0, not t.cluster,
+            abs(t.stages - 3), -t.bm * t.bn)

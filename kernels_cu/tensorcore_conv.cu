@@ -16,7 +16,8 @@
 //     pixel at one filter tap, each thread's pixels decoded once per launch;
 //   - scalar A (NCHW, or a stem with 3 channels): one half per load, a warp's lanes on
 //     consecutive pixels (coalesced in NCHW), the k -> (offset, r, s) map read from a table
-//     the host built once per layer, so no division runs per element; loaded into
+//     the host built once per layer (each block copies its slice into shared memory first,
+//     vector A reads its taps there too), so no division runs per element; loaded into
 //     registers a chunk ahead and stored after the current chunk's products.  Those tiles
 //     are kept k-major (pixels contiguous: conflict-free stores) and read with
 //     ldmatrix.trans.
@@ -91,7 +92,8 @@ struct Loader {
     static_assert(VEC_A || (T % BM == 0 && BM * BK % T == 0), "scalar A staging");
     static_assert(VEC_B || (T % BK == 0 && BN * BK % T == 0), "scalar B staging");
 
-    int tid, m0, n0, k_end;
+    int tid, m0, n0, k_begin, k_end;
+    const int2* tab;   // the block's slice of the tap table in shared memory, from k_begin
     // vector A: per copy row its pixel's corner (ih0, iw0) (ih0 far out of the image for
     // rows past M) and the corner's offset in x, to which the table adds the tap's
     int v_ih[A_PER], v_iw[A_PER], v_at[A_PER];
@@ -101,8 +103,9 @@ struct Loader {
     bool s_ok = false;
     __half areg[S][AL], breg[S][BL];
 
-    __device__ Loader(const Conv& cv, int tid_, int m0_, int n0_, int k_end_)
-        : tid(tid_), m0(m0_), n0(n0_), k_end(k_end_) {
+    __device__ Loader(const Conv& cv, int tid_, int m0_, int n0_, int k_begin_, int k_end_,
+                      const int2* tab_)
+        : tid(tid_), m0(m0_), n0(n0_), k_begin(k_begin_), k_end(k_end_), tab(tab_) {
         if (VEC_A) {
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
@@ -134,7 +137,7 @@ struct Loader {
         if (VEC_A) {   // 8 channels of one tap: the table gives the tap, k its channel
             const int col = tid % 4, k = k0 + col * 8;
             const bool k_ok = k < k_end;
-            const int2 e = k_ok ? __ldg(&cv.ktab[k]) : make_int2(0, 0);
+            const int2 e = k_ok ? tab[k - k_begin] : make_int2(0, 0);
             const int r = e.y >> 16, s = e.y & 0xffff;
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
@@ -152,7 +155,7 @@ struct Loader {
                 const int k = k0 + kl + l * (T / BM);
                 __half v = __float2half(0.f);
                 if (s_ok && k < k_end) {
-                    const int2 e = __ldg(&cv.ktab[k]);
+                    const int2 e = tab[k - k_begin];
                     const int ih = s_ih + (e.y >> 16), iw = s_iw + (e.y & 0xffff);
                     if (ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W)
                         v = cv.x[s_base + e.x];
@@ -339,7 +342,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     const float* __restrict__ bias, const __half* __restrict__ residual,
     __half* __restrict__ y, float* __restrict__ partial, int* __restrict__ counters, int N,
     int C, int H, int W, int Cout, int R, int S, int OH, int OW, int sh, int sw, int ph,
-    int pw, int k_per_split, int relu, int vec_out, int slots_at,
+    int pw, int k_per_split, int relu, int vec_out, int table_at, int slots_at,
     unsigned long long share_div)
 {
     using namespace tcc;
@@ -361,11 +364,16 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     const int k_end = min(cv.K, k_begin + k_per_split);
     const int chunks = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
 
-    Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES> ld(cv, tid, m0, n0, k_end);
+    int2* tab = reinterpret_cast<int2*>(smem + table_at);
+    Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES> ld(cv, tid, m0, n0, k_begin, k_end, tab);
     typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
     tdcx::PushReduce<CL> red(reinterpret_cast<float*>(smem + slots_at), share_div);
     if constexpr (CL > 1) red.begin(BM * BN);
     tc::wait_prior_grids();
+    // The block's taps, once: a table read in the load path would put a global latency
+    // before every chunk's loads.
+    for (int i = tid; i < k_end - k_begin; i += T) tab[i] = __ldg(&ktab[k_begin + i]);
+    __syncthreads();
 
     // Prologue: chunks 0..STAGES-2 in flight, chunk 0's scalar operands stored.
 #pragma unroll
@@ -511,7 +519,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
     const __half*, const int2*, const float*, const __half*, __half*, float*, int*, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     unsigned long long);
 TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3, 1)

@@ -104,9 +104,12 @@ def test_bad_input_is_refused_by_name(rng):
     p = tcc.Problem(conv_geometry((1, 4, 5, 5), (4, 1, 3, 3), 1, 1, groups=4), "nchw")
     assert "groups" in tcc.supported(p)
     assert not tcc.path_fits((32, 32, 16, 16), 2)          # a 16-row warp tile: no 32x8
-    # three stages of A k-major (32 x 72 halves) and B (64 x 40), over the 64 x 68 fp32 tile
-    assert tcc.Tile(64, 64, 32, 32).smem_bytes(p) == 3 * 2 * (32 * 72 + 64 * 40)
-    assert tcc.Tile(128, 64, 64, 32, stages=2).smem_bytes(p) == 4 * 128 * 68
+    # three stages of A k-major (32 x 72 halves) and B (64 x 40), over the 64 x 68 fp32
+    # tile, then the tap table of K = 36 rounded up to chunks (8 bytes per k)
+    assert tcc.Tile(64, 64, 32, 32).smem_bytes(p) == 3 * 2 * (32 * 72 + 64 * 40) + 8 * 64
+    assert tcc.Tile(128, 64, 64, 32, stages=2).smem_bytes(p) == 4 * 128 * 68 + 8 * 64
+    cl = tcc.Tile(64, 64, 32, 32, 2, cluster=True)
+    assert cl.slots_at(p) == cl.table_at(p) + 8 * 32 and cl.share == 64 * 64 // 2
     with pytest.raises(ValueError, match="tile.vec needs"):
         tcc.check_tile(tcc.Tile(64, 64, 32, 32), tcc.problem((1, 5, 5, 3), (8, 3, 3, 3), 1, 1,
                                                               "nhwc"))

@@ -70,21 +70,22 @@ class Tile:
         return self.bm, self.bn, self.wm, self.wn
 
     def smem_bytes(self, p: Problem) -> int:
-        """The ring of operand chunks, or the fp32 result tile that reuses it."""
-        a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
-        a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
-        ring = 2 * self.stages * (a + self.bn * (BK + PAD))
-        base = max(ring, 4 * self.bm * (self.bn + 4))
+        """The ring of operand chunks (or the fp32 result tile that reuses it), the block's
+        slice of the tap table, and a cluster's push slots."""
         if not self.cluster:
-            return base
+            return self.slots_at(p)
         return self.slots_at(p) + 4 * push_slot_floats(self.splits, self.share)
 
-    def slots_at(self, p: Problem) -> int:
-        """Byte offset of a cluster's push slots: after the ring and the result tile."""
+    def table_at(self, p: Problem) -> int:
+        """Byte offset of the block's tap-table slice: after the ring and the result tile."""
         a_km = not (self.vec and p.layout == "nhwc") and self.path != 3
         a = BK * (self.bm + PAD) if a_km else self.bm * (BK + PAD)
         return round_up(max(2 * self.stages * (a + self.bn * (BK + PAD)),
                             4 * self.bm * (self.bn + 4)), 16)
+
+    def slots_at(self, p: Problem) -> int:
+        """Byte offset of a cluster's push slots: after the table slice (8 bytes per k)."""
+        return round_up(self.table_at(p) + 8 * split_k(p, self), 16)
 
     @property
     def share(self) -> int:

@@ -95,7 +95,8 @@ def instantiations() -> list[str]:
 def tap_table(p: Problem) -> np.ndarray:
     """(K, 2) int32: for each k, the offset of its input element from the pixel's corner
     (NCHW k = (c, r, s): c·H·W + r·W + s; NHWC k = (r, s, c): (r·W + s)·C + c) and
-    r << 16 | s, which the kernel's scalar loads read instead of dividing k."""
+    r << 16 | s; each block copies its slice into shared memory once, and its loads read
+    taps there instead of dividing k."""
     g = p.geom
     if p.layout == "nchw":
         c, r, s = np.meshgrid(np.arange(g.c), np.arange(g.r), np.arange(g.s), indexing="ij")
@@ -230,7 +231,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
             out, ptr(partial), ptr(counters), i32(g.n), i32(g.c), i32(g.h), i32(g.w),
             i32(g.k), i32(g.r), i32(g.s), i32(g.oh), i32(g.ow), i32(g.stride[0]),
             i32(g.stride[1]), i32(g.padding[0]), i32(g.padding[1]), i32(split_k(p, tile)),
-            i32(bool(relu)), i32(vec_out), i32(tile.slots_at(p) if tile.cluster else 0),
+            i32(bool(relu)), i32(vec_out), i32(tile.table_at(p)), i32(tile.slots_at(p)),
             cuda.fast_div(tile.share)),
            smem=tile.smem_bytes(p))
     return out

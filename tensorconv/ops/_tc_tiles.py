@@ -107,15 +107,16 @@ SHAPES = ((16, 64, 16, 16), (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16)
           (32, 64, 16, 16), (64, 32, 16, 16), (64, 64, 32, 16), (128, 64, 32, 32))
 RING_HALVES = 64   # register halves per thread the scalar loads' ring may hold
 # Split shares reduced in a cluster: on mma.sync tiles of at most 64 x 64 with vector
-# weight loads (modes 2 and 3), three or four stages.
+# weight loads (modes 2 and 3), three to six stages.
 CLUSTER_SPLITS = (2, 4, 8)
-CLUSTER_STAGES = (3, 4)
+CLUSTER_STAGES = (3, 4, 6)
 CLUSTER_SHAPES = tuple(s for s in SHAPES if s[0] <= 64 and s[1] <= 64)
 # The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
 # (m x n of an m x n x 16 fragment).
 PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
-# Pipeline depths: mma.sync takes 2-4 stages; WMMA (the paper's path) double-buffers.
-STAGES = {0: (2, 3, 4), 1: (2,), 2: (2,), 3: (2,)}
+# Pipeline depths: mma.sync takes 2-8 stages (at batch 1 a chunk's time is a load latency
+# over the chunks in flight); WMMA (the paper's path) double-buffers.
+STAGES = {0: (2, 3, 4, 6, 8), 1: (2,), 2: (2,), 3: (2,)}
 
 
 def path_fits(shape, path: int) -> bool:

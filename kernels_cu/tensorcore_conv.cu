@@ -217,18 +217,23 @@ struct MmaPath {
     static_assert(WM % 16 == 0 && WN % 16 == 0, "ldmatrix.x4 reads two n8 blocks");
     float acc[MI][NI][4] = {};
 
+    // Every fragment of the chunk first, then every product: the ldmatrix and mma asm
+    // statements are volatile (kept in order), so interleaving them would expose each
+    // ldmatrix's latency to the products that wait on it.
     __device__ void step(const __half* As, const __half* Bs, int wm0, int wn0, int lane) {
+        constexpr int KB = BK / 16;
+        unsigned a[KB][MI][4], b[KB][NI][2];
 #pragma unroll
-        for (int kb = 0; kb < BK; kb += 16) {
-            unsigned a[MI][4], b[NI][2];
+        for (int h = 0; h < KB; ++h) {
+            const int kb = h * 16;
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
                 if (A_KM) {   // k-major: four 8x8 blocks, transposed on the way
                     const int k = kb + (lane & 7) + ((lane >> 4) & 1) * 8;
                     const int m = wm0 + i * 16 + ((lane >> 3) & 1) * 8;
-                    ldsm_x4_t(a[i], As + k * (BM + PAD) + m);
+                    ldsm_x4_t(a[h][i], As + k * (BM + PAD) + m);
                 } else {
-                    ldsm_x4(a[i], As + (wm0 + i * 16 + (lane & 15)) * LDS + kb + (lane >> 4) * 8);
+                    ldsm_x4(a[h][i], As + (wm0 + i * 16 + (lane & 15)) * LDS + kb + (lane >> 4) * 8);
                 }
             }
 #pragma unroll
@@ -236,8 +241,11 @@ struct MmaPath {
                 unsigned r[4];
                 const int n = wn0 + j * 8 + (lane & 7) + ((lane >> 4) & 1) * 8;
                 ldsm_x4(r, Bs + n * LDS + kb + ((lane >> 3) & 1) * 8);
-                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+                b[h][j][0] = r[0]; b[h][j][1] = r[1]; b[h][j + 1][0] = r[2]; b[h][j + 1][1] = r[3];
             }
+        }
+#pragma unroll
+        for (int h = 0; h < KB; ++h)
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -247,9 +255,8 @@ struct MmaPath {
                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                         : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
                           "+f"(acc[i][j][3])
-                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
-                          "r"(b[j][0]), "r"(b[j][1]));
-        }
+                        : "r"(a[h][i][0]), "r"(a[h][i][1]), "r"(a[h][i][2]), "r"(a[h][i][3]),
+                          "r"(b[h][j][0]), "r"(b[h][j][1]));
     }
 
     template <int LDC>

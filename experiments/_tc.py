@@ -77,11 +77,17 @@ def distinct(layers) -> list[Layer]:
 LAYERS = distinct(_resnet18()) + distinct(_squeezenet10())
 
 
-def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, reps=None) -> dict:
+ROUNDS = 3   # timing rounds, ours and cuDNN alternating; each side keeps its best median
+
+
+def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, reps=None,
+            rounds: int = ROUNDS) -> dict:
     """Ours and cuDNN (PyTorch fp16, ``cudnn.benchmark``) on ``layer`` at ``batch`` in both
     layouts, after checking both against the fp32 reference on the same fp16 values:
-    ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile", "tune_s"}}`` (CUDA-graph
-    medians).  ``tune`` searches our schedule (:mod:`tensorconv.tuning.tc_search`)."""
+    ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile", "tune_s"}}``.
+    Times are CUDA-graph medians, ``rounds`` of them per side taken alternately (clock and
+    neighbour noise hit both alike), the best kept for each.  ``tune`` searches our
+    schedule (:mod:`tensorconv.tuning.tc_search`)."""
     from tensorconv.tuning.tc_search import tune_tc_tile
 
     reps = reps or {"repeat": 100}
@@ -116,7 +122,6 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
         if not ours_err <= 2e-3:
             raise RuntimeError(f"{layer} {layout}: rel_err {ours_err:.2e} against the "
                                f"reference")
-        ours = timing.time_graph(run, calls_per_graph=5, **reps).median_us
         xt, wt = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
         if layout == "nhwc":
             xt = xt.to(memory_format=torch.channels_last)
@@ -125,8 +130,11 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
             conv = lambda xt=xt, wt=wt: torch.nn.functional.conv2d(  # noqa: E731
                 xt, wt, None, layer.stride, layer.padding)
             cudnn_err = rel(conv().float().cpu().numpy(), want)
-            theirs = timing.time_graph(conv, framework="torch", calls_per_graph=5,
-                                       **reps).median_us
+            ours, theirs = float("inf"), float("inf")
+            for _ in range(rounds):
+                ours = min(ours, timing.time_graph(run, calls_per_graph=5, **reps).median_us)
+                theirs = min(theirs, timing.time_graph(conv, framework="torch",
+                                                       calls_per_graph=5, **reps).median_us)
         out[layout] = {"ours_us": ours, "cudnn_us": theirs, "ours_err": ours_err,
                        "cudnn_err": cudnn_err, "tile": tile, "tune_s": tune_s}
     return out

@@ -142,7 +142,7 @@ struct Loader {
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
                 const int row = (tid + j * T) / 4;
-                if (tid + j * T >= A_COPIES) break;
+                if (A_COPIES % T != 0 && tid + j * T >= A_COPIES) break;   // compile-time when even
                 const int ih = v_ih[j] + r, iw = v_iw[j] + s;
                 const bool ok = k_ok && ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W;
                 const __half* src = ok ? cv.x + v_at[j] + e.x : cv.x;
@@ -167,7 +167,7 @@ struct Loader {
 #pragma unroll
             for (int j = 0; j < B_PER; ++j) {
                 const int i = tid + j * T;
-                if (i >= B_COPIES) break;
+                if (B_COPIES % T != 0 && i >= B_COPIES) break;
                 const int row = i / 4, col = i % 4, nn = n0 + row, k = k0 + col * 8;
                 const bool ok = nn < cv.Cout && k < k_end;
                 cp16(b + row * LDS + col * 8, ok ? cv.wp + (size_t)nn * cv.K + k : cv.wp, ok);

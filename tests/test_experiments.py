@@ -274,6 +274,19 @@ def test_tc_batch_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_tc_ablation_quick(tmp_path, monkeypatch):
+    from experiments import tc_ablation
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    assert tc_ablation.main(["--quick", "--budget", "4", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "tc_ablation.csv")
+    spaces = {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert spaces == {f"{s}-{lay}" for s in ("paper", "mma", "full") for lay in ("nchw", "nhwc")}
+    assert len([r for r in rows if r["metric"] == "geomean_ratio"]) == 4
+    assert not (tmp_path / "tune.json").exists()             # the ablation stores nothing
+
+
+@pytest.mark.gpu
 def test_scc_memory_quick(tmp_path):
     from experiments import scc_memory
 

@@ -185,9 +185,9 @@ def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None
 def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
                max_splits: int = MAX_SPLITS, vec=(True, False)) -> list[Tile]:
     """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
-    split counts up to ``max_splits`` whose shares hold at least two chunks, with and
-    without vector loads (``vec``; with only where the layer allows), cheapest by
-    :func:`_cost` first."""
+    split counts up to ``max_splits`` whose shares hold at least two chunks and none is
+    empty, with and without vector loads (``vec``; with only where the layer allows),
+    cheapest by :func:`_cost` first."""
     vecs = [v for v in vec if p.vec_ok or not v]
     out = []
     for shape in SHAPES:
@@ -195,6 +195,8 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
             for splits in range(1, max_splits + 1):
                 if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
                     break
+                if cdiv(p.k, split_k(p, Tile(*shape, splits))) < splits:
+                    continue        # shares are whole chunks: this many leave one empty
                 out += [t for st in STAGES[path] for v in vecs
                         if ring_fits(shape, st, (t := Tile(*shape, splits, path, st, v)).mode(p))]
                 if (splits in CLUSTER_SPLITS and path == 0 and shape in CLUSTER_SHAPES

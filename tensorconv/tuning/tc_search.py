@@ -16,12 +16,12 @@ from tensorconv import backend
 from tensorconv.ops import tensorcore_conv as tcc
 from tensorconv.tuning.oracle import time_tiles
 
-BUDGET = 32          # candidates timed per layer: a few seconds of GPU time at batch 1
+BUDGET = 64          # candidates timed per layer: a few seconds of GPU time at batch 1
 PAPER_PATHS = (1, 2, 3)   # WMMA with the paper's fragment shapes
 
 
 def tune_tc_tile(x, w, stride=1, padding=0, *, layout: str = "nchw", budget: int = BUDGET,
-                 paths=None, max_splits: int = tcc.MAX_SPLITS, repeat: int = 10,
+                 paths=None, max_splits: int = tcc.MAX_SPLITS, repeat: int = 20,
                  store: bool = True, use_cache: bool = True):
     """Time the ``budget`` best-ranked tiles of ``tc_conv2d(x, w, ...)``; return ``(best,
     {tile: µs})`` (a cache hit returns the stored tile and an empty dict).  ``paths`` and

@@ -87,6 +87,9 @@ struct Loader {
     // vector A: 4 copies of 8 halves per pixel row; a thread keeps column tid % 4.
     static constexpr int A_COPIES = BM * BK / 8, A_PER = (A_COPIES + T - 1) / T;
     static constexpr int B_COPIES = BN * BK / 8, B_PER = (B_COPIES + T - 1) / T;
+    // Whole runs: every thread's copies fall in one row (a row is BK / 8 = 4 copies).
+    static constexpr bool RUN_A = A_COPIES % T == 0 && 4 % (A_COPIES / T) == 0;
+    static constexpr bool RUN_B = B_COPIES % T == 0 && 4 % (B_COPIES / T) == 0;
     // scalar A: a thread keeps pixel tid % BM and walks k; scalar B: lane k = tid % BK.
     static constexpr int AL = VEC_A ? 1 : BM * BK / T, BL = VEC_B ? 1 : BN * BK / T;
     static_assert(VEC_A || (T % BM == 0 && BM * BK % T == 0), "scalar A staging");
@@ -109,7 +112,7 @@ struct Loader {
         if (VEC_A) {
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
-                const int m = m0 + (tid + j * T) / 4;
+                const int m = m0 + (RUN_A ? tid * A_PER / 4 : (tid + j * T) / 4);
                 v_ih[j] = -(1 << 24), v_iw[j] = 0, v_at[j] = 0;
                 if (m < cv.M) {
                     const int n = m / cv.OHW, p = m - n * cv.OHW, oh = p / cv.OW;
@@ -135,18 +138,30 @@ struct Loader {
     // loads for scalar ones.
     __device__ void issue(const Conv& cv, int k0, __half* a, __half* b, int slot) {
         if (VEC_A) {   // 8 channels of one tap: the table gives the tap, k its channel
-            const int col = tid % 4, k = k0 + col * 8;
-            const bool k_ok = k < k_end;
-            const int2 e = k_ok ? tab[k - k_begin] : make_int2(0, 0);
-            const int r = e.y >> 16, s = e.y & 0xffff;
+            const int col0 = RUN_A ? tid * A_PER % 4 : tid % 4;
+            bool run_ok = false;               // the first copy of this thread's run
+            const __half* run_src = cv.x;
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
-                const int row = (tid + j * T) / 4;
+                // RUN_A: copies j of a thread are consecutive columns of one row; when
+                // C % BK == 0 a chunk is one tap, so its row needs one lookup and check
+                const int row = RUN_A ? tid * A_PER / 4 : (tid + j * T) / 4;
+                const int col = RUN_A ? col0 + j : col0, rj = RUN_A ? 0 : j;
                 if (A_COPIES % T != 0 && tid + j * T >= A_COPIES) break;   // compile-time when even
-                const int ih = v_ih[j] + r, iw = v_iw[j] + s;
-                const bool ok = k_ok && ih >= 0 && ih < cv.H && iw >= 0 && iw < cv.W;
-                const __half* src = ok ? cv.x + v_at[j] + e.x : cv.x;
+                if (RUN_A && j > 0 && cv.C % BK == 0) {
+                    cp16(a + row * LDS + col * 8, run_ok ? run_src + j * 8 : cv.x, run_ok);
+                    continue;
+                }
+                const int k = k0 + col * 8;
+                const bool k_ok = k < k_end;
+                const int2 e = k_ok ? tab[k - k_begin] : make_int2(0, 0);
+                const int ih = v_ih[rj] + (e.y >> 16), iw = v_iw[rj] + (e.y & 0xffff);
+                const bool ok = k_ok && (unsigned)ih < (unsigned)cv.H &&
+                                (unsigned)iw < (unsigned)cv.W;
+                const __half* src = ok ? cv.x + v_at[rj] + e.x : cv.x;
                 cp16(a + row * LDS + col * 8, src, ok);
+                run_ok = ok;
+                run_src = src;
             }
         } else {
             const int kl = tid / BM;
@@ -164,13 +179,19 @@ struct Loader {
             }
         }
         if (VEC_B) {
+            // RUN_B: a thread's copies are consecutive columns of one weight row
+            const int brow = RUN_B ? tid * B_PER / 4 : 0, bcol0 = RUN_B ? tid * B_PER % 4 : 0;
+            const __half* wrow = cv.wp + (size_t)(n0 + brow) * cv.K + k0;
+            const bool nn_ok = n0 + brow < cv.Cout;
 #pragma unroll
             for (int j = 0; j < B_PER; ++j) {
                 const int i = tid + j * T;
                 if (B_COPIES % T != 0 && i >= B_COPIES) break;
-                const int row = i / 4, col = i % 4, nn = n0 + row, k = k0 + col * 8;
-                const bool ok = nn < cv.Cout && k < k_end;
-                cp16(b + row * LDS + col * 8, ok ? cv.wp + (size_t)nn * cv.K + k : cv.wp, ok);
+                const int row = RUN_B ? brow : i / 4, col = RUN_B ? bcol0 + j : i % 4;
+                const int nn = n0 + row, k = k0 + col * 8;
+                const bool ok = (RUN_B ? nn_ok : nn < cv.Cout) && k < k_end;
+                const __half* src = RUN_B ? wrow + col * 8 : cv.wp + (size_t)nn * cv.K + k;
+                cp16(b + row * LDS + col * 8, ok ? src : cv.wp, ok);
             }
         } else {
 #pragma unroll

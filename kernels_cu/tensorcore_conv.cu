@@ -100,6 +100,9 @@ struct Loader {
     // vector A: per copy row its pixel's corner (ih0, iw0) (ih0 far out of the image for
     // rows past M) and the corner's offset in x, to which the table adds the tap's
     int v_ih[A_PER], v_iw[A_PER], v_at[A_PER];
+    // vector A with C % BK == 0: the tap (r, s) and channel c of the next chunk, walked
+    // chunk by chunk (issue() runs in k order), so no table is read at all
+    int w_r = 0, w_s = 0, w_c = 0;
     // scalar A: this thread's pixel corner (ih0, iw0) and its offset in x, to which the
     // table adds tap k's offset (NCHW: c·H·W + r·W + s; NHWC: (r·W + s)·C + c)
     int s_ih = 0, s_iw = 0, s_base = 0;
@@ -110,6 +113,10 @@ struct Loader {
                       const int2* tab_)
         : tid(tid_), m0(m0_), n0(n0_), k_begin(k_begin_), k_end(k_end_), tab(tab_) {
         if (VEC_A) {
+            const int rs = k_begin / cv.C;
+            w_c = k_begin - rs * cv.C;
+            w_r = rs / cv.S;
+            w_s = rs - w_r * cv.S;
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
                 const int m = m0 + (RUN_A ? tid * A_PER / 4 : (tid + j * T) / 4);
@@ -139,29 +146,34 @@ struct Loader {
     __device__ void issue(const Conv& cv, int k0, __half* a, __half* b, int slot) {
         if (VEC_A) {   // 8 channels of one tap: the table gives the tap, k its channel
             const int col0 = RUN_A ? tid * A_PER % 4 : tid % 4;
-            bool run_ok = false;               // the first copy of this thread's run
-            const __half* run_src = cv.x;
+            if (RUN_A && cv.C % BK == 0) {   // the chunk is one tap: one check per row
+                const int row = tid * A_PER / 4;
+                const int ih = v_ih[0] + w_r, iw = v_iw[0] + w_s;
+                const bool ok = k0 < k_end && (unsigned)ih < (unsigned)cv.H &&
+                                (unsigned)iw < (unsigned)cv.W;
+                const __half* src = cv.x + v_at[0] + (w_r * cv.W + w_s) * cv.C + w_c + col0 * 8;
+#pragma unroll
+                for (int j = 0; j < A_PER; ++j)
+                    cp16(a + row * LDS + (col0 + j) * 8, ok ? src + j * 8 : cv.x, ok);
+                w_c += BK;
+                if (w_c == cv.C) {
+                    w_c = 0;
+                    if (++w_s == cv.S) w_s = 0, ++w_r;
+                }
+            } else {
 #pragma unroll
             for (int j = 0; j < A_PER; ++j) {
-                // RUN_A: copies j of a thread are consecutive columns of one row; when
-                // C % BK == 0 a chunk is one tap, so its row needs one lookup and check
                 const int row = RUN_A ? tid * A_PER / 4 : (tid + j * T) / 4;
                 const int col = RUN_A ? col0 + j : col0, rj = RUN_A ? 0 : j;
                 if (A_COPIES % T != 0 && tid + j * T >= A_COPIES) break;   // compile-time when even
-                if (RUN_A && j > 0 && cv.C % BK == 0) {
-                    cp16(a + row * LDS + col * 8, run_ok ? run_src + j * 8 : cv.x, run_ok);
-                    continue;
-                }
                 const int k = k0 + col * 8;
                 const bool k_ok = k < k_end;
                 const int2 e = k_ok ? tab[k - k_begin] : make_int2(0, 0);
                 const int ih = v_ih[rj] + (e.y >> 16), iw = v_iw[rj] + (e.y & 0xffff);
                 const bool ok = k_ok && (unsigned)ih < (unsigned)cv.H &&
                                 (unsigned)iw < (unsigned)cv.W;
-                const __half* src = ok ? cv.x + v_at[rj] + e.x : cv.x;
-                cp16(a + row * LDS + col * 8, src, ok);
-                run_ok = ok;
-                run_src = src;
+                cp16(a + row * LDS + col * 8, ok ? cv.x + v_at[rj] + e.x : cv.x, ok);
+            }
             }
         } else {
             const int kl = tid / BM;
@@ -399,9 +411,11 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     if constexpr (CL > 1) red.begin(BM * BN);
     tc::wait_prior_grids();
     // The block's taps, once: a table read in the load path would put a global latency
-    // before every chunk's loads.
-    for (int i = tid; i < k_end - k_begin; i += T) tab[i] = __ldg(&ktab[k_begin + i]);
-    __syncthreads();
+    // before every chunk's loads.  Vector A on whole-chunk taps walks them instead.
+    if (!(VEC_A && Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES>::RUN_A && C % BK == 0)) {
+        for (int i = tid; i < k_end - k_begin; i += T) tab[i] = __ldg(&ktab[k_begin + i]);
+        __syncthreads();
+    }
 
     // Prologue: chunks 0..STAGES-2 in flight, chunk 0's scalar operands stored.
 #pragma unroll

@@ -385,6 +385,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     int pw, int k_per_split, int relu, int vec_out, int table_at, int slots_at,
     unsigned long long share_div)
 {
+    tc::wait_prior_grids();
     using namespace tcc;
     constexpr bool NHWC = MODE & 1, VEC_B = (MODE >> 1) & 1, VEC_A = VEC_B && NHWC;
     constexpr bool A_KM = AKm<PATH, VEC_A>::value;
@@ -409,7 +410,6 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
     tdcx::PushReduce<CL> red(reinterpret_cast<float*>(smem + slots_at), share_div);
     if constexpr (CL > 1) red.begin(BM * BN);
-    tc::wait_prior_grids();
     // The block's taps, once: a table read in the load path would put a global latency
     // before every chunk's loads.  Vector A on whole-chunk taps walks them instead.
     if (!(VEC_A && Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES>::RUN_A && C % BK == 0)) {

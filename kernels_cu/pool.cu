@@ -1,11 +1,14 @@
-// Max and average pooling over NCHW windows, padding handled in the kernel.
+// Max and average pooling, padding handled in the kernel: fp32 NCHW (pool2d_fwd) and
+// fp16 NHWC (pool2d_nhwc_half, the fp16 inference engine's; fp32 arithmetic).
 //
 // One thread per output element (consecutive threads take consecutive output
-// columns, so the window reads of a warp coalesce along a row).  Max pooling
+// columns in NCHW, consecutive channels in NHWC, so the window reads of a warp
+// coalesce).  Max pooling
 // skips padded cells (as padding with -inf would) and propagates NaN, as
 // PyTorch does; average pooling counts padded cells as zeros in the divisor
 // (count_include_pad).  The Python op (tensorconv/ops/pool.py) checks the
 // arguments and sizes the grid.
+#include <cuda_fp16.h>
 #include "tc_common.cuh"
 
 template <int AVERAGE>
@@ -38,10 +41,44 @@ __global__ void pool2d_fwd(const float* __restrict__ x,  // (N * C, H, W)
     }
 }
 
+template <int AVERAGE>
+__global__ void pool2d_nhwc_half(const __half* __restrict__ x,  // (N, H, W, C)
+                                 __half* __restrict__ y,        // (N, OH, OW, C)
+                                 int N, int C, int H, int W, int OH, int OW, int KH, int KW,
+                                 int SH, int SW, int PH, int PW)
+{
+    tc::wait_prior_grids();
+    const size_t total = (size_t)N * OH * OW * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        size_t rest = i / C;
+        const int ow = (int)(rest % OW);
+        rest /= OW;
+        const int oh = (int)(rest % OH);
+        const __half* image = x + (rest / OH) * H * W * C + c;
+        const int h0 = oh * SH - PH, w0 = ow * SW - PW;
+        float acc = AVERAGE ? 0.f : __int_as_float(0xff800000);  // -inf
+        for (int r = max(0, -h0); r < min(KH, H - h0); ++r)
+            for (int s = max(0, -w0); s < min(KW, W - w0); ++s) {
+                const float v = __half2float(image[((size_t)(h0 + r) * W + w0 + s) * C]);
+                if (AVERAGE)
+                    acc += v;
+                else if (v > acc || v != v)  // NaN wins, and stays
+                    acc = v;
+            }
+        y[i] = __float2half(AVERAGE ? acc / (KH * KW) : acc);
+    }
+}
+
 // What CI's nvcc build type-checks: tensorconv.ops.pool.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_POOL2D_FWD(...) template __global__ void pool2d_fwd<__VA_ARGS__>(const float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int);
 TC_I_POOL2D_FWD(0) TC_I_POOL2D_FWD(1)
 #undef TC_I_POOL2D_FWD
+#define TC_I_POOL2D_NHWC_HALF(...) template __global__ void pool2d_nhwc_half<__VA_ARGS__>( \
+    const __half*, __half*, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_POOL2D_NHWC_HALF(0) TC_I_POOL2D_NHWC_HALF(1)
+#undef TC_I_POOL2D_NHWC_HALF
 #endif

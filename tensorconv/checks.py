@@ -246,13 +246,13 @@ def check_window_fits(h: int, w: int, kernel) -> None:
         raise ValueError(f"pooling window {tuple(kernel)} larger than the padded input {(h, w)}")
 
 
-def output_buffer(xp, out, shape, name: str = "out"):
-    """A fresh float32 array of ``shape``, or ``out`` after checking that it fits: float32,
-    C-contiguous, on ``xp``'s device, of exactly ``shape``."""
+def output_buffer(xp, out, shape, name: str = "out", dtype=np.float32):
+    """A fresh ``dtype`` (float32) array of ``shape``, or ``out`` after checking that it
+    fits: of ``dtype``, C-contiguous, on ``xp``'s device, of exactly ``shape``."""
     if out is None:
-        return xp.empty(tuple(shape), dtype=np.float32)
+        return xp.empty(tuple(shape), dtype=dtype)
     out = backend.as_array(out, name)
-    check_array(out, name, ndim=len(shape), dtype=np.float32, contiguous=True, xp=xp)
+    check_array(out, name, ndim=len(shape), dtype=dtype, contiguous=True, xp=xp)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
     return out

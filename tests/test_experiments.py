@@ -274,6 +274,18 @@ def test_tc_batch_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_tc_e2e_quick(tmp_path):
+    pytest.importorskip("torch")
+    from experiments import tc_e2e
+
+    assert tc_e2e.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "tc_e2e.csv")
+    errs = {r["variant"]: r["value"] for r in rows if r["metric"] == "rel_err_vs_fp32"}
+    assert errs["ours-fp16"] < 2e-2 and errs["pytorch-fp16"] < 2e-2
+    assert [r["metric"] for r in rows].count("ratio") == 1
+
+
+@pytest.mark.gpu
 def test_tc_ablation_quick(tmp_path, monkeypatch):
     from experiments import tc_ablation
 

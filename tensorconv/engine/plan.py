@@ -15,6 +15,8 @@ import numpy as np
 
 from tensorconv import precision as mma_precision
 
+DTYPES = ("float32", "float16")
+
 
 @dataclass(frozen=True)
 class Pointwise:
@@ -92,12 +94,16 @@ class Plan:
     dry : bool
         A build plan: choices time nothing and take the parts, recording in ``kernels``
         every kernel a tuned plan might compile (:mod:`tensorconv.engine.build`).
+    dtype : {"float32", "float16"}
+        Of the buffers; "float16" plans through the fp16 NHWC planners
+        (:mod:`tensorconv.engine.half`).
     """
 
     xp: object
     tune: bool = False
     precision: str | None = None
     dry: bool = False
+    dtype: str = "float32"
     steps: list = field(default_factory=list)
     buffers: list = field(default_factory=list)   # alive as long as the plan (and its graph)
     kernels: set = field(default_factory=set)      # a dry plan's candidates' kernels
@@ -108,10 +114,16 @@ class Plan:
 
     def __post_init__(self):
         self.precision = mma_precision.check(self.precision or mma_precision.current())
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         self.root = self.root or self
 
+    @property
+    def half(self) -> bool:
+        return self.dtype == "float16"
+
     def alloc(self, shape):
-        buf = self.xp.empty(tuple(int(s) for s in shape), dtype=np.float32)
+        buf = self.xp.empty(tuple(int(s) for s in shape), dtype=np.dtype(self.dtype))
         self.buffers.append(buf)
         return buf
 
@@ -131,7 +143,8 @@ class Plan:
     def side(self) -> "Plan":
         """A plan for parts planned to be timed: its buffers live as long as this plan's."""
         return Plan(self.xp, tune=self.tune, precision=self.precision, dry=self.dry,
-                    buffers=self.buffers, kernels=self.kernels, root=self.root)
+                    dtype=self.dtype, buffers=self.buffers, kernels=self.kernels,
+                    root=self.root)
 
     def adopt(self, side: "Plan") -> None:
         """Take over the steps of a side plan (timed, then kept)."""

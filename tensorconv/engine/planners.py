@@ -5,8 +5,12 @@ and its rows here."""
 
 from __future__ import annotations
 
-from tensorconv.engine import cp, dense, layers, models, passes, scc, sparse, tucker
-from tensorconv.engine.registry import register_conv_planner, register_planner
+from tensorconv.engine import cp, dense, half, layers, models, passes, scc, sparse, tucker
+from tensorconv.engine.registry import (
+    register_conv_planner,
+    register_half_planner,
+    register_planner,
+)
 from tensorconv.nn import layers as L
 from tensorconv.nn.cp import CPConv2d
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
@@ -53,6 +57,24 @@ PLANNERS = {
     GoogLeNet: models.plan_googlenet,
 }
 
+# the fp16 NHWC path (InferenceEngine(dtype="float16")): what it runs, nothing else
+HALF_CONV_PLANNERS = {L.Conv2d: half.plan_conv2d, L.Linear: half.plan_linear}
+HALF_PLANNERS = {
+    L.BatchNorm2d: half.plan_bn_alone,
+    L.ReLU: half.plan_relu,
+    L.MaxPool2d: half.plan_maxpool,
+    L.AvgPool2d: half.plan_avgpool,
+    L.GlobalAvgPool2d: half.plan_gap,
+    L.Flatten: half.plan_flatten,
+    L.Identity: half.plan_identity,
+    L.Dropout: half.plan_identity,
+    L.Sequential: half.plan_sequential,
+    BasicBlock: half.plan_basic,
+    Bottleneck: half.plan_bottleneck,
+    ResNet: half.plan_resnet,
+    VGG: models.plan_vgg,
+}
+
 # the rewrite passes over a finished plan, in order: pairs first (shortcuts fold into
 # pairs; Tucker tails take a core with the pair after it and leave folded pairs alone)
 PASSES = (passes.fuse_pointwise_pairs, passes.fold_projection_shortcuts, tucker.fuse_tucker_tails)
@@ -61,3 +83,7 @@ for module_type, planner in CONV_PLANNERS.items():
     register_conv_planner(module_type, planner)
 for module_type, planner in PLANNERS.items():
     register_planner(module_type, planner)
+for module_type, planner in HALF_CONV_PLANNERS.items():
+    register_half_planner(module_type, planner, conv=True)
+for module_type, planner in HALF_PLANNERS.items():
+    register_half_planner(module_type, planner)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 PLANNERS: dict = {}
 CONV_PLANNERS: dict = {}
+HALF_PLANNERS: dict = {}        # the fp16 NHWC path's (tensorconv.engine.half)
+HALF_CONV_PLANNERS: dict = {}
 
 
 def register_planner(module_type, fn) -> None:
@@ -26,27 +28,47 @@ def register_conv_planner(module_type, fn) -> None:
     PLANNERS.setdefault(module_type, _plan_conv_alone)
 
 
+def register_half_planner(module_type, fn, *, conv: bool = False) -> None:
+    """``fn`` plans modules of ``module_type`` in an fp16 plan (conv-like with ``conv``)."""
+    if conv:
+        HALF_CONV_PLANNERS[module_type] = fn
+        HALF_PLANNERS.setdefault(module_type, _plan_conv_alone)
+    else:
+        HALF_PLANNERS[module_type] = fn
+
+
 def _plan_conv_alone(m, plan, x):
     return plan_conv(m, plan, x)
 
 
-def _lookup(table, module, what):
+def _lookup(table, module, what, half: bool = False):
     for cls in type(module).__mro__:
         if cls in table:
             return table[cls]
+    if half:
+        raise NotImplementedError(f"the fp16 inference engine has no planner for "
+                                  f"{type(module).__name__}; register one with "
+                                  f"tensorconv.engine.registry.register_half_planner")
     raise NotImplementedError(f"the inference engine has no {what} for {type(module).__name__}; "
                               f"register one with tensorconv.engine.register_{what}")
 
 
+def _half(plan) -> bool:
+    return getattr(plan, "dtype", "float32") == "float16"
+
+
 def plan_module(module, plan, x):
     """Plan ``module`` applied to buffer ``x``; return its output buffer."""
+    if _half(plan):
+        return _lookup(HALF_PLANNERS, module, "planner", half=True)(module, plan, x)
     return _lookup(PLANNERS, module, "planner")(module, plan, x)
 
 
 def plan_conv(module, plan, x, *, bn=None, relu=False, residual=None):
     """Plan a conv-like layer with a folded BN, an added residual and a ReLU."""
-    return _lookup(CONV_PLANNERS, module, "conv_planner")(module, plan, x, bn=bn, relu=relu,
-                                                          residual=residual)
+    table = HALF_CONV_PLANNERS if _half(plan) else CONV_PLANNERS
+    return _lookup(table, module, "conv_planner", half=_half(plan))(
+        module, plan, x, bn=bn, relu=relu, residual=residual)
 
 
 def conv_planner(module):
@@ -55,4 +77,4 @@ def conv_planner(module):
 
 
 def is_conv(module) -> bool:
-    return any(cls in CONV_PLANNERS for cls in type(module).__mro__)
+    return any(cls in CONV_PLANNERS or cls in HALF_CONV_PLANNERS for cls in type(module).__mro__)

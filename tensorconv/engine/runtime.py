@@ -8,7 +8,7 @@ from tensorconv import graph as captured_graph
 from tensorconv import precision as mma_precision
 from tensorconv.checks import check_bools, is_int
 from tensorconv.engine import planners
-from tensorconv.engine.build import engine_kernels
+from tensorconv.engine.build import engine_kernels, model_input
 from tensorconv.engine.plan import Plan
 from tensorconv.engine.registry import plan_module
 
@@ -42,6 +42,10 @@ class InferenceEngine:
         use it; default: the current one, "fp32" unless set.
     build : bool
         Compile every kernel the plan may need up front, in parallel (default).
+    dtype : {"float32", "float16"}
+        "float16" runs the model in fp16 NHWC end to end on the tensor cores
+        (:mod:`tensorconv.engine.half`; ``precision`` does not apply): the input stays
+        (N, C, H, W) float32, converted by the first step, and the output is float16.
 
     Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
     a copy of the engine's output buffer, or the buffer itself (overwritten by the next
@@ -50,7 +54,7 @@ class InferenceEngine:
 
     def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False,
                  programmatic: bool | None = None, precision: str | None = None,
-                 build: bool = True):
+                 build: bool = True, dtype: str = "float32"):
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
@@ -61,17 +65,17 @@ class InferenceEngine:
             raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W) of positive "
                              f"ints, got {input_shape!r}")
         self.input_shape = tuple(int(s) for s in input_shape)
-        self.plan = Plan(cp, tune=tune, precision=precision)
+        self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype)
         self.precision = self.plan.precision
         self.stream = cp.cuda.Stream(non_blocking=True)
         with self.stream, mma_precision.using(self.precision):
             if build:
                 kernels, self.plan.expected = engine_kernels(model, self.input_shape, tune=tune,
-                                                             precision=self.precision)
+                                                             precision=self.precision,
+                                                             dtype=dtype)
                 cuda.compile_all(kernels, desc=f"compiling kernels for {type(model).__name__}")
-            self.input = self.plan.alloc(self.input_shape)
-            self.input[...] = 0
-            self.output = plan_module(model, self.plan, self.input)
+            self.input = self.plan.keep(cp.zeros(self.input_shape, cp.float32))
+            self.output = plan_module(model, self.plan, model_input(self.plan, self.input))
             for rewrite in planners.PASSES:
                 rewrite(self.plan)
             if self.plan.progress is not None:

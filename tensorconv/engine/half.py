@@ -63,7 +63,7 @@ def _conv(plan: Plan, x, w, b, stride, padding, relu, residual, what: str):
 
 
 def plan_conv2d(m: L.Conv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
-    if m.groups != 1 or tuple(m.dilation) != (1, 1):
+    if m.groups != 1 or m.dilation not in (1, (1, 1)):
         raise NotImplementedError(f"the fp16 engine runs dense undilated convolutions; "
                                   f"{m!r} has groups={m.groups}, dilation={m.dilation}")
     w, b = folded(m, bn, plan)

@@ -175,6 +175,14 @@ struct Loader {
                 cp16(a + row * LDS + col * 8, ok ? cv.x + v_at[rj] + e.x : cv.x, ok);
             }
             }
+        } else if (!NHWC && cv.R == 1 && cv.S == 1 && cv.ph == 0 && cv.pw == 0) {
+            // an unpadded 1x1 in NCHW: tap k is channel k, always inside the image
+            const int kl = tid / BM, hw = cv.H * cv.W;
+#pragma unroll
+            for (int l = 0; l < AL; ++l) {
+                const int k = k0 + kl + l * (T / BM);
+                areg[slot][l] = s_ok && k < k_end ? cv.x[s_base + k * hw] : __float2half(0.f);
+            }
         } else {
             const int kl = tid / BM;
 #pragma unroll
@@ -411,8 +419,12 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     tdcx::PushReduce<CL> red(reinterpret_cast<float*>(smem + slots_at), share_div);
     if constexpr (CL > 1) red.begin(BM * BN);
     // The block's taps, once: a table read in the load path would put a global latency
-    // before every chunk's loads.  Vector A on whole-chunk taps walks them instead.
-    if (!(VEC_A && Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES>::RUN_A && C % BK == 0)) {
+    // before every chunk's loads.  Vector A on whole-chunk taps walks them instead, and an
+    // unpadded NCHW 1x1 needs none.
+    const bool walked = VEC_A && Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES>::RUN_A &&
+                        C % BK == 0;
+    const bool pointwise = !NHWC && R == 1 && S == 1 && ph == 0 && pw == 0;
+    if (!walked && !pointwise) {
         for (int i = tid; i < k_end - k_begin; i += T) tab[i] = __ldg(&ktab[k_begin + i]);
         __syncthreads();
     }

@@ -563,8 +563,25 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
         }
         return;
     }
+    if (!NHWC) {   // a thread keeps one pixel (T % BM == 0): its image and offset once
+        static_assert(T % BM == 0, "an NCHW epilogue thread keeps one pixel");
+        const int mm = tid % BM, m = m0 + mm;
+        if (m >= M) return;
+        const int img = m / OHW;
+        __half* out = y + (size_t)img * Cout * OHW + (m - img * OHW);
+        const __half* res = residual == nullptr ? nullptr
+                                                : residual + (out - y);
+        for (int nn = tid / BM; nn < BN && n0 + nn < Cout; nn += T / BM) {
+            const int n = n0 + nn;
+            float v = Cs[mm * LDC + nn];
+            if (bias != nullptr) v += bias[n];
+            if (res != nullptr) v += __half2float(res[(size_t)n * OHW]);
+            out[(size_t)n * OHW] = __float2half(relu ? fmaxf(v, 0.f) : v);
+        }
+        return;
+    }
     for (int e = tid; e < BM * BN; e += T) {   // consecutive threads: consecutive addresses
-        const int mm = NHWC ? e / BN : e % BM, nn = NHWC ? e % BN : e / BM;
+        const int mm = e / BN, nn = e % BN;
         put(mm, nn, Cs[mm * LDC + nn]);
     }
 }

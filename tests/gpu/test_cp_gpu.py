@@ -165,7 +165,7 @@ def test_pairwise_executor_on_library_calls(rng, monkeypatch, gemm, trial):
     assert rel_err(out.get(), ref) <= 1e-5
     convs = sum(1 for k in calls if "groups" in k)
     assert convs == 2 or not standard
-    if gemm == "igemm":
+    if gemm == "igemm" and standard:   # other orders may contract with no 1x1-conv shape
         assert sum(1 for k in calls if k.get("algorithm") == "igemm") >= 1
 
 

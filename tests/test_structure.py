@@ -29,7 +29,7 @@ LAYERS = (
     ("tensorconv.autograd",),
     ("tensorconv.decomp", "tensorconv.tuning"),
     ("tensorconv.nn",),
-    ("tensorconv.engine",),
+    ("tensorconv.engine", "tensorconv.distributed"),
     ("tensorconv.compress",),
     ("tensorconv.cli", "tensorconv.__main__"),
 )

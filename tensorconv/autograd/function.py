@@ -100,41 +100,69 @@ def _check_versions(fn: Function) -> None:
                 f"pass; its gradient would be wrong. Change a copy instead")
 
 
-def backward(root: Tensor, grad) -> None:
+def backward(root: Tensor, grad, on_leaf_done=None) -> None:
     """Propagate ``grad`` (d loss / d root) to every leaf with ``requires_grad``.
 
     Gradients of intermediate tensors live in their ``_pending`` slot only
-    until their creator has consumed them.
+    until their creator has consumed them.  ``on_leaf_done(leaf)``, when given, is called
+    as soon as a leaf's gradient is final (after the last function that reads the leaf),
+    so that a data-parallel reducer can send it while the rest of the backward pass runs.
     """
     if root.creator is None:
         if root.requires_grad:
             root.grad = grad if root.grad is None else root.grad + grad
+            if on_leaf_done is not None:
+                on_leaf_done(root)
         return
     root._pending = grad
     xp = root.xp
-    for fn in _topological_order(root):
-        gouts = []
-        for ref, (shape, dtype) in zip(fn.outputs, fn.output_meta):
-            out = ref()
-            g = None if out is None else out._pending
-            if out is not None:
-                out._pending = None
-            gouts.append(g)
-        if all(g is None for g in gouts):
+    order = _topological_order(root)
+    done_after = _last_readers(order) if on_leaf_done is not None else {}
+    for i, fn in enumerate(order):
+        _run_backward(fn, xp)
+        for leaf in done_after.get(i, ()):
+            on_leaf_done(leaf)
+
+
+def _last_readers(order) -> dict:
+    """``{i: leaves}``: the leaves needing a gradient whose last reader is ``order[i]``."""
+    last = {}
+    for i, fn in enumerate(order):
+        for t in fn.inputs:
+            if t.creator is None and t.requires_grad:
+                last[id(t)] = (i, t)
+    out = {}
+    for i, t in last.values():
+        out.setdefault(i, []).append(t)
+    return out
+
+
+def _run_backward(fn, xp) -> None:
+    """One function's backward: its outputs' pending gradients in, its inputs' out."""
+    gouts = []
+    for ref, (shape, dtype) in zip(fn.outputs, fn.output_meta):
+        out = ref()
+        g = None if out is None else out._pending
+        if out is not None:
+            out._pending = None
+        gouts.append(g)
+    if all(g is None for g in gouts):
+        return
+    gouts = [xp.zeros(shape, dtype) if g is None else g
+             for g, (shape, dtype) in zip(gouts, fn.output_meta)]
+    _check_versions(fn)
+    gins = fn.backward(*gouts)
+    if not isinstance(gins, tuple):
+        gins = (gins,)
+    for t, g in zip(fn.inputs, gins):
+        if g is None or not t.requires_grad:
             continue
-        gouts = [xp.zeros(shape, dtype) if g is None else g
-                 for g, (shape, dtype) in zip(gouts, fn.output_meta)]
-        _check_versions(fn)
-        gins = fn.backward(*gouts)
-        if not isinstance(gins, tuple):
-            gins = (gins,)
-        for t, g in zip(fn.inputs, gins):
-            if g is None or not t.requires_grad:
-                continue
-            if g.shape != t.shape:
-                raise RuntimeError(f"{type(fn).__name__}.backward returned a gradient of shape "
-                                   f"{g.shape} for an input of shape {t.shape}")
-            if t.creator is None:  # a leaf: keep the gradient
-                t.grad = g if t.grad is None else t.grad + g
-            else:
-                t._pending = g if t._pending is None else t._pending + g
+        if g.shape != t.shape:
+            raise RuntimeError(f"{type(fn).__name__}.backward returned a gradient of shape "
+                               f"{g.shape} for an input of shape {t.shape}")
+        if t.creator is None:  # a leaf: keep the gradient
+            t.grad = g if t.grad is None else t.grad + g
+        else:
+            t._pending = g if t._pending is None else t._pending + g
+
+

@@ -98,11 +98,12 @@ class Tensor:
         return float(self.data.reshape(-1)[0])
 
     # ---- differentiation
-    def backward(self, grad=None) -> None:
+    def backward(self, grad=None, *, on_leaf_done=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
 
         ``grad`` (d loss / d self) defaults to ones for a one-element tensor (a loss); given,
         it must have this tensor's shape, dtype and device (nothing is broadcast or cast).
+        ``on_leaf_done(leaf)`` is called as each leaf's gradient becomes final.
         """
         from tensorconv.autograd.function import backward
 
@@ -121,7 +122,7 @@ class Tensor:
                                  f"{tuple(self.shape)}")
             if grad.dtype != self.dtype:
                 raise TypeError(f"grad is {grad.dtype}; the tensor is {self.dtype}")
-        backward(self, grad)
+        backward(self, grad, on_leaf_done)
 
     def zero_grad(self) -> None:
         self.grad = None

@@ -1,0 +1,159 @@
+"""Communicators: what the :class:`~tensorconv.distributed.reducer.Reducer` sends through.
+
+A communicator has a ``rank`` and a ``size`` and sums a float32 buffer over the ranks in
+place (``all_reduce``), each rank calling its collectives in the same order; ``wait()``
+returns once every collective launched so far is done (for NCCL: the caller's stream then
+waits on the communication stream, nothing blocks the host).
+
+:class:`NcclCommunicator` drives one GPU per process through CuPy's NCCL binding on its
+own stream, so a bucket's all-reduce runs while the backward pass computes the next
+gradients; the NCCL unique id reaches the other ranks through a file rank 0 writes.
+:class:`FakeGroup` runs ranks as threads of one process over NumPy or CuPy buffers (tests,
+and the launcher's one-process check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tensorconv import backend, files
+from tensorconv.checks import check_int
+
+
+def write_unique_id(path, uid) -> None:
+    """Rank 0: store the NCCL unique id (bytes, or the tuple of ints older CuPy returns)
+    in ``path``, atomically, for the other ranks."""
+    payload = {"hex": bytes(uid).hex()} if isinstance(uid, (bytes, bytearray)) else \
+        {"ints": [int(v) for v in uid]}
+    files.atomic_write(path, json.dumps(payload))
+
+
+def read_unique_id(path, timeout: float = 120.0):
+    """The other ranks: wait for rank 0's unique id in ``path`` (``TimeoutError`` after
+    ``timeout`` seconds: rank 0 died or never started)."""
+    deadline = time.monotonic() + timeout
+    path = Path(path)
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no NCCL unique id appeared in {path} within {timeout:.0f} s "
+                               "(rank 0 failed or was not started)")
+        time.sleep(0.05)
+    payload = json.loads(path.read_text())
+    return bytes.fromhex(payload["hex"]) if "hex" in payload else tuple(payload["ints"])
+
+
+class NcclCommunicator:
+    """One GPU of ``size``, as ``rank``, through NCCL on a stream of its own.
+
+    Parameters
+    ----------
+    rank, size : int
+    id_file : path
+        Where rank 0 writes the NCCL unique id and the others read it.
+    """
+
+    def __init__(self, rank: int, size: int, id_file):
+        import cupy
+        from cupy.cuda import nccl
+
+        self.size = check_int(size, "size", minimum=1)
+        self.rank = check_int(rank, "rank", minimum=0)
+        if rank >= size:
+            raise ValueError(f"rank {rank} is not below size {size}")
+        if os.environ.get("NCCL_NVLS_ENABLE") != "0":
+            os.environ["NCCL_NVLS_ENABLE"] = "0"   # NVLink multicast stays off (issue 27)
+        if rank == 0:
+            write_unique_id(id_file, nccl.get_unique_id())
+        uid = read_unique_id(id_file)
+        self._nccl = nccl
+        self.comm = nccl.NcclCommunicator(size, uid, rank)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._cupy = cupy
+
+    def all_reduce(self, buf) -> None:
+        """Sum ``buf`` (float32, contiguous, on this GPU) over the ranks, in place, after
+        everything queued so far on the current stream."""
+        cp = self._cupy
+        if buf.dtype != np.float32 or not buf.flags.c_contiguous:
+            raise TypeError(f"all_reduce takes contiguous float32, got {buf.dtype}")
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(cp.cuda.get_current_stream())
+        self.stream.wait_event(ready)
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._nccl.NCCL_FLOAT32,
+                            self._nccl.NCCL_SUM, self.stream.ptr)
+
+    def broadcast(self, buf, root: int = 0) -> None:
+        """``buf`` on every rank becomes rank ``root``'s (float32, in place)."""
+        cp = self._cupy
+        ready = cp.cuda.Event(disable_timing=True)
+        ready.record(cp.cuda.get_current_stream())
+        self.stream.wait_event(ready)
+        self.comm.broadcast(buf.data.ptr, buf.data.ptr, buf.size, self._nccl.NCCL_FLOAT32,
+                            root, self.stream.ptr)
+
+    def wait(self) -> None:
+        """The current stream waits for every collective launched so far."""
+        cp = self._cupy
+        done = cp.cuda.Event(disable_timing=True)
+        done.record(self.stream)
+        cp.cuda.get_current_stream().wait_event(done)
+
+
+class FakeGroup:
+    """``size`` ranks run as threads of this process; :meth:`rank` gives each its
+    communicator.  Collectives meet at a barrier, are summed in rank order and logged
+    (``log``: ``(rank, call number, elements)`` in launch order)."""
+
+    def __init__(self, size: int):
+        self.size = check_int(size, "size", minimum=1)
+        self._barrier = threading.Barrier(size)
+        self._slots: dict = {}
+        self._lock = threading.Lock()
+        self.log: list = []
+
+    def rank(self, rank: int) -> "FakeCommunicator":
+        return FakeCommunicator(self, check_int(rank, "rank", minimum=0))
+
+    def _collective(self, rank: int, call: int, buf, combine) -> None:
+        with self._lock:
+            self.log.append((rank, call, int(buf.size)))
+            self._slots[rank, call] = backend.to_host(buf).copy()
+        self._barrier.wait()
+        parts = [self._slots[r, call] for r in range(self.size)]
+        result = combine(parts)
+        self._barrier.wait()
+        with self._lock:
+            self._slots.pop((rank, call), None)
+        buf[...] = backend.array_module(buf).asarray(result)
+
+
+class FakeCommunicator:
+    """One rank of a :class:`FakeGroup` (synchronous collectives)."""
+
+    def __init__(self, group: FakeGroup, rank: int):
+        if rank >= group.size:
+            raise ValueError(f"rank {rank} is not below size {group.size}")
+        self.group, self.rank, self.size, self.calls = group, rank, group.size, 0
+
+    def all_reduce(self, buf) -> None:
+        def total(parts):
+            out = parts[0].copy()
+            for p in parts[1:]:
+                out += p
+            return out
+
+        self.calls += 1
+        self.group._collective(self.rank, self.calls, buf, total)
+
+    def broadcast(self, buf, root: int = 0) -> None:
+        self.calls += 1
+        self.group._collective(self.rank, self.calls, buf, lambda parts: parts[root])
+
+    def wait(self) -> None:
+        return None

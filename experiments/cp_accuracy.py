@@ -32,7 +32,8 @@ from tensorconv.compress import cpize
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
-from training.train import TimeBudget, TrainConfig, evaluate, load_data, train_within
+from training.chunks import TimeBudget, train_within
+from training.train import TrainConfig, evaluate, load_data
 
 NAME = "cp_accuracy"
 INPUT = (1, 1, 32, 32)

@@ -18,7 +18,8 @@ from tensorconv.cli import guarded
 from tensorconv.compress.separable import separable
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
-from training.train import TimeBudget, TrainConfig, train_within
+from training.chunks import TimeBudget, train_within
+from training.train import TrainConfig
 
 NAME = "scc_table2"
 MODELS = ("vgg16", "vgg19", "mobilenet_v1", "resnet18", "resnet50_cifar")

@@ -29,7 +29,8 @@ from tensorconv.compress.sparse import reprune_masks
 from tensorconv.nn import get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
-from training.train import TimeBudget, TrainConfig, train_within
+from training.chunks import TimeBudget, train_within
+from training.train import TrainConfig
 
 NAME = "sparse_table1"
 # model -> (pruning ratio, paper's full / ADMM-pruned / re-pruned accuracy on CIFAR-10)

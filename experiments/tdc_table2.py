@@ -25,7 +25,8 @@ from tensorconv.compress import uniform_ranks
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
-from training.train import TimeBudget, TrainConfig, train_within
+from training.chunks import TimeBudget, train_within
+from training.train import TrainConfig
 
 NAME = "tdc_table2"
 PAPER = {"baseline": 91.25, "direct": 87.41, "admm": 91.02}

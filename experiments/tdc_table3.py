@@ -32,7 +32,8 @@ from tensorconv.compress import tuckerize, uniform_ranks
 from tensorconv.nn import count_flops_params, get_model
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
-from training.train import TimeBudget, TrainConfig, train_within
+from training.chunks import TimeBudget, train_within
+from training.train import TrainConfig
 
 NAME = "tdc_table3"
 SHAPE = (1, 1, 32, 32)

@@ -6,10 +6,16 @@ checkpointing after every epoch to ``--checkpoint``.  ``--stop-after N`` ends
 the call after N epochs; the next call with the same checkpoint resumes
 exactly, so a long run fits machines with a time limit per command.  Writes
 ``train_MODEL.{csv,md,png}`` (and the checkpoint) into ``--out``.
+
+``--gpus N`` trains data-parallel on N GPUs, one process each (:mod:`training.launch`):
+the same global batch and shuffling as one GPU, gradients averaged through NCCL while the
+backward pass runs, rank 0 evaluating and writing the checkpoint and the results.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
@@ -17,6 +23,8 @@ from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.nn import MODELS, count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
+from training.launch import launch
+from training.parallel import ENV_RANK, Parallel
 from training.train import TrainConfig, train
 
 TARGETS = {"resnet20": 92.5}  # issue target (test accuracy, %) on Fashion-MNIST
@@ -38,8 +46,21 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="checkpoint file (default: train_MODEL.ckpt.npz in --out)")
     p.add_argument("--stop-after", type=int, default=None, help="epochs to run in this call")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="train data-parallel on this many GPUs, one process each")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="with --gpus: average BN running statistics over the GPUs each epoch")
     p.output_name = lambda ns: f"train_{ns.model}"
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    if args.gpus is not None and ENV_RANK not in os.environ:
+        if args.gpus < 1:
+            p.error(f"--gpus must be >= 1, got {args.gpus}")
+        if args.device == "cpu":
+            p.error("--gpus trains on GPUs: drop --device cpu")
+        return launch([sys.executable, "-m", "experiments.train", *_without_gpus(argv)],
+                      args.gpus)
+    parallel = Parallel.from_env(sync_bn=args.sync_bn)
     if args.quick:
         args.epochs, args.train_limit = min(args.epochs, 2), args.train_limit or 2000
     cfg = TrainConfig(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
@@ -49,7 +70,9 @@ def main(argv=None) -> int:
     name = f"train_{args.model}"
     paths = outputs(name, args.out)
     ckpt = args.checkpoint or paths["csv"].with_suffix(".ckpt.npz")
-    result = train(cfg, ckpt, stop_after=args.stop_after)
+    result = train(cfg, ckpt, stop_after=args.stop_after, parallel=parallel)
+    if parallel is not None and not parallel.main:
+        return 0                                  # rank 0 writes the results
 
     env = bench.environment()
     cost = count_flops_params(result.model, (1, 1, 32, 32))
@@ -98,6 +121,19 @@ def main(argv=None) -> int:
     save_figure(fig, paths["png"])
     print(f"{status}; test accuracy {100 * final['test_acc']:.2f}%; wrote {paths['csv']}")
     return 0
+
+
+def _without_gpus(argv: list) -> list:
+    """``argv`` less its ``--gpus N`` (or ``--gpus=N``): what each rank runs."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--gpus":
+            skip = True
+        elif not a.startswith("--gpus="):
+            out.append(a)
+    return out
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from training import checkpoint as ckpt
 from training.admm_prune import ADMMPrune
 from training.admm_tucker import ADMMTucker
 from training.masked import MaskedTraining
+from training.parallel import Parallel
 
 # Config fields a resumed run may change; every other field must match the checkpoint.
 _RESUMABLE_CHANGES = {"epochs", "device"}
@@ -217,7 +218,8 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
 
 
 def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after: int | None = None,
-          progress: bool = True, log_every: int = 25) -> TrainResult:
+          progress: bool = True, log_every: int = 25, parallel: Parallel | None = None
+          ) -> TrainResult:
     """Train ``cfg.model``; resume from ``checkpoint`` when it exists.
 
     Parameters
@@ -229,6 +231,10 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         later call resumes).
     log_every : int
         Steps between host reads of the loss (progress bar, NaN check).
+    parallel : Parallel, optional
+        This process's rank of a data-parallel run (:mod:`training.parallel`): it trains
+        on its share of each global batch of ``cfg.batch_size``; rank 0 evaluates and
+        writes the checkpoint.
 
     Raises
     ------
@@ -285,6 +291,11 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         result.history, result.step_losses = meta["history"], meta["step_losses"]
 
     masked = MaskedTraining(model, masks) if masks else None
+    reducer, main = None, parallel is None or parallel.main
+    if parallel is not None:
+        parallel.check_batch(cfg.batch_size)
+        parallel.broadcast_model(model)
+        reducer = parallel.reducer(model) if parallel.size > 1 else None
     steps_per_epoch = len(train_set) // cfg.batch_size
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training "
@@ -297,19 +308,26 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         order = rng.permutation(len(train_set))
         losses, correct = [], []
         bar = tqdm(range(steps_per_epoch), desc=f"{cfg.model} epoch {epoch + 1}/{cfg.epochs}",
-                   disable=not progress, leave=False)
+                   disable=not (progress and main), leave=False)
         for i in bar:
             step = epoch * steps_per_epoch + i
             idx = order[i * cfg.batch_size:(i + 1) * cfg.batch_size]
-            xb = train_set.images[idx]
+            xb, yb = train_set.images[idx], train_set.labels[idx]
             if cfg.augment:
-                xb = augment_batch(xb, rng, fill)
-            x, y = Tensor(xp.asarray(xb)), xp.asarray(train_set.labels[idx])
+                xb = augment_batch(xb, rng, fill)    # the whole global batch: one rng stream
+            if parallel is not None:
+                xb, yb = parallel.shard(xb), parallel.shard(yb)
+            x, y = Tensor(xp.asarray(xb)), xp.asarray(yb)
             opt.lr = learning_rate(cfg, step, steps_per_epoch)
             logits = model(x)
             loss = F.softmax_cross_entropy(logits, y, check=False)
             opt.zero_grad()
-            loss.backward()
+            if reducer is None:
+                loss.backward()
+            else:   # each bucket averaged over the ranks as the backward pass finishes it
+                reducer.begin()
+                loss.backward(on_leaf_done=reducer.leaf_done)
+                reducer.finish()
             if admm is not None:
                 admm.after_backward()
             if masked is not None:
@@ -332,20 +350,22 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                 result.step_losses.append((step + 1, float(recent[-1])))
                 bar.set_postfix(loss=f"{recent.mean():.3f}", lr=f"{opt.lr:.3g}")
         train_loss = float(backend.to_host(xp.stack(losses)).mean())
-        seen = steps_per_epoch * cfg.batch_size
-        train_acc = float(backend.to_host(xp.stack(correct)).sum()) / seen
-        test_loss, test_acc = evaluate(model, test_set, xp)
+        right = int(backend.to_host(xp.stack(correct)).sum())
+        if parallel is not None:
+            train_loss, right = parallel.end_epoch(model, train_loss, right)
+        train_acc = right / (steps_per_epoch * cfg.batch_size)
+        test_loss, test_acc = evaluate(model, test_set, xp) if main else (math.nan, math.nan)
         result.history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
                                "test_loss": test_loss, "test_acc": test_acc, "lr": opt.lr,
                                "seconds": time.perf_counter() - t0})
         if admm is not None:
             admm.end_epoch()
             result.history[-1].update(admm_gap=admm.gap(), admm_rho=admm.rho)
-        if progress:
+        if progress and main:
             print(f"epoch {epoch + 1}/{cfg.epochs}: train loss {train_loss:.4f} acc {train_acc:.4f}"
                   f" | test loss {test_loss:.4f} acc {test_acc:.4f}"
                   f" | {result.history[-1]['seconds']:.1f}s")
-        if path is not None:
+        if path is not None and main:
             ckpt.save(path, model_state=model.state_dict(), optimizer_state=opt.state_dict(),
                       meta={"config": dataclasses.asdict(cfg), "epoch": epoch + 1,
                             "history": result.history, "step_losses": result.step_losses,
@@ -355,43 +375,6 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                       extra={**(admm.state_arrays() if admm is not None else {}),
                              **(masked.state_arrays() if masked is not None else {})})
     result.finished = (result.history[-1]["epoch"] if result.history else 0) >= cfg.epochs
-    if not math.isfinite(result.history[-1]["test_loss"]) if result.history else False:
+    if main and result.history and not math.isfinite(result.history[-1]["test_loss"]):
         raise FloatingPointError("test loss is not finite after training")
     return result
-
-
-class TimeBudget:
-    """Seconds left to this process for whole epochs (None: no limit), judged by the
-    slowest epoch so far, so that a device session ends between epochs."""
-
-    def __init__(self, seconds: float | None):
-        self.seconds, self.start, self.slowest = seconds, time.perf_counter(), 0.0
-
-    def fits_another_epoch(self) -> bool:
-        if self.seconds is None:
-            return True
-        return self.seconds - (time.perf_counter() - self.start) >= 1.3 * self.slowest
-
-    def spend(self, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        self.slowest = max(self.slowest, time.perf_counter() - t0)
-        return out
-
-
-def train_within(cfg: TrainConfig, checkpoint: str | Path, budget: TimeBudget,
-                 **kwargs) -> tuple[dict | None, bool]:
-    """Train epoch by epoch into ``checkpoint`` while ``budget`` allows; a later call resumes.
-
-    Returns the checkpoint's metadata (None before its first epoch) and whether
-    the run has reached ``cfg.epochs``.
-    """
-    path = Path(checkpoint)
-
-    def epochs_done() -> int:
-        return ckpt.load(path)[2]["epoch"] if path.exists() else 0
-
-    while epochs_done() < cfg.epochs and budget.fits_another_epoch():
-        budget.spend(lambda: train(cfg, path, stop_after=1, **kwargs))
-    meta = ckpt.load(path)[2] if path.exists() else None
-    return meta, epochs_done() >= cfg.epochs

@@ -1,0 +1,103 @@
+"""Data-parallel training on the CPU (issue 27): the launcher (processes, environment,
+stopping all when one fails) and the training loop's ranks as threads over a fake group
+(same weights on every rank, one checkpoint, resumable on another number of ranks)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from experiments.train import _without_gpus
+from tensorconv.distributed import FakeGroup
+from training import checkpoint as ckpt
+from training.launch import devices, launch
+from training.parallel import Parallel
+from training.train import TrainConfig, train
+
+
+def _cfg(**kw):
+    base = dict(model="small_cnn", dataset="synthetic", epochs=2, batch_size=32, lr=0.05,
+                train_limit=128, test_limit=64, pad_to=8, device="cpu", warmup_epochs=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_each_rank_gets_its_environment_and_one_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    code = ("import os, pathlib; e = os.environ; "
+            "pathlib.Path(r'%s', e['TENSORCONV_RANK']).write_text("
+            "','.join([e['TENSORCONV_WORLD_SIZE'], e['CUDA_VISIBLE_DEVICES'], "
+            "e['NCCL_NVLS_ENABLE'], e['TENSORCONV_NCCL_ID']]))" % tmp_path)
+    assert launch([sys.executable, "-c", code], 2) == 0
+    got = {r: (tmp_path / str(r)).read_text().split(",") for r in (0, 1)}
+    assert [got[r][:3] for r in (0, 1)] == [["2", "4", "0"], ["2", "5", "0"]]
+    assert got[0][3] == got[1][3] and got[0][3].endswith("nccl.id")
+    assert devices(2, None) == ["0", "1"]
+    with pytest.raises(ValueError, match="lists 1"):
+        devices(2, "3")
+
+
+def test_one_failing_rank_stops_the_others():
+    code = "import os, sys, time; r = int(os.environ['TENSORCONV_RANK']); " \
+           "sys.exit(3) if r == 1 else time.sleep(60)"
+    start = time.monotonic()
+    assert launch([sys.executable, "-c", code], 2) == 3
+    assert time.monotonic() - start < 30               # rank 0 was stopped, not awaited
+
+
+def test_the_ranks_command_drops_gpus():
+    assert _without_gpus(["--model", "resnet20", "--gpus", "4", "--quick"]) == \
+        ["--model", "resnet20", "--quick"]
+    assert _without_gpus(["--gpus=2", "--epochs", "3"]) == ["--epochs", "3"]
+
+
+def _threads(size, fn):
+    group, errors, out = FakeGroup(size), [], [None] * size
+
+    def body(r):
+        try:
+            out[r] = fn(Parallel(r, size, group.rank(r)))
+        except BaseException as exc:   # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            group._barrier.abort()
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def test_ranks_train_one_model_and_rank_0_alone_writes_a_resumable_checkpoint(tmp_path):
+    path = tmp_path / "dp.npz"
+    cfg = _cfg()
+    results = _threads(2, lambda par: train(cfg, path, stop_after=1, progress=False,
+                                            parallel=par))
+    for p0, p1 in zip(results[0].model.parameters(), results[1].model.parameters()):
+        np.testing.assert_array_equal(p0.data, p1.data)       # one model on every rank
+    assert np.isfinite(results[0].history[0]["test_acc"])
+    assert np.isnan(results[1].history[0]["test_acc"])         # rank 1 does not evaluate
+    state, _, meta = ckpt.load(path)
+    assert meta["epoch"] == 1
+    for name, p in results[0].model.named_parameters():
+        np.testing.assert_array_equal(state[name], p.data)
+    # the second epoch on one process, then on four ranks from the same checkpoint
+    one = train(cfg, path, progress=False)
+    assert [h["epoch"] for h in one.history] == [1, 2]
+    more = tmp_path / "dp4.npz"
+    _threads(2, lambda par: train(cfg, more, stop_after=1, progress=False, parallel=par))
+    four = _threads(4, lambda par: train(cfg, more, progress=False, parallel=par))
+    assert [h["epoch"] for h in four[0].history] == [1, 2]
+
+
+def test_a_global_batch_that_does_not_split_is_refused():
+    with pytest.raises(ValueError, match="does not split over 3 ranks"):
+        _threads(3, lambda par: train(_cfg(batch_size=32), None, progress=False,
+                                      parallel=par))

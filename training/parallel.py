@@ -1,0 +1,103 @@
+"""One rank of data-parallel training (issue 27): what ``tensorconv run train --gpus N``
+adds to the training loop of :func:`training.train.train`.
+
+Every rank draws the same permutation and augmentation (one seed, one generator state, the
+same checkpoint), augments the whole global batch and keeps its ``batch_size / N`` rows, so
+the global batch is the one a single GPU would see.  Gradients are averaged by a
+:class:`~tensorconv.distributed.Reducer` during the backward pass; batch-norm statistics stay
+per rank (as in PyTorch's DDP) unless ``sync_bn``, which averages the running statistics
+over the ranks at the end of every epoch.  Rank 0 evaluates, prints and writes the
+checkpoint (atomically); every rank resumes from it, whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.checks import check_int
+from tensorconv.distributed import NcclCommunicator, Reducer
+
+# What the launcher sets in each process it starts.
+ENV_RANK, ENV_SIZE, ENV_ID = "TENSORCONV_RANK", "TENSORCONV_WORLD_SIZE", "TENSORCONV_NCCL_ID"
+MPI_ENV = ((ENV_RANK, ENV_SIZE), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+           ("PMI_RANK", "PMI_SIZE"))
+
+
+@dataclass
+class Parallel:
+    """This process's place among ``size`` ranks and its communicator."""
+
+    rank: int
+    size: int
+    comm: object
+    sync_bn: bool = False
+
+    def __post_init__(self):
+        check_int(self.size, "size", minimum=1)
+        check_int(self.rank, "rank", minimum=0)
+        if self.rank >= self.size:
+            raise ValueError(f"rank {self.rank} is not below size {self.size}")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, sync_bn: bool = False) -> "Parallel | None":
+        """The rank the launcher (or ``mpirun``: Open MPI's or MPICH's variables) started,
+        NCCL on this process's GPU; None in a process started otherwise."""
+        for rank_var, size_var in MPI_ENV:
+            if rank_var in os.environ:
+                break
+        else:
+            return None
+        if ENV_ID not in os.environ:
+            raise RuntimeError(f"{rank_var} is set but {ENV_ID} is not: give every rank the "
+                               "path (on a shared file system) where rank 0 writes the NCCL id")
+        rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
+        return cls(rank, size, NcclCommunicator(rank, size, Path(os.environ[ENV_ID])),
+                   sync_bn)
+
+    def check_batch(self, batch_size: int) -> int:
+        """Rows of the global batch this rank trains on."""
+        if batch_size % self.size:
+            raise ValueError(f"batch_size {batch_size} does not split over {self.size} ranks")
+        return batch_size // self.size
+
+    def shard(self, rows):
+        """This rank's rows of a global batch."""
+        n = self.check_batch(len(rows))
+        return rows[self.rank * n:(self.rank + 1) * n]
+
+    def reducer(self, model) -> Reducer:
+        return Reducer(model.parameters(), self.comm)
+
+    def broadcast_model(self, model) -> None:
+        """Every float32 parameter and buffer becomes rank 0's (a fresh start or a resume
+        begins from one model everywhere)."""
+        for p in model.parameters():
+            self.comm.broadcast(p.data, 0)
+        for _, b in model.named_buffers():
+            if b.dtype == np.float32 and b.flags.c_contiguous:
+                self.comm.broadcast(b, 0)
+        self.comm.wait()
+
+    def end_epoch(self, model, loss_mean: float, correct: int) -> tuple[float, int]:
+        """The epoch's training loss (mean over the ranks' equal shares) and correct count
+        (summed); with ``sync_bn``, the running statistics averaged over the ranks."""
+        xp = model.xp
+        totals = xp.asarray([loss_mean, float(correct)], dtype=np.float32)
+        self.comm.all_reduce(totals)
+        if self.sync_bn:
+            for name, b in model.named_buffers():
+                if name.endswith(("running_mean", "running_var")) and b.dtype == np.float32:
+                    self.comm.all_reduce(b)
+                    b *= np.float32(1.0 / self.size)
+        self.comm.wait()
+        loss_sum, right = backend.to_host(totals)
+        return float(loss_sum) / self.size, int(round(float(right)))

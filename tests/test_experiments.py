@@ -273,6 +273,27 @@ def test_tc_batch_quick(tmp_path):
     assert len([r for r in rows if r["metric"] == "crossover_batch"]) == 4
 
 
+def test_dp_scaling_builds_its_networks():
+    from experiments.dp_scaling import MODELS, build_model
+    from tensorconv.nn.scc import SCCConv2d
+
+    for name in MODELS:
+        model = build_model(name)
+        assert model.num_classes == 10 and model.in_channels == 3
+        assert any(isinstance(m, SCCConv2d) for m in model.modules()) == name.startswith("scc")
+
+
+@pytest.mark.gpu
+def test_dp_scaling_quick(tmp_path):
+    from experiments import dp_scaling
+
+    assert dp_scaling.main(["--quick", "--gpus", "1", "2", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "dp_scaling.csv")
+    ips = {(r["case"], r["variant"]): r for r in rows if r["metric"] == "images_per_s"}
+    assert ips["resnet18/weak", "1 GPU"]["value"] > 0
+    assert [r["metric"] for r in rows].count("launcher/plain") == 1
+
+
 @pytest.mark.gpu
 def test_tc_e2e_quick(tmp_path):
     pytest.importorskip("torch")

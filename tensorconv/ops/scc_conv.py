@@ -173,7 +173,7 @@ def channel_map(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ptr_, (widx[order] // geom.u).astype(np.int32), widx[order].astype(np.int32)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.cache   # never evicted: captured CUDA graphs hold these addresses
 def _device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
     """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
     window start of each filter), ``"tiles"`` (of ``rows`` channels) or ``"map"``."""

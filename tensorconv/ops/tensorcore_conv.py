@@ -107,9 +107,10 @@ def tap_table(p: Problem) -> np.ndarray:
     return np.stack([off.ravel(), (r.ravel() << 16) | s.ravel()], axis=1).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache
 def _device_tap_table(device: int, p: Problem):
-    """:func:`tap_table` on ``device``, built once per layer."""
+    """:func:`tap_table` on ``device``, built once per layer and kept for the process: a
+    captured CUDA graph holds its address, so it must never be freed (K·8 bytes a layer)."""
     import cupy
 
     with cupy.cuda.Device(device):
@@ -140,9 +141,10 @@ def output_shape(p: Problem) -> tuple[int, int, int, int]:
     return (g.n, g.k, g.oh, g.ow) if p.layout == "nchw" else (g.n, g.oh, g.ow, g.k)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.cache
 def _counters(device: int, tiles: int):
-    """Zeroed per-tile split counters on ``device`` (the kernel leaves them zeroed)."""
+    """Zeroed per-tile split counters on ``device`` (the kernel leaves them zeroed), kept for
+    the process: captured graphs hold their address."""
     import cupy
 
     with cupy.cuda.Device(device):

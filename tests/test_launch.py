@@ -49,6 +49,22 @@ def test_one_failing_rank_stops_the_others():
     assert time.monotonic() - start < 30               # rank 0 was stopped, not awaited
 
 
+def test_one_rank_from_the_environment_needs_no_nccl(monkeypatch, tmp_path):
+    from tensorconv.distributed.comm import SoloCommunicator
+
+    monkeypatch.setenv("TENSORCONV_RANK", "0")
+    monkeypatch.setenv("TENSORCONV_WORLD_SIZE", "1")
+    monkeypatch.setenv("TENSORCONV_NCCL_ID", str(tmp_path / "id"))
+    par = Parallel.from_env()
+    assert par.main and par.size == 1 and isinstance(par.comm, SoloCommunicator)
+    monkeypatch.delenv("TENSORCONV_NCCL_ID")
+    with pytest.raises(RuntimeError, match="TENSORCONV_NCCL_ID is not"):
+        Parallel.from_env()
+    for var in ("TENSORCONV_RANK", "TENSORCONV_WORLD_SIZE"):
+        monkeypatch.delenv(var)
+    assert Parallel.from_env() is None
+
+
 def test_the_ranks_command_drops_gpus():
     assert _without_gpus(["--model", "resnet20", "--gpus", "4", "--quick"]) == \
         ["--model", "resnet20", "--quick"]

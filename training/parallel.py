@@ -21,6 +21,7 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.checks import check_int
 from tensorconv.distributed import NcclCommunicator, Reducer
+from tensorconv.distributed.comm import SoloCommunicator
 
 # What the launcher sets in each process it starts.
 ENV_RANK, ENV_SIZE, ENV_ID = "TENSORCONV_RANK", "TENSORCONV_WORLD_SIZE", "TENSORCONV_NCCL_ID"
@@ -60,8 +61,9 @@ class Parallel:
             raise RuntimeError(f"{rank_var} is set but {ENV_ID} is not: give every rank the "
                                "path (on a shared file system) where rank 0 writes the NCCL id")
         rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
-        return cls(rank, size, NcclCommunicator(rank, size, Path(os.environ[ENV_ID])),
-                   sync_bn)
+        comm = (NcclCommunicator(rank, size, Path(os.environ[ENV_ID])) if size > 1
+                else SoloCommunicator())             # one rank: nothing to exchange
+        return cls(rank, size, comm, sync_bn)
 
     def check_batch(self, batch_size: int) -> int:
         """Rows of the global batch this rank trains on."""

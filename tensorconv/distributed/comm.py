@@ -8,8 +8,8 @@ waits on the communication stream, nothing blocks the host).
 :class:`NcclCommunicator` drives one GPU per process through CuPy's NCCL binding on its
 own stream, so a bucket's all-reduce runs while the backward pass computes the next
 gradients; the NCCL unique id reaches the other ranks through a file rank 0 writes.
-:class:`FakeGroup` runs ranks as threads of one process over NumPy or CuPy buffers (tests,
-and the launcher's one-process check).
+:class:`FakeGroup` runs ranks as threads of one process over NumPy or CuPy buffers (tests);
+:class:`SoloCommunicator` is the one rank of a one-process run.
 """
 
 from __future__ import annotations
@@ -103,6 +103,23 @@ class NcclCommunicator:
         done = cp.cuda.Event(disable_timing=True)
         done.record(self.stream)
         cp.cuda.get_current_stream().wait_event(done)
+
+
+class SoloCommunicator:
+    """The one rank of a one-process run: every collective is the identity (no NCCL
+    needed)."""
+
+    rank, size = 0, 1
+
+    def all_reduce(self, buf) -> None:
+        return None
+
+    def broadcast(self, buf, root: int = 0) -> None:
+        if root != 0:
+            raise ValueError(f"root must be 0 in a one-rank run, got {root}")
+
+    def wait(self) -> None:
+        return None
 
 
 class FakeGroup:

@@ -30,11 +30,12 @@ from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
 from training import checkpoint as ckpt
 from training.admm_prune import ADMMPrune
 from training.admm_tucker import ADMMTucker
+from training.device_data import DeviceBatches
 from training.masked import MaskedTraining
 from training.parallel import Parallel
 
 # Config fields a resumed run may change; every other field must match the checkpoint.
-_RESUMABLE_CHANGES = {"epochs", "device"}
+_RESUMABLE_CHANGES = {"epochs", "device", "device_data"}   # same results either way
 
 
 @dataclass
@@ -52,6 +53,7 @@ class TrainConfig:
     schedule: str = "cosine"           # or "step" (x0.1 at 50% and 75% of the epochs)
     warmup_epochs: int = 1
     augment: bool = True               # random crop (padding 4) and horizontal flip
+    device_data: bool = True           # the training set on the device, batches made there
     pad_to: int | None = 32
     train_limit: int | None = None
     test_limit: int | None = None
@@ -92,7 +94,7 @@ class TrainConfig:
         check_real(self.admm_rho_growth, "admm_rho_growth", low=1.0)
         if self.clip_grad is not None:
             check_real(self.clip_grad, "clip_grad", low=0.0, low_open=True)
-        for name in ("nesterov", "augment"):
+        for name in ("nesterov", "augment", "device_data"):
             check_bool(getattr(self, name), name)
         for name, allowed in (("schedule", ("cosine", "step")), ("device", ("auto", "cpu", "gpu")),
                               ("dataset", ("fashion_mnist", "synthetic")),
@@ -301,23 +303,35 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
         raise ValueError(f"batch_size {cfg.batch_size} exceeds the {len(train_set)} training "
                          "images")
     fill = float(train_set.images.min())
+    rows = None if parallel is None else slice(
+        parallel.rank * parallel.check_batch(cfg.batch_size),
+        (parallel.rank + 1) * parallel.check_batch(cfg.batch_size))
+    batches = (DeviceBatches(train_set, xp, cfg.batch_size, cfg.augment, fill, rows)
+               if cfg.device_data else None)
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     for epoch in range(start_epoch, end_epoch):
         t0 = time.perf_counter()
         model.train()
-        order = rng.permutation(len(train_set))
+        if batches is not None:
+            batches.start_epoch(rng, steps_per_epoch)   # the host path's draws, at once
+        else:
+            order = rng.permutation(len(train_set))
         losses, correct = [], []
         bar = tqdm(range(steps_per_epoch), desc=f"{cfg.model} epoch {epoch + 1}/{cfg.epochs}",
                    disable=not (progress and main), leave=False)
         for i in bar:
             step = epoch * steps_per_epoch + i
-            idx = order[i * cfg.batch_size:(i + 1) * cfg.batch_size]
-            xb, yb = train_set.images[idx], train_set.labels[idx]
-            if cfg.augment:
-                xb = augment_batch(xb, rng, fill)    # the whole global batch: one rng stream
-            if parallel is not None:
-                xb, yb = parallel.shard(xb), parallel.shard(yb)
-            x, y = Tensor(xp.asarray(xb)), xp.asarray(yb)
+            if batches is not None:
+                xb, y = batches.batch(i)
+                x = Tensor(xb)
+            else:
+                idx = order[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+                xb, yb = train_set.images[idx], train_set.labels[idx]
+                if cfg.augment:
+                    xb = augment_batch(xb, rng, fill)    # the whole global batch: one stream
+                if parallel is not None:
+                    xb, yb = parallel.shard(xb), parallel.shard(yb)
+                x, y = Tensor(xp.asarray(xb)), xp.asarray(yb)
             opt.lr = learning_rate(cfg, step, steps_per_epoch)
             logits = model(x)
             loss = F.softmax_cross_entropy(logits, y, check=False)

@@ -1,15 +1,19 @@
 // One launch updates every parameter tensor of a model (multi-tensor SGD):
 // blockIdx.y picks the tensor from a table of device pointers, the x-blocks
 // stride over its elements.  Same arithmetic, in the same order, as
-// tensorconv.nn.optim.SGD's NumPy path.
+// tensorconv.nn.optim.SGD's NumPy path.  The learning rate is read from device memory
+// when lr_device is given, so that a captured training step (tensorconv.nn.captured) follows
+// a schedule without being captured again.
 #include "tc_common.cuh"
 
 extern "C" __global__ void sgd_multi_tensor(
     const unsigned long long* __restrict__ table,  // (T, 3): param, grad, velocity pointers
     const long long* __restrict__ sizes,           // (T,)
-    float lr, float momentum, float weight_decay, int nesterov, int decoupled)
+    float lr, const float* __restrict__ lr_device,                // lr_device: null, or (1,)
+    float momentum, float weight_decay, int nesterov, int decoupled)
 {
     tc::wait_prior_grids();
+    if (lr_device != nullptr) lr = *lr_device;
     const int t = blockIdx.y;
     float* p = reinterpret_cast<float*>(table[3 * t]);
     const float* g = reinterpret_cast<const float*>(table[3 * t + 1]);

@@ -29,7 +29,7 @@ class MaskedTraining:
 
     def after_step(self) -> None:
         for w, m in self.masks.values():
-            w.data = w.data * m
+            w.data *= m     # in place: a captured training step replays it on the same array
 
     def state_arrays(self) -> dict:
         return {PREFIX + n: backend.to_host(m) for n, m in self.host.items()}

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from tensorconv.compress import cpize, tuckerize
 from tensorconv.compress.prune import load_masks, magnitude_masks
 from tensorconv.compress.separable import POINTWISE, separable
 from tensorconv.nn import MODELS, get_model
+from tensorconv.nn.captured import CapturedStep
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
 from training import checkpoint as ckpt
 from training.admm_prune import ADMMPrune
@@ -35,7 +37,7 @@ from training.masked import MaskedTraining
 from training.parallel import Parallel
 
 # Config fields a resumed run may change; every other field must match the checkpoint.
-_RESUMABLE_CHANGES = {"epochs", "device", "device_data"}   # same results either way
+_RESUMABLE_CHANGES = {"epochs", "device", "device_data", "capture"}  # same results either way
 
 
 @dataclass
@@ -54,6 +56,9 @@ class TrainConfig:
     warmup_epochs: int = 1
     augment: bool = True               # random crop (padding 4) and horizontal flip
     device_data: bool = True           # the training set on the device, batches made there
+    capture: str = "auto"              # the step replayed as CUDA graphs: "auto" where the run
+                                       # allows (GPU; no ADMM, clipping or data parallelism),
+                                       # "on" (or fail), "off" (eager steps)
     pad_to: int | None = 32
     train_limit: int | None = None
     test_limit: int | None = None
@@ -98,6 +103,7 @@ class TrainConfig:
             check_bool(getattr(self, name), name)
         for name, allowed in (("schedule", ("cosine", "step")), ("device", ("auto", "cpu", "gpu")),
                               ("dataset", ("fashion_mnist", "synthetic")),
+                              ("capture", ("auto", "on", "off")),
                               ("tucker_init", ("decompose", "random"))):
             check_choice(getattr(self, name), name, allowed)
         if self.tucker_ranks and self.cp_rank:
@@ -219,6 +225,60 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
     return meta
 
 
+def _eager_step(model, opt, x, y, reducer, admm, masked, clip_grad):
+    """One training step through the autograd, as written; returns (loss, correct) on the
+    device (0-d arrays)."""
+    logits = model(x)
+    loss = F.softmax_cross_entropy(logits, y, check=False)
+    opt.zero_grad()
+    if reducer is None:
+        loss.backward()
+    else:   # each bucket averaged over the ranks as the backward pass finishes it
+        reducer.begin()
+        loss.backward(on_leaf_done=reducer.leaf_done)
+        reducer.finish()
+    if admm is not None:
+        admm.after_backward()
+    if masked is not None:
+        masked.after_backward()
+    if clip_grad:
+        clip_grad_norm(opt.params, clip_grad)
+    opt.step()
+    if masked is not None:
+        masked.after_step()
+    return loss.data.reshape(()), (logits.data.argmax(axis=1) == y).sum()
+
+
+def _capture_blocker(cfg: TrainConfig, device: str, admm, parallel) -> str | None:
+    """Why this run cannot replay a captured step, or None."""
+    if device != "gpu":
+        return "it trains on the CPU"
+    if admm is not None:
+        return "ADMM changes its targets between steps on the host"
+    if cfg.clip_grad:
+        return "gradient clipping reads the gradient norm on the host"
+    if parallel is not None and parallel.size > 1:
+        return "data parallelism exchanges gradients during the backward pass"
+    return None
+
+
+def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, parallel):
+    """The run's :class:`CapturedStep`, or None for eager steps (``cfg.capture``)."""
+    if cfg.capture == "off":
+        return None
+    blocker = _capture_blocker(cfg, device, admm, parallel)
+    if blocker is not None:
+        if cfg.capture == "on":
+            raise ValueError(f"capture='on', but this run cannot capture its step: {blocker}")
+        return None
+    xp = model.xp
+    x, y = ((batches.x, batches.y) if batches is not None else
+            (xp.empty(x_shape, np.float32), xp.empty(x_shape[0], np.int64)))
+    return CapturedStep(model, opt, x, y, strict=cfg.capture == "on",
+                        after_backward=masked.after_backward if masked else None,
+                        after_step=masked.after_step if masked else None)
+
+
 def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after: int | None = None,
           progress: bool = True, log_every: int = 25, parallel: Parallel | None = None
           ) -> TrainResult:
@@ -309,6 +369,10 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     batches = (DeviceBatches(train_set, xp, cfg.batch_size, cfg.augment, fill, rows)
                if cfg.device_data else None)
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
+    share = cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
+    stepper = _stepper(cfg, device, model, opt, batches,
+                       (share,) + train_set.images.shape[1:], admm, masked, parallel)
+    warned = False
     for epoch in range(start_epoch, end_epoch):
         t0 = time.perf_counter()
         model.train()
@@ -316,14 +380,14 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
             batches.start_epoch(rng, steps_per_epoch)   # the host path's draws, at once
         else:
             order = rng.permutation(len(train_set))
-        losses, correct = [], []
+        step_loss = xp.empty(steps_per_epoch, np.float32)   # device-side: no per-step read
+        step_right = xp.empty(steps_per_epoch, np.int64)
         bar = tqdm(range(steps_per_epoch), desc=f"{cfg.model} epoch {epoch + 1}/{cfg.epochs}",
                    disable=not (progress and main), leave=False)
         for i in bar:
             step = epoch * steps_per_epoch + i
             if batches is not None:
                 xb, y = batches.batch(i)
-                x = Tensor(xb)
             else:
                 idx = order[i * cfg.batch_size:(i + 1) * cfg.batch_size]
                 xb, yb = train_set.images[idx], train_set.labels[idx]
@@ -331,30 +395,24 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                     xb = augment_batch(xb, rng, fill)    # the whole global batch: one stream
                 if parallel is not None:
                     xb, yb = parallel.shard(xb), parallel.shard(yb)
-                x, y = Tensor(xp.asarray(xb)), xp.asarray(yb)
+                xb, y = xp.asarray(xb), xp.asarray(yb)
             opt.lr = learning_rate(cfg, step, steps_per_epoch)
-            logits = model(x)
-            loss = F.softmax_cross_entropy(logits, y, check=False)
-            opt.zero_grad()
-            if reducer is None:
-                loss.backward()
-            else:   # each bucket averaged over the ranks as the backward pass finishes it
-                reducer.begin()
-                loss.backward(on_leaf_done=reducer.leaf_done)
-                reducer.finish()
-            if admm is not None:
-                admm.after_backward()
-            if masked is not None:
-                masked.after_backward()
-            if cfg.clip_grad:
-                clip_grad_norm(opt.params, cfg.clip_grad)
-            opt.step()
-            if masked is not None:
-                masked.after_step()
-            losses.append(loss.data)
-            correct.append((logits.data.argmax(axis=1) == y).sum())
+            if stepper is not None:
+                if batches is None:
+                    stepper.x[...] = xb
+                    stepper.y[...] = y
+                loss_d, right_d = stepper()
+                if stepper.failure and not warned:
+                    warned = True
+                    warnings.warn(f"training eagerly: {stepper.failure}", RuntimeWarning,
+                                  stacklevel=2)
+            else:
+                loss_d, right_d = _eager_step(model, opt, Tensor(xb), y, reducer, admm, masked,
+                                              cfg.clip_grad)
+            step_loss[i] = loss_d
+            step_right[i] = right_d
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:
-                recent = backend.to_host(xp.stack(losses[-log_every:]))
+                recent = backend.to_host(step_loss[max(0, i + 1 - log_every):i + 1])
                 bad = np.flatnonzero(~np.isfinite(recent))
                 if bad.size:
                     at = i + 1 - len(recent) + int(bad[0])
@@ -363,15 +421,17 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
                         f"(lr {opt.lr:.4g}); the last checkpoint ({path}) is untouched")
                 result.step_losses.append((step + 1, float(recent[-1])))
                 bar.set_postfix(loss=f"{recent.mean():.3f}", lr=f"{opt.lr:.3g}")
-        train_loss = float(backend.to_host(xp.stack(losses)).mean())
-        right = int(backend.to_host(xp.stack(correct)).sum())
+        train_loss = float(backend.to_host(step_loss).mean())
+        right = int(backend.to_host(step_right).sum())
         if parallel is not None:
             train_loss, right = parallel.end_epoch(model, train_loss, right)
         train_acc = right / (steps_per_epoch * cfg.batch_size)
         test_loss, test_acc = evaluate(model, test_set, xp) if main else (math.nan, math.nan)
         result.history.append({"epoch": epoch + 1, "train_loss": train_loss, "train_acc": train_acc,
                                "test_loss": test_loss, "test_acc": test_acc, "lr": opt.lr,
-                               "seconds": time.perf_counter() - t0})
+                               "seconds": time.perf_counter() - t0,
+                               "step": "eager" if stepper is None or stepper.failure else
+                                       "captured"})
         if admm is not None:
             admm.end_epoch()
             result.history[-1].update(admm_gap=admm.gap(), admm_rho=admm.rho)

@@ -56,19 +56,47 @@ class SGD:
                    and p.data.dtype == np.float32 and p.grad.dtype == np.float32
                    and p.grad.flags.c_contiguous for p in self.params)
 
-    def step(self) -> None:
-        lr, mu, wd = self.lr, self.momentum, self.weight_decay
+    def _fused_arrays(self):
+        """(params, grads, velocities) of the one-kernel step; velocities made on first use."""
+        for i, p in enumerate(self.params):
+            if self.velocity[i] is None:
+                self.velocity[i] = p.xp.zeros_like(p.data)  # mu * 0 + g == g: same as below
+        return ([p.data for p in self.params], [p.grad for p in self.params], self.velocity)
+
+    def prepare_capture(self) -> None:
+        """Make what a captured :meth:`step` reads (velocities, the kernel's pointer tables for
+        the current gradients) now, outside the capture.
+
+        Raises
+        ------
+        ValueError
+            The step would not be the one-kernel GPU step (a parameter without a gradient,
+            a NumPy or non-float32 parameter): its host-side arithmetic cannot be replayed.
+        """
+        if not self._fused():
+            missing = [i for i, p in enumerate(self.params) if p.grad is None]
+            raise ValueError(
+                "a captured SGD step needs every parameter on the GPU, float32, with a "
+                f"gradient (parameters without one: {missing[:8]}); train eagerly instead")
+        self._tables = self._tables or PointerTables()
+        self._tables.upload(self.params[0].xp, *self._fused_arrays())
+
+    def step(self, lr=None) -> None:
+        """One update with ``self.lr``, or with ``lr``: a CuPy float32 (1,) array the GPU
+        step reads when it runs (a captured step's schedule, :mod:`tensorconv.nn.captured`)."""
+        lr_given = lr is not None
+        lr = self.lr if lr is None else lr
+        mu, wd = self.momentum, self.weight_decay
         if self._fused():
             self._tables = self._tables or PointerTables()
-            for i, p in enumerate(self.params):
-                if self.velocity[i] is None:
-                    self.velocity[i] = p.xp.zeros_like(p.data)  # mu * 0 + g == g: same as below
-            sgd_multi_tensor([p.data for p in self.params], [p.grad for p in self.params],
-                             self.velocity, lr=lr, momentum=mu, weight_decay=wd,
+            sgd_multi_tensor(*self._fused_arrays(), lr=lr, momentum=mu, weight_decay=wd,
                              nesterov=self.nesterov, decoupled=self.decoupled,
                              tables=self._tables)
             self.steps += 1
             return
+        if lr_given:
+            raise ValueError("lr as an array needs the one-kernel GPU step (every parameter "
+                             "on the GPU, float32, with a gradient)")
         for i, p in enumerate(self.params):
             g = p.grad
             if g is None:

@@ -7,7 +7,7 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import check_bools, check_real
-from tensorconv.ops._launch import cdiv, launch
+from tensorconv.ops._launch import NULL, cdiv, launch
 
 FILE = "sgd.cu"
 
@@ -35,7 +35,15 @@ class PointerTables:
         self.host = None
         self.device = None
 
-    def get(self, xp, table: np.ndarray, sizes: np.ndarray):
+    def upload(self, xp, params, grads, velocities):
+        """The device (table, sizes) of these arrays, uploaded only if they changed.
+
+        A caller that captures the update into a CUDA graph calls this first, outside the
+        capture: an upload cannot be captured (its host buffer would not outlive the graph).
+        """
+        table = np.array([[p.data.ptr, g.data.ptr, v.data.ptr]
+                          for p, g, v in zip(params, grads, velocities)], dtype=np.uint64)
+        sizes = np.array([p.size for p in params], dtype=np.int64)
         key = np.concatenate([table.ravel(), sizes.astype(np.uint64)])
         if self.host is None or not np.array_equal(self.host, key):
             self.host = key
@@ -43,7 +51,7 @@ class PointerTables:
         return self.device
 
 
-def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
+def sgd_multi_tensor(params, grads, velocities, *, lr, momentum: float,
                      weight_decay: float, nesterov: bool, decoupled: bool,
                      tables: PointerTables | None = None) -> None:
     """Update every ``params[i]`` in place from ``grads[i]`` (and ``velocities[i]``).
@@ -51,16 +59,25 @@ def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
     Parameters
     ----------
     params, grads, velocities : lists of CuPy float32 C-contiguous arrays, pairwise same shape
+    lr : float, or CuPy float32 array of shape (1,)
+        An array is read by the kernel when it runs (not when it is launched): a captured
+        CUDA graph then follows a learning-rate schedule written into it between replays.
     tables : PointerTables, optional
         Keep one per optimiser to skip re-uploading unchanged pointer tables.
     """
     check_bools(nesterov=nesterov, decoupled=decoupled)
-    check_real(lr, "lr", low=0.0)
+    xp = backend.require_cuda("sgd_multi_tensor")
+    if backend.is_cupy_array(lr):
+        if lr.shape != (1,) or lr.dtype != np.float32:
+            raise ValueError(f"lr as an array must be CuPy float32 of shape (1,), got "
+                             f"{lr.dtype} {tuple(lr.shape)}")
+        lr_value, lr_device = 0.0, lr
+    else:
+        lr_value, lr_device = check_real(lr, "lr", low=0.0), NULL
     check_real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
     check_real(weight_decay, "weight_decay", low=0.0)
     if not (len(params) == len(grads) == len(velocities)) or not params:
         raise ValueError("params, grads and velocities must be non-empty lists of one length")
-    xp = backend.require_cuda("sgd_multi_tensor")
     for i, trio in enumerate(zip(params, grads, velocities)):
         for name, a in zip(("params", "grads", "velocities"), trio):
             if not backend.is_cupy_array(a) or a.dtype != np.float32 or not a.flags.c_contiguous:
@@ -68,12 +85,9 @@ def sgd_multi_tensor(params, grads, velocities, *, lr: float, momentum: float,
             if a.shape != trio[0].shape:
                 raise ValueError(f"{name}[{i}] has shape {a.shape}; params[{i}] has "
                                  f"{trio[0].shape}")
-    table = np.array([[p.data.ptr, g.data.ptr, v.data.ptr]
-                      for p, g, v in zip(params, grads, velocities)], dtype=np.uint64)
-    sizes = np.array([p.size for p in params], dtype=np.int64)
-    d_table, d_sizes = (tables or PointerTables()).get(xp, table, sizes)
+    d_table, d_sizes = (tables or PointerTables()).upload(xp, params, grads, velocities)
     threads = 256
-    blocks_x = min(cdiv(int(sizes.max()), threads), 64)
+    blocks_x = min(cdiv(max(p.size for p in params), threads), 64)
     launch(kernels()[0], (blocks_x, len(params)), (threads,),
-           (d_table, d_sizes, np.float32(lr), np.float32(momentum), np.float32(weight_decay),
-            np.int32(nesterov), np.int32(decoupled)))
+           (d_table, d_sizes, np.float32(lr_value), lr_device, np.float32(momentum),
+            np.float32(weight_decay), np.int32(nesterov), np.int32(decoupled)))

@@ -11,19 +11,43 @@ from tensorconv.checks import check_conv_args
 
 
 class Linear(Function):
-    """``y = x @ w.T + b`` with x (N, in), w (out, in), b (out,)."""
+    """``y = x @ w.T + b`` with x (N, in), w (out, in), b (out,).
+
+    On the GPU, float32 runs as a 1x1 convolution of N 1x1 images on our implicit-GEMM
+    kernels (forward and both gradients): CuPy refuses cuBLAS while a stream is captured,
+    and eager and captured training steps (:mod:`tensorconv.nn.captured`) must run the
+    same kernels to give the same numbers.
+    """
 
     def forward(self, x, w, b=None):
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
             raise ValueError(f"linear: x {tuple(x.shape)} and w {tuple(w.shape)} do not match "
                              "(need x (N, in) and w (out, in))")
         self.x, self.w, self.has_bias = x, w, b is not None
+        self.on_gpu = _kernel_path(x, w, b)
+        if self.on_gpu:
+            y = ops.conv2d(x.reshape(x.shape + (1, 1)), w.reshape(w.shape + (1, 1)), b)
+            return y.reshape(y.shape[:2])
         y = x @ w.T
         return y + b if b is not None else y
 
     def backward(self, gy):
-        gx, gw = gy @ self.w, gy.T @ self.x
+        if self.on_gpu:
+            gy = gy if gy.flags.c_contiguous else gy.copy()
+            gy4, w4 = gy.reshape(gy.shape + (1, 1)), self.w.reshape(self.w.shape + (1, 1))
+            x4 = self.x.reshape(self.x.shape + (1, 1))
+            gx = ops.conv2d_backward_data(gy4, w4, x4.shape).reshape(self.x.shape)
+            gw = ops.conv2d_backward_weight(x4, gy4, w4.shape).reshape(self.w.shape)
+        else:
+            gx, gw = gy @ self.w, gy.T @ self.x
         return (gx, gw, gy.sum(axis=0)) if self.has_bias else (gx, gw)
+
+
+def _kernel_path(*arrays) -> bool:
+    """Every array given is a C-contiguous float32 CuPy array (our kernels take them)."""
+    present = [a for a in arrays if a is not None]
+    return (backend.array_module(*present) is not np
+            and all(a.dtype == np.float32 and a.flags.c_contiguous for a in present))
 
 
 def _im2col(x, geom):
@@ -48,8 +72,7 @@ class Conv2d(Function):
         self.geom = geom = check_conv_args(x, w, b, *self.params)
         self.x, self.w, self.has_bias = x, w, b is not None
         xp = backend.array_module(x)
-        self.on_gpu = (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
-                       and w.flags.c_contiguous)
+        self.on_gpu = _kernel_path(x, w, b)
         if self.on_gpu:
             return ops.conv2d(x, w, b, geom.stride, geom.padding, geom.dilation, geom.groups)
         g = geom.groups

@@ -1,0 +1,219 @@
+"""A training step captured once into CUDA graphs and replayed.
+
+An eager step of a small CNN is bound by the host: hundreds of Python calls, each building
+autograd nodes and launching a kernel of a few microseconds.  :class:`CapturedStep` runs
+the forward pass, the loss, the backward pass and the SGD update once as usual, then records
+the same launches into two CUDA graphs and replays them for every later step: one driver
+call per graph instead of one per kernel.
+
+Replay is exact: the graphs hold the kernels, their arguments and their buffers as the
+capture saw them.  So
+
+* the batch is read from fixed buffers (``x``, ``y``) that the caller overwrites before each
+  call (:class:`training.device_data.DeviceBatches` gathers straight into its own);
+* the learning rate is read by the update kernel from a one-element device array written
+  before each replay, so a schedule needs no new capture;
+* everything else the graphs point at (parameters, optimiser velocities, batch-norm
+  statistics, the training flags and hyper-parameters) is checked before each replay, and a
+  change (``load_state_dict``, ``model.eval()``, a new momentum) makes the next call an
+  eager step followed by a fresh capture, never a replay of stale pointers;
+* the arrays made during the capture (activations, gradients, the loss) come from a memory
+  pool of this object's own, which nothing else allocates from, so no later allocation can
+  be handed memory a replay writes.
+
+Only kernels that allow capture may run in the step: ours and CuPy's element-wise and
+reduction kernels (a linear layer runs on our convolution kernels for this reason, see
+:class:`tensorconv.autograd.functions.connection.Linear`).  An operation that cannot be
+captured (a host read, a host-to-device copy, cuBLAS) ends the capture; the step it belonged
+to has run eagerly, and with ``strict=True`` :class:`CaptureError` says why, otherwise every
+later call runs eagerly (the same kernels) and :attr:`CapturedStep.failure` says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv import graph as captured_graph
+from tensorconv.autograd import Tensor
+from tensorconv.autograd import functions as F
+from tensorconv.checks import check_bool
+from tensorconv.nn.layers import Dropout
+
+
+class CaptureError(RuntimeError):
+    """The training step could not be captured into a CUDA graph (the reason is said)."""
+
+
+def default_loss(logits: Tensor, labels) -> Tensor:
+    """Mean softmax cross-entropy, without the label check (a host read)."""
+    return F.softmax_cross_entropy(logits, labels, check=False)
+
+
+class CapturedStep:
+    """Forward, loss, backward and SGD update of ``model`` on fixed batch buffers, replayed.
+
+    Parameters
+    ----------
+    model : tensorconv.nn.Module
+        On the GPU, in training mode, float32 parameters.
+    optimizer : tensorconv.nn.optim.SGD
+        Over ``model``'s parameters, each of which must receive a gradient.
+    x : cupy.ndarray, (N, C, H, W), float32, C-contiguous
+        The input buffer: write each batch into it before calling.
+    y : cupy.ndarray, (N,), integer
+        The label buffer.
+    loss_fn : callable, optional
+        ``loss_fn(logits, y) -> scalar Tensor``; must not read the device from the host.
+        Default :func:`default_loss`.
+    after_backward, after_step : callable, optional
+        Run after the backward pass and after the update (masking gradients and weights,
+        :class:`training.masked.MaskedTraining`); captured with the step, so they must
+        change arrays in place, not replace them.
+    strict : bool
+        Raise :class:`CaptureError` when the step cannot be captured (after running it
+        eagerly); otherwise go on eagerly and keep the reason in :attr:`failure`.
+
+    Attributes
+    ----------
+    replays : int
+        Steps run by replaying the graphs.
+    captures : int
+        Times the step was captured (1, plus one per change of what the graphs point at).
+    kernels : int
+        Kernel launches in one replayed step.
+    failure : str or None
+        Why the step could not be captured (calls then run eagerly), or None.
+
+    Notes
+    -----
+    Each call is one training step.  The first (and the first after a change) runs
+    eagerly on this object's stream, then captures; the others replay.  Gradients are
+    *assigned* by every step, as the eager loop's ``zero_grad(); backward()`` does: a
+    captured step cannot accumulate gradients over several calls.
+    """
+
+    def __init__(self, model, optimizer, x, y, *, loss_fn=None, after_backward=None,
+                 after_step=None, strict: bool = False):
+        xp = backend.require_cuda("CapturedStep")
+        if not backend.is_cupy_array(x) or x.ndim != 4 or x.dtype != np.float32 \
+                or not x.flags.c_contiguous:
+            raise TypeError("x must be a C-contiguous CuPy float32 array (N, C, H, W), got "
+                            f"{type(x).__name__} {getattr(x, 'dtype', '')} "
+                            f"{tuple(getattr(x, 'shape', ()))}")
+        if not backend.is_cupy_array(y) or y.shape != (x.shape[0],) or y.dtype.kind not in "iu":
+            raise TypeError(f"y must be a CuPy integer array of shape ({x.shape[0]},), got "
+                            f"{type(y).__name__} {getattr(y, 'dtype', '')} "
+                            f"{tuple(getattr(y, 'shape', ()))}")
+        params = list(model.parameters())
+        if [id(p) for p in params] != [id(p) for p in optimizer.params]:
+            raise ValueError("optimizer must hold exactly model.parameters(), in order")
+        self.xp, self.model, self.optimizer, self.x, self.y = xp, model, optimizer, x, y
+        self.loss_fn = loss_fn or default_loss
+        self.after_backward, self.after_step = after_backward, after_step
+        self.strict = check_bool(strict, "strict")
+        self.failure = None
+        self.programmatic = captured_graph.supported()
+        self._stream = xp.cuda.Stream(non_blocking=True)
+        self._lr = xp.zeros(1, np.float32)
+        self._graphs = None       # (forward-backward, update)
+        self._signed = None
+        self._pool = None
+        self._out = None          # the loss and the correct count a replay writes
+        self.replays = self.captures = self.kernels = 0
+
+    # ---- what the graphs point at
+    def _signature(self) -> tuple:
+        opt, model = self.optimizer, self.model
+        arrays = ([p.data for p in opt.params] + [v for v in opt.velocity if v is not None]
+                  + [b for _, b in model.named_buffers()] + [self.x, self.y])
+        return (tuple(a.data.ptr for a in arrays), tuple(m.training for m in model.modules()),
+                (opt.momentum, opt.weight_decay, opt.nesterov, opt.decoupled),
+                tuple(p.data.shape for p in opt.params))
+
+    # ---- one step's work, eager or inside a capture
+    def _forward_backward(self):
+        logits = self.model(Tensor(self.x))
+        loss = self.loss_fn(logits, self.y)
+        if loss.size != 1:
+            raise ValueError(f"loss_fn must return one value, got shape {tuple(loss.shape)}")
+        correct = (logits.data.argmax(axis=1) == self.y).sum()
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.after_backward is not None:
+            self.after_backward()
+        return loss.data.reshape(()), correct
+
+    def _update(self, lr=None) -> None:
+        self.optimizer.step(lr)
+        if self.after_step is not None:
+            self.after_step()
+
+    # ---- calls
+    def __call__(self):
+        """Run one step; return ``(loss, correct)``: 0-d device arrays (float32, int64), which
+        the next call overwrites when it replays (copy them to keep them)."""
+        if self.failure is not None:
+            loss, correct = self._forward_backward()
+            self._update()
+            return loss, correct
+        if self._graphs is not None and self._signature() == self._signed:
+            stream = self.xp.cuda.get_current_stream()
+            self._lr.fill(self.optimizer.lr)
+            for g in self._graphs:
+                g.launch(stream)
+            self.optimizer.steps += 1
+            self.replays += 1
+            return self._out
+        return self._eager_then_capture()
+
+    def _eager_then_capture(self):
+        xp, s = self.xp, self._stream
+        caller = xp.cuda.get_current_stream()
+        self._graphs, self._signed, self._out = None, None, None
+        s.wait_event(caller.record())
+        try:
+            with s:
+                # the eager step also loads every kernel and sizes this stream's workspaces,
+                # so the capture below allocates only activations and gradients
+                loss, correct = self._forward_backward()
+                self._update()
+                self._capture()
+        except CaptureError as exc:
+            if self.strict:
+                raise
+            self.failure = str(exc)
+        finally:
+            caller.wait_event(s.record())
+        return loss, correct
+
+    def _capture(self) -> None:
+        xp, s, opt = self.xp, self._stream, self.optimizer
+        drawing = [type(m).__name__ for m in self.model.modules()
+                   if isinstance(m, Dropout) and m.p > 0 and m.training]
+        if drawing:
+            raise CaptureError("the training step could not be captured into a CUDA graph: "
+                               f"{drawing[0]} draws new random numbers every step")
+        pool = xp.cuda.MemoryPool()
+        held = {}
+        steps = opt.steps
+        try:
+            with xp.cuda.using_allocator(pool.malloc):
+                try:
+                    fb = captured_graph.CapturedGraph(
+                        s, lambda: held.update(out=self._forward_backward()),
+                        programmatic=self.programmatic)
+                    opt.prepare_capture()   # pointer tables of the captured gradients
+                    update = captured_graph.CapturedGraph(
+                        s, lambda: self._update(self._lr), programmatic=self.programmatic)
+                except Exception as exc:
+                    opt.zero_grad()     # gradients the failed capture made hold nothing
+                    raise CaptureError(
+                        f"the training step could not be captured into a CUDA graph: "
+                        f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            opt.steps = steps          # capturing the update did not run it
+        self._pool, self._graphs, self._out = pool, (fb, update), held["out"]
+        self._signed = self._signature()
+        self.kernels = fb.kernels + update.kernels
+        self.captures += 1

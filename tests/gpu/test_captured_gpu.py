@@ -1,0 +1,185 @@
+"""The captured training step against eager steps: the same losses, weights, velocities and
+batch-norm statistics, bit for bit; capture again after a change; a step that cannot be
+captured said, and trained eagerly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _setup(model_name, batch, size, seed=0):
+    import cupy as cp
+
+    from tensorconv.nn import get_model
+    from tensorconv.nn.optim import SGD
+
+    model = get_model(model_name, in_channels=1, num_classes=10, seed=seed).to("gpu")
+    opt = SGD(model.parameters(), 0.05, 0.9, True, 5e-4)
+    x = cp.empty((batch, 1, size, size), cp.float32)
+    y = cp.empty(batch, cp.int64)
+    return model, opt, x, y
+
+
+def _eager(model, opt, x, y, after_backward=None, after_step=None):
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    logits = model(Tensor(x))
+    loss = F.softmax_cross_entropy(logits, y, check=False)
+    right = (logits.data.argmax(axis=1) == y).sum()
+    opt.zero_grad()
+    loss.backward()
+    if after_backward:
+        after_backward()
+    opt.step()
+    if after_step:
+        after_step()
+    return float(loss.data), int(right)
+
+
+def _state(model, opt):
+    sd = model.state_dict()
+    return {**sd, **{f"v{i}": v.get() for i, v in enumerate(opt.velocity)}}
+
+
+def _assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _batches(rng, steps, batch, size):
+    return [(rng.standard_normal((batch, 1, size, size)).astype(np.float32),
+             rng.integers(0, 10, batch)) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("model_name,batch,size", [("resnet20", 32, 16), ("small_cnn", 24, 28),
+                                                   ("vgg16", 8, 32)])
+def test_captured_steps_equal_eager_steps_bit_for_bit(rng, model_name, batch, size):
+    from tensorconv.nn.captured import CapturedStep
+
+    eager = _setup(model_name, batch, size)
+    capt = _setup(model_name, batch, size)
+    step = CapturedStep(*capt, strict=True)
+    lrs = [0.05, 0.04, 0.1, 0.02, 0.07, 0.01]
+    for lr, (xb, yb) in zip(lrs, _batches(rng, len(lrs), batch, size)):
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+            o.lr = lr
+        want = _eager(*eager)
+        loss, right = step()
+        assert (float(loss), int(right)) == want
+    assert step.captures == 1 and step.replays == len(lrs) - 1 and step.failure is None
+    assert step.kernels > 0
+    assert capt[1].steps == eager[1].steps == len(lrs)
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+
+
+def test_a_change_to_what_the_graphs_read_captures_again(rng):
+    from tensorconv.nn.captured import CapturedStep
+
+    eager, capt = _setup("resnet20", 16, 16), _setup("resnet20", 16, 16)
+    step = CapturedStep(*capt, strict=True)
+    batches = _batches(rng, 7, 16, 16)
+    for i, (xb, yb) in enumerate(batches):
+        if i == 3:   # new parameter arrays (a checkpoint loaded): stale pointers otherwise
+            sd = eager[0].state_dict()
+            for m in (eager[0], capt[0]):
+                m.load_state_dict(sd)
+        if i == 5:   # a new momentum is a kernel argument of the update graph
+            eager[1].momentum = capt[1].momentum = 0.5
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+        assert (float(step()[0])) == _eager(*eager)[0]
+    assert step.captures == 3 and step.replays == 4
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+
+
+def test_masked_training_is_captured_with_its_hooks(rng):
+    from tensorconv.compress.prune import magnitude_masks
+    from tensorconv.nn.captured import CapturedStep
+    from training.masked import MaskedTraining
+
+    eager, capt = _setup("resnet20", 16, 16), _setup("resnet20", 16, 16)
+    masks = magnitude_masks(eager[0], 4.0)
+    me, mc = MaskedTraining(eager[0], masks), MaskedTraining(capt[0], masks)
+    step = CapturedStep(*capt, strict=True, after_backward=mc.after_backward,
+                        after_step=mc.after_step)
+    for xb, yb in _batches(rng, 4, 16, 16):
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+        assert float(step()[0]) == _eager(*eager, me.after_backward, me.after_step)[0]
+    assert step.replays == 3
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+    for name, c in mc.masks.items():
+        w, m = c
+        assert not np.any(w.data.get()[~m.get().astype(bool)]), name
+
+
+def test_a_step_that_cannot_be_captured_is_said_and_runs_eagerly(rng):
+    from tensorconv.autograd import functions as F
+    from tensorconv.nn.captured import CapturedStep, CaptureError
+
+    def checked_loss(logits, labels):   # reads the labels on the host: not capturable
+        return F.softmax_cross_entropy(logits, labels, check=True)
+
+    eager, capt = _setup("small_cnn", 8, 28), _setup("small_cnn", 8, 28)
+    batches = _batches(rng, 3, 8, 28)
+    strict = CapturedStep(*_setup("small_cnn", 8, 28), loss_fn=checked_loss, strict=True)
+    strict.x.set(batches[0][0])
+    strict.y.set(batches[0][1])
+    with pytest.raises(CaptureError, match="could not be captured"):
+        strict()
+    step = CapturedStep(*capt, loss_fn=checked_loss)
+    for xb, yb in batches:
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+        assert float(step()[0]) == _eager(*eager)[0]
+    assert step.failure and "could not be captured" in step.failure and step.replays == 0
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+
+
+@pytest.mark.parametrize("device_data", [True, False])
+def test_training_runs_give_the_same_history_captured_or_eager(tmp_path, device_data):
+    from training.train import TrainConfig, train
+
+    def run(capture):
+        cfg = TrainConfig(model="resnet20", dataset="synthetic", epochs=2, batch_size=32,
+                          lr=0.05, train_limit=256, test_limit=64, pad_to=16, device="gpu",
+                          warmup_epochs=1, device_data=device_data, capture=capture)
+        return train(cfg, tmp_path / f"{capture}.npz", progress=False, log_every=1)
+
+    eager, capt = run("off"), run("on")
+    assert [h["step"] for h in capt.history] == ["captured"] * 2
+    assert [h["step"] for h in eager.history] == ["eager"] * 2
+    assert capt.step_losses == eager.step_losses
+    for a, b in zip(capt.history, eager.history):
+        assert (a["train_loss"], a["train_acc"], a["test_loss"]) == \
+               (b["train_loss"], b["train_acc"], b["test_loss"])
+    _assert_same(capt.model.state_dict(), eager.model.state_dict())
+
+
+def test_linear_on_the_gpu_matches_the_reference(rng):
+    import cupy as cp
+
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    for n, i, o in [(1, 1, 1), (37, 70, 10), (128, 512, 100), (5, 9, 300)]:
+        x, w = rng.standard_normal((n, i)), rng.standard_normal((o, i))
+        b, gy = rng.standard_normal(o), rng.standard_normal((n, o))
+        ts = [Tensor(cp.asarray(a, cp.float32), requires_grad=True) for a in (x, w, b)]
+        y = F.linear(*ts)
+        y.backward(cp.asarray(gy, cp.float32))
+        want = x @ w.T + b
+        np.testing.assert_allclose(y.data.get(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        for t, ref in zip(ts, (gy @ w, gy.T @ x, gy.sum(0))):
+            np.testing.assert_allclose(t.grad.get(), ref, rtol=1e-4,
+                                       atol=1e-4 * np.abs(ref).max())

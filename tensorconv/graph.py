@@ -122,6 +122,8 @@ class CapturedGraph:
     def _make_programmatic(self, waiting: dict[int, bool]) -> int:
         count = ctypes.c_size_t()
         _check("cuGraphGetEdges", self._graph, None, None, ctypes.byref(count))
+        if count.value == 0:    # one node: nothing to rewrite (the driver refuses empty arrays)
+            return 0
         src = (ctypes.c_void_p * count.value)()
         dst = (ctypes.c_void_p * count.value)()
         _check("cuGraphGetEdges", self._graph, src, dst, ctypes.byref(count))

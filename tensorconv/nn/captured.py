@@ -17,9 +17,9 @@ capture saw them.  So
   statistics, the training flags and hyper-parameters) is checked before each replay, and a
   change (``load_state_dict``, ``model.eval()``, a new momentum) makes the next call an
   eager step followed by a fresh capture, never a replay of stale pointers;
-* the arrays made during the capture (activations, gradients, the loss) come from a memory
-  pool of this object's own, which nothing else allocates from, so no later allocation can
-  be handed memory a replay writes.
+* the arrays made during a capture (activations, gradients, the loss, the update's pointer
+  tables) come from memory pools of this object's own, one per graph, which nothing else
+  allocates from, so no later allocation can be handed memory a replay writes.
 
 Only kernels that allow capture may run in the step: ours and CuPy's element-wise and
 reduction kernels (a linear layer runs on our convolution kernels for this reason, see
@@ -39,6 +39,7 @@ from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool
 from tensorconv.nn.layers import Dropout
+from tensorconv.ops.sgd import PointerTables
 
 
 class CaptureError(RuntimeError):
@@ -118,7 +119,7 @@ class CapturedStep:
         self._lr = xp.zeros(1, np.float32)
         self._graphs = None       # (forward-backward, update)
         self._signed = None
-        self._pool = None
+        self._pools = self._tables = None
         self._out = None          # the loss and the correct count a replay writes
         self.replays = self.captures = self.kernels = 0
 
@@ -144,8 +145,8 @@ class CapturedStep:
             self.after_backward()
         return loss.data.reshape(()), correct
 
-    def _update(self, lr=None) -> None:
-        self.optimizer.step(lr)
+    def _update(self, lr=None, tables=None) -> None:
+        self.optimizer.step(lr, tables)
         if self.after_step is not None:
             self.after_step()
 
@@ -194,26 +195,33 @@ class CapturedStep:
         if drawing:
             raise CaptureError("the training step could not be captured into a CUDA graph: "
                                f"{drawing[0]} draws new random numbers every step")
-        pool = xp.cuda.MemoryPool()
+        # One pool per graph, used by nothing else: a block the forward-backward graph
+        # freed during its capture is scratch it rewrites on every replay, so no later
+        # allocation (the update's pointer tables, say) may be given it.
+        fb_pool, update_pool = xp.cuda.MemoryPool(), xp.cuda.MemoryPool()
+        tables = PointerTables()
         held = {}
         steps = opt.steps
         try:
-            with xp.cuda.using_allocator(pool.malloc):
-                try:
+            try:
+                with xp.cuda.using_allocator(fb_pool.malloc):
                     fb = captured_graph.CapturedGraph(
                         s, lambda: held.update(out=self._forward_backward()),
                         programmatic=self.programmatic)
-                    opt.prepare_capture()   # pointer tables of the captured gradients
+                with xp.cuda.using_allocator(update_pool.malloc):
+                    opt.prepare_capture(tables)   # pointer tables of the captured gradients
                     update = captured_graph.CapturedGraph(
-                        s, lambda: self._update(self._lr), programmatic=self.programmatic)
-                except Exception as exc:
-                    opt.zero_grad()     # gradients the failed capture made hold nothing
-                    raise CaptureError(
-                        f"the training step could not be captured into a CUDA graph: "
-                        f"{type(exc).__name__}: {exc}") from exc
+                        s, lambda: self._update(self._lr, tables),
+                        programmatic=self.programmatic)
+            except Exception as exc:
+                opt.zero_grad()     # gradients the failed capture made hold nothing
+                raise CaptureError(
+                    f"the training step could not be captured into a CUDA graph: "
+                    f"{type(exc).__name__}: {exc}") from exc
         finally:
             opt.steps = steps          # capturing the update did not run it
-        self._pool, self._graphs, self._out = pool, (fb, update), held["out"]
+        self._pools, self._graphs, self._out = (fb_pool, update_pool), (fb, update), held["out"]
+        self._tables = tables
         self._signed = self._signature()
         self.kernels = fb.kernels + update.kernels
         self.captures += 1

@@ -63,9 +63,11 @@ class SGD:
                 self.velocity[i] = p.xp.zeros_like(p.data)  # mu * 0 + g == g: same as below
         return ([p.data for p in self.params], [p.grad for p in self.params], self.velocity)
 
-    def prepare_capture(self) -> None:
-        """Make what a captured :meth:`step` reads (velocities, the kernel's pointer tables for
-        the current gradients) now, outside the capture.
+    def prepare_capture(self, tables: PointerTables) -> None:
+        """Make what a captured :meth:`step` reads (velocities, and in ``tables`` the kernel's
+        pointer tables for the current gradients) now, outside the capture.  The capturer
+        keeps ``tables`` for its graph: the optimiser's own are replaced whenever an eager
+        step sees other gradients, which would free memory the graph reads.
 
         Raises
         ------
@@ -78,20 +80,21 @@ class SGD:
             raise ValueError(
                 "a captured SGD step needs every parameter on the GPU, float32, with a "
                 f"gradient (parameters without one: {missing[:8]}); train eagerly instead")
-        self._tables = self._tables or PointerTables()
-        self._tables.upload(self.params[0].xp, *self._fused_arrays())
+        tables.upload(self.params[0].xp, *self._fused_arrays())
 
-    def step(self, lr=None) -> None:
+    def step(self, lr=None, tables: PointerTables | None = None) -> None:
         """One update with ``self.lr``, or with ``lr``: a CuPy float32 (1,) array the GPU
-        step reads when it runs (a captured step's schedule, :mod:`tensorconv.nn.captured`)."""
+        step reads when it runs (a captured step's schedule, :mod:`tensorconv.nn.captured`).
+        ``tables``: the GPU step's pointer tables (default the optimiser's own; a captured
+        step passes those of :meth:`prepare_capture`)."""
         lr_given = lr is not None
         lr = self.lr if lr is None else lr
         mu, wd = self.momentum, self.weight_decay
         if self._fused():
-            self._tables = self._tables or PointerTables()
+            if tables is None:
+                self._tables = tables = self._tables or PointerTables()
             sgd_multi_tensor(*self._fused_arrays(), lr=lr, momentum=mu, weight_decay=wd,
-                             nesterov=self.nesterov, decoupled=self.decoupled,
-                             tables=self._tables)
+                             nesterov=self.nesterov, decoupled=self.decoupled, tables=tables)
             self.steps += 1
             return
         if lr_given:

@@ -230,3 +230,22 @@ def test_a_fresh_forward_after_an_in_place_change_is_fine():
     y = w * 3.0
     y.backward(np.ones(3))
     assert np.allclose(w.grad, 3.0)
+
+
+def test_a_gradient_nobody_reads_is_not_computed(rng):
+    """An input image needs no gradient: the convolution's backward skips it, and the
+    weight gradient is what it is when the input's is wanted too."""
+    from tensorconv.autograd.functions.connection import Conv2d
+
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    grads = {}
+    for wanted in (False, True):
+        xt, wt = Tensor(x, requires_grad=wanted), Tensor(w, requires_grad=True)
+        y = F.conv2d(xt, wt, padding=1)
+        assert isinstance(y.creator, Conv2d)
+        assert y.creator.needs_input_grad == (wanted, True)
+        gx, gw = y.creator.backward(np.ones(y.shape, np.float32))
+        assert (gx is None) != wanted
+        grads[wanted] = gw
+    np.testing.assert_array_equal(grads[False], grads[True])

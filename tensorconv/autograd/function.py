@@ -3,8 +3,10 @@
 A subclass implements ``forward(*arrays) -> array or tuple`` and
 ``backward(*grad_outputs) -> tuple of grads`` (one per input, ``None`` where no
 gradient flows), keeping what backward needs on ``self`` — Chainer's
-``FunctionNode`` pattern.  ``Function.apply`` wraps inputs and outputs as
-tensors and links the graph unless gradients are disabled with :func:`no_grad`.
+``FunctionNode`` pattern.  ``self.needs_input_grad`` (one bool per input) lets a backward
+skip a gradient nobody reads, such as a network's input image.  ``Function.apply`` wraps
+inputs and outputs as tensors and links the graph unless gradients are disabled with
+:func:`no_grad`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def no_grad():
 class Function:
     """Base class of every differentiable operation."""
 
+    needs_input_grad: tuple = ()    # set by apply; empty (every gradient wanted) otherwise
+
+    def wants(self, i: int) -> bool:
+        """Whether input ``i``'s gradient is read (always, for a node made outside apply)."""
+        return i >= len(self.needs_input_grad) or self.needs_input_grad[i]
+
     def forward(self, *inputs):
         raise NotImplementedError
 
@@ -55,6 +63,7 @@ class Function:
         results = tuple(Tensor(o, requires_grad=needs_grad) for o in outputs)
         if needs_grad:
             fn.inputs = tensors
+            fn.needs_input_grad = tuple(t.requires_grad for t in tensors)
             fn.input_versions = tuple(t.version for t in tensors)
             # Weak references: a tensor owns its creator, not the reverse, so an
             # unused output and its graph are freed at once (no reference cycle).

@@ -183,3 +183,21 @@ def test_linear_on_the_gpu_matches_the_reference(rng):
         for t, ref in zip(ts, (gy @ w, gy.T @ x, gy.sum(0))):
             np.testing.assert_allclose(t.grad.get(), ref, rtol=1e-4,
                                        atol=1e-4 * np.abs(ref).max())
+
+
+def test_the_input_images_get_no_gradient_kernel_on_the_gpu(rng):
+    import cupy as cp
+
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    x = cp.asarray(rng.standard_normal((3, 2, 9, 9)), cp.float32)
+    w = cp.asarray(rng.standard_normal((5, 2, 3, 3)), cp.float32)
+    grads = []
+    for wanted in (False, True):
+        xt, wt = Tensor(x, requires_grad=wanted), Tensor(w, requires_grad=True)
+        y = F.conv2d(xt, wt, stride=2, padding=1)
+        gx, gw = y.creator.backward(cp.ones(y.shape, cp.float32))
+        assert (gx is None) != wanted
+        grads.append(gw.get())
+    np.testing.assert_array_equal(grads[0], grads[1])

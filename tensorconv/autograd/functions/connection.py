@@ -36,8 +36,10 @@ class Linear(Function):
             gy = gy if gy.flags.c_contiguous else gy.copy()
             gy4, w4 = gy.reshape(gy.shape + (1, 1)), self.w.reshape(self.w.shape + (1, 1))
             x4 = self.x.reshape(self.x.shape + (1, 1))
-            gx = ops.conv2d_backward_data(gy4, w4, x4.shape).reshape(self.x.shape)
-            gw = ops.conv2d_backward_weight(x4, gy4, w4.shape).reshape(self.w.shape)
+            gx = (ops.conv2d_backward_data(gy4, w4, x4.shape).reshape(self.x.shape)
+                  if self.wants(0) else None)
+            gw = (ops.conv2d_backward_weight(x4, gy4, w4.shape).reshape(self.w.shape)
+                  if self.wants(1) else None)
         else:
             gx, gw = gy @ self.w, gy.T @ self.x
         return (gx, gw, gy.sum(axis=0)) if self.has_bias else (gx, gw)
@@ -86,14 +88,17 @@ class Conv2d(Function):
         if self.on_gpu:
             gy = gy if gy.flags.c_contiguous else gy.copy()
             conv = (geom.stride, geom.padding, geom.dilation, geom.groups)
-            gx = ops.conv2d_backward_data(gy, w, x.shape, *conv)
-            gw = ops.conv2d_backward_weight(x, gy, w.shape, *conv)
+            # the first layer's input (the images) needs no gradient: skip its kernel
+            gx = ops.conv2d_backward_data(gy, w, x.shape, *conv) if self.wants(0) else None
+            gw = ops.conv2d_backward_weight(x, gy, w.shape, *conv) if self.wants(1) else None
             return (gx, gw, gb) if self.has_bias else (gx, gw)
         xp = backend.array_module(gy)
         g = geom.groups
         gyg = gy.reshape(geom.n, g, geom.k // g, geom.oh * geom.ow)
         cols = _im2col(x, geom)
         gw = xp.matmul(gyg, cols.swapaxes(-1, -2)).sum(axis=0).reshape(w.shape)
+        if not self.wants(0):
+            return (None, gw, gb) if self.has_bias else (None, gw)
         wg = w.reshape(g, geom.k // g, -1)
         gcols = xp.matmul(wg.swapaxes(-1, -2), gyg)
         gx = scatter_windows(gcols.reshape(geom.n, geom.c, geom.r, geom.s, geom.oh, geom.ow),

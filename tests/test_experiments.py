@@ -390,3 +390,15 @@ def test_scc_table4_costs_order_pw_gpw_scc(tmp_path):
     for cg in (2, 4, 8):                   # SCC costs what GPW costs at the same cg
         assert params[f"dw+scc-cg{cg}-co50"] == params[f"dw+gpw-cg{cg}"] < params["dw+pw"]
     assert params["dw+gpw-cg8"] < params["dw+gpw-cg4"] < params["dw+gpw-cg2"]
+
+
+@pytest.mark.gpu
+def test_bench_conv_grads_quick(tmp_path):
+    pytest.importorskip("torch")
+    from experiments import bench_conv_grads
+
+    assert bench_conv_grads.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "bench_conv_grads.csv")
+    assert {r["metric"] for r in rows} >= {"forward", "data_grad", "weight_grad",
+                                           "forward_total", "weight_grad_ratio"}
+    assert all(r["value"] > 0 for r in rows)

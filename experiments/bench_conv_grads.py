@@ -1,10 +1,12 @@
 """Where a training step's convolution time goes: forward, data gradient and weight gradient of
-every convolution of ResNet-20 and ResNet-18 (CIFAR-style), ours against cuDNN, fp32.
+every convolution of ResNet-20 and ResNet-18 (CIFAR-style), ours against cuDNN, fp32 and TF32.
 
 Ours: ``ops.conv2d``, ``ops.conv2d_backward_data`` and ``ops.conv2d_backward_weight`` (the
-kernels the autograd runs on the GPU). cuDNN: ``torch.nn.functional.conv2d`` and
-``torch.nn.grad.conv2d_input`` / ``conv2d_weight`` with TF32 off and autotuning on. Each call
-timed with a CUDA-event pair, median of ``--repeat`` after warm-up; the per-model totals weigh
+kernels the autograd runs on the GPU) on their default algorithm ("ours": the tensor-core
+3xTF32 implicit GEMM where it is chosen), on the fp32 FMA implicit GEMM alone
+("ours-igemm-fp32") and under ``precision.using("tf32")`` ("ours-tf32"). cuDNN:
+``torch.nn.functional.conv2d`` and ``torch.nn.grad.conv2d_input`` / ``conv2d_weight`` with
+autotuning on, TF32 off ("cudnn-fp32") and on ("cudnn-tf32"). Each call timed with a CUDA-event pair, median of ``--repeat`` after warm-up; the per-model totals weigh
 each layer shape by how often the network has it.  ``bench_training`` gives the whole step;
 this says which kernels to rewrite (``docs/notes/training_speed.md``).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from experiments._common import outputs, parser, pyplot, save_figure
-from tensorconv import backend, bench, ops
+from tensorconv import backend, bench, ops, precision
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
 from tensorconv.timing import time_events
@@ -42,19 +44,44 @@ LAYERS = [
 ]
 
 
-def _ours(x, w, gy, stride, padding):
-    return (lambda: ops.conv2d(x, w, None, stride, padding),
-            lambda: ops.conv2d_backward_data(gy, w, x.shape, stride, padding),
-            lambda: ops.conv2d_backward_weight(x, gy, w.shape, stride, padding))
+VARIANTS = ("ours", "ours-igemm-fp32", "cudnn-fp32", "ours-tf32", "cudnn-tf32")
+RATIOS = (("ours", "cudnn-fp32"), ("ours", "ours-igemm-fp32"), ("ours-tf32", "cudnn-tf32"))
 
 
-def _cudnn(x, w, gy, stride, padding):
+def _ours(x, w, gy, stride, padding, **algo):
+    return (lambda: ops.conv2d(x, w, None, stride, padding, **algo),
+            lambda: ops.conv2d_backward_data(gy, w, x.shape, stride, padding, **algo),
+            lambda: ops.conv2d_backward_weight(x, gy, w.shape, stride, padding, **algo))
+
+
+def _in_precision(name, fn):
+    def call():
+        with precision.using(name):
+            return fn()
+    return call
+
+
+def _cudnn(x, w, gy, stride, padding, tf32):
     import torch
 
     tx, tw, tg = (torch.as_tensor(a, device="cuda") for a in (x, w, gy))
-    return (lambda: torch.nn.functional.conv2d(tx, tw, None, stride, padding),
-            lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tg, stride, padding),
-            lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tg, stride, padding))
+
+    def flagged(fn):
+        def call():
+            torch.backends.cudnn.allow_tf32 = tf32
+            return fn()
+        return call
+    return (flagged(lambda: torch.nn.functional.conv2d(tx, tw, None, stride, padding)),
+            flagged(lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tg, stride, padding)),
+            flagged(lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tg, stride, padding)))
+
+
+def _variants(x, w, gy, stride, pad):
+    ours = _ours(x, w, gy, stride, pad)
+    return (("ours", ours), ("ours-igemm-fp32", _ours(x, w, gy, stride, pad, algorithm="igemm")),
+            ("cudnn-fp32", _cudnn(x, w, gy, stride, pad, False)),
+            ("ours-tf32", tuple(_in_precision("tf32", f) for f in ours)),
+            ("cudnn-tf32", _cudnn(x, w, gy, stride, pad, True)))
 
 
 def main(argv=None) -> int:
@@ -84,9 +111,8 @@ def main(argv=None) -> int:
         y = ops.conv2d(x, w, None, stride, pad)
         gy = cp.asarray(rng.standard_normal(y.shape), cp.float32)
         case = f"{model}/{layer}"
-        for variant, calls in (("ours", _ours(x, w, gy, stride, pad)),
-                               ("cudnn-fp32", _cudnn(x, w, gy, stride, pad))):
-            framework = "cupy" if variant == "ours" else "torch"
+        for variant, calls in _variants(x, w, gy, stride, pad):
+            framework = "torch" if variant.startswith("cudnn") else "cupy"
             for name, fn in zip(PASSES, calls):
                 us = time_events(fn, warmup=3, repeat=repeat, framework=framework).median_us
                 rs.add(case, variant, name, us, "us", note=f"x{count} in the network")
@@ -96,28 +122,31 @@ def main(argv=None) -> int:
         rs.add(f"{model}/all convolutions", variant, f"{name}_total", us / 1e3, "ms")
     for model in dict.fromkeys(m for m, *_ in layers):
         for name in PASSES:
-            ours, theirs = totals[(model, "ours", name)], totals[(model, "cudnn-fp32", name)]
-            rs.add(f"{model}/all convolutions", "ours/cudnn-fp32", f"{name}_ratio",
-                   ours / theirs, "x", note="time ratio: above 1 is slower than cuDNN")
+            for a, b in RATIOS:
+                rs.add(f"{model}/all convolutions", f"{a}/{b}", f"{name}_ratio",
+                       totals[(model, a, name)] / totals[(model, b, name)], "x",
+                       note=f"time ratio: above 1 is slower than {b}")
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, tuple(f"{n}_{t}" for t in ("total", "ratio")
                                            for n in PASSES) + PASSES)
-    sections.append(("Notes", f"batch {args.batch}, fp32, CUDA events, median of {repeat}; "
-                              "per-layer rows in microseconds, totals in milliseconds."))
+    sections.append(("Notes", f"batch {args.batch}, CUDA events, median of {repeat}; "
+                              "per-layer rows in microseconds, totals in milliseconds; fp32 "
+                              "variants against fp32, tf32 against tf32."))
     write_markdown(paths["md"], "Convolution gradients: ours vs cuDNN", rs.env, sections)
 
     plt = pyplot()
     tot = [r for r in rows if r["metric"].endswith("_total")]
     labels = list(dict.fromkeys(f"{r['case'].split('/')[0]} {r['metric']}" for r in tot))
     cell = {(f"{r['case'].split('/')[0]} {r['metric']}", r["variant"]): r["value"] for r in tot}
-    fig, ax = plt.subplots(figsize=(7, 1 + 0.5 * len(labels)))
-    for j, v in enumerate(("ours", "cudnn-fp32")):
-        ax.barh([i + 0.4 * j for i in range(len(labels))],
-                [cell.get((lab, v), 0.0) for lab in labels], 0.4, label=v)
-    ax.set_yticks([i + 0.2 for i in range(len(labels))], labels)
-    ax.set_xlabel(f"ms per training step, batch {args.batch}, fp32")
+    fig, ax = plt.subplots(figsize=(7, 1 + 0.9 * len(labels)))
+    bar = 0.8 / len(VARIANTS)
+    for j, v in enumerate(VARIANTS):
+        ax.barh([i + bar * j for i in range(len(labels))],
+                [cell.get((lab, v), 0.0) for lab in labels], bar, label=v)
+    ax.set_yticks([i + 0.4 - bar / 2 for i in range(len(labels))], labels)
+    ax.set_xlabel(f"ms per training step, batch {args.batch}")
     ax.legend()
     save_figure(fig, paths["png"])
     print("\n\n".join(f"{m}\n{t}" for m, t in sections[:6]))

@@ -2,18 +2,18 @@
 
 The convolution every layer of the toolkit can fall back on: any filter, stride,
 padding, dilation and groups, any batch; the training loops run all three passes here.
+Three algorithms (:func:`choose_algorithm` picks):
 
-Forward, two algorithms:
+* ``"igemm_tf32x3"`` — the tensor-core implicit GEMM at fp32 accuracy
+  (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
+* ``"igemm"`` — implicit GEMM with 64x64 fp32 register tiles and a split reduction for
+  layers whose output is too small to fill the GPU (batch 1, deep layers).
+* ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the right shape
+  for depthwise and thin grouped convolutions (forward only).
 
-* ``"igemm"`` — implicit GEMM with 64x64 register-tiled blocks and a split
-  reduction for layers whose output is too small to fill the GPU (batch 1,
-  deep layers).  Used when a group has at least 16 output channels.  Bias, a
-  residual input and ReLU are fused into its epilogue.
-* ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the
-  right shape for depthwise and thin grouped convolutions.
-
-The gradients (:func:`conv2d_backward_data`, :func:`conv2d_backward_weight`)
-are the same implicit-GEMM kernel in its other two modes.
+Both implicit GEMMs fuse bias, residual and ReLU into the forward's epilogue, and compute
+the gradients (:func:`conv2d_backward_data`, :func:`conv2d_backward_weight`) in their
+other two modes (:mod:`tensorconv.ops._igemm`).
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
+from tensorconv.ops import _igemm, igemm_tf32x3
 from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, workspace
 
 FILE = "direct_conv.cu"
 Problem = ConvGeometry
-ALGORITHMS = ("direct", "igemm")
+ALGORITHMS = ("direct", "igemm", "igemm_tf32x3")
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
 _MAX_STAGE_CHANNELS = 16
 _IG_BN, _IG_BK = 64, 16  # tile columns and reduction depth; rows are igemm_rows(m)
 _IG_THREADS = 256
-_MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,16 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     return [default_tile(p, facts)]
 
 
-def choose_algorithm(geom: ConvGeometry) -> str:
-    """``"igemm"`` when a group has >= 16 output channels, else ``"direct"``."""
-    return "igemm" if geom.k // geom.groups >= 16 else "direct"
+def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
+    """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
+    current device (or ``facts``): ``"direct"`` for a forward whose groups have fewer
+    than 16 output channels; else the tensor-core ``"igemm_tf32x3"`` where
+    :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
+    if mode == 0 and geom.k // geom.groups < 16:
+        return "direct"
+    facts = facts or backend.device_facts()
+    return ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.Problem(geom, mode), facts)
+            else "igemm")
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
@@ -113,14 +120,6 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     return Tile(th, tw, tk, cc)
 
 
-def _gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
-    """(M, P, Q) of the per-group GEMM that ``conv2d_igemm<mode>`` computes."""
-    cg, kg, rs = geom.c // geom.groups, geom.k // geom.groups, geom.r * geom.s
-    pixels_out, pixels_in = geom.n * geom.oh * geom.ow, geom.n * geom.h * geom.w
-    return {0: (kg, pixels_out, cg * rs), 1: (cg, pixels_in, kg * rs),
-            2: (kg, cg * rs, pixels_out)}[mode]
-
-
 @functools.lru_cache(maxsize=4096)
 def igemm_rows(m: int) -> int:
     """Tile rows per block (16, 32 or 64): the smallest that holds a group's ``m`` rows."""
@@ -133,9 +132,9 @@ def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
     Each split keeps at least four 16-deep reduction steps, so the partial sums
     it writes stay small next to the work it does.
     """
-    m, p, q = _gemm_sizes(geom, mode)
+    m, p, q = _igemm.gemm_sizes(geom, mode)
     blocks = cdiv(p, _IG_BN) * cdiv(m, igemm_rows(m)) * geom.groups
-    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _MAX_SPLITS))
+    return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _igemm.MAX_SPLITS))
 
 
 def check_tile(tile: Tile, geom: ConvGeometry) -> None:
@@ -162,21 +161,22 @@ def _igemm_name(mode: int, kr: int, ks: int, tm: int) -> str:
     return f"conv2d_igemm<{mode}, {kr}, {ks}, {tm}>"
 
 
-_REDUCE = "conv2d_splitk_reduce"
-
-
-def kernels(geom: ConvGeometry, algorithm: str, tile: Tile | None = None,
+def kernels(geom: ConvGeometry, algorithm: str, tile=None,
             mode: int = 0) -> tuple[cuda.KernelRef, ...]:
     """The kernels a launch runs: ``"direct"`` on ``tile`` (default: :func:`default_tile`),
-    or ``"igemm"`` in ``mode`` (0 forward, 1 data gradient, 2 weight gradient) with the
-    split reduction it may need."""
+    or an implicit GEMM (``"igemm"``, ``"igemm_tf32x3"`` on ``tile``, default its
+    ``default_tile``) in ``mode`` (0 forward, 1 data gradient, 2 weight gradient) with
+    the split reduction it may need."""
     kr, ks = _fixed(geom)
     if algorithm == "direct":
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
-    rows = igemm_rows(_gemm_sizes(geom, mode)[0])
-    return (cuda.kernel_ref(FILE, _igemm_name(mode, kr, ks, rows // 16)),
-            cuda.kernel_ref(FILE, _REDUCE))
+    if algorithm == "igemm_tf32x3":
+        p = igemm_tf32x3.Problem(geom, mode)
+        return igemm_tf32x3.kernels(p, tile or igemm_tf32x3.default_tile(
+            p, backend.device_facts()))
+    rows = igemm_rows(_igemm.gemm_sizes(geom, mode)[0])
+    return (cuda.kernel_ref(FILE, _igemm_name(mode, kr, ks, rows // 16)), _igemm.reduce_ref())
 
 
 def instantiations() -> list[str]:
@@ -212,24 +212,16 @@ def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device
     step launches hundreds, and the per-call host work is then only the array pointers
     (which is why this path calls its kernels directly rather than through ``launch``)."""
     i32 = np.int32
-    m, p, q = _gemm_sizes(geom, mode)
-    q_steps = cdiv(q, _IG_BK)
-    q_per_split = cdiv(q_steps, splits) * _IG_BK
-    splits = cdiv(q_steps * _IG_BK, q_per_split)  # no empty split
-    rows = geom.c if mode == 1 else geom.k
+    m, p, q = _igemm.gemm_sizes(geom, mode)
+    q_per_split, splits = _igemm.split_depth(q, _IG_BK, splits)
     m_tiles = cdiv(m, igemm_rows(m))
-    ref, reduce_ref = kernels(geom, "igemm", mode=mode)
-    kernel = cuda.load(ref)
+    kernel = cuda.load(kernels(geom, "igemm", mode=mode)[0])
     grid = (cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
     ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
             i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
-    reduce = None
-    if splits > 1:
-        plane = {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: p}[mode]
-        blocks = min(cdiv(rows * p, 256), 8 * backend.device_facts().sm_count)
-        reduce = (cuda.load(reduce_ref), (blocks,),
-                  (i32(splits), i32(rows), i32(p), i32(plane), i32(relu)))
-    return kernel, grid, ints, splits * rows * p if splits > 1 else 0, reduce
+    reduce = (_igemm.reduce_config(geom, mode, splits, relu, backend.device_facts().sm_count)
+              if splits > 1 else None)
+    return kernel, grid, ints, _igemm.workspace_floats(geom, mode, splits), reduce
 
 
 def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
@@ -245,15 +237,44 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
         rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)
 
 
-def _check_splits(splits):
-    if splits is not None and (not isinstance(splits, (int, np.integer))
-                               or not 1 <= splits <= _MAX_SPLITS):
-        raise ValueError(f"splits must be an int in 1..{_MAX_SPLITS}, got {splits!r}")
+def _check_gemm_options(algorithm, tile, splits, geom, mode):
+    """Check ``algorithm``, ``tile`` and ``splits`` of an implicit-GEMM call (any mode);
+    returns the algorithm to run (default: :func:`choose_algorithm`)."""
+    if algorithm is not None:
+        check_choice(algorithm, "algorithm", ALGORITHMS if mode == 0 else ALGORITHMS[1:])
+    _igemm.check_splits(splits)
+    if algorithm is None:
+        algorithm = "direct" if isinstance(tile, Tile) else (
+            "igemm_tf32x3" if isinstance(tile, igemm_tf32x3.Tile) else None)
+    return algorithm
+
+
+def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, relu, xp):
+    """Launch ``mode``'s implicit GEMM on ``algorithm`` (``"igemm"`` or ``"igemm_tf32x3"``)
+    after checking ``tile`` and ``splits`` against it."""
+    facts = backend.device_facts()
+    if algorithm == "igemm":
+        if tile is not None:
+            raise ValueError("tile applies to algorithm='direct' or 'igemm_tf32x3' only")
+        _launch_igemm(mode, a, b, bias, residual, out, geom,
+                      splits or igemm_splits(geom, facts.sm_count, mode), relu, xp)
+        return
+    p = igemm_tf32x3.Problem(geom, mode)
+    if not igemm_tf32x3.device_supported(facts):
+        raise ValueError(f"algorithm='igemm_tf32x3' needs sm_80 or later; {facts.name} is "
+                         f"{facts.arch}")
+    if (why := igemm_tf32x3.supported(p)) is not None:
+        raise ValueError(why)
+    tile = tile or igemm_tf32x3.default_tile(p, facts)
+    if splits is not None:
+        tile = igemm_tf32x3.Tile(tile.bm, int(splits))
+    igemm_tf32x3.check_tile(tile, p)
+    igemm_tf32x3.run(p, a, b, bias, residual, out, tile, relu, xp)
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=False,
            residual=None, out=None, algorithm: str | None = None,
-           tile: Tile | None = None, splits: int | None = None):
+           tile=None, splits: int | None = None):
     """fp32 2-D convolution (cross-correlation), NCHW, with fused bias, residual and ReLU.
 
     Computes ``relu?(conv(x, w) + bias + residual)``.
@@ -274,12 +295,14 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         Added before the ReLU (a ResNet block's shortcut).
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
-    algorithm : {"igemm", "direct"}, optional
-        Default: :func:`choose_algorithm`.
-    tile : Tile, optional
-        Overrides the ``"direct"`` algorithm's heuristic tile (for tuning).
+    algorithm : {"igemm_tf32x3", "igemm", "direct"}, optional
+        Default: :func:`choose_algorithm` (the tensor-core implicit GEMM at fp32 accuracy
+        for large layers on sm_80+, the fp32 one otherwise, ``"direct"`` for thin groups).
+    tile : Tile or igemm_tf32x3.Tile, optional
+        Overrides the ``"direct"`` or ``"igemm_tf32x3"`` heuristic tile (for tuning); its
+        type picks the algorithm when ``algorithm`` is not given.
     splits : int, optional
-        Overrides the ``"igemm"`` algorithm's reduction split (for tuning).
+        Overrides an implicit GEMM's reduction split (for tuning).
 
     Returns
     -------
@@ -290,9 +313,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     bias = None if bias is None else backend.as_array(bias, "bias")
     geom = check_conv_args(x, w, bias, stride, padding, dilation, groups,
                            dtype=np.float32, contiguous=True)
-    if algorithm is not None:
-        check_choice(algorithm, "algorithm", ALGORITHMS)
-    _check_splits(splits)
+    algorithm = _check_gemm_options(algorithm, tile, splits, geom, 0)
     xp = backend.array_module(x)
     residual = check_residual(residual, geom.output_shape, xp)
     if xp is np:
@@ -305,20 +326,16 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
 
     out = output_buffer(xp, out, geom.output_shape)
     facts = backend.device_facts()
-    sm_count = facts.sm_count
-    algorithm = algorithm or ("direct" if tile is not None else choose_algorithm(geom))
+    algorithm = algorithm or choose_algorithm(geom, 0, facts)
     if algorithm == "direct":
         if splits is not None:
-            raise ValueError("splits applies to algorithm='igemm' only")
+            raise ValueError("splits applies to the implicit-GEMM algorithms only")
         tile = tile or default_tile(geom, facts)
         check_tile(tile, geom)
         _launch_direct(x, w, NULL if bias is None else bias,
                        NULL if residual is None else residual, out, geom, tile, bool(relu))
     else:
-        if tile is not None:
-            raise ValueError("tile applies to algorithm='direct' only")
-        _launch_igemm(0, w, x, bias, residual, out, geom,
-                      splits or igemm_splits(geom, sm_count, 0), bool(relu), xp)
+        _run_gemm(algorithm, 0, w, x, bias, residual, out, geom, tile, splits, bool(relu), xp)
     return out
 
 
@@ -330,7 +347,8 @@ def _check_grad_args(gy, geom, xp):
 
 
 def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups=1, *,
-                         out=None, splits: int | None = None):
+                         out=None, algorithm: str | None = None, tile=None,
+                         splits: int | None = None):
     """Gradient of :func:`conv2d` with respect to ``x`` (fp32).
 
     Parameters
@@ -339,6 +357,8 @@ def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups
     w : array, (K, C // groups, R, S), float32
     x_shape : tuple (N, C, H, W)
     out : array, (N, C, H, W), float32, optional (GPU only)
+    algorithm, tile, splits
+        As for :func:`conv2d` (mode 1 of :func:`choose_algorithm`; no ``"direct"``).
 
     Returns
     -------
@@ -351,18 +371,19 @@ def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups
         raise ValueError(f"x_shape must be (N, C, H, W), got {x_shape!r}")
     geom = conv_geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
     _check_grad_args(gy, geom, xp)
-    _check_splits(splits)
+    algorithm = _check_gemm_options(algorithm, tile, splits, geom, 1)
     if xp is np:
         return reference.conv2d_backward_data(gy, w, x_shape, geom.stride, geom.padding,
                                               geom.dilation, geom.groups)
     out = output_buffer(xp, out, tuple(x_shape))
-    sm = backend.device_facts().sm_count
-    _launch_igemm(1, w, gy, None, None, out, geom, splits or igemm_splits(geom, sm, 1), False, xp)
+    algorithm = algorithm or choose_algorithm(geom, 1)
+    _run_gemm(algorithm, 1, w, gy, None, None, out, geom, tile, splits, False, xp)
     return out
 
 
 def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, groups=1, *,
-                           out=None, splits: int | None = None):
+                           out=None, algorithm: str | None = None, tile=None,
+                           splits: int | None = None):
     """Gradient of :func:`conv2d` with respect to ``w`` (fp32).
 
     Parameters
@@ -371,6 +392,8 @@ def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, grou
     gy : array, (N, K, OH, OW), float32, C-contiguous
     w_shape : tuple (K, C // groups, R, S)
     out : array, (K, C // groups, R, S), float32, optional (GPU only)
+    algorithm, tile, splits
+        As for :func:`conv2d` (mode 2 of :func:`choose_algorithm`; no ``"direct"``).
 
     Returns
     -------
@@ -383,11 +406,11 @@ def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, grou
         raise ValueError(f"w_shape must be (K, C // groups, R, S), got {w_shape!r}")
     geom = conv_geometry(x.shape, tuple(w_shape), stride, padding, dilation, groups)
     _check_grad_args(gy, geom, xp)
-    _check_splits(splits)
+    algorithm = _check_gemm_options(algorithm, tile, splits, geom, 2)
     if xp is np:
         return reference.conv2d_backward_weight(x, gy, w_shape, geom.stride, geom.padding,
                                                 geom.dilation, geom.groups)
     out = output_buffer(xp, out, tuple(w_shape))
-    sm = backend.device_facts().sm_count
-    _launch_igemm(2, gy, x, None, None, out, geom, splits or igemm_splits(geom, sm, 2), False, xp)
+    algorithm = algorithm or choose_algorithm(geom, 2)
+    _run_gemm(algorithm, 2, gy, x, None, None, out, geom, tile, splits, False, xp)
     return out

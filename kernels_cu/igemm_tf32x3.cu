@@ -1,0 +1,313 @@
+// Implicit-GEMM convolution on the tensor cores at fp32 accuracy (3xTF32), NCHW: the
+// forward and both gradients of a training step, any stride / padding / dilation / groups.
+//
+// The same GEMM view as conv2d_igemm (direct_conv.cu), OUT[m, p] = sum_q A[m, q] B[q, p]:
+//
+//   MODE  what                M rows            P columns            Q reduction
+//   0     y = conv(x, w)      k of the group    (n, oh, ow)          (c, r, s)
+//   1     gx = dgrad(gy, w)   c of the group    (n, h, w)            (k, r, s)
+//   2     gw = wgrad(x, gy)   k of the group    (c, r, s)            (n, oh, ow)
+//
+// A block of 256 threads (8 warps) computes a BM x 128 tile of OUT; each warp a
+// (BM / WARPS_M) x (128 / WARPS_N) sub-tile of mma.sync m16n8k8 tiles.  Operands are
+// gathered from the tensors (never materialised) a BK = 16 slice at a time into registers,
+// split there into a tf32 "big" part and its remainder (tc_mma.cuh), and stored split
+// in shared memory; each product then takes three tensor-core passes (big*big, big*small,
+// small*big) and matches fp32 (<= 1e-5 relative).  Compiled for one tf32 pass
+// (tensorconv.precision "tf32") it stores the rounded operand alone and takes one.
+// The next slice's global loads are in flight while the current one is multiplied.
+//
+// Shared-memory layouts are chosen so that the fragment reads are conflict-free:
+// A is m-major with rows of BK + 4 words (lane (g, t) reads row g, column t: banks
+// 20g + t, all distinct); B is k-major with rows of 128 + 8 words in modes 0 and 1
+// (lane reads row t, column g: banks 8t + g) and, like A, n-major in mode 2, where the
+// loads walk the reduction (output pixels) for coalescing.
+//
+// blockIdx.z splits the reduction: with splits > 1 each split writes its partial tile to
+// `partial` ([split][Mtot][P]) and direct_conv.cu's conv2d_splitk_reduce sums them in
+// split order (deterministic) and runs the epilogue; with one split the epilogue (bias,
+// residual, ReLU: forward only) runs here.
+//
+// Launch geometry, the split and the checks belong to tensorconv/ops/igemm_tf32x3.py.
+#include "tc_common.cuh"
+#include "tc_mma.cuh"
+
+namespace igtc {
+constexpr int BN = 128, BK = 16, THREADS = 256;
+constexpr int LDK = BK + 4;    // an m-major (or n-major) row: 20 words
+constexpr int LDN = BN + 8;    // a k-major row: 136 words (== 8 mod 32)
+constexpr int PARTS = tf32x3::EXACT ? 2 : 1;  // big and small, or the rounded value alone
+
+template <int BM>
+struct Shape {
+    static constexpr int WARPS_M = BM >= 32 ? 2 : 1, WARPS_N = 8 / WARPS_M;
+    static constexpr int MT = BM / (16 * WARPS_M);   // m16 tiles per warp
+    static constexpr int NT = BN / (8 * WARPS_N);    // n8 tiles per warp
+    static constexpr int NA = BM * BK / THREADS;     // A values each thread loads per slice
+    static constexpr int NB = BN * BK / THREADS;     // B values
+    static_assert(MT >= 1 && NA >= 1 && BM * BK % THREADS == 0, "BM is 16, 32, 64 or 128");
+};
+
+__device__ __forceinline__ unsigned bits(float v) { return __float_as_uint(v); }
+}  // namespace igtc
+
+// KR, KS: the filter size fixed at compile time (0: taken at run time), which turns the
+// reduction index's divisions by R*S and S into multiplications.
+template <int MODE, int KR, int KS, int BM>
+__global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm_tf32x3(
+    const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
+    const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
+    const float* __restrict__ bias,      // (K,) or nullptr (MODE 0 only)
+    const float* __restrict__ residual,  // like y, or nullptr (MODE 0 only)
+    float* __restrict__ out,             // MODE 0: y;  MODE 1: gx;  MODE 2: gw
+    float* __restrict__ partial,         // (splits, Mtot, P) when splits > 1
+    int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
+    int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
+    int groups, int m_tiles, int q_per_split, int relu)
+{
+    tc::wait_prior_grids();
+    using namespace igtc;
+    using Sh = Shape<BM>;
+    constexpr bool EXACT = tf32x3::EXACT;
+    constexpr bool B_KMAJOR = MODE != 2;
+    constexpr int A_WORDS = BM * LDK, B_WORDS = B_KMAJOR ? BK * LDN : BN * LDK;
+    __shared__ __align__(16) float As[PARTS][A_WORDS];
+    __shared__ __align__(16) float Bs[PARTS][B_WORDS];
+
+    if (KR > 0) R = KR;
+    if (KS > 0) S = KS;
+    const int Cg = C / groups, Kg = K / groups;
+    const int RS = R * S, OHW = OH * OW, HW = H * W;
+    const int M = MODE == 1 ? Cg : Kg;
+    const int P = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : Cg * RS;
+    const int Q = MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : N * OHW;
+    const int Mtot = MODE == 1 ? C : K;
+
+    const int g = blockIdx.y / m_tiles;
+    const int m0 = (blockIdx.y % m_tiles) * BM;
+    const int p0 = blockIdx.x * BN;
+    const int q_begin = blockIdx.z * q_per_split;
+    const int q_end = min(Q, q_begin + q_per_split);
+    const int tid = threadIdx.x;
+
+    // A loads (every mode): consecutive threads take consecutive q of one row m, which are
+    // consecutive addresses of w (modes 0, 1) or of gy along the output plane (mode 2).
+    const int ak = tid % BK;
+    // Modes 0 and 1, B: each thread owns one pixel column (consecutive threads, consecutive
+    // pixels: coalesced) and rows bk0, bk0 + 2, ... of the slice.
+    const int bn = tid % BN, bk0 = tid / BN;
+    int img = 0, pa = 0, pb = 0;
+    const int pcol = p0 + bn;
+    if (MODE != 2 && pcol < P) {
+        const int plane = MODE == 0 ? OHW : HW, width = MODE == 0 ? OW : W;
+        img = pcol / plane;
+        const int rem = pcol % plane;
+        pa = rem / width;
+        pb = rem % width;
+        if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
+        else { pa += pad_h; pb += pad_w; }
+    }
+    // Mode 2, B: each thread owns reduction row ak (the same q as its A loads) and columns
+    // tid / BK + 16 i: their (c, r, s) offsets never change, so they are decoded once.
+    int bofs[MODE == 2 ? Sh::NB : 1], btap[MODE == 2 ? Sh::NB : 1];
+    if constexpr (MODE == 2) {
+#pragma unroll
+        for (int i = 0; i < Sh::NB; ++i) {
+            const int pc = p0 + (tid + i * THREADS) / BK;
+            const int c = pc / RS, rs = pc % RS;
+            const int r = rs / S, s = rs % S;
+            bofs[i] = pc < P ? (g * Cg + c) * HW : -1;
+            btap[i] = ((r * dil_h - pad_h) << 16) | ((s * dil_w - pad_w) & 0xFFFF);
+        }
+    }
+
+    float ra[Sh::NA], rb[Sh::NB];
+    auto fetch = [&](int q0) {
+        const int qa = q0 + ak;
+        // Mode 2 decodes its one reduction index (n, oh, ow) per slice.
+        int n2 = 0, rem2 = 0;
+        if (MODE == 2 && qa < q_end) { n2 = qa / OHW; rem2 = qa - n2 * OHW; }
+#pragma unroll
+        for (int i = 0; i < Sh::NA; ++i) {
+            const int m = m0 + (tid + i * THREADS) / BK;
+            float v = 0.f;
+            if (m < M && qa < q_end) {
+                if (MODE == 0) {
+                    v = a_src[((size_t)(g * Kg + m)) * Q + qa];
+                } else if (MODE == 1) {
+                    const int k = qa / RS, rs = qa - k * RS;
+                    v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + rs];
+                } else {
+                    v = a_src[((size_t)n2 * K + g * Kg + m) * OHW + rem2];
+                }
+            }
+            ra[i] = v;
+        }
+        if constexpr (MODE == 2) {
+            const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
+            const int ohs = oh * stride_h, ows = ow * stride_w;
+            const float* xb = b_src + (size_t)n2 * C * HW;
+#pragma unroll
+            for (int i = 0; i < Sh::NB; ++i) {
+                const int ih = ohs + (btap[i] >> 16), iw = ows + (short)(btap[i] & 0xFFFF);
+                float v = 0.f;
+                if (bofs[i] >= 0 && qa < q_end && ih >= 0 && ih < H && iw >= 0 && iw < W)
+                    v = xb[bofs[i] + ih * W + iw];
+                rb[i] = v;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < Sh::NB; ++i) {
+                const int q = q0 + bk0 + i * (THREADS / BN);
+                float v = 0.f;
+                if (pcol < P && q < q_end) {
+                    const int cq = q / RS, rs = q - cq * RS;
+                    const int r = rs / S, s = rs - r * S;
+                    if (MODE == 0) {
+                        const int ih = pa + r * dil_h, iw = pb + s * dil_w;
+                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            v = b_src[(((size_t)img * C + g * Cg + cq) * H + ih) * W + iw];
+                    } else {
+                        // gx[c, h, w] takes gy[k, oh, ow] where oh * stride = h + pad - r * dil
+                        const int th = pa - r * dil_h, tw = pb - s * dil_w;
+                        if (th >= 0 && tw >= 0) {
+                            const int oh = stride_h == 1 ? th : th / stride_h;
+                            const int ow = stride_w == 1 ? tw : tw / stride_w;
+                            if (oh * stride_h == th && ow * stride_w == tw && oh < OH && ow < OW)
+                                v = b_src[(((size_t)img * K + g * Kg + cq) * OH + oh) * OW + ow];
+                        }
+                    }
+                }
+                rb[i] = v;
+            }
+        }
+    };
+    // Split and store the fetched slice.
+    auto stash = [&]() {
+#pragma unroll
+        for (int i = 0; i < Sh::NA; ++i) {
+            const int at = ((tid + i * THREADS) / BK) * LDK + ak;
+            float v = ra[i], small;
+            tf32x3::split(v, small);
+            As[0][at] = v;
+            if constexpr (EXACT) As[PARTS - 1][at] = small;
+        }
+#pragma unroll
+        for (int i = 0; i < Sh::NB; ++i) {
+            const int at = B_KMAJOR ? (bk0 + i * (THREADS / BN)) * LDN + bn
+                                    : ((tid + i * THREADS) / BK) * LDK + ak;
+            float v = rb[i], small;
+            tf32x3::split(v, small);
+            Bs[0][at] = v;
+            if constexpr (EXACT) Bs[PARTS - 1][at] = small;
+        }
+    };
+
+    const int warp = tid >> 5, lane = tid & 31, lg = lane >> 2, lt = lane & 3;
+    const int wm = warp % Sh::WARPS_M, wn = warp / Sh::WARPS_M;
+    const int wrow = wm * Sh::MT * 16, wcol = wn * Sh::NT * 8;
+    float acc[Sh::MT][Sh::NT][4];
+#pragma unroll
+    for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+        for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    auto b_at = [&](int part, int k, int n) -> unsigned {
+        return bits(B_KMAJOR ? Bs[part][k * LDN + n] : Bs[part][n * LDK + k]);
+    };
+
+    if (q_begin < q_end) fetch(q_begin);
+    for (int q0 = q_begin; q0 < q_end; q0 += BK) {
+        stash();
+        __syncthreads();
+        if (q0 + BK < q_end) fetch(q0 + BK);
+#pragma unroll
+        for (int k8 = 0; k8 < BK; k8 += 8) {
+            unsigned bb[Sh::NT][2], bsm[Sh::NT][2];
+#pragma unroll
+            for (int j = 0; j < Sh::NT; ++j) {
+                const int n = wcol + j * 8 + lg;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    bb[j][h] = b_at(0, k8 + lt + 4 * h, n);
+                    bsm[j][h] = EXACT ? b_at(PARTS - 1, k8 + lt + 4 * h, n) : 0u;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < Sh::MT; ++i) {
+                const int m = wrow + i * 16 + lg;
+                unsigned ab[4], asm_[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int at = (m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1);
+                    ab[e] = bits(As[0][at]);
+                    asm_[e] = EXACT ? bits(As[PARTS - 1][at]) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j) {
+                    if constexpr (EXACT) {
+                        tf32x3::mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
+                        tf32x3::mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
+                    }
+                    tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
+    const bool split = gridDim.z > 1;
+    const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : P;
+#pragma unroll
+    for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + wrow + i * 16 + lg + 8 * h;
+            if (m >= M) continue;
+            const int row = (MODE == 1 ? g * Cg : g * Kg) + m;
+#pragma unroll
+            for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int p = p0 + wcol + j * 8 + 2 * lt + e;
+                    if (p >= P) continue;
+                    const float v = acc[i][j][2 * h + e];
+                    if (split) {
+                        partial[((size_t)blockIdx.z * Mtot + row) * P + p] = v;
+                    } else {
+                        const int img_p = p / plane;
+                        const size_t o = ((size_t)img_p * Mtot + row) * plane + (p - img_p * plane);
+                        out[o] = MODE == 0 ? tc::conv_epilogue(v, bias, row, residual, o, relu) : v;
+                    }
+                }
+        }
+}
+
+// What CI's nvcc build type-checks: tensorconv.ops.igemm_tf32x3.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_CONV2D_IGEMM_TF32X3(...) template __global__ void conv2d_igemm_tf32x3<__VA_ARGS__>( \
+    const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 16)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 64)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 16)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 64)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 16)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 64)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 16)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 64)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 16)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 64)
+#undef TC_I_CONV2D_IGEMM_TF32X3
+#endif

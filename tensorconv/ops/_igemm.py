@@ -1,0 +1,86 @@
+"""The GEMM view of a convolution that both implicit-GEMM kernels share
+(``direct_conv.cu``'s fp32 ``conv2d_igemm`` and ``igemm_tf32x3.cu``'s tensor-core one):
+the sizes of each mode and the split reduction that sums their partial tiles.
+
+=====  ==================  ===============  ==============  ===============
+mode   computes            M rows           P columns       Q reduction
+=====  ==================  ===============  ==============  ===============
+0      y = conv(x, w)      k of the group   (n, oh, ow)     (c, r, s)
+1      gx = dgrad(gy, w)   c of the group   (n, h, w)       (k, r, s)
+2      gw = wgrad(x, gy)   k of the group   (c, r, s)       (n, oh, ow)
+=====  ==================  ===============  ==============  ===============
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops._launch import cdiv
+
+MODES = (0, 1, 2)
+MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
+REDUCE_FILE, REDUCE_NAME = "direct_conv.cu", "conv2d_splitk_reduce"
+MAX_SPLITS = 64
+
+
+def gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
+    """(M, P, Q) of the per-group GEMM that ``mode`` computes."""
+    cg, kg, rs = geom.c // geom.groups, geom.k // geom.groups, geom.r * geom.s
+    pixels_out, pixels_in = geom.n * geom.oh * geom.ow, geom.n * geom.h * geom.w
+    return {0: (kg, pixels_out, cg * rs), 1: (cg, pixels_in, kg * rs),
+            2: (kg, cg * rs, pixels_out)}[mode]
+
+
+def out_rows(geom: ConvGeometry, mode: int) -> int:
+    """Rows of the whole output over all groups (the partial tiles' height)."""
+    return geom.c if mode == 1 else geom.k
+
+
+def plane(geom: ConvGeometry, mode: int) -> int:
+    """Columns per output row block: the output's plane (modes 0, 1) or all of P (mode 2),
+    so that column p of row r lands at ``((p // plane) * rows + r) * plane + p % plane``."""
+    return {0: geom.oh * geom.ow, 1: geom.h * geom.w, 2: gemm_sizes(geom, 2)[1]}[mode]
+
+
+def check_splits(splits) -> None:
+    """``ValueError`` unless ``splits`` is None or an int in 1..:data:`MAX_SPLITS`."""
+    if splits is not None and (not isinstance(splits, (int, np.integer))
+                               or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"splits must be an int in 1..{MAX_SPLITS}, got {splits!r}")
+
+
+def split_depth(q: int, bk: int, splits: int) -> tuple[int, int]:
+    """(reduction length per split, splits) for ``splits`` requested over ``q`` in ``bk``
+    steps: each split a whole number of steps, and no split left empty."""
+    steps = cdiv(q, bk)
+    per_split = cdiv(steps, splits) * bk
+    return per_split, cdiv(steps * bk, per_split)
+
+
+def reduce_ref() -> cuda.KernelRef:
+    """The split reduction's kernel (``direct_conv.cu``)."""
+    return cuda.kernel_ref(REDUCE_FILE, REDUCE_NAME)
+
+
+@functools.lru_cache(maxsize=4096)
+def reduce_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, sm_count: int):
+    """(kernel, grid, integer arguments) of the reduction of ``splits`` partial tiles."""
+    i32 = np.int32
+    rows, p = out_rows(geom, mode), gemm_sizes(geom, mode)[1]
+    blocks = min(cdiv(rows * p, 256), 8 * sm_count)
+    return (cuda.load(reduce_ref()), (blocks,),
+            (i32(splits), i32(rows), i32(p), i32(plane(geom, mode)), i32(relu)))
+
+
+def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:
+    """Floats of the partial tiles ``splits`` > 1 needs (0 for one split)."""
+    return splits * out_rows(geom, mode) * gemm_sizes(geom, mode)[1] if splits > 1 else 0
+
+
+def sm_count() -> int:
+    """The current device's SM count (the split heuristics' target)."""
+    return backend.device_facts().sm_count

@@ -1,0 +1,200 @@
+"""Implicit-GEMM convolution on the tensor cores at fp32 accuracy
+(``kernels_cu/igemm_tf32x3.cu``): the forward and both gradients of a training step.
+
+Same GEMM view, same arguments and same results (to fp32 rounding: <= 1e-5 relative) as
+``direct_conv``'s fp32 ``conv2d_igemm``, with 3xTF32 ``mma.sync`` products on BM x 128
+tiles instead of fp32 FMAs on 64 x 64 ones.  Under ``tensorconv.precision.using("tf32")``
+it takes one tf32 pass (cuDNN's TF32 accuracy).  The public entry points are
+:func:`tensorconv.ops.conv2d`, :func:`~tensorconv.ops.conv2d_backward_data` and
+:func:`~tensorconv.ops.conv2d_backward_weight` with ``algorithm="igemm_tf32x3"`` (their
+default where :func:`worth_it`); this module owns the tiles and the launch.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import cuda, precision
+from tensorconv.backend import DeviceFacts
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import NULL, cdiv, check_smem, workspace
+
+FILE = "igemm_tf32x3.cu"
+BN, BK, THREADS = 128, 16, 256
+ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
+_FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
+_MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
+_TAP_LIMIT = 1 << 15                # mode 2 packs (r * dil - pad, s * dil - pad) in 16 bits
+_INT32 = 1 << 31
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One implicit-GEMM call: a convolution and which of its three GEMMs (``mode``: 0
+    forward, 1 data gradient, 2 weight gradient)."""
+
+    geom: ConvGeometry
+    mode: int
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, P, Q) per group."""
+        return _igemm.gemm_sizes(self.geom, self.mode)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A block of ``bm`` x 128 outputs (256 threads) and the reduction split into
+    ``splits`` (at most; no split is left empty)."""
+
+    bm: int
+    splits: int = 1
+
+    def smem_bytes(self, p: Problem) -> int:
+        """Static shared memory: A (bm x 20 words) and B (16 x 136 or 128 x 20 words),
+        each twice under fp32 (big and small parts)."""
+        parts = 1 if precision.current() == "tf32" else 2
+        b_words = BN * (BK + 4) if p.mode == 2 else BK * (BN + 8)
+        return 4 * parts * (self.bm * (BK + 4) + b_words)
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        """(column tiles, groups x row tiles, splits)."""
+        m, cols, q = p.gemm
+        return (cdiv(cols, BN), p.geom.groups * cdiv(m, self.bm),
+                _igemm.split_depth(q, BK, self.splits)[1])
+
+    def blocks_per_sm(self) -> int:
+        """Resident blocks per SM: 128-row blocks take up to 255 registers a thread."""
+        return 1 if self.bm >= 128 else 2
+
+
+def supported(p: Problem) -> str | None:
+    """Why the kernel cannot run ``p`` (its 32-bit and 16-bit index limits), or None."""
+    g = p.geom
+    if g.c * g.h * g.w >= _INT32 or g.k * g.oh * g.ow >= _INT32:
+        return "igemm_tf32x3 indexes one image in 32 bits: C*H*W and K*OH*OW must be < 2**31"
+    taps = max(g.r * g.dilation[0], g.s * g.dilation[1], g.padding[0], g.padding[1])
+    if p.mode == 2 and taps >= _TAP_LIMIT:
+        return f"igemm_tf32x3's weight gradient needs filter extent and padding < {_TAP_LIMIT}"
+    return None
+
+
+def device_supported(facts: DeviceFacts) -> bool:
+    """Whether the device has tf32 ``mma.sync`` (sm_80 and later)."""
+    return tuple(facts.compute_capability) >= _MIN_COMPUTE_CAPABILITY
+
+
+def rows_for(m: int) -> int:
+    """The smallest block height that holds ``m`` rows, at most 128."""
+    return next((r for r in ROWS if r >= m), ROWS[-1])
+
+
+def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
+    """Splits that bring the grid to about one wave of resident blocks, each split keeping
+    at least four 16-deep reduction steps."""
+    m, cols, q = p.gemm
+    blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups
+    resident = facts.sm_count * Tile(bm).blocks_per_sm()
+    return max(1, min(cdiv(resident, blocks), cdiv(q, BK) // 4, _igemm.MAX_SPLITS))
+
+
+def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
+    """Rows: the smallest block that holds a group's rows, but 64-row blocks where 128
+    would leave fewer than two waves' worth of blocks; splits: :func:`_splits_for`."""
+    m, cols, _ = p.gemm
+    bm = rows_for(m)
+    if bm == 128 and cdiv(cols, BN) * cdiv(m, 128) * p.geom.groups < 2 * facts.sm_count:
+        bm = 64
+    return Tile(bm, _splits_for(p, bm, facts))
+
+
+def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
+    """Every block height up to the one that holds the rows, each with its heuristic split
+    and with none."""
+    top = rows_for(p.gemm[0])
+    tiles = []
+    for bm in ROWS:
+        if bm <= top:
+            for splits in dict.fromkeys((_splits_for(p, bm, facts), 1)):
+                tiles.append(Tile(bm, splits))
+    return tiles
+
+
+def worth_it(p: Problem, facts: DeviceFacts) -> bool:
+    """Whether this kernel is the default for ``p``: a tensor-core device and a GEMM of at
+    least 2**24 multiply-adds per group (smaller ones are bound by launch and staging,
+    where the fp32 kernel's 64-wide tiles lose nothing)."""
+    m, cols, q = p.gemm
+    return device_supported(facts) and supported(p) is None and m * cols * q >= 1 << 24
+
+
+def check_tile(tile: Tile, p: Problem) -> None:
+    """``ValueError`` naming what is wrong with ``tile`` for ``p``."""
+    if not isinstance(tile, Tile):
+        raise ValueError(f"tile {tile!r} is not an igemm_tf32x3.Tile")
+    if tile.bm not in ROWS:
+        raise ValueError(f"tile.bm must be one of {ROWS}, got {tile.bm}")
+    _igemm.check_splits(tile.splits)
+    check_smem(tile, tile.smem_bytes(p))
+
+
+def _fixed(geom: ConvGeometry) -> tuple[int, int]:
+    return (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
+
+
+def _name(mode: int, kr: int, ks: int, bm: int) -> str:
+    return f"conv2d_igemm_tf32x3<{mode}, {kr}, {ks}, {bm}>"
+
+
+def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
+    """The GEMM kernel of ``tile`` and the split reduction it may need."""
+    kr, ks = _fixed(p.geom)
+    return cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm)), _igemm.reduce_ref()
+
+
+def instantiations() -> list[str]:
+    """What CI's nvcc build type-checks: every mode, filter and block height."""
+    sizes = (0, 0), *_FIXED_FILTERS
+    return sorted(_name(mode, kr, ks, bm) for mode in _igemm.MODES for kr, ks in sizes
+                  for bm in ROWS)
+
+
+def _geometry_ints(geom: ConvGeometry) -> tuple:
+    i32 = np.int32
+    return (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
+            i32(geom.ow), i32(geom.r), i32(geom.s), i32(geom.stride[0]), i32(geom.stride[1]),
+            i32(geom.padding[0]), i32(geom.padding[1]), i32(geom.dilation[0]),
+            i32(geom.dilation[1]), i32(geom.groups))
+
+
+@functools.lru_cache(maxsize=4096)
+def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int):
+    """Kernel, grid, integer arguments, workspace floats and reduction of one launch, cached
+    (a training step launches hundreds; per call only the pointers are new)."""
+    i32 = np.int32
+    m, _, q = p.gemm
+    q_per_split, splits = _igemm.split_depth(q, BK, tile.splits)
+    ref, _ = kernels(p, tile)
+    grid = tile.grid(p)
+    ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu))
+    reduce = (_igemm.reduce_config(p.geom, p.mode, splits, relu, _igemm.sm_count())
+              if splits > 1 else None)
+    return cuda.load(ref), grid, ints, _igemm.workspace_floats(p.geom, p.mode, splits), reduce
+
+
+def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp) -> None:
+    """Launch on checked arguments: ``a``, ``b`` the GEMM's operands (mode 0, 1: ``w`` and
+    ``x`` / ``gy``; mode 2: ``gy`` and ``x``), ``bias``/``residual`` (mode 0) or None."""
+    kernel, grid, ints, floats, reduce = _config(p, tile, bool(relu), precision.current(),
+                                                 xp.cuda.runtime.getDevice())
+    partial = workspace(xp, floats) if floats else NULL
+    bias = NULL if bias is None else bias
+    residual = NULL if residual is None else residual
+    kernel(grid, (THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
+    if reduce is not None:
+        rkernel, rgrid, rints = reduce
+        rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)

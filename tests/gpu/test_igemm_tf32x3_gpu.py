@@ -1,0 +1,134 @@
+"""The tensor-core implicit GEMM (forward, data and weight gradients) against the float64
+NumPy reference: every block height, split and mode, outputs poisoned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import ops, precision, reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import igemm_tf32x3
+from tests.helpers import fp32_tol, random_conv_case, rel_err, sweep
+
+pytestmark = pytest.mark.gpu
+ALGO = "igemm_tf32x3"
+
+
+def _run(mode, x, w, gy, kw, **opts):
+    """Run ``mode`` of the kernel into a NaN-poisoned output; returns (got, want, terms)."""
+    import cupy as cp
+
+    geom = conv_geometry(x.shape, w.shape, **kw)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    if mode == 0:
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        ops.conv2d(cp.asarray(x), cp.asarray(w), out=out, algorithm=ALGO, **opts, **kw)
+        want, terms = reference.conv2d(x64, w64, **kw), w[0].size
+    elif mode == 1:
+        out = cp.full(x.shape, cp.nan, cp.float32)
+        ops.conv2d_backward_data(cp.asarray(gy), cp.asarray(w), x.shape, out=out,
+                                 algorithm=ALGO, **opts, **kw)
+        want = reference.conv2d_backward_data(gy64, w64, x.shape, **kw)
+        terms = (w.shape[0] // geom.groups) * w.shape[2] * w.shape[3]
+    else:
+        out = cp.full(w.shape, cp.nan, cp.float32)
+        ops.conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), w.shape, out=out,
+                                   algorithm=ALGO, **opts, **kw)
+        want = reference.conv2d_backward_weight(x64, gy64, w.shape, **kw)
+        terms = geom.n * geom.oh * geom.ow
+    got = out.get()
+    assert not np.isnan(got).any(), f"mode {mode}: unwritten outputs"
+    return got, want, terms
+
+
+def _arrays(rng, xs, ws, kw):
+    geom = conv_geometry(xs, ws, **kw)
+    return (rng.standard_normal(xs).astype(np.float32),
+            rng.standard_normal(ws).astype(np.float32),
+            rng.standard_normal(geom.output_shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("trial", sweep(24, 6))
+def test_random_shapes_every_mode(rng, mode, trial):
+    xs, ws, kw = random_conv_case(rng, max_hw=28, max_channels=70)
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    bm = igemm_tf32x3.ROWS[trial % 4]
+    splits = [1, int(rng.integers(2, 9)), None][trial % 3]
+    tile = igemm_tf32x3.Tile(bm, splits or 1) if splits else None
+    got, want, terms = _run(mode, x, w, gy, kw, tile=tile)
+    assert rel_err(got, want) <= fp32_tol(terms), (mode, xs, ws, kw, tile)
+
+
+LAYERS = [  # ResNet-style training layers at a small batch: 3x3, stride 2, 1x1 projections
+    ((4, 64, 16, 16), (64, 64, 3, 3), dict(padding=1)),
+    ((4, 64, 16, 16), (128, 64, 3, 3), dict(stride=2, padding=1)),
+    ((4, 64, 16, 16), (128, 64, 1, 1), dict(stride=2)),
+    ((8, 256, 4, 4), (256, 256, 3, 3), dict(padding=1)),
+    ((2, 3, 32, 32), (16, 3, 3, 3), dict(padding=1)),
+    ((2, 48, 9, 9), (96, 16, 3, 3), dict(padding=1, groups=3)),
+    ((2, 20, 12, 12), (40, 20, 5, 3), dict(padding=(2, 1), dilation=(1, 2))),
+]
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("xs,ws,kw", LAYERS)
+def test_network_layers_every_block_height(rng, mode, xs, ws, kw):
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    for bm in igemm_tf32x3.ROWS:
+        got, want, terms = _run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, 3))
+        assert rel_err(got, want) <= fp32_tol(terms), (mode, bm)
+
+
+def test_forward_epilogue_with_and_without_split(rng):
+    import cupy as cp
+
+    x, w, _ = _arrays(rng, (2, 40, 11, 13), (48, 40, 3, 3), dict(padding=1))
+    b = rng.standard_normal(48).astype(np.float32)
+    res = rng.standard_normal((2, 48, 11, 13)).astype(np.float32)
+    want = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                       b.astype(np.float64), padding=1) + res, 0)
+    for splits in (1, 5):
+        out = cp.full(want.shape, cp.nan, cp.float32)
+        ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
+                   residual=cp.asarray(res), out=out, tile=igemm_tf32x3.Tile(64, splits))
+        assert rel_err(out.get(), want) <= 1e-5, splits
+
+
+def test_deterministic_and_tf32_is_one_pass(rng):
+    """Replays give the same bits; under precision "tf32" the error is tf32's (well above
+    the fp32 build's), so the one-pass build is what ran."""
+    xs, ws, kw = (4, 64, 12, 12), (64, 64, 3, 3), dict(padding=1)
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    for mode in (0, 1, 2):
+        a, want, terms = _run(mode, x, w, gy, kw, splits=4)
+        b, _, _ = _run(mode, x, w, gy, kw, splits=4)
+        np.testing.assert_array_equal(a, b)
+        exact = rel_err(a, want)
+        with precision.using("tf32"):
+            one, _, _ = _run(mode, x, w, gy, kw, splits=4)
+        rough = rel_err(one, want)
+        assert exact <= fp32_tol(terms) and 3 * exact < rough <= 3e-3, (mode, exact, rough)
+
+
+def test_default_choice_takes_large_layers():
+    geom = conv_geometry((128, 64, 32, 32), (64, 64, 3, 3), padding=1)
+    assert ops.direct_conv.choose_algorithm(geom, 1) == ALGO
+    assert ops.direct_conv.choose_algorithm(conv_geometry((1, 8, 4, 4), (16, 8, 1, 1))) == "igemm"
+
+
+def test_bad_options_raise_before_launch(rng):
+    import cupy as cp
+
+    x, w = cp.ones((1, 16, 8, 8), cp.float32), cp.ones((16, 16, 3, 3), cp.float32)
+    out = cp.full((1, 16, 8, 8), cp.nan, cp.float32)
+    with pytest.raises(ValueError, match="tile.bm"):
+        ops.conv2d(x, w, padding=1, out=out, tile=igemm_tf32x3.Tile(48))
+    with pytest.raises(ValueError, match="splits must be"):
+        ops.conv2d(x, w, padding=1, out=out, tile=igemm_tf32x3.Tile(64, 0))
+    with pytest.raises(ValueError, match="not a direct_conv.Tile"):
+        ops.conv2d(x, w, padding=1, out=out, algorithm="direct", tile=igemm_tf32x3.Tile(64))
+    with pytest.raises(ValueError, match="algorithm must be"):
+        ops.conv2d_backward_data(out, w, x.shape, padding=1, algorithm="direct")
+    assert bool(cp.isnan(out).all())

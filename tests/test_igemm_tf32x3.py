@@ -1,0 +1,80 @@
+"""The tensor-core implicit GEMM's tiles, splits, limits and default choice (CPU only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorconv import precision
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import _igemm, direct_conv, igemm_tf32x3
+from tests.helpers import device_facts
+
+P = igemm_tf32x3.Problem
+RESNET18_B128 = [conv_geometry((128, c, hw, hw), (k, c, 3, 3), stride=s, padding=1)
+                 for c, k, hw, s in ((64, 64, 32, 1), (64, 128, 32, 2), (256, 256, 8, 1),
+                                     (512, 512, 4, 1))]
+
+
+@pytest.mark.parametrize("geom", RESNET18_B128)
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_default_tile_fills_the_gpu_and_fits(geom, mode):
+    facts = device_facts()
+    p = P(geom, mode)
+    tile = igemm_tf32x3.default_tile(p, facts)
+    assert tile.bm in igemm_tf32x3.ROWS and tile.smem_bytes(p) <= facts.smem_per_block
+    gx, gy, gz = tile.grid(p)
+    m, cols, q = p.gemm
+    assert gx * 128 >= cols and gy * tile.bm >= m
+    # about a wave of resident blocks, unless the reduction is too short to split further
+    assert gx * gy * gz >= facts.sm_count * tile.blocks_per_sm() or gz == q // 64 or gz == 64
+    assert tile in igemm_tf32x3.candidates(p, facts)
+
+
+def test_block_rows_follow_the_gemm_rows():
+    assert [igemm_tf32x3.rows_for(m) for m in (1, 16, 17, 33, 64, 65, 512)] == [
+        16, 16, 32, 64, 64, 128, 128]
+
+
+def test_split_depth_leaves_no_empty_split():
+    for q in (16, 17, 150, 4608, 131072):
+        for splits in (1, 2, 3, 7, 64):
+            depth, used = _igemm.split_depth(q, 16, splits)
+            assert depth % 16 == 0 and used <= splits and (used - 1) * depth < q <= used * depth
+
+
+def test_shared_memory_halves_under_tf32():
+    p = P(RESNET18_B128[0], 2)
+    full = igemm_tf32x3.Tile(128).smem_bytes(p)
+    with precision.using("tf32"):
+        assert igemm_tf32x3.Tile(128).smem_bytes(p) * 2 == full
+    assert full <= 48 * 1024  # static shared memory: no opt-in
+
+
+def test_choice_needs_tensor_cores_and_a_large_gemm():
+    big = RESNET18_B128[0]
+    assert direct_conv.choose_algorithm(big, 2, device_facts()) == "igemm_tf32x3"
+    assert direct_conv.choose_algorithm(big, 2, device_facts(compute_capability=(7, 5))) == "igemm"
+    small = conv_geometry((1, 16, 8, 8), (32, 16, 3, 3), padding=1)
+    assert direct_conv.choose_algorithm(small, 0, device_facts()) == "igemm"
+    thin = conv_geometry((128, 64, 32, 32), (64, 1, 3, 3), padding=1, groups=64)
+    assert direct_conv.choose_algorithm(thin, 0, device_facts()) == "direct"
+    assert direct_conv.choose_algorithm(thin, 2, device_facts()) == "igemm"  # 1-row groups
+
+
+def test_limits_are_said():
+    wide = conv_geometry((1, 3, 8, 8), (4, 3, 3, 3), padding=(40000, 0))
+    assert igemm_tf32x3.supported(P(wide, 0)) is None
+    assert "padding" in igemm_tf32x3.supported(P(wide, 2))
+    huge = conv_geometry((1, 4096, 1024, 1024), (4, 4096, 1, 1))
+    assert "2**31" in igemm_tf32x3.supported(P(huge, 0))
+
+
+def test_cpu_path_takes_the_options_and_checks_them():
+    import numpy as np
+
+    x = np.ones((1, 4, 5, 5), np.float32)
+    w = np.ones((16, 4, 3, 3), np.float32)
+    y = direct_conv.conv2d(x, w, padding=1, algorithm="igemm_tf32x3")
+    assert y.shape == (1, 16, 5, 5) and y[0, 0, 2, 2] == 36
+    with pytest.raises(ValueError, match="algorithm must be"):
+        direct_conv.conv2d_backward_weight(x, y, w.shape, padding=1, algorithm="direct")

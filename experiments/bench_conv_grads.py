@@ -2,13 +2,14 @@
 every convolution of ResNet-20 and ResNet-18 (CIFAR-style), ours against cuDNN, fp32 and TF32.
 
 Ours: ``ops.conv2d``, ``ops.conv2d_backward_data`` and ``ops.conv2d_backward_weight`` (the
-kernels the autograd runs on the GPU) on their default algorithm ("ours": the tensor-core
-3xTF32 implicit GEMM where it is chosen), on the fp32 FMA implicit GEMM alone
-("ours-igemm-fp32") and under ``precision.using("tf32")`` ("ours-tf32"). cuDNN:
-``torch.nn.functional.conv2d`` and ``torch.nn.grad.conv2d_input`` / ``conv2d_weight`` with
-autotuning on, TF32 off ("cudnn-fp32") and on ("cudnn-tf32"). Each call timed with a CUDA-event pair, median of ``--repeat`` after warm-up; the per-model totals weigh
-each layer shape by how often the network has it.  ``bench_training`` gives the whole step;
-this says which kernels to rewrite (``docs/notes/training_speed.md``).
+kernels the autograd runs on the GPU) on their default algorithm ("ours": the tensor-core 3xTF32
+implicit GEMM where it is chosen), on the fp32 FMA implicit GEMM alone ("ours-igemm-fp32") and
+under ``precision.using("tf32")`` ("ours-tf32"). cuDNN: ``torch.nn.functional.conv2d`` and
+``torch.nn.grad.conv2d_input`` / ``conv2d_weight`` with autotuning on, TF32 off ("cudnn-fp32")
+and on ("cudnn-tf32"). Each call timed with a CUDA-event pair, median of ``--repeat`` after
+warm-up; the per-model totals weigh each layer shape by how often the network has it.
+``bench_training`` gives the whole step; this says which kernels to rewrite
+(``docs/notes/training_speed.md``).
 """
 
 from __future__ import annotations

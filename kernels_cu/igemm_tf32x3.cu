@@ -7,7 +7,15 @@
 //   0     y = conv(x, w)      k of the group    (n, oh, ow)          (c, r, s)
 //   1     gx = dgrad(gy, w)   c of the group    (n, h, w)            (k, r, s)
 //   2     gw = wgrad(x, gy)   k of the group    (c, r, s)            (n, oh, ow)
+//   3     gx, strided         c of the group    (n, h, w) of a phase (tap, k)
 //
+// Mode 3 is the data gradient of a strided convolution (dilation 1) split by phase: input
+// pixel h takes gy[oh] through tap r only where h + pad - r is a multiple of the stride,
+// so the pixels with (h + pad) % stride == a take exactly the taps r = a, a + stride, ...
+// One GEMM per phase (a, b), blockIdx.z = phase * splits + split, over those pixels and
+// those taps alone: a quarter of mode 1's reduction at stride 2, which walks every tap
+// and drops three in four.  A phase without taps (1x1, stride 2: three of four) writes
+// zeros.  Its reduction runs tap-major, q = t * Kg + k.
 // A block of 256 threads (8 warps) computes a BM x 128 tile of OUT; each warp a
 // (BM / WARPS_M) x (128 / WARPS_N) sub-tile of mma.sync m16n8k8 tiles.  Operands are
 // gathered from the tensors (never materialised) a BK = 16 slice at a time into registers,
@@ -49,18 +57,31 @@ struct Shape {
 };
 
 __device__ __forceinline__ unsigned bits(float v) { return __float_as_uint(v); }
+
+// Mode 3's phase a along one axis (stride s, padding pad, n input pixels, taps R): the
+// pixels h = a - pad + s * j, j in [first, first + count), and taps a, a + s, ... < R.
+struct Phase {
+    int first, count, taps;
+    __device__ Phase(int a, int pad, int s, int n, int R) {
+        const int d = pad - a;
+        first = d > 0 ? (d + s - 1) / s : 0;            // a < s, so a - pad < s
+        const int span = n - 1 - a + pad;
+        count = span < 0 ? 0 : max(0, span / s - first + 1);
+        taps = a < R ? (R - a + s - 1) / s : 0;
+    }
+};
 }  // namespace igtc
 
 // KR, KS: the filter size fixed at compile time (0: taken at run time), which turns the
 // reduction index's divisions by R*S and S into multiplications.
 template <int MODE, int KR, int KS, int BM>
 __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm_tf32x3(
-    const float* __restrict__ a_src,     // MODE 0, 1: w;  MODE 2: gy
-    const float* __restrict__ b_src,     // MODE 0: x;  MODE 1: gy;  MODE 2: x
+    const float* __restrict__ a_src,     // MODE 0, 1, 3: w;  MODE 2: gy
+    const float* __restrict__ b_src,     // MODE 0: x;  MODE 1, 3: gy;  MODE 2: x
     const float* __restrict__ bias,      // (K,) or nullptr (MODE 0 only)
     const float* __restrict__ residual,  // like y, or nullptr (MODE 0 only)
-    float* __restrict__ out,             // MODE 0: y;  MODE 1: gx;  MODE 2: gw
-    float* __restrict__ partial,         // (splits, Mtot, P) when splits > 1
+    float* __restrict__ out,             // MODE 0: y;  MODE 1, 3: gx;  MODE 2: gw
+    float* __restrict__ partial,         // (splits, Mtot, P, all phases) when splits > 1
     int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
     int groups, int m_tiles, int q_per_split, int relu)
@@ -78,17 +99,33 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     if (KS > 0) S = KS;
     const int Cg = C / groups, Kg = K / groups;
     const int RS = R * S, OHW = OH * OW, HW = H * W;
-    const int M = MODE == 1 ? Cg : Kg;
-    const int P = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : Cg * RS;
-    const int Q = MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : N * OHW;
-    const int Mtot = MODE == 1 ? C : K;
+    constexpr bool DGRAD = MODE == 1 || MODE == 3;
+    // Mode 3: this block's phase (a, b) and split; the others: blockIdx.z is the split.
+    const int phases = MODE == 3 ? stride_h * stride_w : 1;
+    const int splits = gridDim.z / phases;
+    const int phase = blockIdx.z / splits, split_id = blockIdx.z - phase * splits;
+    const int ph_a = phase / stride_w, ph_b = phase - ph_a * stride_w;
+    const Phase rows_ph(ph_a, pad_h, stride_h, H, R), cols_ph(ph_b, pad_w, stride_w, W, S);
+    const int PH = rows_ph.count * cols_ph.count, TAPS = rows_ph.taps * cols_ph.taps;
+    const int M = DGRAD ? Cg : Kg;
+    const int P = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : MODE == 3 ? N * PH : Cg * RS;
+    const int Q = MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : MODE == 3 ? Kg * TAPS : N * OHW;
+    const int Mtot = DGRAD ? C : K;
 
     const int g = blockIdx.y / m_tiles;
     const int m0 = (blockIdx.y % m_tiles) * BM;
     const int p0 = blockIdx.x * BN;
-    const int q_begin = blockIdx.z * q_per_split;
+    if (MODE == 3 && p0 >= P) return;   // the grid covers the largest phase
+    const int q_begin = split_id * q_per_split;
     const int q_end = min(Q, q_begin + q_per_split);
     const int tid = threadIdx.x;
+    // Mode 3's reduction index q = t * Kg + k: tap t = (tr, ts) of the phase.
+    auto tap_of = [&](int q, int& k, int& tr, int& ts) {
+        const int t = q / Kg;
+        k = q - t * Kg;
+        tr = t / cols_ph.taps;
+        ts = t - tr * cols_ph.taps;
+    };
 
     // A loads (every mode): consecutive threads take consecutive q of one row m, which are
     // consecutive addresses of w (modes 0, 1) or of gy along the output plane (mode 2).
@@ -99,13 +136,15 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     int img = 0, pa = 0, pb = 0;
     const int pcol = p0 + bn;
     if (MODE != 2 && pcol < P) {
-        const int plane = MODE == 0 ? OHW : HW, width = MODE == 0 ? OW : W;
+        const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : PH;
+        const int width = MODE == 0 ? OW : MODE == 1 ? W : cols_ph.count;
         img = pcol / plane;
         const int rem = pcol % plane;
         pa = rem / width;
         pb = rem % width;
         if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
-        else { pa += pad_h; pb += pad_w; }
+        else if (MODE == 1) { pa += pad_h; pb += pad_w; }
+        else { pa += rows_ph.first; pb += cols_ph.first; }  // oh = pa - tr, ow = pb - ts
     }
     // Mode 2, B: each thread owns reduction row ak (the same q as its A loads) and columns
     // tid / BK + 16 i: their (c, r, s) offsets never change, so they are decoded once.
@@ -137,6 +176,11 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 } else if (MODE == 1) {
                     const int k = qa / RS, rs = qa - k * RS;
                     v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + rs];
+                } else if (MODE == 3) {
+                    int k, tr, ts;
+                    tap_of(qa, k, tr, ts);
+                    const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
+                    v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + r * S + s_];
                 } else {
                     v = a_src[((size_t)n2 * K + g * Kg + m) * OHW + rem2];
                 }
@@ -160,7 +204,15 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             for (int i = 0; i < Sh::NB; ++i) {
                 const int q = q0 + bk0 + i * (THREADS / BN);
                 float v = 0.f;
-                if (pcol < P && q < q_end) {
+                if (MODE == 3) {
+                    if (pcol < P && q < q_end) {
+                        int k, tr, ts;
+                        tap_of(q, k, tr, ts);
+                        const int oh = pa - tr, ow = pb - ts;
+                        if (oh >= 0 && oh < OH && ow >= 0 && ow < OW)
+                            v = b_src[(((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow];
+                    }
+                } else if (pcol < P && q < q_end) {
                     const int cq = q / RS, rs = q - cq * RS;
                     const int r = rs / S, s = rs - r * S;
                     if (MODE == 0) {
@@ -259,24 +311,31 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     }
 
     // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
-    const bool split = gridDim.z > 1;
-    const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : P;
+    const bool split = splits > 1;
+    const int plane = MODE == 0 ? OHW : DGRAD ? HW : P;
+    const int Ptot = MODE == 3 ? N * HW : P;   // the partial tiles' width
 #pragma unroll
     for (int i = 0; i < Sh::MT; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + wrow + i * 16 + lg + 8 * h;
             if (m >= M) continue;
-            const int row = (MODE == 1 ? g * Cg : g * Kg) + m;
+            const int row = (DGRAD ? g * Cg : g * Kg) + m;
 #pragma unroll
             for (int j = 0; j < Sh::NT; ++j)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int p = p0 + wcol + j * 8 + 2 * lt + e;
+                    int p = p0 + wcol + j * 8 + 2 * lt + e;
                     if (p >= P) continue;
+                    if (MODE == 3) {   // the phase's pixel -> its place in the whole output
+                        const int im = p / PH, rem = p - im * PH, jj = rem / cols_ph.count;
+                        const int hh = ph_a - pad_h + stride_h * (rows_ph.first + jj);
+                        const int ww = ph_b - pad_w + stride_w * (cols_ph.first + rem - jj * cols_ph.count);
+                        p = im * HW + hh * W + ww;
+                    }
                     const float v = acc[i][j][2 * h + e];
                     if (split) {
-                        partial[((size_t)blockIdx.z * Mtot + row) * P + p] = v;
+                        partial[((size_t)split_id * Mtot + row) * Ptot + p] = v;
                     } else {
                         const int img_p = p / plane;
                         const size_t o = ((size_t)img_p * Mtot + row) * plane + (p - img_p * plane);
@@ -309,5 +368,11 @@ TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 16)
 TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 64)
 TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 16)
 TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 64)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 16)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 64)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 16)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 64)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64)
 #undef TC_I_CONV2D_IGEMM_TF32X3
 #endif

@@ -25,8 +25,12 @@ def test_default_tile_fills_the_gpu_and_fits(geom, mode):
     gx, gy, gz = tile.grid(p)
     m, cols, q = p.gemm
     assert gx * 128 >= cols and gy * tile.bm >= m
-    # about a wave of resident blocks, unless the reduction is too short to split further
-    assert gx * gy * gz >= facts.sm_count * tile.blocks_per_sm() or gz == q // 64 or gz == 64
+    # at least half a wave of resident blocks (two for the weight gradient), unless the
+    # reduction is too short to split further; never past two waves through splitting
+    resident = facts.sm_count * tile.blocks_per_sm()
+    want = 2 * resident if mode == 2 else resident // 2
+    assert gx * gy * gz >= want or gz == q // 64 or gz == 64
+    assert gz == 1 or gx * gy * (gz - 1) < 2 * resident
     assert tile in igemm_tf32x3.candidates(p, facts)
 
 
@@ -78,3 +82,16 @@ def test_cpu_path_takes_the_options_and_checks_them():
     assert y.shape == (1, 16, 5, 5) and y[0, 0, 2, 2] == 36
     with pytest.raises(ValueError, match="algorithm must be"):
         direct_conv.conv2d_backward_weight(x, y, w.shape, padding=1, algorithm="direct")
+
+
+def test_strided_data_gradient_runs_by_phase():
+    geom = conv_geometry((128, 64, 32, 32), (128, 64, 3, 3), stride=2, padding=1)
+    p = igemm_tf32x3.problem(geom, 1)
+    assert p.mode == 3 and p.phases == 4 and p.base_mode == 1
+    # the largest phase: a quarter of the pixels, two taps of three along each axis
+    assert p.gemm == (64, 128 * 16 * 16, 128 * 2 * 2)
+    assert igemm_tf32x3.Tile(64, 2).grid(p) == (256, 1, 8)
+    dilated = conv_geometry((1, 8, 16, 16), (16, 8, 3, 3), stride=2, padding=2, dilation=2)
+    assert igemm_tf32x3.problem(dilated, 1).mode == 1
+    assert igemm_tf32x3.problem(conv_geometry((1, 8, 8, 8), (16, 8, 3, 3)), 1).mode == 1
+    assert "stride > 1" in igemm_tf32x3.supported(igemm_tf32x3.Problem(dilated, 3))

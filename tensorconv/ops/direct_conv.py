@@ -91,7 +91,7 @@ def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | Non
     if mode == 0 and geom.k // geom.groups < 16:
         return "direct"
     facts = facts or backend.device_facts()
-    return ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.Problem(geom, mode), facts)
+    return ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
             else "igemm")
 
 
@@ -172,7 +172,7 @@ def kernels(geom: ConvGeometry, algorithm: str, tile=None,
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
     if algorithm == "igemm_tf32x3":
-        p = igemm_tf32x3.Problem(geom, mode)
+        p = igemm_tf32x3.problem(geom, mode)
         return igemm_tf32x3.kernels(p, tile or igemm_tf32x3.default_tile(
             p, backend.device_facts()))
     rows = igemm_rows(_igemm.gemm_sizes(geom, mode)[0])
@@ -259,7 +259,7 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
         _launch_igemm(mode, a, b, bias, residual, out, geom,
                       splits or igemm_splits(geom, facts.sm_count, mode), relu, xp)
         return
-    p = igemm_tf32x3.Problem(geom, mode)
+    p = igemm_tf32x3.problem(geom, mode)
     if not igemm_tf32x3.device_supported(facts):
         raise ValueError(f"algorithm='igemm_tf32x3' needs sm_80 or later; {facts.name} is "
                          f"{facts.arch}")

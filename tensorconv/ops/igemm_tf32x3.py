@@ -24,6 +24,7 @@ from tensorconv.ops import _igemm
 from tensorconv.ops._launch import NULL, cdiv, check_smem, workspace
 
 FILE = "igemm_tf32x3.cu"
+MODES = (0, 1, 2, 3)                # _igemm's three, and 3: a strided data gradient by phase
 BN, BK, THREADS = 128, 16, 256
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
@@ -34,16 +35,40 @@ _INT32 = 1 << 31
 
 @dataclass(frozen=True)
 class Problem:
-    """One implicit-GEMM call: a convolution and which of its three GEMMs (``mode``: 0
-    forward, 1 data gradient, 2 weight gradient)."""
+    """One implicit-GEMM call: a convolution and which of its GEMMs (``mode``: 0 forward,
+    1 data gradient, 2 weight gradient, 3 a strided data gradient split by phase: make it
+    with :func:`problem`)."""
 
     geom: ConvGeometry
     mode: int
 
     @property
+    def phases(self) -> int:
+        """GEMMs in one launch: stride_h * stride_w in mode 3, else 1."""
+        return self.geom.stride[0] * self.geom.stride[1] if self.mode == 3 else 1
+
+    @property
     def gemm(self) -> tuple[int, int, int]:
-        """(M, P, Q) per group."""
-        return _igemm.gemm_sizes(self.geom, self.mode)
+        """(M, P, Q) per group (mode 3: of its largest phase)."""
+        g = self.geom
+        if self.mode != 3:
+            return _igemm.gemm_sizes(g, self.mode)
+        (sh, sw), kg = g.stride, g.k // g.groups
+        return (g.c // g.groups, g.n * cdiv(g.h, sh) * cdiv(g.w, sw),
+                kg * cdiv(g.r, sh) * cdiv(g.s, sw))
+
+    @property
+    def base_mode(self) -> int:
+        """The _igemm mode whose output this writes (3 writes the data gradient's)."""
+        return 1 if self.mode == 3 else self.mode
+
+
+def problem(geom: ConvGeometry, mode: int) -> Problem:
+    """``mode``'s problem (0, 1, 2 as in :mod:`tensorconv.ops._igemm`); a data gradient
+    of a strided, undilated convolution runs by phase (mode 3): each input pixel then
+    walks only the taps that reach it, a quarter of them at stride 2."""
+    strided = geom.stride != (1, 1) and geom.dilation == (1, 1)
+    return Problem(geom, 3 if mode == 1 and strided else mode)
 
 
 @dataclass(frozen=True)
@@ -65,7 +90,7 @@ class Tile:
         """(column tiles, groups x row tiles, splits)."""
         m, cols, q = p.gemm
         return (cdiv(cols, BN), p.geom.groups * cdiv(m, self.bm),
-                _igemm.split_depth(q, BK, self.splits)[1])
+                p.phases * _igemm.split_depth(q, BK, self.splits)[1])
 
     def blocks_per_sm(self) -> int:
         """Resident blocks per SM: 128-row blocks take up to 255 registers a thread."""
@@ -80,6 +105,8 @@ def supported(p: Problem) -> str | None:
     taps = max(g.r * g.dilation[0], g.s * g.dilation[1], g.padding[0], g.padding[1])
     if p.mode == 2 and taps >= _TAP_LIMIT:
         return f"igemm_tf32x3's weight gradient needs filter extent and padding < {_TAP_LIMIT}"
+    if p.mode == 3 and (g.dilation != (1, 1) or g.stride == (1, 1)):
+        return "igemm_tf32x3's phase-split data gradient (mode 3) needs stride > 1, dilation 1"
     return None
 
 
@@ -94,21 +121,28 @@ def rows_for(m: int) -> int:
 
 
 def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
-    """Splits that bring the grid to about one wave of resident blocks, each split keeping
-    at least four 16-deep reduction steps."""
+    """Reduction splits for ``bm``-row blocks.
+
+    Forward and data gradient: as many as fit in one wave of resident blocks (rounded
+    down: a partial second wave costs more than the split saves).  Weight gradient: its
+    GEMM is short and wide-reduced (P = C*R*S columns, Q = N*OH*OW), so it splits until
+    about two waves run.  Each split keeps at least four 16-deep reduction steps.
+    """
     m, cols, q = p.gemm
-    blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups
+    blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups * p.phases
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
-    return max(1, min(cdiv(resident, blocks), cdiv(q, BK) // 4, _igemm.MAX_SPLITS))
+    want = cdiv(2 * resident, blocks) if p.mode == 2 else resident // blocks
+    return max(1, min(want, cdiv(q, BK) // 4, _igemm.MAX_SPLITS))
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """Rows: the smallest block that holds a group's rows, but 64-row blocks where 128
-    would leave fewer than two waves' worth of blocks; splits: :func:`_splits_for`."""
-    m, cols, _ = p.gemm
-    bm = rows_for(m)
-    if bm == 128 and cdiv(cols, BN) * cdiv(m, 128) * p.geom.groups < 2 * facts.sm_count:
-        bm = 64
+    """Rows: the smallest block height that holds a group's rows (at most 64 for the
+    weight gradient, whose few blocks are better spread over more splits); splits:
+    :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at batch 128
+    (docs/notes/training_speed.md)."""
+    bm = rows_for(p.gemm[0])
+    if p.mode == 2:
+        bm = min(bm, 64)
     return Tile(bm, _splits_for(p, bm, facts))
 
 
@@ -159,7 +193,7 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: every mode, filter and block height."""
     sizes = (0, 0), *_FIXED_FILTERS
-    return sorted(_name(mode, kr, ks, bm) for mode in _igemm.MODES for kr, ks in sizes
+    return sorted(_name(mode, kr, ks, bm) for mode in MODES for kr, ks in sizes
                   for bm in ROWS)
 
 
@@ -181,9 +215,10 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     ref, _ = kernels(p, tile)
     grid = tile.grid(p)
     ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu))
-    reduce = (_igemm.reduce_config(p.geom, p.mode, splits, relu, _igemm.sm_count())
+    reduce = (_igemm.reduce_config(p.geom, p.base_mode, splits, relu, _igemm.sm_count())
               if splits > 1 else None)
-    return cuda.load(ref), grid, ints, _igemm.workspace_floats(p.geom, p.mode, splits), reduce
+    return (cuda.load(ref), grid, ints, _igemm.workspace_floats(p.geom, p.base_mode, splits),
+            reduce)
 
 
 def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp) -> None:

@@ -132,3 +132,23 @@ def test_bad_options_raise_before_launch(rng):
     with pytest.raises(ValueError, match="algorithm must be"):
         ops.conv2d_backward_data(out, w, x.shape, padding=1, algorithm="direct")
     assert bool(cp.isnan(out).all())
+
+
+STRIDED = [  # the data gradient by phase (mode 3)
+    ((2, 24, 15, 17), (40, 24, 3, 3), dict(stride=2, padding=1)),
+    ((2, 24, 16, 16), (40, 24, 1, 1), dict(stride=2)),  # three phases of four have no tap
+    ((1, 16, 23, 19), (32, 16, 7, 7), dict(stride=3, padding=3)),
+    ((3, 18, 12, 13), (36, 6, 5, 3), dict(stride=(2, 3), padding=(2, 0), groups=3)),
+    ((2, 16, 9, 10), (16, 16, 3, 3), dict(stride=4)),  # stride > filter: pixels no tap reaches
+    ((2, 16, 9, 10), (16, 16, 2, 2), dict(stride=2, padding=1)),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", STRIDED)
+def test_strided_data_gradient_by_phase(rng, xs, ws, kw):
+    geom = conv_geometry(xs, ws, **kw)
+    assert igemm_tf32x3.problem(geom, 1).mode == 3
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    for tile in (igemm_tf32x3.Tile(16, 1), igemm_tf32x3.Tile(64, 3), None):
+        got, want, terms = _run(1, x, w, gy, kw, tile=tile)
+        assert rel_err(got, want) <= fp32_tol(terms), tile

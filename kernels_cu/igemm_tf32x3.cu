@@ -16,18 +16,20 @@
 // those taps alone: a quarter of mode 1's reduction at stride 2, which walks every tap
 // and drops three in four.  A phase without taps (1x1, stride 2: three of four) writes
 // zeros.  Its reduction runs tap-major, q = t * Kg + k.
+//
 // A block of 256 threads (8 warps) computes a BM x 128 tile of OUT; each warp a
 // (BM / WARPS_M) x (128 / WARPS_N) sub-tile of mma.sync m16n8k8 tiles.  Operands are
-// gathered from the tensors (never materialised) a BK = 16 slice at a time into registers,
-// split there into a tf32 "big" part and its remainder (tc_mma.cuh), and stored split
-// in shared memory; each product then takes three tensor-core passes (big*big, big*small,
-// small*big) and matches fp32 (<= 1e-5 relative).  Compiled for one tf32 pass
-// (tensorconv.precision "tf32") it stores the rounded operand alone and takes one.
-// The next slice's global loads are in flight while the current one is multiplied.
+// gathered from the tensors (never materialised) a BK = 16 slice at a time by 4-byte
+// cp.async copies (zero-filled outside the tensors) into a STAGES-deep ring in shared
+// memory, STAGES - 1 slices ahead of the multiplication.  Each fragment value is split as
+// it is read into a tf32 "big" part and its remainder (tc_mma.cuh), and each product
+// takes three tensor-core passes (big*big, big*small, small*big): the result matches
+// fp32 (<= 1e-5 relative).  Compiled for one tf32 pass (tensorconv.precision "tf32") it
+// rounds each value and takes one.
 //
 // Shared-memory layouts are chosen so that the fragment reads are conflict-free:
 // A is m-major with rows of BK + 4 words (lane (g, t) reads row g, column t: banks
-// 20g + t, all distinct); B is k-major with rows of 128 + 8 words in modes 0 and 1
+// 20g + t, all distinct); B is k-major with rows of 128 + 8 words in modes 0, 1 and 3
 // (lane reads row t, column g: banks 8t + g) and, like A, n-major in mode 2, where the
 // loads walk the reduction (output pixels) for coalescing.
 //
@@ -37,6 +39,7 @@
 // residual, ReLU: forward only) runs here.
 //
 // Launch geometry, the split and the checks belong to tensorconv/ops/igemm_tf32x3.py.
+#include "tc_cluster.cuh"
 #include "tc_common.cuh"
 #include "tc_mma.cuh"
 
@@ -44,7 +47,7 @@ namespace igtc {
 constexpr int BN = 128, BK = 16, THREADS = 256;
 constexpr int LDK = BK + 4;    // an m-major (or n-major) row: 20 words
 constexpr int LDN = BN + 8;    // a k-major row: 136 words (== 8 mod 32)
-constexpr int PARTS = tf32x3::EXACT ? 2 : 1;  // big and small, or the rounded value alone
+constexpr int STAGES = 4;      // slices in flight: the dynamic shared memory is STAGES x (A + B)
 
 template <int BM>
 struct Shape {
@@ -92,8 +95,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     constexpr bool EXACT = tf32x3::EXACT;
     constexpr bool B_KMAJOR = MODE != 2;
     constexpr int A_WORDS = BM * LDK, B_WORDS = B_KMAJOR ? BK * LDN : BN * LDK;
-    __shared__ __align__(16) float As[PARTS][A_WORDS];
-    __shared__ __align__(16) float Bs[PARTS][B_WORDS];
+    constexpr int STAGE_WORDS = A_WORDS + B_WORDS;
 
     if (KR > 0) R = KR;
     if (KS > 0) S = KS;
@@ -160,32 +162,40 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         }
     }
 
-    float ra[Sh::NA], rb[Sh::NB];
-    auto fetch = [&](int q0) {
+    // One slice's operands go straight from global to shared memory (cp.async, zero-filled
+    // outside the tensors), STAGES - 1 slices ahead of the one being multiplied: a
+    // register-staged copy one slice ahead left the tensor cores waiting on the loads.
+    extern __shared__ __align__(16) float smem[];
+    auto a_stage = [&](int st) { return smem + st * STAGE_WORDS; };
+    auto b_stage = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS; };
+    auto load = [&](int q0, int st) {
+        float* as = a_stage(st);
+        float* bs = b_stage(st);
         const int qa = q0 + ak;
         // Mode 2 decodes its one reduction index (n, oh, ow) per slice.
         int n2 = 0, rem2 = 0;
         if (MODE == 2 && qa < q_end) { n2 = qa / OHW; rem2 = qa - n2 * OHW; }
 #pragma unroll
         for (int i = 0; i < Sh::NA; ++i) {
-            const int m = m0 + (tid + i * THREADS) / BK;
-            float v = 0.f;
-            if (m < M && qa < q_end) {
+            const int ml = (tid + i * THREADS) / BK, m = m0 + ml;
+            const bool ok = m < M && qa < q_end;
+            size_t at = 0;
+            if (ok) {
                 if (MODE == 0) {
-                    v = a_src[((size_t)(g * Kg + m)) * Q + qa];
+                    at = ((size_t)(g * Kg + m)) * Q + qa;
                 } else if (MODE == 1) {
                     const int k = qa / RS, rs = qa - k * RS;
-                    v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + rs];
+                    at = (((size_t)(g * Kg + k)) * Cg + m) * RS + rs;
                 } else if (MODE == 3) {
                     int k, tr, ts;
                     tap_of(qa, k, tr, ts);
                     const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
-                    v = a_src[(((size_t)(g * Kg + k)) * Cg + m) * RS + r * S + s_];
+                    at = (((size_t)(g * Kg + k)) * Cg + m) * RS + r * S + s_;
                 } else {
-                    v = a_src[((size_t)n2 * K + g * Kg + m) * OHW + rem2];
+                    at = ((size_t)n2 * K + g * Kg + m) * OHW + rem2;
                 }
             }
-            ra[i] = v;
+            tdcx::cp_async4(as + ml * LDK + ak, a_src + at, ok);
         }
         if constexpr (MODE == 2) {
             const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
@@ -194,64 +204,44 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
 #pragma unroll
             for (int i = 0; i < Sh::NB; ++i) {
                 const int ih = ohs + (btap[i] >> 16), iw = ows + (short)(btap[i] & 0xFFFF);
-                float v = 0.f;
-                if (bofs[i] >= 0 && qa < q_end && ih >= 0 && ih < H && iw >= 0 && iw < W)
-                    v = xb[bofs[i] + ih * W + iw];
-                rb[i] = v;
+                const bool ok = bofs[i] >= 0 && qa < q_end && ih >= 0 && ih < H && iw >= 0 && iw < W;
+                tdcx::cp_async4(bs + ((tid + i * THREADS) / BK) * LDK + ak,
+                                ok ? xb + bofs[i] + ih * W + iw : b_src, ok);
             }
         } else {
 #pragma unroll
             for (int i = 0; i < Sh::NB; ++i) {
-                const int q = q0 + bk0 + i * (THREADS / BN);
-                float v = 0.f;
+                const int kl = bk0 + i * (THREADS / BN), q = q0 + kl;
+                bool ok = false;
+                size_t at = 0;
                 if (MODE == 3) {
                     if (pcol < P && q < q_end) {
                         int k, tr, ts;
                         tap_of(q, k, tr, ts);
                         const int oh = pa - tr, ow = pb - ts;
-                        if (oh >= 0 && oh < OH && ow >= 0 && ow < OW)
-                            v = b_src[(((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow];
+                        ok = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+                        at = (((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow;
                     }
                 } else if (pcol < P && q < q_end) {
                     const int cq = q / RS, rs = q - cq * RS;
                     const int r = rs / S, s = rs - r * S;
                     if (MODE == 0) {
                         const int ih = pa + r * dil_h, iw = pb + s * dil_w;
-                        if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                            v = b_src[(((size_t)img * C + g * Cg + cq) * H + ih) * W + iw];
+                        ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                        at = (((size_t)img * C + g * Cg + cq) * H + ih) * W + iw;
                     } else {
                         // gx[c, h, w] takes gy[k, oh, ow] where oh * stride = h + pad - r * dil
                         const int th = pa - r * dil_h, tw = pb - s * dil_w;
                         if (th >= 0 && tw >= 0) {
                             const int oh = stride_h == 1 ? th : th / stride_h;
                             const int ow = stride_w == 1 ? tw : tw / stride_w;
-                            if (oh * stride_h == th && ow * stride_w == tw && oh < OH && ow < OW)
-                                v = b_src[(((size_t)img * K + g * Kg + cq) * OH + oh) * OW + ow];
+                            ok = oh * stride_h == th && ow * stride_w == tw && oh < OH && ow < OW;
+                            at = (((size_t)img * K + g * Kg + cq) * OH + oh) * OW + ow;
                         }
                     }
                 }
-                rb[i] = v;
+                tdcx::cp_async4(bs + kl * LDN + bn, ok ? b_src + at : b_src, ok);
             }
-        }
-    };
-    // Split and store the fetched slice.
-    auto stash = [&]() {
-#pragma unroll
-        for (int i = 0; i < Sh::NA; ++i) {
-            const int at = ((tid + i * THREADS) / BK) * LDK + ak;
-            float v = ra[i], small;
-            tf32x3::split(v, small);
-            As[0][at] = v;
-            if constexpr (EXACT) As[PARTS - 1][at] = small;
-        }
-#pragma unroll
-        for (int i = 0; i < Sh::NB; ++i) {
-            const int at = B_KMAJOR ? (bk0 + i * (THREADS / BN)) * LDN + bn
-                                    : ((tid + i * THREADS) / BK) * LDK + ak;
-            float v = rb[i], small;
-            tf32x3::split(v, small);
-            Bs[0][at] = v;
-            if constexpr (EXACT) Bs[PARTS - 1][at] = small;
         }
     };
 
@@ -266,15 +256,28 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    auto b_at = [&](int part, int k, int n) -> unsigned {
-        return bits(B_KMAJOR ? Bs[part][k * LDN + n] : Bs[part][n * LDK + k]);
+    // Fragment values are split (or rounded) as they are read: storing both parts would
+    // double the shared memory and the copies.
+    auto frag = [](float v, unsigned& big, unsigned& small) {
+        float sm;
+        tf32x3::split(v, sm);
+        big = bits(v);
+        small = bits(sm);
     };
 
-    if (q_begin < q_end) fetch(q_begin);
-    for (int q0 = q_begin; q0 < q_end; q0 += BK) {
-        stash();
-        __syncthreads();
-        if (q0 + BK < q_end) fetch(q0 + BK);
+    const int slices = q_begin < q_end ? (q_end - q_begin + BK - 1) / BK : 0;
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        if (st < slices) load(q_begin + st * BK, st);
+        tdcx::cp_async_commit();   // empty groups keep the wait count uniform
+    }
+    for (int it = 0; it < slices; ++it) {
+        tdcx::cp_async_wait<STAGES - 2>();
+        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
+        if (it + STAGES - 1 < slices) load(q_begin + (it + STAGES - 1) * BK, (it + STAGES - 1) % STAGES);
+        tdcx::cp_async_commit();
+        const float* as = a_stage(it % STAGES);
+        const float* bs = b_stage(it % STAGES);
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             unsigned bb[Sh::NT][2], bsm[Sh::NT][2];
@@ -283,8 +286,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 const int n = wcol + j * 8 + lg;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    bb[j][h] = b_at(0, k8 + lt + 4 * h, n);
-                    bsm[j][h] = EXACT ? b_at(PARTS - 1, k8 + lt + 4 * h, n) : 0u;
+                    const int k = k8 + lt + 4 * h;
+                    frag(B_KMAJOR ? bs[k * LDN + n] : bs[n * LDK + k], bb[j][h], bsm[j][h]);
                 }
             }
 #pragma unroll
@@ -292,11 +295,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 const int m = wrow + i * 16 + lg;
                 unsigned ab[4], asm_[4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int at = (m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1);
-                    ab[e] = bits(As[0][at]);
-                    asm_[e] = EXACT ? bits(As[PARTS - 1][at]) : 0u;
-                }
+                for (int e = 0; e < 4; ++e)
+                    frag(as[(m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1)], ab[e], asm_[e]);
 #pragma unroll
                 for (int j = 0; j < Sh::NT; ++j) {
                     if constexpr (EXACT) {
@@ -307,8 +307,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 }
             }
         }
-        __syncthreads();
     }
+    tdcx::cp_async_wait<0>();
 
     // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
     const bool split = splits > 1;

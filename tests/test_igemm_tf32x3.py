@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tensorconv import precision
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import _igemm, direct_conv, igemm_tf32x3
 from tests.helpers import device_facts
@@ -21,7 +20,7 @@ def test_default_tile_fills_the_gpu_and_fits(geom, mode):
     facts = device_facts()
     p = P(geom, mode)
     tile = igemm_tf32x3.default_tile(p, facts)
-    assert tile.bm in igemm_tf32x3.ROWS and tile.smem_bytes(p) <= facts.smem_per_block
+    assert tile.bm in igemm_tf32x3.ROWS and tile.smem_bytes(p) <= facts.smem_per_block_optin
     gx, gy, gz = tile.grid(p)
     m, cols, q = p.gemm
     assert gx * 128 >= cols and gy * tile.bm >= m
@@ -46,12 +45,14 @@ def test_split_depth_leaves_no_empty_split():
             assert depth % 16 == 0 and used <= splits and (used - 1) * depth < q <= used * depth
 
 
-def test_shared_memory_halves_under_tf32():
-    p = P(RESNET18_B128[0], 2)
-    full = igemm_tf32x3.Tile(128).smem_bytes(p)
-    with precision.using("tf32"):
-        assert igemm_tf32x3.Tile(128).smem_bytes(p) * 2 == full
-    assert full <= 48 * 1024  # static shared memory: no opt-in
+def test_shared_memory_is_the_stage_ring():
+    facts = device_facts()
+    for mode in (0, 2):
+        p = P(RESNET18_B128[0], mode)
+        small, big = igemm_tf32x3.Tile(64).smem_bytes(p), igemm_tf32x3.Tile(128).smem_bytes(p)
+        assert big - small == 4 * igemm_tf32x3.STAGES * 64 * 20
+        # two 64-row blocks per SM (the register bound's promise) fit the SM's memory
+        assert 2 * small <= facts.smem_per_sm and big <= facts.smem_per_block_optin
 
 
 def test_choice_needs_tensor_cores_and_a_large_gemm():

@@ -25,7 +25,7 @@ from tensorconv.ops._launch import NULL, cdiv, check_smem, workspace
 
 FILE = "igemm_tf32x3.cu"
 MODES = (0, 1, 2, 3)                # _igemm's three, and 3: a strided data gradient by phase
-BN, BK, THREADS = 128, 16, 256
+BN, BK, THREADS, STAGES = 128, 16, 256, 4
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
@@ -80,11 +80,10 @@ class Tile:
     splits: int = 1
 
     def smem_bytes(self, p: Problem) -> int:
-        """Static shared memory: A (bm x 20 words) and B (16 x 136 or 128 x 20 words),
-        each twice under fp32 (big and small parts)."""
-        parts = 1 if precision.current() == "tf32" else 2
+        """Dynamic shared memory: STAGES slices of A (bm x 20 words) and B (16 x 136
+        words, or 128 x 20 in the weight gradient)."""
         b_words = BN * (BK + 4) if p.mode == 2 else BK * (BN + 8)
-        return 4 * parts * (self.bm * (BK + 4) + b_words)
+        return 4 * STAGES * (self.bm * (BK + 4) + b_words)
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         """(column tiles, groups x row tiles, splits)."""
@@ -217,19 +216,22 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu))
     reduce = (_igemm.reduce_config(p.geom, p.base_mode, splits, relu, _igemm.sm_count())
               if splits > 1 else None)
-    return (cuda.load(ref), grid, ints, _igemm.workspace_floats(p.geom, p.base_mode, splits),
+    kernel = cuda.load(ref)
+    smem = tile.smem_bytes(p)
+    cuda.set_dynamic_smem(kernel, smem)
+    return (kernel, grid, ints, smem, _igemm.workspace_floats(p.geom, p.base_mode, splits),
             reduce)
 
 
 def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp) -> None:
     """Launch on checked arguments: ``a``, ``b`` the GEMM's operands (mode 0, 1: ``w`` and
     ``x`` / ``gy``; mode 2: ``gy`` and ``x``), ``bias``/``residual`` (mode 0) or None."""
-    kernel, grid, ints, floats, reduce = _config(p, tile, bool(relu), precision.current(),
-                                                 xp.cuda.runtime.getDevice())
+    kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
+                                                       xp.cuda.runtime.getDevice())
     partial = workspace(xp, floats) if floats else NULL
     bias = NULL if bias is None else bias
     residual = NULL if residual is None else residual
-    kernel(grid, (THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
+    kernel(grid, (THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints, shared_mem=smem)
     if reduce is not None:
         rkernel, rgrid, rints = reduce
         rkernel(rgrid, (256, 1, 1), (partial, bias, residual, out) + rints)

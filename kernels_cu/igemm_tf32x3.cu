@@ -132,21 +132,32 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     // A loads (every mode): consecutive threads take consecutive q of one row m, which are
     // consecutive addresses of w (modes 0, 1) or of gy along the output plane (mode 2).
     const int ak = tid % BK;
-    // Modes 0 and 1, B: each thread owns one pixel column (consecutive threads, consecutive
-    // pixels: coalesced) and rows bk0, bk0 + 2, ... of the slice.
-    const int bn = tid % BN, bk0 = tid / BN;
-    int img = 0, pa = 0, pb = 0;
-    const int pcol = p0 + bn;
-    if (MODE != 2 && pcol < P) {
+    // Modes 0, 1 and 3, B: each thread owns columns bc + 32 j (j < 4: a warp's lanes on 32
+    // consecutive pixels, coalesced) and reduction rows 2 br, 2 br + 1 of each slice.  Every
+    // element is then (pixel part) + (tap part): the column's (pa, pb) and base offset are
+    // decoded once here, each row's tap (dr, ds) and offset once per slice, so an element
+    // costs two adds, a bounds test and its copy.  Out-of-range columns get a pa that no
+    // tap brings in bounds.
+    constexpr int B_COLS = 4;
+    const int bc = tid % 32, br = tid / 32;
+    int cpa[B_COLS], cpb[B_COLS], cbase[B_COLS];
+    if constexpr (MODE != 2) {
         const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : PH;
         const int width = MODE == 0 ? OW : MODE == 1 ? W : cols_ph.count;
-        img = pcol / plane;
-        const int rem = pcol % plane;
-        pa = rem / width;
-        pb = rem % width;
-        if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
-        else if (MODE == 1) { pa += pad_h; pb += pad_w; }
-        else { pa += rows_ph.first; pb += cols_ph.first; }  // oh = pa - tr, ow = pb - ts
+        const int src_c = MODE == 0 ? C : K, src_hw = MODE == 0 ? HW : OHW;
+        const int src_w = MODE == 0 ? W : OW, src_g = MODE == 0 ? g * Cg : g * Kg;
+#pragma unroll
+        for (int j = 0; j < B_COLS; ++j) {
+            const int pcol = p0 + bc + 32 * j;
+            const int img = pcol / plane, rem = pcol - img * plane;
+            int pa = rem / width, pb = rem - (rem / width) * width;
+            if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
+            else if (MODE == 1) { pa += pad_h; pb += pad_w; }   // oh = pa - r*dil (stride 1)
+            else { pa += rows_ph.first; pb += cols_ph.first; }  // oh = pa - tr, ow = pb - ts
+            cbase[j] = (img * src_c + src_g) * src_hw + pa * src_w + pb;
+            cpa[j] = pcol < P ? pa : -(1 << 28);
+            cpb[j] = pb;
+        }
     }
     // Mode 2, B: each thread owns reduction row ak (the same q as its A loads) and columns
     // tid / BK + 16 i: their (c, r, s) offsets never change, so they are decoded once.
@@ -209,38 +220,32 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                                 ok ? xb + bofs[i] + ih * W + iw : b_src, ok);
             }
         } else {
+            const int lim_h = MODE == 0 ? H : OH, lim_w = MODE == 0 ? W : OW;
 #pragma unroll
-            for (int i = 0; i < Sh::NB; ++i) {
-                const int kl = bk0 + i * (THREADS / BN), q = q0 + kl;
-                bool ok = false;
-                size_t at = 0;
+            for (int h = 0; h < 2; ++h) {
+                const int kl = 2 * br + h, q = q0 + kl;
+                // this row's tap: the source offset it adds and its (dr, ds) from (pa, pb)
+                int dr = 0, ds = 0, qoff = 0;
                 if (MODE == 3) {
-                    if (pcol < P && q < q_end) {
-                        int k, tr, ts;
-                        tap_of(q, k, tr, ts);
-                        const int oh = pa - tr, ow = pb - ts;
-                        ok = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
-                        at = (((size_t)img * K + g * Kg + k) * OH + oh) * OW + ow;
-                    }
-                } else if (pcol < P && q < q_end) {
+                    int k, tr, ts;
+                    tap_of(q, k, tr, ts);
+                    dr = -tr; ds = -ts;
+                    qoff = k * OHW - tr * OW - ts;
+                } else {
                     const int cq = q / RS, rs = q - cq * RS;
-                    const int r = rs / S, s = rs - r * S;
-                    if (MODE == 0) {
-                        const int ih = pa + r * dil_h, iw = pb + s * dil_w;
-                        ok = ih >= 0 && ih < H && iw >= 0 && iw < W;
-                        at = (((size_t)img * C + g * Cg + cq) * H + ih) * W + iw;
-                    } else {
-                        // gx[c, h, w] takes gy[k, oh, ow] where oh * stride = h + pad - r * dil
-                        const int th = pa - r * dil_h, tw = pb - s * dil_w;
-                        if (th >= 0 && tw >= 0) {
-                            const int oh = stride_h == 1 ? th : th / stride_h;
-                            const int ow = stride_w == 1 ? tw : tw / stride_w;
-                            ok = oh * stride_h == th && ow * stride_w == tw && oh < OH && ow < OW;
-                            at = (((size_t)img * K + g * Kg + cq) * OH + oh) * OW + ow;
-                        }
-                    }
+                    const int r = rs / S, s_ = rs - r * S;
+                    dr = (MODE == 0 ? 1 : -1) * r * dil_h;
+                    ds = (MODE == 0 ? 1 : -1) * s_ * dil_w;
+                    qoff = MODE == 0 ? cq * HW + dr * W + ds : cq * OHW + dr * OW + ds;
                 }
-                tdcx::cp_async4(bs + kl * LDN + bn, ok ? b_src + at : b_src, ok);
+                const bool q_ok = q < q_end;
+#pragma unroll
+                for (int j = 0; j < B_COLS; ++j) {
+                    const int ih = cpa[j] + dr, iw = cpb[j] + ds;
+                    const bool ok = q_ok && (unsigned)ih < (unsigned)lim_h
+                                    && (unsigned)iw < (unsigned)lim_w;
+                    tdcx::cp_async4(bs + kl * LDN + bc + 32 * j, ok ? b_src + cbase[j] + qoff : b_src, ok);
+                }
             }
         }
     };

@@ -70,8 +70,11 @@ def test_limits_are_said():
     wide = conv_geometry((1, 3, 8, 8), (4, 3, 3, 3), padding=(40000, 0))
     assert igemm_tf32x3.supported(P(wide, 0)) is None
     assert "padding" in igemm_tf32x3.supported(P(wide, 2))
-    huge = conv_geometry((1, 4096, 1024, 1024), (4, 4096, 1, 1))
+    huge = conv_geometry((64, 64, 1024, 1024), (4, 64, 1, 1))
     assert "2**31" in igemm_tf32x3.supported(P(huge, 0))
+    dilated = conv_geometry((1, 8, 16, 16), (16, 8, 3, 3), stride=2, padding=2, dilation=2)
+    assert "dilated" in igemm_tf32x3.supported(igemm_tf32x3.problem(dilated, 1))
+    assert direct_conv.choose_algorithm(dilated, 1, device_facts()) == "igemm"
 
 
 def test_cpu_path_takes_the_options_and_checks_them():

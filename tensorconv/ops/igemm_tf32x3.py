@@ -97,13 +97,17 @@ class Tile:
 
 
 def supported(p: Problem) -> str | None:
-    """Why the kernel cannot run ``p`` (its 32-bit and 16-bit index limits), or None."""
+    """Why the kernel cannot run ``p`` (its 32-bit and 16-bit index limits; a strided
+    data gradient runs by phase, which needs dilation 1), or None."""
     g = p.geom
-    if g.c * g.h * g.w >= _INT32 or g.k * g.oh * g.ow >= _INT32:
-        return "igemm_tf32x3 indexes one image in 32 bits: C*H*W and K*OH*OW must be < 2**31"
+    if g.n * g.c * g.h * g.w >= _INT32 or g.n * g.k * g.oh * g.ow >= _INT32:
+        return "igemm_tf32x3 indexes in 32 bits: N*C*H*W and N*K*OH*OW must be < 2**31"
     taps = max(g.r * g.dilation[0], g.s * g.dilation[1], g.padding[0], g.padding[1])
     if p.mode == 2 and taps >= _TAP_LIMIT:
         return f"igemm_tf32x3's weight gradient needs filter extent and padding < {_TAP_LIMIT}"
+    if p.mode == 1 and g.stride != (1, 1):
+        return ("igemm_tf32x3 takes a strided data gradient by phase (mode 3), which needs "
+                "dilation 1; this one is strided and dilated")
     if p.mode == 3 and (g.dilation != (1, 1) or g.stride == (1, 1)):
         return "igemm_tf32x3's phase-split data gradient (mode 3) needs stride > 1, dilation 1"
     return None
@@ -125,22 +129,27 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
     Forward and data gradient: as many as fit in one wave of resident blocks (rounded
     down: a partial second wave costs more than the split saves).  Weight gradient: its
     GEMM is short and wide-reduced (P = C*R*S columns, Q = N*OH*OW), so it splits until
-    about two waves run.  Each split keeps at least four 16-deep reduction steps.
+    about two waves run; so does a phase-split data gradient short of one wave, whose
+    phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so in work.  Each split keeps
+    at least four 16-deep reduction steps.
     """
     m, cols, q = p.gemm
     blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups * p.phases
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
-    want = cdiv(2 * resident, blocks) if p.mode == 2 else resident // blocks
+    if p.mode == 2 or (p.mode == 3 and blocks < resident):
+        want = cdiv(2 * resident, blocks)
+    else:
+        want = resident // blocks
     return max(1, min(want, cdiv(q, BK) // 4, _igemm.MAX_SPLITS))
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Rows: the smallest block height that holds a group's rows (at most 64 for the
-    weight gradient, whose few blocks are better spread over more splits); splits:
-    :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at batch 128
-    (docs/notes/training_speed.md)."""
+    gradients of the weights and by phase, whose few blocks are better spread over more
+    splits); splits: :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at
+    batch 128 (docs/notes/training_speed.md)."""
     bm = rows_for(p.gemm[0])
-    if p.mode == 2:
+    if p.mode in (2, 3):
         bm = min(bm, 64)
     return Tile(bm, _splits_for(p, bm, facts))
 
@@ -158,11 +167,13 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 
 def worth_it(p: Problem, facts: DeviceFacts) -> bool:
-    """Whether this kernel is the default for ``p``: a tensor-core device and a GEMM of at
+    """Whether this kernel is the default for ``p``: a tensor-core device, a GEMM of at
     least 2**24 multiply-adds per group (smaller ones are bound by launch and staging,
-    where the fp32 kernel's 64-wide tiles lose nothing)."""
+    where the fp32 kernel's 64-wide tiles lose nothing), 16 rows and 32 columns (a
+    1-channel stem's weight gradient has 9 columns: the 128-wide tile would idle)."""
     m, cols, q = p.gemm
-    return device_supported(facts) and supported(p) is None and m * cols * q >= 1 << 24
+    return (device_supported(facts) and supported(p) is None and m * cols * q >= 1 << 24
+            and m >= 16 and cols >= 32)
 
 
 def check_tile(tile: Tile, p: Problem) -> None:

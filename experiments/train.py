@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--train-limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    p.add_argument("--precision", default=d.precision, choices=("fp32", "tf32"),
+                   help="the tensor-core convolutions' products: fp32 (3xTF32) or tf32")
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="checkpoint file (default: train_MODEL.ckpt.npz in --out)")
     p.add_argument("--stop-after", type=int, default=None, help="epochs to run in this call")
@@ -66,7 +68,8 @@ def main(argv=None) -> int:
     cfg = TrainConfig(model=args.model, epochs=args.epochs, batch_size=args.batch_size,
                       lr=args.lr, weight_decay=args.weight_decay, schedule=args.schedule,
                       augment=not args.no_augment, train_limit=args.train_limit,
-                      test_limit=1000 if args.quick else None, seed=args.seed, device=args.device)
+                      test_limit=1000 if args.quick else None, seed=args.seed, device=args.device,
+                      precision=args.precision)
     name = f"train_{args.model}"
     paths = outputs(name, args.out)
     ckpt = args.checkpoint or paths["csv"].with_suffix(".ckpt.npz")
@@ -77,7 +80,9 @@ def main(argv=None) -> int:
     env = bench.environment()
     cost = count_flops_params(result.model, (1, 1, 32, 32))
     rs = ResultSet(name, env)
-    variant = "cuda" if result.model.xp.__name__ == "cupy" else "numpy"
+    on_gpu = result.model.xp.__name__ == "cupy"
+    variant = ("cuda" if on_gpu else "numpy") + ("-tf32" if on_gpu and cfg.precision == "tf32"
+                                                 else "")
     for h in result.history:
         for metric in ("train_loss", "test_loss"):
             rs.add(f"epoch{h['epoch']}", variant, metric, h[metric], "1")

@@ -160,16 +160,19 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         }
     }
     // Mode 2, B: each thread owns reduction row ak (the same q as its A loads) and columns
-    // tid / BK + 16 i: their (c, r, s) offsets never change, so they are decoded once.
-    int bofs[MODE == 2 ? Sh::NB : 1], btap[MODE == 2 ? Sh::NB : 1];
+    // tid / BK + 16 i: their (c, r, s) never change, so each column's offset from the
+    // output pixel's corner and its tap (dr, ds) are decoded once.  Out-of-range columns
+    // get a tap that no pixel brings in bounds.
+    int btoff[MODE == 2 ? Sh::NB : 1], bdr[MODE == 2 ? Sh::NB : 1], bds[MODE == 2 ? Sh::NB : 1];
     if constexpr (MODE == 2) {
 #pragma unroll
         for (int i = 0; i < Sh::NB; ++i) {
             const int pc = p0 + (tid + i * THREADS) / BK;
             const int c = pc / RS, rs = pc % RS;
             const int r = rs / S, s = rs % S;
-            bofs[i] = pc < P ? (g * Cg + c) * HW : -1;
-            btap[i] = ((r * dil_h - pad_h) << 16) | ((s * dil_w - pad_w) & 0xFFFF);
+            bdr[i] = pc < P ? r * dil_h - pad_h : -(1 << 28);
+            bds[i] = s * dil_w - pad_w;
+            btoff[i] = (g * Cg + c) * HW + bdr[i] * W + bds[i];
         }
     }
 
@@ -211,13 +214,14 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         if constexpr (MODE == 2) {
             const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
             const int ohs = oh * stride_h, ows = ow * stride_w;
-            const float* xb = b_src + (size_t)n2 * C * HW;
+            const float* corner = b_src + (size_t)n2 * C * HW + ohs * W + ows;
+            const bool q_ok = qa < q_end;
 #pragma unroll
             for (int i = 0; i < Sh::NB; ++i) {
-                const int ih = ohs + (btap[i] >> 16), iw = ows + (short)(btap[i] & 0xFFFF);
-                const bool ok = bofs[i] >= 0 && qa < q_end && ih >= 0 && ih < H && iw >= 0 && iw < W;
+                const int ih = ohs + bdr[i], iw = ows + bds[i];
+                const bool ok = q_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
                 tdcx::cp_async4(bs + ((tid + i * THREADS) / BK) * LDK + ak,
-                                ok ? xb + bofs[i] + ih * W + iw : b_src, ok);
+                                ok ? corner + btoff[i] : b_src, ok);
             }
         } else {
             const int lim_h = MODE == 0 ? H : OH, lim_w = MODE == 0 ? W : OW;

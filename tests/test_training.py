@@ -272,3 +272,14 @@ def test_a_dw_scc_model_trains_and_resumes_exactly(tmp_path):
     assert all(np.array_equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="pointwise must be one of"):
         _cfg(pointwise="dw")
+
+
+def test_precision_is_checked_and_old_checkpoints_read_it_as_fp32(tmp_path):
+    with pytest.raises(ValueError, match="precision"):
+        _cfg(precision="bf16")
+    path = tmp_path / "run.npz"
+    train(_cfg(epochs=1), path, progress=False)
+    model_state, opt_state, meta = ckpt.load(path)
+    del meta["config"]["precision"]                  # as written before the setting existed
+    ckpt.save(path, model_state=model_state, optimizer_state=opt_state, meta=meta)
+    assert train(_cfg(epochs=2), path, progress=False).finished

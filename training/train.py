@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import tensorconv
-from tensorconv import backend, data, files
+from tensorconv import backend, data, files, precision
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.autograd import functions as F
 from tensorconv.autograd.functions.loss import check_labels
@@ -59,6 +59,8 @@ class TrainConfig:
     capture: str = "auto"              # the step replayed as CUDA graphs: "auto" where the run
                                        # allows (GPU; no ADMM, clipping or data parallelism),
                                        # "on" (or fail), "off" (eager steps)
+    precision: str = "fp32"            # the tensor-core convolutions' products: "fp32"
+                                       # (3xTF32) or "tf32" (one pass, cuDNN's TF32 accuracy)
     pad_to: int | None = 32
     train_limit: int | None = None
     test_limit: int | None = None
@@ -104,6 +106,7 @@ class TrainConfig:
         for name, allowed in (("schedule", ("cosine", "step")), ("device", ("auto", "cpu", "gpu")),
                               ("dataset", ("fashion_mnist", "synthetic")),
                               ("capture", ("auto", "on", "off")),
+                              ("precision", precision.PRECISIONS),
                               ("tucker_init", ("decompose", "random"))):
             check_choice(getattr(self, name), name, allowed)
         if self.tucker_ranks and self.cp_rank:
@@ -210,8 +213,10 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
     model_state, opt_state, meta = ckpt.load(path)
     saved = meta["config"]
     now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored: tuples become lists
-    diff = {k: (saved.get(k), v) for k, v in now.items()
-            if k not in _RESUMABLE_CHANGES and saved.get(k) != v}
+    # a setting added since the checkpoint was written reads as its default
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    diff = {k: (saved.get(k, defaults[k]), v) for k, v in now.items()
+            if k not in _RESUMABLE_CHANGES and saved.get(k, defaults[k]) != v}
     if diff:
         raise ckpt.CheckpointMismatchError(
             f"checkpoint {path} was written by another run (model {saved.get('model')!r}); "
@@ -309,6 +314,12 @@ def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after:
     FloatingPointError
         The loss became NaN or infinite; the message names the epoch and step.
     """
+    with precision.using(cfg.precision):   # every kernel the run fetches, and its graphs
+        return _train(cfg, checkpoint, stop_after, progress, log_every, parallel)
+
+
+def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parallel):
+    """:func:`train`'s body, under the run's precision."""
     from tqdm import tqdm
 
     if checkpoint is not None:

@@ -129,14 +129,16 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
     Forward and data gradient: as many as fit in one wave of resident blocks (rounded
     down: a partial second wave costs more than the split saves).  Weight gradient: its
     GEMM is short and wide-reduced (P = C*R*S columns, Q = N*OH*OW), so it splits until
-    about two waves run; so does a phase-split data gradient short of one wave, whose
-    phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so in work.  Each split keeps
-    at least four 16-deep reduction steps.
+    about four blocks per SM run; a phase-split data gradient short of one wave, whose
+    phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so in work, until two waves
+    do.  Each split keeps at least four 16-deep reduction steps.
     """
     m, cols, q = p.gemm
     blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups * p.phases
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
-    if p.mode == 2 or (p.mode == 3 and blocks < resident):
+    if p.mode == 2:
+        want = cdiv(4 * facts.sm_count, blocks)
+    elif p.mode == 3 and blocks < resident:
         want = cdiv(2 * resident, blocks)
     else:
         want = resident // blocks
@@ -145,11 +147,11 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Rows: the smallest block height that holds a group's rows (at most 64 for the
-    gradients of the weights and by phase, whose few blocks are better spread over more
-    splits); splits: :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at
-    batch 128 (docs/notes/training_speed.md)."""
+    data gradient by phase, whose few blocks are better spread over more splits);
+    splits: :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at batch 128
+    (docs/notes/training_speed.md)."""
     bm = rows_for(p.gemm[0])
-    if p.mode in (2, 3):
+    if p.mode == 3:
         bm = min(bm, 64)
     return Tile(bm, _splits_for(p, bm, facts))
 

@@ -201,3 +201,24 @@ def test_the_input_images_get_no_gradient_kernel_on_the_gpu(rng):
         assert (gx is None) != wanted
         grads.append(gw.get())
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def test_tf32_training_runs_one_pass_and_its_checkpoint_says_so(tmp_path):
+    """precision="tf32": the tensor-core convolutions take one tf32 pass, so the losses
+    move away from the fp32 run's (by tf32's error, not more); a checkpoint keeps the
+    setting and refuses a resume under the other."""
+    from training import checkpoint as ckpt
+    from training.train import TrainConfig, train
+
+    def run(prec, path):
+        cfg = TrainConfig(model="resnet20", dataset="synthetic", epochs=1, batch_size=64,
+                          lr=0.05, train_limit=256, test_limit=64, pad_to=32, device="gpu",
+                          warmup_epochs=0, precision=prec)
+        return train(cfg, path, progress=False, log_every=1)
+
+    fp32, tf32 = run("fp32", tmp_path / "fp32.npz"), run("tf32", tmp_path / "tf32.npz")
+    a = np.array([v for _, v in fp32.step_losses])
+    b = np.array([v for _, v in tf32.step_losses])
+    assert a[0] != b[0] and np.abs(a - b).max() < 0.05 * np.abs(a).max(), (a, b)
+    with pytest.raises(ckpt.CheckpointMismatchError, match="precision"):
+        run("fp32", tmp_path / "tf32.npz")

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                    help="train data-parallel on this many GPUs, one process each")
     p.add_argument("--sync-bn", action="store_true",
                    help="with --gpus: average BN running statistics over the GPUs each epoch")
-    p.output_name = lambda ns: f"train_{ns.model}"
+    p.output_name = lambda ns: f"train_{ns.model}" + ("_tf32" if ns.precision == "tf32" else "")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     if args.gpus is not None and ENV_RANK not in os.environ:
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
                       augment=not args.no_augment, train_limit=args.train_limit,
                       test_limit=1000 if args.quick else None, seed=args.seed, device=args.device,
                       precision=args.precision)
-    name = f"train_{args.model}"
+    name = p.output_name(args)
     paths = outputs(name, args.out)
     ckpt = args.checkpoint or paths["csv"].with_suffix(".ckpt.npz")
     result = train(cfg, ckpt, stop_after=args.stop_after, parallel=parallel)

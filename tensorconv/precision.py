@@ -16,7 +16,9 @@ fetched: ::
         y = ops.core_conv2d(x, w, 1, 1, variant="tf32x3")
 
 Only kernels built on ``tc_mma.cuh`` change (:func:`tensorconv.cuda.uses_tensor_cores`):
-the tf32x3 core, Winograd, fused stem and tensor-core pointwise-pair kernels.  The
+the tf32x3 core, Winograd, fused stem and tensor-core pointwise-pair kernels, and the
+implicit GEMM that ``ops.conv2d`` and its gradients run on large layers (training's
+``TrainConfig(precision=...)`` sets it for a whole run).  The
 others, and every NumPy path, compute in fp32 whatever the setting.  The tune cache
 keys every decision by precision (:func:`tensorconv.tunecache.make_key`), so tiles
 and verdicts are tuned for each.  :class:`tensorconv.engine.InferenceEngine`

@@ -10,7 +10,7 @@ import pytest
 from tensorconv import cuda, ops, precision, tunecache
 from tests import cu_instances
 
-MMA_FILES = ("conv_maxpool.cu", "pointwise_pair.cu", "tucker_core_tf32x3.cu",
+MMA_FILES = ("conv_maxpool.cu", "igemm_tf32x3.cu", "pointwise_pair.cu", "tucker_core_tf32x3.cu",
              "tucker_tail.cu", "winograd_conv.cu")
 
 

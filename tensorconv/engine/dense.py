@@ -24,7 +24,7 @@ from tensorconv.tuning import oracle
 
 CORE_FILES = tuple(k.FILE for k in core_conv.KERNELS.values())
 # every kernel a planned dense convolution may run, whichever path its choices took
-DENSE_FILES = (direct_conv.FILE, pointwise_conv.FILE) + CORE_FILES
+DENSE_FILES = direct_conv.FILES + (pointwise_conv.FILE,) + CORE_FILES
 
 
 def plan_conv2d(m: L.Conv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
@@ -66,7 +66,7 @@ def _general_step(plan, x, w, b, geom, relu, residual, out) -> Step:
                     pointwise_conv.kernels(geom, tile))
 
     choice = one_launch_or_parts(
-        plan, "pointwise_path", (pointwise_conv.FILE, direct_conv.FILE),
+        plan, "pointwise_path", (pointwise_conv.FILE,) + direct_conv.FILES,
         f"{geom}|res{residual is not None}|{algorithm}", tiles=lambda: tiles, launch=launch,
         parts=lambda: [general], decode=lambda v: pointwise_conv.Tile(*v), allowed=tiles)
     return launch(choice.tile) if choice.fused else general

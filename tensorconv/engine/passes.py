@@ -20,7 +20,7 @@ from tensorconv.engine.plan import Plan, Step
 from tensorconv.ops import direct_conv, pointwise_conv, pointwise_pair
 
 # every kernel a pair and the launches it replaces may run
-PAIR_FILES = (pointwise_pair.FILE, pointwise_conv.FILE, direct_conv.FILE)
+PAIR_FILES = (pointwise_pair.FILE, pointwise_conv.FILE) + direct_conv.FILES
 
 
 def _problem(a, b, extra_channels: int = 0) -> pointwise_pair.Problem:

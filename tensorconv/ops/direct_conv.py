@@ -39,6 +39,7 @@ from tensorconv.ops import _igemm, igemm_tf32x3
 from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, workspace
 
 FILE = "direct_conv.cu"
+FILES = (FILE, igemm_tf32x3.FILE)  # every kernel file a call may run (tune-cache keys)
 Problem = ConvGeometry
 ALGORITHMS = ("direct", "igemm", "igemm_tf32x3")
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu

@@ -306,14 +306,18 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     frag(as[(m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1)], ab[e], asm_[e]);
+                // Pass by pass across the row's n tiles: consecutive mma's then write different
+                // accumulators (a tile's three passes back to back wait on each other).
+                if constexpr (EXACT) {
 #pragma unroll
-                for (int j = 0; j < Sh::NT; ++j) {
-                    if constexpr (EXACT) {
+                    for (int j = 0; j < Sh::NT; ++j)
                         tf32x3::mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
+#pragma unroll
+                    for (int j = 0; j < Sh::NT; ++j)
                         tf32x3::mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
-                    }
-                    tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
                 }
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
             }
         }
     }

@@ -38,7 +38,8 @@
 // split order (deterministic) and runs the epilogue; with one split the epilogue (bias,
 // residual, ReLU: forward only) runs here.
 //
-// Launch geometry, the split and the checks belong to tensorconv/ops/igemm_tf32x3.py.
+// Launch geometry, the split and the checks belong to tensorconv/ops/igemm_tf32x3.py; what
+// was tried and how fast: docs/notes/igemm_tf32x3.md.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 #include "tc_mma.cuh"

@@ -149,7 +149,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Rows: the smallest block height that holds a group's rows (at most 64 for the
     data gradient by phase, whose few blocks are better spread over more splits);
     splits: :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at batch 128
-    (docs/notes/training_speed.md)."""
+    (docs/notes/igemm_tf32x3.md)."""
     bm = rows_for(p.gemm[0])
     if p.mode == 3:
         bm = min(bm, 64)

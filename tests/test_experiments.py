@@ -290,7 +290,7 @@ def test_dp_scaling_quick(tmp_path):
     assert dp_scaling.main(["--quick", "--gpus", "1", "2", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "dp_scaling.csv")
     ips = {(r["case"], r["variant"]): r for r in rows if r["metric"] == "images_per_s"}
-    assert ips["resnet18/weak", "1 GPU"]["value"] > 0
+    assert ips["resnet18/weak/captured", "1 GPU"]["value"] > 0
     assert [r["metric"] for r in rows].count("launcher/plain") == 1
 
 

@@ -57,7 +57,7 @@ class TrainConfig:
     augment: bool = True               # random crop (padding 4) and horizontal flip
     device_data: bool = True           # the training set on the device, batches made there
     capture: str = "auto"              # the step replayed as CUDA graphs: "auto" where the run
-                                       # allows (GPU; no ADMM, clipping or data parallelism),
+                                       # allows (GPU; no ADMM or clipping),
                                        # "on" (or fail), "off" (eager steps)
     precision: str = "fp32"            # the tensor-core convolutions' products: "fp32"
                                        # (3xTF32) or "tf32" (one pass, cuDNN's TF32 accuracy)
@@ -254,7 +254,7 @@ def _eager_step(model, opt, x, y, reducer, admm, masked, clip_grad):
     return loss.data.reshape(()), (logits.data.argmax(axis=1) == y).sum()
 
 
-def _capture_blocker(cfg: TrainConfig, device: str, admm, parallel) -> str | None:
+def _capture_blocker(cfg: TrainConfig, device: str, admm) -> str | None:
     """Why this run cannot replay a captured step, or None."""
     if device != "gpu":
         return "it trains on the CPU"
@@ -262,16 +262,14 @@ def _capture_blocker(cfg: TrainConfig, device: str, admm, parallel) -> str | Non
         return "ADMM changes its targets between steps on the host"
     if cfg.clip_grad:
         return "gradient clipping reads the gradient norm on the host"
-    if parallel is not None and parallel.size > 1:
-        return "data parallelism exchanges gradients during the backward pass"
     return None
 
 
-def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, parallel):
+def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, reducer):
     """The run's :class:`CapturedStep`, or None for eager steps (``cfg.capture``)."""
     if cfg.capture == "off":
         return None
-    blocker = _capture_blocker(cfg, device, admm, parallel)
+    blocker = _capture_blocker(cfg, device, admm)
     if blocker is not None:
         if cfg.capture == "on":
             raise ValueError(f"capture='on', but this run cannot capture its step: {blocker}")
@@ -279,7 +277,7 @@ def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, parallel):
     xp = model.xp
     x, y = ((batches.x, batches.y) if batches is not None else
             (xp.empty(x_shape, np.float32), xp.empty(x_shape[0], np.int64)))
-    return CapturedStep(model, opt, x, y, strict=cfg.capture == "on",
+    return CapturedStep(model, opt, x, y, strict=cfg.capture == "on", reducer=reducer,
                         after_backward=masked.after_backward if masked else None,
                         after_step=masked.after_step if masked else None)
 
@@ -382,7 +380,7 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     share = cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
     stepper = _stepper(cfg, device, model, opt, batches,
-                       (share,) + train_set.images.shape[1:], admm, masked, parallel)
+                       (share,) + train_set.images.shape[1:], admm, masked, reducer)
     warned = False
     for epoch in range(start_epoch, end_epoch):
         t0 = time.perf_counter()

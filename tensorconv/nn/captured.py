@@ -27,6 +27,12 @@ reduction kernels (a linear layer runs on our convolution kernels for this reaso
 captured (a host read, a host-to-device copy, cuBLAS) ends the capture; the step it belonged
 to has run eagerly, and with ``strict=True`` :class:`CaptureError` says why, otherwise every
 later call runs eagerly (the same kernels) and :attr:`CapturedStep.failure` says why.
+
+In a data-parallel run the gradients' all-reduces are part of the step: NCCL's kernels are
+captured on the communicator's stream, which joins the capture through an event the
+compute stream records and rejoins it at :meth:`Reducer.finish
+<tensorconv.distributed.Reducer.finish>`, so a replay overlaps communication with the
+backward pass as an eager step does, without a host call per bucket.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ class CapturedStep:
     loss_fn : callable, optional
         ``loss_fn(logits, y) -> scalar Tensor``; must not read the device from the host.
         Default :func:`default_loss`.
+    reducer : tensorconv.distributed.Reducer, optional
+        Average the gradients over the ranks of a data-parallel run during the backward
+        pass (its all-reduces, on the communicator's stream, are captured with the step:
+        every rank must capture and replay the same steps).
     after_backward, after_step : callable, optional
         Run after the backward pass and after the update (masking gradients and weights,
         :class:`training.masked.MaskedTraining`); captured with the step, so they must
@@ -94,8 +104,8 @@ class CapturedStep:
     captured step cannot accumulate gradients over several calls.
     """
 
-    def __init__(self, model, optimizer, x, y, *, loss_fn=None, after_backward=None,
-                 after_step=None, strict: bool = False):
+    def __init__(self, model, optimizer, x, y, *, loss_fn=None, reducer=None,
+                 after_backward=None, after_step=None, strict: bool = False):
         xp = backend.require_cuda("CapturedStep")
         if not backend.is_cupy_array(x) or x.ndim != 4 or x.dtype != np.float32 \
                 or not x.flags.c_contiguous:
@@ -109,6 +119,9 @@ class CapturedStep:
         params = list(model.parameters())
         if [id(p) for p in params] != [id(p) for p in optimizer.params]:
             raise ValueError("optimizer must hold exactly model.parameters(), in order")
+        if reducer is not None and [id(p) for p in reducer.params] != [id(p) for p in params]:
+            raise ValueError("reducer must average exactly model.parameters(), in order")
+        self.reducer = reducer
         self.xp, self.model, self.optimizer, self.x, self.y = xp, model, optimizer, x, y
         self.loss_fn = loss_fn or default_loss
         self.after_backward, self.after_step = after_backward, after_step
@@ -140,7 +153,12 @@ class CapturedStep:
             raise ValueError(f"loss_fn must return one value, got shape {tuple(loss.shape)}")
         correct = (logits.data.argmax(axis=1) == self.y).sum()
         self.optimizer.zero_grad()
-        loss.backward()
+        if self.reducer is None:
+            loss.backward()
+        else:   # each bucket all-reduced as soon as the backward pass has finished it
+            self.reducer.begin()
+            loss.backward(on_leaf_done=self.reducer.leaf_done)
+            self.reducer.finish()
         if self.after_backward is not None:
             self.after_backward()
         return loss.data.reshape(()), correct

@@ -79,6 +79,55 @@ def test_captured_steps_equal_eager_steps_bit_for_bit(rng, model_name, batch, si
     _assert_same(_state(*eager[:2]), _state(*capt[:2]))
 
 
+class _TwinRanks:
+    """A communicator as if two ranks had the same gradients: its all-reduce doubles the
+    buffer on a stream of its own (as NCCL's would sum it there), so a data-parallel step's
+    fork to the communicator's stream and join back are captured; the reducer's mean
+    leaves the gradients as they were, exactly."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        import cupy as cp
+
+        self.cp, self.stream, self.calls = cp, cp.cuda.Stream(non_blocking=True), 0
+
+    def all_reduce(self, buf):
+        cp = self.cp
+        self.stream.wait_event(cp.cuda.get_current_stream().record())
+        with self.stream:
+            buf += buf
+        self.calls += 1
+
+    def wait(self):
+        self.cp.cuda.get_current_stream().wait_event(self.stream.record())
+
+
+def test_a_data_parallel_step_is_captured_with_its_all_reduces(rng):
+    from tensorconv.distributed import Reducer
+    from tensorconv.nn.captured import CapturedStep
+
+    eager = _setup("resnet20", 16, 16)
+    capt = _setup("resnet20", 16, 16)
+    comm = _TwinRanks()
+    reducer = Reducer(capt[0].parameters(), comm, cap_bytes=4 * 20000)
+    assert len(reducer.buckets) > 2
+    step = CapturedStep(*capt, reducer=reducer, strict=True)
+    for xb, yb in _batches(rng, 4, 16, 16):
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+        want = _eager(*eager)
+        loss, right = step()
+        assert (float(loss), int(right)) == want
+    assert step.captures == 1 and step.replays == 3
+    # the eager step and the capture called the communicator; replays did not
+    assert comm.calls == 2 * len(reducer.buckets)
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+    with pytest.raises(ValueError, match="reducer must average exactly"):
+        CapturedStep(*eager, reducer=reducer)
+
+
 def test_a_change_to_what_the_graphs_read_captures_again(rng):
     from tensorconv.nn.captured import CapturedStep
 

@@ -1,0 +1,84 @@
+"""One rank of ``tests/gpu/test_dp_gpu.py``: trains a small model without batch norm (whose
+per-rank statistics would differ from one GPU's) for a few SGD steps on its share of fixed
+global batches, and writes its weights and losses to ``OUT/rank{r}.npz``.
+
+Run through :func:`training.launch.launch` (``python -m tests.gpu.dp_rank OUT STEPS
+CAPTURE``), or as a plain process: one GPU, no communicator.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GLOBAL_BATCH = 16
+
+
+def model(seed: int = 0):
+    from tensorconv.nn import layers as L
+
+    rng = np.random.default_rng(seed)
+    return L.Sequential(L.Conv2d(3, 16, 3, 1, 1, rng=rng), L.ReLU(),
+                        L.Conv2d(16, 32, 3, 2, 1, rng=rng), L.ReLU(), L.GlobalAvgPool2d(),
+                        L.Linear(32, 10, rng=rng))
+
+
+def batches(steps: int):
+    """The global batches every rank (and the one-GPU run) draws: images, labels."""
+    rng = np.random.default_rng(1)
+    return (rng.standard_normal((steps, GLOBAL_BATCH, 3, 16, 16)).astype(np.float32),
+            rng.integers(0, 10, (steps, GLOBAL_BATCH)))
+
+
+def main(out: str, steps: str, capture: str) -> int:
+    import cupy as cp
+
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+    from tensorconv.distributed import Reducer
+    from tensorconv.nn.captured import CapturedStep
+    from tensorconv.nn.optim import SGD
+    from training.parallel import Parallel
+
+    par = Parallel.from_env()
+    rank, size = (par.rank, par.size) if par is not None else (0, 1)
+    net = model().to("gpu")
+    opt = SGD(net.parameters(), 0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    # a small bucket cap: several buckets, so their order and overlap are exercised
+    reducer = Reducer(net.parameters(), par.comm, cap_bytes=4 * 2000) \
+        if par is not None and size > 1 else None
+    if par is not None:
+        par.broadcast_model(net)
+    share = GLOBAL_BATCH // size
+    x, y = cp.empty((share, 3, 16, 16), np.float32), cp.empty(share, np.int64)
+    stepper = CapturedStep(net, opt, x, y, reducer=reducer, strict=True) \
+        if capture == "on" else None
+    xs, ys = batches(int(steps))
+    losses = []
+    for xb, yb in zip(xs, ys):
+        x[...] = cp.asarray(xb[rank * share:(rank + 1) * share])
+        y[...] = cp.asarray(yb[rank * share:(rank + 1) * share])
+        if stepper is not None:
+            loss = stepper()[0]
+        else:
+            loss = F.softmax_cross_entropy(net(Tensor(x)), y)
+            opt.zero_grad()
+            if reducer is None:
+                loss.backward()
+            else:
+                reducer.begin()
+                loss.backward(on_leaf_done=reducer.leaf_done)
+                reducer.finish()
+            opt.step()
+            loss = loss.data
+        losses.append(float(loss))
+    np.savez(Path(out) / f"rank{rank}.npz", losses=np.array(losses),
+             replays=stepper.replays if stepper is not None else 0,
+             **{f"w{i}": p.data.get() for i, p in enumerate(net.parameters())})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(*sys.argv[1:]))

@@ -51,8 +51,6 @@ def _args(argv):
     p.add_argument("--step-kinds", nargs="+", default=list(STEP_KINDS), choices=STEP_KINDS,
                    help="captured: the step replayed as CUDA graphs, all-reduces included "
                         "(what training runs); eager: one Python call per kernel")
-    p.add_argument("--comm-priority", default="high", choices=("high", "normal"),
-                   help="priority of the stream the all-reduces run on")
     p.add_argument("--step", default="captured", choices=STEP_KINDS, help="(internal)")
     p.add_argument("--worker", action="store_true", help="(internal) one rank's timing")
     p.add_argument("--model", default="resnet18", choices=MODELS)
@@ -73,7 +71,7 @@ def _worker(args) -> int:
     """One rank: time ``args.steps`` steps at ``args.global_batch``; rank 0 writes the
     report (images/s over the whole global batch)."""
     cp = backend.require_cuda(NAME)
-    par = Parallel.from_env(high_priority=args.comm_priority == "high")
+    par = Parallel.from_env()
     share = par.check_batch(args.global_batch) if par is not None else args.global_batch
     model = build_model(args.model).to("gpu")
     opt = SGD(model.parameters(), 0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
@@ -106,13 +104,17 @@ def _worker(args) -> int:
         step()
     cp.cuda.Device().synchronize()
     seconds = time.perf_counter() - start
+    if isinstance(step, CapturedStep):
+        step.close()           # its graphs hold NCCL's collectives: gone before the comm
+    if par is not None:
+        par.close()
     if par is None or par.main:
         args.report.write_text(json.dumps({"images_per_s": args.global_batch * args.steps
                                            / seconds, "step_ms": 1e3 * seconds / args.steps}))
     return 0
 
 
-def _timed(model: str, gpus: int, batch: int, steps: int, step: str, priority: str,
+def _timed(model: str, gpus: int, batch: int, steps: int, step: str,
            plain: bool = False) -> dict:
     """Run one configuration (through the launcher, or a plain process) and read its
     report."""
@@ -120,7 +122,7 @@ def _timed(model: str, gpus: int, batch: int, steps: int, step: str, priority: s
         report = Path(tmp) / "report.json"
         command = [sys.executable, "-m", f"experiments.{NAME}", "--worker", "--model", model,
                    "--global-batch", str(batch), "--steps", str(steps), "--report", str(report),
-                   "--step", step, "--comm-priority", priority]
+                   "--step", step]
         code = subprocess.call(command) if plain else launch(command, gpus)
         if code != 0:
             raise RuntimeError(f"{model} on {gpus} GPU(s) failed with exit status {code}")
@@ -151,7 +153,7 @@ def main(argv=None) -> int:
             rs.add(case, f"{n} GPU", "images_per_s", float("nan"), "img/s",
                    note=f"not run: this machine has {available} GPU(s)")
             continue
-        got = _timed(model, n, batch, steps, kind, args.comm_priority)
+        got = _timed(model, n, batch, steps, kind)
         speed[case, n] = got["images_per_s"]
         rs.add(case, f"{n} GPU", "images_per_s", got["images_per_s"], "img/s",
                note=f"global batch {batch}; {got['step_ms']:.2f} ms/step")
@@ -168,10 +170,10 @@ def main(argv=None) -> int:
         # three times each (a 1 % effect needs more than one sample of each).
         repeats = 1 if args.quick else 3
         for kind in kinds:
-            pairs = [(_timed(models[0], 1, MODES["weak"], steps, kind, args.comm_priority,
+            pairs = [(_timed(models[0], 1, MODES["weak"], steps, kind,
                              plain=True)["images_per_s"],
-                      _timed(models[0], 1, MODES["weak"], steps, kind,
-                             args.comm_priority)["images_per_s"]) for _ in range(repeats)]
+                      _timed(models[0], 1, MODES["weak"], steps, kind)["images_per_s"])
+                     for _ in range(repeats)]
             plain, launched = (float(np.median(v)) for v in zip(*pairs))
             rs.add(f"{models[0]}/weak/{kind}", "1 GPU", "launcher/plain", launched / plain, "x",
                    note=f"medians of {repeats}: {launched:.0f} vs {plain:.0f} img/s; "
@@ -183,8 +185,7 @@ def main(argv=None) -> int:
     sections.append(("Notes", f"{steps} timed SGD steps per configuration after 3 warm-up "
                               "steps, synthetic 32x32 data on the GPU; weak: 128 images per "
                               "GPU, strong: 512 in all; speed-up over one GPU through the "
-                              "launcher with the same kind of step; all-reduces on a stream of "
-                              f"{args.comm_priority} priority. Paper (DSXplore Fig. 14, V100, "
+                              "launcher with the same kind of step. Paper (DSXplore Fig. 14, V100, "
                               "runtime normalised to 1 GPU, no numbers in its text): "
                               "near-linear at 4 GPUs, less at 2 and 3."))
     write_markdown(paths["md"], "Data-parallel training: scaling over GPUs", env, sections)

@@ -77,7 +77,11 @@ def main(argv=None) -> int:
     name = p.output_name(args)
     paths = outputs(name, args.out)
     ckpt = args.checkpoint or paths["csv"].with_suffix(".ckpt.npz")
-    result = train(cfg, ckpt, stop_after=args.stop_after, parallel=parallel)
+    try:
+        result = train(cfg, ckpt, stop_after=args.stop_after, parallel=parallel)
+    finally:
+        if parallel is not None:
+            parallel.close()   # train()'s captured step, and its graphs, are gone
     if parallel is not None and not parallel.main:
         return 0                                  # rank 0 writes the results
 

@@ -49,10 +49,9 @@ class Parallel:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls, sync_bn: bool = False, high_priority: bool = True) -> "Parallel | None":
+    def from_env(cls, sync_bn: bool = False) -> "Parallel | None":
         """The rank the launcher (or ``mpirun``: Open MPI's or MPICH's variables) started,
-        NCCL on this process's GPU (its collectives on a stream of the highest priority
-        unless not ``high_priority``); None in a process started otherwise."""
+        NCCL on this process's GPU; None in a process started otherwise."""
         for rank_var, size_var in MPI_ENV:
             if rank_var in os.environ:
                 break
@@ -62,10 +61,15 @@ class Parallel:
             raise RuntimeError(f"{rank_var} is set but {ENV_ID} is not: give every rank the "
                                "path (on a shared file system) where rank 0 writes the NCCL id")
         rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
-        comm = (NcclCommunicator(rank, size, Path(os.environ[ENV_ID]),
-                                 high_priority=high_priority) if size > 1
+        comm = (NcclCommunicator(rank, size, Path(os.environ[ENV_ID])) if size > 1
                 else SoloCommunicator())             # one rank: nothing to exchange
         return cls(rank, size, comm, sync_bn)
+
+    def close(self) -> None:
+        """End the communicator (after the captured steps that used it are gone)."""
+        close = getattr(self.comm, "close", None)
+        if close is not None:
+            close()
 
     def check_batch(self, batch_size: int) -> int:
         """Rows of the global batch this rank trains on."""

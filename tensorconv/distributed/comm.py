@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorconv import backend, files
-from tensorconv.checks import check_bool, check_int
+from tensorconv.checks import check_int
 
 
 def write_unique_id(path, uid) -> None:
@@ -48,18 +48,6 @@ def read_unique_id(path, timeout: float = 120.0):
     return bytes.fromhex(payload["hex"]) if "hex" in payload else tuple(payload["ints"])
 
 
-def _comm_stream(cupy, high_priority: bool):
-    """A non-blocking stream for the collectives, of the highest priority if asked (and
-    if this CuPy can make one)."""
-    if high_priority:
-        try:
-            _, highest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-            return cupy.cuda.Stream(non_blocking=True, priority=highest)
-        except (AttributeError, TypeError):   # an older CuPy: no priorities
-            pass
-    return cupy.cuda.Stream(non_blocking=True)
-
-
 class NcclCommunicator:
     """One GPU of ``size``, as ``rank``, through NCCL on a stream of its own.
 
@@ -68,13 +56,18 @@ class NcclCommunicator:
     rank, size : int
     id_file : path
         Where rank 0 writes the NCCL unique id and the others read it.
-    high_priority : bool
-        Run the collectives on a stream of the device's highest priority (default), so
-        the blocks of an all-reduce whose peer has started are scheduled ahead of the
-        backward pass's queued blocks instead of spinning on the few they hold.
+
+    Notes
+    -----
+    A CUDA graph that captured this communicator's collectives (a
+    :class:`~tensorconv.nn.captured.CapturedStep` of a data-parallel run) must be destroyed
+    before the communicator: NCCL's destroy waits for the resources such a graph holds, so
+    the other order never returns.  :meth:`CapturedStep.close
+    <tensorconv.nn.captured.CapturedStep.close>` (also run when the step is collected) does
+    that; :meth:`close` then ends the communicator.
     """
 
-    def __init__(self, rank: int, size: int, id_file, *, high_priority: bool = True):
+    def __init__(self, rank: int, size: int, id_file):
         import cupy
         from cupy.cuda import nccl
 
@@ -89,7 +82,7 @@ class NcclCommunicator:
         uid = read_unique_id(id_file)
         self._nccl = nccl
         self.comm = nccl.NcclCommunicator(size, uid, rank)
-        self.stream = _comm_stream(cupy, check_bool(high_priority, "high_priority"))
+        self.stream = cupy.cuda.Stream(non_blocking=True)
         self._cupy = cupy
 
     def all_reduce(self, buf) -> None:
@@ -119,6 +112,14 @@ class NcclCommunicator:
         done = cp.cuda.Event(disable_timing=True)
         done.record(self.stream)
         cp.cuda.get_current_stream().wait_event(done)
+
+    def close(self) -> None:
+        """Finish the collectives launched so far and destroy the NCCL communicator (once;
+        the graphs that captured its collectives must be gone, see the class notes)."""
+        if self.comm is not None:
+            self.stream.synchronize()
+            self.comm.destroy()
+            self.comm = None
 
 
 class SoloCommunicator:

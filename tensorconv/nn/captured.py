@@ -136,6 +136,26 @@ class CapturedStep:
         self._out = None          # the loss and the correct count a replay writes
         self.replays = self.captures = self.kernels = 0
 
+    def close(self) -> None:
+        """Destroy the graphs now (a later call runs eagerly and captures again).
+
+        Run when the step is collected, before its attributes (the reducer and its
+        communicator) are released: a graph holding NCCL collectives must be destroyed
+        before their communicator, whose destroy otherwise waits for it forever.
+        """
+        if self._graphs is not None:
+            self.xp.cuda.get_current_stream().synchronize()
+            self._stream.synchronize()
+        self._graphs = self._signed = self._out = self._tables = None
+        self._pools = None
+
+    def __del__(self):
+        if getattr(self, "_graphs", None) is not None:
+            try:
+                self.close()
+            except Exception:   # noqa: BLE001 - the interpreter may be shutting down
+                self._graphs = None
+
     # ---- what the graphs point at
     def _signature(self) -> tuple:
         opt, model = self.optimizer, self.model

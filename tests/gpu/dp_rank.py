@@ -77,6 +77,9 @@ def main(out: str, steps: str, capture: str) -> int:
     np.savez(Path(out) / f"rank{rank}.npz", losses=np.array(losses),
              replays=stepper.replays if stepper is not None else 0,
              **{f"w{i}": p.data.get() for i, p in enumerate(net.parameters())})
+    del stepper              # left to the collector: its graphs go before the communicator
+    if par is not None:
+        par.close()
     return 0
 
 

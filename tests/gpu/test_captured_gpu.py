@@ -113,16 +113,18 @@ def test_a_data_parallel_step_is_captured_with_its_all_reduces(rng):
     reducer = Reducer(capt[0].parameters(), comm, cap_bytes=4 * 20000)
     assert len(reducer.buckets) > 2
     step = CapturedStep(*capt, reducer=reducer, strict=True)
-    for xb, yb in _batches(rng, 4, 16, 16):
+    for i, (xb, yb) in enumerate(_batches(rng, 6, 16, 16)):
+        if i == 4:
+            step.close()       # the graphs go (first, before any communicator); then again
         for m, o, x, y in (eager, capt):
             x.set(xb)
             y.set(yb)
         want = _eager(*eager)
         loss, right = step()
         assert (float(loss), int(right)) == want
-    assert step.captures == 1 and step.replays == 3
-    # the eager step and the capture called the communicator; replays did not
-    assert comm.calls == 2 * len(reducer.buckets)
+    assert step.captures == 2 and step.replays == 4
+    # each eager step and each capture called the communicator; replays did not
+    assert comm.calls == 4 * len(reducer.buckets)
     _assert_same(_state(*eager[:2]), _state(*capt[:2]))
     with pytest.raises(ValueError, match="reducer must average exactly"):
         CapturedStep(*eager, reducer=reducer)

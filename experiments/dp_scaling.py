@@ -136,6 +136,9 @@ def main(argv=None) -> int:
     cp = backend.require_cuda(NAME)
     available = cp.cuda.runtime.getDeviceCount()
     env = bench.environment()
+    from cupy.cuda import nccl
+
+    env.update(gpus=available, nccl=nccl.get_version())
     rs = ResultSet(NAME, env)
     steps = 5 if args.quick else args.steps
     gpus = sorted(set(args.gpus))

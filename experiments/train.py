@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from experiments._common import outputs, parser, pyplot, save_figure
-from tensorconv import bench
+from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.nn import MODELS, count_flops_params
 from tensorconv.results import ResultSet, long_markdown, read_csv, write_markdown
@@ -63,6 +63,7 @@ def main(argv=None) -> int:
             p.error(f"--gpus must be >= 1, got {args.gpus}")
         if args.device == "cpu":
             p.error("--gpus trains on GPUs: drop --device cpu")
+        _check_gpus(p, args.gpus, args.batch_size)
         return launch([sys.executable, "-m", "experiments.train", *_without_gpus(argv)],
                       args.gpus)
     parallel = Parallel.from_env(sync_bn=args.sync_bn)
@@ -136,6 +137,27 @@ def main(argv=None) -> int:
     save_figure(fig, paths["png"])
     print(f"{status}; test accuracy {100 * final['test_acc']:.2f}%; wrote {paths['csv']}")
     return 0
+
+
+def _gpu_count() -> int:
+    """The GPUs this process may use (those ``CUDA_VISIBLE_DEVICES`` leaves); 0 without."""
+    if not backend.gpu_available():
+        return 0
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceCount()
+
+
+def _check_gpus(p, gpus: int, batch_size: int) -> None:
+    """Refuse, before any rank starts, a GPU count this machine lacks or a global batch
+    that does not split over it."""
+    have = _gpu_count()
+    if have == 0:
+        p.error(f"--gpus {gpus} trains on GPUs, and CuPy sees none here")
+    if gpus > have:
+        p.error(f"--gpus {gpus}, but this machine has {have} GPU(s)")
+    if batch_size % gpus:
+        p.error(f"--batch-size {batch_size} does not split over {gpus} GPUs")
 
 
 def _without_gpus(argv: list) -> list:

@@ -71,6 +71,24 @@ def test_the_ranks_command_drops_gpus():
     assert _without_gpus(["--gpus=2", "--epochs", "3"]) == ["--epochs", "3"]
 
 
+@pytest.mark.parametrize("have,argv,said", [
+    (0, ["--gpus", "2"], "CuPy sees none here"),
+    (2, ["--gpus", "4"], "this machine has 2 GPU(s)"),
+    (2, ["--gpus", "2", "--batch-size", "127"], "--batch-size 127 does not split over 2 GPUs")])
+def test_the_train_command_refuses_gpus_it_cannot_use_before_starting_a_rank(
+        monkeypatch, capsys, have, argv, said):
+    import experiments.train as cmd
+
+    started = []
+    monkeypatch.setattr(cmd, "launch", lambda *a: started.append(a) or 0)
+    monkeypatch.setattr(cmd, "_gpu_count", lambda: have)
+    monkeypatch.delenv("TENSORCONV_RANK", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        cmd.main(argv)
+    assert exc.value.code == 2 and said in capsys.readouterr().err
+    assert started == []
+
+
 def _threads(size, fn):
     group, errors, out = FakeGroup(size), [], [None] * size
 

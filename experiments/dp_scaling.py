@@ -85,12 +85,7 @@ def _worker(args) -> int:
     def eager_step():
         loss = F.softmax_cross_entropy(model(x), y, check=False)
         opt.zero_grad()
-        if reducer is None:
-            loss.backward()
-        else:
-            reducer.begin()
-            loss.backward(on_leaf_done=reducer.leaf_done)
-            reducer.finish()
+        loss.backward() if reducer is None else reducer.backward(loss)
         opt.step()
 
     step = (CapturedStep(model, opt, x.data, y, reducer=reducer, strict=True)

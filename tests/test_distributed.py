@@ -103,9 +103,7 @@ def test_data_parallel_sgd_equals_one_process_at_the_same_global_batch():
             xb, yb = x[r * share:(r + 1) * share], y[r * share:(r + 1) * share]
             loss = F.softmax_cross_entropy(model(Tensor(xb)), yb)
             opt.zero_grad()
-            reducer.begin()
-            loss.backward(on_leaf_done=reducer.leaf_done)
-            reducer.finish()
+            reducer.backward(loss)
             opt.step()
             losses.append(float(loss.data))
         return [p.data.copy() for p in model.parameters()], losses

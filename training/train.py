@@ -239,9 +239,7 @@ def _eager_step(model, opt, x, y, reducer, admm, masked, clip_grad):
     if reducer is None:
         loss.backward()
     else:   # each bucket averaged over the ranks as the backward pass finishes it
-        reducer.begin()
-        loss.backward(on_leaf_done=reducer.leaf_done)
-        reducer.finish()
+        reducer.backward(loss)
     if admm is not None:
         admm.after_backward()
     if masked is not None:

@@ -31,8 +31,9 @@ class Reducer:
     cap_bytes : int
         The most bytes a bucket holds (PyTorch DDP's 25 MiB by default).
 
-    Use per step: :meth:`begin`, ``loss.backward(on_leaf_done=reducer.leaf_done)``,
-    :meth:`finish`, then the optimizer step.
+    Use per step: ``reducer.backward(loss)`` (:meth:`begin`,
+    ``loss.backward(on_leaf_done=reducer.leaf_done)``, :meth:`finish`), then the optimizer
+    step.
     """
 
     def __init__(self, params, comm, cap_bytes: int = DEFAULT_CAP_BYTES):
@@ -55,6 +56,13 @@ class Reducer:
             for i, off in zip(b.params, b.offsets):
                 self._where[i] = (b.index, off)
         self.begin()
+
+    def backward(self, loss) -> None:
+        """``loss.backward()`` with every gradient averaged over the ranks, each bucket
+        all-reduced as soon as the pass has finished it."""
+        self.begin()
+        loss.backward(on_leaf_done=self.leaf_done)
+        self.finish()
 
     def begin(self) -> None:
         """Before a step's backward pass: no gradient done, no bucket sent."""

@@ -176,9 +176,7 @@ class CapturedStep:
         if self.reducer is None:
             loss.backward()
         else:   # each bucket all-reduced as soon as the backward pass has finished it
-            self.reducer.begin()
-            loss.backward(on_leaf_done=self.reducer.leaf_done)
-            self.reducer.finish()
+            self.reducer.backward(loss)
         if self.after_backward is not None:
             self.after_backward()
         return loss.data.reshape(()), correct

@@ -65,12 +65,7 @@ def main(out: str, steps: str, capture: str) -> int:
         else:
             loss = F.softmax_cross_entropy(net(Tensor(x)), y)
             opt.zero_grad()
-            if reducer is None:
-                loss.backward()
-            else:
-                reducer.begin()
-                loss.backward(on_leaf_done=reducer.leaf_done)
-                reducer.finish()
+            loss.backward() if reducer is None else reducer.backward(loss)
             opt.step()
             loss = loss.data
         losses.append(float(loss))

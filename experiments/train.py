@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpus", type=int, default=None,
                    help="train data-parallel on this many GPUs, one process each")
     p.add_argument("--sync-bn", action="store_true",
-                   help="with --gpus: average BN running statistics over the GPUs each epoch")
+                   help="with --gpus: batch norm over the whole global batch (every GPU's "
+                        "images, as PyTorch's SyncBatchNorm): the same training as one GPU")
     p.output_name = lambda ns: (f"train_{ns.model}" + ("_tf32" if ns.precision == "tf32" else "")
                                 + ("_synthetic" if ns.dataset == "synthetic" else ""))
     argv = list(sys.argv[1:] if argv is None else argv)

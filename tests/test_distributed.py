@@ -147,3 +147,83 @@ def test_the_unique_id_travels_through_a_file(tmp_path):
     assert read_unique_id(path) == b"\x00\x01\xfe"
     write_unique_id(path, (1, -2, 3))                 # older CuPy: a tuple of ints
     assert read_unique_id(path) == (1, -2, 3)
+
+
+def _bn_model(seed=0):
+    rng = np.random.default_rng(seed)
+    return L.Sequential(L.Conv2d(2, 6, 3, 1, 1, rng=rng), L.BatchNorm2d(6), L.ReLU(),
+                        L.Conv2d(6, 6, 3, 2, 1, rng=rng), L.BatchNorm2d(6), L.ReLU(),
+                        L.GlobalAvgPool2d(), L.Linear(6, 5, rng=rng))
+
+
+def test_synchronised_batch_norm_is_the_global_batch_s_forward_and_backward():
+    from tensorconv.ops import batch_norm_backward, batch_norm_forward
+
+    rng = np.random.default_rng(4)
+    x = (3 * rng.standard_normal((6, 5, 4, 3)) + 1).astype(np.float32)
+    gy = rng.standard_normal(x.shape).astype(np.float32)
+    gamma, beta = rng.random(5).astype(np.float32) + 0.5, rng.standard_normal(5).astype(np.float32)
+    stats = [np.zeros(5, np.float32), np.ones(5, np.float32)]
+    y_all, mean, invstd = batch_norm_forward(x, gamma, beta, *stats, training=True)
+    gx_all, dgamma, dbeta = batch_norm_backward(x, gy, mean, invstd, gamma, training=True)
+
+    def rank(r, comm):
+        part = slice(2 * r, 2 * r + 2)
+        run = [np.zeros(5, np.float32), np.ones(5, np.float32)]
+        y, m, s = batch_norm_forward(x[part], gamma, beta, *run, training=True, group=comm)
+        gx, dg, db = batch_norm_backward(x[part], gy[part], m, s, gamma, training=True,
+                                         group=comm)
+        return y, gx, dg, db, run
+
+    ranks, _ = _run_ranks(3, rank)
+    for r, (y, gx, dg, db, run) in enumerate(ranks):
+        part = slice(2 * r, 2 * r + 2)
+        np.testing.assert_allclose(y, y_all[part], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(gx, gx_all[part], rtol=1e-4, atol=1e-5)
+        # the ranks' mean of their own sums: what averaging the gradients makes of them
+        np.testing.assert_allclose(dg, dgamma / 3, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(db, dbeta / 3, rtol=1e-4, atol=1e-6)
+        for a, b in zip(run, stats):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)   # running statistics
+    # a lone rank, or evaluation, exchanges nothing
+    solo = FakeGroup(1).rank(0)
+    y1, _, _ = batch_norm_forward(x, gamma, beta, *[np.zeros(5, np.float32),
+                                                    np.ones(5, np.float32)],
+                                  training=True, group=solo)
+    np.testing.assert_array_equal(y1, y_all)
+    assert solo.calls == 0
+    with pytest.raises(TypeError, match="group must be a communicator"):
+        batch_norm_forward(x, gamma, beta, *stats, training=True, group=object())
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_two_ranks_with_synchronised_batch_norm_train_like_one_process(sync):
+    from training.parallel import Parallel
+
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((3, 8, 2, 6, 6)).astype(np.float32)
+    ys = rng.integers(0, 5, (3, 8))
+
+    def train(r, comm, size):
+        model = _bn_model()
+        par = Parallel(r, size, comm, sync_bn=sync)
+        if sync:
+            assert par.sync_batch_norm(model) == 2
+        opt = SGD(model.parameters(), 0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+        reducer = Reducer(model.parameters(), comm, cap_bytes=4 * 64)
+        share = 8 // size
+        for x, y in zip(xs, ys):
+            xb, yb = x[r * share:(r + 1) * share], y[r * share:(r + 1) * share]
+            loss = F.softmax_cross_entropy(model(Tensor(xb)), yb)
+            opt.zero_grad()
+            reducer.backward(loss)
+            opt.step()
+        return model.state_dict()
+
+    (one,), _ = _run_ranks(1, lambda r, c: train(r, c, 1))
+    two, _ = _run_ranks(2, lambda r, c: train(r, c, 2))
+    same = all(np.allclose(two[0][k], one[k], rtol=1e-4, atol=1e-5) for k in one)
+    assert same == sync        # per-rank statistics (DDP's default) train another model
+    if sync:
+        for k in one:
+            np.testing.assert_array_equal(two[0][k], two[1][k], err_msg=k)

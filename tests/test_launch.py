@@ -131,6 +131,20 @@ def test_ranks_train_one_model_and_rank_0_alone_writes_a_resumable_checkpoint(tm
     assert [h["epoch"] for h in four[0].history] == [1, 2]
 
 
+def test_ranks_with_synchronised_batch_norm_train_the_model_one_process_trains(tmp_path):
+    cfg = _cfg(epochs=1)
+    one = train(cfg, None, progress=False)
+    two = _threads(2, lambda par: train(cfg, None, progress=False,
+                                        parallel=Parallel(par.rank, par.size, par.comm,
+                                                          sync_bn=True)))
+    assert any(type(m).__name__ == "BatchNorm2d" for m in one.model.modules())
+    state, synced = one.model.state_dict(), two[0].model.state_dict()
+    for k in state:
+        np.testing.assert_allclose(synced[k], state[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    assert two[0].history[0]["train_loss"] == pytest.approx(one.history[0]["train_loss"],
+                                                            rel=1e-5)
+
+
 def test_a_global_batch_that_does_not_split_is_refused():
     with pytest.raises(ValueError, match="does not split over 3 ranks"):
         _threads(3, lambda par: train(_cfg(batch_size=32), None, progress=False,

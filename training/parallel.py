@@ -5,9 +5,11 @@ Every rank draws the same permutation and augmentation (one seed, one generator 
 same checkpoint), augments the whole global batch and keeps its ``batch_size / N`` rows, so
 the global batch is the one a single GPU would see.  Gradients are averaged by a
 :class:`~tensorconv.distributed.Reducer` during the backward pass; batch-norm statistics stay
-per rank (as in PyTorch's DDP) unless ``sync_bn``, which averages the running statistics
-over the ranks at the end of every epoch.  Rank 0 evaluates, prints and writes the
-checkpoint (atomically); every rank resumes from it, whatever the number of ranks.
+per rank (as in PyTorch's DDP) unless ``sync_bn``: then every batch-norm layer normalises
+with the statistics of the whole global batch, forward and backward (as PyTorch's
+``SyncBatchNorm``), and the ranks train as one GPU would, up to rounding.  Rank 0
+evaluates, prints and writes the checkpoint (atomically); every rank resumes from it,
+whatever the number of ranks.
 """
 
 from __future__ import annotations
@@ -71,6 +73,16 @@ class Parallel:
         if close is not None:
             close()
 
+    def sync_batch_norm(self, model) -> int:
+        """Synchronise every batch-norm layer of ``model`` over the ranks (its batch
+        statistics those of all the ranks' images); return how many there are."""
+        from tensorconv.nn.layers import BatchNorm2d
+
+        layers = [m for m in model.modules() if isinstance(m, BatchNorm2d)]
+        for m in layers:
+            m.group = self.comm if self.size > 1 else None
+        return len(layers)
+
     def check_batch(self, batch_size: int) -> int:
         """Rows of the global batch this rank trains on."""
         if batch_size % self.size:
@@ -97,15 +109,10 @@ class Parallel:
 
     def end_epoch(self, model, loss_mean: float, correct: int) -> tuple[float, int]:
         """The epoch's training loss (mean over the ranks' equal shares) and correct count
-        (summed); with ``sync_bn``, the running statistics averaged over the ranks."""
+        (summed)."""
         xp = model.xp
         totals = xp.asarray([loss_mean, float(correct)], dtype=np.float32)
         self.comm.all_reduce(totals)
-        if self.sync_bn:
-            for name, b in model.named_buffers():
-                if name.endswith(("running_mean", "running_var")) and b.dtype == np.float32:
-                    self.comm.all_reduce(b)
-                    b *= np.float32(1.0 / self.size)
         self.comm.wait()
         loss_sum, right = backend.to_host(totals)
         return float(loss_sum) / self.size, int(round(float(right)))

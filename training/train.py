@@ -364,6 +364,8 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     if parallel is not None:
         parallel.check_batch(cfg.batch_size)
         parallel.broadcast_model(model)
+        if parallel.sync_bn:
+            parallel.sync_batch_norm(model)
         reducer = parallel.reducer(model) if parallel.size > 1 else None
     steps_per_epoch = len(train_set) // cfg.batch_size
     if steps_per_epoch < 1:

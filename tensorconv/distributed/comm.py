@@ -86,15 +86,18 @@ class NcclCommunicator:
         self._cupy = cupy
 
     def all_reduce(self, buf) -> None:
-        """Sum ``buf`` (float32, contiguous, on this GPU) over the ranks, in place, after
-        everything queued so far on the current stream."""
+        """Sum ``buf`` (float32 or float64, contiguous, on this GPU) over the ranks, in
+        place, after everything queued so far on the current stream."""
         cp = self._cupy
-        if buf.dtype != np.float32 or not buf.flags.c_contiguous:
-            raise TypeError(f"all_reduce takes contiguous float32, got {buf.dtype}")
+        kinds = {np.dtype(np.float32): self._nccl.NCCL_FLOAT32,
+                 np.dtype(np.float64): self._nccl.NCCL_FLOAT64}
+        if buf.dtype not in kinds or not buf.flags.c_contiguous:
+            raise TypeError(f"all_reduce takes contiguous float32 or float64, got {buf.dtype}"
+                            f"{'' if buf.flags.c_contiguous else ' (not contiguous)'}")
         ready = cp.cuda.Event(disable_timing=True)
         ready.record(cp.cuda.get_current_stream())
         self.stream.wait_event(ready)
-        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._nccl.NCCL_FLOAT32,
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, kinds[buf.dtype],
                             self._nccl.NCCL_SUM, self.stream.ptr)
 
     def broadcast(self, buf, root: int = 0) -> None:

@@ -93,12 +93,13 @@ class BatchNorm2d(Module):
         self.bias = Parameter(np.zeros(channels, np.float32))
         self.register_buffer("running_mean", np.zeros(channels, np.float32))
         self.register_buffer("running_var", np.ones(channels, np.float32))
+        self.group = None   # a communicator: synchronised batch norm (sync_batch_norm)
 
     def forward(self, x, relu: bool = False):
         """``relu=True`` fuses the ReLU that follows into the normalisation kernels."""
         return F.batch_norm2d(x, self.weight, self.bias, self.running_mean, self.running_var,
                               training=self.training, momentum=self.momentum, eps=self.eps,
-                              relu=relu)
+                              relu=relu, group=self.group)
 
     def extra_repr(self) -> str:
         return str(self.channels)

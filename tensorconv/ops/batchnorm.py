@@ -13,6 +13,7 @@ import numpy as np
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import check_array, check_bools, check_real
 from tensorconv.ops._launch import cdiv, launch
+from tensorconv.reference.norm import synced_sums
 
 FILE = "batchnorm.cu"
 THREADS = 256
@@ -51,6 +52,18 @@ def _kernel_path(xp, *arrays) -> bool:
     return xp is not np and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
+def _group(group, training: bool):
+    """The communicator batch norm synchronises over: ``group`` in training when it has
+    more than one rank, else None (nothing to exchange)."""
+    if group is None or not training:
+        return None
+    for attr in ("size", "all_reduce", "wait"):
+        if not hasattr(group, attr):
+            raise TypeError(f"group must be a communicator (size, all_reduce, wait); "
+                            f"{type(group).__name__} has no {attr}")
+    return group if group.size > 1 else None
+
+
 def _chunks(n: int, c: int) -> tuple[int, int]:
     """(chunks, images per chunk): about two blocks per SM over the C x chunks grid."""
     want = max(1, min(n, cdiv(2 * backend.device_facts().sm_count, c)))
@@ -59,32 +72,41 @@ def _chunks(n: int, c: int) -> tuple[int, int]:
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
-                       momentum: float = 0.1, eps: float = 1e-5, relu: bool = False):
+                       momentum: float = 0.1, eps: float = 1e-5, relu: bool = False,
+                       group=None):
     """Batch norm of ``x`` (N, C, H, W); see :func:`tensorconv.reference.batch_norm_forward`.
 
     Returns ``(y, mean, invstd)``; in training the running statistics are
-    updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.
+    updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.  ``group`` (a
+    communicator, :mod:`tensorconv.distributed`): in training, the statistics of every
+    rank's batch together (synchronised batch norm; every rank's ``x`` of one shape), the
+    kernels' per-chunk sums all-reduced between the two launches that use them.
     """
     check_bools(training=training, relu=relu)
     check_real(momentum, "momentum", low=0.0, high=1.0)
     check_real(eps, "eps", low=0.0, low_open=True)
     xp = _check(x, gamma, beta, running_mean, running_var)
+    group = _group(group, training)
     n, c, h, w = x.shape
     if training and n * h * w < 2:
         raise ValueError("batch norm needs more than one value per channel in training")
     if not (training and _kernel_path(xp, x, gamma, beta, running_mean, running_var)):
         y, mean, invstd = reference.batch_norm_forward(x, gamma, beta, running_mean, running_var,
                                                        training=training, momentum=momentum,
-                                                       eps=eps)
+                                                       eps=eps, group=group)
         return (xp.maximum(y, 0) if relu else y), mean, invstd
     chunks, per = _chunks(n, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
     launch(cuda.kernel_ref(FILE, "bn_partial_sums"), (c, chunks), (THREADS,),
            (x, partial, i32(n), i32(c), i32(h * w), i32(per)))
+    count = n * h * w
+    if group is not None:   # every rank's chunks line up (one shape): sum them elementwise
+        synced_sums(partial, group)
+        count *= group.size
     mean, invstd = xp.empty(c, np.float32), xp.empty(c, np.float32)
     launch(cuda.kernel_ref(FILE, "bn_finalize"), (cdiv(c, 128),), (128,), (
-        partial, i32(chunks), i32(c), i32(n * h * w), mean, invstd, running_mean, running_var,
+        partial, i32(chunks), i32(c), i32(count), mean, invstd, running_mean, running_var,
         np.float32(momentum), np.float32(eps)))
     y = xp.empty_like(x)
     batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=y)
@@ -114,19 +136,23 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     return out
 
 
-def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None):
+def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, group=None):
     """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`.
 
     ``y``: the forward output when it had a fused ReLU (``gy`` is dropped where ``y <= 0``).
+    ``group``: the forward's (synchronised batch norm); see
+    :func:`tensorconv.reference.batch_norm_backward` for what ``dgamma``, ``dbeta`` are then.
     """
     check_bools(training=training)
     xp = _check(x, gamma)
+    group = _group(group, training)
     if gy.shape != x.shape or (y is not None and y.shape != x.shape):
         raise ValueError(f"gy {tuple(gy.shape)} and y must have x's shape {tuple(x.shape)}")
     if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma)):
         if y is not None:
             gy = gy * (y > 0)
-        return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training)
+        return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training,
+                                             group=group)
     n, c, h, w = x.shape
     chunks, per = _chunks(n, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
@@ -134,6 +160,11 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None):
     mask = np.uintp(0) if y is None else y
     launch(cuda.kernel_ref(FILE, "bn_backward_sums"), (c, chunks), (THREADS,), (
         x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
+    if group is not None:
+        # the sums over every rank, over the ranks' number: divided by this rank's count
+        # they are the means over all images; as dgamma and dbeta, the ranks' mean
+        synced_sums(partial, group)
+        partial *= 1.0 / group.size
     gx = xp.empty_like(x)
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
     launch(cuda.kernel_ref(FILE, "bn_backward_data"), (c, chunks), (THREADS,), (

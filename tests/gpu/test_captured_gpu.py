@@ -130,6 +130,59 @@ def test_a_data_parallel_step_is_captured_with_its_all_reduces(rng):
         CapturedStep(*eager, reducer=reducer)
 
 
+@pytest.mark.parametrize("capture", [False, True])
+def test_synchronised_batch_norm_over_twin_ranks_is_plain_batch_norm(rng, capture):
+    """Twin ranks hold the same batch: their summed statistics over twice the count are
+    this batch's, so the step equals a plain one bit for bit (but the running variance,
+    whose unbiased correction counts both ranks' images), with the statistics' all-reduces
+    in the kernels' path and, captured, inside the graphs."""
+    from tensorconv.distributed import Reducer
+    from tensorconv.nn.captured import CapturedStep
+    from tensorconv.nn.layers import BatchNorm2d
+    from training.parallel import Parallel
+
+    eager = _setup("resnet20", 16, 16)
+    synced = _setup("resnet20", 16, 16)
+    comm = _TwinRanks()
+    par = Parallel(0, 2, comm, sync_bn=True)
+    layers = par.sync_batch_norm(synced[0])
+    assert layers == sum(isinstance(m, BatchNorm2d) for m in synced[0].modules()) > 10
+    reducer = Reducer(synced[0].parameters(), comm)
+    step = CapturedStep(*synced, reducer=reducer, strict=True) if capture else None
+    for xb, yb in _batches(rng, 3, 16, 16):
+        for m, o, x, y in (eager, synced):
+            x.set(xb)
+            y.set(yb)
+        want = _eager(*eager)
+        if step is None:
+            got = _reduced_eager(*synced, reducer)
+        else:
+            loss, right = step()
+            got = (float(loss), int(right))
+        assert got == want
+    a, b = _state(*eager[:2]), _state(*synced[:2])
+    for k in a:
+        if k.endswith("running_var"):
+            np.testing.assert_allclose(b[k], a[k], rtol=2e-3, err_msg=k)
+        else:
+            np.testing.assert_array_equal(b[k], a[k], err_msg=k)
+    # the eager step (and the capture) called the communicator for every BN, both passes
+    assert comm.calls >= 2 * layers + len(reducer.buckets)
+
+
+def _reduced_eager(model, opt, x, y, reducer):
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    logits = model(Tensor(x))
+    loss = F.softmax_cross_entropy(logits, y, check=False)
+    right = (logits.data.argmax(axis=1) == y).sum()
+    opt.zero_grad()
+    reducer.backward(loss)
+    opt.step()
+    return float(loss.data), int(right)
+
+
 def test_a_change_to_what_the_graphs_read_captures_again(rng):
     from tensorconv.nn.captured import CapturedStep
 

@@ -32,39 +32,39 @@ def two_gpus(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
-def _ranks(tmp_path, gpus, steps, capture):
-    out = tmp_path / f"{gpus}-{capture}"
+def _ranks(tmp_path, gpus, steps, capture, kind="plain"):
+    out = tmp_path / f"{gpus}-{capture}-{kind}"
     out.mkdir()
-    code = launch([sys.executable, "-m", "tests.gpu.dp_rank", str(out), str(steps), capture],
-                  gpus)
+    code = launch([sys.executable, "-m", "tests.gpu.dp_rank", str(out), str(steps), capture,
+                   kind], gpus)
     assert code == 0, f"{gpus} rank(s) failed with exit status {code}"
     return [dict(np.load(out / f"rank{r}.npz")) for r in range(gpus)]
 
 
-def _weights(run):
-    return [run[f"w{i}"] for i in range(sum(k.startswith("w") for k in run))]
+def _state(run):
+    return {k[2:]: v for k, v in run.items() if k.startswith("s:")}
 
 
 @pytest.mark.parametrize("capture", ["off", "on"])
-def test_two_gpus_train_like_one_at_the_same_global_batch(tmp_path, two_gpus, capture):
-    steps = 5
-    one = _ranks(tmp_path, 1, steps, capture)[0]
-    two = _ranks(tmp_path, 2, steps, capture)
-    if capture == "on":            # the first step runs eagerly and is captured
-        assert int(one["replays"]) == int(two[0]["replays"]) == steps - 1
-    for w0, w1 in zip(_weights(two[0]), _weights(two[1])):
-        np.testing.assert_array_equal(w0, w1)           # one model on both ranks
-    for w, w_one in zip(_weights(two[0]), _weights(one)):
-        np.testing.assert_allclose(w, w_one, rtol=1e-4, atol=1e-5)
-    assert not np.allclose(_weights(two[0])[0], _weights(_initial())[0])  # it trained
-    np.testing.assert_allclose((two[0]["losses"] + two[1]["losses"]) / 2, one["losses"],
-                               rtol=1e-4)
-
-
-def _initial():
+@pytest.mark.parametrize("kind", ["plain", "syncbn"])
+def test_two_gpus_train_like_one_at_the_same_global_batch(tmp_path, two_gpus, capture, kind):
+    """Without batch norm, or with it synchronised over the ranks."""
     from tests.gpu.dp_rank import model
 
-    return {f"w{i}": p.data for i, p in enumerate(model().parameters())}
+    steps = 5
+    one = _ranks(tmp_path, 1, steps, capture, kind)[0]
+    two = _ranks(tmp_path, 2, steps, capture, kind)
+    if capture == "on":            # the first step runs eagerly and is captured
+        assert int(one["replays"]) == int(two[0]["replays"]) == steps - 1
+    a, b, ref = _state(two[0]), _state(two[1]), _state(one)
+    assert a.keys() == ref.keys() and any("running_var" in k for k in a) == (kind == "syncbn")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)   # one model on both ranks
+        np.testing.assert_allclose(a[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    first = next(iter(model(kind).state_dict().values()))
+    assert not np.allclose(next(iter(a.values())), first)       # it trained
+    np.testing.assert_allclose((two[0]["losses"] + two[1]["losses"]) / 2, one["losses"],
+                               rtol=1e-4)
 
 
 def test_the_train_command_on_two_gpus_writes_a_checkpoint_one_gpu_resumes(tmp_path, two_gpus):

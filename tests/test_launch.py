@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +64,66 @@ def test_one_rank_from_the_environment_needs_no_nccl(monkeypatch, tmp_path):
     for var in ("TENSORCONV_RANK", "TENSORCONV_WORLD_SIZE"):
         monkeypatch.delenv(var)
     assert Parallel.from_env() is None
+
+
+def test_ranks_are_read_from_our_launcher_and_from_mpirun():
+    from training.parallel import local_device, ranks_from_env
+
+    assert ranks_from_env({}) is None
+    assert ranks_from_env({"TENSORCONV_RANK": "1", "TENSORCONV_WORLD_SIZE": "2"}) == \
+        (1, 2, None, "TENSORCONV_RANK")
+    ompi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    assert ranks_from_env(ompi) == (5, 8, 1, "OMPI_COMM_WORLD_RANK")
+    assert ranks_from_env({"PMI_RANK": "3", "PMI_SIZE": "4"}) == (3, 4, None, "PMI_RANK")
+    with pytest.raises(RuntimeError, match="PMI_SIZE is not"):
+        ranks_from_env({"PMI_RANK": "3"})
+    # the GPU a rank drives: ours sees one; MPI: its place on the machine, else its rank
+    assert local_device(3, None, 1, ours=True) == 0
+    assert local_device(5, 1, 4, ours=False) == 1
+    assert local_device(6, None, 4, ours=False) == 2
+
+
+def test_under_mpirun_the_nccl_id_travels_through_mpi4py_or_a_named_file(monkeypatch,
+                                                                         tmp_path):
+    import types
+
+    from training.parallel import id_exchange
+
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+    assert id_exchange("OMPI_COMM_WORLD_RANK", {**env, "TENSORCONV_NCCL_ID": "/x/id"}) == \
+        Path("/x/id")
+    sent = []
+
+    class World:
+        def bcast(self, obj, root):
+            sent.append((obj, root))
+            return b"rank 0's id"
+
+    mpi = types.ModuleType("mpi4py")
+    mpi.MPI = types.SimpleNamespace(COMM_WORLD=World())
+    monkeypatch.setitem(sys.modules, "mpi4py", mpi)
+    share = id_exchange("OMPI_COMM_WORLD_RANK", env)
+    assert share(None) == b"rank 0's id" and sent == [(None, 0)]
+    monkeypatch.setitem(sys.modules, "mpi4py", None)          # not installed
+    with pytest.raises(RuntimeError, match="pip install mpi4py"):
+        id_exchange("OMPI_COMM_WORLD_RANK", env)
+    with pytest.raises(RuntimeError, match="TENSORCONV_NCCL_ID is not") as exc:
+        id_exchange("TENSORCONV_RANK", {})
+    assert "mpi4py" not in str(exc.value)                      # our launcher sets the file
+
+
+def test_the_file_exchange_hands_rank_0_s_id_to_the_others(tmp_path):
+    from tensorconv.distributed.comm import file_exchange
+
+    share = file_exchange(tmp_path / "nccl.id")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(share(None)))
+    reader.start()
+    time.sleep(0.1)
+    assert share(b"\x07id") == b"\x07id"
+    reader.join(timeout=10)
+    assert got == [b"\x07id"]
 
 
 def test_the_ranks_command_drops_gpus():

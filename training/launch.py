@@ -5,9 +5,11 @@ Each process gets its rank, the world size and the path where rank 0 writes the 
 id (``TENSORCONV_RANK``, ``TENSORCONV_WORLD_SIZE``, ``TENSORCONV_NCCL_ID``), one GPU
 (``CUDA_VISIBLE_DEVICES``: the parent's r-th visible device, else r) and
 ``NCCL_NVLS_ENABLE=0`` (NVLink multicast stays off on these machines).  Several nodes: run
-the command under ``mpirun`` instead, with ``TENSORCONV_NCCL_ID`` a fresh path (no earlier
-run's file: the other ranks read the first id they find) on a shared file system;
-:meth:`training.parallel.Parallel.from_env` reads Open MPI's and MPICH's rank variables.
+the command under ``mpirun`` instead (``-x NCCL_NVLS_ENABLE=0`` where that matters);
+:meth:`training.parallel.Parallel.from_env` reads Open MPI's, MPICH's and Intel MPI's rank
+variables, drives the GPU of the rank's place on its machine, and gets the NCCL id through
+mpi4py's broadcast, or, without mpi4py, from ``TENSORCONV_NCCL_ID``: a fresh path (no
+earlier run's file: the other ranks read the first id they find) on a shared file system.
 """
 
 from __future__ import annotations

@@ -23,12 +23,53 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.checks import check_int
 from tensorconv.distributed import NcclCommunicator, Reducer
-from tensorconv.distributed.comm import SoloCommunicator
+from tensorconv.distributed.comm import SoloCommunicator, mpi_exchange
 
 # What the launcher sets in each process it starts.
 ENV_RANK, ENV_SIZE, ENV_ID = "TENSORCONV_RANK", "TENSORCONV_WORLD_SIZE", "TENSORCONV_NCCL_ID"
-MPI_ENV = ((ENV_RANK, ENV_SIZE), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-           ("PMI_RANK", "PMI_SIZE"))
+# Each starter's (rank, size, rank on this machine) variables: ours (one visible GPU per
+# process, so no local rank), Open MPI's, MPICH's and Intel MPI's.
+STARTERS = ((ENV_RANK, ENV_SIZE, None),
+            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"))
+
+
+def ranks_from_env(environ) -> tuple[int, int, int | None, str] | None:
+    """``(rank, size, local rank or None, the rank variable)`` of the starter that set
+    ``environ``, or None for a process nobody started as a rank."""
+    for rank_var, size_var, local_var in STARTERS:
+        if rank_var in environ:
+            if size_var not in environ:
+                raise RuntimeError(f"{rank_var} is set but {size_var} is not")
+            local = environ.get(local_var) if local_var else None
+            return (int(environ[rank_var]), int(environ[size_var]),
+                    None if local is None else int(local), rank_var)
+    return None
+
+
+def local_device(rank: int, local: int | None, devices: int, ours: bool) -> int:
+    """The GPU (of the ``devices`` this process sees) a rank drives: the one our launcher
+    left visible; under MPI the rank's place on its machine, else its rank, modulo the
+    devices."""
+    if ours:
+        return 0
+    return (local if local is not None else rank) % max(1, devices)
+
+
+def id_exchange(rank_var: str, environ):
+    """How this rank gets the NCCL unique id: the file ``TENSORCONV_NCCL_ID`` names, else
+    (under MPI) an MPI broadcast through mpi4py."""
+    if ENV_ID in environ:
+        return Path(environ[ENV_ID])
+    if rank_var != ENV_RANK:
+        try:
+            return mpi_exchange()
+        except ImportError:
+            pass
+    raise RuntimeError(f"{rank_var} is set but {ENV_ID} is not: give every rank the path (on "
+                       "a shared file system) where rank 0 writes the NCCL id"
+                       + ("" if rank_var == ENV_RANK else ", or pip install mpi4py to "
+                          "broadcast it through MPI"))
 
 
 @dataclass
@@ -52,20 +93,21 @@ class Parallel:
 
     @classmethod
     def from_env(cls, sync_bn: bool = False) -> "Parallel | None":
-        """The rank the launcher (or ``mpirun``: Open MPI's or MPICH's variables) started,
-        NCCL on this process's GPU; None in a process started otherwise."""
-        for rank_var, size_var in MPI_ENV:
-            if rank_var in os.environ:
-                break
-        else:
+        """The rank the launcher (or ``mpirun``: Open MPI's, MPICH's or Intel MPI's
+        variables) started, NCCL on this rank's GPU (made the current device); None in a
+        process started otherwise."""
+        found = ranks_from_env(os.environ)
+        if found is None:
             return None
-        if ENV_ID not in os.environ:
-            raise RuntimeError(f"{rank_var} is set but {ENV_ID} is not: give every rank the "
-                               "path (on a shared file system) where rank 0 writes the NCCL id")
-        rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
-        comm = (NcclCommunicator(rank, size, Path(os.environ[ENV_ID])) if size > 1
-                else SoloCommunicator())             # one rank: nothing to exchange
-        return cls(rank, size, comm, sync_bn)
+        rank, size, local, rank_var = found
+        exchange = id_exchange(rank_var, os.environ)
+        if size == 1:
+            return cls(rank, size, SoloCommunicator(), sync_bn)   # nothing to exchange
+        import cupy
+
+        cupy.cuda.Device(local_device(rank, local, cupy.cuda.runtime.getDeviceCount(),
+                                      rank_var == ENV_RANK)).use()
+        return cls(rank, size, NcclCommunicator(rank, size, exchange), sync_bn)
 
     def close(self) -> None:
         """End the communicator (after the captured steps that used it are gone)."""

@@ -7,7 +7,8 @@ waits on the communication stream, nothing blocks the host).
 
 :class:`NcclCommunicator` drives one GPU per process through CuPy's NCCL binding on its
 own stream, so a bucket's all-reduce runs while the backward pass computes the next
-gradients; the NCCL unique id reaches the other ranks through a file rank 0 writes.
+gradients; the NCCL unique id reaches the other ranks through a file rank 0 writes
+(:func:`file_exchange`) or, under ``mpirun``, through MPI (:func:`mpi_exchange`).
 :class:`FakeGroup` runs ranks as threads of one process over NumPy or CuPy buffers (tests);
 :class:`SoloCommunicator` is the one rank of a one-process run.
 """
@@ -48,14 +49,40 @@ def read_unique_id(path, timeout: float = 120.0):
     return bytes.fromhex(payload["hex"]) if "hex" in payload else tuple(payload["ints"])
 
 
+def file_exchange(path):
+    """The NCCL unique id shared through ``path``: rank 0 writes it, the others wait for it
+    (a shared file system across machines).  Returns ``share(uid) -> uid``: rank 0 passes
+    its id, the others None."""
+    path = Path(path)
+
+    def share(uid):
+        if uid is not None:
+            write_unique_id(path, uid)
+            return uid
+        return read_unique_id(path)
+
+    return share
+
+
+def mpi_exchange():
+    """The NCCL unique id broadcast from rank 0 through MPI (``mpi4py``; ranks started by
+    ``mpirun``): no shared file needed.  Returns ``share(uid) -> uid`` as
+    :func:`file_exchange`; ``ImportError`` without mpi4py."""
+    from mpi4py import MPI
+
+    return lambda uid: MPI.COMM_WORLD.bcast(uid, root=0)
+
+
 class NcclCommunicator:
     """One GPU of ``size``, as ``rank``, through NCCL on a stream of its own.
 
     Parameters
     ----------
     rank, size : int
-    id_file : path
-        Where rank 0 writes the NCCL unique id and the others read it.
+    exchange : path or callable
+        How the NCCL unique id reaches every rank: a path where rank 0 writes it and the
+        others read it (:func:`file_exchange`), or a ``share(uid) -> uid`` function such as
+        :func:`mpi_exchange`.  The current device is this rank's GPU.
 
     Notes
     -----
@@ -67,7 +94,7 @@ class NcclCommunicator:
     that; :meth:`close` then ends the communicator.
     """
 
-    def __init__(self, rank: int, size: int, id_file):
+    def __init__(self, rank: int, size: int, exchange):
         import cupy
         from cupy.cuda import nccl
 
@@ -77,9 +104,8 @@ class NcclCommunicator:
             raise ValueError(f"rank {rank} is not below size {size}")
         if os.environ.get("NCCL_NVLS_ENABLE") != "0":
             os.environ["NCCL_NVLS_ENABLE"] = "0"   # NVLink multicast stays off (issue 27)
-        if rank == 0:
-            write_unique_id(id_file, nccl.get_unique_id())
-        uid = read_unique_id(id_file)
+        share = exchange if callable(exchange) else file_exchange(exchange)
+        uid = share(nccl.get_unique_id() if rank == 0 else None)
         self._nccl = nccl
         self.comm = nccl.NcclCommunicator(size, uid, rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)

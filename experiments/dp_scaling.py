@@ -188,13 +188,11 @@ def main(argv=None) -> int:
                               "near-linear at 4 GPUs, less at 2 and 3."))
     write_markdown(paths["md"], "Data-parallel training: scaling over GPUs", env, sections)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 3.8))
+    fig, ax = plt.subplots(figsize=(10, 4))
     cases = sorted({c for c, _ in speed})
     grouped_bars(ax, cases, {f"{n} GPU": [speed.get((c, n), np.nan) for c in cases]
                              for n in gpus})
     ax.set_ylabel("images / s")
-    ax.tick_params(axis="x", labelrotation=30)
-    ax.legend()
     save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0

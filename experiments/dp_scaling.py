@@ -40,7 +40,7 @@ NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 MODELS = ("resnet18", "scc-vgg16", "scc-mobilenet_v1", "scc-resnet18")
 MODES = {"weak": 128, "strong": 512}   # images per GPU (weak) or in all (strong)
 TARGETS = {2: 1.85, 4: 3.6}            # weak scaling of ResNet-18 (issue 27)
-STEP_KINDS = ("captured", "eager")
+STEP_KINDS = ("captured", "eager", "captured-syncbn")   # the last: on request
 
 
 def _args(argv):
@@ -48,9 +48,10 @@ def _args(argv):
     p.add_argument("--gpus", nargs="+", type=int, default=[1, 2, 4])
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--step-kinds", nargs="+", default=list(STEP_KINDS), choices=STEP_KINDS,
+    p.add_argument("--step-kinds", nargs="+", default=list(STEP_KINDS[:2]), choices=STEP_KINDS,
                    help="captured: the step replayed as CUDA graphs, all-reduces included "
-                        "(what training runs); eager: one Python call per kernel")
+                        "(what training runs); eager: one Python call per kernel; "
+                        "captured-syncbn: captured, batch norm synchronised over the GPUs")
     p.add_argument("--step", default="captured", choices=STEP_KINDS, help="(internal)")
     p.add_argument("--worker", action="store_true", help="(internal) one rank's timing")
     p.add_argument("--model", default="resnet18", choices=MODELS)
@@ -71,13 +72,15 @@ def _worker(args) -> int:
     """One rank: time ``args.steps`` steps at ``args.global_batch``; rank 0 writes the
     report (images/s over the whole global batch)."""
     cp = backend.require_cuda(NAME)
-    par = Parallel.from_env()
+    par = Parallel.from_env(sync_bn=args.step.endswith("-syncbn"))
     share = par.check_batch(args.global_batch) if par is not None else args.global_batch
     model = build_model(args.model).to("gpu")
     opt = SGD(model.parameters(), 0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)
     reducer = par.reducer(model) if par is not None and par.size > 1 else None
     if par is not None:
         par.broadcast_model(model)
+        if par.sync_bn:
+            par.sync_batch_norm(model)
     rng = np.random.default_rng(0 if par is None else par.rank)
     x = Tensor(cp.asarray(rng.standard_normal((share, 3, 32, 32)).astype(np.float32)))
     y = cp.asarray(rng.integers(0, 10, share))
@@ -89,7 +92,7 @@ def _worker(args) -> int:
         opt.step()
 
     step = (CapturedStep(model, opt, x.data, y, reducer=reducer, strict=True)
-            if args.step == "captured" else eager_step)
+            if args.step.startswith("captured") else eager_step)
 
     for _ in range(3):
         step()

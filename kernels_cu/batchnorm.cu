@@ -6,11 +6,15 @@
 //           bn_apply         (grid-stride)        -> y = (x - mean) * invstd * gamma + beta
 // Backward: bn_backward_sums (grid C x chunks)  -> per-chunk sum(gy), sum(gy * xhat)
 //           bn_backward_data (grid C x chunks)  -> gx; chunk 0 also writes dgamma, dbeta
+// A channel's N x HW values are walked as one flat run of units (4 values, a float4, where
+// HW is a multiple of 4 and the arrays are 16-byte aligned; else 1), split into chunks of
+// equal length: a 4x4 map keeps every thread of a block busy as a 32x32 one does.
 // A ReLU after the normalisation is fused: bn_apply takes `relu`, and the
 // backward kernels take the forward output `y` and drop gy where y <= 0.
 // Partial sums are in double and combined in a fixed order: the result does not
 // depend on scheduling (no atomics), and large means do not cancel.
 #include "tc_common.cuh"
+#include "tc_cluster.cuh"
 
 namespace bn {
 constexpr int THREADS = 256;
@@ -34,26 +38,135 @@ __device__ __forceinline__ void block_sum2(double& a, double& b) {
         }
     }
 }
+
+// The units of one channel: unit u is values [i * V, i * V + V) of image n's plane, with
+// n = u / U, i = u % U (U = HW / V units per plane).  fd_u: the host's FastDiv constants
+// of U, or 0 where U is too large for them.
+struct Units {
+    int U;
+    tdcx::FastDiv by_u;
+    bool fast;
+    __device__ Units(int units, unsigned long long fd_u)
+        : U(units), by_u(tdcx::FastDiv::of(fd_u)), fast(fd_u != 0ull) {}
+    __device__ __forceinline__ int image(int u) const { return fast ? by_u.div(u) : u / U; }
+};
+
+template <int V>
+__device__ __forceinline__ void load(const float* __restrict__ p, float (&v)[V]) {
+    if constexpr (V == 4) {
+        const float4 t = __ldg(reinterpret_cast<const float4*>(p));
+        v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+    } else {
+        v[0] = __ldg(p);
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void store(float* __restrict__ p, const float (&v)[V]) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        p[0] = v[0];
+    }
+}
+
+// Sum and sum of squares of channel c's units [u0, u1), in thread 0.
+template <int V>
+__device__ void partial_sums(const float* __restrict__ x, int C, int HW, int c, int u0, int u1,
+                             const Units& un, double& s, double& ss) {
+    for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
+        const int n = un.image(u);
+        float v[V];
+        load<V>(x + ((size_t)n * C + c) * HW + (u - n * un.U) * V, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            s += v[j];
+            ss += (double)v[j] * v[j];
+        }
+    }
+    block_sum2(s, ss);
+}
+
+// Sum of gy and of gy * xhat over channel c's units [u0, u1) (gy dropped where y <= 0).
+template <int V>
+__device__ void backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
+                              const float* __restrict__ y, float m, float is, int C, int HW,
+                              int c, int u0, int u1, const Units& un, double& s, double& sx) {
+    for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
+        const int n = un.image(u);
+        const size_t at = ((size_t)n * C + c) * HW + (u - n * un.U) * V;
+        float xv[V], g[V], yv[V];
+        load<V>(x + at, xv);
+        load<V>(gy + at, g);
+        if (y != nullptr) {
+            load<V>(y + at, yv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            s += g[j];
+            sx += (double)g[j] * ((xv[j] - m) * is);
+        }
+    }
+    block_sum2(s, sx);
+}
+
+template <int V>
+__device__ void backward_data(const float* __restrict__ x, const float* __restrict__ gy,
+                              const float* __restrict__ y, float* __restrict__ gx, float m,
+                              float is, float scale, float mg, float mgx, int C, int HW, int c,
+                              int u0, int u1, const Units& un) {
+    for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
+        const int n = un.image(u);
+        const size_t at = ((size_t)n * C + c) * HW + (u - n * un.U) * V;
+        float xv[V], g[V], yv[V], out[V];
+        load<V>(x + at, xv);
+        load<V>(gy + at, g);
+        if (y != nullptr) {
+            load<V>(y + at, yv);
+#pragma unroll
+            for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) out[j] = scale * (g[j] - mg - (xv[j] - m) * is * mgx);
+        store<V>(gx + at, out);
+    }
+}
+
+template <int V>
+__device__ void apply(const float* __restrict__ x, const float* __restrict__ mean,
+                      const float* __restrict__ invstd, const float* __restrict__ gamma,
+                      const float* __restrict__ beta, float* __restrict__ y, int C, int HW,
+                      size_t units, int relu) {
+    const int U = HW / V;
+    const bool narrow = units < (1ull << 31);   // 32-bit index arithmetic
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < units;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const int c = narrow ? (int)(((unsigned)e / (unsigned)U) % (unsigned)C)
+                             : (int)((e / U) % C);
+        const float a = invstd[c] * gamma[c], b = beta[c] - mean[c] * a;
+        float v[V];
+        load<V>(x + e * V, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = relu ? fmaxf(fmaf(v[j], a, b), 0.f) : fmaf(v[j], a, b);
+        store<V>(y + e * V, v);
+    }
+}
 }  // namespace bn
 
-// Chunk j of channel c covers images [j * per_chunk, (j + 1) * per_chunk).
+// Chunk j of channel c covers its units [j * per_chunk, (j + 1) * per_chunk).
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_partial_sums(const float* __restrict__ x, double* __restrict__ partial,  // (chunks, C, 2)
-                int N, int C, int HW, int per_chunk)
+                int N, int C, int HW, int vec, int per_chunk, unsigned long long fd_u)
 {
     tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
-    const int n0 = chunk * per_chunk, n1 = min(N, n0 + per_chunk);
+    const bn::Units un(HW / vec, fd_u);
+    const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
     double s = 0.0, ss = 0.0;
-    for (int n = n0; n < n1; ++n) {
-        const float* p = x + ((size_t)n * C + c) * HW;
-        for (int i = threadIdx.x; i < HW; i += bn::THREADS) {
-            const double v = p[i];
-            s += v;
-            ss += v * v;
-        }
-    }
-    bn::block_sum2(s, ss);
+    if (vec == 4) bn::partial_sums<4>(x, C, HW, c, u0, u1, un, s, ss);
+    else bn::partial_sums<1>(x, C, HW, c, u0, u1, un, s, ss);
     if (threadIdx.x == 0) {
         partial[((size_t)chunk * C + c) * 2] = s;
         partial[((size_t)chunk * C + c) * 2 + 1] = ss;
@@ -88,16 +201,12 @@ extern "C" __global__ void bn_finalize(
 extern "C" __global__ void bn_apply(
     const float* __restrict__ x, const float* __restrict__ mean,
     const float* __restrict__ invstd, const float* __restrict__ gamma,
-    const float* __restrict__ beta, float* __restrict__ y, int C, int HW, size_t total,
-    int relu)
+    const float* __restrict__ beta, float* __restrict__ y, int C, int HW, int vec,
+    size_t units, int relu)
 {
     tc::wait_prior_grids();
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
-         e += (size_t)gridDim.x * blockDim.x) {
-        const int c = (int)((e / HW) % C);
-        const float v = (x[e] - mean[c]) * invstd[c] * gamma[c] + beta[c];
-        y[e] = relu ? fmaxf(v, 0.f) : v;
-    }
+    if (vec == 4) bn::apply<4>(x, mean, invstd, gamma, beta, y, C, HW, units, relu);
+    else bn::apply<1>(x, mean, invstd, gamma, beta, y, C, HW, units, relu);
 }
 
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
@@ -105,22 +214,16 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
                  const float* __restrict__ y,  // ReLU output to mask gy with, or nullptr
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  double* __restrict__ partial,  // (chunks, C, 2): sum gy, sum gy * xhat
-                 int N, int C, int HW, int per_chunk)
+                 int N, int C, int HW, int vec, int per_chunk, unsigned long long fd_u)
 {
     tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
-    const int n0 = chunk * per_chunk, n1 = min(N, n0 + per_chunk);
+    const bn::Units un(HW / vec, fd_u);
+    const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
     const float m = mean[c], is = invstd[c];
     double s = 0.0, sx = 0.0;
-    for (int n = n0; n < n1; ++n) {
-        const size_t base = ((size_t)n * C + c) * HW;
-        for (int i = threadIdx.x; i < HW; i += bn::THREADS) {
-            const float g = (y == nullptr || y[base + i] > 0.f) ? gy[base + i] : 0.f;
-            s += g;
-            sx += (double)g * ((x[base + i] - m) * is);
-        }
-    }
-    bn::block_sum2(s, sx);
+    if (vec == 4) bn::backward_sums<4>(x, gy, y, m, is, C, HW, c, u0, u1, un, s, sx);
+    else bn::backward_sums<1>(x, gy, y, m, is, C, HW, c, u0, u1, un, s, sx);
     if (threadIdx.x == 0) {
         partial[((size_t)chunk * C + c) * 2] = s;
         partial[((size_t)chunk * C + c) * 2 + 1] = sx;
@@ -133,7 +236,8 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  const float* __restrict__ gamma, const double* __restrict__ partial,
                  int chunks, float* __restrict__ gx, float* __restrict__ dgamma,
-                 float* __restrict__ dbeta, int N, int C, int HW, int per_chunk)
+                 float* __restrict__ dbeta, int N, int C, int HW, int vec, int per_chunk,
+                 unsigned long long fd_u)
 {
     tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
@@ -149,13 +253,8 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
         dgamma[c] = (float)sx;
         dbeta[c] = (float)s;
     }
-    const int n0 = chunk * per_chunk, n1 = min(N, n0 + per_chunk);
-    for (int n = n0; n < n1; ++n) {
-        const size_t base = ((size_t)n * C + c) * HW;
-        for (int i = threadIdx.x; i < HW; i += bn::THREADS) {
-            const float xhat = (x[base + i] - m) * is;
-            const float g = (y == nullptr || y[base + i] > 0.f) ? gy[base + i] : 0.f;
-            gx[base + i] = scale * (g - mg - xhat * mgx);
-        }
-    }
+    const bn::Units un(HW / vec, fd_u);
+    const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
+    if (vec == 4) bn::backward_data<4>(x, gy, y, gx, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
+    else bn::backward_data<1>(x, gy, y, gx, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
 }

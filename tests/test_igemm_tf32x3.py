@@ -61,9 +61,14 @@ def test_choice_needs_tensor_cores_and_a_large_gemm():
     assert direct_conv.choose_algorithm(big, 2, device_facts(compute_capability=(7, 5))) == "igemm"
     small = conv_geometry((1, 16, 8, 8), (32, 16, 3, 3), padding=1)
     assert direct_conv.choose_algorithm(small, 0, device_facts()) == "igemm"
-    thin = conv_geometry((128, 64, 32, 32), (64, 1, 3, 3), padding=1, groups=64)
+    depthwise = conv_geometry((128, 64, 32, 32), (64, 1, 3, 3), padding=1, groups=64)
+    assert {direct_conv.choose_algorithm(depthwise, m, device_facts())
+            for m in (0, 1, 2)} == {"depthwise"}
+    odd = conv_geometry((128, 64, 32, 32), (64, 1, 3, 5), padding=1, groups=64)  # not built
+    assert direct_conv.choose_algorithm(odd, 0, device_facts()) == "direct"
+    assert direct_conv.choose_algorithm(odd, 2, device_facts()) == "igemm"  # 1-row groups
+    thin = conv_geometry((128, 64, 32, 32), (128, 2, 3, 3), padding=1, groups=32)
     assert direct_conv.choose_algorithm(thin, 0, device_facts()) == "direct"
-    assert direct_conv.choose_algorithm(thin, 2, device_facts()) == "igemm"  # 1-row groups
 
 
 def test_limits_are_said():

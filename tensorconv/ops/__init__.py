@@ -23,6 +23,7 @@ from tensorconv.ops import (
                             conv_maxpool,
                             core_conv,
                             cp_conv,
+                            depthwise_conv,
                             direct_conv,
                             igemm_tf32x3,
                             pointwise_conv,
@@ -45,6 +46,7 @@ from tensorconv.ops.classifier_head import gap_linear
 from tensorconv.ops.conv_maxpool import conv2d_maxpool
 from tensorconv.ops.core_conv import core_conv2d
 from tensorconv.ops.cp_conv import cp_conv2d
+from tensorconv.ops.depthwise_conv import depthwise_conv2d
 from tensorconv.ops.direct_conv import conv2d, conv2d_backward_data, conv2d_backward_weight
 from tensorconv.ops.pointwise_conv import conv1x1
 from tensorconv.ops.pointwise_pair import conv1x1_pair
@@ -66,18 +68,20 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
-                                direct_conv, igemm_tf32x3, pointwise_conv, pointwise_pair,
-                                pool, scc_conv, sgd, sparse_conv, tensorcore_conv,
+                                depthwise_conv, direct_conv, igemm_tf32x3, pointwise_conv,
+                                pointwise_pair, pool, scc_conv, sgd, sparse_conv, tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool", "core_conv",
-           "cp_conv", "direct_conv", "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool",
-           "scc_conv", "sgd", "sparse_conv", "tensorcore_conv", "tucker_core_cluster",
+           "cp_conv", "depthwise_conv", "direct_conv", "igemm_tf32x3", "pointwise_conv",
+           "pointwise_pair", "pool", "scc_conv", "sgd", "sparse_conv", "tensorcore_conv",
+           "tucker_core_cluster",
            "tucker_core_tdc", "tucker_core_tf32x3", "tucker_layer", "tucker_tail",
            "winograd_conv", "batch_norm_apply", "batch_norm_backward", "batch_norm_forward",
            "cluster_conv2d", "conv1x1", "conv1x1_pair", "conv2d", "conv2d_backward_data",
-           "conv2d_backward_weight", "conv2d_maxpool", "core_conv2d", "cp_conv2d", "gap_linear",
+           "conv2d_backward_weight", "conv2d_maxpool", "core_conv2d", "cp_conv2d",
+           "depthwise_conv2d", "gap_linear",
            "gather_augment", "pool2d", "scc_conv2d", "scc_conv2d_backward_data",
            "scc_conv2d_backward_weight", "sgd_multi_tensor", "sparse_conv2d", "tc_conv2d",
            "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d", "tucker_tail_conv2d",

@@ -3,7 +3,8 @@
 On CuPy float32 arrays the training-mode forward is three launches and the
 backward two; everything else (NumPy, other dtypes, evaluation mode) runs the
 reference formulas with the array module of the input.  The kernels loop over their
-share of the data (no launch shape to choose).
+share of the data (no launch shape to choose): a channel's values as one flat run split
+into equal chunks, in float4 units where the planes allow.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import check_array, check_bools, check_real
-from tensorconv.ops._launch import cdiv, launch
+from tensorconv.ops._launch import cdiv, launch, round_up
 from tensorconv.reference.norm import synced_sums
 
 FILE = "batchnorm.cu"
@@ -49,7 +50,16 @@ def _check(x, gamma, beta=None, running_mean=None, running_var=None):
 
 
 def _kernel_path(xp, *arrays) -> bool:
-    return xp is not np and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+    """The kernels take C-contiguous CuPy float32 arrays whose channels hold fewer than
+    2**31 values (flat int indices)."""
+    x = arrays[0]
+    return (xp is not np and x.shape[0] * x.shape[2] * x.shape[3] < 1 << 31
+            and all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays))
+
+
+def _vec(hw: int, *arrays) -> int:
+    """Values per unit: 4 (float4 loads) where every plane starts 16-byte aligned, else 1."""
+    return 4 if hw % 4 == 0 and all(a.data.ptr % 16 == 0 for a in arrays) else 1
 
 
 def _group(group, training: bool):
@@ -64,11 +74,21 @@ def _group(group, training: bool):
     return group if group.size > 1 else None
 
 
-def _chunks(n: int, c: int) -> tuple[int, int]:
-    """(chunks, images per chunk): about two blocks per SM over the C x chunks grid."""
-    want = max(1, min(n, cdiv(2 * backend.device_facts().sm_count, c)))
-    per = cdiv(n, want)
-    return cdiv(n, per), per
+def _chunks(values: int, c: int) -> tuple[int, int]:
+    """(chunks, values per chunk, a multiple of 4) of a channel's ``values``: about eight
+    blocks per SM over the C x chunks grid, each thread still taking 16 values or more.
+    Independent of the unit size, so that synchronised ranks' partials line up."""
+    want = max(1, min(cdiv(8 * backend.device_facts().sm_count, c), cdiv(values, 16 * THREADS)))
+    per = round_up(cdiv(values, want), 4)
+    return cdiv(values, per), per
+
+
+def _units_args(n: int, hw: int, vec: int, c: int):
+    """(chunks, kernel arguments vec, units per chunk, fd_u) of a C x chunks launch."""
+    chunks, per = _chunks(n * hw, c)
+    units = hw // vec
+    fd_u = cuda.fast_div(units) if units < 1 << 16 else np.uint64(0)
+    return chunks, (np.int32(vec), np.int32(per // vec), fd_u)
 
 
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
@@ -95,11 +115,11 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
                                                        training=training, momentum=momentum,
                                                        eps=eps, group=group)
         return (xp.maximum(y, 0) if relu else y), mean, invstd
-    chunks, per = _chunks(n, c)
+    chunks, unit_args = _units_args(n, h * w, _vec(h * w, x), c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
     launch(cuda.kernel_ref(FILE, "bn_partial_sums"), (c, chunks), (THREADS,),
-           (x, partial, i32(n), i32(c), i32(h * w), i32(per)))
+           (x, partial, i32(n), i32(c), i32(h * w)) + unit_args)
     count = n * h * w
     if group is not None:   # every rank's chunks line up (one shape): sum them elementwise
         synced_sums(partial, group)
@@ -129,10 +149,12 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     if out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(x.shape)}")
     n, c, h, w = x.shape
-    blocks = min(cdiv(x.size, THREADS), 16 * backend.device_facts().sm_count)
+    vec = _vec(h * w, x, out)
+    units = x.size // vec
+    blocks = min(cdiv(units, THREADS), 16 * backend.device_facts().sm_count)
     launch(cuda.kernel_ref(FILE, "bn_apply"), (blocks,), (THREADS,), (
-        x, mean, invstd, gamma, beta, out, np.int32(c), np.int32(h * w), np.uint64(x.size),
-        np.int32(relu)))
+        x, mean, invstd, gamma, beta, out, np.int32(c), np.int32(h * w), np.int32(vec),
+        np.uint64(units), np.int32(relu)))
     return out
 
 
@@ -148,26 +170,28 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, g
     group = _group(group, training)
     if gy.shape != x.shape or (y is not None and y.shape != x.shape):
         raise ValueError(f"gy {tuple(gy.shape)} and y must have x's shape {tuple(x.shape)}")
-    if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma)):
+    masks = () if y is None else (y,)
+    if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma, *masks)):
         if y is not None:
             gy = gy * (y > 0)
         return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training,
                                              group=group)
     n, c, h, w = x.shape
-    chunks, per = _chunks(n, c)
+    gx = xp.empty_like(x)
+    vec = _vec(h * w, x, gy, gx, *(() if y is None else (y,)))
+    chunks, unit_args = _units_args(n, h * w, vec, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
     mask = np.uintp(0) if y is None else y
     launch(cuda.kernel_ref(FILE, "bn_backward_sums"), (c, chunks), (THREADS,), (
-        x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w), i32(per)))
+        x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w)) + unit_args)
     if group is not None:
         # the sums over every rank, over the ranks' number: divided by this rank's count
         # they are the means over all images; as dgamma and dbeta, the ranks' mean
         synced_sums(partial, group)
         partial *= 1.0 / group.size
-    gx = xp.empty_like(x)
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
     launch(cuda.kernel_ref(FILE, "bn_backward_data"), (c, chunks), (THREADS,), (
         x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
-        i32(h * w), i32(per)))
+        i32(h * w)) + unit_args)
     return gx, dgamma, dbeta

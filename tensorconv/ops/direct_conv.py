@@ -2,18 +2,18 @@
 
 The convolution every layer of the toolkit can fall back on: any filter, stride,
 padding, dilation and groups, any batch; the training loops run all three passes here.
-Three algorithms (:func:`choose_algorithm` picks):
+Four algorithms (:func:`choose_algorithm` picks):
 
 * ``"igemm_tf32x3"`` — the tensor-core implicit GEMM at fp32 accuracy
   (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
 * ``"igemm"`` — implicit GEMM with 64x64 fp32 register tiles and a split reduction for
   layers whose output is too small to fill the GPU (batch 1, deep layers).
 * ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the right shape
-  for depthwise and thin grouped convolutions (forward only).
+  for thin grouped convolutions (forward only).
+* ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
 
-Both implicit GEMMs fuse bias, residual and ReLU into the forward's epilogue, and compute
-the gradients (:func:`conv2d_backward_data`, :func:`conv2d_backward_weight`) in their
-other two modes (:mod:`tensorconv.ops._igemm`).
+Bias, residual and ReLU are fused into the forward; the implicit GEMMs compute the
+gradients in their other two modes (:mod:`tensorconv.ops._igemm`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops import _igemm, igemm_tf32x3
-from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, workspace
+from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3
+from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, ptr, workspace
 
 FILE = "direct_conv.cu"
-FILES = (FILE, igemm_tf32x3.FILE)  # every kernel file a call may run (tune-cache keys)
+FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE)  # every kernel file a call may run
 Problem = ConvGeometry
-ALGORITHMS = ("direct", "igemm", "igemm_tf32x3")
+ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise")
+GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise")   # "direct" is forward only
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
@@ -86,9 +87,12 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
     """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
-    current device (or ``facts``): ``"direct"`` for a forward whose groups have fewer
-    than 16 output channels; else the tensor-core ``"igemm_tf32x3"`` where
-    :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
+    current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`;
+    ``"direct"`` for another forward whose groups have fewer than 16 output channels; else
+    the tensor-core ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32
+    ``"igemm"``."""
+    if depthwise_conv.supported(geom) is None:
+        return "depthwise"
     if mode == 0 and geom.k // geom.groups < 16:
         return "direct"
     facts = facts or backend.device_facts()
@@ -97,13 +101,9 @@ def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | Non
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """Pick a ``"direct"`` tile for ``p``: fill the output width, ~128 threads, enough
-    blocks.
-
-    The widest ``tk`` (most weight reuse per staged input) that still gives at
-    least two blocks per SM is taken; the staged channel count ``cc`` is the
-    largest that fits the 48 KiB default shared-memory limit.
-    """
+    """Pick a ``"direct"`` tile for ``p``: fill the output width, ~128 threads, the widest
+    ``tk`` (most weight reuse) that still gives two blocks per SM, and the most staged
+    channels ``cc`` that fit the 48 KiB default shared-memory limit."""
     sm_count = facts.sm_count
     tw = min(32, max(4, next_pow2(p.ow)))
     th = min(max(1, 128 // tw), next_pow2(p.oh))
@@ -128,11 +128,8 @@ def igemm_rows(m: int) -> int:
 
 
 def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
-    """How many ways to split the reduction so that about two waves of blocks run.
-
-    Each split keeps at least four 16-deep reduction steps, so the partial sums
-    it writes stay small next to the work it does.
-    """
+    """How many ways to split the reduction so that about two waves of blocks run, each
+    split keeping four 16-deep steps or more (its partial sums small next to its work)."""
     m, p, q = _igemm.gemm_sizes(geom, mode)
     blocks = cdiv(p, _IG_BN) * cdiv(m, igemm_rows(m)) * geom.groups
     return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _igemm.MAX_SPLITS))
@@ -169,6 +166,8 @@ def kernels(geom: ConvGeometry, algorithm: str, tile=None,
     ``default_tile``) in ``mode`` (0 forward, 1 data gradient, 2 weight gradient) with
     the split reduction it may need."""
     kr, ks = _fixed(geom)
+    if algorithm == "depthwise":
+        return depthwise_conv.kernels(geom, mode)
     if algorithm == "direct":
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
@@ -210,8 +209,7 @@ def _launch_direct(x, w, bias, residual, out, geom, tile, relu):
 @functools.lru_cache(maxsize=4096)
 def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device: int):
     """Kernels, grid and integer arguments of one implicit-GEMM launch, cached: a training
-    step launches hundreds, and the per-call host work is then only the array pointers
-    (which is why this path calls its kernels directly rather than through ``launch``)."""
+    step launches hundreds, so its host work is the array pointers (no ``launch``)."""
     i32 = np.int32
     m, p, q = _igemm.gemm_sizes(geom, mode)
     q_per_split, splits = _igemm.split_depth(q, _IG_BK, splits)
@@ -230,8 +228,7 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
     kernel, grid, ints, floats, reduce = _igemm_config(geom, mode, splits, bool(relu),
                                                        xp.cuda.runtime.getDevice())
     partial = workspace(xp, floats) if floats else NULL
-    bias = NULL if bias is None else bias
-    residual = NULL if residual is None else residual
+    bias, residual = ptr(bias), ptr(residual)
     kernel(grid, (_IG_THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
     if reduce is not None:
         rkernel, rgrid, rints = reduce
@@ -242,8 +239,10 @@ def _check_gemm_options(algorithm, tile, splits, geom, mode):
     """Check ``algorithm``, ``tile`` and ``splits`` of an implicit-GEMM call (any mode);
     returns the algorithm to run (default: :func:`choose_algorithm`)."""
     if algorithm is not None:
-        check_choice(algorithm, "algorithm", ALGORITHMS if mode == 0 else ALGORITHMS[1:])
+        check_choice(algorithm, "algorithm", ALGORITHMS if mode == 0 else GRADIENT_ALGORITHMS)
     _igemm.check_splits(splits)
+    if algorithm == "depthwise":
+        depthwise_conv.check_options(geom, mode, tile, splits)
     if algorithm is None:
         algorithm = "direct" if isinstance(tile, Tile) else (
             "igemm_tf32x3" if isinstance(tile, igemm_tf32x3.Tile) else None)
@@ -254,6 +253,9 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
     """Launch ``mode``'s implicit GEMM on ``algorithm`` (``"igemm"`` or ``"igemm_tf32x3"``)
     after checking ``tile`` and ``splits`` against it."""
     facts = backend.device_facts()
+    if algorithm == "depthwise":
+        depthwise_conv.run_gemm_order(mode, a, b, bias, residual, out, geom, relu, splits)
+        return
     if algorithm == "igemm":
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' or 'igemm_tf32x3' only")
@@ -296,9 +298,10 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         Added before the ReLU (a ResNet block's shortcut).
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
-    algorithm : {"igemm_tf32x3", "igemm", "direct"}, optional
-        Default: :func:`choose_algorithm` (the tensor-core implicit GEMM at fp32 accuracy
-        for large layers on sm_80+, the fp32 one otherwise, ``"direct"`` for thin groups).
+    algorithm : {"igemm_tf32x3", "igemm", "direct", "depthwise"}, optional
+        Default: :func:`choose_algorithm` (``"depthwise"`` for a depthwise layer it takes,
+        the tensor-core implicit GEMM at fp32 accuracy for large layers on sm_80+, the fp32
+        one otherwise, ``"direct"`` for thin groups).
     tile : Tile or igemm_tf32x3.Tile, optional
         Overrides the ``"direct"`` or ``"igemm_tf32x3"`` heuristic tile (for tuning); its
         type picks the algorithm when ``algorithm`` is not given.

@@ -12,6 +12,8 @@ from tests.helpers import fp32_tol, random_conv_case, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-5
+# the algorithms that take any geometry ("depthwise": tests/gpu/test_depthwise_conv_gpu.py)
+GENERAL = tuple(a for a in direct_conv.ALGORITHMS if a != "depthwise")
 
 
 def _case(rng, xs, ws, with_bias):
@@ -49,7 +51,7 @@ def test_random_shapes(rng, trial):
     _check(rng, xs, ws, kw, relu=bool(trial % 3 == 0), with_bias=bool(trial % 2))
 
 
-@pytest.mark.parametrize("algorithm", direct_conv.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", GENERAL)
 @pytest.mark.parametrize("trial", sweep(30, 10))
 def test_random_shapes_each_algorithm(rng, algorithm, trial):
     xs, ws, kw = random_conv_case(rng, max_hw=30, max_channels=80)
@@ -73,7 +75,7 @@ RESNET_LIKE = [
 ]
 
 
-@pytest.mark.parametrize("algorithm", direct_conv.ALGORITHMS)
+@pytest.mark.parametrize("algorithm", GENERAL)
 @pytest.mark.parametrize("xs,ws,kw", RESNET_LIKE)
 def test_network_layers(rng, xs, ws, kw, algorithm):
     _check(rng, xs, ws, kw, algorithm=algorithm)

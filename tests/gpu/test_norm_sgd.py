@@ -12,9 +12,27 @@ from tests.helpers import rel_err
 pytestmark = pytest.mark.gpu
 
 
+def _on_gpu(a, misaligned: bool):
+    """``a`` on the GPU, C-contiguous; ``misaligned``: starting 4 bytes past a 16-byte
+    boundary (a view into a larger buffer), so the kernels cannot take float4 units."""
+    import cupy as cp
+
+    if not misaligned:
+        return cp.asarray(a)
+    buf = cp.empty(a.size + 1, a.dtype)
+    view = buf[1:].reshape(a.shape)
+    view[...] = cp.asarray(a)
+    assert view.flags.c_contiguous and view.data.ptr % 16 == 4
+    return view
+
+
 @pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("shape", [(128, 16, 32, 32), (3, 5, 7, 9), (1, 64, 7, 7), (37, 3, 1, 2)])
-def test_batch_norm_kernels(rng, shape, relu):
+@pytest.mark.parametrize("shape,misaligned", [
+    ((128, 16, 32, 32), False), ((128, 16, 32, 32), True), ((3, 5, 7, 9), False),
+    ((1, 64, 7, 7), False), ((37, 3, 1, 2), False), ((16, 512, 4, 4), False),
+    ((5, 7, 2, 2), True), ((2, 2, 257, 257), False),   # a plane past FastDiv's 2**16
+    ((300, 2, 1, 1), False)])
+def test_batch_norm_kernels(rng, shape, misaligned, relu):
     import cupy as cp
 
     c = shape[1]
@@ -28,13 +46,15 @@ def test_batch_norm_kernels(rng, shape, relu):
         x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), rm_ref, rv_ref,
         training=True)
     rm_d, rv_d = cp.asarray(rm), cp.asarray(rv)
-    y, mean, invstd = ops.batch_norm_forward(cp.asarray(x), cp.asarray(gamma), cp.asarray(beta),
-                                             rm_d, rv_d, training=True, relu=relu)
+    y, mean, invstd = ops.batch_norm_forward(_on_gpu(x, misaligned), cp.asarray(gamma),
+                                             cp.asarray(beta), rm_d, rv_d, training=True,
+                                             relu=relu)
     if relu:
         y_ref = np.maximum(y_ref, 0)
     assert rel_err(y.get(), y_ref) < 1e-5
     assert rel_err(rm_d.get(), rm_ref) < 1e-6 and rel_err(rv_d.get(), rv_ref) < 1e-6
-    gx, dg, db = ops.batch_norm_backward(cp.asarray(x), cp.asarray(gy), mean, invstd,
+    gx, dg, db = ops.batch_norm_backward(_on_gpu(x, misaligned), _on_gpu(gy, misaligned),
+                                         mean, invstd,
                                          cp.asarray(gamma), training=True,
                                          y=y if relu else None)
     # the mask comes from the kernel's own output: the forward was checked above

@@ -82,6 +82,9 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--merge", type=Path, default=None,
+                   help="this experiment's CSV from an earlier call: its rows of the models "
+                        "not run now are kept (a long study split over calls)")
     training_args(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -95,6 +98,8 @@ def main(argv=None) -> int:
                                                       cg=2, co=0.5)))
     env = bench.environment()
     rs = ResultSet(NAME, env)
+    if args.merge is not None:
+        rs.extend([r for r in read_csv(args.merge) if r["case"] not in args.models])
     run_variants(args, variants, rs, work, PAPER)
     report(args, rs, env, "DSXplore table II on Fashion-MNIST: original vs DW+SCC-cg2-co50", paths)
     return 0

@@ -1,5 +1,6 @@
 // Max and average pooling, padding handled in the kernel: fp32 NCHW (pool2d_fwd) and
-// fp16 NHWC (pool2d_nhwc_half, the fp16 inference engine's; fp32 arithmetic).
+// fp16 NHWC (pool2d_nhwc_half, the fp16 inference engine's; fp32 arithmetic); training's
+// max pooling, forward with the taps of the maxima and backward (max_pool2d_train_*).
 //
 // One thread per output element (consecutive threads take consecutive output
 // columns in NCHW, consecutive channels in NHWC, so the window reads of a warp
@@ -68,6 +69,72 @@ __global__ void pool2d_nhwc_half(const __half* __restrict__ x,  // (N, H, W, C)
                     acc = v;
             }
         y[i] = __float2half(AVERAGE ? acc / (KH * KW) : acc);
+    }
+}
+
+// Training max pooling, forward: y as pool2d_fwd<0> computes it, and the window tap
+// (r * KW + s) each maximum came from, for the backward: the first of equal values, the
+// first NaN (the argmax of the CuPy path it replaces).
+extern "C" __global__ void max_pool2d_train_fwd(
+    const float* __restrict__ x,       // (N * C, H, W)
+    float* __restrict__ y,             // (N * C, OH, OW)
+    unsigned char* __restrict__ taps,  // (N * C, OH, OW)
+    int planes, int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW)
+{
+    tc::wait_prior_grids();
+    const size_t total = (size_t)planes * OH * OW;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int ow = (int)(i % OW);
+        const size_t rest = i / OW;
+        const int oh = (int)(rest % OH);
+        const float* plane = x + (rest / OH) * H * W;
+        const int h0 = oh * SH - PH, w0 = ow * SW - PW;
+        float best = __int_as_float(0xff800000);  // -inf
+        int tap = -1;
+        for (int r = max(0, -h0); r < min(KH, H - h0); ++r) {
+            const float* row = plane + (size_t)(h0 + r) * W + w0;
+            for (int s = max(0, -w0); s < min(KW, W - w0); ++s) {
+                const float v = row[s];
+                if (tap < 0 || (v != v ? best == best : v > best)) {
+                    best = v;
+                    tap = r * KW + s;
+                }
+            }
+        }
+        y[i] = best;
+        taps[i] = (unsigned char)tap;
+    }
+}
+
+// Training max pooling, backward: gx[h, w] = sum of gy over the windows whose maximum
+// came from (h, w).  One thread per input value, every value written once (no atomics,
+// overlapping windows included).
+extern "C" __global__ void max_pool2d_train_bwd(
+    const float* __restrict__ gy,            // (N * C, OH, OW)
+    const unsigned char* __restrict__ taps,  // (N * C, OH, OW)
+    float* __restrict__ gx,                  // (N * C, H, W)
+    int planes, int H, int W, int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW)
+{
+    tc::wait_prior_grids();
+    const size_t total = (size_t)planes * H * W;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int w = (int)(i % W);
+        const size_t rest = i / W;
+        const int h = (int)(rest % H);
+        const size_t plane = (rest / H) * OH * OW;
+        // the windows holding (h, w): oh * SH - PH <= h < oh * SH - PH + KH
+        const int th = h + PH, tw = w + PW;
+        const int oh0 = th < KH ? 0 : (th - KH) / SH + 1, oh1 = min(OH - 1, th / SH);
+        const int ow0 = tw < KW ? 0 : (tw - KW) / SW + 1, ow1 = min(OW - 1, tw / SW);
+        float acc = 0.f;
+        for (int oh = oh0; oh <= oh1; ++oh)
+            for (int ow = ow0; ow <= ow1; ++ow) {
+                const size_t o = plane + (size_t)oh * OW + ow;
+                if (taps[o] == (th - oh * SH) * KW + (tw - ow * SW)) acc += gy[o];
+            }
+        gx[i] = acc;
     }
 }
 

@@ -80,6 +80,16 @@ class ResultSet:
             "device": self.env["device"], "note": note,
         })
 
+    def extend(self, rows: list[dict]) -> None:
+        """Add rows another call recorded (as :func:`read_csv` returns them), kept as they
+        are: their device and notes stay theirs."""
+        for r in rows:
+            row = {k: r[k] for k in COLUMNS}
+            pv = row["paper_value"]
+            row["paper_value"] = "" if pv == "" or math.isnan(float(pv)) else float(pv)
+            row["value"] = float(row["value"])
+            self.rows.append(row)
+
     def values(self, metric: str) -> dict:
         """``{(case, variant): value}`` for one metric."""
         return {(r["case"], r["variant"]): r["value"] for r in self.rows if r["metric"] == metric}

@@ -49,7 +49,7 @@ BAD = [
     ("filter larger than input", dict(w=np.ones((6, 2, 11, 11), F32)), ValueError, "does not fit"),
     ("list instead of array", dict(x=[[1.0]]), TypeError, "x must be a NumPy/CuPy array"),
     ("unknown algorithm", dict(algorithm="fft"), ValueError, "algorithm must be one of"),
-    ("splits out of range", dict(splits=99), ValueError, "splits must be an int"),
+    ("splits out of range", dict(splits=999), ValueError, "splits must be an int"),
 ]
 
 

@@ -45,7 +45,7 @@ def test_weight_splits_fill_the_gpu_and_keep_threads_busy():
     tiny = _geom((1, 4, 8, 8), padding=1)
     assert depthwise_conv.weight_splits(tiny, 132) == 1           # 64 pixels: one share
     huge = _geom((256, 8, 112, 112), padding=1)
-    assert depthwise_conv.weight_splits(huge, 132) == depthwise_conv.MAX_SPLITS
+    assert depthwise_conv.weight_splits(huge, 132) == 66             # 4 x 132 over 8 filters
 
 
 def test_numpy_path_is_the_reference(rng):

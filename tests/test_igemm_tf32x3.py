@@ -69,6 +69,8 @@ def test_choice_needs_tensor_cores_and_a_large_gemm():
     assert direct_conv.choose_algorithm(odd, 2, device_facts()) == "igemm"  # 1-row groups
     thin = conv_geometry((128, 64, 32, 32), (128, 2, 3, 3), padding=1, groups=32)
     assert direct_conv.choose_algorithm(thin, 0, device_facts()) == "direct"
+    classifier = conv_geometry((128, 512, 1, 1), (10, 512, 1, 1))   # a Linear as a conv
+    assert direct_conv.choose_algorithm(classifier, 0, device_facts()) == "igemm"
 
 
 def test_limits_are_said():

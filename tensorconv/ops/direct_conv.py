@@ -88,12 +88,12 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
     """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
     current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`;
-    ``"direct"`` for another forward whose groups have fewer than 16 output channels; else
-    the tensor-core ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32
-    ``"igemm"``."""
+    ``"direct"`` for another forward with groups of under 16 output channels (grouped, or
+    on maps of 8x8 or more: not a classifier's 1x1); else the tensor-core ``"igemm_tf32x3"``
+    where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
     if depthwise_conv.supported(geom) is None:
         return "depthwise"
-    if mode == 0 and geom.k // geom.groups < 16:
+    if mode == 0 and geom.k // geom.groups < 16 and (geom.groups > 1 or geom.oh * geom.ow >= 64):
         return "direct"
     facts = facts or backend.device_facts()
     return ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)

@@ -27,6 +27,7 @@ FILE = "igemm_tf32x3.cu"
 MODES = (0, 1, 2, 3)                # _igemm's three, and 3: a strided data gradient by phase
 BN, BK, THREADS, STAGES = 128, 16, 256, 4
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
+AUTO_SPLITS = 64                    # the default split's cap (its tiles were measured under it)
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 _TAP_LIMIT = 1 << 15                # mode 2 packs (r * dil - pad, s * dil - pad) in 16 bits
@@ -142,7 +143,7 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
         want = cdiv(2 * resident, blocks)
     else:
         want = resident // blocks
-    return max(1, min(want, cdiv(q, BK) // 4, _igemm.MAX_SPLITS))
+    return max(1, min(want, cdiv(q, BK) // 4, AUTO_SPLITS))
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:

@@ -1,10 +1,12 @@
-"""Max and average pooling (``kernels_cu/pool.cu``), forward only: fp32 NCHW, and fp16
-NHWC for the fp16 inference engine.
+"""Max and average pooling (``kernels_cu/pool.cu``): fp32 NCHW, and fp16 NHWC for the fp16
+inference engine; training's max pooling, forward and backward, fp32 NCHW.
 
 The inference engine's pooling: one launch, padding handled in the kernel (no
 padded copy), a grid-stride loop over the outputs (no launch shape to choose).
-Training keeps the autograd functions of :mod:`tensorconv.autograd.functions.pooling`,
-which also record what the backward pass needs.
+Training's max pooling (:func:`max_pool2d_train`, :func:`max_pool2d_backward`) keeps the
+window tap of each maximum, one byte per output, and its backward gathers: each input
+value written once, overlapping windows too (no atomics).  The autograd function
+(:mod:`tensorconv.autograd.functions.pooling`) runs these on the GPU.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tensorconv.checks import (
     pool_args,
     pooled_size,
 )
-from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
+from tensorconv.ops._launch import cdiv, gpu_only, launch, no_out_on_cpu
 
 FILE = "pool.cu"
 MODES = ("max", "avg")
@@ -36,6 +38,15 @@ def _name(mode: str, layout: str = "nchw") -> str:
 def kernels(mode: str, layout: str = "nchw") -> tuple[cuda.KernelRef, ...]:
     """The kernels a launch in ``mode`` on ``layout`` runs."""
     return (cuda.kernel_ref(FILE, _name(mode, layout)),)
+
+
+TRAIN_KERNELS = ("max_pool2d_train_fwd", "max_pool2d_train_bwd")
+MAX_TAPS = 256   # a window's taps must fit the byte each output keeps
+
+
+def train_kernels() -> tuple[cuda.KernelRef, ...]:
+    """Training max pooling's forward and backward kernels."""
+    return tuple(cuda.kernel_ref(FILE, name) for name in TRAIN_KERNELS)
 
 
 def instantiations() -> list[str]:
@@ -88,4 +99,73 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
              i32(pw))
     planes = (i32(n * c),) if layout == "nchw" else (i32(n), i32(c))
     launch(kernels(mode, layout)[0], (blocks,), (THREADS,), (x, out, *planes, *sizes))
+    return out
+
+
+def _train_sizes(shape, kernel_size, stride, padding):
+    (kh, kw), (sh, sw), (ph, pw) = pool_args(kernel_size, stride, padding)
+    n, c, h, w = shape
+    check_window_fits(h + 2 * ph, w + 2 * pw, (kh, kw))
+    if kh * kw > MAX_TAPS:
+        raise ValueError(f"max pooling's window has {kh * kw} taps; the training kernels "
+                         f"keep one byte per output (at most {MAX_TAPS})")
+    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw))
+    i32 = np.int32
+    return (n, c, oh, ow), tuple(i32(v) for v in (n * c, h, w, oh, ow, kh, kw, sh, sw, ph, pw))
+
+
+def max_pool2d_train(x, kernel_size, stride=None, padding=0):
+    """Max pooling of ``x`` that keeps, for the backward, where each maximum came from.
+
+    Parameters
+    ----------
+    x : CuPy array, (N, C, H, W), float32, C-contiguous
+    kernel_size, stride, padding : int or (int, int), as :func:`pool2d`; at most
+        :data:`MAX_TAPS` taps per window
+
+    Returns
+    -------
+    y : (N, C, OH, OW) float32
+    taps : (N, C, OH, OW) uint8, the window tap ``r * KW + s`` of each maximum (the first
+        of equal values, the first NaN)
+    """
+    x = backend.as_array(x, "x")
+    xp = backend.array_module(x)
+    gpu_only(xp, "max_pool2d_train", "tensorconv.autograd.functions.max_pool2d")
+    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
+    shape, sizes = _train_sizes(x.shape, kernel_size, stride, padding)
+    y, taps = xp.empty(shape, np.float32), xp.empty(shape, np.uint8)
+    blocks = min(cdiv(y.size, THREADS), 32 * backend.device_facts().sm_count)
+    launch(train_kernels()[0], (blocks,), (THREADS,), (x, y, taps) + sizes)
+    return y, taps
+
+
+def max_pool2d_backward(gy, taps, x_shape, kernel_size, stride=None, padding=0, *, out=None):
+    """Gradient of :func:`max_pool2d_train` with respect to ``x``.
+
+    Parameters
+    ----------
+    gy : CuPy array, (N, C, OH, OW), float32, C-contiguous
+    taps : CuPy array, (N, C, OH, OW), uint8, from :func:`max_pool2d_train`
+    x_shape : (N, C, H, W)
+    out : (N, C, H, W) float32, optional
+
+    Returns
+    -------
+    (N, C, H, W) float32
+    """
+    gy, taps = backend.as_array(gy, "gy"), backend.as_array(taps, "taps")
+    xp = backend.array_module(gy)
+    gpu_only(xp, "max_pool2d_backward", "tensorconv.autograd.functions.max_pool2d")
+    if len(x_shape) != 4:
+        raise ValueError(f"x_shape must be (N, C, H, W), got {x_shape!r}")
+    shape, sizes = _train_sizes(tuple(x_shape), kernel_size, stride, padding)
+    check_array(gy, "gy", ndim=4, dtype=np.float32, contiguous=True)
+    check_array(taps, "taps", ndim=4, dtype=np.uint8, contiguous=True, xp=xp)
+    for name, a in (("gy", gy), ("taps", taps)):
+        if tuple(a.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(a.shape)}; the pooling's output is {shape}")
+    out = output_buffer(xp, out, tuple(x_shape))
+    blocks = min(cdiv(out.size, THREADS), 32 * backend.device_facts().sm_count)
+    launch(train_kernels()[1], (blocks,), (THREADS,), (gy, taps, out) + sizes)
     return out

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorconv import backend
 from tensorconv.autograd.function import Function
 from tensorconv.autograd.functions.windows import scatter_windows, windows
 from tensorconv.checks import pool_args
+from tensorconv.ops import pool
 
 
 def _check_input(x, kernel, padding):
@@ -16,21 +19,33 @@ def _check_input(x, kernel, padding):
 
 
 class MaxPool2d(Function):
+    """Max over each window; on the GPU (float32, C-contiguous) two kernels
+    (:func:`tensorconv.ops.pool.max_pool2d_train`), else window views and argmax."""
+
     def __init__(self, kernel_size, stride=None, padding=0):
         self.kernel, self.stride, self.padding = pool_args(kernel_size, stride, padding)
 
     def forward(self, x):
         _check_input(x, self.kernel, self.padding)
         xp = backend.array_module(x)
+        self.x_shape = x.shape
+        self.on_gpu = (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
+                       and self.kernel[0] * self.kernel[1] <= pool.MAX_TAPS)
+        if self.on_gpu:
+            y, self.argmax = pool.max_pool2d_train(x, self.kernel, self.stride, self.padding)
+            return y
         win = windows(x, self.kernel, self.stride, self.padding, pad_value=-xp.inf)
         n, c, r, s, oh, ow = win.shape
         flat = win.reshape(n, c, r * s, oh, ow)
         self.argmax = flat.argmax(axis=2)
-        self.x_shape = x.shape
         return xp.take_along_axis(flat, self.argmax[:, :, None], axis=2)[:, :, 0]
 
     def backward(self, gy):
         xp = backend.array_module(gy)
+        if self.on_gpu:
+            return pool.max_pool2d_backward(xp.ascontiguousarray(gy, dtype=np.float32),
+                                            self.argmax, self.x_shape, self.kernel, self.stride,
+                                            self.padding)
         n, c, oh, ow = gy.shape
         r, s = self.kernel
         taps = xp.arange(r * s).reshape(1, 1, r * s, 1, 1)

@@ -381,22 +381,27 @@ def test_scc_table2_quick_reports_costs_beside_the_paper(tmp_path):
 
 
 def test_scc_table2_merge_keeps_the_other_models_rows(tmp_path):
-    """A study split over calls: ``--merge`` keeps an earlier CSV's rows of the models not
-    run now (their notes and paper values too) and drops those it runs again."""
+    """A study split over calls: ``--merge`` keeps an earlier CSV's rows of the runs not
+    made now (their notes and paper values too) and drops those it makes again."""
     from experiments import scc_table2
 
     rs = results.ResultSet("scc_table2", {"device": "H100 (earlier call)"})
     rs.add("vgg16", "dw+scc", "test_acc", 91.5, "%", paper_value=92.6, note="seed 0")
     rs.add("vgg19", "dw+scc", "test_acc", 90.0, "%")
+    rs.add("vgg19", "original", "test_acc", 93.0, "%")
     earlier = rs.write_csv(tmp_path / "earlier.csv")
     out = tmp_path / "out"
-    assert scc_table2.main(["--quick", "--models", "vgg19", "--out", str(out), "--device", "cpu",
-                            "--time-budget", "0", "--merge", str(earlier)]) == 0
+    assert scc_table2.main(["--quick", "--models", "vgg19", "--variants", "dw+scc", "dw+pw",
+                            "--out", str(out), "--device", "cpu", "--time-budget", "0",
+                            "--merge", str(earlier)]) == 0
     rows = results.read_csv(out / "scc_table2.csv")
-    kept = [r for r in rows if r["case"] == "vgg16"]
-    assert [(r["value"], r["paper_value"], r["note"], r["device"]) for r in kept] == [
-        (91.5, 92.6, "seed 0", "H100 (earlier call)")]
-    assert not any(r["case"] == "vgg19" and r["metric"] == "test_acc" for r in rows)
+    kept = {(r["case"], r["variant"]): r for r in rows if r["metric"] == "test_acc"}
+    assert set(kept) == {("vgg16", "dw+scc"), ("vgg19", "original")}   # vgg19 dw+scc: rerun
+    vgg16 = kept["vgg16", "dw+scc"]
+    assert (vgg16["value"], vgg16["paper_value"], vgg16["note"], vgg16["device"]) == (
+        91.5, 92.6, "seed 0", "H100 (earlier call)")
+    assert {r["variant"] for r in rows if r["case"] == "vgg19" and r["metric"] == "params_m"} \
+        == {"dw+scc", "dw+pw"}
 
 
 def test_scc_table4_costs_order_pw_gpw_scc(tmp_path):

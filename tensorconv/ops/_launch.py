@@ -114,6 +114,14 @@ def gpu_only(xp, op: str, cpu_alternative: str = "") -> None:
         raise TypeError(f"{op} runs on the GPU: pass CuPy arrays{hint}")
 
 
+def cpu_epilogue(y, residual=None, relu: bool = False):
+    """The NumPy path's epilogue on a reference output ``y``: ``+ residual``, then ReLU, in
+    place; returns ``y``."""
+    if residual is not None:
+        y += residual
+    return np.maximum(y, 0, out=y) if relu else y
+
+
 def no_out_on_cpu(**outs) -> None:
     """Raise ``ValueError`` when an output buffer is given to a NumPy (reference) call."""
     given = [name for name, a in outs.items() if a is not None]

@@ -31,6 +31,7 @@ from tensorconv.checks import (
 from tensorconv.ops._launch import (
     cdiv,
     check_smem,
+    cpu_epilogue,
     launch,
     next_pow2,
     no_out_on_cpu,
@@ -263,10 +264,8 @@ def cp_conv2d(x, s, h, w, t, stride=1, padding=0, *, bias=None, residual=None,
             raise ValueError(f"the separable scheme needs stride 1, got {p.stride}")
     if xp is np:
         no_out_on_cpu(out=out)
-        y = reference.cp_conv2d(x, *factors, bias, p.stride, p.padding)
-        if residual is not None:
-            y += residual
-        return np.maximum(y, 0, out=y) if relu else y
+        return cpu_epilogue(reference.cp_conv2d(x, *factors, bias, p.stride, p.padding),
+                            residual, relu)
     out = output_buffer(xp, out, p.output_shape)
     if variant == "naive":
         _run_naive(x, factors, out, p)

@@ -22,7 +22,7 @@ import numpy as np
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import ConvGeometry, check_bools, conv_call, output_buffer
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, ptr, workspace
+from tensorconv.ops._launch import NULL, cdiv, cpu_epilogue, no_out_on_cpu, ptr, workspace
 
 FILE = "depthwise_conv.cu"
 Problem = ConvGeometry
@@ -197,12 +197,9 @@ def depthwise_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, *, relu=F
         raise ValueError(why)
     xp = backend.array_module(x)
     if xp is np:
-        if out is not None:
-            raise ValueError("out is supported on the GPU path only")
-        y = reference.conv2d(x, w, bias, p.stride, p.padding, p.dilation, p.groups)
-        if residual is not None:
-            y += residual
-        return np.maximum(y, 0, out=y) if relu else y
+        no_out_on_cpu(out=out)
+        return cpu_epilogue(reference.conv2d(x, w, bias, p.stride, p.padding, p.dilation,
+                                             p.groups), residual, relu)
     out = output_buffer(xp, out, p.output_shape)
     launch_forward(x, w, bias, residual, out, p, bool(relu))
     return out

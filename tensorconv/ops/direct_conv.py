@@ -36,7 +36,7 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3
-from tensorconv.ops._launch import NULL, cdiv, check_smem, launch, next_pow2, ptr, workspace
+from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr, workspace
 
 FILE = "direct_conv.cu"
 FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE)  # every kernel file a call may run
@@ -227,7 +227,7 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
     """Run ``conv2d_igemm<mode>`` (and the split reduction when ``splits > 1``)."""
     kernel, grid, ints, floats, reduce = _igemm_config(geom, mode, splits, bool(relu),
                                                        xp.cuda.runtime.getDevice())
-    partial = workspace(xp, floats) if floats else NULL
+    partial = ptr(workspace(xp, floats) if floats else None)
     bias, residual = ptr(bias), ptr(residual)
     kernel(grid, (_IG_THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints)
     if reduce is not None:
@@ -323,10 +323,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
-        y = reference.conv2d(x, w, bias, geom.stride, geom.padding, geom.dilation, geom.groups)
-        if residual is not None:
-            y += residual
-        return np.maximum(y, 0, out=y) if relu else y
+        return cpu_epilogue(reference.conv2d(x, w, bias, geom.stride, geom.padding,
+                                             geom.dilation, geom.groups), residual, relu)
 
     out = output_buffer(xp, out, geom.output_shape)
     facts = backend.device_facts()
@@ -336,8 +334,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
             raise ValueError("splits applies to the implicit-GEMM algorithms only")
         tile = tile or default_tile(geom, facts)
         check_tile(tile, geom)
-        _launch_direct(x, w, NULL if bias is None else bias,
-                       NULL if residual is None else residual, out, geom, tile, bool(relu))
+        _launch_direct(x, w, ptr(bias), ptr(residual), out, geom, tile, bool(relu))
     else:
         _run_gemm(algorithm, 0, w, x, bias, residual, out, geom, tile, splits, bool(relu), xp)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tensorconv import data, results
+from tensorconv import backend, data, results
 
 
 def _have_fashion_mnist() -> bool:
@@ -131,6 +131,29 @@ def test_sparse_fig6_quick(tmp_path):
     lat = {(r["case"], r["variant"]) for r in rows if r["metric"] == "latency_us"}
     assert {("K=1", "ours-block"), ("K=128", "ours-dense")} <= lat
     assert (tmp_path / "sparse_fig6.png").stat().st_size > 0
+
+
+@pytest.mark.gpu
+def test_bench_depthwise_quick(tmp_path):
+    from experiments import bench_depthwise
+
+    assert bench_depthwise.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "bench_depthwise.csv")
+    errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
+    assert len(errs) == 3 * 3 and max(errs) <= 1e-5        # 3 layers x 3 passes
+    for name in bench_depthwise.PASSES:
+        timed = {r["variant"] for r in rows if r["metric"] == f"{name}_us"}
+        assert {"ours", "general"} <= timed
+        assert any(r["metric"] == f"{name}_speedup" for r in rows)
+    assert (tmp_path / "bench_depthwise.png").stat().st_size > 0
+
+
+def test_bench_depthwise_needs_a_gpu(monkeypatch):
+    from experiments import bench_depthwise
+
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    with pytest.raises(backend.CudaUnavailableError):
+        bench_depthwise.main(["--quick", "--out", "unused"])
 
 
 @pytest.mark.gpu

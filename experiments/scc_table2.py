@@ -1,16 +1,20 @@
 """DSXplore table II: accuracy, multiply-adds and parameters of five CNNs, original and DW+SCC.
 
 Wang et al. (IPDPS'21), Table II, on Fashion-MNIST padded to 32x32 instead of CIFAR-10: VGG-16,
-VGG-19, MobileNet, ResNet-18 and ResNet-50 (CIFAR stems), each trained from scratch as it is and
-with its convolutions made depthwise-separable with a sliding-channel pointwise stage
-(SCC-cg2-co50; :mod:`tensorconv.compress.separable`).  Reports final and best test accuracy,
-multiply-adds ("MFLOPs" in the paper) and parameters beside the paper's.  Every run checkpoints
-after each epoch in ``--work``; ``--time-budget`` stops between epochs and a later call resumes.
+VGG-19, MobileNet, ResNet-18 and ResNet-50 (CIFAR stems), each trained from scratch as it is,
+made depthwise-separable with a full pointwise stage (DW+PW, the yardstick SCC is held to) and
+with a sliding-channel one (SCC-cg2-co50; :mod:`tensorconv.compress.separable`).  Reports final
+and best test accuracy (the mean over ``--seeds``), multiply-adds ("MFLOPs" in the paper) and
+parameters beside the paper's.  Every run checkpoints after each epoch in ``--work``;
+``--time-budget`` stops between epochs and a later call resumes; ``--merge`` keeps an earlier
+call's rows.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
 from tensorconv import bench
@@ -43,21 +47,45 @@ def costs(model: str, cfg: TrainConfig) -> dict:
 
 
 def run_variants(args, variants: list, rs: ResultSet, work: Path, paper: dict) -> None:
-    """Train every ``(case, variant, cfg)`` within the budget; add its rows to ``rs``."""
+    """Train every ``(case, variant, cfg)`` within the budget; add its rows to ``rs``: costs
+    once per ``(case, variant)``, accuracy over its seeds (the mean where several ran, with
+    their spread and each seed's number in the note)."""
     budget = TimeBudget(args.time_budget)
+    runs: dict = {}
     for case, variant, cfg in variants:
         meta, finished = train_within(cfg, work / f"{case}-{variant}-seed{cfg.seed}.npz", budget)
         ref = paper.get(case, {}).get(variant.split("/")[0], (None, None, None))
-        for metric, value in costs(cfg.model, cfg).items():
-            rs.add(case, variant, metric, value, "M",
-                   paper_value=ref[0] if metric == "mmacs" else ref[1])
-        if meta is None or not meta["history"]:
-            continue
-        hist = meta["history"]
-        note = "" if finished else f"partial: {hist[-1]['epoch']}/{cfg.epochs} epochs"
-        rs.add(case, variant, "test_acc", 100 * hist[-1]["test_acc"], "%", paper_value=ref[2],
-               note=note or f"seed {cfg.seed}; paper: CIFAR-10")
-        rs.add(case, variant, "best_test_acc", 100 * max(h["test_acc"] for h in hist), "%")
+        if (case, variant) not in runs:
+            runs[case, variant] = (ref, cfg.epochs, [])
+            for metric, value in costs(cfg.model, cfg).items():
+                rs.add(case, variant, metric, value, "M",
+                       paper_value=ref[0] if metric == "mmacs" else ref[1])
+        if meta is not None and meta["history"]:
+            hist = meta["history"]
+            runs[case, variant][2].append((cfg.seed, 100 * hist[-1]["test_acc"],
+                                           100 * max(h["test_acc"] for h in hist),
+                                           None if finished else hist[-1]["epoch"]))
+    for (case, variant), (ref, epochs, done) in runs.items():
+        if done:
+            _add_accuracy(rs, case, variant, ref[2], epochs, done)
+
+
+def _add_accuracy(rs: ResultSet, case: str, variant: str, paper_acc, epochs: int,
+                  done: list) -> None:
+    """``test_acc`` and ``best_test_acc`` of one variant's runs ``(seed, final, best,
+    epochs reached or None when finished)``: the value of one run, the mean of several."""
+    finals = [f for _, f, _, _ in done]
+    partial = [f"seed {s} {e}/{epochs} epochs" for s, _, _, e in done if e is not None]
+    if len(done) == 1:
+        note = f"seed {done[0][0]}; paper: CIFAR-10"
+    else:
+        note = (f"mean of seeds {', '.join(f'{s}: {f:.2f}' for s, f, _, _ in done)}; "
+                f"sd {np.std(finals, ddof=1):.2f}; paper: CIFAR-10")
+    if partial:
+        note = f"partial ({', '.join(partial)}); {note}"
+    rs.add(case, variant, "test_acc", float(np.mean(finals)), "%", paper_value=paper_acc,
+           note=note)
+    rs.add(case, variant, "best_test_acc", float(np.mean([b for _, _, b, _ in done])), "%")
 
 
 def common(args, model: str) -> dict:
@@ -83,6 +111,8 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="train each run with these seeds; accuracy is their mean")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help="dw+pw: the same depthwise-separable network with a full 1x1 (the "
                         "issue's accuracy yardstick; MobileNet's original is that already)")
@@ -97,9 +127,10 @@ def main(argv=None) -> int:
     work = work_dir(NAME, args, paths)
     forms = {"original": {}, "dw+pw": dict(pointwise="pw"),
              "dw+scc": dict(pointwise="scc", cg=2, co=0.5)}
-    variants = [(model, v, TrainConfig(**common(args, model), **forms[v]))
+    variants = [(model, v, TrainConfig(**common(args, model), **forms[v], seed=seed))
                 for model in args.models for v in VARIANTS if v in args.variants
-                and not (v == "dw+pw" and model == "mobilenet_v1")]   # its original is DW+PW
+                and not (v == "dw+pw" and model == "mobilenet_v1")   # its original is DW+PW
+                for seed in args.seeds]
     env = bench.environment()
     rs = ResultSet(NAME, env)
     if args.merge is not None:

@@ -427,6 +427,23 @@ def test_scc_table2_merge_keeps_the_other_models_rows(tmp_path):
         == {"dw+scc", "dw+pw"}
 
 
+def test_scc_accuracy_over_seeds_is_their_mean_with_each_in_the_note():
+    from experiments.scc_table2 import _add_accuracy
+
+    rs = results.ResultSet("scc_table2", {"device": "test"})
+    _add_accuracy(rs, "vgg16", "dw+scc", 92.6, 15, [(0, 93.4, 93.5, None)])
+    _add_accuracy(rs, "vgg16", "dw+pw", None, 15, [(0, 93.7, 93.8, None), (1, 93.5, 93.9, None),
+                                                    (2, 93.3, 93.4, 12)])
+    acc = {(r["variant"], r["metric"]): r for r in rs.rows}
+    one = acc["dw+scc", "test_acc"]
+    assert one["value"] == 93.4 and one["note"] == "seed 0; paper: CIFAR-10"
+    three = acc["dw+pw", "test_acc"]
+    assert three["value"] == pytest.approx(93.5) and acc["dw+pw", "best_test_acc"]["value"] \
+        == pytest.approx(93.7)
+    assert "seed 2 12/15 epochs" in three["note"] and "0: 93.70, 1: 93.50, 2: 93.30" in \
+        three["note"] and "sd 0.20" in three["note"]
+
+
 def test_scc_table4_costs_order_pw_gpw_scc(tmp_path):
     from experiments import scc_table4
 

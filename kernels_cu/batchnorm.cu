@@ -49,6 +49,11 @@ struct Units {
     __device__ Units(int units, unsigned long long fd_u)
         : U(units), by_u(tdcx::FastDiv::of(fd_u)), fast(fd_u != 0ull) {}
     __device__ __forceinline__ int image(int u) const { return fast ? by_u.div(u) : u / U; }
+    // The flat offset of unit u of channel c (V values per unit) in an (N, C, HW) array.
+    __device__ __forceinline__ size_t offset(int u, int C, int HW, int c, int V) const {
+        const int n = image(u);
+        return ((size_t)n * C + c) * HW + (size_t)(u - n * U) * V;
+    }
 };
 
 template <int V>
@@ -58,6 +63,22 @@ __device__ __forceinline__ void load(const float* __restrict__ p, float (&v)[V])
         v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
     } else {
         v[0] = __ldg(p);
+    }
+}
+
+// x and gy at `at`, gy dropped where the ReLU output y (nullptr: no ReLU) is <= 0.
+template <int V>
+__device__ __forceinline__ void load_grad(const float* __restrict__ x,
+                                          const float* __restrict__ gy,
+                                          const float* __restrict__ y, size_t at,
+                                          float (&xv)[V], float (&g)[V]) {
+    load<V>(x + at, xv);
+    load<V>(gy + at, g);
+    if (y != nullptr) {
+        float yv[V];
+        load<V>(y + at, yv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
     }
 }
 
@@ -75,9 +96,8 @@ template <int V>
 __device__ void partial_sums(const float* __restrict__ x, int C, int HW, int c, int u0, int u1,
                              const Units& un, double& s, double& ss) {
     for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
-        const int n = un.image(u);
         float v[V];
-        load<V>(x + ((size_t)n * C + c) * HW + (u - n * un.U) * V, v);
+        load<V>(x + un.offset(u, C, HW, c, V), v);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
             s += v[j];
@@ -93,16 +113,8 @@ __device__ void backward_sums(const float* __restrict__ x, const float* __restri
                               const float* __restrict__ y, float m, float is, int C, int HW,
                               int c, int u0, int u1, const Units& un, double& s, double& sx) {
     for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
-        const int n = un.image(u);
-        const size_t at = ((size_t)n * C + c) * HW + (u - n * un.U) * V;
-        float xv[V], g[V], yv[V];
-        load<V>(x + at, xv);
-        load<V>(gy + at, g);
-        if (y != nullptr) {
-            load<V>(y + at, yv);
-#pragma unroll
-            for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
-        }
+        float xv[V], g[V];
+        load_grad<V>(x, gy, y, un.offset(u, C, HW, c, V), xv, g);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
             s += g[j];
@@ -118,16 +130,9 @@ __device__ void backward_data(const float* __restrict__ x, const float* __restri
                               float is, float scale, float mg, float mgx, int C, int HW, int c,
                               int u0, int u1, const Units& un) {
     for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
-        const int n = un.image(u);
-        const size_t at = ((size_t)n * C + c) * HW + (u - n * un.U) * V;
-        float xv[V], g[V], yv[V], out[V];
-        load<V>(x + at, xv);
-        load<V>(gy + at, g);
-        if (y != nullptr) {
-            load<V>(y + at, yv);
-#pragma unroll
-            for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
-        }
+        const size_t at = un.offset(u, C, HW, c, V);
+        float xv[V], g[V], out[V];
+        load_grad<V>(x, gy, y, at, xv, g);
 #pragma unroll
         for (int j = 0; j < V; ++j) out[j] = scale * (g[j] - mg - (xv[j] - m) * is * mgx);
         store<V>(gx + at, out);

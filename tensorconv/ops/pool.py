@@ -22,7 +22,7 @@ from tensorconv.checks import (
     pool_args,
     pooled_size,
 )
-from tensorconv.ops._launch import cdiv, gpu_only, launch, no_out_on_cpu
+from tensorconv.ops._launch import NULL, cdiv, gpu_only, launch, no_out_on_cpu
 
 FILE = "pool.cu"
 MODES = ("max", "avg")
@@ -40,13 +40,12 @@ def kernels(mode: str, layout: str = "nchw") -> tuple[cuda.KernelRef, ...]:
     return (cuda.kernel_ref(FILE, _name(mode, layout)),)
 
 
-TRAIN_KERNELS = ("max_pool2d_train_fwd", "max_pool2d_train_bwd")
 MAX_TAPS = 256   # a window's taps must fit the byte each output keeps
 
 
 def train_kernels() -> tuple[cuda.KernelRef, ...]:
-    """Training max pooling's forward and backward kernels."""
-    return tuple(cuda.kernel_ref(FILE, name) for name in TRAIN_KERNELS)
+    """Training max pooling's forward (the max forward, keeping taps) and backward."""
+    return kernels("max") + (cuda.kernel_ref(FILE, "max_pool2d_train_bwd"),)
 
 
 def instantiations() -> list[str]:
@@ -97,7 +96,7 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
     i32 = np.int32
     sizes = (i32(h), i32(w), i32(oh), i32(ow), i32(kh), i32(kw), i32(sh), i32(sw), i32(ph),
              i32(pw))
-    planes = (i32(n * c),) if layout == "nchw" else (i32(n), i32(c))
+    planes = (NULL, i32(n * c)) if layout == "nchw" else (i32(n), i32(c))   # NULL: no taps
     launch(kernels(mode, layout)[0], (blocks,), (THREADS,), (x, out, *planes, *sizes))
     return out
 

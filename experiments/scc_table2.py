@@ -12,6 +12,7 @@ call's rows.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,44 +49,98 @@ def costs(model: str, cfg: TrainConfig) -> dict:
 
 def run_variants(args, variants: list, rs: ResultSet, work: Path, paper: dict) -> None:
     """Train every ``(case, variant, cfg)`` within the budget; add its rows to ``rs``: costs
-    once per ``(case, variant)``, accuracy over its seeds (the mean where several ran, with
-    their spread and each seed's number in the note)."""
+    once per ``(case, variant)``, each run's accuracy as ``test_acc_seed{S}`` /
+    ``best_test_acc_seed{S}``, and per variant the mean over every seed in ``rs`` (an
+    earlier call's seeds merged in count too; :func:`add_accuracy`)."""
     budget = TimeBudget(args.time_budget)
-    runs: dict = {}
+    costed: set = set()
     for case, variant, cfg in variants:
         meta, finished = train_within(cfg, work / f"{case}-{variant}-seed{cfg.seed}.npz", budget)
         ref = paper.get(case, {}).get(variant.split("/")[0], (None, None, None))
-        if (case, variant) not in runs:
-            runs[case, variant] = (ref, cfg.epochs, [])
+        if (case, variant) not in costed:
+            costed.add((case, variant))
             for metric, value in costs(cfg.model, cfg).items():
                 rs.add(case, variant, metric, value, "M",
                        paper_value=ref[0] if metric == "mmacs" else ref[1])
         if meta is not None and meta["history"]:
             hist = meta["history"]
-            runs[case, variant][2].append((cfg.seed, 100 * hist[-1]["test_acc"],
-                                           100 * max(h["test_acc"] for h in hist),
-                                           None if finished else hist[-1]["epoch"]))
-    for (case, variant), (ref, epochs, done) in runs.items():
-        if done:
-            _add_accuracy(rs, case, variant, ref[2], epochs, done)
+            reached = hist[-1]["epoch"]
+            note = (f"{cfg.epochs} epochs" if finished
+                    else f"partial: {reached}/{cfg.epochs} epochs")
+            rs.add(case, variant, f"test_acc_seed{cfg.seed}", 100 * hist[-1]["test_acc"], "%",
+                   note=note)
+            rs.add(case, variant, f"best_test_acc_seed{cfg.seed}",
+                   100 * max(h["test_acc"] for h in hist), "%", note=note)
+    _latest_per_seed(rs)
+    add_accuracy(rs, paper)
 
 
-def _add_accuracy(rs: ResultSet, case: str, variant: str, paper_acc, epochs: int,
-                  done: list) -> None:
-    """``test_acc`` and ``best_test_acc`` of one variant's runs ``(seed, final, best,
-    epochs reached or None when finished)``: the value of one run, the mean of several."""
-    finals = [f for _, f, _, _ in done]
-    partial = [f"seed {s} {e}/{epochs} epochs" for s, _, _, e in done if e is not None]
-    if len(done) == 1:
-        note = f"seed {done[0][0]}; paper: CIFAR-10"
-    else:
-        note = (f"mean of seeds {', '.join(f'{s}: {f:.2f}' for s, f, _, _ in done)}; "
-                f"sd {np.std(finals, ddof=1):.2f}; paper: CIFAR-10")
-    if partial:
-        note = f"partial ({', '.join(partial)}); {note}"
-    rs.add(case, variant, "test_acc", float(np.mean(finals)), "%", paper_value=paper_acc,
-           note=note)
-    rs.add(case, variant, "best_test_acc", float(np.mean([b for _, _, b, _ in done])), "%")
+def _latest_per_seed(rs: ResultSet) -> None:
+    """Drop a merged seed's rows where this call trained that seed again (the later row
+    of each ``(case, variant, metric)`` stays)."""
+    last = {(r["case"], r["variant"], r["metric"]): i for i, r in enumerate(rs.rows)
+            if _SEED.match(r["metric"])}
+    rs.rows = [r for i, r in enumerate(rs.rows)
+               if last.get((r["case"], r["variant"], r["metric"]), i) == i]
+
+
+_SEED = re.compile(r"^(best_)?test_acc_seed(\d+)$")
+
+
+def add_accuracy(rs: ResultSet, paper: dict) -> None:
+    """Add ``test_acc`` and ``best_test_acc`` per ``(case, variant)`` of the per-seed rows in
+    ``rs``: one run's value, or the mean of several with each seed's number and the spread in
+    the note; a partial run is named there.  ``paper``: case -> {variant: (.., .., acc)}."""
+    runs: dict = {}
+    for r in rs.rows:
+        m = _SEED.match(r["metric"])
+        if m:
+            run = runs.setdefault((r["case"], r["variant"]), {}).setdefault(int(m[2]), {})
+            run["best" if m[1] else "final"] = r["value"]
+            run["note"] = r["note"]
+    for (case, variant), seeds in runs.items():
+        order = sorted(s for s, run in seeds.items() if "final" in run)
+        if not order:
+            continue
+        finals = [seeds[s]["final"] for s in order]
+        partial = [f"seed {s} {seeds[s]['note'].removeprefix('partial: ')}" for s in order
+                   if seeds[s]["note"].startswith("partial")]
+        if len(order) == 1:
+            note = f"seed {order[0]}; paper: CIFAR-10"
+        else:
+            note = (f"mean of seeds {', '.join(f'{s}: {f:.2f}' for s, f in zip(order, finals))}"
+                    f"; sd {np.std(finals, ddof=1):.2f}; paper: CIFAR-10")
+        if partial:
+            note = f"partial ({', '.join(partial)}); {note}"
+        ref = paper.get(case, {}).get(variant.split("/")[0], (None, None, None))
+        rs.add(case, variant, "test_acc", float(np.mean(finals)), "%", paper_value=ref[2],
+               note=note)
+        rs.add(case, variant, "best_test_acc",
+               float(np.mean([seeds[s].get("best", seeds[s]["final"]) for s in order])), "%")
+
+
+def merge_earlier(rs: ResultSet, paths: list, runs: list) -> None:
+    """Keep the rows of earlier calls' CSVs (``paths``, oldest first) that this call does not
+    make again: every ``(case, variant)`` made now gets its costs anew, and the means are
+    computed again from all seeds; a seed trained again now replaces that seed's rows
+    (:func:`_latest_per_seed`); of several files, later ones win."""
+    made = {(case, v) for case, v, _ in runs}
+    kept: dict = {}
+    for path in paths:
+        for r in read_csv(path):
+            key = (r["case"], r["variant"])
+            if not _SEED.match(r["metric"]) and (
+                    key in made or r["metric"] in ("test_acc", "best_test_acc")):
+                continue          # costs of runs made now, means: computed again
+            kept[key + (r["metric"],)] = r
+    rs.extend(list(kept.values()))
+
+
+def merge_arg(p) -> None:
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="this experiment's CSVs from earlier calls (oldest first): their rows "
+                        "of runs not made now are kept and their seeds join the means (a long "
+                        "study split over calls)")
 
 
 def common(args, model: str) -> dict:
@@ -116,9 +171,7 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help="dw+pw: the same depthwise-separable network with a full 1x1 (the "
                         "issue's accuracy yardstick; MobileNet's original is that already)")
-    p.add_argument("--merge", type=Path, default=None,
-                   help="this experiment's CSV from an earlier call: its rows of the runs "
-                        "not made now are kept (a long study split over calls)")
+    merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -133,9 +186,7 @@ def main(argv=None) -> int:
                 for seed in args.seeds]
     env = bench.environment()
     rs = ResultSet(NAME, env)
-    if args.merge is not None:
-        made = {(case, v) for case, v, _ in variants}
-        rs.extend([r for r in read_csv(args.merge) if (r["case"], r["variant"]) not in made])
+    merge_earlier(rs, args.merge, variants)
     run_variants(args, variants, rs, work, PAPER)
     report(args, rs, env, "DSXplore table II on Fashion-MNIST: original, DW+PW and "
            "DW+SCC-cg2-co50", paths)

@@ -4,13 +4,14 @@ Wang et al. (IPDPS'21), Table IV, on Fashion-MNIST padded to 32x32 instead of CI
 (DW + PW, the baseline) against DW + GPW with cg in {2, 4, 8} and DW + SCC with cg in {2, 4, 8}
 and co in {33, 50} %.  Reports final and best test accuracy (``--seeds`` runs each variant
 with several seeds, for gaps under a point), multiply-adds and parameters beside the paper's.
-Every run checkpoints after each epoch; ``--time-budget`` stops between epochs.
+Every run checkpoints after each epoch; ``--time-budget`` stops between epochs; ``--merge``
+keeps earlier calls' rows and seeds.
 """
 
 from __future__ import annotations
 
 from experiments._common import outputs, parser, training_args, work_dir
-from experiments.scc_table2 import common, report, run_variants
+from experiments.scc_table2 import common, merge_arg, merge_earlier, report, run_variants
 from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -53,7 +55,9 @@ def main(argv=None) -> int:
     work = work_dir(NAME, args, paths)
     env = bench.environment()
     rs = ResultSet(NAME, env)
-    run_variants(args, variants(args), rs, work, PAPER)
+    runs = variants(args)
+    merge_earlier(rs, args.merge, runs)
+    run_variants(args, runs, rs, work, PAPER)
     report(args, rs, env, "DSXplore table IV on Fashion-MNIST: MobileNet's pointwise stages",
            paths)
     return 0

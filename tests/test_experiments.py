@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tensorconv import backend, data, results
@@ -404,44 +406,90 @@ def test_scc_table2_quick_reports_costs_beside_the_paper(tmp_path):
 
 
 def test_scc_table2_merge_keeps_the_other_models_rows(tmp_path):
-    """A study split over calls: ``--merge`` keeps an earlier CSV's rows of the runs not
-    made now (their notes and paper values too) and drops those it makes again."""
+    """A study split over calls: ``--merge`` keeps earlier CSVs' rows of the runs not made
+    now (their notes and paper values too), drops the costs it makes again and lets an
+    earlier call's seeds join the mean."""
     from experiments import scc_table2
 
     rs = results.ResultSet("scc_table2", {"device": "H100 (earlier call)"})
+    rs.add("vgg16", "dw+scc", "test_acc_seed0", 91.5, "%", note="15 epochs")
+    rs.add("vgg16", "dw+scc", "best_test_acc_seed0", 91.7, "%", note="15 epochs")
     rs.add("vgg16", "dw+scc", "test_acc", 91.5, "%", paper_value=92.6, note="seed 0")
-    rs.add("vgg19", "dw+scc", "test_acc", 90.0, "%")
-    rs.add("vgg19", "original", "test_acc", 93.0, "%")
+    rs.add("vgg19", "dw+scc", "params_m", 9.0, "M")
+    rs.add("vgg19", "dw+scc", "test_acc_seed0", 90.0, "%", note="15 epochs")
+    rs.add("vgg19", "original", "test_acc_seed0", 93.0, "%", note="partial: 3/15 epochs")
     earlier = rs.write_csv(tmp_path / "earlier.csv")
+    later = results.ResultSet("scc_table2", {"device": "H100 (later call)"})
+    later.add("vgg16", "dw+scc", "test_acc_seed1", 92.5, "%", note="15 epochs")
+    later.add("vgg16", "dw+scc", "best_test_acc_seed1", 92.7, "%", note="15 epochs")
+    second = later.write_csv(tmp_path / "later.csv")
     out = tmp_path / "out"
     assert scc_table2.main(["--quick", "--models", "vgg19", "--variants", "dw+scc", "dw+pw",
                             "--out", str(out), "--device", "cpu", "--time-budget", "0",
-                            "--merge", str(earlier)]) == 0
+                            "--merge", str(earlier), str(second)]) == 0
     rows = results.read_csv(out / "scc_table2.csv")
-    kept = {(r["case"], r["variant"]): r for r in rows if r["metric"] == "test_acc"}
-    assert set(kept) == {("vgg16", "dw+scc"), ("vgg19", "original")}   # vgg19 dw+scc: rerun
-    vgg16 = kept["vgg16", "dw+scc"]
-    assert (vgg16["value"], vgg16["paper_value"], vgg16["note"], vgg16["device"]) == (
-        91.5, 92.6, "seed 0", "H100 (earlier call)")
-    assert {r["variant"] for r in rows if r["case"] == "vgg19" and r["metric"] == "params_m"} \
-        == {"dw+scc", "dw+pw"}
+    acc = {(r["case"], r["variant"]): r for r in rows if r["metric"] == "test_acc"}
+    # vgg19 dw+scc: seed 0 kept (this call trained nothing), its mean computed again
+    assert set(acc) == {("vgg16", "dw+scc"), ("vgg19", "original"), ("vgg19", "dw+scc")}
+    vgg16 = acc["vgg16", "dw+scc"]
+    assert vgg16["value"] == pytest.approx(92.0) and vgg16["paper_value"] == 92.6
+    assert "0: 91.50, 1: 92.50" in vgg16["note"] and "sd 0.71" in vgg16["note"]
+    best = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "best_test_acc"}
+    assert best["vgg16", "dw+scc"] == pytest.approx(92.2)
+    assert acc["vgg19", "original"]["note"].startswith("partial (seed 0 3/15 epochs)")
+    assert {r["device"] for r in rows if r["metric"] == "test_acc_seed1"} == {"H100 (later call)"}
+    params = {r["variant"]: r["value"] for r in rows
+              if r["case"] == "vgg19" and r["metric"] == "params_m"}
+    assert set(params) == {"dw+scc", "dw+pw"} and params["dw+scc"] != 9.0   # costed again
 
 
 def test_scc_accuracy_over_seeds_is_their_mean_with_each_in_the_note():
-    from experiments.scc_table2 import _add_accuracy
+    from experiments.scc_table2 import add_accuracy
 
     rs = results.ResultSet("scc_table2", {"device": "test"})
-    _add_accuracy(rs, "vgg16", "dw+scc", 92.6, 15, [(0, 93.4, 93.5, None)])
-    _add_accuracy(rs, "vgg16", "dw+pw", None, 15, [(0, 93.7, 93.8, None), (1, 93.5, 93.9, None),
-                                                    (2, 93.3, 93.4, 12)])
+    rs.add("vgg16", "dw+scc", "test_acc_seed0", 93.4, "%", note="15 epochs")
+    rs.add("vgg16", "dw+scc", "best_test_acc_seed0", 93.5, "%", note="15 epochs")
+    for seed, final, best, note in ((0, 93.7, 93.8, "15 epochs"), (1, 93.5, 93.9, "15 epochs"),
+                                    (2, 93.3, 93.4, "partial: 12/15 epochs")):
+        rs.add("vgg16", "dw+pw", f"test_acc_seed{seed}", final, "%", note=note)
+        rs.add("vgg16", "dw+pw", f"best_test_acc_seed{seed}", best, "%", note=note)
+    add_accuracy(rs, {"vgg16": {"dw+scc": (None, None, 92.6)}})
     acc = {(r["variant"], r["metric"]): r for r in rs.rows}
     one = acc["dw+scc", "test_acc"]
     assert one["value"] == 93.4 and one["note"] == "seed 0; paper: CIFAR-10"
+    assert one["paper_value"] == 92.6 and acc["dw+scc", "best_test_acc"]["value"] == 93.5
     three = acc["dw+pw", "test_acc"]
     assert three["value"] == pytest.approx(93.5) and acc["dw+pw", "best_test_acc"]["value"] \
         == pytest.approx(93.7)
     assert "seed 2 12/15 epochs" in three["note"] and "0: 93.70, 1: 93.50, 2: 93.30" in \
         three["note"] and "sd 0.20" in three["note"]
+
+
+def test_scc_seed_trained_again_replaces_the_merged_one():
+    from experiments.scc_table2 import _latest_per_seed
+
+    rs = results.ResultSet("scc_table2", {"device": "now"})
+    rs.extend([dict(rs_row, device="earlier") for rs_row in _rows(91.0)])
+    rs.add("vgg16", "dw+scc", "test_acc_seed0", 93.0, "%", note="15 epochs")
+    _latest_per_seed(rs)
+    assert [(r["value"], r["device"]) for r in rs.rows] == [(93.0, "now")]
+
+
+def _rows(value: float) -> list:
+    rs = results.ResultSet("scc_table2", {"device": "x"})
+    rs.add("vgg16", "dw+scc", "test_acc_seed0", value, "%", note="15 epochs")
+    return rs.rows
+
+
+def test_committed_scc_tables_hold_every_run_by_seed():
+    """The committed CSVs keep each run's accuracy by seed, so a later ``--merge`` can
+    average new seeds with them."""
+    for name in ("scc_table2", "scc_table4"):
+        rows = results.read_csv(Path(__file__).parents[1] / "results" / f"{name}.csv")
+        means = {(r["case"], r["variant"]) for r in rows if r["metric"] == "test_acc"}
+        seeded = {(r["case"], r["variant"]) for r in rows
+                  if r["metric"].startswith("test_acc_seed")}
+        assert means and means == seeded
 
 
 def test_scc_table4_costs_order_pw_gpw_scc(tmp_path):

@@ -354,7 +354,14 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // applies ReLU, and writes `out` with row `r` of column `p` at
 // ((p / plane) * rows + r) * plane + p % plane (NCHW for the convolution
 // outputs, row-major for the weight gradient).  Consecutive threads take
-// consecutive p, so the partial reads and the output writes coalesce.
+// consecutive p, so the partial reads and the output writes coalesce.  With
+// SHARE_SPLITS or more splits (a weight gradient: few values, many shares) the
+// 8 warps of a 256-thread block share each of its 32 values' splits (warp w adds
+// w, w + 8, ... in order, then warp 0 the warps' sums in order), else one thread
+// adds all of a value's: a fixed order either way, so the same every run.
+namespace igemm {
+constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8;
+}
 __global__ void conv2d_splitk_reduce(
     const float* __restrict__ partial,   // (splits, rows, P)
     const float* __restrict__ bias,      // (rows,) or nullptr
@@ -364,15 +371,40 @@ __global__ void conv2d_splitk_reduce(
 {
     tc::wait_prior_grids();
     const size_t total = (size_t)rows * P;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
-         e += (size_t)gridDim.x * blockDim.x) {
+    auto finish = [&](size_t e, float v) {
         const int r = (int)(e / P), p = (int)(e % P);
-        float v = bias != nullptr ? bias[r] : 0.f;
-        for (int s = 0; s < splits; ++s) v += partial[(size_t)s * total + e];
+        if (bias != nullptr) v += bias[r];
         const size_t o = ((size_t)(p / plane) * rows + r) * plane + p % plane;
         if (residual != nullptr) v += residual[o];
-        if (relu) v = fmaxf(v, 0.f);
-        out[o] = v;
+        out[o] = relu ? fmaxf(v, 0.f) : v;
+    };
+    if (splits >= igemm::SHARE_SPLITS) {
+        constexpr int W = igemm::SHARE_WARPS;
+        __shared__ float sums[W][32];
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        for (size_t e0 = blockIdx.x * (size_t)32; e0 < total; e0 += (size_t)gridDim.x * 32) {
+            const size_t e = e0 + lane;
+            float v = 0.f;
+            if (e < total) {
+#pragma unroll 4
+                for (int s = warp; s < splits; s += W) v += partial[(size_t)s * total + e];
+            }
+            sums[warp][lane] = v;
+            __syncthreads();
+            if (warp == 0 && e < total) {
+#pragma unroll
+                for (int k = 1; k < W; ++k) v += sums[k][lane];
+                finish(e, v);
+            }
+            __syncthreads();
+        }
+        return;
+    }
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        float v = 0.f;
+        for (int s = 0; s < splits; ++s) v += partial[(size_t)s * total + e];
+        finish(e, v);
     }
 }
 

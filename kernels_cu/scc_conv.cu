@@ -24,9 +24,10 @@
 //   adds w[k, u] * gy[k, p] into each channel of its window with atomicAdd.
 // scc_bwd_filter: the weight gradient without atomics, as a GEMM: a block reduces BM
 //   sorted filters x TN·TX band channels over its share of the pixels into a partial sum;
-//   scc_reduce_splits adds the shares in a fixed order.
+//   conv2d_splitk_reduce (direct_conv.cu) adds the shares in a fixed order.
 //
 // Launch geometry, tables and checks belong to tensorconv/ops/scc_conv.py.
+#include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
 namespace scc {
@@ -331,15 +332,268 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     }
 }
 
-__global__ void scc_reduce_splits(const float* __restrict__ partial, float* __restrict__ gw,
-                                  int splits, int size)
+// The wide kernels (forward, weight gradient): a block owns BN = 32·PX pixels at a time
+// and every row of the other side, so each map is read from memory once (the large-map layers are bound by memory,
+// not by multiply-adds).  Blocks are persistent: each walks pixel tiles (or chunks of its
+// share) with the next one's copies (cp.async) in flight while it computes the current;
+// weights are staged once.  Each warp computes 8 sorted filters at a time over their
+// own band only, lane = PX pixels.  VEC: P % PX == 0 and 16-byte
+// aligned maps, so a lane's pixels are one vector in global memory too.
+namespace scc {
+constexpr int WIDE = 256, WARPS = WIDE / 32, F = 8;   // block; rows a warp takes at a time
+
+template <int PX>
+__device__ __forceinline__ void load_px(float (&v)[PX], const float* s) {
+    if constexpr (PX == 4) {
+        const float4 t = *reinterpret_cast<const float4*>(s);
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else if constexpr (PX == 2) {
+        const float2 t = *reinterpret_cast<const float2*>(s);
+        v[0] = t.x, v[1] = t.y;
+    } else {
+        v[0] = s[0];
+    }
+}
+template <int PX>
+__device__ __forceinline__ void store_px(float* d, const float (&v)[PX]) {
+    if constexpr (PX == 4) *reinterpret_cast<float4*>(d) = make_float4(v[0], v[1], v[2], v[3]);
+    else if constexpr (PX == 2) *reinterpret_cast<float2*>(d) = make_float2(v[0], v[1]);
+    else d[0] = v[0];
+}
+
+// Copies (cp.async, uncommitted) of dst[r·BN + i] = channel row_of(r) of a (N, C, P) map
+// at pixel q0 + i, for r < rows; 0 from pixel Q on.  16-byte copies where VEC and PX = 4.
+template <int PX, bool VEC, typename RowOf>
+__device__ __forceinline__ void stage_pixels(float* dst, const float* __restrict__ src,
+                                             int rows, RowOf row_of, int q0, int Q, int C,
+                                             int P) {
+    constexpr int BN = 32 * PX, G = VEC && PX == 4 ? 4 : 1, PER = BN / G;
+    for (int idx = threadIdx.x; idx < rows * PER; idx += WIDE) {
+        const int r = idx / PER, i = (idx - r * PER) * G;
+        const long long base = pixel_base(q0 + i, Q, C, P);
+        const float* from = base >= 0 ? src + base + (size_t)row_of(r) * P : src;
+        if constexpr (G == 4) tdcx::cp_async16(dst + r * BN + i, from, base >= 0);
+        else tdcx::cp_async4(dst + r * BN + i, from, base >= 0);
+    }
+}
+
+// A lane's PX outputs of row `row` of a (N, C, P) map at pixels q0 + lane·PX + i.
+template <int PX, bool VEC, typename Value>
+__device__ __forceinline__ void store_row(float* __restrict__ out, int row, int q0, int Q,
+                                          int C, int P, Value value) {
+    const int q = q0 + (threadIdx.x & 31) * PX;
+    if constexpr (VEC) {
+        const long long base = pixel_base(q, Q, C, P);
+        if (base < 0) return;
+        const size_t at = base + (size_t)row * P;
+        float v[PX];
+#pragma unroll
+        for (int i = 0; i < PX; ++i) v[i] = value(i, at + i);
+        store_px<PX>(out + at, v);
+    } else {
+#pragma unroll
+        for (int i = 0; i < PX; ++i) {
+            const long long base = pixel_base(q + i, Q, C, P);
+            if (base >= 0) out[base + (size_t)row * P] = value(i, base + (size_t)row * P);
+        }
+    }
+}
+
+// Sum each of a lane's 64 values over the warp's 32 lanes; lane l ends with the sums of
+// values 2l and 2l + 1 in a[0], a[1] (halving exchanges: 62 shuffles, not 64 x 5).
+template <int H>
+__device__ __forceinline__ void halve(float (&a)[64], int lane) {
+    const bool up = lane & (H / 2);
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+        const float send = up ? a[i] : a[i + H];
+        a[i] = (up ? a[i + H] : a[i]) + __shfl_xor_sync(0xffffffffu, send, H / 2);
+    }
+}
+__device__ __forceinline__ void warp_sum_64(float (&a)[64]) {
+    const int lane = threadIdx.x & 31;
+    halve<32>(a, lane);
+    halve<16>(a, lane);
+    halve<8>(a, lane);
+    halve<4>(a, lane);
+    halve<2>(a, lane);
+}
+}  // namespace scc
+
+// y for every filter at the block's pixel tiles; bias and ReLU fused.  All weights
+// staged once, u-major in sorted order (a row of FP >= Cout, a multiple of 8), so 8
+// filters sharing a window take two broadcast vector loads a step.
+template <int PX, bool VEC>
+__global__ void __launch_bounds__(scc::WIDE) scc_fwd_wide(
+    const float* __restrict__ x,        // (N, Cin, P)
+    const float* __restrict__ w,        // (Cout, U)
+    const int* __restrict__ order,      // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,     // (Cout,) the start of each sorted filter
+    const float* __restrict__ bias,     // (Cout,) or nullptr
+    float* __restrict__ y,              // (N, Cout, P)
+    int Cin, int Cout, int U, int P, int Q, int relu)
 {
     tc::wait_prior_grids();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= size) return;
-    float v = 0.f;
-    for (int s = 0; s < splits; ++s) v += partial[(size_t)s * size + i];   // a fixed order
-    gw[i] = v;
+    using namespace scc;
+    constexpr int BN = 32 * PX;
+    const int FP = (Cout + F - 1) / F * F, tiles = (Q + BN - 1) / BN;
+    extern __shared__ __align__(16) float smem[];
+    float* ws = smem;                   // (U, FP)
+    float* xs = smem + U * FP;          // two (Cin, BN) buffers
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    auto stage = [&](int t, int buf) {
+        if (t < tiles)
+            stage_pixels<PX, VEC>(xs + buf * Cin * BN, x, Cin, [](int r) { return r; },
+                                  t * BN, Q, Cin, P);
+        tdcx::cp_async_commit();
+    };
+    stage(blockIdx.x, 0);
+    for (int idx = threadIdx.x; idx < FP * U; idx += WIDE) {
+        const int f = idx / U, u = idx - f * U;
+        ws[u * FP + f] = f < Cout ? w[(size_t)order[f] * U + u] : 0.f;
+    }
+    int buf = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x, buf ^= 1) {
+        stage(t + gridDim.x, buf ^ 1);  // the next tile lands while this one is computed
+        tdcx::cp_async_wait<1>();
+        __syncthreads();
+        const float* xl = xs + buf * Cin * BN + lane * PX;
+        for (int s0 = warp * F; s0 < Cout; s0 += WARPS * F) {
+            const int b0 = starts[s0];
+            int d[F];                   // window offsets within the warp's band
+#pragma unroll
+            for (int j = 0; j < F; ++j) d[j] = starts[min(s0 + j, Cout - 1)] - b0;
+            const float* wf = ws + s0;
+            float acc[F][PX] = {};
+            int c = b0;
+            if (d[F - 1] == 0) {        // one window: no masking
+#pragma unroll 2
+                for (int u = 0; u < U; ++u) {
+                    float xv[PX];
+                    load_px<PX>(xv, xl + c * BN);
+                    const float4 wa = *reinterpret_cast<const float4*>(wf + u * FP);
+                    const float4 wb = *reinterpret_cast<const float4*>(wf + u * FP + 4);
+                    const float wv[F] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+                    for (int j = 0; j < F; ++j)
+#pragma unroll
+                        for (int i = 0; i < PX; ++i) acc[j][i] = fmaf(wv[j], xv[i], acc[j][i]);
+                    c = c + 1 == Cin ? 0 : c + 1;
+                }
+            } else {
+                const int span = d[F - 1] + U;
+#pragma unroll 2
+                for (int v = 0; v < span; ++v) {
+                    float xv[PX];
+                    load_px<PX>(xv, xl + c * BN);
+#pragma unroll
+                    for (int j = 0; j < F; ++j) {
+                        const int u = v - d[j];
+                        const float wv = u >= 0 && u < U ? wf[u * FP + j] : 0.f;
+#pragma unroll
+                        for (int i = 0; i < PX; ++i) acc[j][i] = fmaf(wv, xv[i], acc[j][i]);
+                    }
+                    c = c + 1 == Cin ? 0 : c + 1;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < F; ++j) {
+                if (s0 + j >= Cout) break;
+                const int k = order[s0 + j];
+                store_row<PX, VEC>(y, k, t * BN, Q, Cout, P, [&](int i, size_t at) {
+                    return tc::conv_epilogue(acc[j][i], bias, k, nullptr, at, relu); });
+            }
+        }
+        __syncthreads();                // this buffer is restaged two tiles on
+    }
+    tdcx::cp_async_wait<0>();
+}
+
+// The weight gradient, wide: warp tile t = (8 sorted filters from 8·fo, band offsets
+// 8·vt .. 8·vt + 7 past the first one's start), G[j][v] = sum over the share's pixels of
+// gy[k_j] x[(b + v) mod Cin], lane = pixel; the lanes' sums meet in warp_sum_64 once per
+// share.  A block's 8 tiles (consecutive in `tiles`) stage only the gy rows of their
+// filters and the x rows of their band (`blocks`: first sorted filter, gy rows, first
+// channel, x rows), a chunk of BN pixels at a time with the next chunk's copies in
+// flight.  Each (filter, weight) lies in one tile: written once per share.
+template <int PX, bool VEC>
+__global__ void __launch_bounds__(scc::WIDE) scc_bwd_filter_wide(
+    const float* __restrict__ x,       // (N, Cin, P)
+    const float* __restrict__ gy,      // (N, Cout, P)
+    const int* __restrict__ order,     // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,    // (Cout,) the start of each sorted filter
+    const int4* __restrict__ blocks,   // (blocks,) {first sorted filter, rows, channel, rows}
+    const int2* __restrict__ tiles,    // (tiles,) {fo, vt}
+    float* __restrict__ partial,       // (splits, Cout, U)
+    int ntiles, int Cin, int Cout, int U, int P, int Q, int per_split, int rows)
+{
+    tc::wait_prior_grids();
+    using namespace scc;
+    constexpr int BN = 32 * PX;
+    extern __shared__ __align__(16) float smem[];
+    const int4 blk = blocks[blockIdx.x];
+    // two buffers of `rows` rows: gy rows of sorted filters blk.x .. (blk.y of them),
+    // then x rows of channels (blk.z + r) mod Cin (blk.w of them)
+    const int lane = threadIdx.x & 31, t = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const bool active = t < ntiles;    // warp-uniform
+    const int2 tile = active ? tiles[t] : make_int2(0, 0);
+    const int s0 = tile.x * F, v0 = tile.y * F, b0 = starts[s0];
+    int grow[F], xrow[F];
+#pragma unroll
+    for (int j = 0; j < F; ++j) {
+        grow[j] = min(s0 + j, Cout - 1) - blk.x;
+        int r = b0 - blk.z + v0 + j;   // offsets past the tile's band are discarded below
+        r -= r >= Cin ? Cin : 0;
+        xrow[j] = blk.y + min(r, blk.w - 1);
+    }
+    const int q_begin = blockIdx.y * per_split, q_end = min(q_begin + per_split, Q);
+    auto stage = [&](int qc, int buf) {
+        if (qc < q_end) {
+            float* dst = smem + buf * rows * BN;
+            stage_pixels<PX, VEC>(dst, gy, blk.y, [&](int r) { return order[blk.x + r]; }, qc,
+                                  q_end, Cout, P);
+            stage_pixels<PX, VEC>(dst + blk.y * BN, x, blk.w, [&](int r) {
+                const int c = blk.z + r;
+                return c >= Cin ? c - Cin : c; }, qc, q_end, Cin, P);
+        }
+        tdcx::cp_async_commit();
+    };
+    float acc[64] = {};
+    stage(q_begin, 0);
+    int buf = 0;
+    for (int qc = q_begin; qc < q_end; qc += BN, buf ^= 1) {
+        stage(qc + BN, buf ^ 1);
+        tdcx::cp_async_wait<1>();
+        __syncthreads();
+        if (active) {
+            const float* sb = smem + buf * rows * BN + lane;
+#pragma unroll
+            for (int i = 0; i < PX; ++i) {
+                float g[F], xv[F];
+#pragma unroll
+                for (int j = 0; j < F; ++j) g[j] = sb[grow[j] * BN + 32 * i];
+#pragma unroll
+                for (int v = 0; v < F; ++v) xv[v] = sb[xrow[v] * BN + 32 * i];
+#pragma unroll
+                for (int j = 0; j < F; ++j)
+#pragma unroll
+                    for (int v = 0; v < F; ++v)
+                        acc[j * F + v] = fmaf(g[j], xv[v], acc[j * F + v]);
+            }
+        }
+        __syncthreads();
+    }
+    tdcx::cp_async_wait<0>();
+    if (!active) return;
+    warp_sum_64(acc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int idx = 2 * lane + h, j = idx / F;
+        if (s0 + j >= Cout) continue;
+        const int u = v0 + idx % F - (starts[s0 + j] - b0);
+        if (u >= 0 && u < U)
+            partial[((size_t)blockIdx.y * Cout + order[s0 + j]) * U + u] = acc[h];
+    }
 }
 
 // What CI's nvcc build type-checks: tensorconv.ops.scc_conv.instantiations()
@@ -353,8 +607,20 @@ TC_I_SCC_BWD_DATA(8, 32, 4)
     const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
 TC_I_SCC_BWD_FILTER(16, 16, 4) TC_I_SCC_BWD_FILTER(4, 16, 2) TC_I_SCC_BWD_FILTER(8, 16, 4)
 #undef TC_I_SCC_BWD_FILTER
+#define TC_I_SCC_BWD_FILTER_WIDE(...) template __global__ void scc_bwd_filter_wide<__VA_ARGS__>( \
+    const float*, const float*, const int*, const int*, const int4*, const int2*, float*, int, \
+    int, int, int, int, int, int, int);
+TC_I_SCC_BWD_FILTER_WIDE(1, false) TC_I_SCC_BWD_FILTER_WIDE(2, false)
+TC_I_SCC_BWD_FILTER_WIDE(2, true) TC_I_SCC_BWD_FILTER_WIDE(4, false)
+TC_I_SCC_BWD_FILTER_WIDE(4, true)
+#undef TC_I_SCC_BWD_FILTER_WIDE
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
 TC_I_SCC_FWD(16, 16, 4) TC_I_SCC_FWD(16, 16, 8) TC_I_SCC_FWD(4, 64, 4) TC_I_SCC_FWD(8, 32, 4)
 #undef TC_I_SCC_FWD
+#define TC_I_SCC_FWD_WIDE(...) template __global__ void scc_fwd_wide<__VA_ARGS__>(const float*, \
+    const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
+TC_I_SCC_FWD_WIDE(1, false) TC_I_SCC_FWD_WIDE(2, false) TC_I_SCC_FWD_WIDE(2, true)
+TC_I_SCC_FWD_WIDE(4, false) TC_I_SCC_FWD_WIDE(4, true)
+#undef TC_I_SCC_FWD_WIDE
 #endif

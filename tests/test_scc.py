@@ -212,7 +212,7 @@ BAND_GRID = [(12, 10, 2, 0.5), (9, 14, 3, 0.34), (16, 40, 2, 0.75), (8, 3, 4, 0.
              (64, 150, 2, 0.33), (200, 70, 8, 0.25), (96, 130, 1, 0.0), (130, 64, 2, 0.5)]
 
 
-def _bands(g, rows):
+def band_tiles(g, rows):
     """(sorted filters, band channels, dense-masked band weights) of each filter tile, as
     the forward and weight-gradient kernels stage them."""
     from tensorconv.ops import scc_conv
@@ -242,7 +242,7 @@ def test_filter_bands_give_the_forward_and_the_weight_gradient(rng, cin, cout, c
     w = rng.standard_normal((cout, g.u))
     gy = rng.standard_normal((2, cout, 3, 2))
     y, gw, seen = np.zeros_like(gy), np.zeros_like(w), np.zeros(w.shape, int)
-    for idx, band, pos in _bands(g, rows):
+    for idx, band, pos in band_tiles(g, rows):
         assert band.size < 2 * cin + g.u
         wb = np.zeros((idx.size, band.size))
         np.put_along_axis(wb, pos, w[idx], axis=1)
@@ -289,17 +289,17 @@ def test_each_layer_takes_the_tiles_of_least_work():
     from tensorconv.ops import scc_conv
 
     small = scc.scc_geometry(64, 64, 2, 0.5)       # 4 groups of 16 filters, U = 32
-    fwd, data, band = scc_conv._row_tiles(small)
+    fwd, data, band = scc_conv.row_tiles(small)
     assert fwd == 16 and band.rows == 16
     assert scc_conv.band_spans(small, 16).tolist() == [32] * 4
     large = scc.scc_geometry(512, 512, 2, 0.5)     # 4 groups of 128 filters, U = 256
-    fwd, data, band = scc_conv._row_tiles(large)
+    fwd, data, band = scc_conv.row_tiles(large)
     assert fwd == 64 and data == 64 and band.rows == 64
     for g in (small, large):
-        rows = scc_conv._row_tiles(g)[0]
+        rows = scc_conv.row_tiles(g)[0]
         t = scc_conv.pixel_tile(rows, -(-g.cout // rows), 128 * 32 * 32, 132)
         assert t in scc_conv.PIXEL_TILES and t.rows == rows
-        assert scc_conv._bands(g)[0] in scc_conv.BAND_TILES
+        assert scc_conv.band_tiles(g)[0] in scc_conv.BAND_TILES
 
 
 def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
@@ -353,3 +353,57 @@ def test_the_layer_runs_every_implementation_alike(rng):
     layer.impl = "fast"
     with pytest.raises(ValueError, match="impl must be one of"):
         layer(Tensor(x))
+
+
+def test_the_wide_kernels_are_taken_where_they_measured_faster(monkeypatch):
+    """Automatically: inputs of at most 64 channels whose window groups fill a warp's 8
+    filters (and, forward, a pixel tile per SM); forced: any layer whose staging fits."""
+    from tensorconv import backend
+    from tensorconv.ops import scc_tiles
+    from tests.helpers import device_facts
+
+    monkeypatch.setattr(backend, "device_facts", lambda *a: device_facts())
+    q = 128 * 32 * 32
+    for args, fwd, wgrad in (((64, 64, 2, 0.5), 4, 4), ((64, 64, 4, 0.5), 4, 4),
+                             ((32, 64, 2, 0.5), 4, 4), ((64, 64, 2, 1 / 3), None, None),
+                             ((128, 128, 2, 0.5), None, None), ((16, 7, 8, 0.25), None, None)):
+        g = scc.scc_geometry(*args)
+        assert scc_tiles.wide_px(g, "forward", q) == fwd, args
+        assert scc_tiles.wide_px(g, "filter", q) == wgrad, args
+    g = scc.scc_geometry(64, 64, 2, 0.5)
+    assert scc_tiles.wide_px(g, "forward", 131 * 128) is None       # fewer tiles than SMs
+    assert scc_tiles.wide_px(g, "filter", 131 * 128) == 4
+    big = scc.scc_geometry(512, 512, 2, 0.5)
+    assert scc_tiles.wide_px(big, "forward", q, auto=False) is None  # too much to stage
+    assert scc_tiles.wide_px(scc.scc_geometry(130, 64, 2, 0.5), "forward", q, auto=False) == 2
+    for side in ("forward", "filter"):
+        px = scc_tiles.wide_px(g, side, q, auto=False)
+        assert scc_tiles.wide_smem(g, side, px) <= scc_tiles.WIDE_SMEM
+
+
+def test_the_wide_weight_gradient_tiles_cover_every_weight_once():
+    """Each (filter, weight) falls in exactly one warp tile's band offsets, and every block
+    stages the gy rows and x rows its tiles read."""
+    from tensorconv.ops import scc_tiles
+
+    for args in ((64, 64, 2, 0.5), (64, 64, 2, 1 / 3), (40, 130, 4, 0.75), (16, 7, 8, 0.25),
+                 (96, 150, 2, 0.33)):
+        g = scc.scc_geometry(*args)
+        tiles, blocks, gy_rows, x_rows = scc_tiles.filter_tiles(g)
+        _, starts = scc_tiles.sorted_filters(g)
+        seen = np.zeros((g.cout, g.u), dtype=int)
+        for t, (fo, vt) in enumerate(tiles):
+            s_lo, g_rows, chan, rows = blocks[t // scc_tiles.WARPS]
+            for j in range(8):
+                s = 8 * fo + j
+                if s >= g.cout:
+                    continue
+                assert s_lo <= s < s_lo + g_rows
+                for v in range(8 * vt, 8 * vt + 8):
+                    u = v - (starts[s] - starts[8 * fo])
+                    if 0 <= u < g.u:
+                        seen[s, u] += 1
+                        row = starts[8 * fo] - chan + v
+                        assert row < rows or rows == g.cin, args
+        assert (seen == 1).all(), args
+        assert gy_rows == blocks[:, 1].max() and x_rows == blocks[:, 3].max()

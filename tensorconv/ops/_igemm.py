@@ -24,6 +24,7 @@ from tensorconv.ops._launch import cdiv
 MODES = (0, 1, 2)
 MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
 REDUCE_FILE, REDUCE_NAME = "direct_conv.cu", "conv2d_splitk_reduce"
+SHARE_SPLITS = 16  # igemm::SHARE_SPLITS: from this many splits a block's warps share each value's
 MAX_SPLITS = 256   # a thin weight gradient (a 3-channel stem: 27 columns) fills the GPU so
 
 
@@ -71,9 +72,14 @@ def reduce_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, sm_cou
     """(kernel, grid, integer arguments) of the reduction of ``splits`` partial tiles."""
     i32 = np.int32
     rows, p = out_rows(geom, mode), gemm_sizes(geom, mode)[1]
-    blocks = min(cdiv(rows * p, 256), 8 * sm_count)
-    return (cuda.load(reduce_ref()), (blocks,),
+    return (cuda.load(reduce_ref()), (reduce_blocks(rows * p, splits, sm_count),),
             (i32(splits), i32(rows), i32(p), i32(plane(geom, mode)), i32(relu)))
+
+
+def reduce_blocks(total: int, splits: int, sm_count: int) -> int:
+    """256-thread blocks of the split reduction over ``total`` values: 32 values a block
+    where its warps share the splits (:data:`SHARE_SPLITS` or more), else 256."""
+    return min(cdiv(total, 32 if splits >= SHARE_SPLITS else 256), 8 * sm_count)
 
 
 def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:

@@ -16,56 +16,47 @@ so every gradient here is deterministic but the atomic one.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import check_array, check_choice, check_int, check_vector, output_buffer
-from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr, workspace
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import NULL, cdiv, launch, no_out_on_cpu, ptr, workspace
+from tensorconv.ops.scc_tiles import (
+    BAND_TILES,
+    PIXEL_TILES,
+    RC,
+    THREADS,
+    WIDE_SMEM,
+    BlockShape,
+    band_spans,
+    band_tiles,
+    channel_map,
+    data_tiles,
+    default_splits,
+    device_tables,
+    filter_tiles,
+    forward_tile,
+    pixel_tile,
+    row_tiles,
+    sorted_filters,
+    wide_grid,
+    wide_px,
+    wide_smem,
+    wide_splits,
+)
 from tensorconv.reference import scc as reference
 from tensorconv.reference.scc import SCCGeometry
 
+__all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles",
+           "default_splits", "sorted_filters", "scc_conv2d", "scc_conv2d_backward_data",
+           "scc_conv2d_backward_weight"]
+
 FILE = "scc_conv.cu"
-THREADS = 256                    # the per-thread kernels' block (gather, atomic, reduce)
-RC = 16                          # scc::RC of the .cu: the reduction chunk
-
-
-@dataclass(frozen=True)
-class BlockShape:
-    """A GEMM kernel's block, chosen by the work it does (no tile search here): ``ty`` x
-    ``tx`` threads, each 4 rows x ``tn`` columns, so ``4·ty`` rows (filters or channels)
-    x ``tn·tx`` columns (pixels or band channels)."""
-
-    ty: int
-    tx: int
-    tn: int
-
-    @property
-    def rows(self) -> int:
-        return 4 * self.ty
-
-    @property
-    def cols(self) -> int:
-        return self.tn * self.tx
-
-    @property
-    def threads(self) -> int:
-        return self.ty * self.tx
-
-    def args(self) -> str:
-        return f"{self.ty}, {self.tx}, {self.tn}"
-
-
-# Forward and input gradient: 64, 32 or 16 rows (small row tiles stay inside one window
-# group where groups are small); 64 rows come with 64 or 128 pixels.
-PIXEL_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
-               BlockShape(4, 64, 4))
-# Weight gradient: 64 filters x 64 band channels, 32 x 64, 16 x 32.
-BAND_TILES = (BlockShape(16, 16, 4), BlockShape(8, 16, 4), BlockShape(4, 16, 2))
 DATA_VARIANTS = ("input", "gather", "output")
-_SIMPLE = ("scc_bwd_data_gather", "scc_bwd_data_atomic", "scc_reduce_splits")
+PATHS = ("auto", "wide", "tiled")
+_WIDE = [(4, True), (4, False), (2, True), (2, False), (1, False)]
+_SIMPLE = ("scc_bwd_data_gather", "scc_bwd_data_atomic")
 
 
 def _fwd_name(t: BlockShape) -> str:
@@ -80,15 +71,23 @@ def _filter_name(t: BlockShape) -> str:
     return f"scc_bwd_filter<{t.args()}>"
 
 
+def _wide_name(side: str, px: int, vec: bool) -> str:
+    kernel = {"forward": "scc_fwd_wide", "filter": "scc_bwd_filter_wide"}[side]
+    return f"{kernel}<{px}, {'true' if vec else 'false'}>"
+
+
 def _templated() -> list[str]:
     return ([f(t) for f in (_fwd_name, _data_name) for t in PIXEL_TILES]
-            + [_filter_name(t) for t in BAND_TILES])
+            + [_filter_name(t) for t in BAND_TILES]
+            + [_wide_name(side, px, vec) for side in ("forward", "filter")
+               for px, vec in _WIDE])
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
     """Every kernel of the file (forward, the three input-gradient forms, the weight
     gradient and its reduction), every tile."""
-    return tuple(cuda.kernel_ref(FILE, n) for n in _templated() + list(_SIMPLE))
+    return (tuple(cuda.kernel_ref(FILE, n) for n in _templated() + list(_SIMPLE))
+            + (_igemm.reduce_ref(),))
 
 
 def instantiations() -> list[str]:
@@ -96,106 +95,30 @@ def instantiations() -> list[str]:
     return sorted(_templated())
 
 
-@functools.lru_cache(maxsize=256)
-def sorted_filters(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, starts)``: the filters sorted by window start (then index) and the start
-    of each, both (Cout,) int32.  Consecutive sorted filters read overlapping windows."""
-    b = geom.starts()
-    order = np.lexsort((np.arange(geom.cout), b))
-    return order.astype(np.int32), b[order].astype(np.int32)
-
-
-def band_spans(geom: SCCGeometry, rows: int = 64) -> np.ndarray:
-    """The channels each tile of ``rows`` sorted filters reads: last start - first start
-    + U (int64, (tiles,)); a tile inside one window group reads exactly U."""
-    _, starts = sorted_filters(geom)
-    first = starts[::rows].astype(np.int64)
-    last = starts[np.minimum(np.arange(rows, geom.cout + rows, rows), geom.cout) - 1]
-    return last - first + geom.u
-
-
-@functools.lru_cache(maxsize=256)
-def data_tiles(geom: SCCGeometry, rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """The input gradient's table: for each tile of ``rows`` input channels, the filters
-    whose window holds one of them, as CSR ``(ptr (tiles + 1,), filters)`` (int32, in
-    window order)."""
-    order, _ = sorted_filters(geom)
-    tiles = cdiv(geom.cin, rows)
-    meets = np.zeros((geom.cout, tiles), dtype=bool)
-    filters = np.repeat(np.arange(geom.cout), geom.u)
-    meets[filters, (geom.channels() // rows).reshape(-1)] = True
-    meets = meets[order]                                  # rows in window order
-    t, i = np.nonzero(meets.T)                            # by tile, then window order
-    ptr_ = np.concatenate([[0], np.cumsum(np.bincount(t, minlength=tiles))]).astype(np.int32)
-    return ptr_, order[i].astype(np.int32)
-
-
-def _least_work(costs: dict):
-    """The tile of least work, preferring larger tiles (listed first) within 10 %."""
-    best = min(costs.values())
-    return next(t for t, c in costs.items() if c <= 1.1 * best)
-
-
-@functools.lru_cache(maxsize=256)
-def _row_tiles(geom: SCCGeometry) -> tuple[int, int, BlockShape]:
-    """Rows of the forward and the input-gradient tiles, and the weight gradient's tile,
-    each of least multiply-adds (dense-masked zeros included) for ``geom``."""
-    rows = sorted({t.rows for t in PIXEL_TILES}, reverse=True)
-    fwd = _least_work({r: float(np.sum(band_spans(geom, r) * r)) for r in rows})
-    data = {}
-    for r in rows:
-        ptr_, _ = data_tiles(geom, r)
-        data[r] = float(np.sum(np.diff(ptr_)) * r)
-    band = _least_work({t: float(np.sum(-(-band_spans(geom, t.rows) // t.cols) * t.cols
-                                        * t.rows)) for t in BAND_TILES})
-    return fwd, _least_work(data), band
-
-
-def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int) -> BlockShape:
-    """The forward or input-gradient tile of ``rows`` rows: for 64 rows, 128-pixel tiles
-    where they still give two blocks per SM, else 64."""
-    fits = [t for t in PIXEL_TILES if t.rows == rows]
-    if len(fits) > 1 and row_tiles * cdiv(pixels, fits[-1].cols) < 2 * sm_count:
-        return fits[0]
-    return fits[-1]
-
-
-@functools.lru_cache(maxsize=256)
-def channel_map(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-thread input-centric gradient's table: for each input channel c, the
-    (filter k, weight index k·U + u) pairs with ``(b_k + u) mod Cin == c``, as CSR
-    ``(ptr (Cin + 1,), k, widx)`` (int32).  The pairs of a channel are in filter order."""
-    chans = geom.channels().reshape(-1)                  # (Cout·U,): channel of each weight
-    widx = np.arange(chans.size)
-    order = np.lexsort((widx, chans))                    # by channel, then filter
-    counts = np.bincount(chans, minlength=geom.cin)
-    ptr_ = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return ptr_, (widx[order] // geom.u).astype(np.int32), widx[order].astype(np.int32)
-
-
-@functools.cache   # never evicted: captured CUDA graphs hold these addresses
-def _device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
-    """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
-    window start of each filter), ``"tiles"`` (of ``rows`` channels) or ``"map"``."""
-    import cupy
-
-    host = {"sorted": lambda: sorted_filters(geom),
-            "starts": lambda: (geom.starts().astype(np.int32),),
-            "tiles": lambda: data_tiles(geom, rows),
-            "map": lambda: channel_map(geom)}[which]()
-    with cupy.cuda.Device(device):
-        return tuple(cupy.asarray(a) for a in host)
-
-
-def forward_tile(geom: SCCGeometry, pixels: int) -> BlockShape:
-    """The tile :func:`scc_conv2d` launches for ``pixels`` = N x H x W."""
-    rows = _row_tiles(geom)[0]
-    return pixel_tile(rows, cdiv(geom.cout, rows), pixels, backend.device_facts().sm_count)
-
-
-def forward_kernel(geom: SCCGeometry, pixels: int) -> cuda.KernelRef:
-    """The kernel :func:`scc_conv2d` launches for ``pixels`` = N x H x W."""
+def forward_kernel(geom: SCCGeometry, pixels: int, plane: int = 1) -> cuda.KernelRef:
+    """The kernel :func:`scc_conv2d` launches for ``pixels`` = N x H x W, ``plane`` = H x W
+    (aligned maps)."""
+    px = wide_px(geom, "forward", pixels)
+    if px is not None:
+        return cuda.kernel_ref(FILE, _wide_name("forward", px, px > 1 and plane % px == 0))
     return cuda.kernel_ref(FILE, _fwd_name(forward_tile(geom, pixels)))
+
+
+def _wide(path: str, geom: SCCGeometry, side: str, q: int) -> int | None:
+    check_choice(path, "path", PATHS)
+    if path == "tiled":
+        return None
+    px = wide_px(geom, side, q, auto=path == "auto")
+    if px is None and path == "wide":
+        raise ValueError(f"path='wide': the {side} pass of {geom} stages more than "
+                         f"{WIDE_SMEM} bytes of shared memory even at one pixel a lane; "
+                         f"use path='tiled'")
+    return px
+
+
+def _vec(px: int, plane: int, *arrays) -> bool:
+    """Vector loads and stores: P % px == 0 and every map 16-byte aligned."""
+    return px > 1 and plane % px == 0 and all(a.data.ptr % 16 == 0 for a in arrays)
 
 
 def _check_geom(geom) -> SCCGeometry:
@@ -222,7 +145,8 @@ def _check_weights(w, geom: SCCGeometry, xp):
     return w
 
 
-def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=None):
+def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: str = "auto",
+               out=None):
     """``relu?(scc(x, w) + bias)``.
 
     Parameters
@@ -232,6 +156,10 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=No
     geom : SCCGeometry
     bias : array, (Cout,), float32, optional (BN folds into ``w`` and ``bias``)
     relu : bool
+    path : {"auto", "wide", "tiled"}
+        The kernel (GPU): a block over every filter, reading the input once (where its
+        staging fits shared memory and its blocks cover the GPU), or tiles of sorted
+        filters; "auto" picks.
     out : array, (N, Cout, H, W), float32, optional (GPU only)
 
     Returns
@@ -239,6 +167,7 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=No
     array, (N, Cout, H, W), float32
     """
     geom = _check_geom(geom)
+    check_choice(path, "path", PATHS)
     if not isinstance(relu, (bool, np.bool_)):
         raise TypeError(f"relu must be a bool, got {type(relu).__name__}")
     x = _check_maps(x, "x", geom.cin, geom)
@@ -252,9 +181,17 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, out=No
         return np.maximum(y, 0, out=y) if relu else y
     out = output_buffer(xp, out, (n, geom.cout, h, wd))
     q = n * h * wd
-    tile = forward_tile(geom, q)
-    order, starts = _device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
+    order, starts = device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
+    px = _wide(path, geom, "forward", q)
+    if px is not None:
+        launch(cuda.kernel_ref(FILE, _wide_name("forward", px, _vec(px, h * wd, x, out))),
+               (wide_grid(geom, "forward", px, q), 1, 1), (THREADS,),
+               (x, w, order, starts, ptr(bias), out, i32(geom.cin), i32(geom.cout),
+                i32(geom.u), i32(h * wd), i32(q), i32(bool(relu))),
+               smem=wide_smem(geom, "forward", px))
+        return out
+    tile = forward_tile(geom, q)
     launch(cuda.kernel_ref(FILE, _fwd_name(tile)),
            (cdiv(q, tile.cols), cdiv(geom.cout, tile.rows), 1), (tile.threads,),
            (x, w, order, starts, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u),
@@ -296,47 +233,29 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     device = xp.cuda.runtime.getDevice()
     i32 = np.int32
     if variant == "input":
-        rows = _row_tiles(geom)[1]
+        rows = row_tiles(geom)[1]
         tiles = cdiv(geom.cin, rows)
         tile = pixel_tile(rows, tiles, q, backend.device_facts().sm_count)
-        (begin_k,) = _device_tables(geom, device, "starts")
-        tile_ptr, tile_k = _device_tables(geom, device, "tiles", rows)
+        (begin_k,) = device_tables(geom, device, "starts")
+        tile_ptr, tile_k = device_tables(geom, device, "tiles", rows)
         launch(cuda.kernel_ref(FILE, _data_name(tile)), (cdiv(q, tile.cols), tiles, 1),
                (tile.threads,), (gy, w, begin_k, tile_ptr, tile_k, out, i32(geom.cin),
                             i32(geom.cout), i32(geom.u), i32(p), i32(q)))
     elif variant == "gather":
         launch(cuda.kernel_ref(FILE, "scc_bwd_data_gather"), (cdiv(q, THREADS), geom.cin, 1),
-               (THREADS,), (gy, w, *_device_tables(geom, device, "map"), out, i32(geom.cin),
+               (THREADS,), (gy, w, *device_tables(geom, device, "map"), out, i32(geom.cin),
                             i32(geom.cout), i32(p), i32(q)))
     else:
         out.fill(0)
-        (begin_k,) = _device_tables(geom, device, "starts")
+        (begin_k,) = device_tables(geom, device, "starts")
         launch(cuda.kernel_ref(FILE, "scc_bwd_data_atomic"), (cdiv(q, THREADS), geom.cout, 1),
                (THREADS,), (gy, w, begin_k, out, i32(geom.cin), i32(geom.cout), i32(geom.u),
                             i32(p), i32(q)))
     return out
 
 
-@functools.lru_cache(maxsize=256)
-def _bands(geom: SCCGeometry) -> tuple[BlockShape, int, int]:
-    """The weight gradient's tile, its band tiles for the widest filter tile, and its
-    blocks over all filter tiles (one pixel share)."""
-    tile = _row_tiles(geom)[2]
-    per = [cdiv(int(span), tile.cols) for span in band_spans(geom, tile.rows)]
-    return tile, max(per), sum(per)
-
-
-def default_splits(geom: SCCGeometry, pixels: int, sm_count: int) -> int:
-    """Pixel shares of the weight gradient: about six 256-thread blocks' worth per SM (a
-    block's reduction is a chain of dependent chunks: many in flight hide its latency),
-    each share at least 8 chunks of 16 pixels."""
-    tile, _, blocks = _bands(geom)
-    per_sm = 6 * THREADS // tile.threads
-    return max(1, min(cdiv(per_sm * sm_count, blocks), cdiv(pixels, 8 * RC)))
-
-
 def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None = None,
-                               out=None):
+                               path: str = "auto", out=None):
     """Gradient of :func:`scc_conv2d` with respect to ``w``, deterministic.
 
     Parameters
@@ -346,7 +265,10 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     geom : SCCGeometry
     splits : int, optional
         Pixel shares reduced separately, then summed in order; default
-        :func:`default_splits`.
+        :func:`default_splits` (:func:`wide_splits` on the wide path).
+    path : {"auto", "wide", "tiled"}
+        The kernel (GPU): blocks of warp tiles over every filter, each share of x and gy
+        read once, or tiles of sorted filters x band channels; "auto" picks.
     out : array, (Cout, U), float32, optional (GPU only)
 
     Returns
@@ -362,6 +284,7 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
                          f"and spatial sizes must agree")
     if splits is not None:
         check_int(splits, "splits", minimum=1)
+    check_choice(path, "path", PATHS)
     n, _, h, wd = x.shape
     if xp is np:
         no_out_on_cpu(out=out)
@@ -369,18 +292,31 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
         return reference.scc_backward(x, w0, gy, geom)[1].astype(np.float32)
     out = output_buffer(xp, out, (geom.cout, geom.u))
     q = n * h * wd
-    splits = min(splits or default_splits(geom, q, backend.device_facts().sm_count),
-                 cdiv(q, RC))
-    per_split = cdiv(cdiv(q, splits), RC) * RC
+    sms = backend.device_facts().sm_count
+    px = _wide(path, geom, "filter", q)
+    if splits is None:
+        splits = default_splits(geom, q, sms) if px is None else wide_splits(geom, q, px, sms)
+    per_split = cdiv(cdiv(q, min(splits, cdiv(q, RC))), RC) * RC
     splits = cdiv(q, per_split)                            # no empty share
     partial = workspace(xp, splits * geom.cout * geom.u)   # graph-safe: no allocation
-    order, starts = _device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
+    device = xp.cuda.runtime.getDevice()
+    order, starts = device_tables(geom, device, "sorted")
     i32 = np.int32
-    tile, bands, _ = _bands(geom)
-    launch(cuda.kernel_ref(FILE, _filter_name(tile)), (bands, cdiv(geom.cout, tile.rows), splits),
-           (tile.threads,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
-                        i32(geom.u), i32(h * wd), i32(q), i32(per_split)))
+    if px is not None:
+        tiles, blocks = device_tables(geom, device, "wgrad")
+        rows = sum(filter_tiles(geom)[2:])
+        launch(cuda.kernel_ref(FILE, _wide_name("filter", px, _vec(px, h * wd, x, gy))),
+               (len(blocks), splits, 1), (THREADS,),
+               (x, gy, order, starts, blocks, tiles, partial, i32(len(tiles)), i32(geom.cin),
+                i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(per_split),
+                i32(rows)), smem=wide_smem(geom, "filter", px))
+    else:
+        tile, bands, _ = band_tiles(geom)
+        launch(cuda.kernel_ref(FILE, _filter_name(tile)),
+               (bands, cdiv(geom.cout, tile.rows), splits), (tile.threads,),
+               (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout), i32(geom.u),
+                i32(h * wd), i32(q), i32(per_split)))
     size = geom.cout * geom.u
-    launch(cuda.kernel_ref(FILE, "scc_reduce_splits"), (cdiv(size, THREADS), 1, 1),
-           (THREADS,), (partial, out, i32(splits), i32(size)))
+    launch(_igemm.reduce_ref(), (_igemm.reduce_blocks(size, splits, sms), 1, 1), (256,),
+           (partial, NULL, NULL, out, i32(splits), i32(1), i32(size), i32(size), i32(0)))
     return out

@@ -100,12 +100,13 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
     import cupy as cp
 
     from tensorconv import ops
-    from tensorconv.ops import scc_conv
+    from tensorconv.ops import scc_conv, scc_tiles
 
     tile, band = _shapes()[shape]
-    monkeypatch.setattr(scc_conv, "_row_tiles", lambda g: (tile.rows, tile.rows, band))
-    monkeypatch.setattr(scc_conv, "pixel_tile", lambda *_: tile)
-    scc_conv._bands.cache_clear()                      # memoised on the real choice
+    for module in (scc_conv, scc_tiles):
+        monkeypatch.setattr(module, "row_tiles", lambda g: (tile.rows, tile.rows, band))
+        monkeypatch.setattr(module, "pixel_tile", lambda *_: tile)
+    scc_conv.band_tiles.cache_clear()                      # memoised on the real choice
     try:
         geom = scc.scc_geometry(cin, cout, cg, co)
         x = rng.standard_normal((5, cin, 13, 13)).astype(np.float32)
@@ -114,7 +115,8 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
         gy = rng.standard_normal((5, cout, 13, 13)).astype(np.float32)
         x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
         y = cp.full((5, cout, 13, 13), cp.nan, cp.float32)
-        ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True, out=y)
+        ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True,
+                       path="tiled", out=y)
         want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
         assert rel_err(y.get(), want) <= 1e-5
         gx = cp.full(x.shape, cp.nan, cp.float32)
@@ -124,10 +126,74 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
         for splits in (None, 3):
             gw = cp.full(w.shape, cp.nan, cp.float32)
             ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
-                                           out=gw)
+                                           path="tiled", out=gw)
             assert rel_err(gw.get(), gw_want) <= 1e-5
     finally:
-        scc_conv._bands.cache_clear()
+        scc_conv.band_tiles.cache_clear()
+
+
+@pytest.mark.parametrize("cin,cout,cg,co,n,h,wd", [
+    (64, 64, 2, 0.5, 4, 8, 8), (64, 64, 2, 0.33, 3, 6, 10), (96, 150, 2, 0.33, 2, 9, 9),
+    (40, 130, 4, 0.75, 3, 5, 7), (16, 7, 8, 0.25, 5, 4, 4), (24, 20, 4, 0.0, 2, 3, 3),
+    (32, 48, 2, 0.5, 7, 2, 2), (130, 64, 2, 0.5, 2, 7, 7), (48, 200, 8, 0.33, 1, 11, 12)])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_the_wide_kernels_match_the_reference(rng, cin, cout, cg, co, n, h, wd, aligned):
+    """The wide forward and weight gradient, forced: the most pixels a lane that fit,
+    vector and scalar (planes not a multiple of 4, maps off 16 bytes), several tiles and
+    blocks, pixels past the last tile; outputs poisoned."""
+    import cupy as cp
+
+    from tensorconv import ops
+
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    want_y = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
+    want_gw = scc.scc_backward(x64, w64, gy64, geom)[1]
+
+    def on_gpu(a):                     # off 16 bytes: one float into a bigger buffer
+        if aligned:
+            return cp.asarray(a)
+        buf = cp.empty(a.size + 1, cp.float32)
+        buf[1:] = cp.asarray(a).ravel()
+        return buf[1:].reshape(a.shape)
+
+    xd, gyd = on_gpu(x), on_gpu(gy)
+    y = on_gpu(np.full(want_y.shape, np.nan, np.float32))
+    ops.scc_conv2d(xd, cp.asarray(w), geom, cp.asarray(b), relu=True, path="wide", out=y)
+    assert rel_err(y.get(), want_y) <= 1e-5
+    for splits in (None, 1, 3):
+        gw = cp.full(w.shape, cp.nan, cp.float32)
+        ops.scc_conv2d_backward_weight(xd, gyd, geom, splits=splits, path="wide", out=gw)
+        assert rel_err(gw.get(), want_gw) <= 1e-5, splits
+
+
+@pytest.mark.parametrize("blocks", [None, 3])
+@pytest.mark.parametrize("px", [4, 2, 1])
+def test_the_wide_kernels_at_each_pixel_count(rng, monkeypatch, px, blocks):
+    """Each pixel-per-lane instance of the two wide kernels, forced; with 3 blocks, each
+    walks several pixel tiles (its next tile's copies in flight)."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_conv
+
+    monkeypatch.setattr(scc_conv, "wide_px", lambda *a, **k: px)
+    if blocks is not None:
+        monkeypatch.setattr(scc_conv, "wide_grid", lambda *a: blocks)
+    geom = scc.scc_geometry(48, 72, 2, 0.33)
+    x = rng.standard_normal((3, 48, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((72, geom.u)).astype(np.float32)
+    gy = rng.standard_normal((3, 72, 6, 6)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    want_gw = scc.scc_backward(x64, w64, gy64, geom)[1]
+    y = ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, path="wide")
+    assert rel_err(y.get(), scc.scc_forward(x64, w64, geom)) <= 1e-5
+    gw = ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, path="wide")
+    assert rel_err(gw.get(), want_gw) <= 1e-5
 
 
 def test_the_weight_gradient_is_deterministic(rng):
@@ -138,9 +204,11 @@ def test_the_weight_gradient_is_deterministic(rng):
     geom = scc.scc_geometry(64, 96, 2, 0.5)
     x = cp.asarray(rng.standard_normal((16, 64, 14, 14)).astype(np.float32))
     gy = cp.asarray(rng.standard_normal((16, 96, 14, 14)).astype(np.float32))
-    first = ops.scc_conv2d_backward_weight(x, gy, geom).copy()
-    for _ in range(3):
-        assert cp.array_equal(ops.scc_conv2d_backward_weight(x, gy, geom), first)
+    for path in ("wide", "tiled"):
+        first = ops.scc_conv2d_backward_weight(x, gy, geom, path=path).copy()
+        for _ in range(3):
+            assert cp.array_equal(ops.scc_conv2d_backward_weight(x, gy, geom, path=path),
+                                  first)
     gx = ops.scc_conv2d_backward_data(gy, cp.asarray(rng.standard_normal((96, 32)),
                                                      cp.float32), geom)
     assert bool(cp.isfinite(gx).all())

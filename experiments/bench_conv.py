@@ -20,6 +20,7 @@ from experiments._common import outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, ops, reference, timing
 from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
+from tensorconv.ops import direct_conv
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 
 NAME = "bench_conv"
@@ -60,9 +61,11 @@ def _gpu_case(rs: ResultSet, case: str, layer, batch: int, ceilings, quick: bool
     ops.conv2d(x, w, stride=stride, padding=pad, out=out)
     ref = reference.conv2d(x_h.astype(np.float64), w_h.astype(np.float64), stride=stride,
                            padding=pad)
-    algo = ops.choose_algorithm(geom)
-    detail = (f"igemm, {ops.igemm_splits(geom, backend.device_facts().sm_count)} splits"
-              if algo == "igemm" else f"direct, {ops.direct_conv_tile(geom)}")
+    facts = backend.device_facts()
+    algo = direct_conv.choose_algorithm(geom, 0, facts)
+    detail = (f"{algo}, {direct_conv.igemm_splits(geom, facts.sm_count)} splits"
+              if algo.startswith("igemm") else
+              f"direct, {direct_conv.default_tile(geom, facts)}" if algo == "direct" else algo)
     rs.add(case, "ours", "rel_err", _rel_err(out, ref), "1", note=detail)
 
     reps = dict(repeat=30 if quick else 100)

@@ -22,6 +22,7 @@ networks at 3x224x224, batch ``--batch`` (the paper: 32-64), Fig. 8.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -56,6 +57,9 @@ def _args(argv):
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--imagenet", action="store_true", help="3x224x224 inputs (Fig. 8)")
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="this experiment's CSVs (or .partial.csv) from earlier calls: their "
+                        "runs not made now are kept and join the averages")
     return p.parse_args(argv)
 
 
@@ -71,6 +75,10 @@ def main(argv=None) -> int:
 
     paths, partial = outputs(NAME, args.out), partial_csv(NAME, args.out)
     runs = [(m, cg, co, impl) for m in models for cg, co in settings for impl in IMPLS]
+    made = {(f"{m} cg{cg} co{round(100 * co)}", impl) for m, cg, co, impl in runs}
+    for path in args.merge:
+        rs.extend([r for r in read_csv(path) if r["metric"] in ("step_ms", "out_of_memory")
+                   and (r["case"], r["variant"]) not in made])
     for name, cg, co, impl in tqdm(runs, desc="timing training steps", unit="run"):
         case = f"{name} cg{cg} co{round(100 * co)}"
         model = dw_scc(name, cg, co, shape[1], 1000 if args.imagenet else 10, IMPLS[impl])

@@ -177,12 +177,20 @@ def test_scc_backward_quick(tmp_path):
 def test_scc_train_speed_quick(tmp_path):
     from experiments import scc_train_speed
 
+    earlier = results.ResultSet("scc_train_speed", {"device": "earlier call"})
+    earlier.add("vgg16 cg2 co50", "ours", "step_ms", 10.0, "ms")
+    earlier.add("vgg16 cg2 co50", "base", "step_ms", 60.0, "ms")
+    earlier.add("resnet18 cg2 co50", "ours", "step_ms", 1e6, "ms")     # made again now
+    earlier.write_csv(tmp_path / "earlier.csv")
     args = ["--quick", "--models", "resnet18", "--batch", "8", "--steps", "1",
-            "--out", str(tmp_path)]
+            "--out", str(tmp_path), "--merge", str(tmp_path / "earlier.csv")]
     assert scc_train_speed.main(args) == 0
     rows = results.read_csv(tmp_path / "scc_train_speed.csv")
-    assert {r["variant"] for r in rows if r["metric"] == "step_ms"} == {"ours", "dense", "opt",
-                                                                          "base"}
+    ms = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "step_ms"}
+    assert {v for c, v in ms if c.startswith("resnet18")} == {"ours", "dense", "opt", "base"}
+    assert ms["vgg16 cg2 co50", "base"] == 60.0 and ms["resnet18 cg2 co50", "ours"] < 1e6
+    base = next(r for r in rows if r["variant"] == "base/ours")
+    assert "over 2 runs" in base["note"]
 
 
 def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):

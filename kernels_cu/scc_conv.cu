@@ -25,8 +25,11 @@
 // scc_bwd_filter: the weight gradient without atomics, as a GEMM: a block reduces BM
 //   sorted filters x TN·TX band channels over its share of the pixels into a partial sum;
 //   conv2d_splitk_reduce (direct_conv.cu) adds the shares in a fixed order.
+// scc_fwd_wide, scc_bwd_filter_wide: the same products by blocks over every filter, each
+//   map read once (below, before them).
 //
-// Launch geometry, tables and checks belong to tensorconv/ops/scc_conv.py.
+// Launch geometry and checks belong to tensorconv/ops/scc_conv.py, tables and tile
+// choices to tensorconv/ops/scc_tiles.py.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
@@ -424,13 +427,9 @@ __device__ __forceinline__ void warp_sum_64(float (&a)[64]) {
 // staged once, u-major in sorted order (a row of FP >= Cout, a multiple of 8), so 8
 // filters sharing a window take two broadcast vector loads a step.
 template <int PX, bool VEC>
-__global__ void __launch_bounds__(scc::WIDE) scc_fwd_wide(
-    const float* __restrict__ x,        // (N, Cin, P)
-    const float* __restrict__ w,        // (Cout, U)
-    const int* __restrict__ order,      // (Cout,) filters sorted by window start
-    const int* __restrict__ starts,     // (Cout,) the start of each sorted filter
-    const float* __restrict__ bias,     // (Cout,) or nullptr
-    float* __restrict__ y,              // (N, Cout, P)
+__global__ void __launch_bounds__(scc::WIDE) scc_fwd_wide(    // the arguments of scc_fwd
+    const float* __restrict__ x, const float* __restrict__ w, const int* __restrict__ order,
+    const int* __restrict__ starts, const float* __restrict__ bias, float* __restrict__ y,
     int Cin, int Cout, int U, int P, int Q, int relu)
 {
     tc::wait_prior_grids();

@@ -7,11 +7,14 @@ the weight gradient are GEMMs over that band with the weights dense-masked in sh
 memory, and the input gradient is a GEMM per tile of input channels over the filters whose
 window meets them (input-centric: each gx value written once, no atomics).  Each layer
 takes the row tiles of least multiply-adds, dense-masked zeros counted (small tiles stay
-inside one window group where groups are small).  Pixels are flat over the batch.
-Beside it, the paper's two per-thread forms of the input gradient: ``"gather"``
-(input-centric through the channel map) and ``"output"`` (output-centric with
-atomics, its "Var").  The weight gradient reduces per-split partial sums in a fixed order,
-so every gradient here is deterministic but the atomic one.
+inside one window group where groups are small).  Pixels are flat over the batch.  On
+large maps with few input channels the forward pass and the weight gradient take "wide"
+kernels instead (``path``): a persistent block over every filter reads each map once
+(:func:`~tensorconv.ops.scc_tiles.wide_px` says where).  Beside them, the paper's two
+per-thread forms of the input gradient: ``"gather"`` (input-centric through the channel
+map) and ``"output"`` (output-centric with atomics, its "Var").  The weight gradient
+reduces per-split partial sums in a fixed order, so every gradient here is deterministic
+but the atomic one.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@
 //   conv2d_splitk_reduce (direct_conv.cu) adds the shares in a fixed order.
 // scc_fwd_wide, scc_bwd_filter_wide: the same products by blocks over every filter, each
 //   map read once (below, before them).
+// scc_fwd_cyclic: the paper's per-thread forward, window starts from the channel-cyclic
+//   map in constant memory or computed.
 //
 // Launch geometry and checks belong to tensorconv/ops/scc_conv.py, tables and tile
 // choices to tensorconv/ops/scc_tiles.py.
@@ -143,6 +145,39 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
             y[at] = tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
         }
     }
+}
+
+// The paper's forward pass (Algorithm 2): one thread per (pixel, filter) walking its U
+// channels, the window start either read from the channel-cyclic map of one cycle in
+// constant memory (MAP; filter k takes entry k mod cycle, the host copies the map in
+// before each launch) or computed, (k·stride) mod Cin.  The two are the same arithmetic
+// in the same order: equal bit for bit.
+namespace scc {
+constexpr int MAX_CYCLE = 4096;
+}
+__constant__ int scc_cycle_starts[scc::MAX_CYCLE];
+
+template <bool MAP>
+__global__ void __launch_bounds__(scc::THREADS) scc_fwd_cyclic(
+    const float* __restrict__ x,        // (N, Cin, P)
+    const float* __restrict__ w,        // (Cout, U)
+    const float* __restrict__ bias,     // (Cout,) or nullptr
+    float* __restrict__ y,              // (N, Cout, P)
+    int Cin, int Cout, int U, int stride, int cycle, int P, int Q, int relu)
+{
+    tc::wait_prior_grids();
+    const int q = blockIdx.x * scc::THREADS + threadIdx.x, k = blockIdx.y;
+    const long long xb = scc::pixel_base(q, Q, Cin, P);
+    if (xb < 0) return;
+    int c = MAP ? scc_cycle_starts[k % cycle] : (int)((long long)k * stride % Cin);
+    const float* wk = w + (size_t)k * U;
+    float acc = 0.f;
+    for (int u = 0; u < U; ++u) {
+        acc = fmaf(wk[u], x[xb + (size_t)c * P], acc);
+        c = c + 1 == Cin ? 0 : c + 1;
+    }
+    const size_t at = scc::pixel_base(q, Q, Cout, P) + (size_t)k * P;
+    y[at] = tc::conv_epilogue(acc, bias, k, nullptr, at, relu);
 }
 
 template <int TY, int TX, int TN>
@@ -617,6 +652,10 @@ TC_I_SCC_BWD_FILTER_WIDE(4, true)
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
 TC_I_SCC_FWD(16, 16, 4) TC_I_SCC_FWD(16, 16, 8) TC_I_SCC_FWD(4, 64, 4) TC_I_SCC_FWD(8, 32, 4)
 #undef TC_I_SCC_FWD
+#define TC_I_SCC_FWD_CYCLIC(...) template __global__ void scc_fwd_cyclic<__VA_ARGS__>( \
+    const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int);
+TC_I_SCC_FWD_CYCLIC(false) TC_I_SCC_FWD_CYCLIC(true)
+#undef TC_I_SCC_FWD_CYCLIC
 #define TC_I_SCC_FWD_WIDE(...) template __global__ void scc_fwd_wide<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
 TC_I_SCC_FWD_WIDE(1, false) TC_I_SCC_FWD_WIDE(2, false) TC_I_SCC_FWD_WIDE(2, true)

@@ -161,19 +161,28 @@ _LOADED: set = set()  # _load keys compiled in this process (compile_all skips t
 
 
 @functools.cache
+def _module(directory: str, file: str, name_expression: str, defines: tuple,
+            backend_name: str, device: int):
+    """The ``cupy.RawModule`` of one kernel (compiled when first used); memoised."""
+    cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
+    path = Path(directory) / file
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel file {file!r} not found in {directory}")
+    return cupy.RawModule(code=path.read_text(), options=compile_options(dict(defines)),
+                          backend=backend_name, name_expressions=[name_expression])
+
+
+@functools.cache
 def _load(directory: str, file: str, name_expression: str, defines: tuple, backend_name: str,
           device: int):
     """Compile (or fetch from CuPy's disk cache) one kernel; memoised per process."""
     cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
     path = Path(directory) / file
-    if not path.is_file():
-        raise FileNotFoundError(f"kernel file {file!r} not found in {directory}")
     options = compile_options(dict(defines))
     arch = backend.device_facts(device).arch
-    source = path.read_text()
     try:
-        module = cupy.RawModule(code=source, options=options, backend=backend_name,
-                                name_expressions=[name_expression])
+        module = _module(directory, file, name_expression, defines, backend_name, device)
+        source = path.read_text()
         kernel = module.get_function(name_expression)
         if every_kernel_waits(source):
             _WAITING_FUNCTIONS.add(int(kernel.kernel.ptr))  # compiles now rather than at launch
@@ -200,6 +209,21 @@ def load(ref: KernelRef, backend_name: str = "nvrtc"):
     cupy = backend.require_cuda(f"kernel {ref.name} from {ref.file}")
     return _load(str(kernel_dir()), ref.file, ref.name, ref.defines, backend_name,
                  cupy.cuda.runtime.getDevice())
+
+
+def module_global(ref: KernelRef, symbol: str, backend_name: str = "nvrtc"):
+    """A ``__device__`` / ``__constant__`` variable ``symbol`` of the module ``ref``'s kernel
+    is loaded from (each kernel reference is its own module), as a ``cupy.cuda.MemoryPointer``
+    on the current device: set it before a launch of that kernel."""
+    cupy = backend.require_cuda(f"{symbol} of {ref.file}")
+    load(ref, backend_name)                  # compiled, so the symbol exists
+    return _global(str(kernel_dir()), ref, symbol, backend_name, cupy.cuda.runtime.getDevice())
+
+
+@functools.cache   # looked up once: a later call may be inside a CUDA-graph capture
+def _global(directory: str, ref: KernelRef, symbol: str, backend_name: str, device: int):
+    return _module(directory, ref.file, ref.name, ref.defines, backend_name,
+                   device).get_global(symbol)
 
 
 def get_kernel(file: str, name_expression: str, *, defines: dict | None = None,

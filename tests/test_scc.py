@@ -407,3 +407,32 @@ def test_the_wide_weight_gradient_tiles_cover_every_weight_once():
                         assert row < rows or rows == g.cin, args
         assert (seen == 1).all(), args
         assert gy_rows == blocks[:, 1].max() and x_rows == blocks[:, 3].max()
+
+
+def test_algorithm_1_finds_one_cycle_of_windows():
+    """The paper's Algorithm 1 (walk the windows until one repeats) gives ``cycle`` starts,
+    filter k's window being entry k mod cycle (Algorithm 2) for every filter."""
+    for args in ((8, 12, 2, 0.5), (6, 6, 2, 1 / 3), (64, 64, 2, 1 / 3), (16, 7, 8, 0.25),
+                 (96, 150, 2, 0.33), (40, 130, 4, 0.75)):
+        g = scc.scc_geometry(*args)
+        cyc = scc.cycle_map(g)
+        assert len(cyc) == min(g.cycle, g.cout), args
+        k = np.arange(g.cout)
+        np.testing.assert_array_equal(cyc[k % len(cyc)], g.starts())
+
+
+def test_the_cyclic_forward_paths_check_their_limits(rng):
+    """``path="map"`` holds one cycle in constant memory (4096 windows); a bad path is
+    named."""
+    from tensorconv import ops
+
+    g = scc.scc_geometry(12, 10, 2, 0.5)
+    x = rng.standard_normal((1, 12, 2, 2)).astype(np.float32)
+    w = rng.standard_normal((10, 6)).astype(np.float32)
+    with pytest.raises(ValueError, match="path"):
+        ops.scc_conv2d(x, w, g, path="cyclic")
+    big = scc.scc_geometry(8194, 8194, 2, 0.999)          # stride 1 -> cycle 8194
+    assert big.cycle > 4096
+    with pytest.raises(ValueError, match="4096"):
+        ops.scc_conv2d(np.zeros((1, 8194, 1, 1), np.float32),
+                       np.zeros((8194, big.u), np.float32), big, path="map")

@@ -58,6 +58,9 @@ __all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles
 FILE = "scc_conv.cu"
 DATA_VARIANTS = ("input", "gather", "output")
 PATHS = ("auto", "wide", "tiled")
+FORWARD_PATHS = PATHS + ("map", "arith")
+_CYCLIC = ("scc_fwd_cyclic<true>", "scc_fwd_cyclic<false>")
+MAX_CYCLE = 4096                 # scc::MAX_CYCLE: windows the constant-memory map holds
 _WIDE = [(4, True), (4, False), (2, True), (2, False), (1, False)]
 _SIMPLE = ("scc_bwd_data_gather", "scc_bwd_data_atomic")
 
@@ -83,7 +86,7 @@ def _templated() -> list[str]:
     return ([f(t) for f in (_fwd_name, _data_name) for t in PIXEL_TILES]
             + [_filter_name(t) for t in BAND_TILES]
             + [_wide_name(side, px, vec) for side in ("forward", "filter")
-               for px, vec in _WIDE])
+               for px, vec in _WIDE] + list(_CYCLIC))
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
@@ -159,10 +162,12 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     geom : SCCGeometry
     bias : array, (Cout,), float32, optional (BN folds into ``w`` and ``bias``)
     relu : bool
-    path : {"auto", "wide", "tiled"}
+    path : {"auto", "wide", "tiled", "map", "arith"}
         The kernel (GPU): a block over every filter, reading the input once (where its
         staging fits shared memory and its blocks cover the GPU), or tiles of sorted
-        filters; "auto" picks.
+        filters; "auto" picks.  "map" and "arith": the paper's per-thread forward
+        (Algorithm 2), each filter's window start from the channel-cyclic map in constant
+        memory (at most 4096 entries) or computed; equal bit for bit, for comparison.
     out : array, (N, Cout, H, W), float32, optional (GPU only)
 
     Returns
@@ -170,7 +175,13 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     array, (N, Cout, H, W), float32
     """
     geom = _check_geom(geom)
-    check_choice(path, "path", PATHS)
+    check_choice(path, "path", FORWARD_PATHS)
+    if path == "map" and geom.cycle > MAX_CYCLE:
+        raise ValueError(f"path='map' holds at most {MAX_CYCLE} windows in constant memory; "
+                         f"this layer's cycle has {geom.cycle}")
+    if path in ("map", "arith") and geom.cout > 65535:
+        raise ValueError(f"path={path!r} runs a grid row per filter, at most 65535; this layer "
+                         f"has {geom.cout} filters")
     if not isinstance(relu, (bool, np.bool_)):
         raise TypeError(f"relu must be a bool, got {type(relu).__name__}")
     x = _check_maps(x, "x", geom.cin, geom)
@@ -184,6 +195,8 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
         return np.maximum(y, 0, out=y) if relu else y
     out = output_buffer(xp, out, (n, geom.cout, h, wd))
     q = n * h * wd
+    if path in ("map", "arith"):
+        return _cyclic_forward(x, w, geom, bias, bool(relu), path == "map", out)
     order, starts = device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
     px = _wide(path, geom, "forward", q)
@@ -199,6 +212,26 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
            (cdiv(q, tile.cols), cdiv(geom.cout, tile.rows), 1), (tile.threads,),
            (x, w, order, starts, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u),
             i32(h * wd), i32(q), i32(bool(relu))))
+    return out
+
+
+def _cyclic_forward(x, w, geom: SCCGeometry, bias, relu: bool, from_map: bool, out):
+    """:func:`scc_conv2d` by ``scc_fwd_cyclic``: with ``from_map``, the cycle's window starts
+    copied into the kernel module's constant memory first (device to device, on the
+    current stream: capturable, ordered before the launch)."""
+    import cupy
+
+    n, _, h, wd = x.shape
+    q, i32 = n * h * wd, np.int32
+    ref = cuda.kernel_ref(FILE, _CYCLIC[0] if from_map else _CYCLIC[1])
+    if from_map:
+        (starts,) = device_tables(geom, x.device.id, "starts")   # k < cycle: the map
+        symbol = cuda.module_global(ref, "scc_cycle_starts")
+        symbol.copy_from_device_async(starts.data, 4 * min(geom.cycle, geom.cout),
+                                      cupy.cuda.get_current_stream())
+    launch(ref, (cdiv(q, THREADS), geom.cout, 1), (THREADS,),
+           (x, w, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u), i32(geom.stride),
+            i32(geom.cycle), i32(h * wd), i32(q), i32(relu)))
     return out
 
 

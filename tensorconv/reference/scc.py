@@ -78,6 +78,23 @@ def scc_geometry(cin: int, cout: int, cg: int, co: float) -> SCCGeometry:
     return SCCGeometry(cin, cout, cg, co, u, stride, cin // math.gcd(cin, stride))
 
 
+def cycle_map(geom: SCCGeometry) -> np.ndarray:
+    """Algorithm 1 of the paper: walk the filters' windows ``(start, end)`` until one
+    repeats; the starts of that one cycle (int64, (cycle,)).  Filter k's window is the
+    cycle's entry ``k mod cycle`` (Algorithm 2).  The window advances by our one stride
+    ``U - round(co·U)`` (the paper's code floors here, rounds elsewhere)."""
+    seen, starts = set(), []
+    start = 0
+    for _ in range(geom.cout):
+        window = (start, (start + geom.u) % geom.cin)
+        if window in seen:
+            break
+        seen.add(window)
+        starts.append(start)
+        start = (start + geom.stride) % geom.cin
+    return np.asarray(starts, dtype=np.int64)
+
+
 def dense_weights(w, geom: SCCGeometry):
     """The dense-masked (Cout, Cin) 1x1 weights of SCC weights ``w`` (Cout, U)."""
     xp = backend.array_module(w)

@@ -212,3 +212,45 @@ def test_the_weight_gradient_is_deterministic(rng):
     gx = ops.scc_conv2d_backward_data(gy, cp.asarray(rng.standard_normal((96, 32)),
                                                      cp.float32), geom)
     assert bool(cp.isfinite(gx).all())
+
+
+@pytest.mark.parametrize("geom", _grid()[::3], ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")
+def test_the_window_map_in_constant_memory_equals_the_arithmetic(rng, geom):
+    """The paper's per-thread forward with each window start from the channel-cyclic map in
+    constant memory and with it computed: equal bit for bit, and to the reference; layers
+    of different cycles in turn (each launch copies its own map in), also inside a graph."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.graph import CapturedGraph
+
+    other = scc.scc_geometry(24, 20, 4, 0.33)
+    x = cp.asarray(rng.standard_normal((3, geom.cin, 5, 7)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((geom.cout, geom.u)).astype(np.float32))
+    b = cp.asarray(rng.standard_normal(geom.cout).astype(np.float32))
+    x2 = cp.asarray(rng.standard_normal((2, 24, 3, 3)).astype(np.float32))
+    w2 = cp.asarray(rng.standard_normal((20, other.u)).astype(np.float32))
+    want = np.maximum(scc.scc_forward(x.get().astype(np.float64), w.get().astype(np.float64),
+                                      geom, b.get().astype(np.float64)), 0)
+    outs = {p: cp.full((3, geom.cout, 5, 7), cp.nan, cp.float32) for p in ("map", "arith")}
+    y2 = cp.full((2, 20, 3, 3), cp.nan, cp.float32)
+
+    def run():
+        ops.scc_conv2d(x, w, geom, b, relu=True, path="map", out=outs["map"])
+        ops.scc_conv2d(x2, w2, other, path="map", out=y2)
+        ops.scc_conv2d(x, w, geom, b, relu=True, path="arith", out=outs["arith"])
+
+    run()
+    assert cp.array_equal(outs["map"], outs["arith"])
+    assert rel_err(outs["map"].get(), want) <= 1e-5
+    assert rel_err(y2.get(), scc.scc_forward(x2.get().astype(np.float64),
+                                             w2.get().astype(np.float64), other)) <= 1e-5
+    for o in (*outs.values(), y2):
+        o.fill(cp.nan)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        graph = CapturedGraph(stream, run, programmatic=False)
+    graph.launch(stream)
+    stream.synchronize()
+    assert cp.array_equal(outs["map"], outs["arith"])
+    assert rel_err(outs["map"].get(), want) <= 1e-5

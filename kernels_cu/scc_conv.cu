@@ -11,7 +11,7 @@
 // feature maps still fill whole tiles.
 //
 // The GEMM kernels take their tile as template arguments <TY, TX, TN>: TY x TX threads,
-// each 4 rows x TN columns, so a block covers BM = 4·TY rows x TN·TX columns.  Small row
+// each 4 consecutive rows x TN consecutive columns, so a block covers BM = 4·TY rows x TN·TX columns.  Small row
 // tiles (16, 32) keep a tile inside one window group where groups are small.
 //
 // scc_fwd: y for BM sorted filters x TN·TX pixels per block; bias and ReLU fused.
@@ -50,18 +50,32 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
-// acc[i][j] += A[r][ty + TY·i] · B[r][tx + TX·j] over the RC rows of one staged chunk: the
-// product step of every GEMM kernel here (4 x TN outputs a thread).
+// acc[i][j] += A[r][4·ty + i] · B[r][TN·tx + j] over the RC rows of one staged chunk: the
+// product step of every GEMM kernel here (4 x TN outputs a thread, from one vector load
+// of A and TN / 4 (or one 2-wide) of B a row: the scalar form was issue-bound).
+template <int TN>
+__device__ __forceinline__ void load_row(float (&v)[TN], const float* s) {
+    if constexpr (TN % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            const float4 t = *reinterpret_cast<const float4*>(s + j);
+            v[j] = t.x, v[j + 1] = t.y, v[j + 2] = t.z, v[j + 3] = t.w;
+        }
+    } else {
+        static_assert(TN == 2, "TN is 2 or a multiple of 4");
+        const float2 t = *reinterpret_cast<const float2*>(s);
+        v[0] = t.x, v[1] = t.y;
+    }
+}
 template <int TY, int TX, int TN, int LA, int LB>
 __device__ __forceinline__ void chunk_product(float (&acc)[4][TN], const float (*A)[LA],
                                               const float (*B)[LB], int tx, int ty) {
+    static_assert(LA % 4 == 0 && LB % 4 == 0, "rows stay 16-byte aligned");
 #pragma unroll
     for (int r = 0; r < RC; ++r) {
         float a[4], b[TN];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = A[r][ty + TY * i];
-#pragma unroll
-        for (int j = 0; j < TN; ++j) b[j] = B[r][tx + TX * j];
+        load_row<4>(a, &A[r][4 * ty]);
+        load_row<TN>(b, &B[r][TN * tx]);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -84,8 +98,8 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
     using namespace scc;
     constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, XL = RC * BN / T;
     static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
-    __shared__ float ws[RC][BM + 1];
-    __shared__ float xs[RC][BN];
+    __shared__ __align__(16) float ws[RC][BM + 4];
+    __shared__ __align__(16) float xs[RC][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
@@ -134,11 +148,11 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
     }
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + tx + TX * j, Q, Cout, P);
+        const long long base = pixel_base(q0 + TN * tx + j, Q, Cout, P);
         if (base < 0) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int si = i0 + ty + TY * i;
+            const int si = i0 + 4 * ty + i;
             if (si >= Cout) continue;
             const int k = order[si];
             const size_t at = base + (size_t)k * P;
@@ -194,8 +208,8 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     using namespace scc;
     constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, GL = RC * BN / T;
     static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
-    __shared__ float ws[RC][BM];
-    __shared__ float gs[RC][BN];
+    __shared__ __align__(16) float ws[RC][BM];
+    __shared__ __align__(16) float gs[RC][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
@@ -243,11 +257,11 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     }
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + tx + TX * j, Q, Cin, P);
+        const long long base = pixel_base(q0 + TN * tx + j, Q, Cin, P);
         if (base < 0) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int c = c0 + ty + TY * i;
+            const int c = c0 + 4 * ty + i;
             if (c < Cin) gx[base + (size_t)c * P] = acc[i][j];
         }
     }
@@ -309,8 +323,8 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     // LG filter rows and LX band rows per thread
     constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, LG = BM * RC / T, LX = BN * RC / T;
     static_assert(T % RC == 0 && BM * RC % T == 0 && BN * RC % T == 0, "staging shapes");
-    __shared__ float gs[RC][BM + 4];
-    __shared__ float xs[RC][BN + 4];
+    __shared__ __align__(16) float gs[RC][BM + 4];
+    __shared__ __align__(16) float xs[RC][BN + 4];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int i0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
@@ -359,12 +373,12 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     // every (filter, weight) lies in exactly one band tile, so each is written once.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int si = i0 + ty + TY * i;
+        const int si = i0 + 4 * ty + i;
         if (si >= Cout) continue;
         const int k = order[si], b = starts[si] - lo;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int u = v0 + tx + TX * j - b;
+            const int u = v0 + TN * tx + j - b;
             if (u >= 0 && u < U) partial[((size_t)blockIdx.z * Cout + k) * U + u] = acc[i][j];
         }
     }

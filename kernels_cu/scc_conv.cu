@@ -50,6 +50,51 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
+// Writes a thread's TN consecutive pixels q, q+1, ... of channel `row` of a (N, C, P) map,
+// value(j, at) the j-th: as vectors where P and the pointer allow (q is a multiple of TN,
+// so a vector's pixels then lie in one image), else one by one.  Consecutive pixels a
+// thread make scalar stores 16-byte strided across a warp: a vector store keeps them whole.
+template <int TN, typename F>
+__device__ __forceinline__ void store_pixels(float* out, int q, int Q, int C, int P, int row,
+                                             F value) {
+    constexpr int V = TN % 4 == 0 ? 4 : TN;
+    const bool vec = P % V == 0 && reinterpret_cast<unsigned long long>(out) % (4 * V) == 0;
+#pragma unroll
+    for (int j = 0; j < TN; j += V) {
+        if (vec) {
+            const long long base = pixel_base(q + j, Q, C, P);
+            if (base < 0) continue;
+            const size_t at = base + (size_t)row * P;
+            if constexpr (V == 4) {
+                *reinterpret_cast<float4*>(out + at) = make_float4(
+                    value(j, at), value(j + 1, at + 1), value(j + 2, at + 2), value(j + 3, at + 3));
+            } else {
+                static_assert(V == 2, "TN is 2 or a multiple of 4");
+                *reinterpret_cast<float2*>(out + at) = make_float2(value(j, at), value(j + 1, at + 1));
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < V; ++t) {
+                const long long base = pixel_base(q + j + t, Q, C, P);
+                if (base < 0) continue;
+                const size_t at = base + (size_t)row * P;
+                out[at] = value(j + t, at);
+            }
+        }
+    }
+}
+// A thread's (ty, tx) in a TY x TX block: each warp a (32 / WX) x WX patch of WX = 8
+// columns, so its chunk_product reads 4 threads' rows and 8 threads' columns (two shared
+// wavefronts a chunk row); a warp along one row of 32 threads reads four and was bound
+// by shared-memory bandwidth, not by its multiply-adds.
+template <int TY, int TX>
+__device__ __forceinline__ void thread_coords(int tid, int& ty, int& tx) {
+    constexpr int WX = TX < 8 ? TX : 8, WY = 32 / WX;
+    static_assert(TX % WX == 0 && TY % WY == 0, "warps tile the block");
+    const int lane = tid % 32, warp = tid / 32;
+    ty = warp / (TX / WX) * WY + lane / WX;
+    tx = warp % (TX / WX) * WX + lane % WX;
+}
 // acc[i][j] += A[r][4·ty + i] · B[r][TN·tx + j] over the RC rows of one staged chunk: the
 // product step of every GEMM kernel here (4 x TN outputs a thread, from one vector load
 // of A and TN / 4 (or one 2-wide) of B a row: the scalar form was issue-bound).
@@ -100,7 +145,9 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
     static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN];
-    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int tid = threadIdx.x;
+    int ty, tx;
+    thread_coords<TY, TX>(tid, ty, tx);
     const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
     const int lo = starts[i0], span = starts[last] - lo + U;
@@ -147,17 +194,13 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
         __syncthreads();
     }
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + TN * tx + j, Q, Cout, P);
-        if (base < 0) continue;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int si = i0 + 4 * ty + i;
-            if (si >= Cout) continue;
-            const int k = order[si];
-            const size_t at = base + (size_t)k * P;
-            y[at] = tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
-        }
+    for (int i = 0; i < 4; ++i) {
+        const int si = i0 + 4 * ty + i;
+        if (si >= Cout) continue;
+        const int k = order[si];
+        store_pixels<TN>(y, q0 + TN * tx, Q, Cout, P, k, [&](int j, size_t at) {
+            return tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
+        });
     }
 }
 
@@ -210,7 +253,9 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM];
     __shared__ __align__(16) float gs[RC][BN];
-    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int tid = threadIdx.x;
+    int ty, tx;
+    thread_coords<TY, TX>(tid, ty, tx);
     const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
 
@@ -256,14 +301,9 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
         __syncthreads();
     }
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-        const long long base = pixel_base(q0 + TN * tx + j, Q, Cin, P);
-        if (base < 0) continue;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int c = c0 + 4 * ty + i;
-            if (c < Cin) gx[base + (size_t)c * P] = acc[i][j];
-        }
+    for (int i = 0; i < 4; ++i) {
+        const int c = c0 + 4 * ty + i;
+        if (c < Cin) store_pixels<TN>(gx, q0 + TN * tx, Q, Cin, P, c, [&](int j, size_t) { return acc[i][j]; });
     }
 }
 
@@ -325,7 +365,9 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     static_assert(T % RC == 0 && BM * RC % T == 0 && BN * RC % T == 0, "staging shapes");
     __shared__ __align__(16) float gs[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN + 4];
-    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int tid = threadIdx.x;
+    int ty, tx;
+    thread_coords<TY, TX>(tid, ty, tx);
     const int i0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
     const int last = min(i0 + BM, Cout) - 1;
     const int lo = starts[i0], span = starts[last] - lo + U;

@@ -11,13 +11,16 @@
 // feature maps still fill whole tiles.
 //
 // The GEMM kernels take their tile as template arguments <TY, TX, TN>: TY x TX threads,
-// each 4 consecutive rows x TN consecutive columns, so a block covers BM = 4·TY rows x TN·TX columns.  Small row
-// tiles (16, 32) keep a tile inside one window group where groups are small.
+// each 4 consecutive rows x TN consecutive columns, so a block covers BM = 4·TY rows x
+// TN·TX columns.  Small row tiles (16, 32) keep a tile inside one window group where
+// groups are small.
 //
 // scc_fwd: y for BM sorted filters x TN·TX pixels per block; bias and ReLU fused.
 // scc_bwd_data: the input-centric gradient, as a GEMM: a block owns BM input channels x
 //   TN·TX pixels and pulls from the filters whose window meets its channels (a per-tile
 //   list made on the host); every gx value is written once: no atomics, deterministic.
+//   Where its tiles are too few to fill the GPU, blocks share each list (blockIdx.z) into
+//   partial maps that conv2d_splitk_reduce adds in a fixed order.
 // scc_bwd_data_gather: the paper's input-centric form, one thread per (channel, pixel)
 //   walking its channel's (filter, weight) pairs (the channel map, CSR).
 // scc_bwd_data_atomic: the paper's output-centric "Var": one thread per (filter, pixel)
@@ -244,8 +247,8 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     const int* __restrict__ begin_k,     // (Cout,) window start of each filter
     const int* __restrict__ tile_ptr,    // (tiles + 1,): the filters meeting channel tile t
     const int* __restrict__ tile_k,      //   are tile_k[tile_ptr[t] .. tile_ptr[t + 1])
-    float* __restrict__ gx,              // (N, Cin, P)
-    int Cin, int Cout, int U, int P, int Q)
+    float* __restrict__ gx,              // (splits, N, Cin, P): share z of each list
+    int Cin, int Cout, int U, int P, int Q, int per_split)
 {
     tc::wait_prior_grids();
     using namespace scc;
@@ -257,7 +260,10 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     int ty, tx;
     thread_coords<TY, TX>(tid, ty, tx);
     const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
-    const int e_begin = tile_ptr[blockIdx.y], e_end = tile_ptr[blockIdx.y + 1];
+    // This block's share of its tile's filter list (an empty share writes zeros).
+    const int e_begin = tile_ptr[blockIdx.y] + blockIdx.z * per_split;
+    const int e_end = min(e_begin + per_split, tile_ptr[blockIdx.y + 1]);
+    gx += (size_t)blockIdx.z * Q * Cin;
 
     // Weights stage along channels (consecutive channels of one filter are consecutive
     // weights: coalesced): this thread's channel and its WL list rows.
@@ -689,7 +695,7 @@ __global__ void __launch_bounds__(scc::WIDE) scc_bwd_filter_wide(
 // What CI's nvcc build type-checks: tensorconv.ops.scc_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
-    const float*, const int*, const int*, const int*, float*, int, int, int, int, int);
+    const float*, const int*, const int*, const int*, float*, int, int, int, int, int, int);
 TC_I_SCC_BWD_DATA(16, 16, 4) TC_I_SCC_BWD_DATA(16, 16, 8) TC_I_SCC_BWD_DATA(4, 64, 4)
 TC_I_SCC_BWD_DATA(8, 32, 4)
 #undef TC_I_SCC_BWD_DATA

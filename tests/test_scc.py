@@ -324,6 +324,10 @@ def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
         ops.scc_conv2d(x, w, (12, 10, 2, 0.5))
     with pytest.raises(ValueError, match="variant"):
         ops.scc_conv2d_backward_data(gy, w, g, variant="sideways")
+    with pytest.raises(ValueError, match="splits is for variant='input' only"):
+        ops.scc_conv2d_backward_data(gy, w, g, variant="gather", splits=2)
+    with pytest.raises(ValueError, match="splits"):
+        ops.scc_conv2d_backward_data(gy, w, g, splits=0)
     with pytest.raises(ValueError, match="batch and spatial sizes"):
         ops.scc_conv2d_backward_weight(x, gy[:, :, :3].copy(), g)
     with pytest.raises(ValueError, match="out is supported on the GPU"):
@@ -356,21 +360,22 @@ def test_the_layer_runs_every_implementation_alike(rng):
 
 
 def test_the_wide_kernels_are_taken_where_they_measured_faster(monkeypatch):
-    """Automatically: inputs of at most 64 channels whose window groups fill a warp's 8
-    filters (and, forward, a pixel tile per SM); forced: any layer whose staging fits."""
+    """Automatically: inputs of at most 64 channels, windows of at most 16, window groups
+    filling a warp's 8 filters (and, forward, a pixel tile per SM); forced: any layer
+    whose staging fits."""
     from tensorconv import backend
     from tensorconv.ops import scc_tiles
     from tests.helpers import device_facts
 
     monkeypatch.setattr(backend, "device_facts", lambda *a: device_facts())
     q = 128 * 32 * 32
-    for args, fwd, wgrad in (((64, 64, 2, 0.5), 4, 4), ((64, 64, 4, 0.5), 4, 4),
+    for args, fwd, wgrad in (((64, 64, 2, 0.5), None, None), ((64, 64, 4, 0.5), 4, 4),
                              ((32, 64, 2, 0.5), 4, 4), ((64, 64, 2, 1 / 3), None, None),
                              ((128, 128, 2, 0.5), None, None), ((16, 7, 8, 0.25), None, None)):
         g = scc.scc_geometry(*args)
         assert scc_tiles.wide_px(g, "forward", q) == fwd, args
         assert scc_tiles.wide_px(g, "filter", q) == wgrad, args
-    g = scc.scc_geometry(64, 64, 2, 0.5)
+    g = scc.scc_geometry(64, 64, 4, 0.5)
     assert scc_tiles.wide_px(g, "forward", 131 * 128) is None       # fewer tiles than SMs
     assert scc_tiles.wide_px(g, "filter", 131 * 128) == 4
     big = scc.scc_geometry(512, 512, 2, 0.5)
@@ -379,6 +384,29 @@ def test_the_wide_kernels_are_taken_where_they_measured_faster(monkeypatch):
     for side in ("forward", "filter"):
         px = scc_tiles.wide_px(g, side, q, auto=False)
         assert scc_tiles.wide_smem(g, side, px) <= scc_tiles.WIDE_SMEM
+
+
+def test_the_input_gradient_shares_its_filter_lists_only_where_tiles_are_few():
+    """Small maps of many filters split each channel tile's list into shares of at least
+    four chunks, none empty; large maps and short lists keep one; a requested count is
+    an upper bound whose shares cover the longest list."""
+    from tensorconv.ops import scc_tiles
+
+    g = scc.scc_geometry(256, 512, 2, 0.5)
+    rows = scc_tiles.row_tiles(g)[1]
+    ptr_, _ = scc_tiles.data_tiles(g, rows)
+    longest = int(np.max(np.diff(ptr_)))
+    tile = scc_tiles.pixel_tile(rows, len(ptr_) - 1, 128 * 16, 132)
+    splits, per = scc_tiles.data_splits(g, rows, tile, 128 * 16, 132)
+    assert splits > 1 and per >= 4 * scc_tiles.RC and per % scc_tiles.RC == 0
+    assert (splits - 1) * per < longest <= splits * per
+    assert scc_tiles.data_splits(g, rows, tile, 128 * 64 * 64, 132) == (1, -(-longest // 16) * 16)
+    for want in (1, 3, 1000):
+        splits, per = scc_tiles.data_splits(g, rows, tile, 128 * 16, 132, want)
+        assert splits <= want and (splits - 1) * per < longest <= splits * per
+    small = scc.scc_geometry(16, 8, 2, 0.5)               # lists shorter than four chunks
+    r = scc_tiles.row_tiles(small)[1]
+    assert scc_tiles.data_splits(small, r, scc_tiles.pixel_tile(r, 1, 8, 132), 8, 132)[0] == 1
 
 
 def test_the_wide_weight_gradient_tiles_cover_every_weight_once():

@@ -35,6 +35,7 @@ from tensorconv.ops.scc_tiles import (
     band_spans,
     band_tiles,
     channel_map,
+    data_splits,
     data_tiles,
     default_splits,
     device_tables,
@@ -235,7 +236,8 @@ def _cyclic_forward(x, w, geom: SCCGeometry, bias, relu: bool, from_map: bool, o
     return out
 
 
-def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input", out=None):
+def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input",
+                             splits: int | None = None, out=None):
     """Gradient of :func:`scc_conv2d` (without ReLU) with respect to ``x``.
 
     Parameters
@@ -248,6 +250,10 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
         read it: deterministic, no atomics); the paper's input-centric form, one thread
         per input value walking the channel map; or its output-centric "Var" (each filter
         adds into its window's channels with atomics).
+    splits : int, optional
+        "input" only: shares of each channel tile's filter list, reduced separately, then
+        summed in order; default :func:`data_splits` (more where the tiles alone leave
+        the GPU idle).
     out : array, (N, Cin, H, W), float32, optional (GPU only)
 
     Returns
@@ -256,6 +262,10 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     """
     geom = _check_geom(geom)
     check_choice(variant, "variant", DATA_VARIANTS)
+    if splits is not None:
+        check_int(splits, "splits", minimum=1)
+        if variant != "input":
+            raise ValueError(f"splits is for variant='input' only, got variant={variant!r}")
     gy = _check_maps(gy, "gy", geom.cout, geom)
     xp = backend.array_module(gy)
     w = _check_weights(w, geom, xp)
@@ -271,12 +281,18 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     if variant == "input":
         rows = row_tiles(geom)[1]
         tiles = cdiv(geom.cin, rows)
-        tile = pixel_tile(rows, tiles, q, backend.device_facts().sm_count)
+        sms = backend.device_facts().sm_count
+        tile = pixel_tile(rows, tiles, q, sms)
         (begin_k,) = device_tables(geom, device, "starts")
         tile_ptr, tile_k = device_tables(geom, device, "tiles", rows)
-        launch(cuda.kernel_ref(FILE, _data_name(tile)), (cdiv(q, tile.cols), tiles, 1),
-               (tile.threads,), (gy, w, begin_k, tile_ptr, tile_k, out, i32(geom.cin),
-                            i32(geom.cout), i32(geom.u), i32(p), i32(q)))
+        splits, per_split = data_splits(geom, rows, tile, q, sms, splits)
+        size = n * geom.cin * p
+        partial = out if splits == 1 else workspace(xp, splits * size)   # graph-safe
+        launch(cuda.kernel_ref(FILE, _data_name(tile)), (cdiv(q, tile.cols), tiles, splits),
+               (tile.threads,), (gy, w, begin_k, tile_ptr, tile_k, partial, i32(geom.cin),
+                                 i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_split)))
+        if splits > 1:
+            _reduce(partial, out, splits, size, sms)
     elif variant == "gather":
         launch(cuda.kernel_ref(FILE, "scc_bwd_data_gather"), (cdiv(q, THREADS), geom.cin, 1),
                (THREADS,), (gy, w, *device_tables(geom, device, "map"), out, i32(geom.cin),
@@ -352,7 +368,12 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
                (bands, cdiv(geom.cout, tile.rows), splits), (tile.threads,),
                (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout), i32(geom.u),
                 i32(h * wd), i32(q), i32(per_split)))
-    size = geom.cout * geom.u
+    _reduce(partial, out, splits, geom.cout * geom.u, sms)
+    return out
+
+
+def _reduce(partial, out, splits: int, size: int, sms: int) -> None:
+    """``out`` = the sum of ``splits`` partial arrays of ``size`` floats, in order."""
+    i32 = np.int32
     launch(_igemm.reduce_ref(), (_igemm.reduce_blocks(size, splits, sms), 1, 1), (256,),
            (partial, NULL, NULL, out, i32(splits), i32(1), i32(size), i32(size), i32(0)))
-    return out

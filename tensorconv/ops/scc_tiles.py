@@ -23,6 +23,8 @@ WIDE_PX = (4, 2, 1)
 WIDE_SMEM = 100 * 1024           # their staging at most: two blocks still fit an SM
 AUTO_SMEM = 72 * 1024            # at most where the automatic choice takes them,
 AUTO_CIN = 64                    # on inputs of at most this many channels
+AUTO_U = 16                      # and windows of at most this many (wider ones fill the
+                                 # tiled kernels' chunks: those measured faster there)
 F = 8                            # scc::F of the .cu: rows a warp of a wide kernel takes
 WARPS = 8                        # scc::WARPS: warps of a wide kernel's block
 
@@ -213,11 +215,12 @@ def wide_px(geom: SCCGeometry, side: str, pixels: int, *, auto: bool = True) -> 
     layer.  Forced (``auto=False``): the most whose staging fits :data:`WIDE_SMEM`.  The
     automatic choice takes the wide kernels only where they measured faster on the H100
     (``docs/notes/scc_conv.md``): 4 pixels a lane within :data:`AUTO_SMEM`, inputs of at
-    most :data:`AUTO_CIN` channels, whole window groups per warp (8 filters sharing a
-    start), and, for the forward pass, a pixel tile for every SM."""
+    most :data:`AUTO_CIN` channels and windows of at most :data:`AUTO_U`, whole window
+    groups per warp (8 filters sharing a start), and, for the forward pass, a pixel tile
+    for every SM."""
     if auto:
         sms = backend.device_facts().sm_count
-        if (geom.cin > AUTO_CIN or geom.cout % (F * geom.cycle)
+        if (geom.cin > AUTO_CIN or geom.u > AUTO_U or geom.cout % (F * geom.cycle)
                 or wide_smem(geom, side, 4) > AUTO_SMEM
                 or (side == "forward" and cdiv(pixels, 128) < sms)):
             return None
@@ -235,12 +238,29 @@ def band_tiles(geom: SCCGeometry) -> tuple[BlockShape, int, int]:
 
 
 def default_splits(geom: SCCGeometry, pixels: int, sm_count: int) -> int:
-    """Pixel shares of the weight gradient: about six 256-thread blocks' worth per SM (a
-    block's reduction is a chain of dependent chunks: many in flight hide its latency),
-    each share at least 8 chunks of 16 pixels."""
+    """Pixel shares of the weight gradient: about six blocks and 768 threads per SM (a
+    block's reduction is a chain of dependent chunks: many in flight hide its latency;
+    more small blocks measured slower, their partial sums outweighing it), each share at
+    least 8 chunks of 16 pixels."""
     tile, _, blocks = band_tiles(geom)
-    per_sm = 6 * THREADS // tile.threads
+    per_sm = max(6, 3 * THREADS // tile.threads)
     return max(1, min(cdiv(per_sm * sm_count, blocks), cdiv(pixels, 8 * RC)))
+
+
+def data_splits(geom: SCCGeometry, rows: int, tile: BlockShape, pixels: int,
+                sm_count: int, splits: int | None = None) -> tuple[int, int]:
+    """``(splits, per_split)``: shares of each channel tile's filter list in the input
+    gradient, ``per_split`` entries each (a multiple of the chunk), at most ``splits``
+    (none empty for the longest list).  By default one where the tiles alone give three
+    blocks per SM; else enough to, each share at least 4 chunks (the partial maps cost a
+    write and a read of the whole gradient each)."""
+    ptr_, _ = data_tiles(geom, rows)
+    longest = int(np.max(np.diff(ptr_)))
+    if splits is None:
+        blocks = cdiv(pixels, tile.cols) * (len(ptr_) - 1)
+        splits = max(1, min(cdiv(3 * sm_count, blocks), cdiv(longest, 4 * RC)))
+    per_split = cdiv(cdiv(max(longest, 1), splits), RC) * RC
+    return cdiv(longest, per_split), per_split
 
 
 def wide_splits(geom: SCCGeometry, pixels: int, px: int, sm_count: int) -> int:

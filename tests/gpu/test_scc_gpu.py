@@ -70,11 +70,12 @@ def test_scc_kernels_match_the_reference(rng, geom):
     want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
     assert rel_err(y.get(), want) <= 1e-5
     gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
-    for variant in ("input", "gather", "output"):
+    for variant, splits in (("input", None), ("input", 1), ("input", 3), ("gather", None),
+                            ("output", None)):
         gx = poison(x.shape)
         ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, variant=variant,
-                                     out=gx)
-        assert rel_err(gx.get(), gx_want) <= 1e-5, variant
+                                     splits=splits, out=gx)
+        assert rel_err(gx.get(), gx_want) <= 1e-5, (variant, splits)
     for splits in (None, 1, 5):
         gw = poison(w.shape)
         ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
@@ -119,10 +120,12 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
                        path="tiled", out=y)
         want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
         assert rel_err(y.get(), want) <= 1e-5
-        gx = cp.full(x.shape, cp.nan, cp.float32)
-        ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, out=gx)
         gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
-        assert rel_err(gx.get(), gx_want) <= 1e-5
+        for splits in (None, 1, 2):
+            gx = cp.full(x.shape, cp.nan, cp.float32)
+            ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, splits=splits,
+                                         out=gx)
+            assert rel_err(gx.get(), gx_want) <= 1e-5, splits
         for splits in (None, 3):
             gw = cp.full(w.shape, cp.nan, cp.float32)
             ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
@@ -196,7 +199,7 @@ def test_the_wide_kernels_at_each_pixel_count(rng, monkeypatch, px, blocks):
     assert rel_err(gw.get(), want_gw) <= 1e-5
 
 
-def test_the_weight_gradient_is_deterministic(rng):
+def test_the_gradients_are_deterministic(rng):
     import cupy as cp
 
     from tensorconv import ops
@@ -209,9 +212,11 @@ def test_the_weight_gradient_is_deterministic(rng):
         for _ in range(3):
             assert cp.array_equal(ops.scc_conv2d_backward_weight(x, gy, geom, path=path),
                                   first)
-    gx = ops.scc_conv2d_backward_data(gy, cp.asarray(rng.standard_normal((96, 32)),
-                                                     cp.float32), geom)
-    assert bool(cp.isfinite(gx).all())
+    w = cp.asarray(rng.standard_normal((96, 32)), cp.float32)
+    for splits in (1, 3):                 # partial maps summed in a fixed order
+        first = ops.scc_conv2d_backward_data(gy, w, geom, splits=splits).copy()
+        assert bool(cp.isfinite(first).all())
+        assert cp.array_equal(ops.scc_conv2d_backward_data(gy, w, geom, splits=splits), first)
 
 
 @pytest.mark.parametrize("geom", _grid()[::3], ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")

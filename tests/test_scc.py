@@ -397,6 +397,7 @@ def test_the_input_gradient_shares_its_filter_lists_only_where_tiles_are_few():
     ptr_, _ = scc_tiles.data_tiles(g, rows)
     longest = int(np.max(np.diff(ptr_)))
     tile = scc_tiles.pixel_tile(rows, len(ptr_) - 1, 128 * 16, 132)
+    assert -(-128 * 16 // tile.cols) * (len(ptr_) - 1) < 132          # under a block an SM
     splits, per = scc_tiles.data_splits(g, rows, tile, 128 * 16, 132)
     assert splits > 1 and per >= 4 * scc_tiles.RC and per % scc_tiles.RC == 0
     assert (splits - 1) * per < longest <= splits * per

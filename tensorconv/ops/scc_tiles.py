@@ -251,14 +251,16 @@ def data_splits(geom: SCCGeometry, rows: int, tile: BlockShape, pixels: int,
                 sm_count: int, splits: int | None = None) -> tuple[int, int]:
     """``(splits, per_split)``: shares of each channel tile's filter list in the input
     gradient, ``per_split`` entries each (a multiple of the chunk), at most ``splits``
-    (none empty for the longest list).  By default one where the tiles alone give three
-    blocks per SM; else enough to, each share at least 4 chunks (the partial maps cost a
-    write and a read of the whole gradient each)."""
+    (none empty for the longest list).  By default one where the tiles alone give a
+    block per SM (more shares measured slower there: the partial maps cost a write and a
+    read of the whole gradient each); else two blocks per SM, each share at least 4
+    chunks."""
     ptr_, _ = data_tiles(geom, rows)
     longest = int(np.max(np.diff(ptr_)))
     if splits is None:
         blocks = cdiv(pixels, tile.cols) * (len(ptr_) - 1)
-        splits = max(1, min(cdiv(3 * sm_count, blocks), cdiv(longest, 4 * RC)))
+        splits = 1 if blocks >= sm_count else max(1, min(cdiv(2 * sm_count, blocks),
+                                                          cdiv(longest, 4 * RC)))
     per_split = cdiv(cdiv(max(longest, 1), splits), RC) * RC
     return cdiv(longest, per_split), per_split
 

@@ -222,13 +222,14 @@ def test_results_of_another_device_are_not_replaced_unless_forced(tmp_path):
 def test_an_experiment_stops_before_it_starts_over_another_devices_results(tmp_path, capsys):
     from experiments import bench_conv
 
-    _result_set("NVIDIA H100 80GB HBM3").write_csv(tmp_path / "bench_conv.csv")
+    # a device no runner has: on the GPU machine the H100 is this device, not another
+    _result_set("Imaginary GPU 9000").write_csv(tmp_path / "bench_conv.csv")
     before = (tmp_path / "bench_conv.csv").read_text()
     with pytest.raises(SystemExit) as exc:
         bench_conv.main(["--quick", "--out", str(tmp_path)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "measured on NVIDIA H100" in err and len(err.strip().splitlines()) == 1
+    assert "measured on Imaginary GPU 9000" in err and len(err.strip().splitlines()) == 1
     assert (tmp_path / "bench_conv.csv").read_text() == before
 
 

@@ -12,9 +12,12 @@ large maps with few input channels the forward pass and the weight gradient take
 kernels instead (``path``): a persistent block over every filter reads each map once
 (:func:`~tensorconv.ops.scc_tiles.wide_px` says where).  Beside them, the paper's two
 per-thread forms of the input gradient: ``"gather"`` (input-centric through the channel
-map) and ``"output"`` (output-centric with atomics, its "Var").  The weight gradient
-reduces per-split partial sums in a fixed order, so every gradient here is deterministic
-but the atomic one.
+map) and ``"output"`` (output-centric with atomics, its "Var"), and of the forward pass
+(``path="map"`` / ``"arith"``: the window starts from Algorithm 1's channel-cyclic map in
+constant memory, or computed).  The weight gradient reduces per-split partial sums in a
+fixed order, as does the input gradient where its tiles alone leave SMs idle (each tile's
+filter list shared by several blocks), so every gradient here is deterministic but the
+atomic one.
 """
 
 from __future__ import annotations

@@ -283,3 +283,30 @@ def test_precision_is_checked_and_old_checkpoints_read_it_as_fp32(tmp_path):
     del meta["config"]["precision"]                  # as written before the setting existed
     ckpt.save(path, model_state=model_state, optimizer_state=opt_state, meta=meta)
     assert train(_cfg(epochs=2), path, progress=False).finished
+
+
+def test_the_time_budget_judges_epochs_by_the_slowest_but_the_first(monkeypatch):
+    """The first epoch (kernel compilation, data loading) is left out of the estimate once
+    a second is timed; the slowest of the rest, with 30 % to spare, decides."""
+    from training import chunks
+
+    clock = [0.0]
+    monkeypatch.setattr(chunks.time, "perf_counter", lambda: clock[0])
+
+    def epoch(seconds):
+        def run():
+            clock[0] += seconds
+        return run
+
+    budget = chunks.TimeBudget(200.0)
+    assert budget.estimate() == 0.0 and budget.fits_another_epoch()
+    budget.spend(epoch(48.0))                        # cold: compiles
+    assert budget.estimate() == 48.0
+    for _ in range(5):
+        budget.spend(epoch(23.0))
+    assert budget.estimate() == 23.0                 # 163 s used, 37 left >= 1.3 x 23
+    assert budget.fits_another_epoch()
+    budget.spend(epoch(25.0))                        # 188 s used: 12 left
+    assert budget.estimate() == 25.0 and not budget.fits_another_epoch()
+    assert chunks.TimeBudget(None).fits_another_epoch()
+    assert not chunks.TimeBudget(0).fits_another_epoch()   # even on a clock standing still

@@ -16,7 +16,8 @@ The rest of the network (depthwise convolutions, batch norm, the head) is the sa
 four.  Times are medians of host-timed runs of ``--steps`` steps after warm-up; a run that
 exhausts GPU memory is recorded as such (the paper's Base did on ImageNet).  Paper (V100):
 ours 5.68x faster than Base and 2.34x than Opt on average.  ``--imagenet`` times the
-networks at 3x224x224, batch ``--batch`` (the paper: 32-64), Fig. 8.
+networks at 3x224x224, batch ``--batch`` (the paper: 32-64), Fig. 8, into its own files
+(``scc_train_speed_imagenet``); paper: 1.95-3.88x over Opt, Base out of memory.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 IMPLS = {"ours": "kernels", "dense": "dense", "opt": "conv_stack", "base": "channel_stack"}
 SETTINGS = ((2, 0.5), (4, 0.5), (8, 0.5), (2, 0.25), (2, 0.75))
 PAPER = {"base/ours": 5.68, "opt/ours": 2.34}     # V100 averages, Fig. 7
+
+
+def output_name(args) -> str:
+    """The file stem: Fig. 8 (``--imagenet``) apart from Fig. 7, so neither replaces the
+    other."""
+    return f"{NAME}_imagenet" if args.imagenet else NAME
 
 
 def _setting(text: str) -> tuple[int, float]:
@@ -60,6 +67,7 @@ def _args(argv):
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="this experiment's CSVs (or .partial.csv) from earlier calls: their "
                         "runs not made now are kept and join the averages")
+    p.output_name = output_name
     return p.parse_args(argv)
 
 
@@ -67,13 +75,14 @@ def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
     env = bench.environment()
-    rs = ResultSet(NAME, env)
+    name = output_name(args)
+    rs = ResultSet(name, env)
     settings = args.settings[:1] if args.quick else args.settings
     models = args.models[:1] if args.quick else args.models
     shape = (args.batch, 3, 224, 224) if args.imagenet else (args.batch, 1, 32, 32)
     from tqdm import tqdm
 
-    paths, partial = outputs(NAME, args.out), partial_csv(NAME, args.out)
+    paths, partial = outputs(name, args.out), partial_csv(name, args.out)
     runs = [(m, cg, co, impl) for m in models for cg, co in settings for impl in IMPLS]
     made = {(f"{m} cg{cg} co{round(100 * co)}", impl) for m, cg, co, impl in runs}
     for path in args.merge:
@@ -98,7 +107,7 @@ def main(argv=None) -> int:
                   if (c, other) in ms and (c, "ours") in ms]
         if ratios:
             rs.add("all", f"{other}/ours", "speedup", geomean(ratios), "x",
-                   paper_value=PAPER.get(f"{other}/ours"),
+                   paper_value=None if args.imagenet else PAPER.get(f"{other}/ours"),
                    note=f"geomean over {len(ratios)} runs; min {min(ratios):.2f}")
     rs.write_csv(paths["csv"])
     partial.unlink(missing_ok=True)
@@ -107,8 +116,13 @@ def main(argv=None) -> int:
     sections.append(("Notes", f"Training step (forward, loss, backward, SGD) of each DW + SCC "
                               f"network with every SCC layer on one implementation; batch "
                               f"{args.batch}, input {shape[1:]}, random data, fp32. Paper "
-                              f"(V100): ours 5.68x over Base, 2.34x over Opt on average."))
-    write_markdown(paths["md"], "DW + SCC training step by SCC implementation", env, sections)
+                              f"(V100): " + ("ours 1.95-3.88x over Opt on ImageNet, Base out "
+                                             "of memory (Fig. 8)." if args.imagenet else
+                                             "ours 5.68x over Base, 2.34x over Opt on "
+                                             "average (Fig. 7).")))
+    title = "DW + SCC training step by SCC implementation"
+    write_markdown(paths["md"], title + (", ImageNet shapes" if args.imagenet else ""), env,
+                   sections)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.5))
     grouped_bars(ax, cases, {i: [ms.get((c, i), np.nan) for c in cases] for i in IMPLS})

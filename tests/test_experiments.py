@@ -193,6 +193,23 @@ def test_scc_train_speed_quick(tmp_path):
     assert "over 2 runs" in base["note"]
 
 
+def test_the_imagenet_training_steps_have_their_own_files(tmp_path):
+    """Fig. 8 (``--imagenet``) writes scc_train_speed_imagenet.*, so it never replaces
+    Fig. 7's files, and the other-device guard looks at the file it would replace."""
+    from experiments import scc_train_speed
+
+    assert scc_train_speed.output_name(scc_train_speed._args(["--out", str(tmp_path)])) == \
+        "scc_train_speed"
+    args = scc_train_speed._args(["--imagenet", "--out", str(tmp_path)])
+    assert scc_train_speed.output_name(args) == "scc_train_speed_imagenet"
+    other = results.ResultSet("scc_train_speed_imagenet", {"device": "Imaginary GPU 9000"})
+    other.add("vgg16 cg2 co50", "ours", "step_ms", 1.0, "ms")
+    other.write_csv(tmp_path / "scc_train_speed_imagenet.csv")
+    with pytest.raises(SystemExit):
+        scc_train_speed._args(["--imagenet", "--out", str(tmp_path)])
+    scc_train_speed._args(["--out", str(tmp_path)])           # Fig. 7's files: free
+
+
 def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):
     """The DSXplore sweeps write the rows so far after every point to NAME.partial.csv
     (an out-of-memory point is skipped), normalise to the baseline point, and the final

@@ -37,6 +37,9 @@ NAME = "scc_train_speed"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 IMPLS = {"ours": "kernels", "dense": "dense", "opt": "conv_stack", "base": "channel_stack"}
 SETTINGS = ((2, 0.5), (4, 0.5), (8, 0.5), (2, 0.25), (2, 0.75))
+MODELS = ("vgg16", "vgg19", "resnet18", "resnet50_cifar", "mobilenet_v1")
+IMAGENET_MODELS = ("vgg16_imagenet", "vgg19_imagenet", "resnet18_imagenet", "resnet50",
+                   "mobilenet_v1_imagenet")
 PAPER = {"base/ours": 5.68, "opt/ours": 2.34}     # V100 averages, Fig. 7
 
 
@@ -57,8 +60,10 @@ def _setting(text: str) -> tuple[int, float]:
 
 def _args(argv):
     p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+",
-                   default=["vgg16", "vgg19", "resnet18", "resnet50_cifar", "mobilenet_v1"])
+    p.add_argument("--models", nargs="+", default=None,
+                   help=f"default: {' '.join(MODELS)} ({' '.join(IMAGENET_MODELS)} with "
+                        f"--imagenet: ImageNet stems, VGG pooled globally before its "
+                        f"classifier)")
     p.add_argument("--settings", nargs="+", type=_setting, default=list(SETTINGS),
                    metavar="CG:CO", help="(cg, co) pairs, e.g. 2:0.5 4:0.5 (the paper's five)")
     p.add_argument("--batch", type=int, default=128)
@@ -68,7 +73,10 @@ def _args(argv):
                    help="this experiment's CSVs (or .partial.csv) from earlier calls: their "
                         "runs not made now are kept and join the averages")
     p.output_name = output_name
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.models is None:
+        args.models = list(IMAGENET_MODELS if args.imagenet else MODELS)
+    return args
 
 
 def main(argv=None) -> int:

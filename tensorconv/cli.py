@@ -116,8 +116,8 @@ def build_model(name: str, argv: list[str]) -> int:
                                 description="Compile, in parallel and ahead of time, every kernel "
                                             "an inference engine of the model may need.")
     p.add_argument("--shape", default=None,
-                   help="input N,C,H,W (default: batch 1 at 224x224 behind an ImageNet stem, "
-                        "else 32x32)")
+                   help="input N,C,H,W (default: batch 1 at 224x224 behind an ImageNet stem "
+                        "or for a *_imagenet model, else 32x32)")
     p.add_argument("--tune", action="store_true",
                    help="also every candidate a tuned engine (tune=True) times")
     p.add_argument("--precision", choices=precision.PRECISIONS, default=precision.DEFAULT)
@@ -127,7 +127,9 @@ def build_model(name: str, argv: list[str]) -> int:
     if args.shape:
         shape = tuple(int(v) for v in args.shape.split(","))
     else:
-        side = 224 if isinstance(getattr(model, "pool", None), MaxPool2d) else 32
+        imagenet = name.endswith("_imagenet") or isinstance(getattr(model, "pool", None),
+                                                            MaxPool2d)
+        side = 224 if imagenet else 32
         shape = (1, model.in_channels, side, side)
     compiled = engine.build(model, shape, tune=args.tune, precision=args.precision)
     print(f"{name} {shape}: {compiled} kernels compiled (the rest were in CuPy's cache)")

@@ -202,6 +202,8 @@ def test_the_imagenet_training_steps_have_their_own_files(tmp_path):
         "scc_train_speed"
     args = scc_train_speed._args(["--imagenet", "--out", str(tmp_path)])
     assert scc_train_speed.output_name(args) == "scc_train_speed_imagenet"
+    assert "resnet18_imagenet" in args.models and "resnet50" in args.models
+    assert scc_train_speed._args(["--out", str(tmp_path)]).models[3] == "resnet50_cifar"
     other = results.ResultSet("scc_train_speed_imagenet", {"device": "Imaginary GPU 9000"})
     other.add("vgg16 cg2 co50", "ours", "step_ms", 1.0, "ms")
     other.write_csv(tmp_path / "scc_train_speed_imagenet.csv")

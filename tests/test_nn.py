@@ -16,13 +16,29 @@ from tests.helpers import gradcheck_module
     ("resnet20", (2, 1, 32, 32), 10), ("resnet18", (2, 1, 32, 32), 10),
     ("vgg16", (2, 1, 32, 32), 10), ("mobilenet_v1", (2, 1, 32, 32), 10),
     ("small_cnn", (2, 1, 28, 28), 10), ("resnet50", (1, 3, 64, 64), 1000),
-    ("resnet18_imagenet", (1, 3, 64, 64), 1000),
+    ("resnet18_imagenet", (1, 3, 64, 64), 1000), ("vgg16_imagenet", (1, 3, 64, 64), 1000),
+    ("vgg19_imagenet", (1, 3, 48, 40), 1000), ("mobilenet_v1_imagenet", (1, 3, 64, 64), 1000),
 ])
 def test_models_forward_shapes(name, shape, classes):
     model = get_model(name, in_channels=shape[1], num_classes=classes)
     model.eval()
     x = Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
     assert model(x).shape == (shape[0], classes)
+
+
+def test_vgg_pooled_globally_equals_flattened_at_32x32_and_takes_any_larger_input():
+    flat = get_model("vgg16", in_channels=1)
+    pooled = get_model("vgg16", in_channels=1, head="gap")
+    flat.eval()
+    pooled.eval()
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 1, 32, 32)).astype(np.float32))
+    assert np.array_equal(flat(x).data, pooled(x).data)       # same weights, 1x1 maps
+    big = Tensor(np.ones((1, 1, 64, 64), np.float32))
+    assert pooled(big).shape == (1, 10)
+    with pytest.raises(ValueError, match="linear"):
+        flat(big)                                              # 2x2x512 flattened
+    with pytest.raises(ValueError, match="head"):
+        get_model("vgg16", head="avg")
 
 
 def test_densenet121_forward_cifar_stem():

@@ -34,6 +34,8 @@ def plan_resnet(m: ResNet, plan: Plan, x):
 
 def plan_vgg(m: VGG, plan: Plan, x):
     y = plan_module(m.features, plan, x)
+    if m.head == "gap":
+        return plan_head(plan, m.gap, m.fc, y)
     return plan_module(m.fc, plan, plan_module(m.flatten, plan, y))
 
 

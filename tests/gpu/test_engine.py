@@ -22,6 +22,7 @@ CASES = [
     ("resnet18_imagenet", dict(), (1, 3, 64, 64)),
     ("resnet50", dict(), (2, 3, 64, 64)),
     ("vgg16", dict(in_channels=1), (3, 1, 32, 32)),
+    ("vgg16_imagenet", dict(), (1, 3, 64, 64)),
     ("mobilenet_v1", dict(), (1, 3, 32, 32)),
     ("densenet121", dict(stem="imagenet"), (1, 3, 64, 64)),
     ("densenet121", dict(stem="cifar", in_channels=1, num_classes=10), (2, 1, 32, 32)),

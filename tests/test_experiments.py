@@ -193,6 +193,23 @@ def test_scc_train_speed_quick(tmp_path):
     assert "over 2 runs" in base["note"]
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_scc_train_speed_imagenet_quick(tmp_path):
+    """Fig. 8's path end to end at a small batch: the ImageNet-shaped network trains a step
+    on every implementation (or records running out of memory) into its own files."""
+    from experiments import scc_train_speed
+
+    args = ["--quick", "--imagenet", "--models", "mobilenet_v1_imagenet", "--batch", "2",
+            "--steps", "1", "--out", str(tmp_path)]
+    assert scc_train_speed.main(args) == 0
+    rows = results.read_csv(tmp_path / "scc_train_speed_imagenet.csv")
+    done = {r["variant"] for r in rows if r["metric"] in ("step_ms", "out_of_memory")}
+    assert done == set(scc_train_speed.IMPLS)
+    assert all(r["note"].endswith("3x224x224") for r in rows if r["metric"] == "step_ms")
+    assert not (tmp_path / "scc_train_speed.csv").exists()
+
+
 def test_the_imagenet_training_steps_have_their_own_files(tmp_path):
     """Fig. 8 (``--imagenet``) writes scc_train_speed_imagenet.*, so it never replaces
     Fig. 7's files, and the other-device guard looks at the file it would replace."""

@@ -152,7 +152,8 @@ class BlockShape:
 PIXEL_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
                BlockShape(4, 64, 4))
 # Weight gradient: 64 filters x 64 band channels, 32 x 64, 16 x 32.
-BAND_TILES = (BlockShape(16, 16, 4), BlockShape(8, 16, 4), BlockShape(4, 16, 2))
+BAND_TILES = (BlockShape(16, 16, 4), BlockShape(8, 16, 4), BlockShape(4, 16, 2),
+              BlockShape(8, 16, 2), BlockShape(8, 8, 4))
 
 
 def _least_work(costs: dict):

@@ -701,8 +701,7 @@ TC_I_SCC_BWD_DATA(8, 32, 4)
 #undef TC_I_SCC_BWD_DATA
 #define TC_I_SCC_BWD_FILTER(...) template __global__ void scc_bwd_filter<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
-TC_I_SCC_BWD_FILTER(16, 16, 4) TC_I_SCC_BWD_FILTER(4, 16, 2) TC_I_SCC_BWD_FILTER(8, 16, 4)
-TC_I_SCC_BWD_FILTER(8, 16, 2) TC_I_SCC_BWD_FILTER(8, 8, 4)
+TC_I_SCC_BWD_FILTER(8, 16, 4) TC_I_SCC_BWD_FILTER(8, 16, 2) TC_I_SCC_BWD_FILTER(4, 16, 2)
 #undef TC_I_SCC_BWD_FILTER
 #define TC_I_SCC_BWD_FILTER_WIDE(...) template __global__ void scc_bwd_filter_wide<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, const int4*, const int2*, float*, int, \

@@ -151,9 +151,10 @@ class BlockShape:
 # group where groups are small); 64 rows come with 64 or 128 pixels.
 PIXEL_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
                BlockShape(4, 64, 4))
-# Weight gradient: 64 filters x 64 band channels, 32 x 64, 16 x 32.
-BAND_TILES = (BlockShape(16, 16, 4), BlockShape(8, 16, 4), BlockShape(4, 16, 2),
-              BlockShape(8, 16, 2), BlockShape(8, 8, 4))
+# Weight gradient: 32 filters x 64 band channels, 32 x 32, 16 x 32.  Tiles of 64 filters
+# (more work a block, half the blocks) measured slower or within 4 % on every layer
+# benched (docs/notes/scc_conv.md).
+BAND_TILES = (BlockShape(8, 16, 4), BlockShape(8, 16, 2), BlockShape(4, 16, 2))
 
 
 def _least_work(costs: dict):

@@ -16,19 +16,20 @@
 //
 // sparse_csr_tiled: the remainder, tiled.  A thread block owns RB rows and a tile
 // of NB images x TH x TW output pixels; the input under the tile streams through shared
-// memory CK channels at a time, and for each row the block walks that row's nonzeros in
-// the chunk (chunk_ptr: where each row's nonzeros of each chunk start; taps: each
-// nonzero's weight and offset in a staged channel, c_local·IHT·IWT + r·IWT + s, one
-// 8-byte load) with block-uniform (broadcast) loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output
-// row, so a warp's shared-memory reads are consecutive words.  Every staged input value
+// memory CK channels at a time (two stages, cp.async), and for each row the block walks
+// that row's nonzeros in the chunk (chunk_ptr: where each row's nonzeros of each chunk
+// start; taps: each nonzero's weight and offset in a staged channel,
+// c_local·IHT·PITCH + r·PITCH + s, one 8-byte load) with block-uniform (broadcast)
+// loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output row,
+// so a warp's shared-memory reads are consecutive words.  Every staged input value
 // serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
 //
 // sparse_csr_rows: the same remainder one thread per output pixel of one row (the
-// row-wise direct sparse convolution, Escoin-style): the default while the tiled kernel
-// is slower (its staging costs more than its reuse saves; docs/notes/sparse_conv.md).
+// row-wise direct sparse convolution, Escoin-style).
 //
 // Both end with the epilogue (bias, residual, ReLU) of every row: they run last, after
 // the blocks (y zeroed first), or alone, writing y, when there is no block.
+#include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
 template <int BM, int BN, int BK, int TM, int TN>
@@ -129,11 +130,15 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int IWT, int chunks, int tiles_w,
+    int NB, int TH, int TW, int IHT, int IWT, int PITCH, int chunks, int tiles_w,
     int accumulate, int relu)
 {
     tc::wait_prior_grids();
-    extern __shared__ float xs[];          // (NB, CK, IHT, IWT)
+    // Two stages of (NB, CK, IHT, PITCH): the next chunk's copies are in flight while
+    // this one is computed.  PITCH >= IWT is chosen on the host so that a warp's reads
+    // (a few output rows x `lanes` columns) fall in distinct banks where they can.
+    extern __shared__ float xs[];
+    const int stage_size = NB * CK * IHT * PITCH;
     const int lanes = TW / PX;             // threads per output row of the tile
     const int tid = threadIdx.x;
     const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
@@ -146,18 +151,14 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int lines = NB * CK * IHT;
     const int width = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / width;
     const int group = tid < groups * width ? tid / width : lines, lane = tid % width;
-    const int base = (img * CK * IHT + ty * sh) * IWT + tx * sw;
+    const int base = (img * CK * IHT + ty * sh) * PITCH + tx * sw;
 
-    float acc[RB][PX];
-#pragma unroll
-    for (int i = 0; i < RB; ++i)
-#pragma unroll
-        for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
-
-    for (int chunk = 0; chunk < chunks; ++chunk) {
+    // Line by line (image, channel, row), a group of up to 32 threads across a line's
+    // columns (the divisions per line, the loads coalesced), as cp.async copies that
+    // zero-fill the padding: every copy of a chunk is in flight at once (a register round
+    // trip serialised them on the load latency).
+    auto stage = [&](int chunk, float* buf) {
         const int c0 = chunk * CK;
-        // Line by line (image, channel, row), a group of up to 32 threads across a line's
-        // columns: the divisions are per line, not per element, and the loads coalesce.
         for (int line = group; line < lines; line += groups) {
             const int b = line / (CK * IHT), rem = line - b * CK * IHT;
             const int c = rem / IHT, row = rem - c * IHT;
@@ -165,13 +166,29 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
             const bool ok = n < N && c0 + c < C && ih >= 0 && ih < H;
             const float* src = x + (((size_t)(ok ? n : 0) * C + (ok ? c0 + c : 0)) * H
                                     + (ok ? ih : 0)) * W;
-            float* dst = xs + line * IWT;
+            float* dst = buf + line * PITCH;
             for (int col = lane; col < IWT; col += width) {
                 const int iw = iw0 + col;
-                dst[col] = ok && iw >= 0 && iw < W ? src[iw] : 0.f;
+                const bool in = ok && iw >= 0 && iw < W;
+                tdcx::cp_async4(dst + col, in ? src + iw : x, in);
             }
         }
+        tdcx::cp_async_commit();
+    };
+
+    float acc[RB][PX];
+#pragma unroll
+    for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
+
+    stage(0, xs);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        if (chunk + 1 < chunks) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
+        else tdcx::cp_async_commit();                    // an empty group: wait<1> below
+        tdcx::cp_async_wait<1>();                        // this chunk's copies have landed
         __syncthreads();
+        const float* cur = xs + (chunk & 1) * stage_size + base;
 #pragma unroll
         for (int i = 0; i < RB; ++i) {
             const int k = k0 + i;
@@ -182,12 +199,12 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
 #pragma unroll 4
             for (int e = cp[0]; e < end; ++e) {
                 const float2 t = taps[e];
-                const float* src = xs + base + __float_as_int(t.y);
+                const float* src = cur + __float_as_int(t.y);
 #pragma unroll
                 for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, src[j * lanes * sw], acc[i][j]);
             }
         }
-        __syncthreads();
+        __syncthreads();                                 // before the next copies reuse it
     }
 
     const int n = n0 + img, oh = oh0 + ty;
@@ -257,7 +274,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int*, const float2*, const float*, const float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int);
+    int, int, int);
 TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS

@@ -86,7 +86,7 @@ def _emulate_tiled(x, packed, geom):
     tile = sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    chunk_ptr, taps = sc.remainder_tables(weights, tile.ck, g.iht, g.iwt, np)
+    chunk_ptr, taps = sc.remainder_tables(weights, tile.ck, g.iht, g.pitch, np)
     chunks = -(-geom.c // tile.ck)
     data, tap = taps[:, 0], taps[:, 1].view(np.int32)
     xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * g.iht + 2 * geom.padding[0],
@@ -100,8 +100,10 @@ def _emulate_tiled(x, packed, geom):
             for ow0 in range(0, geom.ow, g.tw):
                 ih0, iw0 = oh0 * geom.stride[0], ow0 * geom.stride[1]
                 for chunk in range(chunks):
-                    xs = xpad[n0:n0 + g.nb, chunk * tile.ck:(chunk + 1) * tile.ck,
-                              ih0:ih0 + g.iht, iw0:iw0 + g.iwt].ravel()
+                    xs = np.full((g.nb, tile.ck, g.iht, g.pitch), np.nan)  # past iwt: unread
+                    xs[..., :g.iwt] = xpad[n0:n0 + g.nb, chunk * tile.ck:(chunk + 1) * tile.ck,
+                                           ih0:ih0 + g.iht, iw0:iw0 + g.iwt]
+                    xs = xs.ravel()
                     for k in range(geom.k):
                         for e in range(chunk_ptr[k, chunk], chunk_ptr[k, chunk + 1]):
                             for img in range(g.nb):
@@ -111,7 +113,7 @@ def _emulate_tiled(x, packed, geom):
                                         if n >= geom.n or oh >= geom.oh or ow >= geom.ow:
                                             continue
                                         base = (img * tile.ck * g.iht + ty * geom.stride[0]) \
-                                            * g.iwt + (tx % lanes) * geom.stride[1]
+                                            * g.pitch + (tx % lanes) * geom.stride[1]
                                         j = tx // lanes
                                         y[n, k, oh, ow] += data[e] * xs[
                                             base + tap[e] + j * lanes * geom.stride[1]]
@@ -144,3 +146,19 @@ def test_remainder_geometry_stays_within_the_block_limits():
             assert 1 <= g.threads(tile) <= 256
             assert g.smem_bytes(tile) <= 48 * 1024
             assert g.tw % tile.px == 0
+            assert g.pitch >= g.iwt
+
+
+@pytest.mark.parametrize("x_shape,stride,worst", [((32, 64, 32, 32), 1, 1),
+                                                  ((32, 64, 16, 16), 1, 1),
+                                                  ((32, 64, 32, 32), 2, 2)])
+def test_the_remainder_pitch_spreads_a_warps_reads_over_the_banks(x_shape, stride, worst):
+    geom = conv_geometry(x_shape, (64, x_shape[1], 3, 3), stride, 1)
+    tile = sc.default_remainder_tile(geom)
+    g = sc.remainder_geometry(geom, tile)
+    lanes = g.tw // tile.px
+    got = sc.bank_conflicts(g.pitch, lanes, g.th, geom.stride, tile.ck * g.iht,
+                            g.threads(tile))
+    assert got == worst
+    assert got <= sc.bank_conflicts(g.iwt, lanes, g.th, geom.stride, tile.ck * g.iht,
+                                    g.threads(tile))

@@ -12,7 +12,6 @@ of 32.  Any batch, stride and padding; filters of any size.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +30,15 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
+from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
+    REMAINDER_TILES,
+    RemainderGeometry,
+    RemainderTile,
+    bank_conflicts,
+    default_remainder_tile,
+    remainder_geometry,
+    remainder_tables,
+)
 
 FILE = "sparse_conv.cu"
 INT32_MAX = 2 ** 31 - 1
@@ -73,78 +81,8 @@ TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4
 CSR_PIXELS = (128, 256)
 
 
-@dataclass(frozen=True)
-class RemainderTile:
-    """The tiled remainder kernel's template: ``rb`` rows per thread block, ``px`` pixels
-    per thread, ``ck`` input channels per shared-memory stage."""
-
-    rb: int
-    px: int
-    ck: int
-
-
-REMAINDER_TILES = (RemainderTile(8, 4, 8), RemainderTile(16, 4, 8), RemainderTile(16, 2, 8))
-REMAINDERS = ("rows", "tiled")   # one thread per pixel of a row (faster on the H100 so
-# far: docs/notes/sparse_conv.md), or the shared-memory tiled kernel
-_STAGE_BYTES = 48 * 1024         # the most shared memory a remainder block stages
-
-
-@dataclass(frozen=True)
-class RemainderGeometry:
-    """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
-    pixels per thread block, the staged input ``iht`` x ``iwt`` per channel."""
-
-    nb: int
-    th: int
-    tw: int
-    iht: int
-    iwt: int
-
-    def threads(self, tile: RemainderTile) -> int:
-        return self.nb * self.th * (self.tw // tile.px)
-
-    def smem_bytes(self, tile: RemainderTile) -> int:
-        return 4 * self.nb * tile.ck * self.iht * self.iwt
-
-    def grid(self, geom: ConvGeometry, tile: RemainderTile) -> tuple[int, int, int]:
-        return (cdiv(geom.oh, self.th) * cdiv(geom.ow, self.tw), cdiv(geom.k, tile.rb),
-                cdiv(geom.n, self.nb))
-
-
-def remainder_geometry(geom: ConvGeometry, tile: RemainderTile,
-                       sm_count: int = 132) -> RemainderGeometry:
-    """Up to 8 threads across an output row (``px`` pixels each), rows and then images
-    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input; images, then
-    rows, taken off a block while that leaves fewer than two blocks per SM."""
-    lanes = min(8, cdiv(geom.ow, tile.px))
-    tw = lanes * tile.px
-    th = min(geom.oh, max(1, 128 // lanes))
-    iwt = (tw - 1) * geom.stride[1] + geom.s
-    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * iwt  # noqa: E731
-    while th > 1 and per_image(th) > _STAGE_BYTES:
-        th = cdiv(th, 2)
-    nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
-
-    def blocks(nb, th):
-        return cdiv(geom.oh, th) * cdiv(geom.ow, tw) * cdiv(geom.k, tile.rb) * cdiv(geom.n, nb)
-
-    while nb > 1 and blocks(nb, th) < 2 * sm_count:
-        nb = cdiv(nb, 2)
-    while th > 1 and lanes * th > 32 and blocks(nb, th) < 2 * sm_count:
-        th = cdiv(th, 2)
-    return RemainderGeometry(nb, th, tw, (th - 1) * geom.stride[0] + geom.r, iwt)
-
-
-def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
-    """16 rows (8 when the kernel has fewer, or when 16 leave fewer than two blocks per
-    SM), 4 pixels per thread (2 on outputs narrower than 4)."""
-    if geom.ow < 4:
-        return RemainderTile(16, 2, 8)
-    tile = RemainderTile(16, 4, 8)
-    g = remainder_geometry(geom, tile, sm_count)
-    if geom.k < 16 or math.prod(g.grid(geom, tile)) < 2 * sm_count:
-        return RemainderTile(8, 4, 8)
-    return tile
+REMAINDERS = ("rows", "tiled")   # one thread per pixel of a row, or the shared-memory tiled
+# kernel (docs/notes/sparse_conv.md compares them)
 
 
 @dataclass(frozen=True)
@@ -221,7 +159,7 @@ class SparseWeights:
     col_off: object
     col_r: object
     col_s: object
-    staged: dict = field(default_factory=dict)   # (ck, iht, iwt) -> (chunk_ptr, tap)
+    staged: dict = field(default_factory=dict)   # (ck, iht, pitch) -> (chunk_ptr, tap)
 
 
 def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
@@ -241,32 +179,6 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
         dev(lay.indptr, i32), dev(lay.indices if lay.indices.size else [0], i32),
         dev(packed.data if packed.data.size else [0.0], np.float32),
         dev(c * h * w + r * w + s, i32), dev(r, i32), dev(s, i32))
-
-
-def remainder_tables(weights: SparseWeights, ck: int, iht: int, iwt: int, xp):
-    """``(chunk_ptr, taps)`` of the tiled remainder kernel, made once per staging shape:
-    where each row's nonzeros of each ``ck``-channel chunk start ((K, chunks + 1) int32),
-    and each nonzero's weight with its offset in a staged ``iht`` x ``iwt`` channel
-    ((nnz, 2) float32, the offset's int32 bits in the second column)."""
-    key = (ck, iht, iwt)
-    if key not in weights.staged:
-        k, c, r, s = weights.shape
-        indptr = backend.to_host(weights.indptr)
-        nnz = int(indptr[-1])
-        cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
-        ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
-        chunks = cdiv(c, ck)
-        rows = np.repeat(np.arange(k), np.diff(indptr))
-        counts = np.bincount(rows * chunks + ch // ck, minlength=k * chunks).reshape(k, chunks)
-        chunk_ptr = np.zeros((k, chunks + 1), np.int64)
-        chunk_ptr[:, 1:] = np.cumsum(counts, axis=1)
-        chunk_ptr += indptr[:-1, None]
-        taps = np.zeros((max(nnz, 1), 2), np.float32)
-        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz]
-        taps[:nnz, 1] = ((ch % ck) * iht * iwt + tap_r * iwt + tap_s).astype(np.int32).view(
-            np.float32)
-        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32), xp.asarray(taps))
-    return weights.staged[key]
 
 
 def _gemm_name(t: Tile) -> str:
@@ -410,9 +322,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     sm_count = backend.device_facts().sm_count
     tile = default_remainder_tile(geom, sm_count)
     g = remainder_geometry(geom, tile, sm_count)
-    chunk_ptr, taps = remainder_tables(weights, tile.ck, g.iht, g.iwt, backend.array_module(x))
+    chunk_ptr, taps = remainder_tables(weights, tile.ck, g.iht, g.pitch, backend.array_module(x))
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, cdiv(geom.c, tile.ck),
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, cdiv(geom.c, tile.ck),
             cdiv(geom.ow, g.tw), bool(pieces), bool(relu))
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), g.grid(geom, tile), (g.threads(tile),),
            (x, chunk_ptr, taps, ptr(bias), ptr(residual), out,

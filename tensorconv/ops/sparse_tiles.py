@@ -1,0 +1,144 @@
+"""The tiled sparse remainder kernel's shapes (``sparse_csr_tiled`` in
+``kernels_cu/sparse_conv.cu``): its template tiles, how a tile's thread block covers an
+output and stages its input (images, rows, columns, the shared-memory row pitch), and the
+per-layer tables it walks.  Chosen by the work and the block limits, not searched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops._launch import cdiv
+
+
+@dataclass(frozen=True)
+class RemainderTile:
+    """The tiled remainder kernel's template: ``rb`` rows per thread block, ``px`` pixels
+    per thread, ``ck`` input channels per shared-memory stage."""
+
+    rb: int
+    px: int
+    ck: int
+
+
+REMAINDER_TILES = (RemainderTile(8, 4, 8), RemainderTile(16, 4, 8), RemainderTile(16, 2, 8))
+_STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
+                                 # stages holds
+
+
+@dataclass(frozen=True)
+class RemainderGeometry:
+    """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
+    pixels per thread block, the staged input ``iht`` x ``iwt`` per channel, its rows
+    ``pitch`` floats apart in shared memory."""
+
+    nb: int
+    th: int
+    tw: int
+    iht: int
+    iwt: int
+    pitch: int
+
+    def threads(self, tile: RemainderTile) -> int:
+        return self.nb * self.th * (self.tw // tile.px)
+
+    def stage_floats(self, tile: RemainderTile) -> int:
+        return self.nb * tile.ck * self.iht * self.pitch
+
+    def smem_bytes(self, tile: RemainderTile) -> int:
+        return 2 * 4 * self.stage_floats(tile)          # two stages
+
+    def grid(self, geom: ConvGeometry, tile: RemainderTile) -> tuple[int, int, int]:
+        return (cdiv(geom.oh, self.th) * cdiv(geom.ow, self.tw), cdiv(geom.k, tile.rb),
+                cdiv(geom.n, self.nb))
+
+
+def bank_conflicts(pitch: int, lanes: int, th: int, stride, rows_per_image: int,
+                   threads: int) -> int:
+    """The most distinct words one shared-memory bank serves at once when the first warp
+    of a remainder block reads its pixels (thread = (image, output row, lane), its word
+    ``(image · rows_per_image + row · sh) · pitch + lane · sw``)."""
+    sh, sw = stride
+    words = {}
+    for tid in range(min(32, threads)):
+        tx, ty, img = tid % lanes, (tid // lanes) % th, tid // (lanes * th)
+        word = (img * rows_per_image + ty * sh) * pitch + tx * sw
+        words.setdefault(word % 32, set()).add(word)
+    return max(len(v) for v in words.values())
+
+
+def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, sm_count: int = 132,
+                       min_threads: int = 32) -> RemainderGeometry:
+    """Up to 8 threads across an output row (``px`` pixels each), rows and then images
+    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input a stage; images,
+    then rows, taken off a block while that leaves fewer than two blocks per SM and the
+    block keeps more than ``min_threads`` threads.  The row
+    pitch is the least, from ``iwt`` up, that spreads a warp's reads over the most banks
+    and still fits."""
+    lanes = min(8, cdiv(geom.ow, tile.px))
+    tw = lanes * tile.px
+    th = min(geom.oh, max(1, 128 // lanes))
+    iwt = (tw - 1) * geom.stride[1] + geom.s
+    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * iwt  # noqa: E731
+    while th > 1 and per_image(th) > _STAGE_BYTES:
+        th = cdiv(th, 2)
+    nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
+
+    def blocks(nb, th):
+        return cdiv(geom.oh, th) * cdiv(geom.ow, tw) * cdiv(geom.k, tile.rb) * cdiv(geom.n, nb)
+
+    while nb > 1 and nb * lanes * th > min_threads and blocks(nb, th) < 2 * sm_count:
+        nb = cdiv(nb, 2)
+    while th > 1 and lanes * th > min_threads and blocks(nb, th) < 2 * sm_count:
+        th = cdiv(th, 2)
+    iht = (th - 1) * geom.stride[0] + geom.r
+    threads = nb * th * lanes
+    fits = [p for p in range(iwt, iwt + 32) if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
+    pitch = min(fits or [iwt], key=lambda p: (bank_conflicts(p, lanes, th, geom.stride,
+                                                             tile.ck * iht, threads), p))
+    return RemainderGeometry(nb, th, tw, iht, iwt, pitch)
+
+
+def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
+    """16 rows (8 when the kernel has fewer, or when 16 leave fewer than two blocks per
+    SM), 4 pixels per thread (2 on outputs narrower than 4)."""
+    if geom.ow < 4:
+        return RemainderTile(16, 2, 8)
+    tile = RemainderTile(16, 4, 8)
+    g = remainder_geometry(geom, tile, sm_count)
+    if geom.k < 16 or math.prod(g.grid(geom, tile)) < 2 * sm_count:
+        return RemainderTile(8, 4, 8)
+    return tile
+
+
+def remainder_tables(weights, ck: int, iht: int, pitch: int, xp):
+    """``(chunk_ptr, taps)`` of the tiled remainder kernel for ``weights`` (a
+    :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per staging shape:
+    where each row's nonzeros of each ``ck``-channel chunk start ((K, chunks + 1) int32),
+    and each nonzero's weight with its offset in a staged channel of ``iht`` rows
+    ``pitch`` floats apart ((nnz, 2) float32, the offset's int32 bits in the second
+    column)."""
+    key = (ck, iht, pitch)
+    if key not in weights.staged:
+        k, c, r, s = weights.shape
+        indptr = backend.to_host(weights.indptr)
+        nnz = int(indptr[-1])
+        cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
+        ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
+        chunks = cdiv(c, ck)
+        rows = np.repeat(np.arange(k), np.diff(indptr))
+        counts = np.bincount(rows * chunks + ch // ck, minlength=k * chunks).reshape(k, chunks)
+        chunk_ptr = np.zeros((k, chunks + 1), np.int64)
+        chunk_ptr[:, 1:] = np.cumsum(counts, axis=1)
+        chunk_ptr += indptr[:-1, None]
+        taps = np.zeros((max(nnz, 1), 2), np.float32)
+        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz]
+        taps[:nnz, 1] = ((ch % ck) * iht * pitch + tap_r * pitch + tap_s).astype(np.int32).view(
+            np.float32)
+        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32), xp.asarray(taps))
+    return weights.staged[key]

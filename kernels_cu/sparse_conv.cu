@@ -17,10 +17,9 @@
 // sparse_csr_tiled: the remainder, tiled.  A thread block owns RB rows and a tile
 // of NB images x TH x TW output pixels; the input under the tile streams through shared
 // memory CK channels at a time (two stages, cp.async), and for each row the block walks
-// that row's nonzeros in the chunk (chunk_ptr: where each row's nonzeros of each chunk
+// that row's nonzeros in the chunk (row_ptr: where each row's nonzeros of each chunk
 // start; taps: each nonzero's weight and offset in a staged channel,
-// c_local·IHT·PITCH + r·PITCH + s, one 8-byte load) with block-uniform (broadcast)
-// loads; each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output row,
+// c_local·IHT·PITCH + r·PITCH + s, staged with the chunk, one 8-byte broadcast load); each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output row,
 // so a warp's shared-memory reads are consecutive words.  Every staged input value
 // serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
 //
@@ -122,23 +121,31 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 template <int RB, int PX, int CK>
 __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
-    const int* __restrict__ chunk_ptr,    // (K, chunks + 1): row k's nonzeros of chunk j
-                                          // start at chunk_ptr[k * (chunks + 1) + j]
-    const float2* __restrict__ taps,      // (nnz,): the weight, and (as bits) its offset
-                                          // in a staged channel
+    const int* __restrict__ row_ptr,      // (K / RB, chunks, RB + 1): where row RB·g + i's
+                                          // nonzeros of chunk j start in taps; [.., RB]
+                                          // ends the (g, j) segment
+    const float* __restrict__ taps,       // (nnz, 2), by (row group, chunk, row): the
+                                          // weight, and (as bits) its offset in a staged
+                                          // channel
     const float* __restrict__ bias,       // (K,) or nullptr
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
     int NB, int TH, int TW, int IHT, int IWT, int PITCH, int chunks, int tiles_w,
-    int accumulate, int relu)
+    int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
-    // Two stages of (NB, CK, IHT, PITCH): the next chunk's copies are in flight while
-    // this one is computed.  PITCH >= IWT is chosen on the host so that a warp's reads
-    // (a few output rows x `lanes` columns) fall in distinct banks where they can.
+    // Shared memory: two stages of the input (NB, CK, IHT, PITCH), PITCH >= IWT chosen on
+    // the host so that a warp's reads (a few output rows x `lanes` columns) fall in
+    // distinct banks where they can; two stages of the chunk's taps (the block's rows'
+    // nonzeros in it, at most max_segment); the block's row pointers of every chunk.
+    // The next chunk's copies are in flight while this one is computed, and the compute
+    // loop reads shared memory only: a global load of each row's pointers and taps put a
+    // dependent latency before every row of every chunk.
     extern __shared__ float xs[];
     const int stage_size = NB * CK * IHT * PITCH;
+    float* tap_stage = xs + 2 * stage_size;
+    int* rows_s = reinterpret_cast<int*>(tap_stage + 4 * max_segment);
     const int lanes = TW / PX;             // threads per output row of the tile
     const int tid = threadIdx.x;
     const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
@@ -152,6 +159,14 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int width = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / width;
     const int group = tid < groups * width ? tid / width : lines, lane = tid % width;
     const int base = (img * CK * IHT + ty * sh) * PITCH + tx * sw;
+
+    const int* my_rows = row_ptr + (size_t)blockIdx.y * chunks * (RB + 1);
+    for (int i = tid; i < chunks * (RB + 1); i += blockDim.x)
+        tdcx::cp_async4(reinterpret_cast<float*>(rows_s + i),
+                        reinterpret_cast<const float*>(my_rows + i), true);
+    tdcx::cp_async_commit();
+    tdcx::cp_async_wait<0>();
+    __syncthreads();
 
     // Line by line (image, channel, row), a group of up to 32 threads across a line's
     // columns (the divisions per line, the loads coalesced), as cp.async copies that
@@ -173,6 +188,11 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
                 tdcx::cp_async4(dst + col, in ? src + iw : x, in);
             }
         }
+        const int* rp = rows_s + chunk * (RB + 1);
+        const int first = rp[0], count = 2 * (rp[RB] - first);
+        float* tbuf = tap_stage + (chunk & 1) * 2 * max_segment;
+        for (int i = tid; i < count; i += blockDim.x)
+            tdcx::cp_async4(tbuf + i, taps + 2 * (size_t)first + i, true);
         tdcx::cp_async_commit();
     };
 
@@ -189,16 +209,15 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
         tdcx::cp_async_wait<1>();                        // this chunk's copies have landed
         __syncthreads();
         const float* cur = xs + (chunk & 1) * stage_size + base;
+        const float2* tp = reinterpret_cast<const float2*>(tap_stage + (chunk & 1) * 2 * max_segment);
+        const int* rp = rows_s + chunk * (RB + 1);
+        const int first = rp[0];
 #pragma unroll
         for (int i = 0; i < RB; ++i) {
-            const int k = k0 + i;
-            if (k >= K) break;
-            const int* cp = chunk_ptr + (size_t)k * (chunks + 1) + chunk;
-            const int end = cp[1];
-            // Unrolled so that several (weight, offset) loads are in flight at once.
+            const int end = rp[i + 1] - first;           // rows past K have none
 #pragma unroll 4
-            for (int e = cp[0]; e < end; ++e) {
-                const float2 t = taps[e];
+            for (int e = rp[i] - first; e < end; ++e) {
+                const float2 t = tp[e];
                 const float* src = cur + __float_as_int(t.y);
 #pragma unroll
                 for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, src[j * lanes * sw], acc[i][j]);
@@ -272,9 +291,9 @@ TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
-    const float*, const int*, const float2*, const float*, const float*, float*, \
+    const float*, const int*, const float*, const float*, const float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int);
+    int, int, int, int);
 TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS

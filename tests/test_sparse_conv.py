@@ -86,7 +86,7 @@ def _emulate_tiled(x, packed, geom):
     tile = sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    chunk_ptr, taps = sc.remainder_tables(weights, tile.ck, g.iht, g.pitch, np)
+    row_ptr, taps, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
     chunks = -(-geom.c // tile.ck)
     data, tap = taps[:, 0], taps[:, 1].view(np.int32)
     xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * g.iht + 2 * geom.padding[0],
@@ -104,8 +104,11 @@ def _emulate_tiled(x, packed, geom):
                     xs[..., :g.iwt] = xpad[n0:n0 + g.nb, chunk * tile.ck:(chunk + 1) * tile.ck,
                                            ih0:ih0 + g.iht, iw0:iw0 + g.iwt]
                     xs = xs.ravel()
+                    segment = row_ptr[:, chunk, -1] - row_ptr[:, chunk, 0]
+                    assert segment.max() <= longest
                     for k in range(geom.k):
-                        for e in range(chunk_ptr[k, chunk], chunk_ptr[k, chunk + 1]):
+                        grp, i = divmod(k, tile.rb)
+                        for e in range(row_ptr[grp, chunk, i], row_ptr[grp, chunk, i + 1]):
                             for img in range(g.nb):
                                 for ty in range(g.th):
                                     for tx in range(g.tw):

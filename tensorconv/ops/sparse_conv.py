@@ -37,6 +37,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     bank_conflicts,
     default_remainder_tile,
     remainder_geometry,
+    remainder_smem,
     remainder_tables,
 )
 
@@ -159,7 +160,7 @@ class SparseWeights:
     col_off: object
     col_r: object
     col_s: object
-    staged: dict = field(default_factory=dict)   # (ck, iht, pitch) -> (chunk_ptr, tap)
+    staged: dict = field(default_factory=dict)   # (tile, iht, pitch) -> remainder_tables
 
 
 def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
@@ -322,10 +323,16 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     sm_count = backend.device_facts().sm_count
     tile = default_remainder_tile(geom, sm_count)
     g = remainder_geometry(geom, tile, sm_count)
-    chunk_ptr, taps = remainder_tables(weights, tile.ck, g.iht, g.pitch, backend.array_module(x))
+    chunks = cdiv(geom.c, tile.ck)
+    row_ptr, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
+                                              backend.array_module(x))
+    smem = remainder_smem(g, tile, chunks, longest)
+    if smem > backend.device_facts().smem_per_block_optin:
+        raise ValueError(f"the tiled remainder needs {smem} bytes of shared memory for this "
+                         f"kernel (its densest rows); use remainder='rows'")
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, cdiv(geom.c, tile.ck),
-            cdiv(geom.ow, g.tw), bool(pieces), bool(relu))
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, chunks,
+            cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), g.grid(geom, tile), (g.threads(tile),),
-           (x, chunk_ptr, taps, ptr(bias), ptr(residual), out,
-            *(i32(v) for v in ints)), g.smem_bytes(tile))
+           (x, row_ptr, taps, ptr(bias), ptr(residual), out,
+            *(i32(v) for v in ints)), smem)

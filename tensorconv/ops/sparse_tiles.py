@@ -51,7 +51,8 @@ class RemainderGeometry:
         return self.nb * tile.ck * self.iht * self.pitch
 
     def smem_bytes(self, tile: RemainderTile) -> int:
-        return 2 * 4 * self.stage_floats(tile)          # two stages
+        """The input's two stages (:func:`remainder_smem` adds the taps')."""
+        return 2 * 4 * self.stage_floats(tile)
 
     def grid(self, geom: ConvGeometry, tile: RemainderTile) -> tuple[int, int, int]:
         return (cdiv(geom.oh, self.th) * cdiv(geom.ow, self.tw), cdiv(geom.k, tile.rb),
@@ -116,29 +117,45 @@ def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> Remainder
     return tile
 
 
-def remainder_tables(weights, ck: int, iht: int, pitch: int, xp):
-    """``(chunk_ptr, taps)`` of the tiled remainder kernel for ``weights`` (a
-    :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per staging shape:
-    where each row's nonzeros of each ``ck``-channel chunk start ((K, chunks + 1) int32),
-    and each nonzero's weight with its offset in a staged channel of ``iht`` rows
-    ``pitch`` floats apart ((nnz, 2) float32, the offset's int32 bits in the second
-    column)."""
-    key = (ck, iht, pitch)
+def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
+    """``(row_ptr, taps, max_segment)`` of the tiled remainder kernel for ``weights`` (a
+    :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per tile and staging
+    shape.  The nonzeros ordered by (group of ``tile.rb`` rows, ``tile.ck``-channel chunk,
+    row), so a block's nonzeros of a chunk are one segment it stages whole: ``taps``
+    (nnz, 2) float32, each weight and (its int32 bits) its offset in a staged channel of
+    ``iht`` rows ``pitch`` floats apart; ``row_ptr`` (groups, chunks, rb + 1) int32, where
+    each row of a group starts in ``taps`` in each chunk, the last entry the segment's end
+    (rows past K: empty); ``max_segment`` the longest segment (at least 1)."""
+    key = (tile, iht, pitch)
     if key not in weights.staged:
         k, c, r, s = weights.shape
+        rb, ck = tile.rb, tile.ck
         indptr = backend.to_host(weights.indptr)
         nnz = int(indptr[-1])
         cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
         ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
-        chunks = cdiv(c, ck)
+        chunks, groups = cdiv(c, ck), cdiv(k, rb)
         rows = np.repeat(np.arange(k), np.diff(indptr))
-        counts = np.bincount(rows * chunks + ch // ck, minlength=k * chunks).reshape(k, chunks)
-        chunk_ptr = np.zeros((k, chunks + 1), np.int64)
-        chunk_ptr[:, 1:] = np.cumsum(counts, axis=1)
-        chunk_ptr += indptr[:-1, None]
+        chunk = ch // ck
+        order = np.lexsort((np.arange(nnz), rows, chunk, rows // rb))
+        cells = ((rows // rb) * chunks + chunk) * rb + rows % rb
+        counts = np.bincount(cells, minlength=groups * chunks * rb)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        row_ptr = np.empty((groups, chunks, rb + 1), np.int64)
+        row_ptr[..., :rb] = starts[:-1].reshape(groups, chunks, rb)
+        row_ptr[..., rb] = starts[rb::rb].reshape(groups, chunks)
         taps = np.zeros((max(nnz, 1), 2), np.float32)
-        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz]
-        taps[:nnz, 1] = ((ch % ck) * iht * pitch + tap_r * pitch + tap_s).astype(np.int32).view(
-            np.float32)
-        weights.staged[key] = (xp.asarray(chunk_ptr, np.int32), xp.asarray(taps))
+        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz][order]
+        offset = (ch % ck) * iht * pitch + tap_r * pitch + tap_s
+        taps[:nnz, 1] = offset[order].astype(np.int32).view(np.float32)
+        longest = int(np.max(row_ptr[..., rb] - row_ptr[..., 0]))
+        weights.staged[key] = (xp.asarray(row_ptr, np.int32), xp.asarray(taps),
+                               max(1, longest))
     return weights.staged[key]
+
+
+def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
+                   max_segment: int) -> int:
+    """Shared-memory bytes of a tiled remainder block: two input stages, two tap stages
+    of ``max_segment`` (weight, offset) pairs, the block's row pointers of every chunk."""
+    return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + chunks * (tile.rb + 1))

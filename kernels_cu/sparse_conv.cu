@@ -138,7 +138,8 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     // Shared memory: two stages of the input (NB, CK, IHT, PITCH), PITCH >= IWT chosen on
     // the host so that a warp's reads (a few output rows x `lanes` columns) fall in
     // distinct banks where they can; two stages of the chunk's taps (the block's rows'
-    // nonzeros in it, at most max_segment); the block's row pointers of every chunk.
+    // nonzeros in it, at most max_segment); the block's row pointers of every chunk; the
+    // staging table (one int a staged word).
     // The next chunk's copies are in flight while this one is computed, and the compute
     // loop reads shared memory only: a global load of each row's pointers and taps put a
     // dependent latency before every row of every chunk.
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int stage_size = NB * CK * IHT * PITCH;
     float* tap_stage = xs + 2 * stage_size;
     int* rows_s = reinterpret_cast<int*>(tap_stage + 4 * max_segment);
+    int* table = rows_s + chunks * (RB + 1);
     const int lanes = TW / PX;             // threads per output row of the tile
     const int tid = threadIdx.x;
     const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
@@ -153,40 +155,42 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = blockIdx.z * NB;
     const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
     const int k0 = blockIdx.y * RB;
-    // Staging threads: groups of `width` (at most a warp) per line; a block of fewer than
-    // 32 threads is one group.  Threads beyond the last whole group stage nothing.
-    const int lines = NB * CK * IHT;
-    const int width = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / width;
-    const int group = tid < groups * width ? tid / width : lines, lane = tid % width;
     const int base = (img * CK * IHT + ty * sh) * PITCH + tx * sw;
+    const int total = NB * CK * IHT * PITCH, HW = H * W;
 
+    // The block's staging table, made once: for each staged word (image, channel, row,
+    // column: the index in a stage) its offset in x at chunk 0, or -1 for padding (and
+    // the columns past IWT).  A chunk then copies word e from x + c0·H·W + table[e]:
+    // no index arithmetic per chunk (per-line divisions, a warp across each short line,
+    // cost more than the products on small maps).
     const int* my_rows = row_ptr + (size_t)blockIdx.y * chunks * (RB + 1);
     for (int i = tid; i < chunks * (RB + 1); i += blockDim.x)
         tdcx::cp_async4(reinterpret_cast<float*>(rows_s + i),
                         reinterpret_cast<const float*>(my_rows + i), true);
     tdcx::cp_async_commit();
+    for (int e = tid; e < total; e += blockDim.x) {
+        const int line = e / PITCH, col = e - line * PITCH;
+        const int b = line / (CK * IHT), rem = line - b * CK * IHT;
+        const int c = rem / IHT, row = rem - c * IHT;
+        const int n = n0 + b, ih = ih0 + row, iw = iw0 + col;
+        const bool ok = col < IWT && n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
+    }
     tdcx::cp_async_wait<0>();
     __syncthreads();
 
-    // Line by line (image, channel, row), a group of up to 32 threads across a line's
-    // columns (the divisions per line, the loads coalesced), as cp.async copies that
-    // zero-fill the padding: every copy of a chunk is in flight at once (a register round
-    // trip serialised them on the load latency).
+    // Every word of a chunk as a cp.async copy that zero-fills the padding (and, in a
+    // last chunk short of CK channels, the channels past C): all of a chunk's copies are
+    // in flight at once.
     auto stage = [&](int chunk, float* buf) {
         const int c0 = chunk * CK;
-        for (int line = group; line < lines; line += groups) {
-            const int b = line / (CK * IHT), rem = line - b * CK * IHT;
-            const int c = rem / IHT, row = rem - c * IHT;
-            const int n = n0 + b, ih = ih0 + row;
-            const bool ok = n < N && c0 + c < C && ih >= 0 && ih < H;
-            const float* src = x + (((size_t)(ok ? n : 0) * C + (ok ? c0 + c : 0)) * H
-                                    + (ok ? ih : 0)) * W;
-            float* dst = buf + line * PITCH;
-            for (int col = lane; col < IWT; col += width) {
-                const int iw = iw0 + col;
-                const bool in = ok && iw >= 0 && iw < W;
-                tdcx::cp_async4(dst + col, in ? src + iw : x, in);
-            }
+        const float* src = x + (size_t)c0 * HW;
+        const bool partial = c0 + CK > C;
+        for (int e = tid; e < total; e += blockDim.x) {
+            const int off = table[e];
+            bool in = off >= 0;
+            if (partial && in) in = (off / HW) % C + c0 < C;
+            tdcx::cp_async4(buf + e, in ? src + off : x, in);
         }
         const int* rp = rows_s + chunk * (RB + 1);
         const int first = rp[0], count = 2 * (rp[RB] - first);

@@ -157,5 +157,6 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
 def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
                    max_segment: int) -> int:
     """Shared-memory bytes of a tiled remainder block: two input stages, two tap stages
-    of ``max_segment`` (weight, offset) pairs, the block's row pointers of every chunk."""
-    return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + chunks * (tile.rb + 1))
+    of ``max_segment`` (weight, offset) pairs, the block's row pointers of every chunk,
+    its staging table (an int a staged word)."""
+    return 4 * (3 * g.stage_floats(tile) + 4 * max_segment + chunks * (tile.rb + 1))

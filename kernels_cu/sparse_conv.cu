@@ -298,7 +298,8 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
     const float*, const int*, const float*, const float*, const float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, int);
-TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
+TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
+TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
 #undef TC_I_SPARSE_CSR_TILED

@@ -6,7 +6,6 @@ per-layer tables it walks.  Chosen by the work and the block limits, not searche
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,8 @@ class RemainderTile:
     ck: int
 
 
-REMAINDER_TILES = (RemainderTile(8, 4, 8), RemainderTile(16, 4, 8), RemainderTile(16, 2, 8))
+REMAINDER_TILES = (RemainderTile(16, 2, 8), RemainderTile(8, 2, 8), RemainderTile(8, 1, 8),
+                   RemainderTile(16, 4, 8), RemainderTile(8, 4, 8))
 _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
                                  # stages holds
 
@@ -106,15 +106,11 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, sm_count: int = 
 
 
 def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
-    """16 rows (8 when the kernel has fewer, or when 16 leave fewer than two blocks per
-    SM), 4 pixels per thread (2 on outputs narrower than 4)."""
-    if geom.ow < 4:
-        return RemainderTile(16, 2, 8)
-    tile = RemainderTile(16, 4, 8)
-    g = remainder_geometry(geom, tile, sm_count)
-    if geom.k < 16 or math.prod(g.grid(geom, tile)) < 2 * sm_count:
-        return RemainderTile(8, 4, 8)
-    return tile
+    """By the output's width: 16 rows x 2 pixels a thread from 16 columns up, 8 x 2 from
+    8, 8 x 1 below (H100, ResNet-18's layers at batch 32 with every tile forced:
+    ``docs/notes/sparse_conv.md``); 8 rows where the kernel has fewer than 16."""
+    rb = 16 if geom.ow >= 16 and geom.k >= 16 else 8
+    return RemainderTile(rb, 2 if geom.ow >= 8 else 1, 8)
 
 
 def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):

@@ -7,8 +7,9 @@ blocks), or with a trained model's masks (``--masks``, saved by ``sparse_table1`
 as:
 
 * ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16) and no
-  blocks at all (``no-blocks``: every nonzero in the tiled remainder kernel), the sparse
-  kernels on each layout, the fastest kept (as the engine's choice does);
+  blocks at all (``no-blocks``: every nonzero in the remainder), the sparse kernels on
+  each layout (the remainder's kernel chosen as the library chooses it,
+  ``sparse_conv.choose_remainder``), the fastest kept (as the engine's choice does);
 * ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
@@ -114,7 +115,7 @@ def measure(rs, name, conv, x_shape, w, args, torch):
         if not err <= 1e-5:
             raise RuntimeError(f"{case} {variant}: rel_err {err:.2e} against the dense kernel")
 
-    def run_layout(packed, remainder="tiled"):
+    def run_layout(packed, remainder="auto"):
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
         fn = lambda: sparse_conv.run(x, weights, out, geom, pieces,  # noqa: E731

@@ -130,9 +130,10 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const float* __restrict__ bias,       // (K,) or nullptr
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
+    float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int IWT, int PITCH, int chunks, int tiles_w,
-    int max_segment, int accumulate, int relu)
+    int NB, int TH, int TW, int IHT, int IWT, int PITCH, int chunks, int per_share,
+    int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
     // Shared memory: two stages of the input (NB, CK, IHT, PITCH), PITCH >= IWT chosen on
@@ -152,7 +153,12 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int tid = threadIdx.x;
     const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
     const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;
-    const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = blockIdx.z * NB;
+    // blockIdx.z: (share of the channel chunks, image group).  Where the blocks alone
+    // leave SMs short of threads, shares of the chunks sum into partial outputs that
+    // conv2d_splitk_reduce adds in a fixed order, with the epilogue.
+    const int groups_n = (N + NB - 1) / NB, share = blockIdx.z / groups_n;
+    const int c_begin = share * per_share, c_end = min(chunks, c_begin + per_share);
+    const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = (blockIdx.z - share * groups_n) * NB;
     const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
     const int k0 = blockIdx.y * RB;
     const int base = (img * CK * IHT + ty * sh) * PITCH + tx * sw;
@@ -206,9 +212,9 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
 #pragma unroll
         for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
 
-    stage(0, xs);
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-        if (chunk + 1 < chunks) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
+    stage(c_begin, xs + (c_begin & 1) * stage_size);
+    for (int chunk = c_begin; chunk < c_end; ++chunk) {
+        if (chunk + 1 < c_end) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
         else tdcx::cp_async_commit();                    // an empty group: wait<1> below
         tdcx::cp_async_wait<1>();                        // this chunk's copies have landed
         __syncthreads();
@@ -242,8 +248,11 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
             if (ow >= OW) continue;
             const size_t at = (((size_t)n * K + k) * OH + oh) * OW + ow;
             float v = acc[i][j];
-            if (accumulate) v += y[at];
-            y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
+            if (accumulate && share == 0) v += y[at];
+            if (partial != nullptr)
+                partial[((size_t)share * K + k) * N * OH * OW + ((size_t)n * OH + oh) * OW + ow] = v;
+            else
+                y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
         }
     }
 }
@@ -295,9 +304,9 @@ TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
-    const float*, const int*, const float*, const float*, const float*, float*, \
+    const float*, const int*, const float*, const float*, const float*, float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int);
+    int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
 TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM

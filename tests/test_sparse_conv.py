@@ -165,3 +165,33 @@ def test_the_remainder_pitch_spreads_a_warps_reads_over_the_banks(x_shape, strid
     assert got == worst
     assert got <= sc.bank_conflicts(g.iwt, lanes, g.th, geom.stride, tile.ck * g.iht,
                                     g.threads(tile))
+
+
+@pytest.mark.parametrize("x_shape,k", [((32, 512, 4, 4), 512), ((32, 256, 8, 8), 256),
+                                       ((2, 75, 5, 3), 40), ((32, 64, 32, 32), 64),
+                                       ((1, 9, 6, 6), 8)])
+def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_shape, k):
+    geom = conv_geometry(x_shape, (k, x_shape[1], 3, 3), 1, 1)
+    tile = sc.default_remainder_tile(geom)
+    g = sc.remainder_geometry(geom, tile)
+    shares, per_share = sc.remainder_shares(geom, tile, g, 132)
+    chunks = -(-geom.c // tile.ck)
+    assert (shares - 1) * per_share < chunks <= shares * per_share   # no share left empty
+    threads = math.prod(g.grid(geom, tile)) * g.threads(tile)
+    if 4 * threads > 1024 * 132 or chunks < 4:
+        assert shares == 1
+    else:
+        assert shares > 1 and per_share >= 2
+        assert threads * shares <= 2 * 1024 * 132
+
+
+@pytest.mark.parametrize("w_shape,stride,hw,want", [((64, 64, 3, 3), 1, 32, "tiled"),
+                                                    ((256, 256, 3, 3), 1, 8, "tiled"),
+                                                    ((512, 512, 3, 3), 1, 4, "tiled"),
+                                                    ((512, 512, 3, 3), 1, 7, "rows"),
+                                                    ((256, 256, 3, 3), 1, 14, "rows"),
+                                                    ((128, 64, 3, 3), 2, 32, "rows"),
+                                                    ((128, 64, 1, 1), 1, 32, "rows")])
+def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
+    geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
+    assert sc.choose_remainder(geom) == want

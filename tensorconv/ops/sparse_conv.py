@@ -29,7 +29,8 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr, workspace
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
     RemainderGeometry,
@@ -37,6 +38,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     bank_conflicts,
     default_remainder_tile,
     remainder_geometry,
+    remainder_shares,
     remainder_smem,
     remainder_tables,
 )
@@ -82,8 +84,8 @@ TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4
 CSR_PIXELS = (128, 256)
 
 
-REMAINDERS = ("rows", "tiled")   # one thread per pixel of a row, or the shared-memory tiled
-# kernel (docs/notes/sparse_conv.md compares them)
+REMAINDERS = ("auto", "rows", "tiled")   # one thread per pixel of a row, or the shared-
+# memory tiled kernel (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
 
 
 @dataclass(frozen=True)
@@ -199,18 +201,36 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
     return (cuda.kernel_ref(FILE, _gemm_name(tile)),)
 
 
-def remainder_kernel(geom: ConvGeometry, remainder: str = "rows") -> cuda.KernelRef:
-    """The kernel that runs the remainder and the epilogue of ``geom``."""
+def choose_remainder(geom: ConvGeometry) -> str:
+    """``"tiled"`` for stride-1 filters wider than 1x1 on outputs a multiple of 4 columns
+    wide, where each staged input value serves several taps and a tile's lanes fill its
+    rows; else ``"rows"`` (stride 2 and 1x1, where the tiled kernel stages more than it
+    reads, and 7 or 14 columns, where it measured 1.4-2.7x slower: H100 measurements in
+    ``docs/notes/sparse_conv.md``)."""
+    tiled = geom.stride == (1, 1) and geom.r * geom.s > 1 and geom.ow % 4 == 0
+    return "tiled" if tiled else "rows"
+
+
+def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
+    """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
+    :func:`choose_remainder`)."""
+    if remainder == "auto":
+        remainder = choose_remainder(geom)
     if remainder == "rows":
-        return cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0]))
-    return cuda.kernel_ref(FILE, _tiled_name(default_remainder_tile(
-        geom, backend.device_facts().sm_count)))
+        return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
+    sm_count = backend.device_facts().sm_count
+    tile = default_remainder_tile(geom, sm_count)
+    shares = remainder_shares(geom, tile, remainder_geometry(geom, tile, sm_count), sm_count)[0]
+    ref = cuda.kernel_ref(FILE, _tiled_name(tile))
+    return (ref, _igemm.reduce_ref()) if shares > 1 else (ref,)
 
 
-def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "rows") -> tuple:
-    """Every kernel a layer of ``pieces`` launches on ``geom``."""
+def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto") -> tuple:
+    """Every kernel a layer of ``pieces`` launches on ``geom`` (an automatic remainder that
+    falls back to ``"rows"`` for want of shared memory launches the row kernel instead)."""
     refs = {cuda.kernel_ref(FILE, _gemm_name(piece.tile)) for piece in pieces}
-    return tuple(sorted(refs | {remainder_kernel(geom, remainder)}, key=lambda r: r.name))
+    refs |= set(remainder_kernels(geom, remainder))
+    return tuple(sorted(refs, key=lambda r: r.name))
 
 
 def instantiations() -> list[str]:
@@ -220,7 +240,7 @@ def instantiations() -> list[str]:
 
 
 def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
-                  residual=None, pieces=None, weights=None, remainder: str = "rows",
+                  residual=None, pieces=None, weights=None, remainder: str = "auto",
                   out=None):
     """``relu?(conv(x, w) + bias + residual)`` with ``w`` block-sparse (fp32, NCHW).
 
@@ -237,9 +257,11 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"rows", "tiled"}
+    remainder : {"auto", "rows", "tiled"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
-        sparse convolution), or shared-memory tiles over rows and pixels.
+        sparse convolution), or shared-memory tiles over rows and pixels (an error where
+        the densest rows' taps do not fit shared memory); "auto" picks by
+        :func:`choose_remainder`, "rows" where the tiled kernel does not fit.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -294,7 +316,7 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
-        epilogue=(None, None, False), remainder: str = "rows") -> None:
+        epilogue=(None, None, False), remainder: str = "auto") -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu)."""
     bias, residual, relu = epilogue
     i32 = np.int32
@@ -313,26 +335,46 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         launch(cuda.kernel_ref(FILE, _gemm_name(t)), t.grid(p), (t.threads,),
                (x, values, rows, weights.cols[piece.block], *tables, out, i32(p.rows),
                 i32(ncols), *dims))
-    if remainder == "rows":
+    auto = remainder == "auto"
+    tiled = _tiled_config(x, weights, geom) if remainder == "tiled" or \
+        (auto and choose_remainder(geom) == "tiled") else None
+    if tiled is not None and tiled[-1] > backend.device_facts().smem_per_block_optin:
+        if not auto:
+            raise ValueError(f"the tiled remainder needs {tiled[-1]} bytes of shared memory "
+                             f"for this kernel (its densest rows); use remainder='rows'")
+        tiled = None
+    if tiled is None:
         pix = CSR_PIXELS[0]
         launch(cuda.kernel_ref(FILE, _csr_name(pix)), (cdiv(q, pix), geom.k, 1), (pix,),
                (x, weights.indptr, weights.indices, weights.data, *tables,
                 ptr(bias), ptr(residual), out,
                 *dims, i32(bool(pieces)), i32(bool(relu))))
         return
+    tile, g, shares, per_share, row_ptr, taps, longest, smem = tiled
+    chunks = cdiv(geom.c, tile.ck)
+    size = geom.k * q
+    partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
+    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, chunks, per_share,
+            cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
+    gx, gy, gz = g.grid(geom, tile)
+    launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
+           (g.threads(tile),), (x, row_ptr, taps, ptr(bias), ptr(residual), out, ptr(partial),
+                                *(i32(v) for v in ints)), smem)
+    if partial is not None:
+        kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu),
+                                                   backend.device_facts().sm_count)
+        kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)
+
+
+def _tiled_config(x, weights: SparseWeights, geom: ConvGeometry) -> tuple:
+    """``(tile, geometry, shares, chunks per share, row_ptr, taps, longest segment, shared
+    bytes)`` of the tiled remainder on ``geom`` (its tables made once per weights)."""
     sm_count = backend.device_facts().sm_count
     tile = default_remainder_tile(geom, sm_count)
     g = remainder_geometry(geom, tile, sm_count)
-    chunks = cdiv(geom.c, tile.ck)
+    shares, per_share = remainder_shares(geom, tile, g, sm_count)
     row_ptr, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
                                               backend.array_module(x))
-    smem = remainder_smem(g, tile, chunks, longest)
-    if smem > backend.device_facts().smem_per_block_optin:
-        raise ValueError(f"the tiled remainder needs {smem} bytes of shared memory for this "
-                         f"kernel (its densest rows); use remainder='rows'")
-    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, chunks,
-            cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
-    launch(cuda.kernel_ref(FILE, _tiled_name(tile)), g.grid(geom, tile), (g.threads(tile),),
-           (x, row_ptr, taps, ptr(bias), ptr(residual), out,
-            *(i32(v) for v in ints)), smem)
+    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
+    return tile, g, shares, per_share, row_ptr, taps, longest, smem

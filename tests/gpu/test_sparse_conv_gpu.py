@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tensorconv import backend, ops, reference
 from tensorconv import blocksparse as bs
-from tensorconv import ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tests.helpers import rel_err, sweep
@@ -61,7 +61,7 @@ def test_random_layers_match_the_dense_reference(rng, trial):
     print(f"K={k} C={c} R={r} stride={stride} pad={padding} density={density} "
           f"blocks={len(packed.layout.blocks)} N={n} H={h}")
     _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
-           remainder=sc.REMAINDERS[trial // 2 % 2])
+           remainder=sc.REMAINDERS[trial // 2 % 3])
 
 
 @pytest.mark.parametrize("tile", sc.TILES, ids=str)
@@ -117,3 +117,47 @@ def test_the_tiled_remainder_on_each_geometry(rng, hw, k):
     packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
     for stride in (1, 2):
         _check(rng, w, packed, (5, c) + hw, stride, 1)
+
+
+@pytest.mark.parametrize("hw,k,nblocks", [((4, 4), 64, 0), ((8, 8), 24, 2), ((5, 3), 40, 3)])
+def test_the_tiled_remainder_with_its_chunks_shared_among_blocks(rng, hw, k, nblocks):
+    """Few blocks on a small map: the channel chunks shared among blocks, their partial
+    outputs summed in order with the dense blocks' rows and the epilogue added once."""
+    c = 75                                      # ten channel stages, the last partial
+    w, packed = _case(rng, k, c, 3, 0.15, nblocks)
+    sm = backend.device_facts().sm_count
+    for stride in (1, 2):
+        geom = conv_geometry((2, c) + hw, w.shape, stride, 1)
+        tile = sc.default_remainder_tile(geom, sm)
+        assert sc.remainder_shares(geom, tile, sc.remainder_geometry(geom, tile, sm), sm)[0] > 1
+        _check(rng, w, packed, (2, c) + hw, stride, 1)
+        _check(rng, w, packed, (2, c) + hw, stride, 1, epilogue=False)
+
+
+def test_the_automatic_remainder_is_the_chosen_kernel_and_falls_back_to_rows(rng):
+    import cupy as cp
+
+    for x_shape, w_shape, stride in [((4, 16, 12, 12), (24, 16, 3, 3), 1),
+                                     ((4, 16, 7, 7), (24, 16, 3, 3), 1),
+                                     ((4, 16, 12, 12), (24, 16, 3, 3), 2),
+                                     ((4, 16, 12, 12), (24, 16, 1, 1), 1)]:
+        w, packed = _case(rng, w_shape[0], w_shape[1], w_shape[2], 0.2, 1)
+        geom = conv_geometry(x_shape, w_shape, stride, w_shape[2] // 2)
+        x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+        auto = ops.sparse_conv2d(x, packed, None, stride, w_shape[2] // 2)
+        chosen = ops.sparse_conv2d(x, packed, None, stride, w_shape[2] // 2,
+                                   remainder=sc.choose_remainder(geom))
+        assert cp.array_equal(auto, chosen)
+    # A dense 11x11 kernel: 16 rows x 8 channels x 121 taps of (weight, offset) pairs in
+    # two stages want more shared memory than a block has.
+    w = rng.standard_normal((16, 16, 11, 11)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    x_shape = (1, 16, 16, 16)                   # 16 columns: 16-row tiles
+    geom = conv_geometry(x_shape, w.shape, 1, 5)
+    assert sc.choose_remainder(geom) == "tiled"
+    x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    with pytest.raises(ValueError, match="shared memory"):
+        ops.sparse_conv2d(x, packed, None, 1, 5, remainder="tiled")
+    got = ops.sparse_conv2d(x, packed, None, 1, 5).get()
+    want = reference.conv2d(x.get().astype(np.float64), w.astype(np.float64), None, 1, 5)
+    assert rel_err(got, want) <= 1e-5

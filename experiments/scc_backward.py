@@ -14,7 +14,10 @@ cg 2, co 50 %) at ``--batch`` (128) on 32x32 input, on random data:
 * ``base`` / ``opt``: the paper's channel stack and convolution stack (channel-cyclic),
   composed from our differentiable slices, concatenation and convolutions;
 * ``torch-gpw``: PyTorch's grouped 1x1 convolution with ``groups = cg`` (GPW, the same
-  multiply-adds as SCC at co 0), cuDNN, fp32.
+  multiply-adds as SCC at co 0), cuDNN, fp32;
+* ``ours-pdl``: ``ours`` in a graph whose edges are programmatic (sm_90: each kernel
+  launches as the one before drains, :mod:`tensorconv.graph`), as tensorconv's captured
+  training step launches its kernels; kernel time only.
 
 Each is timed as forward, backward (the input and weight gradients) and both, eagerly
 (CUDA events around each call, medians after warm-up: what an eager training step pays,
@@ -41,6 +44,7 @@ from experiments._common import (
     save_figure,
 )
 from tensorconv import backend, bench, ops, timing
+from tensorconv import graph as captured_graph
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.cli import guarded
@@ -221,12 +225,19 @@ def main(argv=None) -> int:
             rs.add(case, impl, "backward_us", t_b, "us",
                    note="input and weight gradients (PyTorch: its autograd's backward)")
             rs.add(case, impl, "fwd_bwd_us", t_f + t_b, "us")
-        for impl, (fn, fw) in _graph_runners(cp, torch, g, x, w, gy).items():
+        graph_runners = _graph_runners(cp, torch, g, x, w, gy)
+        for impl, (fn, fw) in graph_runners.items():
             rs.add(case, impl, "fwd_bwd_graph_us",
                    timing.time_graph(fn, framework=fw, repeat=10 if args.quick else 30,
                                      calls_per_graph=5).median_us, "us",
                    note="kernel time: a CUDA graph's replay (PyTorch's graph for cuBLAS and "
                         "cuDNN)")
+        if captured_graph.supported():
+            rs.add(case, "ours-pdl", "fwd_bwd_graph_us",
+                   timing.time_graph(graph_runners["ours"][0], repeat=10 if args.quick else 30,
+                                     calls_per_graph=5, programmatic=True).median_us, "us",
+                   note="our kernels in a graph with programmatic edges (each launches as the "
+                        "one before drains), as tensorconv's captured training step runs them")
         pixels = shape[0] * shape[2] * shape[3]
         rs.add(case, "var", "atomics", g.cout * g.u * pixels, "count")
         rs.add(case, "ours", "atomics", 0, "count")
@@ -259,6 +270,13 @@ def main(argv=None) -> int:
         rs.add("all layers", "best library/ours", "fwd_bwd_graph_speedup", geomean(best), "x",
                note=f"per layer the faster of {', '.join(libs)}; min {min(best):.2f} "
                     f"(target >= 1.5 on every layer)")
+        if all((c, "ours-pdl") in graph for c in cases):
+            best = [min(graph[(c, i)] for i in libs if (c, i) in graph) /
+                    graph[(c, "ours-pdl")] for c in cases]
+            rs.add("all layers", "best library/ours-pdl", "fwd_bwd_graph_speedup",
+                   geomean(best), "x",
+                   note=f"ours with programmatic edges (the captured training step's graph; "
+                        f"PyTorch's graphs have none); min {min(best):.2f}")
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])

@@ -45,6 +45,7 @@ from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool
 from tensorconv.nn.layers import Dropout
+from tensorconv.ops._launch import release_workspace
 from tensorconv.ops.sgd import PointerTables
 
 
@@ -148,9 +149,10 @@ class CapturedStep:
             self._stream.synchronize()
         self._graphs = self._signed = self._out = self._tables = None
         self._pools = None
+        release_workspace(self._stream)
 
     def __del__(self):
-        if getattr(self, "_graphs", None) is not None:
+        if getattr(self, "_stream", None) is not None:
             try:
                 self.close()
             except Exception:   # noqa: BLE001 - the interpreter may be shutting down

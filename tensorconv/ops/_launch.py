@@ -223,6 +223,14 @@ def workspace(xp, nfloats: int):
     return buf
 
 
+def release_workspace(stream) -> None:
+    """Drop ``stream``'s scratch buffers (on every device), once nothing captured on it
+    will replay: an owner that makes a stream per object (a captured training step) calls
+    this as it closes, or each new stream would keep a buffer for the life of the process."""
+    for key in [k for k in _workspaces if k[1] == stream.ptr]:
+        del _workspaces[key]
+
+
 # --------------------------------------------------------------------------- tc_chain.cuh
 
 CHAIN_THREADS = 256   # the block of every kernel built on tc_chain.cuh

@@ -326,3 +326,27 @@ def test_tf32_training_runs_one_pass_and_its_checkpoint_says_so(tmp_path):
     assert a[0] != b[0] and np.abs(a - b).max() < 0.05 * np.abs(a).max(), (a, b)
     with pytest.raises(ckpt.CheckpointMismatchError, match="precision"):
         run("fp32", tmp_path / "tf32.npz")
+
+
+def test_runs_trained_one_after_another_free_their_gpu_memory(tmp_path):
+    """Each one-epoch chunk builds a model, its data and a captured step on the GPU: a study
+    training chunk after chunk in one process must not keep them (the captured step closed,
+    its stream's scratch dropped, the cycles collected)."""
+    import cupy as cp
+
+    from tensorconv.ops import _launch
+    from training.chunks import TimeBudget, train_within
+    from training.train import TrainConfig
+
+    pool = cp.get_default_memory_pool()
+    used, scratch = [], []
+    for run in range(4):
+        cfg = TrainConfig(model="resnet20", dataset="synthetic", epochs=2, batch_size=32,
+                          train_limit=128, test_limit=64, device="gpu", capture="on",
+                          seed=run)
+        train_within(cfg, tmp_path / f"run{run}.npz", TimeBudget(None), progress=False)
+        cp.cuda.Device().synchronize()
+        used.append(pool.used_bytes())
+        scratch.append(len(_launch._workspaces))
+    assert scratch[-1] == scratch[0], scratch      # no stream's scratch outlives its step
+    assert used[-1] <= used[0] + (1 << 20), used  # runs 2-4 keep nothing that run 1 did not

@@ -13,6 +13,7 @@ of 32.  Any batch, stride and padding; filters of any size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -336,11 +337,11 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                (x, values, rows, weights.cols[piece.block], *tables, out, i32(p.rows),
                 i32(ncols), *dims))
     auto = remainder == "auto"
-    tiled = _tiled_config(x, weights, geom) if remainder == "tiled" or \
+    tiled = _tiled_launch(x, weights, geom) if remainder == "tiled" or \
         (auto and choose_remainder(geom) == "tiled") else None
-    if tiled is not None and tiled[-1] > backend.device_facts().smem_per_block_optin:
+    if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if not auto:
-            raise ValueError(f"the tiled remainder needs {tiled[-1]} bytes of shared memory "
+            raise ValueError(f"the tiled remainder needs {tiled.smem} bytes of shared memory "
                              f"for this kernel (its densest rows); use remainder='rows'")
         tiled = None
     if tiled is None:
@@ -367,9 +368,23 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)
 
 
-def _tiled_config(x, weights: SparseWeights, geom: ConvGeometry) -> tuple:
-    """``(tile, geometry, shares, chunks per share, row_ptr, taps, longest segment, shared
-    bytes)`` of the tiled remainder on ``geom`` (its tables made once per weights)."""
+class TiledLaunch(NamedTuple):
+    """The tiled remainder's launch on one layer: its tile and geometry, the channel
+    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_ptr``, ``taps``,
+    the ``longest`` segment) and its shared-memory bytes."""
+
+    tile: RemainderTile
+    g: RemainderGeometry
+    shares: int
+    per_share: int
+    row_ptr: object
+    taps: object
+    longest: int
+    smem: int
+
+
+def _tiled_launch(x, weights: SparseWeights, geom: ConvGeometry) -> TiledLaunch:
+    """The tiled remainder's launch on ``geom`` (its tables made once per weights)."""
     sm_count = backend.device_facts().sm_count
     tile = default_remainder_tile(geom, sm_count)
     g = remainder_geometry(geom, tile, sm_count)
@@ -377,4 +392,4 @@ def _tiled_config(x, weights: SparseWeights, geom: ConvGeometry) -> tuple:
     row_ptr, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
                                               backend.array_module(x))
     smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
-    return tile, g, shares, per_share, row_ptr, taps, longest, smem
+    return TiledLaunch(tile, g, shares, per_share, row_ptr, taps, longest, smem)

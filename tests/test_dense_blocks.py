@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -78,3 +79,25 @@ def test_a_missing_partitioner_is_one_clear_error(monkeypatch):
     finally:
         monkeypatch.undo()
         alg1._partitioner.cache_clear()
+
+
+def test_the_shipped_partitioner_settings_load_and_are_deterministic(rng):
+    """partition.ini loads without the fallback warning; the same pattern gives the same
+    groups on every call."""
+    pattern = rng.random((96, 300)) < 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        first = alg1.partition_rows(pattern, 8)
+    assert np.array_equal(first, alg1.partition_rows(pattern, 8))
+    assert sorted(np.unique(first)) == list(range(8))
+
+
+def test_settings_this_partitioner_cannot_read_fall_back_to_its_preset_with_a_warning(
+        rng, monkeypatch, tmp_path):
+    bad = tmp_path / "partition.ini"
+    bad.write_text("c-type=no-such-coarsener\n")
+    monkeypatch.setattr(alg1, "_CONFIG", bad)
+    pattern = rng.random((64, 200)) < 0.2
+    with pytest.warns(RuntimeWarning, match="deterministic preset"):
+        groups = alg1.partition_rows(pattern, 4)
+    assert groups.shape == (64,) and sorted(np.unique(groups)) == [0, 1, 2, 3]

@@ -9,7 +9,8 @@ the matrix and the search repeats until it finds no block; what is left becomes 
 remainder (:mod:`tensorconv.blocksparse`).
 
 The paper used hMETIS; we use Mt-KaHyPar (``pip install mtkahypar``; Linux x86-64 wheels for
-CPython 3.10-3.13) with its deterministic preset and a fixed seed: a layout is the same on any
+CPython 3.10-3.13) with its deterministic preset, one initial-partitioning run instead of 20
+(``partition.ini`` beside this module), and a fixed seed: a layout is the same on any
 machine and thread count (``TENSORCONV_PARTITION_THREADS``, default the cores up to 16).
 One change from the paper: a group row with no nonzero in the selected columns is left out
 of the block (it would only add zero work), as long as ``b1`` rows remain.
@@ -20,7 +21,9 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -45,6 +48,22 @@ def _partitioner():
     return mtkahypar, mtkahypar.initialize(threads, False)
 
 
+_CONFIG = Path(__file__).with_name("partition.ini")
+
+
+def _context(mtk, init):
+    """The partitioner's settings: ``partition.ini``, or the deterministic preset (with a
+    warning) where this Mt-KaHyPar names its parameters otherwise."""
+    try:
+        return init.context_from_file(str(_CONFIG))
+    except (mtk.InvalidParameterError, mtk.SystemError, OSError) as exc:
+        warnings.warn(f"Mt-KaHyPar {getattr(mtk, '__version__', '?')} does not read "
+                      f"{_CONFIG.name} ({str(exc).strip()}): partitioning with its deterministic "
+                      f"preset, 20 initial runs (slower; other layouts)", RuntimeWarning,
+                      stacklevel=3)
+        return init.context_from_preset(mtk.PresetType.DETERMINISTIC)
+
+
 def partition_rows(pattern, groups: int, *, seed: int = 0, epsilon: float = 0.3) -> np.ndarray:
     """A group (0 .. ``groups``-1) for every row of ``pattern`` (bool, rows x columns): rows
     sharing nonzero columns together, by Mt-KaHyPar (km1 objective, groups at most
@@ -57,7 +76,7 @@ def partition_rows(pattern, groups: int, *, seed: int = 0, epsilon: float = 0.3)
         return np.arange(rows, dtype=INDEX)
     mtk, init = _partitioner()
     edges = [np.nonzero(col)[0].tolist() for col in pattern.T if col.sum() > 1]
-    ctx = init.context_from_preset(mtk.PresetType.DETERMINISTIC)
+    ctx = _context(mtk, init)
     ctx.set_partitioning_parameters(groups, float(epsilon), mtk.Objective.KM1)
     ctx.logging = False
     mtk.set_seed(int(seed))

@@ -1,9 +1,7 @@
-"""Which kernels may start before the kernel ahead of them has finished, and the
-per-stream scratch that captured graphs point at (CPU checks)."""
+"""Which kernels may start before the kernel ahead of them has finished (CPU checks)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tensorconv import cuda
@@ -41,31 +39,3 @@ def test_every_kernel_waits_reads_definitions_not_instantiations():
 def test_waits_for_prior_grids_knows_only_loaded_kernels():
     assert not cuda.waits_for_prior_grids(0)
 
-
-def test_a_streams_scratch_is_dropped_when_its_owner_releases_it():
-    """workspace() keeps one buffer per (device, stream); release_workspace drops a stream's
-    on every device and no other stream's."""
-    from types import SimpleNamespace
-
-    from tensorconv.ops import _launch
-
-    current = {"stream": None}
-    xp = SimpleNamespace(
-        empty=lambda n, dtype: np.empty(n, dtype),
-        cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0),
-                             get_current_stream=lambda: current["stream"]))
-    a, b = SimpleNamespace(ptr=0xA0), SimpleNamespace(ptr=0xB0)
-    before = dict(_launch._workspaces)
-    try:
-        current["stream"] = a
-        buf = _launch.workspace(xp, 10)
-        assert _launch.workspace(xp, 4) is buf and buf.size == 10   # reused: it only grows
-        current["stream"] = b
-        other = _launch.workspace(xp, 10)
-        assert other is not buf
-        _launch.release_workspace(a)
-        assert (0, 0xA0) not in _launch._workspaces
-        assert _launch._workspaces[(0, 0xB0)] is other
-    finally:
-        _launch._workspaces.clear()
-        _launch._workspaces.update(before)

@@ -22,7 +22,7 @@ LAYERS = (
     ("tensorconv", "tensorconv.backend", "tensorconv.precision", "tensorconv.files",
      "tensorconv.results"),
     ("tensorconv.checks", "tensorconv.data", "tensorconv.blocksparse"),
-    ("tensorconv.cuda", "tensorconv.graph"),
+    ("tensorconv.cuda", "tensorconv.graph", "tensorconv.scratch"),
     ("tensorconv.timing", "tensorconv.tunecache"),
     ("tensorconv.reference", "tensorconv.bench"),
     ("tensorconv.ops",),

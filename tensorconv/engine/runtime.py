@@ -11,6 +11,7 @@ from tensorconv.engine import planners
 from tensorconv.engine.build import engine_kernels, model_input
 from tensorconv.engine.plan import Plan
 from tensorconv.engine.registry import plan_module
+from tensorconv.scratch import release_workspace
 
 
 class InferenceEngine:
@@ -90,6 +91,11 @@ class InferenceEngine:
                 self.graph = captured_graph.CapturedGraph(self.stream, self.plan.run,
                                                           programmatic=programmatic)
         self.launches = len(self.plan.steps)
+
+    def __del__(self):
+        # The graph goes with the engine: its stream's scratch need not outlive it.
+        if getattr(self, "stream", None) is not None:
+            release_workspace(self.stream)
 
     def replay(self) -> None:
         """Run the captured graph (or the eager plan) on the engine's input buffer."""

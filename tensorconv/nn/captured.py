@@ -45,8 +45,8 @@ from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool
 from tensorconv.nn.layers import Dropout
-from tensorconv.ops._launch import release_workspace
 from tensorconv.ops.sgd import PointerTables
+from tensorconv.scratch import release_workspace
 
 
 class CaptureError(RuntimeError):

@@ -205,32 +205,6 @@ def memo_list(fn):
     return wrapper
 
 
-_workspaces: dict = {}
-
-
-def workspace(xp, nfloats: int):
-    """A per-(device, stream) float32 scratch buffer that only grows.
-
-    Reusing it means a call inside CUDA-graph capture allocates nothing (the
-    warm-up call sized it), and calls on one stream are ordered, so sharing it
-    between them is safe.
-    """
-    key = (xp.cuda.runtime.getDevice(), xp.cuda.get_current_stream().ptr)
-    buf = _workspaces.get(key)
-    if buf is None or buf.size < nfloats:
-        buf = xp.empty(nfloats, dtype=np.float32)
-        _workspaces[key] = buf
-    return buf
-
-
-def release_workspace(stream) -> None:
-    """Drop ``stream``'s scratch buffers (on every device), once nothing captured on it
-    will replay: an owner that makes a stream per object (a captured training step) calls
-    this as it closes, or each new stream would keep a buffer for the life of the process."""
-    for key in [k for k in _workspaces if k[1] == stream.ptr]:
-        del _workspaces[key]
-
-
 # --------------------------------------------------------------------------- tc_chain.cuh
 
 CHAIN_THREADS = 256   # the block of every kernel built on tc_chain.cuh

@@ -22,7 +22,8 @@ import numpy as np
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import ConvGeometry, check_bools, conv_call, output_buffer
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, cpu_epilogue, no_out_on_cpu, ptr, workspace
+from tensorconv.ops._launch import NULL, cdiv, cpu_epilogue, no_out_on_cpu, ptr
+from tensorconv.scratch import workspace
 
 FILE = "depthwise_conv.cu"
 Problem = ConvGeometry

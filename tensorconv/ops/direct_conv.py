@@ -36,7 +36,8 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3
-from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr, workspace
+from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr
+from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
 FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE)  # every kernel file a call may run

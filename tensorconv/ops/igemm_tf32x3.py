@@ -21,7 +21,8 @@ from tensorconv import cuda, precision
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, check_smem, workspace
+from tensorconv.ops._launch import NULL, cdiv, check_smem
+from tensorconv.scratch import workspace
 
 FILE = "igemm_tf32x3.cu"
 MODES = (0, 1, 2, 3)                # _igemm's three, and 3: a strided data gradient by phase

@@ -27,7 +27,7 @@ import numpy as np
 from tensorconv import backend, cuda
 from tensorconv.checks import check_array, check_choice, check_int, check_vector, output_buffer
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, launch, no_out_on_cpu, ptr, workspace
+from tensorconv.ops._launch import NULL, cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.scc_tiles import (
     BAND_TILES,
     PIXEL_TILES,
@@ -54,6 +54,7 @@ from tensorconv.ops.scc_tiles import (
 )
 from tensorconv.reference import scc as reference
 from tensorconv.reference.scc import SCCGeometry
+from tensorconv.scratch import workspace
 
 __all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles",
            "default_splits", "sorted_filters", "scc_conv2d", "scc_conv2d_backward_data",

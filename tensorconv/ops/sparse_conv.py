@@ -31,7 +31,7 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr, workspace
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
     RemainderGeometry,
@@ -43,6 +43,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     remainder_smem,
     remainder_tables,
 )
+from tensorconv.scratch import workspace
 
 FILE = "sparse_conv.cu"
 INT32_MAX = 2 ** 31 - 1

@@ -27,7 +27,7 @@ import numpy as np
 from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import check_array, check_choice, conv_geometry
-from tensorconv.ops._launch import launch, ptr, stored_tile, workspace
+from tensorconv.ops._launch import launch, ptr, stored_tile
 from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, re-exported)
     BK,
     CLUSTER_SHAPES,
@@ -50,6 +50,7 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     supported,
 )
 from tensorconv.reference import conv as reference
+from tensorconv.scratch import workspace
 
 FILE = "tensorcore_conv.cu"
 log = logging.getLogger(__name__)

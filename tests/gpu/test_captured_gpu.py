@@ -334,7 +334,7 @@ def test_runs_trained_one_after_another_free_their_gpu_memory(tmp_path):
     its stream's scratch dropped, the cycles collected)."""
     import cupy as cp
 
-    from tensorconv.ops import _launch
+    from tensorconv import scratch as _scratch
     from training.chunks import TimeBudget, train_within
     from training.train import TrainConfig
 
@@ -347,6 +347,6 @@ def test_runs_trained_one_after_another_free_their_gpu_memory(tmp_path):
         train_within(cfg, tmp_path / f"run{run}.npz", TimeBudget(None), progress=False)
         cp.cuda.Device().synchronize()
         used.append(pool.used_bytes())
-        scratch.append(len(_launch._workspaces))
+        scratch.append(len(_scratch._workspaces))
     assert scratch[-1] == scratch[0], scratch      # no stream's scratch outlives its step
     assert used[-1] <= used[0] + (1 << 20), used  # runs 2-4 keep nothing that run 1 did not

@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
-from tensorconv import bench
+from tensorconv import backend, bench
 from tensorconv.cli import guarded
-from tensorconv.compress.prune import save_masks
+from tensorconv.compress.prune import prune_candidates, save_masks
 from tensorconv.compress.sparse import reprune_masks
 from tensorconv.nn import get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
@@ -57,6 +57,19 @@ def configs(args, model: str, work: Path) -> dict:
                                 init_from=str(work / "pruned.npz"),
                                 prune_masks=str(work / "repruned_masks.npz")),
     }
+
+
+def write_pruned_masks(model: str, work: Path) -> Path:
+    """The fine-tuned pruned model's nonzero pattern, {layer: bool kernel}, in
+    ``pruned_masks.npz`` (small, unlike the checkpoint: what ``sparse_layers`` and
+    ``sparse_e2e`` time before re-pruning)."""
+    path = work / "pruned_masks.npz"
+    if not path.exists():
+        net = get_model(model, in_channels=1, num_classes=10)
+        net.load_state_dict(ckpt.load(work / "pruned.npz")[0])
+        save_masks(path, {name: backend.to_host(conv.weight.data) != 0
+                          for name, conv in prune_candidates(net).items()})
+    return path
 
 
 def write_reprune_masks(args, model: str, work: Path) -> dict:
@@ -97,6 +110,7 @@ def main(argv=None) -> int:
         cfgs = configs(args, model, work)
         for phase, paper_acc in zip(PHASES, (paper[0], None, paper[1], paper[2])):
             if phase == "repruned":
+                write_pruned_masks(model, work)
                 report = write_reprune_masks(args, model, work)
                 for layer, r in report.items():
                     lay = r.packed.layout

@@ -6,8 +6,10 @@ linearly with K — what lets dense blocks of any height pay.  Here, for K in ``
 (default 1..128), on a ``--batch`` x 64 x ``--size`` x ``--size`` input (the paper:
 64 x 64 x 255 x 255; ``--quick``: 8 x 64 x 64 x 64):
 
-* ``ours-block``: the kernel as one dense block on our block GEMM with the paper's row
-  split (:mod:`tensorconv.ops.sparse_conv`);
+* ``ours-block``: the kernel as one dense block on our block GEMM
+  (:mod:`tensorconv.ops.sparse_conv`), its rows 128 at a time (the library's default);
+* ``ours-block-paper``: the same with the paper's row split (``32 * (K // 32)`` rows on
+  32-row tiles, the rest on 8- or 16-row tiles);
 * ``ours-dense``: our dense convolution (``ops.conv2d``, the implicit GEMM);
 * ``cudnn-fp32`` / ``cudnn-tf32``: PyTorch's cuDNN (``cudnn.benchmark``).
 
@@ -68,8 +70,11 @@ def main(argv=None) -> int:
         packed = pack(w, layout_from_pattern(np.ones((k, C * 9), bool), w.shape,
                                              [(np.arange(k), np.arange(C * 9))]))
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
-        pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
-        runs = {"ours-block": lambda: sparse_conv.run(x, weights, out, geom, pieces),
+        facts = backend.device_facts()
+        tall = sparse_conv.default_pieces(packed, geom, facts)
+        paper = sparse_conv.default_pieces(packed, geom, facts, split="paper")
+        runs = {"ours-block": lambda: sparse_conv.run(x, weights, out, geom, tall),
+                "ours-block-paper": lambda: sparse_conv.run(x, weights, out, geom, paper),
                 "ours-dense": lambda: ops.conv2d(x, wd, None, 1, 1, out=out)}
         for name, fn in runs.items():
             fn()

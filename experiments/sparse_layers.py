@@ -62,7 +62,9 @@ def _args(argv):
     p = parser(NAME, __doc__)
     p.add_argument("--model", default="resnet18", help="zoo model (CIFAR-style, 32x32)")
     p.add_argument("--ratio", type=float, default=8.0, help="pruning ratio (magnitude masks)")
-    p.add_argument("--masks", default=None, help="trained masks (.npz of sparse_table1)")
+    p.add_argument("--masks", nargs="+", default=[], metavar="[LABEL=]PATH",
+                   help="trained masks (.npz of sparse_table1), each set timed in turn, its "
+                        "cases prefixed by LABEL (e.g. pruned=... repruned=...)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
     p.add_argument("--all-layers", action="store_true",
@@ -70,11 +72,21 @@ def _args(argv):
     return p.parse_args(argv)
 
 
-def _layers(args):
+def _mask_sets(args) -> list[tuple[str, str | None]]:
+    """[(label, path)] of ``--masks`` (label "" for a single unlabelled set), or the one
+    magnitude-pruned set (path None)."""
+    sets = [(label, path) if sep else ("", label)
+            for label, sep, path in (m.partition("=") for m in args.masks)]
+    if len(sets) > 1 and len({label for label, _ in sets}) < len(sets):
+        raise ValueError(f"--masks: several sets need distinct labels, got {args.masks}")
+    return sets or [("", None)]
+
+
+def _layers(args, masks_path):
     """[(name, conv, input shape, pruned kernel)] of the layers to time."""
     model = get_model(args.model, in_channels=1, seed=0).eval()
     convs = prune_candidates(model)
-    masks = load_masks(args.masks) if args.masks else None
+    masks = load_masks(masks_path) if masks_path else None
     shapes = {n: (args.batch,) + s[1:]
               for n, s in conv_inputs(model, list(convs), (1, 1, 32, 32)).items()}
     seen, out = set(), []
@@ -86,7 +98,8 @@ def _layers(args):
         seen.add(key)
         if masks is not None:
             if name not in masks or masks[name].shape != w.shape:
-                raise ValueError(f"--masks has no mask of shape {w.shape} for {name}")
+                raise ValueError(f"--masks {masks_path} has no mask of shape {w.shape} for "
+                                 f"{name}")
             mask = masks[name].astype(bool)
         else:
             mask = top_magnitude(w, keep_count(w.size, args.ratio)).astype(bool)
@@ -94,14 +107,14 @@ def _layers(args):
     return out
 
 
-def measure(rs, name, conv, x_shape, w, args, torch):
+def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     import cupy as cp
     from cupyx.scipy import sparse as cps
 
     rng = np.random.default_rng(1)
     geom = conv_geometry(x_shape, w.shape, conv.stride, conv.padding)
-    case = f"{name} {w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]} s{geom.stride[0]} " \
-           f"{geom.h}x{geom.w}"
+    case = f"{label + ' ' if label else ''}{name} {w.shape[0]}x{w.shape[1]}x{w.shape[2]}x" \
+           f"{w.shape[3]} s{geom.stride[0]} {geom.h}x{geom.w}"
     x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
     wd = cp.asarray(w)
     want = ops.conv2d(x, wd, None, geom.stride, geom.padding)
@@ -209,27 +222,32 @@ def main(argv=None) -> int:
 
         torch.backends.cudnn.benchmark = True
     rs = ResultSet(NAME, bench.environment(with_torch=torch is not None))
-    layers = _layers(args)
+    sets = _mask_sets(args)
+    jobs = [(label, layer) for label, path in sets for layer in _layers(args, path)]
     if args.quick:  # three layers, two thresholds
-        layers, args.t2 = layers[:3], args.t2[:2]
+        jobs, args.t2 = jobs[:3], args.t2[:2]
     from tqdm import tqdm
 
-    for name, conv, shape, w in tqdm(layers, desc="timing pruned layers", unit="layer"):
-        measure(rs, name, conv, shape, w, args, torch)
+    for label, (name, conv, shape, w) in tqdm(jobs, desc="timing pruned layers", unit="layer"):
+        measure(rs, name, conv, shape, w, args, torch, label)
     speed = rs.values("speedup")
-    for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr-rows", "cusparse"):
-        ratios = [v for (c, b), v in speed.items() if b == f"{base}/ours"]
-        if ratios:
-            rs.add("all layers", f"{base}/ours", "speedup_median", float(np.median(ratios)),
-                   "x", note=f"min {min(ratios):.2f} max {max(ratios):.2f} "
-                             f"geomean {geomean(ratios):.2f}")
+    for label, _ in sets:
+        prefix = f"{label} " if label else ""
+        for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense", "csr-rows", "cusparse"):
+            ratios = [v for (c, b), v in speed.items()
+                      if b == f"{base}/ours" and c.startswith(prefix)]
+            if ratios:
+                rs.add(f"{prefix}all layers", f"{base}/ours", "speedup_median",
+                       float(np.median(ratios)), "x",
+                       note=f"min {min(ratios):.2f} max {max(ratios):.2f} "
+                            f"geomean {geomean(ratios):.2f}")
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("latency_us", "speedup", "speedup_median",
                                                          "blocks", "in_blocks", "fill", "alg1_s",
                                                          "density"))
-    masks = f"masks from {args.masks}" if args.masks else \
+    masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
     sections.append(("Notes", f"{args.model}, batch {args.batch}, {masks}. Paper: "
                               f"{PAPER.get(args.model, 'see Figs 8-12')}. cuSPARSE is timed "
@@ -241,7 +259,7 @@ def main(argv=None) -> int:
     cases = [c for (c, b) in speed if b == "cudnn-fp32/ours"]
     fig, ax = plt.subplots(figsize=(9, 4))
     bases = ("cudnn-fp32", "cudnn-tf32", "csr-rows", "cusparse")
-    grouped_bars(ax, [c.split(" ", 1)[1] for c in cases],
+    grouped_bars(ax, cases if len(sets) > 1 else [c.split(" ", 1)[1] for c in cases],
                  {f"ours vs {b}": [speed.get((c, f"{b}/ours"), np.nan) for c in cases]
                   for b in bases})
     ax.axhline(1.0, color="k", lw=0.8)

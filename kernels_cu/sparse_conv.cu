@@ -9,8 +9,8 @@
 //
 // sparse_block_gemm: one dense block (or a range of its rows) as a register-tiled GEMM,
 // BM rows x BN pixels per thread block, BK columns per shared-memory stage; the input is
-// gathered through the block's column list (col_off[j] = c·H·W + r·W + s, col_r, col_s
-// for the bounds: the precomputed offsets of an implicit im2col), and the result is added
+// gathered through the block's column table (per column c·H·W + r·W + s, and r, s for
+// the bounds: the precomputed offsets of an implicit im2col), and the result is added
 // into y through the row list: a warp's stores cover consecutive pixels of one row.
 // Launches run one after another, so blocks sharing rows accumulate without atomics.
 //
@@ -36,10 +36,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     const float* __restrict__ x,        // (N, C, H, W)
     const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
     const int* __restrict__ rows,       // (nrows,) output channels
-    const int* __restrict__ cols,       // (ncols,) kernel-matrix columns
-    const int* __restrict__ col_off,    // (C·R·S,) c·H·W + r·W + s
-    const int* __restrict__ col_r,      // (C·R·S,) r
-    const int* __restrict__ col_s,      // (C·R·S,) s
+    const int4* __restrict__ tab,       // (ncols,) per block column: c·H·W + r·W + s, r, s, 0
     float* __restrict__ y,              // (N, K, OH, OW), added into
     int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
     int sh, int sw, int ph, int pw, int Q)
@@ -47,13 +44,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     tc::wait_prior_grids();
     constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
     static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
-    __shared__ float as[BK][BM];
+    constexpr int NA = (BM * BK + THREADS - 1) / THREADS, NB = BN * BK / THREADS;
+    constexpr int GK = THREADS / BN;   // gathered columns a stage, side by side
+    // +1: the weights are stored transposed (k fastest across threads); the pad
+    // spreads a stage's 16 columns of one row over different banks.
+    __shared__ float as[BK][BM + 1];
     __shared__ float bs[BK][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int OHW = OH * OW;
 
-    // The pixel this thread gathers in every stage (j fixed, BK/(THREADS/BN) columns).
+    // The pixel this thread gathers in every stage (j fixed, NB of the BK columns).
     const int gj = tid % BN, gk = tid / BN;
     const int gq = q0 + gj;
     const bool gvalid = gq < Q;
@@ -71,24 +72,45 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-    for (int k0 = 0; k0 < ncols; k0 += BK) {
-        for (int e = tid; e < BM * BK; e += THREADS) {   // the weights, coalesced along k
-            const int i = e / BK, kk = e - i * BK;
-            const int m = m0 + i, k = k0 + kk;
-            as[kk][i] = (m < nrows && k < ncols) ? values[(size_t)m * ncols + k] : 0.f;
+    // The next stage's weights and gathered inputs are loaded into registers while
+    // the current one is multiplied (fetch), and stored to shared memory after it
+    // (stash): the gather's latency hides behind the multiply-adds.  Each column's
+    // offset and taps come as one 16-byte load (the same for a warp: a broadcast).
+    float ra[NA], rb[NB];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) {
+            const int e = tid + i * THREADS, m = m0 + e / BK, k = k0 + e % BK;
+            ra[i] = (e < BM * BK && m < nrows && k < ncols)
+                        ? values[(size_t)m * ncols + k] : 0.f;
         }
 #pragma unroll
-        for (int kk = gk; kk < BK; kk += THREADS / BN) {  // the im2col columns, gathered
-            const int k = k0 + kk;
+        for (int i = 0; i < NB; ++i) {
+            const int k = k0 + gk + i * GK;
             float v = 0.f;
             if (gvalid && k < ncols) {
-                const int col = cols[k];
-                const int ih = gih + col_r[col], iw = giw + col_s[col];
-                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + col_off[col]];
+                const int4 t = tab[k];
+                const int ih = gih + t.y, iw = giw + t.z;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + t.x];
             }
-            bs[kk][gj] = v;
+            rb[i] = v;
         }
+    };
+    auto stash = [&]() {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) {
+            const int e = tid + i * THREADS;
+            if (e < BM * BK) as[e % BK][e / BK] = ra[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NB; ++i) bs[gk + i * GK][gj] = rb[i];
+    };
+
+    fetch(0);
+    for (int k0 = 0; k0 < ncols; k0 += BK) {
+        stash();
         __syncthreads();
+        if (k0 + BK < ncols) fetch(k0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
@@ -293,8 +315,8 @@ __global__ void __launch_bounds__(PIX) sparse_csr_rows(
 // What CI's nvcc build type-checks: tensorconv.ops.sparse_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SPARSE_BLOCK_GEMM(...) template __global__ void sparse_block_gemm<__VA_ARGS__>( \
-    const float*, const float*, const int*, const int*, const int*, const int*, const int*, \
-    float*, int, int, int, int, int, int, int, int, int, int, int, int, int);
+    const float*, const float*, const int*, const int4*, float*, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int);
 #define TC_I_SPARSE_CSR_ROWS(...) template __global__ void sparse_csr_rows<__VA_ARGS__>( \
     const float*, const int*, const int*, const float*, const int*, const int*, const int*, \
     const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, \
@@ -302,6 +324,7 @@ __global__ void __launch_bounds__(PIX) sparse_csr_rows(
 TC_I_SPARSE_BLOCK_GEMM(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(32, 128, 16, 4, 4)
 TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 4)
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
+TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int*, const float*, const float*, const float*, float*, float*, \

@@ -124,6 +124,47 @@ def test_sparse_layers_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
+    pytest.importorskip("mtkahypar")
+    import numpy as np
+
+    from experiments import sparse_e2e
+    from tensorconv.compress.prune import prune_candidates, save_masks
+    from tensorconv.nn import get_model
+
+    net = get_model("resnet18", in_channels=1, num_classes=10, seed=3)
+    rng = np.random.default_rng(0)
+    save_masks(tmp_path / "m.npz", {n: rng.random(c.weight.data.shape) < 0.125
+                                    for n, c in prune_candidates(net).items()})
+    args = ["--quick", "--models", "resnet18", "vgg16", "--out", str(tmp_path), "--t2", "8",
+            "--masks", f"resnet18={tmp_path / 'm.npz'}"]
+    assert sparse_e2e.main(args) == 0
+    rows = results.read_csv(tmp_path / "sparse_e2e.csv")
+    errs = [r["value"] for r in rows if r["metric"] == "rel_err" and "tf32" not in r["variant"]]
+    assert len(errs) >= 4 and max(errs) <= 1e-4
+    lat = {(r["case"], r["variant"]) for r in rows if r["metric"] == "batch_us"}
+    assert {("resnet18-8x", "ours-sparse"), ("vgg16-4x", "ours-dense")} <= lat
+    assert "masks" in (tmp_path / "sparse_e2e.md").read_text()
+    with pytest.raises(SystemExit):
+        sparse_e2e.main(["--masks", "resnet18"])
+    with pytest.raises(ValueError, match="no mask of shape"):
+        sparse_e2e.main(["--quick", "--models", "vgg16", "--out", str(tmp_path),
+                         "--masks", f"vgg16={tmp_path / 'm.npz'}"])
+    assert (tmp_path / "sparse_e2e.png").stat().st_size > 0
+
+
+def test_sparse_layers_mask_sets_are_labelled():
+    from experiments import sparse_layers
+
+    sets = lambda *m: sparse_layers._mask_sets(sparse_layers._args(["--masks", *m]))  # noqa: E731
+    assert sets("a.npz") == [("", "a.npz")]
+    assert sets("pruned=a.npz", "repruned=b.npz") == [("pruned", "a.npz"), ("repruned", "b.npz")]
+    assert sparse_layers._mask_sets(sparse_layers._args([])) == [("", None)]
+    with pytest.raises(ValueError, match="distinct labels"):
+        sets("a.npz", "b.npz")
+
+
+@pytest.mark.gpu
 def test_sparse_fig6_quick(tmp_path):
     from experiments import sparse_fig6
 
@@ -131,7 +172,7 @@ def test_sparse_fig6_quick(tmp_path):
     assert sparse_fig6.main(args) == 0
     rows = results.read_csv(tmp_path / "sparse_fig6.csv")
     lat = {(r["case"], r["variant"]) for r in rows if r["metric"] == "latency_us"}
-    assert {("K=1", "ours-block"), ("K=128", "ours-dense")} <= lat
+    assert {("K=1", "ours-block"), ("K=128", "ours-dense"), ("K=33", "ours-block-paper")} <= lat
     assert (tmp_path / "sparse_fig6.png").stat().st_size > 0
 
 

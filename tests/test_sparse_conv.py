@@ -33,15 +33,30 @@ def _packed(rng, shape=(40, 6, 3, 3), density=0.3, blocks=2):
                                                 layout_blocks))
 
 
-def test_default_pieces_cover_every_block_row_once(rng):
-    w, packed = _packed(rng, blocks=3)
+@pytest.mark.parametrize("shape", [(40, 6, 3, 3), (300, 4, 3, 3)])
+def test_default_pieces_cover_every_block_row_once(rng, shape):
+    w, packed = _packed(rng, shape, blocks=3)
     from tensorconv.checks import conv_geometry
 
-    pieces = sc.default_pieces(packed, conv_geometry((2, 6, 9, 9), w.shape, 1, 1),
-                               device_facts())
-    sc.check_pieces(pieces, packed)
-    for piece in pieces:
-        assert piece.tile.bm <= max(8, piece.stop - piece.start)
+    geom = conv_geometry((2, shape[1], 9, 9), w.shape, 1, 1)
+    tall = sc.default_pieces(packed, geom, device_facts())
+    paper = sc.default_pieces(packed, geom, device_facts(), split="paper")
+    for pieces in (tall, paper):
+        sc.check_pieces(pieces, packed)
+    for piece in tall:           # one pass over the gather for up to 128 rows
+        rows = piece.stop - piece.start
+        assert rows <= sc.TALL_ROWS and piece.tile.bm >= rows
+        assert piece.tile == min((t for t in sc.TILES if t.bm >= rows), key=lambda t: t.bm)
+    for piece in paper:          # the paper's: no tile taller than its piece (8 at least)
+        assert piece.tile.bm <= max(8, piece.stop - piece.start) and piece.tile.bn == 128
+    with pytest.raises(ValueError, match="split"):
+        sc.default_pieces(packed, geom, device_facts(), split="halves")
+
+
+@pytest.mark.parametrize("rows,parts", [(5, [(0, 5)]), (128, [(0, 128)]),
+                                        (300, [(0, 128), (128, 256), (256, 300)])])
+def test_tall_rows_take_128_rows_a_piece(rows, parts):
+    assert sc.tall_rows(rows) == parts
 
 
 def test_bad_pieces_are_refused(rng):

@@ -4,10 +4,13 @@ A pruned layer's kernel, reorganised by Algorithm 1 into dense blocks and a CSR 
 (:mod:`tensorconv.blocksparse`), runs as one launch sequence: the output zeroed, each dense
 block (or range of its rows, a *piece*) a register-tiled GEMM gathering its im2col columns
 and adding into its output rows, then the remainder row by row with the epilogue (bias,
-residual, ReLU).  The pieces follow the paper (§4.2): a block of r rows splits into
-``32 * (r // 32)`` rows on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile
-(two halves when more than 16), so that a block's cost grows with its rows, not in steps
-of 32.  Any batch, stride and padding; filters of any size.
+residual, ReLU).  The paper (§4.2) splits a block of r rows into ``32 * (r // 32)`` rows
+on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile (two halves when more
+than 16), so that a block's cost grows with its rows, not in steps of 32; on an H100 each
+piece's gather of the im2col columns costs more than its multiply-adds, so by default a
+block runs in pieces of up to 128 rows, each on the shortest tile that holds it
+(``split="paper"`` keeps the paper's).  Any batch, stride and padding; filters of any
+size.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class Tile:
 
 
 TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4),
-         Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4))
+         Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4),
+         Tile(128, 64, 16, 8, 4))
 CSR_PIXELS = (128, 256)
 
 
@@ -117,9 +121,14 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """The tallest tile no taller than the piece (8 rows at least), 128 pixels wide."""
-    fitting = [t for t in TILES if t.bn == 128 and t.bm <= max(8, p.rows)]
-    return max(fitting, key=lambda t: t.bm)
+    """The shortest tile holding all the piece's rows (128 pixels wide up to 64 rows; 128
+    rows x 64 pixels above), the tallest for a piece of more than 128 rows."""
+    fitting = [t for t in TILES if t.bm >= p.rows and (t.bn == 128 or t.bm > 64)]
+    return min(fitting, key=lambda t: t.bm) if fitting else max(TILES, key=lambda t: t.bm)
+
+
+SPLITS = ("tall", "paper")
+TALL_ROWS = max(t.bm for t in TILES)
 
 
 def split_rows(rows: int) -> list[tuple[int, int]]:
@@ -136,13 +145,33 @@ def split_rows(rows: int) -> list[tuple[int, int]]:
     return parts
 
 
-def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts) -> tuple:
-    """Each block split as :func:`split_rows`, each piece on its :func:`default_tile`."""
+def tall_rows(rows: int) -> list[tuple[int, int]]:
+    """A block's rows :data:`TALL_ROWS` at a time: each piece gathers the block's im2col
+    columns once, and the gather, not the multiply-adds, is most of a piece's time on an
+    H100 (``docs/notes/sparse_conv.md``), so fewer, taller pieces win over the paper's
+    split."""
+    return [(i, min(i + TALL_ROWS, rows)) for i in range(0, rows, TALL_ROWS)]
+
+
+def paper_tile(rows: int) -> Tile:
+    """The paper's tile for a piece of :func:`split_rows`: 32 rows for the head, the
+    tallest 8- or 16-row tile no taller than the rest."""
+    fitting = [t for t in TILES if t.bn == 128 and t.bm <= min(32, max(8, rows))]
+    return max(fitting, key=lambda t: t.bm)
+
+
+def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts,
+                   split: str = "tall") -> tuple:
+    """Each block split as :func:`tall_rows`, each piece on its :func:`default_tile`
+    (``split="tall"``), or as the paper's :func:`split_rows` on :func:`paper_tile`
+    (``"paper"``)."""
+    check_choice(split, "split", SPLITS)
     q = geom.n * geom.oh * geom.ow
     pieces = []
     for b, (rows, cols) in enumerate(packed.layout.blocks):
-        for start, stop in split_rows(rows.size):
-            tile = default_tile(Problem(stop - start, cols.size, q), facts)
+        for start, stop in (tall_rows if split == "tall" else split_rows)(rows.size):
+            tile = default_tile(Problem(stop - start, cols.size, q), facts) \
+                if split == "tall" else paper_tile(stop - start)
             pieces.append(Piece(b, start, stop, tile))
     return tuple(pieces)
 
@@ -150,14 +179,17 @@ def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts) 
 @dataclass(frozen=True, eq=False)
 class SparseWeights:
     """A block-sparse kernel on the GPU as the kernels read it, for one input plane size:
-    per block its values (rows x cols), rows and columns; the remainder's CSR arrays; the
-    im2col column tables (``col_off`` = c·H·W + r·W + s, ``col_r``, ``col_s``)."""
+    per block its values (rows x cols), rows, columns and its columns' gather table
+    ((cols, 4) int32: c·H·W + r·W + s, r, s, 0 — one 16-byte load a column); the
+    remainder's CSR arrays; the im2col column tables (``col_off`` = c·H·W + r·W + s,
+    ``col_r``, ``col_s``)."""
 
     shape: tuple
     hw: tuple
     values: tuple
     rows: tuple
     cols: tuple
+    gathers: tuple
     indptr: object
     indices: object
     data: object
@@ -177,13 +209,16 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
     c, r, s = column_taps(np.arange(lay.cols), lay.shape)
     i32 = np.int32
     dev = lambda a, dt: xp.ascontiguousarray(xp.asarray(a, dtype=dt))  # noqa: E731
+    off = c * h * w + r * w + s
+    gather = lambda cols: np.stack([off[cols], r[cols], s[cols], 0 * cols], 1)  # noqa: E731
     return SparseWeights(
         lay.shape, (h, w), tuple(dev(v, np.float32) for v in packed.values),
         tuple(dev(rows, i32) for rows, _ in lay.blocks),
         tuple(dev(cols, i32) for _, cols in lay.blocks),
+        tuple(dev(gather(cols), i32) for _, cols in lay.blocks),
         dev(lay.indptr, i32), dev(lay.indices if lay.indices.size else [0], i32),
         dev(packed.data if packed.data.size else [0.0], np.float32),
-        dev(c * h * w + r * w + s, i32), dev(r, i32), dev(s, i32))
+        dev(off, i32), dev(r, i32), dev(s, i32))
 
 
 def _gemm_name(t: Tile) -> str:
@@ -335,7 +370,7 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         values = weights.values[piece.block][piece.start:piece.stop]
         rows = weights.rows[piece.block][piece.start:piece.stop]
         launch(cuda.kernel_ref(FILE, _gemm_name(t)), t.grid(p), (t.threads,),
-               (x, values, rows, weights.cols[piece.block], *tables, out, i32(p.rows),
+               (x, values, rows, weights.gathers[piece.block], out, i32(p.rows),
                 i32(ncols), *dims))
     auto = remainder == "auto"
     tiled = _tiled_launch(x, weights, geom) if remainder == "tiled" or \

@@ -72,6 +72,14 @@ def test_every_tile_on_a_block_shared_with_the_remainder(rng, tile):
     _check(rng, w, packed, (2, 9, 13, 11), 1, 1, pieces=pieces)
 
 
+@pytest.mark.parametrize("split", sc.SPLITS)
+def test_both_row_splits_of_tall_blocks(rng, split):
+    w, packed = _case(rng, 300, 5, 3, 0.3, 3)         # blocks of up to 300 rows
+    geom = conv_geometry((2, 5, 12, 9), w.shape, 1, 1)
+    pieces = sc.default_pieces(packed, geom, backend.device_facts(), split=split)
+    _check(rng, w, packed, (2, 5, 12, 9), 1, 1, pieces=pieces)
+
+
 @pytest.mark.parametrize("layout", ["none", "everything", "overlapping", "empty rows"])
 def test_edge_layouts(rng, layout):
     shape = (48, 8, 3, 3)

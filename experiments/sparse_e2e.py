@@ -1,0 +1,172 @@
+"""Sparse Fig. 13: end-to-end inference of pruned networks at batch 32 (Rumi et al., PACT'20).
+
+For each of ``--models`` (the CIFAR-style zoo models on 3 x 32 x 32 input, 10 classes,
+random weights: time depends on the pattern, not the values), pruned at the paper's ratio
+(ResNet-18 and GoogLeNet 8x, VGG-16 4x) by magnitude from its initial weights — or with
+a trained model's masks (``--masks MODEL=PATH``, the ``pruned_masks.npz`` or
+``repruned_masks.npz`` that ``sparse_table1`` writes; the stem is never pruned, so masks
+trained on one input channel fit the 3-channel model):
+
+* ``ours-sparse``: the pruned model through our inference engine (BN folded, epilogues
+  fused, one CUDA graph), every pruned convolution a ``SparseConv2d`` holding Algorithm 1's
+  layout at each threshold of ``--t2``; with ``--tune`` (default) the engine times each
+  layer's layouts against the dense kernel and keeps the fastest (the paper's "run all
+  reorganisations"), and the plan says how many layers run sparse;
+* ``ours-dense``: the unpruned model through the same engine;
+* ``cudnn-fp32`` / ``cudnn-tf32``: the unpruned model in PyTorch (cuDNN autotuned), as a
+  CUDA graph.
+
+Each output is checked against its own model's forward first; times are CUDA-graph replay
+medians, side by side in one process.  Paper (P100): 1.75-4.03x over cuDNN, 1.39-3.52x
+over TVM.  Targets (issue 23, ResNet-18-8x): >= 2.5x over cuDNN fp32, >= 1.5x over our
+dense engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments._common import grouped_bars, outputs, parser, preload, pyplot, save_figure
+from tensorconv import backend, bench, timing
+from tensorconv.autograd import Tensor, no_grad
+from tensorconv.cli import guarded
+from tensorconv.compress.prune import keep_count, load_masks, prune_candidates, top_magnitude
+from tensorconv.compress.sparse import sparsify
+from tensorconv.engine import InferenceEngine
+from tensorconv.nn import get_model
+from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
+
+NAME = "sparse_e2e"
+NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
+RATIOS = {"resnet18": 8.0, "vgg16": 4.0, "googlenet": 8.0}
+PAPER = "P100, batch 32: 1.75-4.03x over cuDNN, 1.39-3.52x over TVM (Fig. 13)"
+
+
+def _args(argv):
+    p = parser(NAME, __doc__)
+    p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=sorted(RATIOS))
+    p.add_argument("--masks", nargs="+", default=[], metavar="MODEL=PATH",
+                   help="trained masks of a model (.npz of sparse_table1)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
+    p.add_argument("--no-tune", dest="tune", action="store_false",
+                   help="run each layer's first layout untimed (default: time and keep the "
+                        "fastest)")
+    args = p.parse_args(argv)
+    masks = {}
+    for item in args.masks:
+        model, sep, path = item.partition("=")
+        if not sep or model not in RATIOS:
+            p.error(f"--masks takes MODEL=PATH with MODEL one of {sorted(RATIOS)}, got {item!r}")
+        masks[model] = path
+    args.masks = masks
+    return args
+
+
+def pruned_copy(name: str, ratio: float, masks_path):
+    """The model ``name`` (seed 0) with every prunable convolution pruned: ``masks_path``'s
+    masks, else its ``ratio`` largest-magnitude weights.  Returns (model, source)."""
+    model = get_model(name, in_channels=3, num_classes=10, seed=0)
+    masks = load_masks(masks_path) if masks_path else None
+    for layer, conv in prune_candidates(model).items():
+        w = backend.to_host(conv.weight.data)
+        if masks is None:
+            keep = top_magnitude(w, keep_count(w.size, ratio)).astype(bool)
+        elif layer not in masks or masks[layer].shape != w.shape:
+            raise ValueError(f"--masks {masks_path} has no mask of shape {w.shape} for {layer}")
+        else:
+            keep = masks[layer].astype(bool)
+        conv.weight.data[...] = (w * keep).astype(np.float32)
+    return model, (f"masks {masks_path}" if masks else f"magnitude {ratio:g}x")
+
+
+def _rel(a, b, xp) -> float:
+    return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    cp = backend.require_cuda(NAME)
+    preload("torch")
+    torch = None
+    if bench.torch_cudnn_available():
+        import torch
+
+        from experiments._torch_mirror import to_torch
+
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+    env = bench.environment(with_torch=torch is not None)
+    rs = ResultSet(NAME, env)
+    reps = dict(repeat=10 if args.quick else 50)
+    shape = (2 if args.quick else args.batch, 3, 32, 32)
+    x = cp.asarray(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
+    sources = []
+    from tqdm import tqdm
+
+    for name in tqdm(args.models, desc="timing pruned models end to end", unit="model"):
+        ratio = RATIOS[name]
+        case = f"{name}-{ratio:g}x"
+        dense = get_model(name, in_channels=3, num_classes=10, seed=0).to("gpu").eval()
+        pruned, source = pruned_copy(name, ratio, args.masks.get(name))
+        sources.append(f"{case}: {source}")
+        report = sparsify(pruned, t2=args.t2[:2] if args.quick else args.t2)
+        pruned.to("gpu").eval()
+        for variant, model in (("ours-sparse", pruned), ("ours-dense", dense)):
+            engine = InferenceEngine(model, shape, tune=args.tune)
+            out = engine(x)
+            with no_grad():
+                rs.add(case, variant, "rel_err", _rel(out, model(Tensor(x)).data, cp), "1")
+            note = f"one CUDA graph of {engine.launches} launches"
+            if variant == "ours-sparse":
+                sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
+                note += f"; {sparse} of {len(report)} pruned layers on the sparse kernels"
+                rs.add(case, variant, "sparse_layers", sparse, "count",
+                       note=f"of {len(report)} pruned convolutions")
+            rs.add(case, variant, "batch_us", engine.time(**reps).median_us, "us", note=note)
+            del engine
+        if torch is not None:
+            net = to_torch(dense).cuda().eval()
+            xt = torch.from_dlpack(x)
+            with no_grad():
+                ref = dense(Tensor(x)).data
+            for tf32 in (False, True):
+                torch.backends.cudnn.allow_tf32 = tf32
+                tag = f"cudnn-{'tf32' if tf32 else 'fp32'}"
+                with torch.no_grad():
+                    rs.add(case, tag, "rel_err", _rel(cp.from_dlpack(net(xt)), ref, cp), "1")
+                    us = timing.time_graph(lambda: net(xt), framework="torch",
+                                           calls_per_graph=1, **reps).median_us
+                rs.add(case, tag, "batch_us", us, "us",
+                       note="the unpruned model, PyTorch CUDA graph, cudnn.benchmark")
+        lat = rs.values("batch_us")
+        for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense"):
+            if (case, base) in lat:
+                target = {"cudnn-fp32": "target >= 2.5 (ResNet-18-8x)",
+                          "ours-dense": "target >= 1.5 (ResNet-18-8x)"}.get(base, "")
+                rs.add(case, f"{base}/ours-sparse", "speedup",
+                       lat[(case, base)] / lat[(case, "ours-sparse")], "x", note=target)
+    paths = outputs(NAME, args.out)
+    rs.write_csv(paths["csv"])
+    rows = read_csv(paths["csv"])
+    sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err"))
+    sections.append(("Notes", f"Batch {shape[0]}, 3 x 32 x 32, fp32, random weights. "
+                              f"Pruning: {'; '.join(sources)}. Algorithm 1 at t2 in "
+                              f"{args.t2}. Paper: {PAPER}."))
+    write_markdown(paths["md"], "Pruned networks end to end (batch 32, fp32)", env, sections)
+    us = rs.values("batch_us")
+    cases = list(dict.fromkeys(c for c, _ in us))
+    impls = sorted({v for _, v in us})
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    grouped_bars(ax, cases, {i: [us.get((c, i), np.nan) for c in cases] for i in impls})
+    ax.set_ylabel("µs per batch")
+    ax.legend(fontsize=7)
+    save_figure(fig, paths["png"])
+    print(sections[0][1])
+    return 0
+
+
+
+if __name__ == "__main__":
+    raise SystemExit(guarded(main, prog=f"python -m experiments.{NAME}"))

@@ -57,6 +57,7 @@ def test_default_pieces_cover_every_block_row_once(rng, shape):
                                         (300, [(0, 128), (128, 256), (256, 300)])])
 def test_tall_rows_take_128_rows_a_piece(rows, parts):
     assert sc.tall_rows(rows) == parts
+    assert sc.TALL_ROWS == max(t.bm for t in sc.TILES)
 
 
 def test_bad_pieces_are_refused(rng):

@@ -37,6 +37,7 @@ from tensorconv.ops import _igemm
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
+    TALL_ROWS,
     RemainderGeometry,
     RemainderTile,
     bank_conflicts,
@@ -45,6 +46,8 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     remainder_shares,
     remainder_smem,
     remainder_tables,
+    split_rows,
+    tall_rows,
 )
 from tensorconv.scratch import workspace
 
@@ -128,29 +131,6 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
 
 
 SPLITS = ("tall", "paper")
-TALL_ROWS = max(t.bm for t in TILES)
-
-
-def split_rows(rows: int) -> list[tuple[int, int]]:
-    """The paper's split of a block's rows (§4.2): ``32 * (rows // 32)`` rows, then the
-    rest — halved when more than 16 — as ``(start, stop)`` ranges."""
-    head = 32 * (rows // 32)
-    parts = [(0, head)] if head else []
-    rest = rows - head
-    if rest > 16:
-        half = head + (rest + 1) // 2
-        parts += [(head, half), (half, rows)]
-    elif rest:
-        parts.append((head, rows))
-    return parts
-
-
-def tall_rows(rows: int) -> list[tuple[int, int]]:
-    """A block's rows :data:`TALL_ROWS` at a time: each piece gathers the block's im2col
-    columns once, and the gather, not the multiply-adds, is most of a piece's time on an
-    H100 (``docs/notes/sparse_conv.md``), so fewer, taller pieces win over the paper's
-    split."""
-    return [(i, min(i + TALL_ROWS, rows)) for i in range(0, rows, TALL_ROWS)]
 
 
 def paper_tile(rows: int) -> Tile:

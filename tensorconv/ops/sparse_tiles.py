@@ -1,7 +1,8 @@
-"""The tiled sparse remainder kernel's shapes (``sparse_csr_tiled`` in
-``kernels_cu/sparse_conv.cu``): its template tiles, how a tile's thread block covers an
-output and stages its input (images, rows, columns, the shared-memory row pitch), and the
-per-layer tables it walks.  Chosen by the work and the block limits, not searched.
+"""The sparse kernels' shapes (``kernels_cu/sparse_conv.cu``): how a dense block's rows
+split into the block GEMM's pieces, and the tiled remainder kernel's (``sparse_csr_tiled``)
+template tiles, how a tile's thread block covers an output and stages its input (images,
+rows, columns, the shared-memory row pitch), and the per-layer tables it walks.  Chosen by
+the work and the block limits, not searched.
 """
 
 from __future__ import annotations
@@ -13,6 +14,30 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops._launch import cdiv
+
+TALL_ROWS = 128   # rows of the tallest block-GEMM tile (sparse_conv.TILES)
+
+
+def split_rows(rows: int) -> list[tuple[int, int]]:
+    """The paper's split of a block's rows (§4.2): ``32 * (rows // 32)`` rows, then the
+    rest — halved when more than 16 — as ``(start, stop)`` ranges."""
+    head = 32 * (rows // 32)
+    parts = [(0, head)] if head else []
+    rest = rows - head
+    if rest > 16:
+        half = head + (rest + 1) // 2
+        parts += [(head, half), (half, rows)]
+    elif rest:
+        parts.append((head, rows))
+    return parts
+
+
+def tall_rows(rows: int) -> list[tuple[int, int]]:
+    """A block's rows :data:`TALL_ROWS` at a time: each piece gathers the block's im2col
+    columns once, and the gather, not the multiply-adds, is most of a piece's time on an
+    H100 (``docs/notes/sparse_conv.md``), so fewer, taller pieces win over the paper's
+    split."""
+    return [(i, min(i + TALL_ROWS, rows)) for i in range(0, rows, TALL_ROWS)]
 
 
 @dataclass(frozen=True)

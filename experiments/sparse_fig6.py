@@ -7,7 +7,8 @@ linearly with K — what lets dense blocks of any height pay.  Here, for K in ``
 64 x 64 x 255 x 255; ``--quick``: 8 x 64 x 64 x 64):
 
 * ``ours-block``: the kernel as one dense block on our block GEMM
-  (:mod:`tensorconv.ops.sparse_conv`), its rows 128 at a time (the library's default);
+  (:mod:`tensorconv.ops.sparse_conv`), ``32 * (K // 32)`` rows on 32-row tiles and the
+  rest as one piece on the shortest tile holding it (the library's default);
 * ``ours-block-paper``: the same with the paper's row split (``32 * (K // 32)`` rows on
   32-row tiles, the rest on 8- or 16-row tiles);
 * ``ours-dense``: our dense convolution (``ops.conv2d``, the implicit GEMM);
@@ -71,9 +72,9 @@ def main(argv=None) -> int:
                                              [(np.arange(k), np.arange(C * 9))]))
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         facts = backend.device_facts()
-        tall = sparse_conv.default_pieces(packed, geom, facts)
+        merged = sparse_conv.default_pieces(packed, geom, facts)
         paper = sparse_conv.default_pieces(packed, geom, facts, split="paper")
-        runs = {"ours-block": lambda: sparse_conv.run(x, weights, out, geom, tall),
+        runs = {"ours-block": lambda: sparse_conv.run(x, weights, out, geom, merged),
                 "ours-block-paper": lambda: sparse_conv.run(x, weights, out, geom, paper),
                 "ours-dense": lambda: ops.conv2d(x, wd, None, 1, 1, out=out)}
         for name, fn in runs.items():

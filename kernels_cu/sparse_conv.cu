@@ -44,14 +44,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     tc::wait_prior_grids();
     constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
     static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
-    static_assert(TN % 4 == 0 && (TM % 4 == 0 || TM < 4), "float4 reads of a thread's tile");
     constexpr int NA = (BM * BK + THREADS - 1) / THREADS, NB = BN * BK / THREADS;
     constexpr int GK = THREADS / BN;   // gathered columns a stage, side by side
-    // The weights are stored transposed (k fastest across threads): the pad of 4
-    // spreads a stage's columns of one row over the banks and keeps rows 16-byte
-    // aligned for the float4 reads of the multiply-adds.
-    __shared__ __align__(16) float as[BK][BM + 4];
-    __shared__ __align__(16) float bs[BK][BN];
+    // +1: the weights are stored transposed (k fastest across threads); the pad
+    // spreads a stage's 16 columns of one row over different banks.
+    __shared__ float as[BK][BM + 1];
+    __shared__ float bs[BK][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
     const int OHW = OH * OW;
@@ -113,26 +111,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
         stash();
         __syncthreads();
         if (k0 + BK < ncols) fetch(k0 + BK);
-        // Each thread's TM rows and TN pixels are consecutive: float4 shared-memory
-        // reads, four values an instruction.
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
 #pragma unroll
-            for (int i = 0; i < TM; i += 4) {
-                if constexpr (TM % 4 == 0) {
-                    const float4 v = *reinterpret_cast<const float4*>(&as[kk][ty * TM + i]);
-                    a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
-                } else {
+            for (int i = 0; i < TM; ++i) a[i] = as[kk][ty + i * TY];
 #pragma unroll
-                    for (int u = 0; u < TM; ++u) a[u] = as[kk][ty * TM + u];
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < TN; j += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&bs[kk][tx * TN + j]);
-                b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
-            }
+            for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx + j * TX];
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -143,13 +128,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-        const int q = q0 + tx * TN + j;
+        const int q = q0 + tx + j * TX;
         if (q >= Q) continue;
         const int n = q / OHW, p = q - n * OHW;
         const size_t base = (size_t)n * K * OHW + p;
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-            const int m = m0 + ty * TM + i;
+            const int m = m0 + ty + i * TY;
             if (m < nrows) y[base + (size_t)rows[m] * OHW] += acc[i][j];
         }
     }

@@ -39,25 +39,24 @@ def test_default_pieces_cover_every_block_row_once(rng, shape):
     from tensorconv.checks import conv_geometry
 
     geom = conv_geometry((2, shape[1], 9, 9), w.shape, 1, 1)
-    tall = sc.default_pieces(packed, geom, device_facts())
+    merged = sc.default_pieces(packed, geom, device_facts())
     paper = sc.default_pieces(packed, geom, device_facts(), split="paper")
-    for pieces in (tall, paper):
+    for pieces in (merged, paper):
         sc.check_pieces(pieces, packed)
-    for piece in tall:           # one pass over the gather for up to 128 rows
+    for piece in merged:         # the rest in one piece, on the shortest tile holding it
         rows = piece.stop - piece.start
-        assert rows <= sc.TALL_ROWS and piece.tile.bm >= rows
-        assert piece.tile == min((t for t in sc.TILES if t.bm >= rows), key=lambda t: t.bm)
+        assert piece.tile == min((t for t in sc.TILES if t.bn == 128 and t.bm >= min(32, rows)),
+                                 key=lambda t: t.bm)
     for piece in paper:          # the paper's: no tile taller than its piece (8 at least)
         assert piece.tile.bm <= max(8, piece.stop - piece.start) and piece.tile.bn == 128
     with pytest.raises(ValueError, match="split"):
         sc.default_pieces(packed, geom, device_facts(), split="halves")
 
 
-@pytest.mark.parametrize("rows,parts", [(5, [(0, 5)]), (128, [(0, 128)]),
-                                        (300, [(0, 128), (128, 256), (256, 300)])])
-def test_tall_rows_take_128_rows_a_piece(rows, parts):
-    assert sc.tall_rows(rows) == parts
-    assert sc.TALL_ROWS == max(t.bm for t in sc.TILES)
+@pytest.mark.parametrize("rows,parts", [(5, [(0, 5)]), (32, [(0, 32)]), (63, [(0, 32), (32, 63)]),
+                                        (300, [(0, 288), (288, 300)])])
+def test_merged_rows_keep_the_rest_in_one_piece(rows, parts):
+    assert sc.merged_rows(rows) == parts
 
 
 def test_bad_pieces_are_refused(rng):

@@ -7,9 +7,9 @@ and adding into its output rows, then the remainder row by row with the epilogue
 residual, ReLU).  The paper (§4.2) splits a block of r rows into ``32 * (r // 32)`` rows
 on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile (two halves when more
 than 16), so that a block's cost grows with its rows, not in steps of 32; on an H100 each
-piece's gather of the im2col columns costs more than its multiply-adds, so by default a
-block runs in pieces of up to 128 rows, each on the shortest tile that holds it
-(``split="paper"`` keeps the paper's).  Any batch, stride and padding; filters of any
+piece's gather of the im2col columns costs more than its multiply-adds, so by default the
+rest runs as one piece on the shortest tile that holds it (``split="paper"`` keeps the
+paper's halves).  Any batch, stride and padding; filters of any
 size.
 """
 
@@ -37,17 +37,16 @@ from tensorconv.ops import _igemm
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
-    TALL_ROWS,
     RemainderGeometry,
     RemainderTile,
     bank_conflicts,
     default_remainder_tile,
+    merged_rows,
     remainder_geometry,
     remainder_shares,
     remainder_smem,
     remainder_tables,
     split_rows,
-    tall_rows,
 )
 from tensorconv.scratch import workspace
 
@@ -124,13 +123,13 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """The shortest tile holding all the piece's rows (128 pixels wide up to 64 rows; 128
-    rows x 64 pixels above), the tallest for a piece of more than 128 rows."""
-    fitting = [t for t in TILES if t.bm >= p.rows and (t.bn == 128 or t.bm > 64)]
-    return min(fitting, key=lambda t: t.bm) if fitting else max(TILES, key=lambda t: t.bm)
+    """The shortest 128-pixel tile holding the piece's rows, 32 rows for a longer piece
+    (the 64- and 128-row tiles measured slower per row on an H100)."""
+    fitting = [t for t in TILES if t.bn == 128 and t.bm >= min(32, p.rows)]
+    return min(fitting, key=lambda t: t.bm)
 
 
-SPLITS = ("tall", "paper")
+SPLITS = ("merged", "paper")
 
 
 def paper_tile(rows: int) -> Tile:
@@ -141,17 +140,17 @@ def paper_tile(rows: int) -> Tile:
 
 
 def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts,
-                   split: str = "tall") -> tuple:
-    """Each block split as :func:`tall_rows`, each piece on its :func:`default_tile`
-    (``split="tall"``), or as the paper's :func:`split_rows` on :func:`paper_tile`
+                   split: str = "merged") -> tuple:
+    """Each block split as :func:`merged_rows`, each piece on its :func:`default_tile`
+    (``split="merged"``), or as the paper's :func:`split_rows` on :func:`paper_tile`
     (``"paper"``)."""
     check_choice(split, "split", SPLITS)
     q = geom.n * geom.oh * geom.ow
     pieces = []
     for b, (rows, cols) in enumerate(packed.layout.blocks):
-        for start, stop in (tall_rows if split == "tall" else split_rows)(rows.size):
+        for start, stop in (merged_rows if split == "merged" else split_rows)(rows.size):
             tile = default_tile(Problem(stop - start, cols.size, q), facts) \
-                if split == "tall" else paper_tile(stop - start)
+                if split == "merged" else paper_tile(stop - start)
             pieces.append(Piece(b, start, stop, tile))
     return tuple(pieces)
 

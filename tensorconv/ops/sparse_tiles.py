@@ -15,8 +15,6 @@ from tensorconv import backend
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops._launch import cdiv
 
-TALL_ROWS = 128   # rows of the tallest block-GEMM tile (sparse_conv.TILES)
-
 
 def split_rows(rows: int) -> list[tuple[int, int]]:
     """The paper's split of a block's rows (§4.2): ``32 * (rows // 32)`` rows, then the
@@ -32,12 +30,13 @@ def split_rows(rows: int) -> list[tuple[int, int]]:
     return parts
 
 
-def tall_rows(rows: int) -> list[tuple[int, int]]:
-    """A block's rows :data:`TALL_ROWS` at a time: each piece gathers the block's im2col
-    columns once, and the gather, not the multiply-adds, is most of a piece's time on an
-    H100 (``docs/notes/sparse_conv.md``), so fewer, taller pieces win over the paper's
-    split."""
-    return [(i, min(i + TALL_ROWS, rows)) for i in range(0, rows, TALL_ROWS)]
+def merged_rows(rows: int) -> list[tuple[int, int]]:
+    """The paper's ``32 * (rows // 32)`` rows, then the rest as one piece, not two: each
+    piece gathers the block's im2col columns once, and on an H100 that gather costs a
+    piece more than its multiply-adds (``docs/notes/sparse_conv.md``: 20 rows in one
+    32-row piece 9.0 ms, as two halves on 8-row tiles 22.7 ms)."""
+    head = 32 * (rows // 32)
+    return ([(0, head)] if head else []) + ([(head, rows)] if rows > head else [])
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,26 @@ def conv_inputs(model, names, input_shape) -> dict:
         for name in names:
             del mods[name].forward
     return shapes
+
+
+def rel_norm(a, b, xp) -> float:
+    """``|a - b| / |b|`` (Frobenius norms) on ``xp``'s device, as a float."""
+    return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
+
+
+def cudnn_baseline():
+    """PyTorch set up as the cuDNN baseline of an end-to-end timing (``cudnn.benchmark``,
+    matmuls in fp32; each run sets ``cudnn.allow_tf32`` itself), with ``to_torch`` from
+    :mod:`experiments._torch_mirror`; ``(None, None)`` where PyTorch with cuDNN is
+    missing."""
+    from tensorconv import bench
+
+    if not bench.torch_cudnn_available():
+        return None, None
+    import torch
+
+    from experiments._torch_mirror import to_torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch, to_torch

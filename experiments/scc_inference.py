@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import grouped_bars, outputs, parser, preload, pyplot, save_figure
+from experiments._common import (
+    cudnn_baseline,
+    grouped_bars,
+    outputs,
+    parser,
+    preload,
+    pyplot,
+    rel_norm,
+    save_figure,
+)
 from tensorconv import backend, bench, timing
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.cli import guarded
@@ -40,22 +49,11 @@ def _args(argv):
     return p.parse_args(argv)
 
 
-def _rel(a, b, xp) -> float:
-    return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
-
-
 def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
     preload("torch")
-    torch = None
-    if bench.torch_cudnn_available():
-        import torch
-
-        from experiments._torch_mirror import to_torch
-
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
+    torch, to_torch = cudnn_baseline()
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
     batches = args.batches[:2] if args.quick else args.batches
@@ -74,7 +72,7 @@ def main(argv=None) -> int:
         engine = InferenceEngine(scc, shape, tune=args.tune)
         out = engine(x)
         with no_grad():
-            rs.add(case, "ours-dw-scc", "rel_err", _rel(out, scc(Tensor(x)).data, cp), "1")
+            rs.add(case, "ours-dw-scc", "rel_err", rel_norm(out, scc(Tensor(x)).data, cp), "1")
         t = engine.time(**reps).median_us / 1e3
         rs.add(case, "ours-dw-scc", "batch_ms", t, "ms", paper_value=paper_ours,
                note=f"our engine, one CUDA graph of {engine.launches} launches")
@@ -89,7 +87,7 @@ def main(argv=None) -> int:
             tag = "tf32" if tf32 else "fp32"
             with torch.no_grad():
                 rs.add(case, f"cudnn-dw-gpw-{tag}", "rel_err",
-                       _rel(cp.from_dlpack(net(xt)), ref, cp), "1")
+                       rel_norm(cp.from_dlpack(net(xt)), ref, cp), "1")
                 tg = timing.time_graph(lambda: net(xt), framework="torch", calls_per_graph=1,
                                        **reps).median_us / 1e3
             rs.add(case, f"cudnn-dw-gpw-{tag}", "batch_ms", tg, "ms",

@@ -26,7 +26,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import grouped_bars, outputs, parser, preload, pyplot, save_figure
+from experiments._common import (
+    cudnn_baseline,
+    grouped_bars,
+    outputs,
+    parser,
+    preload,
+    pyplot,
+    rel_norm,
+    save_figure,
+)
 from tensorconv import backend, bench, timing
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.cli import guarded
@@ -80,22 +89,11 @@ def pruned_copy(name: str, ratio: float, masks_path):
     return model, (f"masks {masks_path}" if masks else f"magnitude {ratio:g}x")
 
 
-def _rel(a, b, xp) -> float:
-    return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
-
-
 def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
     preload("torch")
-    torch = None
-    if bench.torch_cudnn_available():
-        import torch
-
-        from experiments._torch_mirror import to_torch
-
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = False
+    torch, to_torch = cudnn_baseline()
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
     reps = dict(repeat=10 if args.quick else 50)
@@ -116,7 +114,7 @@ def main(argv=None) -> int:
             engine = InferenceEngine(model, shape, tune=args.tune)
             out = engine(x)
             with no_grad():
-                rs.add(case, variant, "rel_err", _rel(out, model(Tensor(x)).data, cp), "1")
+                rs.add(case, variant, "rel_err", rel_norm(out, model(Tensor(x)).data, cp), "1")
             note = f"one CUDA graph of {engine.launches} launches"
             if variant == "ours-sparse":
                 sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
@@ -134,7 +132,7 @@ def main(argv=None) -> int:
                 torch.backends.cudnn.allow_tf32 = tf32
                 tag = f"cudnn-{'tf32' if tf32 else 'fp32'}"
                 with torch.no_grad():
-                    rs.add(case, tag, "rel_err", _rel(cp.from_dlpack(net(xt)), ref, cp), "1")
+                    rs.add(case, tag, "rel_err", rel_norm(cp.from_dlpack(net(xt)), ref, cp), "1")
                     us = timing.time_graph(lambda: net(xt), framework="torch",
                                            calls_per_graph=1, **reps).median_us
                 rs.add(case, tag, "batch_us", us, "us",
@@ -165,7 +163,6 @@ def main(argv=None) -> int:
     save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0
-
 
 
 if __name__ == "__main__":

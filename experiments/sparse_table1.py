@@ -13,8 +13,11 @@ each model (``--models``, each with its pruning ratio: ResNet-18 8x, VGG-16 4x, 
   that keep every dense-block cell trainable.
 
 Reports each phase's test accuracy beside the paper's, each layer's density before and
-after re-pruning and the share of its nonzeros in dense blocks.  ``--time-budget`` stops
-between epochs and a later call resumes.
+after re-pruning and the share of its nonzeros in dense blocks, and the ablation (before
+any retraining): the share of the benefit model's work (output rows written, input rows
+read) that the knapsack and removal by magnitude alone free at each budget of
+``--b3-sweep``.  ``--merge`` keeps earlier calls' rows of other models in one table;
+``--time-budget`` stops between epochs and a later call resumes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from experiments._common import outputs, parser, plot_accuracy, training_args, w
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.compress.prune import prune_candidates, save_masks
-from tensorconv.compress.sparse import reprune_masks
+from tensorconv.compress.reprune import METHODS, layout_work
+from tensorconv.compress.sparse import reprune_layers, reprune_masks
 from tensorconv.nn import get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
@@ -72,15 +76,43 @@ def write_pruned_masks(model: str, work: Path) -> Path:
     return path
 
 
-def write_reprune_masks(args, model: str, work: Path) -> dict:
-    """Re-prune the fine-tuned pruned model; write its masks (once) and return the report."""
+def write_reprune_masks(args, model: str, work: Path) -> tuple[dict, dict]:
+    """Re-prune the fine-tuned pruned model; write its masks (once).  Returns the report at
+    ``--b3`` and the ablation: {layer: (Algorithm 1's layer, {(method, b3): Repruned})} at
+    every budget of ``--b3-sweep`` by the knapsack and by magnitude alone."""
     net = get_model(model, in_channels=1, num_classes=10)
     net.load_state_dict(ckpt.load(work / "pruned.npz")[0])
-    masks, report = reprune_masks(net, args.b3, t2=args.t2, seed=0)
+    layers = reprune_layers(net, sorted(set(args.b3_sweep) | {args.b3}), METHODS, t2=args.t2,
+                            seed=0)
+    masks, report = reprune_masks(net, args.b3, layers=layers)
     path = work / "repruned_masks.npz"
     if not path.exists():
         save_masks(path, masks)
-    return report
+    return report, layers
+
+
+def add_ablation(rs: ResultSet, case: str, layers: dict) -> None:
+    """Per layer and over all layers: the share of the benefit model's work
+    (:func:`layout_work`) that each method frees at each budget, and the norm it removes."""
+    totals: dict = {}
+    for layer, (packed, runs) in layers.items():
+        work = layout_work(packed.layout)
+        for (method, b3), r in sorted(runs.items()):
+            freed = work - layout_work(r.packed.layout)
+            key = f"{method} b3={b3:g}"
+            rs.add(f"{case}/{layer}", key, "work_freed", freed / work if work else 0.0, "1")
+            rs.add(f"{case}/{layer}", key, "removed_l2", r.removed_l2, "1")
+            done, whole = totals.get(key, (0, 0))
+            totals[key] = (done + freed, whole + work)
+    for key, (freed, work) in totals.items():
+        rs.add(f"{case} all layers", key, "work_freed", freed / work if work else 0.0, "1",
+               note="C1 per output row written + C2 per input row read, C1 = C2 = 1")
+
+
+def merged_rows(paths: list, models_now: set) -> list:
+    """Rows of earlier calls' CSVs (``--merge``, oldest first) for models not run now."""
+    return [r for path in paths for r in read_csv(path)
+            if r["case"].split("/")[0].split(" ")[0] not in models_now]
 
 
 def main(argv=None) -> int:
@@ -94,7 +126,13 @@ def main(argv=None) -> int:
     p.add_argument("--rho", type=float, default=1e-3)
     p.add_argument("--rho-growth", type=float, default=1.5)
     p.add_argument("--b3", type=float, default=0.2, help="re-pruning budget (paper: 0.2)")
+    p.add_argument("--b3-sweep", type=float, nargs="+", default=[0.3, 0.2, 0.1],
+                   help="budgets of the re-pruning ablation (knapsack vs magnitude alone; "
+                        "no retraining)")
     p.add_argument("--t2", type=int, default=8, help="Algorithm 1's column threshold")
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="this experiment's CSVs from earlier calls: their rows of models not "
+                        "run now are kept (models trained in separate calls, one table)")
     training_args(p)
     args = p.parse_args(argv)
     if args.quick:
@@ -103,6 +141,7 @@ def main(argv=None) -> int:
     budget = TimeBudget(args.time_budget)
     env = bench.environment()
     rs = ResultSet(NAME, env)
+    rs.extend(merged_rows(args.merge, {f"{m}-{MODELS[m][0]:g}x" for m in args.models}))
     for model in args.models:
         work = work_dir(NAME, args, paths, model)
         ratio, paper = MODELS[model]
@@ -111,7 +150,8 @@ def main(argv=None) -> int:
         for phase, paper_acc in zip(PHASES, (paper[0], None, paper[1], paper[2])):
             if phase == "repruned":
                 write_pruned_masks(model, work)
-                report = write_reprune_masks(args, model, work)
+                report, layers = write_reprune_masks(args, model, work)
+                add_ablation(rs, case, layers)
                 for layer, r in report.items():
                     lay = r.packed.layout
                     rs.add(f"{case}/{layer}", "repruned", "removed_l2", r.removed_l2, "1")
@@ -134,7 +174,10 @@ def main(argv=None) -> int:
     write_markdown(paths["md"], "Sparse table 1 on Fashion-MNIST: full, pruned, re-pruned",
                    env, [("Test accuracy (%)", pivot_markdown(rows, "test_acc", list(PHASES))),
                          ("Re-pruning per layer", long_markdown(
-                             [r for r in rows if r["metric"] != "test_acc"])),
+                             [r for r in rows if r["variant"] == "repruned"
+                              and r["metric"] != "test_acc"])),
+                         ("Ablation: share of the work freed (no retraining)",
+                          pivot_markdown(rows, "work_freed")),
                          ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
     plot_accuracy(rows, paths["png"])
     print(pivot_markdown(rows, "test_acc", list(PHASES)))

@@ -471,11 +471,31 @@ def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     acc = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}
     assert set(acc) == {"full", "admm", "pruned", "repruned"}
     assert all(10.0 < a <= 100.0 for a in acc.values())
-    removed = [r["value"] for r in rows if r["metric"] == "removed_l2"]
+    removed = [r["value"] for r in rows
+               if r["metric"] == "removed_l2" and r["variant"] == "repruned"]
     assert removed and all(0 <= v <= 0.2 + 1e-3 for v in removed)
     for masks in ("pruned_masks.npz", "repruned_masks.npz"):
         assert (tmp_path / "sparse_table1_work" / "small_cnn" / masks).exists()
     assert (tmp_path / "sparse_table1.png").stat().st_size > 0
+    freed = {r["variant"]: r["value"] for r in rows
+             if r["metric"] == "work_freed" and r["case"].endswith("all layers")}
+    assert set(freed) == {f"{m} b3={b}" for m in ("knapsack", "magnitude") for b in (0.3, 0.2, 0.1)}
+    assert all(0 <= v <= 1 for v in freed.values())
+    assert freed["knapsack b3=0.3"] >= freed["knapsack b3=0.1"]
+    assert "Ablation" in (tmp_path / "sparse_table1.md").read_text()
+    earlier = tmp_path / "earlier.csv"
+    results.ResultSet("sparse_table1", {}).write_csv(earlier)     # an empty earlier call
+    other = results.read_csv(tmp_path / "sparse_table1.csv")
+    for r in other:
+        r["case"] = r["case"].replace("small_cnn-4x", "vgg16-4x")
+    rs = results.ResultSet("sparse_table1", {})
+    rs.extend(other)
+    rs.write_csv(earlier)
+    assert sparse_table1.main(args + ["--merge", str(earlier)]) == 0   # resumes: all finished
+    merged = results.read_csv(tmp_path / "sparse_table1.csv")
+    cases = {r["case"].split("/")[0] for r in merged if r["metric"] == "test_acc"}
+    assert cases == {"small_cnn-4x", "vgg16-4x"}
+    assert len([r for r in merged if r["metric"] == "test_acc"]) == 8
 
 
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")

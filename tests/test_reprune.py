@@ -76,7 +76,52 @@ def test_reprune_takes_free_and_lone_weights_first_within_the_budget(rng):
         assert np.all((kept == 0) | (kept == packed.to_matrix()))    # nothing else changed
 
 
+def test_layout_work_counts_rows_written_and_rows_read(rng):
+    lay = _layer(rng).layout
+    # blocks: 4 rows + 2 columns and 4 + 2; remainder: rows 10 and 11, three weights
+    assert rp.layout_work(lay) == 12 + 2 + 3
+    assert rp.layout_work(lay, c1=2, c2=0) == 2 * (8 + 2)
+
+
+@pytest.mark.parametrize("b3", [0.0, 0.001, 0.05, 0.2, 0.6, 1.0])
+def test_magnitude_removal_takes_the_smallest_weights_within_the_budget(rng, b3):
+    shape = (24, 6, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    m = bs.kernel_matrix(w)
+    blocks = [(np.arange(0, 12), np.arange(0, 20)), (np.arange(8, 24), np.arange(30, 54))]
+    packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+    total = float((m.astype(np.float64) ** 2).sum())
+    r = rp.reprune(packed, b3, method="magnitude")
+    got = r.packed.to_matrix()
+    gone = (m != 0) & (got == 0)
+    assert np.all((got == 0) | (got == m))                           # nothing else changed
+    assert r.removed_l2 == pytest.approx((m[gone].astype(np.float64) ** 2).sum() / total)
+    assert r.removed_l2 <= b3 + 1e-9
+    kept = np.abs(m[(m != 0) & ~gone])
+    assert not gone.any() or not kept.size or np.abs(m[gone]).max() <= kept.min()
+    assert r.benefit == rp.layout_work(packed.layout) - rp.layout_work(r.packed.layout)
+    assert r.weights == int(np.count_nonzero(gone[packed.layout.csr_rows,
+                                                  packed.layout.indices]))
+    if b3 == 1.0:
+        assert not got.any() and not r.packed.layout.blocks
+
+
+def test_the_knapsack_frees_more_work_than_magnitude_on_a_costly_block_row(rng):
+    packed = _layer(rng)                  # tiny lone remainder weights, a zero block row
+    total = float((packed.to_matrix().astype(np.float64) ** 2).sum())
+    budget = 0.0051 / total               # two of the three tiny weights
+    work = rp.layout_work(packed.layout)
+    for method in rp.METHODS:
+        r = rp.reprune(packed, budget, method=method)
+        assert r.removed_l2 <= budget + 1e-3 / total
+    knap = work - rp.layout_work(rp.reprune(packed, budget).packed.layout)
+    mag = work - rp.layout_work(rp.reprune(packed, budget, method="magnitude").packed.layout)
+    assert knap >= mag
+
+
 def test_reprune_refuses_bad_arguments(rng):
+    with pytest.raises(ValueError, match="method must be one of"):
+        rp.reprune(_layer(rng), 0.1, method="greedy")
     with pytest.raises(ValueError, match="b3 must be <= 1"):
         rp.reprune(_layer(rng), 1.5)
     with pytest.raises(TypeError, match="packed must be a BlockSparse"):

@@ -135,7 +135,20 @@ class Repruned:
     weights: int
 
 
-def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repruned:
+METHODS = ("knapsack", "magnitude")
+
+
+def layout_work(layout: Layout, c1: int = 1, c2: int = 1) -> int:
+    """The benefit model's cost of running ``layout``: ``c1`` per output row written and
+    ``c2`` per input row read, by each block (its rows and columns) and by the remainder
+    (each of its rows, each of its weights) — what re-pruning lowers."""
+    blocks = sum(c1 * rows.size + c2 * cols.size for rows, cols in layout.blocks)
+    remainder_rows = int(np.count_nonzero(np.diff(layout.indptr)))
+    return int(blocks + c1 * remainder_rows + c2 * layout.indices.size)
+
+
+def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1,
+            method: str = "knapsack") -> Repruned:
     """Re-prune a block-sparse layer within ``b3`` of its squared norm (eq. 1).
 
     Parameters
@@ -146,18 +159,28 @@ def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repr
         The budget: removed weights' sum of squares <= ``b3`` times the layer's.
     c1, c2 : int
         Benefit of an output row not written, an input row not read (the paper: 1, 1).
+    method : {"knapsack", "magnitude"}
+        The paper's knapsack over block rows, block columns and remainder weights, or the
+        ablation's baseline: the smallest weights one by one, wherever they are, until the
+        budget (a block row or column goes only once all its weights have).
 
     Returns
     -------
     Repruned
+        ``benefit`` is the knapsack's objective (``"knapsack"``) or the drop in
+        :func:`layout_work` (``"magnitude"``).
     """
     if not isinstance(packed, BlockSparse):
         raise TypeError(f"packed must be a BlockSparse, got {type(packed).__name__}")
     check_real(b3, "b3", low=0.0, high=1.0)
     c1, c2 = check_int(c1, "c1", minimum=0), check_int(c2, "c2", minimum=0)
-    items = removal_items(packed, c1, c2)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     total = float(sum((v.astype(np.float64) ** 2).sum() for v in packed.values)
                   + (packed.data.astype(np.float64) ** 2).sum())
+    if method == "magnitude":
+        return _by_magnitude(packed, b3 * total, total, c1, c2)
+    items = removal_items(packed, c1, c2)
     costs = np.ceil(SCALE * items.l2).astype(np.int64)
     chosen = knapsack(costs, items.benefit, math.ceil(SCALE * b3 * total))
     blocks, values = [], []
@@ -169,7 +192,44 @@ def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repr
         if keep_r.size and keep_c.size:
             blocks.append((rows[keep_r], cols[keep_c]))
             values.append(v[np.ix_(keep_r, keep_c)])
-    keep_w = ~chosen[items.kind == 2]
+    new, removed = _rebuild(packed, blocks, values, ~chosen[items.kind == 2], total)
+    return Repruned(new, removed, int(items.benefit[chosen].sum()),
+                    int(np.count_nonzero(chosen & (items.kind == 0))),
+                    int(np.count_nonzero(chosen & (items.kind == 1))),
+                    int(np.count_nonzero(chosen & (items.kind == 2))))
+
+
+def _by_magnitude(packed: BlockSparse, budget: float, total: float, c1: int,
+                  c2: int) -> Repruned:
+    """The smallest nonzero weights, blocks' and remainder's alike, while their squared
+    norm stays within ``budget``; emptied block rows and columns dropped."""
+    sq = np.concatenate([(v.astype(np.float64) ** 2).ravel() for v in packed.values]
+                        + [packed.data.astype(np.float64) ** 2])
+    order = np.argsort(np.where(sq > 0, sq, np.inf), kind="stable")
+    taken = int(np.searchsorted(np.cumsum(sq[order]), budget, side="right"))
+    gone = np.zeros(sq.size, bool)
+    gone[order[:taken]] = True
+    gone &= sq > 0
+    blocks, values, start, rows_out, cols_out = [], [], 0, 0, 0
+    for (rows, cols), v in zip(packed.layout.blocks, packed.values):
+        kept = np.where(gone[start:start + v.size].reshape(v.shape), 0, v).astype(np.float32)
+        start += v.size
+        keep_r, keep_c = np.flatnonzero(kept.any(axis=1)), np.flatnonzero(kept.any(axis=0))
+        rows_out += rows.size - keep_r.size
+        cols_out += cols.size - keep_c.size
+        if keep_r.size and keep_c.size:
+            blocks.append((rows[keep_r], cols[keep_c]))
+            values.append(kept[np.ix_(keep_r, keep_c)])
+    keep_w = ~gone[start:]
+    new, removed = _rebuild(packed, blocks, values, keep_w, total)
+    benefit = layout_work(packed.layout, c1, c2) - layout_work(new.layout, c1, c2)
+    return Repruned(new, removed, int(benefit), rows_out, cols_out,
+                    int(np.count_nonzero(~keep_w)))
+
+
+def _rebuild(packed: BlockSparse, blocks: list, values: list, keep_w, total: float):
+    """The re-pruned layer of kept ``blocks`` (with their ``values``) and remainder weights
+    (``keep_w``), and the share of ``total`` squared norm removed."""
     lay = packed.layout
     rows_of = lay.csr_rows[keep_w]
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows_of, minlength=lay.rows))])
@@ -180,7 +240,4 @@ def reprune(packed: BlockSparse, b3: float, *, c1: int = 1, c2: int = 1) -> Repr
     kernel[rows_of, lay.indices[keep_w]] = packed.data[keep_w]
     new = pack(kernel.reshape(lay.shape), layout)
     removed = float(((packed.to_matrix().astype(np.float64) - new.to_matrix()) ** 2).sum())
-    return Repruned(new, removed / total if total else 0.0, int(items.benefit[chosen].sum()),
-                    int(np.count_nonzero(chosen & (items.kind == 0))),
-                    int(np.count_nonzero(chosen & (items.kind == 1))),
-                    int(np.count_nonzero(chosen & (items.kind == 2))))
+    return new, removed / total if total else 0.0

@@ -82,17 +82,33 @@ def sparsify(model, *, blocks: bool = True, t1: int = 8, t2=8, b1: int = 8, b2: 
     return report
 
 
-def reprune_masks(model, b3: float, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
-                  seed: int = 0) -> tuple[dict, dict]:
-    """Performance-aware re-pruning of every pruned convolution of ``model`` (§5): Algorithm 1
-    on its nonzeros, then :func:`tensorconv.compress.reprune.reprune` within ``b3`` of its
-    squared norm.  Returns the masks to retrain under — every cell of every remaining block
-    and the remainder's nonzeros, {name: bool (K, C, R, S)} — and {name: Repruned}."""
-    masks, report = {}, {}
+def reprune_layers(model, b3s, methods=("knapsack",), *, t1: int = 8, t2: int = 8,
+                   b1: int = 8, b2: int = 8, seed: int = 0) -> dict:
+    """Algorithm 1 once on each pruned convolution of ``model``, then re-pruning
+    (:func:`tensorconv.compress.reprune.reprune`) at each budget of ``b3s`` by each of
+    ``methods``.  Returns {name: (Algorithm 1's packed layer, {(method, b3): Repruned})}."""
+    out = {}
     for name, conv in prune_candidates(model).items():
         w = backend.to_host(conv.weight.data)
         found = extract_blocks(kernel_matrix(w) != 0, w.shape, t1=t1, t2=t2, b1=b1, b2=b2,
                                seed=seed)
-        report[name] = reprune(pack(w, found.layout), b3)
-        masks[name] = report[name].packed.layout.mask().reshape(w.shape)
+        packed = pack(w, found.layout)
+        out[name] = (packed, {(m, b3): reprune(packed, b3, method=m)
+                              for m in methods for b3 in b3s})
+    return out
+
+
+def reprune_masks(model, b3: float, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
+                  seed: int = 0, layers: dict | None = None) -> tuple[dict, dict]:
+    """Performance-aware re-pruning of every pruned convolution of ``model`` (§5): Algorithm 1
+    on its nonzeros, then the knapsack within ``b3`` of its squared norm (``layers``: a
+    :func:`reprune_layers` result holding ``("knapsack", b3)``, instead of running them
+    again).  Returns the masks to retrain under — every cell of every remaining block and
+    the remainder's nonzeros, {name: bool (K, C, R, S)} — and {name: Repruned}."""
+    if layers is None:
+        layers = reprune_layers(model, (b3,), t1=t1, t2=t2, b1=b1, b2=b2, seed=seed)
+    masks, report = {}, {}
+    for name, (packed, runs) in layers.items():
+        report[name] = runs[("knapsack", b3)]
+        masks[name] = report[name].packed.layout.mask().reshape(packed.layout.shape)
     return masks, report

@@ -1,10 +1,14 @@
 """Sparse layers: per-layer time of pruned convolutions (Rumi et al., PACT'20, Figs 8-12).
 
-For each distinct prunable convolution of ``--model`` (the CIFAR-style zoo model on 32x32
-Fashion-MNIST-shaped input, ``--batch`` 32), its kernel pruned ``--ratio`` times — by
-magnitude from its initial weights (an unstructured pattern: the hardest case for dense
-blocks), or with a trained model's masks (``--masks``, saved by ``sparse_table1``) — runs
-as:
+For each distinct prunable convolution of ``--model`` (a zoo model on ``--size`` x
+``--size`` input with ``--in-channels`` channels: by default the CIFAR-style model on
+32x32 Fashion-MNIST-shaped input; ``--model resnet18_imagenet --size 224 --in-channels 3``
+or ``--model resnet50 ...`` for the paper's ImageNet layers), at ``--batch`` 32, its
+kernel pruned ``--ratio`` times — by magnitude from its initial weights (an unstructured
+pattern: the hardest case for dense blocks), or with a trained model's masks (``--masks``,
+saved by ``sparse_table1``; matched by layer name and shape, so masks trained on the
+CIFAR-style ResNet-18 transplant onto the ImageNet one, whose layers after the stem have
+the same K x CRS shapes) — runs as:
 
 * ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16) and no
   blocks at all (``no-blocks``: every nonzero in the remainder), the sparse kernels on
@@ -55,7 +59,11 @@ NAME = "sparse_layers"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 PAPER = {"resnet18": "P100, ResNet18-8x: ours 1.66-7.58x over cuDNN, 1.04-1.45x over SpMM",
          "vgg16": "P100, VGG16-4x: ours 1.03-5.40x over cuDNN, 1.18-1.54x over SpMM",
-         "googlenet": "P100, GoogLeNet-8x: ours 1.49-4.13x over cuDNN"}
+         "googlenet": "P100, GoogLeNet-8x: ours 1.49-4.13x over cuDNN",
+         "resnet18_imagenet": "P100, ResNet18-4x (ImageNet), re-pruned: 1.20-1.61x over "
+                              "unpruned TVM (Fig. 11)",
+         "resnet50": "P100, ResNet50-8x (ImageNet), re-pruned: 2.1-4.05x over unpruned TVM "
+                     "(Fig. 12)"}
 
 
 def _args(argv):
@@ -66,6 +74,9 @@ def _args(argv):
                    help="trained masks (.npz of sparse_table1), each set timed in turn, its "
                         "cases prefixed by LABEL (e.g. pruned=... repruned=...)")
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--size", type=int, default=32, help="input height and width")
+    p.add_argument("--in-channels", type=int, default=1,
+                   help="input channels (1: Fashion-MNIST; 3 for the ImageNet models)")
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
@@ -84,11 +95,11 @@ def _mask_sets(args) -> list[tuple[str, str | None]]:
 
 def _layers(args, masks_path):
     """[(name, conv, input shape, pruned kernel)] of the layers to time."""
-    model = get_model(args.model, in_channels=1, seed=0).eval()
+    model = get_model(args.model, in_channels=args.in_channels, seed=0).eval()
     convs = prune_candidates(model)
     masks = load_masks(masks_path) if masks_path else None
-    shapes = {n: (args.batch,) + s[1:]
-              for n, s in conv_inputs(model, list(convs), (1, 1, 32, 32)).items()}
+    probe = (1, args.in_channels, args.size, args.size)
+    shapes = {n: (args.batch,) + s[1:] for n, s in conv_inputs(model, list(convs), probe).items()}
     seen, out = set(), []
     for name, conv in convs.items():
         w = conv.weight.data
@@ -249,7 +260,8 @@ def main(argv=None) -> int:
                                                          "density"))
     masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
-    sections.append(("Notes", f"{args.model}, batch {args.batch}, {masks}. Paper: "
+    sections.append(("Notes", f"{args.model}, batch {args.batch}, {args.in_channels} x "
+                              f"{args.size} x {args.size} input, {masks}. Paper: "
                               f"{PAPER.get(args.model, 'see Figs 8-12')}. cuSPARSE is timed "
                               f"eagerly (it does not capture into a CUDA graph); the others "
                               f"by graph replay."))

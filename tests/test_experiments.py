@@ -153,6 +153,31 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
     assert (tmp_path / "sparse_e2e.png").stat().st_size > 0
 
 
+def test_sparse_layers_transplant_trained_masks_onto_imagenet_shapes(tmp_path):
+    import numpy as np
+
+    from experiments import sparse_layers
+    from tensorconv.compress.prune import prune_candidates, save_masks
+    from tensorconv.nn import get_model
+
+    rng = np.random.default_rng(0)
+    cifar = prune_candidates(get_model("resnet18", in_channels=1))
+    save_masks(tmp_path / "m.npz", {n: rng.random(c.weight.data.shape) < 0.125
+                                    for n, c in cifar.items()})
+    args = sparse_layers._args(["--model", "resnet18_imagenet", "--size", "224",
+                                "--in-channels", "3", "--batch", "2"])
+    layers = sparse_layers._layers(args, tmp_path / "m.npz")
+    first = {name: shape for name, _, shape, _ in layers}
+    assert first["stages.0.0.conv1"] == (2, 64, 56, 56)
+    assert first["stages.3.0.conv1"] == (2, 256, 14, 14)
+    masks = np.load(tmp_path / "m.npz")
+    for name, _, _, w in layers:                  # the trained pattern, unchanged
+        assert np.array_equal(w != 0, masks[name])
+    with pytest.raises(ValueError, match="no mask of shape"):
+        sparse_layers._layers(sparse_layers._args(["--model", "resnet50", "--size", "64",
+                                                   "--in-channels", "3"]), tmp_path / "m.npz")
+
+
 def test_sparse_layers_mask_sets_are_labelled():
     from experiments import sparse_layers
 

@@ -7,7 +7,10 @@ chooses from.
 * :mod:`~tensorconv.compress.prune` — pruning masks (magnitude top-l), ``apply_masks``,
   ``save_masks``/``load_masks``;
 * :mod:`~tensorconv.compress.reprune` — performance-aware re-pruning (knapsack, §5 of
-  Rumi et al.);
+  Rumi et al.; removal by magnitude alone as its ablation);
+* :mod:`~tensorconv.compress.sparse` — ``sparsify`` (pruned convolutions as
+  ``SparseConv2d``: Algorithm 1's dense blocks and a CSR remainder), ``reprune_layers``,
+  ``reprune_masks``;
 * :mod:`~tensorconv.compress.ranks` — ``LayerSpec``, ``layer_specs``, ``select_ranks``;
 * :mod:`~tensorconv.compress.performance` — ``layer_latency``, ``performance_tables``
   (table T, measured through the inference engine on this GPU).

@@ -17,7 +17,9 @@ after re-pruning and the share of its nonzeros in dense blocks, and the ablation
 any retraining): the share of the benefit model's work (output rows written, input rows
 read) that the knapsack and removal by magnitude alone free at each budget of
 ``--b3-sweep``.  ``--merge`` keeps earlier calls' rows of other models in one table;
-``--time-budget`` stops between epochs and a later call resumes.
+``--time-budget`` stops between epochs and a later call resumes; ``--slim`` keeps a
+finished phase's checkpoint as its weights alone (``training.checkpoint.slim``), so that
+a model's phases can run in separate calls on separate machines.
 """
 
 from __future__ import annotations
@@ -130,6 +132,9 @@ def main(argv=None) -> int:
                    help="budgets of the re-pruning ablation (knapsack vs magnitude alone; "
                         "no retraining)")
     p.add_argument("--t2", type=int, default=8, help="Algorithm 1's column threshold")
+    p.add_argument("--slim", action="store_true",
+                   help="rewrite each finished phase's checkpoint as its weights alone "
+                        "(compressed): small enough to carry a model's phases across machines")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="this experiment's CSVs from earlier calls: their rows of models not "
                         "run now are kept (models trained in separate calls, one table)")
@@ -160,6 +165,8 @@ def main(argv=None) -> int:
                            note=f"{r.rows} block rows, {r.cols} block columns, {r.weights} "
                                 f"remainder weights removed")
             meta, finished = train_within(cfgs[phase], work / f"{phase}.npz", budget)
+            if finished and args.slim:
+                ckpt.slim(work / f"{phase}.npz")
             if meta is None or not meta["history"]:
                 break
             epochs = meta["history"][-1]["epoch"]

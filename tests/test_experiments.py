@@ -516,7 +516,11 @@ def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     rs = results.ResultSet("sparse_table1", {})
     rs.extend(other)
     rs.write_csv(earlier)
-    assert sparse_table1.main(args + ["--merge", str(earlier)]) == 0   # resumes: all finished
+    assert sparse_table1.main(args + ["--merge", str(earlier), "--slim"]) == 0   # all finished
+    from training import checkpoint as ckpt
+
+    for phase in ("full", "admm", "pruned", "repruned"):
+        assert ckpt.load(tmp_path / "sparse_table1_work" / "small_cnn" / f"{phase}.npz")[2]["slim"]
     merged = results.read_csv(tmp_path / "sparse_table1.csv")
     cases = {r["case"].split("/")[0] for r in merged if r["metric"] == "test_acc"}
     assert cases == {"small_cnn-4x", "vgg16-4x"}

@@ -240,6 +240,29 @@ def test_admm_pruning_then_masked_fine_tuning_resumes_exactly(tmp_path):
     assert _timeless(part.history) == _timeless(full.history[:1])
 
 
+def test_a_slim_checkpoint_starts_a_run_but_cannot_resume_one(tmp_path):
+    admm = _cfg(model="small_cnn", epochs=2, admm_prune_ratio=4.0, admm_rho=1e-2)
+    path, copy = tmp_path / "admm.npz", tmp_path / "admm_copy.npz"
+    first = train(admm, path, progress=False)
+    copy.write_bytes(path.read_bytes())
+    before = path.stat().st_size
+    assert ckpt.slim(path) == path and ckpt.slim(path) == path          # idempotent
+    state, opt, meta = ckpt.load(path)
+    assert meta["slim"] and not meta["extra"] and opt["velocity"] == [] and meta["epoch"] == 2
+    assert path.stat().st_size < before / 2
+    full = ckpt.load(copy)[0]
+    assert all(np.array_equal(state[k], full[k]) for k in full)
+    again = train(admm, path, progress=False)                    # finished: nothing to train
+    assert again.finished and _timeless(again.history) == _timeless(first.history)
+    with pytest.raises(ckpt.CheckpointError, match="slimmed"):
+        train(_cfg(model="small_cnn", epochs=3, admm_prune_ratio=4.0, admm_rho=1e-2), path,
+              progress=False)
+    runs = [train(_cfg(epochs=1, init_from=str(src), prune_ratio=4.0), progress=False)
+            for src in (path, copy)]
+    a, b = (r.model.state_dict() for r in runs)
+    assert all(np.array_equal(a[k], b[k]) for k in a)            # the same start either way
+
+
 def test_training_under_masks_from_a_file(tmp_path):
     from tensorconv.compress import prune
     from tensorconv.nn import get_model

@@ -81,3 +81,20 @@ def load(path) -> tuple[dict, dict, dict]:
         raise CheckpointError(f"{path} is a damaged tensorconv checkpoint "
                               f"({type(exc).__name__}: {exc})") from exc
     return model_state, optimizer_state, meta
+
+
+def slim(path) -> Path:
+    """Rewrite the finished run's checkpoint at ``path`` as its weights and metadata alone
+    (compressed; no optimizer velocity, no extra arrays such as ADMM's targets), marked
+    ``meta["slim"]``: what a later run's ``init_from`` and the run's report read, in a
+    file small enough to move between machines.  Training cannot resume from it (the
+    training loop refuses to add epochs to a slim checkpoint).  Returns the path."""
+    model_state, opt_state, meta = load(path)
+    if meta.get("slim"):
+        return Path(path)
+    meta = {k: v for k, v in meta.items() if k not in ("extra", "optimizer")}
+    meta["slim"] = True
+    arrays = {f"model/{k}": v for k, v in model_state.items()}
+    meta["optimizer"] = {"lr": opt_state["lr"], "steps": opt_state["steps"], "n_velocity": 0}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return atomic_write(path, None, write=lambda f: np.savez_compressed(f, **arrays))

@@ -212,6 +212,10 @@ def _init_from(model, cfg: TrainConfig) -> None:
 
 def _restore(path: Path, cfg: TrainConfig, model, opt):
     model_state, opt_state, meta = ckpt.load(path)
+    if meta.get("slim") and meta["epoch"] < cfg.epochs:
+        raise ckpt.CheckpointError(
+            f"checkpoint {path} was slimmed to its weights (training.checkpoint.slim): it "
+            f"cannot resume training to {cfg.epochs} epochs; start from it with init_from")
     saved = meta["config"]
     now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # as stored: tuples become lists
     # a setting added since the checkpoint was written reads as its default
@@ -224,7 +228,8 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
             f"differing settings (checkpoint, now): {diff}. Use another checkpoint path.")
     try:
         model.load_state_dict(model_state)
-        opt.load_state_dict(opt_state)
+        if not meta.get("slim"):      # finished: no step follows that the velocity would feed
+            opt.load_state_dict(opt_state)
     except ValueError as exc:
         raise ckpt.CheckpointMismatchError(
             f"checkpoint {path} does not fit {cfg.model}: {exc}") from exc
@@ -359,7 +364,7 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     if path is not None and path.exists():
         meta = _restore(path, cfg, model, opt)
         rng.bit_generator.state = meta["rng_state"]
-        if admm is not None:
+        if admm is not None and not meta.get("slim"):   # slim: finished, ADMM's state dropped
             admm.load_state(meta["extra"], meta["admm_rho"])
         masks = MaskedTraining.masks_in(meta["extra"]) or masks  # the run's own, as they were
         start_epoch = meta["epoch"]

@@ -1,11 +1,13 @@
 """Sparse Fig. 13: end-to-end inference of pruned networks at batch 32 (Rumi et al., PACT'20).
 
-For each of ``--models`` (the CIFAR-style zoo models on 3 x 32 x 32 input, 10 classes,
-random weights: time depends on the pattern, not the values), pruned at the paper's ratio
-(ResNet-18 and GoogLeNet 8x, VGG-16 4x) by magnitude from its initial weights — or with
-a trained model's masks (``--masks MODEL=PATH``, the ``pruned_masks.npz`` or
-``repruned_masks.npz`` that ``sparse_table1`` writes; the stem is never pruned, so masks
-trained on one input channel fit the 3-channel model):
+For each of ``--models`` (the CIFAR-style zoo models on 3 x 32 x 32 input, 10 classes;
+``resnet18_imagenet`` and ``resnet50`` on 3 x 224 x 224, 1000 classes; random weights:
+time depends on the pattern, not the values), pruned at the paper's ratio (ResNet-18 and
+GoogLeNet 8x, VGG-16 4x; on ImageNet ResNet-18 4x, ResNet-50 8x) by magnitude from its
+initial weights — or with a trained model's masks (``--masks MODEL=PATH``, the
+``pruned_masks.npz`` or ``repruned_masks.npz`` that ``sparse_table1`` writes; the stem is
+never pruned, so masks trained on one input channel fit the 3-channel model, and the
+CIFAR-style ResNet-18's fit the ImageNet one layer by layer):
 
 * ``ours-sparse``: the pruned model through our inference engine (BN folded, epilogues
   fused, one CUDA graph), every pruned convolution a ``SparseConv2d`` holding Algorithm 1's
@@ -17,9 +19,9 @@ trained on one input channel fit the 3-channel model):
   CUDA graph.
 
 Each output is checked against its own model's forward first; times are CUDA-graph replay
-medians, side by side in one process.  Paper (P100): 1.75-4.03x over cuDNN, 1.39-3.52x
-over TVM.  Targets (issue 23, ResNet-18-8x): >= 2.5x over cuDNN fp32, >= 1.5x over our
-dense engine.
+medians, side by side in one process.  Paper (P100): 1.75-4.03x over cuDNN (each model's
+beside ours), 1.39-3.52x over TVM.  Targets (issue 23, ResNet-18-8x): >= 2.5x over cuDNN
+fp32, >= 1.5x over our dense engine.
 """
 
 from __future__ import annotations
@@ -47,15 +49,23 @@ from tensorconv.results import ResultSet, metric_sections, read_csv, write_markd
 
 NAME = "sparse_e2e"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
-RATIOS = {"resnet18": 8.0, "vgg16": 4.0, "googlenet": 8.0}
-# the paper's end-to-end speed-ups over cuDNN on CIFAR-10 (P100, re-pruned, Fig. 13)
-PAPER_X = {"resnet18": 4.03, "vgg16": 1.85, "googlenet": 3.96}
+RATIOS = {"resnet18": 8.0, "vgg16": 4.0, "googlenet": 8.0, "resnet18_imagenet": 4.0,
+          "resnet50": 8.0}
+# input size and classes: the CIFAR-style models on 32x32, the ImageNet ones on 224x224
+INPUTS = {"resnet18_imagenet": (224, 1000), "resnet50": (224, 1000)}
+# the paper's end-to-end speed-ups over cuDNN (P100, re-pruned, Fig. 13; CIFAR-10 and
+# ImageNet)
+PAPER_X = {"resnet18": 4.03, "vgg16": 1.85, "googlenet": 3.96, "resnet18_imagenet": 1.75,
+           "resnet50": 3.11}
+CIFAR = ("googlenet", "resnet18", "vgg16")
 PAPER = "P100, batch 32: 1.75-4.03x over cuDNN, 1.39-3.52x over TVM (Fig. 13)"
 
 
 def _args(argv):
     p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=sorted(RATIOS))
+    p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=list(CIFAR),
+                   help="the CIFAR-style models (default) and the paper's ImageNet ones "
+                        "(resnet18_imagenet 4x, resnet50 8x, at 224x224)")
     p.add_argument("--masks", nargs="+", default=[], metavar="MODEL=PATH",
                    help="trained masks of a model (.npz of sparse_table1)")
     p.add_argument("--batch", type=int, default=32)
@@ -77,7 +87,7 @@ def _args(argv):
 def pruned_copy(name: str, ratio: float, masks_path):
     """The model ``name`` (seed 0) with every prunable convolution pruned: ``masks_path``'s
     masks, else its ``ratio`` largest-magnitude weights.  Returns (model, source)."""
-    model = get_model(name, in_channels=3, num_classes=10, seed=0)
+    model = get_model(name, in_channels=3, num_classes=INPUTS.get(name, (32, 10))[1], seed=0)
     masks = load_masks(masks_path) if masks_path else None
     for layer, conv in prune_candidates(model).items():
         w = backend.to_host(conv.weight.data)
@@ -99,15 +109,17 @@ def main(argv=None) -> int:
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
     reps = dict(repeat=10 if args.quick else 50)
-    shape = (2 if args.quick else args.batch, 3, 32, 32)
-    x = cp.asarray(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
+    batch = 2 if args.quick else args.batch
     sources = []
     from tqdm import tqdm
 
     for name in tqdm(args.models, desc="timing pruned models end to end", unit="model"):
         ratio = RATIOS[name]
         case = f"{name}-{ratio:g}x"
-        dense = get_model(name, in_channels=3, num_classes=10, seed=0).to("gpu").eval()
+        size, classes = INPUTS.get(name, (32, 10))
+        shape = (batch, 3, size, size)
+        x = cp.asarray(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
+        dense = get_model(name, in_channels=3, num_classes=classes, seed=0).to("gpu").eval()
         pruned, source = pruned_copy(name, ratio, args.masks.get(name))
         sources.append(f"{case}: {source}")
         report = sparsify(pruned, t2=args.t2[:2] if args.quick else args.t2)
@@ -151,7 +163,8 @@ def main(argv=None) -> int:
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err"))
-    sections.append(("Notes", f"Batch {shape[0]}, 3 x 32 x 32, fp32, random weights. "
+    sections.append(("Notes", f"Batch {batch}, 3 x 32 x 32 (ImageNet models 3 x 224 x 224), "
+                              f"fp32, random weights. "
                               f"Pruning: {'; '.join(sources)}. Algorithm 1 at t2 in "
                               f"{args.t2}. Paper: {PAPER}."))
     write_markdown(paths["md"], "Pruned networks end to end (batch 32, fp32)", env, sections)

@@ -178,6 +178,27 @@ def test_sparse_layers_transplant_trained_masks_onto_imagenet_shapes(tmp_path):
                                                    "--in-channels", "3"]), tmp_path / "m.npz")
 
 
+def test_sparse_e2e_prunes_by_magnitude_or_transplants_masks(tmp_path):
+    import numpy as np
+
+    from experiments import sparse_e2e
+    from tensorconv.compress.prune import keep_count, prune_candidates, save_masks
+    from tensorconv.nn import get_model
+
+    rng = np.random.default_rng(1)
+    cifar = prune_candidates(get_model("resnet18", in_channels=1))
+    masks = {n: rng.random(c.weight.data.shape) < 0.25 for n, c in cifar.items()}
+    save_masks(tmp_path / "m.npz", masks)
+    model, source = sparse_e2e.pruned_copy("resnet18_imagenet", 4.0, tmp_path / "m.npz")
+    assert "masks" in source and model.num_classes == 1000
+    for name, conv in prune_candidates(model).items():
+        assert np.array_equal(conv.weight.data != 0, masks[name])
+    model, source = sparse_e2e.pruned_copy("vgg16", 4.0, None)
+    assert source == "magnitude 4x"
+    for conv in prune_candidates(model).values():
+        assert np.count_nonzero(conv.weight.data) == keep_count(conv.weight.data.size, 4.0)
+
+
 def test_sparse_layers_mask_sets_are_labelled():
     from experiments import sparse_layers
 

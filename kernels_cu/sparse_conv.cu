@@ -143,34 +143,33 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 template <int RB, int PX, int CK>
 __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
-    const int* __restrict__ row_ptr,      // (K / RB, chunks, RB + 1): where row RB·g + i's
-                                          // nonzeros of chunk j start in taps; [.., RB]
-                                          // ends the (g, j) segment
-    const float* __restrict__ taps,       // (nnz, 2), by (row group, chunk, row): the
-                                          // weight, and (as bits) its offset in a staged
-                                          // channel
+    const int2* __restrict__ row_tab,     // (K / RB, chunks, RB + 1): row RB·g + i's taps
+                                          // in chunk j, (start, count) from the (g, j)
+                                          // segment's start; [.., RB]: the segment's (first,
+                                          // length) in taps; all even
+    const float2* __restrict__ taps,      // by (row group, chunk, row), each row's run
+                                          // padded to an even length by a zero weight at
+                                          // offset 0: the weight, and (as bits) its byte
+                                          // offset in a staged chunk
     const float* __restrict__ bias,       // (K,) or nullptr
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int IWT, int PITCH, int chunks, int per_share,
+    int NB, int TH, int TW, int IHT, int PITCH, int vec, int chunks, int per_share,
     int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
-    // Shared memory: two stages of the input (NB, CK, IHT, PITCH), PITCH >= IWT chosen on
-    // the host so that a warp's reads (a few output rows x `lanes` columns) fall in
-    // distinct banks where they can; two stages of the chunk's taps (the block's rows'
-    // nonzeros in it, at most max_segment); the block's row pointers of every chunk; the
-    // staging table (one int a staged word).
-    // The next chunk's copies are in flight while this one is computed, and the compute
-    // loop reads shared memory only: a global load of each row's pointers and taps put a
-    // dependent latency before every row of every chunk.
-    extern __shared__ float xs[];
-    const int stage_size = NB * CK * IHT * PITCH;
-    float* tap_stage = xs + 2 * stage_size;
-    int* rows_s = reinterpret_cast<int*>(tap_stage + 4 * max_segment);
-    int* table = rows_s + chunks * (RB + 1);
+    // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
+    // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
+    // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
+    // are in flight while this one is computed, and the compute loop reads shared memory
+    // only.
+    extern __shared__ __align__(16) float xs[];
+    const int stage_size = (NB * CK * IHT * PITCH + 3) & ~3;
+    float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
+    int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
+    int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
     const int lanes = TW / PX;             // threads per output row of the tile
     const int tid = threadIdx.x;
     const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
@@ -182,49 +181,56 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     const int c_begin = share * per_share, c_end = min(chunks, c_begin + per_share);
     const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = (blockIdx.z - share * groups_n) * NB;
     const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
-    const int k0 = blockIdx.y * RB;
-    const int base = (img * CK * IHT + ty * sh) * PITCH + tx * sw;
-    const int total = NB * CK * IHT * PITCH, HW = H * W;
+    // 16-byte copies (vec = 4, W % 4 == 0): a staged line starts at the multiple of 4 at or
+    // before iw0, so every vector lies wholly inside the image or wholly outside; `lead`
+    // columns come first, and each thread's reads start past them.
+    const int lead = vec == 4 ? (iw0 & 3) : 0, col0 = iw0 - lead;
+    const int per_line = PITCH / vec, items = NB * CK * IHT * per_line, HW = H * W;
+    const int tbase = 4 * (((img * CK * IHT + ty * sh) * PITCH) + lead + tx * sw);
 
-    // The block's staging table, made once: for each staged word (image, channel, row,
-    // column: the index in a stage) its offset in x at chunk 0, or -1 for padding (and
-    // the columns past IWT).  A chunk then copies word e from x + c0·H·W + table[e]:
-    // no index arithmetic per chunk (per-line divisions, a warp across each short line,
-    // cost more than the products on small maps).
-    const int* my_rows = row_ptr + (size_t)blockIdx.y * chunks * (RB + 1);
-    for (int i = tid; i < chunks * (RB + 1); i += blockDim.x)
-        tdcx::cp_async4(reinterpret_cast<float*>(rows_s + i),
-                        reinterpret_cast<const float*>(my_rows + i), true);
-    tdcx::cp_async_commit();
-    for (int e = tid; e < total; e += blockDim.x) {
-        const int line = e / PITCH, col = e - line * PITCH;
-        const int b = line / (CK * IHT), rem = line - b * CK * IHT;
-        const int c = rem / IHT, row = rem - c * IHT;
-        const int n = n0 + b, ih = ih0 + row, iw = iw0 + col;
-        const bool ok = col < IWT && n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw < W;
+    // The block's row table, and its staging table, made once: for each staged vector its
+    // offset in x at chunk 0, or -1 for padding; a chunk then copies vector e from
+    // x + c0·H·W + table[e] with no index arithmetic.
+    const int2* my_rows = row_tab + (size_t)blockIdx.y * chunks * (RB + 1);
+    for (int i = tid; i < chunks * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
+    for (int e = tid; e < items; e += blockDim.x) {
+        const int line = e / per_line, col = (e - line * per_line) * vec;
+        const int bc = line / IHT, row = line - bc * IHT;
+        const int b = bc / CK, c = bc - b * CK;
+        const int n = n0 + b, ih = ih0 + row, iw = col0 + col;
+        const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
         table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
     }
-    tdcx::cp_async_wait<0>();
     __syncthreads();
 
-    // Every word of a chunk as a cp.async copy that zero-fills the padding (and, in a
-    // last chunk short of CK channels, the channels past C): all of a chunk's copies are
-    // in flight at once.
+    // Every vector of a chunk as a cp.async copy that zero-fills the padding (and, in a
+    // last chunk short of CK channels, the channels past C), and the chunk's taps.
     auto stage = [&](int chunk, float* buf) {
         const int c0 = chunk * CK;
         const float* src = x + (size_t)c0 * HW;
-        const bool partial = c0 + CK > C;
-        for (int e = tid; e < total; e += blockDim.x) {
-            const int off = table[e];
-            bool in = off >= 0;
-            if (partial && in) in = (off / HW) % C + c0 < C;
-            tdcx::cp_async4(buf + e, in ? src + off : x, in);
+        if (c0 + CK <= C && vec == 4) {
+            for (int e = tid; e < items; e += blockDim.x) {
+                const int off = table[e];
+                tdcx::cp_async16(buf + 4 * e, src + max(off, 0), off >= 0);
+            }
+        } else if (c0 + CK <= C) {
+            for (int e = tid; e < items; e += blockDim.x) {
+                const int off = table[e];
+                tdcx::cp_async4(buf + e, src + max(off, 0), off >= 0);
+            }
+        } else {                                         // the last chunk, short of CK
+            for (int e = tid; e < items; e += blockDim.x) {
+                const int off = table[e];
+                const bool in = off >= 0 && (off / HW) % C + c0 < C;
+                if (vec == 4) tdcx::cp_async16(buf + 4 * e, in ? src + off : x, in);
+                else tdcx::cp_async4(buf + e, in ? src + off : x, in);
+            }
         }
-        const int* rp = rows_s + chunk * (RB + 1);
-        const int first = rp[0], count = 2 * (rp[RB] - first);
-        float* tbuf = tap_stage + (chunk & 1) * 2 * max_segment;
-        for (int i = tid; i < count; i += blockDim.x)
-            tdcx::cp_async4(tbuf + i, taps + 2 * (size_t)first + i, true);
+        const int2 seg = rows_s[chunk * (RB + 1) + RB];
+        float* tbuf = reinterpret_cast<float*>(tap_stage + (chunk & 1) * max_segment);
+        const float* tsrc = reinterpret_cast<const float*>(taps + seg.x);
+        for (int i = tid; i < seg.y / 2; i += blockDim.x)
+            tdcx::cp_async16(tbuf + 4 * i, tsrc + 4 * i, true);
         tdcx::cp_async_commit();
     };
 
@@ -234,25 +240,34 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
 #pragma unroll
         for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
 
+    // A thread's pixels are `lanes` apart, so a warp's reads of one tap are consecutive
+    // words; each tap is one add to the thread's base (its byte offset), and two taps come
+    // in one 16-byte broadcast load (an odd run's padding adds 0 times a staged value:
+    // cheaper than a branch for the last tap of every row).
+    const int step = lanes * sw;
     stage(c_begin, xs + (c_begin & 1) * stage_size);
     for (int chunk = c_begin; chunk < c_end; ++chunk) {
         if (chunk + 1 < c_end) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
         else tdcx::cp_async_commit();                    // an empty group: wait<1> below
         tdcx::cp_async_wait<1>();                        // this chunk's copies have landed
         __syncthreads();
-        const float* cur = xs + (chunk & 1) * stage_size + base;
-        const float2* tp = reinterpret_cast<const float2*>(tap_stage + (chunk & 1) * 2 * max_segment);
-        const int* rp = rows_s + chunk * (RB + 1);
-        const int first = rp[0];
+        const char* cur = reinterpret_cast<const char*>(xs + (chunk & 1) * stage_size) + tbase;
+        const float4* tp = reinterpret_cast<const float4*>(tap_stage + (chunk & 1) * max_segment);
+        const int2* rp = rows_s + chunk * (RB + 1);
 #pragma unroll
         for (int i = 0; i < RB; ++i) {
-            const int end = rp[i + 1] - first;           // rows past K have none
-#pragma unroll 4
-            for (int e = rp[i] - first; e < end; ++e) {
-                const float2 t = tp[e];
-                const float* src = cur + __float_as_int(t.y);
+            const int2 sc = rp[i];                       // rows past K have none
+            const float4* p = tp + (sc.x >> 1);
+            const float4* end = p + (sc.y >> 1);
+#pragma unroll 2
+            for (; p < end; ++p) {
+                const float4 t = *p;
+                const float* a = reinterpret_cast<const float*>(cur + __float_as_int(t.y));
+                const float* b = reinterpret_cast<const float*>(cur + __float_as_int(t.w));
 #pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, src[j * lanes * sw], acc[i][j]);
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, a[j * step], acc[i][j]);
+#pragma unroll
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.z, b[j * step], acc[i][j]);
             }
         }
         __syncthreads();                                 // before the next copies reuse it
@@ -262,7 +277,7 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     if (n >= N || oh >= OH) return;
 #pragma unroll
     for (int i = 0; i < RB; ++i) {
-        const int k = k0 + i;
+        const int k = blockIdx.y * RB + i;
         if (k >= K) break;
 #pragma unroll
         for (int j = 0; j < PX; ++j) {
@@ -327,7 +342,7 @@ TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4
 TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
-    const float*, const int*, const float*, const float*, const float*, float*, float*, \
+    const float*, const int2*, const float2*, const float*, const float*, float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)

@@ -96,60 +96,66 @@ def test_bad_input_is_refused_by_name(rng):
             ops.sparse_conv2d(**call)
 
 
-def _emulate_tiled(x, packed, geom):
+def _emulate_tiled(x, packed, geom, vec):
     """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
     tile = sc.default_remainder_tile(geom)
-    g = sc.remainder_geometry(geom, tile)
+    g = sc.remainder_geometry(geom, tile, vec=vec)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    row_ptr, taps, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
+    row_tab, taps, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
     chunks = -(-geom.c // tile.ck)
     data, tap = taps[:, 0], taps[:, 1].view(np.int32)
-    xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * g.iht + 2 * geom.padding[0],
-                     geom.w + 2 * g.iwt + 2 * geom.padding[1]), np.float64)
-    ph, pw = geom.padding
-    xpad[:geom.n, :geom.c, ph:ph + geom.h, pw:pw + geom.w] = x
+    assert (tap % 4 == 0).all() and (row_tab[..., 0] % 2 == 0).all()
+    assert (row_tab[..., -1, 1] <= longest).all() and (row_tab[..., -1, 0] % 2 == 0).all()
+    (sh, sw), (ph, pw) = geom.stride, geom.padding
+    big = 4 * (g.iht + g.pitch)
+    xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * big, geom.w + 2 * big))
+    xpad[:geom.n, :geom.c, big:big + geom.h, big:big + geom.w] = x
     y = np.zeros(geom.output_shape)
     lanes = g.tw // tile.px
     for n0 in range(0, geom.n, g.nb):
         for oh0 in range(0, geom.oh, g.th):
             for ow0 in range(0, geom.ow, g.tw):
-                ih0, iw0 = oh0 * geom.stride[0], ow0 * geom.stride[1]
+                ih0, iw0 = oh0 * sh - ph, ow0 * sw - pw
+                lead = iw0 % 4 if g.vec == 4 else 0       # the kernel's iw0 & 3
                 for chunk in range(chunks):
-                    xs = np.full((g.nb, tile.ck, g.iht, g.pitch), np.nan)  # past iwt: unread
-                    xs[..., :g.iwt] = xpad[n0:n0 + g.nb, chunk * tile.ck:(chunk + 1) * tile.ck,
-                                           ih0:ih0 + g.iht, iw0:iw0 + g.iwt]
-                    xs = xs.ravel()
-                    segment = row_ptr[:, chunk, -1] - row_ptr[:, chunk, 0]
-                    assert segment.max() <= longest
+                    c0, cols = chunk * tile.ck, iw0 - lead + big
+                    xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck, ih0 + big:ih0 + big + g.iht,
+                              cols:cols + g.pitch].ravel()
                     for k in range(geom.k):
                         grp, i = divmod(k, tile.rb)
-                        for e in range(row_ptr[grp, chunk, i], row_ptr[grp, chunk, i + 1]):
+                        first = row_tab[grp, chunk, tile.rb, 0]
+                        start, count = row_tab[grp, chunk, i]
+                        for e in range(first + start, first + start + count):
                             for img in range(g.nb):
                                 for ty in range(g.th):
                                     for tx in range(g.tw):
                                         n, oh, ow = n0 + img, oh0 + ty, ow0 + tx
                                         if n >= geom.n or oh >= geom.oh or ow >= geom.ow:
                                             continue
-                                        base = (img * tile.ck * g.iht + ty * geom.stride[0]) \
-                                            * g.pitch + (tx % lanes) * geom.stride[1]
+                                        base = (img * tile.ck * g.iht + ty * sh) * g.pitch \
+                                            + lead + (tx % lanes) * sw
                                         j = tx // lanes
                                         y[n, k, oh, ow] += data[e] * xs[
-                                            base + tap[e] + j * lanes * geom.stride[1]]
+                                            base + tap[e] // 4 + j * lanes * sw]
     return y
 
 
-@pytest.mark.parametrize("shape,x_shape,stride", [((6, 11, 3, 3), (2, 11, 7, 9), 1),
-                                                   ((20, 9, 1, 1), (3, 9, 5, 3), 2),
-                                                   ((4, 3, 5, 5), (1, 3, 12, 10), 2)])
+@pytest.mark.parametrize("shape,x_shape,stride,vec", [((6, 11, 3, 3), (2, 11, 7, 9), 1, 1),
+                                                       ((6, 11, 3, 3), (2, 11, 7, 12), 1, 4),
+                                                       ((20, 9, 1, 1), (3, 9, 5, 3), 2, 1),
+                                                       ((20, 9, 1, 1), (3, 9, 5, 8), 2, 4),
+                                                       ((4, 3, 5, 5), (1, 3, 12, 10), 2, 1),
+                                                       ((4, 3, 5, 5), (1, 3, 12, 20), 2, 4)])
 def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, shape, x_shape,
-                                                                         stride):
+                                                                         stride, vec):
     w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
     packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
     x = rng.standard_normal(x_shape).astype(np.float32)
     pad = shape[2] // 2
     geom = conv_geometry(x_shape, shape, stride, pad)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
-    np.testing.assert_allclose(_emulate_tiled(x, packed, geom), want, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec), want, rtol=1e-9,
+                               atol=1e-9)
 
 
 def test_remainder_geometry_stays_within_the_block_limits():
@@ -203,10 +209,12 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
 @pytest.mark.parametrize("w_shape,stride,hw,want", [((64, 64, 3, 3), 1, 32, "tiled"),
                                                     ((256, 256, 3, 3), 1, 8, "tiled"),
                                                     ((512, 512, 3, 3), 1, 4, "tiled"),
-                                                    ((512, 512, 3, 3), 1, 7, "rows"),
-                                                    ((256, 256, 3, 3), 1, 14, "rows"),
-                                                    ((128, 64, 3, 3), 2, 32, "rows"),
-                                                    ((128, 64, 1, 1), 1, 32, "rows")])
+                                                    ((512, 512, 3, 3), 1, 7, "tiled"),
+                                                    ((256, 256, 3, 3), 1, 14, "tiled"),
+                                                    ((128, 64, 3, 3), 2, 32, "tiled"),
+                                                    ((512, 256, 3, 3), 2, 14, "rows"),
+                                                    ((128, 64, 1, 1), 1, 32, "rows"),
+                                                    ((128, 64, 1, 1), 2, 32, "rows")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want

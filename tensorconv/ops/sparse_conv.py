@@ -218,13 +218,16 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 
 def choose_remainder(geom: ConvGeometry) -> str:
-    """``"tiled"`` for stride-1 filters wider than 1x1 on outputs a multiple of 4 columns
-    wide, where each staged input value serves several taps and a tile's lanes fill its
-    rows; else ``"rows"`` (stride 2 and 1x1, where the tiled kernel stages more than it
-    reads, and 7 or 14 columns, where it measured 1.4-2.7x slower: H100 measurements in
+    """``"tiled"`` for filters wider than 1x1 at stride 1, and at other strides on outputs
+    a multiple of 4 columns wide, where each staged input value serves several taps and a
+    tile's lanes fill its rows; else ``"rows"`` (1x1 filters, where the tiled kernel
+    stages more than it reads, and strided outputs of other widths: H100 measurements in
     ``docs/notes/sparse_conv.md``)."""
-    tiled = geom.stride == (1, 1) and geom.r * geom.s > 1 and geom.ow % 4 == 0
-    return "tiled" if tiled else "rows"
+    if geom.r * geom.s == 1:
+        return "rows"
+    if geom.stride == (1, 1) or geom.ow % 4 == 0:
+        return "tiled"
+    return "rows"
 
 
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
@@ -366,16 +369,16 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                 ptr(bias), ptr(residual), out,
                 *dims, i32(bool(pieces)), i32(bool(relu))))
         return
-    tile, g, shares, per_share, row_ptr, taps, longest, smem = tiled
+    tile, g, shares, per_share, row_tab, taps, longest, smem = tiled
     chunks = cdiv(geom.c, tile.ck)
     size = geom.k * q
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.iwt, g.pitch, chunks, per_share,
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, chunks, per_share,
             cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
-           (g.threads(tile),), (x, row_ptr, taps, ptr(bias), ptr(residual), out, ptr(partial),
+           (g.threads(tile),), (x, row_tab, taps, ptr(bias), ptr(residual), out, ptr(partial),
                                 *(i32(v) for v in ints)), smem)
     if partial is not None:
         kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu),
@@ -385,26 +388,29 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
 
 class TiledLaunch(NamedTuple):
     """The tiled remainder's launch on one layer: its tile and geometry, the channel
-    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_ptr``, ``taps``,
+    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_tab``, ``taps``,
     the ``longest`` segment) and its shared-memory bytes."""
 
     tile: RemainderTile
     g: RemainderGeometry
     shares: int
     per_share: int
-    row_ptr: object
+    row_tab: object
     taps: object
     longest: int
     smem: int
 
 
 def _tiled_launch(x, weights: SparseWeights, geom: ConvGeometry) -> TiledLaunch:
-    """The tiled remainder's launch on ``geom`` (its tables made once per weights)."""
+    """The tiled remainder's launch on ``geom`` (its tables made once per weights): 16-byte
+    copies of the input where its rows are a multiple of 4 floats and it starts on 16
+    bytes."""
     sm_count = backend.device_facts().sm_count
     tile = default_remainder_tile(geom, sm_count)
-    g = remainder_geometry(geom, tile, sm_count)
+    vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
+    g = remainder_geometry(geom, tile, sm_count, vec=vec)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
-    row_ptr, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
+    row_tab, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
                                               backend.array_module(x))
     smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
-    return TiledLaunch(tile, g, shares, per_share, row_ptr, taps, longest, smem)
+    return TiledLaunch(tile, g, shares, per_share, row_tab, taps, longest, smem)

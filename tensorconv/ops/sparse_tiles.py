@@ -58,8 +58,10 @@ _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder blo
 @dataclass(frozen=True)
 class RemainderGeometry:
     """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
-    pixels per thread block, the staged input ``iht`` x ``iwt`` per channel, its rows
-    ``pitch`` floats apart in shared memory."""
+    pixels per thread block, the staged input ``iht`` rows per channel of which a tile's
+    taps read ``iwt`` columns, the rows ``pitch`` floats apart in shared memory, copied
+    ``vec`` floats at a time (4: 16-byte copies, the line starting up to 3 columns early
+    at a multiple of 4)."""
 
     nb: int
     th: int
@@ -67,12 +69,14 @@ class RemainderGeometry:
     iht: int
     iwt: int
     pitch: int
+    vec: int = 1
 
     def threads(self, tile: RemainderTile) -> int:
         return self.nb * self.th * (self.tw // tile.px)
 
     def stage_floats(self, tile: RemainderTile) -> int:
-        return self.nb * tile.ck * self.iht * self.pitch
+        """One stage's floats, rounded up to 16 bytes (the taps' stage follows)."""
+        return 4 * cdiv(self.nb * tile.ck * self.iht * self.pitch, 4)
 
     def smem_bytes(self, tile: RemainderTile) -> int:
         """The input's two stages (:func:`remainder_smem` adds the taps')."""
@@ -98,18 +102,24 @@ def bank_conflicts(pitch: int, lanes: int, th: int, stride, rows_per_image: int,
 
 
 def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, sm_count: int = 132,
-                       min_threads: int = 32) -> RemainderGeometry:
+                       min_threads: int = 32, vec: int | None = None) -> RemainderGeometry:
     """Up to 8 threads across an output row (``px`` pixels each), rows and then images
     stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input a stage; images,
     then rows, taken off a block while that leaves fewer than two blocks per SM and the
-    block keeps more than ``min_threads`` threads.  The row
-    pitch is the least, from ``iwt`` up, that spreads a warp's reads over the most banks
-    and still fits."""
+    block keeps more than ``min_threads`` threads.  ``vec``: 4 (16-byte copies) where
+    the input's rows are a multiple of 4 floats, else 1; the shape of the tile does not
+    depend on it.  The row pitch is the least, from the columns a line needs up, that
+    spreads a warp's reads over the most banks and still fits."""
+    vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
+    if vec not in (1, 4) or vec == 4 and geom.w % 4:
+        raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
+                         f"got {vec} for width {geom.w}")
     lanes = min(8, cdiv(geom.ow, tile.px))
     tw = lanes * tile.px
     th = min(geom.oh, max(1, 128 // lanes))
     iwt = (tw - 1) * geom.stride[1] + geom.s
-    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * iwt  # noqa: E731
+    line = iwt + 6               # room for a 16-byte line's lead and its last vector
+    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * line  # noqa: E731
     while th > 1 and per_image(th) > _STAGE_BYTES:
         th = cdiv(th, 2)
     nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
@@ -123,10 +133,12 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, sm_count: int = 
         th = cdiv(th, 2)
     iht = (th - 1) * geom.stride[0] + geom.r
     threads = nb * th * lanes
-    fits = [p for p in range(iwt, iwt + 32) if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
-    pitch = min(fits or [iwt], key=lambda p: (bank_conflicts(p, lanes, th, geom.stride,
-                                                             tile.ck * iht, threads), p))
-    return RemainderGeometry(nb, th, tw, iht, iwt, pitch)
+    need = iwt + 3 if vec == 4 else iwt
+    need = vec * cdiv(need, vec)
+    fits = [p for p in range(need, need + 32, vec) if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
+    pitch = min(fits or [need], key=lambda p: (bank_conflicts(p, lanes, th, geom.stride,
+                                                              tile.ck * iht, threads), p))
+    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec)
 
 
 def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeometry,
@@ -148,22 +160,34 @@ def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeomet
 
 
 def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
-    """By the output's width: 16 rows x 2 pixels a thread from 16 columns up, 8 x 2 from
-    8, 8 x 1 below (H100, ResNet-18's layers at batch 32 with every tile forced:
-    ``docs/notes/sparse_conv.md``); 8 rows where the kernel has fewer than 16."""
-    rb = 16 if geom.ow >= 16 and geom.k >= 16 else 8
-    return RemainderTile(rb, 2 if geom.ow >= 8 else 1, 8)
+    """By the output's width and the stride (H100, random 8x masks at batch 32, every tile
+    timed: ``docs/notes/sparse_conv.md``): stride 2, one pixel a thread; stride 1, 4 pixels
+    a thread from 48 columns and between 9 and 15, 2 from 16 to 47, one on 8 columns or
+    fewer where that is a power of two (a warp's lanes fill rows), else 2; 16 rows a block,
+    8 where the kernel has fewer than 16 or a thread has one pixel."""
+    ow = geom.ow
+    if geom.stride != (1, 1):
+        px = 1
+    elif ow >= 48 or 8 < ow < 16:
+        px = 4
+    elif ow >= 16:
+        px = 2
+    else:
+        px = 1 if ow & (ow - 1) == 0 else 2
+    rb = 16 if geom.k >= 16 and px > 1 else 8
+    return RemainderTile(rb, px, 8)
 
 
 def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
-    """``(row_ptr, taps, max_segment)`` of the tiled remainder kernel for ``weights`` (a
+    """``(row_tab, taps, max_segment)`` of the tiled remainder kernel for ``weights`` (a
     :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per tile and staging
     shape.  The nonzeros ordered by (group of ``tile.rb`` rows, ``tile.ck``-channel chunk,
-    row), so a block's nonzeros of a chunk are one segment it stages whole: ``taps``
-    (nnz, 2) float32, each weight and (its int32 bits) its offset in a staged channel of
-    ``iht`` rows ``pitch`` floats apart; ``row_ptr`` (groups, chunks, rb + 1) int32, where
-    each row of a group starts in ``taps`` in each chunk, the last entry the segment's end
-    (rows past K: empty); ``max_segment`` the longest segment (at least 1)."""
+    row), each row's run padded to an even length by a zero weight at offset 0, so the
+    kernel loads two taps at a time: ``taps`` (slots, 2) float32, each weight and (its
+    int32 bits) its byte offset in a staged chunk of ``iht`` rows ``pitch`` floats apart a
+    channel; ``row_tab`` (groups, chunks, rb + 1, 2) int32, each row's (start, slots) from
+    its segment's start (rows past K: empty), the last entry the segment's (first slot,
+    slots), all even; ``max_segment`` the longest segment in slots (at least 2)."""
     key = (tile, iht, pitch)
     if key not in weights.staged:
         k, c, r, s = weights.shape
@@ -178,23 +202,33 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
         order = np.lexsort((np.arange(nnz), rows, chunk, rows // rb))
         cells = ((rows // rb) * chunks + chunk) * rb + rows % rb
         counts = np.bincount(cells, minlength=groups * chunks * rb)
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        row_ptr = np.empty((groups, chunks, rb + 1), np.int64)
-        row_ptr[..., :rb] = starts[:-1].reshape(groups, chunks, rb)
-        row_ptr[..., rb] = starts[rb::rb].reshape(groups, chunks)
-        taps = np.zeros((max(nnz, 1), 2), np.float32)
-        taps[:nnz, 0] = backend.to_host(weights.data)[:nnz][order]
-        offset = (ch % ck) * iht * pitch + tap_r * pitch + tap_s
-        taps[:nnz, 1] = offset[order].astype(np.int32).view(np.float32)
-        longest = int(np.max(row_ptr[..., rb] - row_ptr[..., 0]))
-        weights.staged[key] = (xp.asarray(row_ptr, np.int32), xp.asarray(taps),
-                               max(1, longest))
+        slots = counts + counts % 2                       # each run padded to even
+        ends = np.cumsum(slots)
+        starts = ends - slots                             # (groups·chunks·rb,) global
+        seg_first = starts.reshape(groups, chunks, rb)[..., 0]
+        seg_len = ends.reshape(groups, chunks, rb)[..., -1] - seg_first
+        row_tab = np.zeros((groups, chunks, rb + 1, 2), np.int64)
+        row_tab[..., :rb, 0] = starts.reshape(groups, chunks, rb) - seg_first[..., None]
+        row_tab[..., :rb, 1] = slots.reshape(groups, chunks, rb)
+        row_tab[..., rb, 0], row_tab[..., rb, 1] = seg_first, seg_len
+        ordered_cells = cells[order]
+        rank = np.arange(nnz) - np.concatenate([[0], np.cumsum(counts)])[ordered_cells]
+        at = starts[ordered_cells] + rank                 # each nonzero's slot
+        taps = np.zeros((max(int(ends[-1]) if ends.size else 0, 2), 2), np.float32)
+        taps[at, 0] = backend.to_host(weights.data)[:nnz][order]
+        offset = 4 * ((ch % ck) * iht * pitch + tap_r * pitch + tap_s)
+        taps[at, 1] = offset[order].astype(np.int32).view(np.float32)
+        longest = int(seg_len.max()) if seg_len.size else 0
+        weights.staged[key] = (xp.asarray(row_tab, np.int32), xp.asarray(taps),
+                               max(2, longest))
     return weights.staged[key]
 
 
 def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
                    max_segment: int) -> int:
     """Shared-memory bytes of a tiled remainder block: two input stages, two tap stages
-    of ``max_segment`` (weight, offset) pairs, the block's row pointers of every chunk,
-    its staging table (an int a staged word)."""
-    return 4 * (3 * g.stage_floats(tile) + 4 * max_segment + chunks * (tile.rb + 1))
+    of ``max_segment`` (weight, offset) slots, the block's row table of every chunk, its
+    staging table (an int a staged vector)."""
+    items = g.nb * tile.ck * g.iht * g.pitch // g.vec
+    return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + 2 * chunks * (tile.rb + 1)
+                + items)

@@ -127,6 +127,30 @@ def test_the_tiled_remainder_on_each_geometry(rng, hw, k):
         _check(rng, w, packed, (5, c) + hw, stride, 1)
 
 
+@pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])
+def test_the_tiled_remainder_copies_16_bytes_or_words_by_alignment(rng, w_in, stride, padding):
+    """Rows a multiple of 4 floats: 16-byte copies from a line starting up to 3 columns
+    early; the same input one float off 16-byte alignment: word copies.  Both poisoned,
+    both against the reference."""
+    import cupy as cp
+
+    k, c, r = 40, 11, 5 if padding == 2 else 3
+    w = (rng.standard_normal((k, c, r, r)) * (rng.random((k, c, r, r)) < 0.2)).astype(
+        np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    x = rng.standard_normal((3, c, 9, w_in)).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
+    flat = cp.empty(x.size + 1, cp.float32)
+    for off in (0, 1):
+        xd = flat[off:off + x.size].reshape(x.shape)
+        xd[...] = cp.asarray(x)
+        assert (xd.data.ptr % 16 == 0) == (off == 0)
+        geom = conv_geometry(x.shape, w.shape, stride, padding)
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        ops.sparse_conv2d(xd, packed, None, stride, padding, remainder="tiled", out=out)
+        assert rel_err(out.get(), want) <= 1e-5
+
+
 @pytest.mark.parametrize("hw,k,nblocks", [((4, 4), 64, 0), ((8, 8), 24, 2), ((5, 3), 40, 3)])
 def test_the_tiled_remainder_with_its_chunks_shared_among_blocks(rng, hw, k, nblocks):
     """Few blocks on a small map: the channel chunks shared among blocks, their partial

@@ -14,14 +14,13 @@
 // into y through the row list: a warp's stores cover consecutive pixels of one row.
 // Launches run one after another, so blocks sharing rows accumulate without atomics.
 //
-// sparse_csr_tiled: the remainder, tiled.  A thread block owns RB rows and a tile
-// of NB images x TH x TW output pixels; the input under the tile streams through shared
-// memory CK channels at a time (two stages, cp.async), and for each row the block walks
-// that row's nonzeros in the chunk (row_ptr: where each row's nonzeros of each chunk
-// start; taps: each nonzero's weight and offset in a staged channel,
-// c_local·IHT·PITCH + r·PITCH + s, staged with the chunk, one 8-byte broadcast load); each thread keeps RB x PX sums, its PX pixels TW / PX apart on one output row,
-// so a warp's shared-memory reads are consecutive words.  Every staged input value
-// serves all RB rows of the block (the reuse the one-thread-per-pixel form lacks).
+// sparse_csr_tiled: the remainder, tiled.  A thread block (four warps) owns RB rows and a
+// tile of 32·PX output pixels (NB images x TH x TW, powers of two); the input under the
+// tile streams through shared memory CK channels at a time (two stages, 16-byte cp.async
+// where rows allow), and each warp walks its own RB / 4 rows' nonzeros in the chunk (taps:
+// each nonzero's weight and byte offset in the staged chunk, two to a 16-byte broadcast
+// load), each lane keeping PX pixels 32 apart in the tile for each of its rows.  Every
+// staged input value serves all RB rows; every tap loaded serves PX multiply-adds a lane.
 //
 // sparse_csr_rows: the same remainder one thread per output pixel of one row (the
 // row-wise direct sparse convolution, Escoin-style).
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 }
 
 template <int RB, int PX, int CK>
-__global__ void __launch_bounds__(256) sparse_csr_tiled(
+__global__ void __launch_bounds__(128) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
     const int2* __restrict__ row_tab,     // (K / RB, chunks, RB + 1): row RB·g + i's taps
                                           // in chunk j, (start, count) from the (g, j)
@@ -170,9 +169,12 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
     int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
-    const int lanes = TW / PX;             // threads per output row of the tile
-    const int tid = threadIdx.x;
-    const int tx = tid % lanes, ty = (tid / lanes) % TH, img = tid / (lanes * TH);
+    // Four warps, each owning RB / 4 of the block's rows over all of the tile's 32·PX
+    // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
+    // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.
+    constexpr int RW = RB / 4;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int lw = __ffs(TW) - 1, lhw = lw + __ffs(TH) - 1;
     const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;
     // blockIdx.z: (share of the channel chunks, image group).  Where the blocks alone
     // leave SMs short of threads, shares of the chunks sum into partial outputs that
@@ -186,7 +188,17 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
     // columns come first, and each thread's reads start past them.
     const int lead = vec == 4 ? (iw0 & 3) : 0, col0 = iw0 - lead;
     const int per_line = PITCH / vec, items = NB * CK * IHT * per_line, HW = H * W;
-    const int tbase = 4 * (((img * CK * IHT + ty * sh) * PITCH) + lead + tx * sw);
+    // Pixel p of the tile (column p % TW, row p / TW % TH, image p / (TW·TH)) reads staged
+    // word `word(p)` plus its tap's offset.  Lane l's j-th pixel is l + 32·j; the fields of
+    // l and of 32·j do not overlap (powers of two), so its word is word(l) + word(32·j): a
+    // per-thread base and PX offsets shared by the warp.
+    auto word = [&](int p) {
+        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * sh) * PITCH + (p & (TW - 1)) * sw;
+    };
+    const int tbase = 4 * (word(lane) + lead);
+    int joff[PX];
+#pragma unroll
+    for (int j = 0; j < PX; ++j) joff[j] = 4 * word(32 * j);
 
     // The block's row table, and its staging table, made once: for each staged vector its
     // offset in x at chunk 0, or -1 for padding; a chunk then copies vector e from
@@ -234,17 +246,15 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
         tdcx::cp_async_commit();
     };
 
-    float acc[RB][PX];
+    float acc[RW][PX];
 #pragma unroll
-    for (int i = 0; i < RB; ++i)
+    for (int i = 0; i < RW; ++i)
 #pragma unroll
         for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
 
-    // A thread's pixels are `lanes` apart, so a warp's reads of one tap are consecutive
-    // words; each tap is one add to the thread's base (its byte offset), and two taps come
-    // in one 16-byte broadcast load (an odd run's padding adds 0 times a staged value:
-    // cheaper than a branch for the last tap of every row).
-    const int step = lanes * sw;
+    // Each tap is one add to the thread's base (its byte offset), and two taps come in one
+    // 16-byte broadcast load (an odd run's padding adds 0 times a staged value: cheaper
+    // than a branch for the last tap of every row).
     stage(c_begin, xs + (c_begin & 1) * stage_size);
     for (int chunk = c_begin; chunk < c_end; ++chunk) {
         if (chunk + 1 < c_end) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
@@ -253,36 +263,37 @@ __global__ void __launch_bounds__(256) sparse_csr_tiled(
         __syncthreads();
         const char* cur = reinterpret_cast<const char*>(xs + (chunk & 1) * stage_size) + tbase;
         const float4* tp = reinterpret_cast<const float4*>(tap_stage + (chunk & 1) * max_segment);
-        const int2* rp = rows_s + chunk * (RB + 1);
+        const int2* rp = rows_s + chunk * (RB + 1) + warp * RW;
 #pragma unroll
-        for (int i = 0; i < RB; ++i) {
+        for (int i = 0; i < RW; ++i) {
             const int2 sc = rp[i];                       // rows past K have none
             const float4* p = tp + (sc.x >> 1);
             const float4* end = p + (sc.y >> 1);
 #pragma unroll 2
             for (; p < end; ++p) {
                 const float4 t = *p;
-                const float* a = reinterpret_cast<const float*>(cur + __float_as_int(t.y));
-                const float* b = reinterpret_cast<const float*>(cur + __float_as_int(t.w));
+                const char* a = cur + __float_as_int(t.y);
+                const char* b = cur + __float_as_int(t.w);
 #pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, a[j * step], acc[i][j]);
+                for (int j = 0; j < PX; ++j)
+                    acc[i][j] = fmaf(t.x, *reinterpret_cast<const float*>(a + joff[j]), acc[i][j]);
 #pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.z, b[j * step], acc[i][j]);
+                for (int j = 0; j < PX; ++j)
+                    acc[i][j] = fmaf(t.z, *reinterpret_cast<const float*>(b + joff[j]), acc[i][j]);
             }
         }
         __syncthreads();                                 // before the next copies reuse it
     }
 
-    const int n = n0 + img, oh = oh0 + ty;
-    if (n >= N || oh >= OH) return;
 #pragma unroll
-    for (int i = 0; i < RB; ++i) {
-        const int k = blockIdx.y * RB + i;
-        if (k >= K) break;
+    for (int j = 0; j < PX; ++j) {
+        const int p = lane + 32 * j;
+        const int n = n0 + (p >> lhw), oh = oh0 + ((p >> lw) & (TH - 1)), ow = ow0 + (p & (TW - 1));
+        if (n >= N || oh >= OH || ow >= OW) continue;
 #pragma unroll
-        for (int j = 0; j < PX; ++j) {
-            const int ow = ow0 + tx + j * lanes;
-            if (ow >= OW) continue;
+        for (int i = 0; i < RW; ++i) {
+            const int k = blockIdx.y * RB + warp * RW + i;
+            if (k >= K) break;
             const size_t at = (((size_t)n * K + k) * OH + oh) * OW + ow;
             float v = acc[i][j];
             if (accumulate && share == 0) v += y[at];
@@ -345,8 +356,9 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
     const float*, const int2*, const float2*, const float*, const float*, float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, int, int);
-TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
-TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
+TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
+TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_TILED(8, 8, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
+TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
 #undef TC_I_SPARSE_CSR_TILED

@@ -111,7 +111,14 @@ def _emulate_tiled(x, packed, geom, vec):
     xpad = np.zeros((geom.n + g.nb, geom.c + tile.ck, geom.h + 2 * big, geom.w + 2 * big))
     xpad[:geom.n, :geom.c, big:big + geom.h, big:big + geom.w] = x
     y = np.zeros(geom.output_shape)
-    lanes = g.tw // tile.px
+    rows_per_image = tile.ck * g.iht
+
+    def word(p):                                      # the kernel's word(p)
+        return ((p // (g.tw * g.th)) * rows_per_image + (p // g.tw) % g.th * sh) * g.pitch \
+            + p % g.tw * sw
+
+    assert sc.lane_words(g.pitch, g.tw, g.th, geom.stride, rows_per_image) == \
+        [word(p) for p in range(32)]
     for n0 in range(0, geom.n, g.nb):
         for oh0 in range(0, geom.oh, g.th):
             for ow0 in range(0, geom.ow, g.tw):
@@ -126,17 +133,16 @@ def _emulate_tiled(x, packed, geom, vec):
                         first = row_tab[grp, chunk, tile.rb, 0]
                         start, count = row_tab[grp, chunk, i]
                         for e in range(first + start, first + start + count):
-                            for img in range(g.nb):
-                                for ty in range(g.th):
-                                    for tx in range(g.tw):
-                                        n, oh, ow = n0 + img, oh0 + ty, ow0 + tx
-                                        if n >= geom.n or oh >= geom.oh or ow >= geom.ow:
-                                            continue
-                                        base = (img * tile.ck * g.iht + ty * sh) * g.pitch \
-                                            + lead + (tx % lanes) * sw
-                                        j = tx // lanes
-                                        y[n, k, oh, ow] += data[e] * xs[
-                                            base + tap[e] // 4 + j * lanes * sw]
+                            for lane in range(32):
+                                for j in range(tile.px):
+                                    p = lane + 32 * j
+                                    n = n0 + p // (g.tw * g.th)
+                                    oh, ow = oh0 + (p // g.tw) % g.th, ow0 + p % g.tw
+                                    if n >= geom.n or oh >= geom.oh or ow >= geom.ow:
+                                        continue
+                                    at = word(lane) + word(32 * j) + lead + tap[e] // 4
+                                    assert at == word(p) + lead + tap[e] // 4
+                                    y[n, k, oh, ow] += data[e] * xs[at]
     return y
 
 
@@ -159,33 +165,33 @@ def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, sh
 
 
 def test_remainder_geometry_stays_within_the_block_limits():
-    for shape in [(32, 64, 32, 32), (32, 512, 4, 4), (1, 3, 224, 224), (7, 5, 2, 3)]:
+    for shape in [(32, 64, 32, 32), (32, 512, 4, 4), (1, 3, 224, 224), (7, 5, 2, 3),
+                  (32, 64, 56, 56), (32, 256, 14, 14), (32, 512, 7, 7)]:
         for k, r, stride in [(64, 3, 1), (512, 3, 2), (5, 7, 2), (8, 1, 1)]:
             geom = conv_geometry(shape, (k, shape[1], r, r), stride, r // 2)
             tile = sc.default_remainder_tile(geom)
             g = sc.remainder_geometry(geom, tile)
-            if geom.n * geom.k * geom.oh * geom.ow >= 2 * 132 * 8 * 128:
-                assert math.prod(g.grid(geom, tile)) >= 2 * 132 or g.nb == 1 and g.th * \
-                    g.tw // tile.px <= 32
-            assert 1 <= g.threads(tile) <= 256
-            assert g.smem_bytes(tile) <= 48 * 1024
-            assert g.tw % tile.px == 0
-            assert g.pitch >= g.iwt
+            assert g.nb * g.th * g.tw == 32 * tile.px
+            for v in (g.nb, g.th, g.tw):
+                assert v & (v - 1) == 0            # the kernel's bit fields
+            assert g.threads(tile) == 128 and tile.rb % 4 == 0
+            assert g.pitch >= g.iwt + (3 if g.vec == 4 else 0) and g.pitch % g.vec == 0
+            if tile.px > 1:                         # chosen within the stage limit
+                assert g.smem_bytes(tile) <= 2 * 24 * 1024 + 2 * 4 * 32 * 4
 
 
 @pytest.mark.parametrize("x_shape,stride,worst", [((32, 64, 32, 32), 1, 1),
                                                   ((32, 64, 16, 16), 1, 1),
+                                                  ((32, 64, 8, 8), 1, 1),
+                                                  ((32, 64, 4, 4), 1, 2),
                                                   ((32, 64, 32, 32), 2, 2)])
 def test_the_remainder_pitch_spreads_a_warps_reads_over_the_banks(x_shape, stride, worst):
     geom = conv_geometry(x_shape, (64, x_shape[1], 3, 3), stride, 1)
     tile = sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile)
-    lanes = g.tw // tile.px
-    got = sc.bank_conflicts(g.pitch, lanes, g.th, geom.stride, tile.ck * g.iht,
-                            g.threads(tile))
+    got = sc.bank_conflicts(g.pitch, g.tw, g.th, geom.stride, tile.ck * g.iht)
     assert got == worst
-    assert got <= sc.bank_conflicts(g.iwt, lanes, g.th, geom.stride, tile.ck * g.iht,
-                                    g.threads(tile))
+    assert got <= sc.bank_conflicts(g.iwt, g.tw, g.th, geom.stride, tile.ck * g.iht)
 
 
 @pytest.mark.parametrize("x_shape,k", [((32, 512, 4, 4), 512), ((32, 256, 8, 8), 256),

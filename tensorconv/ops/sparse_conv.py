@@ -41,12 +41,14 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     RemainderTile,
     bank_conflicts,
     default_remainder_tile,
+    lane_words,
     merged_rows,
     remainder_geometry,
     remainder_shares,
     remainder_smem,
     remainder_tables,
     split_rows,
+    tile_shape,
 )
 from tensorconv.scratch import workspace
 
@@ -238,8 +240,8 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     sm_count = backend.device_facts().sm_count
-    tile = default_remainder_tile(geom, sm_count)
-    shares = remainder_shares(geom, tile, remainder_geometry(geom, tile, sm_count), sm_count)[0]
+    tile = default_remainder_tile(geom)
+    shares = remainder_shares(geom, tile, remainder_geometry(geom, tile), sm_count)[0]
     ref = cuda.kernel_ref(FILE, _tiled_name(tile))
     return (ref, _igemm.reduce_ref()) if shares > 1 else (ref,)
 
@@ -406,9 +408,9 @@ def _tiled_launch(x, weights: SparseWeights, geom: ConvGeometry) -> TiledLaunch:
     copies of the input where its rows are a multiple of 4 floats and it starts on 16
     bytes."""
     sm_count = backend.device_facts().sm_count
-    tile = default_remainder_tile(geom, sm_count)
+    tile = default_remainder_tile(geom)
     vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
-    g = remainder_geometry(geom, tile, sm_count, vec=vec)
+    g = remainder_geometry(geom, tile, vec=vec)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
     row_tab, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
                                               backend.array_module(x))

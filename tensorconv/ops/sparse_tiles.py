@@ -7,6 +7,7 @@ the work and the block limits, not searched.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,27 +42,32 @@ def merged_rows(rows: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class RemainderTile:
-    """The tiled remainder kernel's template: ``rb`` rows per thread block, ``px`` pixels
-    per thread, ``ck`` input channels per shared-memory stage."""
+    """The tiled remainder kernel's template: ``rb`` rows per thread block (four warps of
+    ``rb // 4`` rows each), ``px`` pixels per thread (a tile of ``32 * px`` pixels),
+    ``ck`` input channels per shared-memory stage."""
 
     rb: int
     px: int
     ck: int
 
 
-REMAINDER_TILES = (RemainderTile(16, 2, 8), RemainderTile(8, 2, 8), RemainderTile(8, 1, 8),
-                   RemainderTile(16, 4, 8), RemainderTile(8, 4, 8))
+REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (16, 8) for px in (8, 4, 2, 1))
+REMAINDER_THREADS = 128
 _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
                                  # stages holds
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 @dataclass(frozen=True)
 class RemainderGeometry:
     """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
-    pixels per thread block, the staged input ``iht`` rows per channel of which a tile's
-    taps read ``iwt`` columns, the rows ``pitch`` floats apart in shared memory, copied
-    ``vec`` floats at a time (4: 16-byte copies, the line starting up to 3 columns early
-    at a multiple of 4)."""
+    pixels per thread block (powers of two, ``32 * px`` in all), the staged input
+    ``iht`` rows per channel of which a tile's taps read ``iwt`` columns, the rows
+    ``pitch`` floats apart in shared memory, copied ``vec`` floats at a time (4: 16-byte
+    copies, the line starting up to 3 columns early at a multiple of 4)."""
 
     nb: int
     th: int
@@ -72,7 +78,7 @@ class RemainderGeometry:
     vec: int = 1
 
     def threads(self, tile: RemainderTile) -> int:
-        return self.nb * self.th * (self.tw // tile.px)
+        return REMAINDER_THREADS
 
     def stage_floats(self, tile: RemainderTile) -> int:
         """One stage's floats, rounded up to 16 bytes (the taps' stage follows)."""
@@ -87,57 +93,50 @@ class RemainderGeometry:
                 cdiv(geom.n, self.nb))
 
 
-def bank_conflicts(pitch: int, lanes: int, th: int, stride, rows_per_image: int,
-                   threads: int) -> int:
-    """The most distinct words one shared-memory bank serves at once when the first warp
-    of a remainder block reads its pixels (thread = (image, output row, lane), its word
-    ``(image · rows_per_image + row · sh) · pitch + lane · sw``)."""
+def lane_words(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> list[int]:
+    """The staged word each lane of a warp reads for one tap (pixel l of the tile:
+    column l % tw, row l // tw % th, image l // (tw·th))."""
     sh, sw = stride
+    return [((lane // (tw * th)) * rows_per_image + (lane // tw) % th * sh) * pitch
+            + lane % tw * sw for lane in range(32)]
+
+
+def bank_conflicts(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> int:
+    """The most distinct words one shared-memory bank serves at once when a warp reads
+    one tap (:func:`lane_words`)."""
     words = {}
-    for tid in range(min(32, threads)):
-        tx, ty, img = tid % lanes, (tid // lanes) % th, tid // (lanes * th)
-        word = (img * rows_per_image + ty * sh) * pitch + tx * sw
+    for word in lane_words(pitch, tw, th, stride, rows_per_image):
         words.setdefault(word % 32, set()).add(word)
     return max(len(v) for v in words.values())
 
 
-def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, sm_count: int = 132,
-                       min_threads: int = 32, vec: int | None = None) -> RemainderGeometry:
-    """Up to 8 threads across an output row (``px`` pixels each), rows and then images
-    stacked up to 128 threads, within :data:`_STAGE_BYTES` of staged input a stage; images,
-    then rows, taken off a block while that leaves fewer than two blocks per SM and the
-    block keeps more than ``min_threads`` threads.  ``vec``: 4 (16-byte copies) where
-    the input's rows are a multiple of 4 floats, else 1; the shape of the tile does not
-    depend on it.  The row pitch is the least, from the columns a line needs up, that
-    spreads a warp's reads over the most banks and still fits."""
+def tile_shape(geom: ConvGeometry, px: int) -> tuple[int, int, int]:
+    """``(nb, th, tw)``: the output's width rounded up to a power of two (at most 64 and
+    the tile), then its height, then images, ``32 * px`` pixels in all."""
+    pixels = 32 * px
+    tw = min(64, _pow2(geom.ow), pixels)
+    th = min(_pow2(geom.oh), pixels // tw)
+    return pixels // (tw * th), th, tw
+
+
+def remainder_geometry(geom: ConvGeometry, tile: RemainderTile,
+                       vec: int | None = None) -> RemainderGeometry:
+    """The tile of :func:`tile_shape` and its staging: ``vec`` 4 (16-byte copies) where the
+    input's rows are a multiple of 4 floats, else 1; the row pitch the least, from the
+    columns a line needs up, that spreads a warp's reads over the most banks and keeps a
+    stage within :data:`_STAGE_BYTES` (where one does)."""
     vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
     if vec not in (1, 4) or vec == 4 and geom.w % 4:
         raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
                          f"got {vec} for width {geom.w}")
-    lanes = min(8, cdiv(geom.ow, tile.px))
-    tw = lanes * tile.px
-    th = min(geom.oh, max(1, 128 // lanes))
+    nb, th, tw = tile_shape(geom, tile.px)
     iwt = (tw - 1) * geom.stride[1] + geom.s
-    line = iwt + 6               # room for a 16-byte line's lead and its last vector
-    per_image = lambda t: 4 * tile.ck * ((t - 1) * geom.stride[0] + geom.r) * line  # noqa: E731
-    while th > 1 and per_image(th) > _STAGE_BYTES:
-        th = cdiv(th, 2)
-    nb = max(1, min(geom.n, 128 // (lanes * th), _STAGE_BYTES // per_image(th)))
-
-    def blocks(nb, th):
-        return cdiv(geom.oh, th) * cdiv(geom.ow, tw) * cdiv(geom.k, tile.rb) * cdiv(geom.n, nb)
-
-    while nb > 1 and nb * lanes * th > min_threads and blocks(nb, th) < 2 * sm_count:
-        nb = cdiv(nb, 2)
-    while th > 1 and lanes * th > min_threads and blocks(nb, th) < 2 * sm_count:
-        th = cdiv(th, 2)
     iht = (th - 1) * geom.stride[0] + geom.r
-    threads = nb * th * lanes
-    need = iwt + 3 if vec == 4 else iwt
-    need = vec * cdiv(need, vec)
-    fits = [p for p in range(need, need + 32, vec) if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
-    pitch = min(fits or [need], key=lambda p: (bank_conflicts(p, lanes, th, geom.stride,
-                                                              tile.ck * iht, threads), p))
+    need = vec * cdiv(iwt + 3 if vec == 4 else iwt, vec)
+    fits = [p for p in range(need, need + 32, vec)
+            if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
+    pitch = min(fits or [need], key=lambda p: (
+        bank_conflicts(p, tw, th, geom.stride, tile.ck * iht), p))
     return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec)
 
 
@@ -159,22 +158,36 @@ def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeomet
     return cdiv(chunks, per_share), per_share
 
 
-def default_remainder_tile(geom: ConvGeometry, sm_count: int = 132) -> RemainderTile:
-    """By the output's width and the stride (H100, random 8x masks at batch 32, every tile
-    timed: ``docs/notes/sparse_conv.md``): stride 2, one pixel a thread; stride 1, 4 pixels
-    a thread from 48 columns and between 9 and 15, 2 from 16 to 47, one on 8 columns or
-    fewer where that is a power of two (a warp's lanes fill rows), else 2; 16 rows a block,
-    8 where the kernel has fewer than 16 or a thread has one pixel."""
-    ow = geom.ow
+def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
+    """A measured rule (H100, random 8x masks at batch 32, every tile timed on ResNet-18's
+    CIFAR and ImageNet shapes: ``docs/notes/sparse_conv.md``).  Strided: 2 pixels a thread.
+    Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that covers
+    fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else 4; 8
+    columns, 8 from 512 input channels (its chunks then split among blocks), else 4;
+    narrower, 4.  A tile whose stage would pass :data:`_STAGE_BYTES` takes half the
+    pixels.  16 rows a block, 8 where the kernel has fewer than 16."""
+    rb = 16 if geom.k >= 16 else 8
+
+    def covered(px):
+        nb, th, tw = tile_shape(geom, px)
+        return cdiv(geom.n, nb) * nb * cdiv(geom.oh, th) * th * cdiv(geom.ow, tw) * tw
+
+    tw8 = tile_shape(geom, 8)[2]
     if geom.stride != (1, 1):
-        px = 1
-    elif ow >= 48 or 8 < ow < 16:
-        px = 4
-    elif ow >= 16:
         px = 2
+    elif tw8 >= 32:
+        px = 8 if covered(8) <= 1.05 * covered(4) else 4
+    elif tw8 == 16:
+        px = 8 if math.prod(remainder_geometry(geom, RemainderTile(rb, 8, 8)).grid(
+            geom, RemainderTile(rb, 8, 8))) >= 512 else 4
+    elif tw8 == 8:
+        px = 8 if geom.c >= 512 else 4
     else:
-        px = 1 if ow & (ow - 1) == 0 else 2
-    rb = 16 if geom.k >= 16 and px > 1 else 8
+        px = 4
+    vec = 4 if geom.w % 4 == 0 else 1
+    while px > 1 and 4 * remainder_geometry(geom, RemainderTile(rb, px, 8), vec).stage_floats(
+            RemainderTile(rb, px, 8)) > _STAGE_BYTES:
+        px //= 2
     return RemainderTile(rb, px, 8)
 
 

@@ -160,8 +160,8 @@ def test_the_tiled_remainder_with_its_chunks_shared_among_blocks(rng, hw, k, nbl
     sm = backend.device_facts().sm_count
     for stride in (1, 2):
         geom = conv_geometry((2, c) + hw, w.shape, stride, 1)
-        tile = sc.default_remainder_tile(geom, sm)
-        assert sc.remainder_shares(geom, tile, sc.remainder_geometry(geom, tile, sm), sm)[0] > 1
+        tile = sc.default_remainder_tile(geom)
+        assert sc.remainder_shares(geom, tile, sc.remainder_geometry(geom, tile), sm)[0] > 1
         _check(rng, w, packed, (2, c) + hw, stride, 1)
         _check(rng, w, packed, (2, c) + hw, stride, 1, epilogue=False)
 

@@ -155,10 +155,13 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     float* __restrict__ y,                // (N, K, OH, OW)
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int PITCH, int vec, int chunks, int per_share,
-    int tiles_w, int max_segment, int accumulate, int relu)
+    int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int chunks,
+    int per_share, int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
+    // Staged line t of a channel is input row ih0 + t·rstep, its column u input column
+    // col0 + u·cstep: steps of 1, or the stride where the filter is one tap high (wide),
+    // so that a 1x1 strided layer stages only the pixels it reads.
     // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
     // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
     // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
@@ -193,7 +196,8 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     // l and of 32·j do not overlap (powers of two), so its word is word(l) + word(32·j): a
     // per-thread base and PX offsets shared by the warp.
     auto word = [&](int p) {
-        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * sh) * PITCH + (p & (TW - 1)) * sw;
+        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * (sh / rstep)) * PITCH
+            + (p & (TW - 1)) * (sw / cstep);
     };
     const int tbase = 4 * (word(lane) + lead);
     int joff[PX];
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
         const int line = e / per_line, col = (e - line * per_line) * vec;
         const int bc = line / IHT, row = line - bc * IHT;
         const int b = bc / CK, c = bc - b * CK;
-        const int n = n0 + b, ih = ih0 + row, iw = col0 + col;
+        const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
         const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
         table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
     }
@@ -355,7 +359,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const float*, const float*, float*, float*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int);
+    int, int, int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
 TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_TILED(8, 8, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
 TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)

@@ -112,12 +112,13 @@ def _emulate_tiled(x, packed, geom, vec):
     xpad[:geom.n, :geom.c, big:big + geom.h, big:big + geom.w] = x
     y = np.zeros(geom.output_shape)
     rows_per_image = tile.ck * g.iht
+    rsh, rsw = g.read_stride(geom)
 
     def word(p):                                      # the kernel's word(p)
-        return ((p // (g.tw * g.th)) * rows_per_image + (p // g.tw) % g.th * sh) * g.pitch \
-            + p % g.tw * sw
+        return ((p // (g.tw * g.th)) * rows_per_image + (p // g.tw) % g.th * rsh) * g.pitch \
+            + p % g.tw * rsw
 
-    assert sc.lane_words(g.pitch, g.tw, g.th, geom.stride, rows_per_image) == \
+    assert sc.lane_words(g.pitch, g.tw, g.th, (rsh, rsw), rows_per_image) == \
         [word(p) for p in range(32)]
     for n0 in range(0, geom.n, g.nb):
         for oh0 in range(0, geom.oh, g.th):
@@ -126,8 +127,9 @@ def _emulate_tiled(x, packed, geom, vec):
                 lead = iw0 % 4 if g.vec == 4 else 0       # the kernel's iw0 & 3
                 for chunk in range(chunks):
                     c0, cols = chunk * tile.ck, iw0 - lead + big
-                    xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck, ih0 + big:ih0 + big + g.iht,
-                              cols:cols + g.pitch].ravel()
+                    xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck,
+                              ih0 + big:ih0 + big + g.iht * g.rstep:g.rstep,
+                              cols:cols + g.pitch * g.cstep:g.cstep].ravel()
                     for k in range(geom.k):
                         grp, i = divmod(k, tile.rb)
                         first = row_tab[grp, chunk, tile.rb, 0]
@@ -151,7 +153,9 @@ def _emulate_tiled(x, packed, geom, vec):
                                                        ((20, 9, 1, 1), (3, 9, 5, 3), 2, 1),
                                                        ((20, 9, 1, 1), (3, 9, 5, 8), 2, 4),
                                                        ((4, 3, 5, 5), (1, 3, 12, 10), 2, 1),
-                                                       ((4, 3, 5, 5), (1, 3, 12, 20), 2, 4)])
+                                                       ((4, 3, 5, 5), (1, 3, 12, 20), 2, 4),
+                                                       ((20, 9, 1, 1), (3, 9, 8, 12), 2, 4),
+                                                       ((7, 5, 1, 1), (2, 5, 9, 7), 3, 1)])
 def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, shape, x_shape,
                                                                          stride, vec):
     w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
@@ -219,7 +223,8 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((256, 256, 3, 3), 1, 14, "tiled"),
                                                     ((128, 64, 3, 3), 2, 32, "tiled"),
                                                     ((512, 256, 3, 3), 2, 14, "rows"),
-                                                    ((128, 64, 1, 1), 1, 32, "rows"),
+                                                    ((128, 64, 1, 1), 1, 32, "tiled"),
+                                                    ((128, 512, 1, 1), 1, 8, "rows"),
                                                     ((128, 64, 1, 1), 2, 32, "rows")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)

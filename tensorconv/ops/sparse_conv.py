@@ -220,13 +220,14 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 
 def choose_remainder(geom: ConvGeometry) -> str:
-    """``"tiled"`` for filters wider than 1x1 at stride 1, and at other strides on outputs
-    a multiple of 4 columns wide, where each staged input value serves several taps and a
-    tile's lanes fill its rows; else ``"rows"`` (1x1 filters, where the tiled kernel
-    stages more than it reads, and strided outputs of other widths: H100 measurements in
+    """``"tiled"`` where each staged input value serves several taps or rows and a tile's
+    lanes fill its rows: filters wider than 1x1 at stride 1, or strided on outputs a
+    multiple of 4 columns wide; 1x1 filters at stride 1 on outputs of 16 columns or more.
+    Else ``"rows"``: strided 1x1 layers (small, about as fast on either kernel), narrow 1x1
+    outputs, strided outputs of other widths (H100 measurements in
     ``docs/notes/sparse_conv.md``)."""
     if geom.r * geom.s == 1:
-        return "rows"
+        return "tiled" if geom.stride == (1, 1) and geom.ow >= 16 else "rows"
     if geom.stride == (1, 1) or geom.ow % 4 == 0:
         return "tiled"
     return "rows"
@@ -376,8 +377,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     size = geom.k * q
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, chunks, per_share,
-            cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, chunks,
+            per_share, cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
            (g.threads(tile),), (x, row_tab, taps, ptr(bias), ptr(residual), out, ptr(partial),

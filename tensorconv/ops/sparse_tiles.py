@@ -67,7 +67,9 @@ class RemainderGeometry:
     pixels per thread block (powers of two, ``32 * px`` in all), the staged input
     ``iht`` rows per channel of which a tile's taps read ``iwt`` columns, the rows
     ``pitch`` floats apart in shared memory, copied ``vec`` floats at a time (4: 16-byte
-    copies, the line starting up to 3 columns early at a multiple of 4)."""
+    copies, the line starting up to 3 columns early at a multiple of 4); ``rstep`` and
+    ``cstep`` the input rows and columns between staged ones (the stride where the filter
+    is one tap high or wide, which then stages only the pixels it reads; else 1)."""
 
     nb: int
     th: int
@@ -76,6 +78,13 @@ class RemainderGeometry:
     iwt: int
     pitch: int
     vec: int = 1
+    rstep: int = 1
+    cstep: int = 1
+
+    def read_stride(self, geom: ConvGeometry) -> tuple[int, int]:
+        """The stride of a tile's reads in the staged lines: the convolution's, or 1 where
+        the lines were staged at the stride (a filter one tap high or wide)."""
+        return geom.stride[0] // self.rstep, geom.stride[1] // self.cstep
 
     def threads(self, tile: RemainderTile) -> int:
         return REMAINDER_THREADS
@@ -130,14 +139,19 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile,
         raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
                          f"got {vec} for width {geom.w}")
     nb, th, tw = tile_shape(geom, tile.px)
-    iwt = (tw - 1) * geom.stride[1] + geom.s
-    iht = (th - 1) * geom.stride[0] + geom.r
+    rstep = geom.stride[0] if geom.r == 1 else 1
+    cstep = geom.stride[1] if geom.s == 1 else 1
+    if cstep > 1:
+        vec = 1                    # every other column: no 16-byte runs
+    read = (geom.stride[0] // rstep, geom.stride[1] // cstep)
+    iwt = (tw - 1) * read[1] + geom.s
+    iht = (th - 1) * read[0] + geom.r
     need = vec * cdiv(iwt + 3 if vec == 4 else iwt, vec)
     fits = [p for p in range(need, need + 32, vec)
             if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
     pitch = min(fits or [need], key=lambda p: (
-        bank_conflicts(p, tw, th, geom.stride, tile.ck * iht), p))
-    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec)
+        bank_conflicts(p, tw, th, read, tile.ck * iht), p))
+    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep)
 
 
 def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeometry,

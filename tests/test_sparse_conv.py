@@ -222,7 +222,7 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((512, 512, 3, 3), 1, 7, "tiled"),
                                                     ((256, 256, 3, 3), 1, 14, "tiled"),
                                                     ((128, 64, 3, 3), 2, 32, "tiled"),
-                                                    ((512, 256, 3, 3), 2, 14, "rows"),
+                                                    ((512, 256, 3, 3), 2, 14, "tiled"),
                                                     ((128, 64, 1, 1), 1, 32, "tiled"),
                                                     ((128, 512, 1, 1), 1, 8, "rows"),
                                                     ((128, 64, 1, 1), 2, 32, "rows")])

@@ -220,17 +220,13 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 
 def choose_remainder(geom: ConvGeometry) -> str:
-    """``"tiled"`` where each staged input value serves several taps or rows and a tile's
-    lanes fill its rows: filters wider than 1x1 at stride 1, or strided on outputs a
-    multiple of 4 columns wide; 1x1 filters at stride 1 on outputs of 16 columns or more.
-    Else ``"rows"``: strided 1x1 layers (small, about as fast on either kernel), narrow 1x1
-    outputs, strided outputs of other widths (H100 measurements in
-    ``docs/notes/sparse_conv.md``)."""
+    """``"tiled"`` where each staged input value serves several taps or rows: every filter
+    wider than 1x1, and 1x1 filters at stride 1 on outputs of 16 columns or more.  Else
+    ``"rows"``: strided 1x1 layers (small, about as fast on either kernel) and narrow 1x1
+    outputs (H100 measurements in ``docs/notes/sparse_conv.md``)."""
     if geom.r * geom.s == 1:
         return "tiled" if geom.stride == (1, 1) and geom.ow >= 16 else "rows"
-    if geom.stride == (1, 1) or geom.ow % 4 == 0:
-        return "tiled"
-    return "rows"
+    return "tiled"
 
 
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:

@@ -155,7 +155,9 @@ def _emulate_tiled(x, packed, geom, vec):
                                                        ((4, 3, 5, 5), (1, 3, 12, 10), 2, 1),
                                                        ((4, 3, 5, 5), (1, 3, 12, 20), 2, 4),
                                                        ((20, 9, 1, 1), (3, 9, 8, 12), 2, 4),
-                                                       ((7, 5, 1, 1), (2, 5, 9, 7), 3, 1)])
+                                                       ((7, 5, 1, 1), (2, 5, 9, 7), 3, 1),
+                                                       ((6, 4, 3, 3), (1, 4, 3, 70), 1, 1),
+                                                       ((6, 4, 3, 3), (1, 4, 5, 136), 2, 4)])
 def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, shape, x_shape,
                                                                          stride, vec):
     w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)

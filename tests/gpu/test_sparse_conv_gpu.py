@@ -127,6 +127,18 @@ def test_the_tiled_remainder_on_each_geometry(rng, hw, k):
         _check(rng, w, packed, (5, c) + hw, stride, 1)
 
 
+@pytest.mark.parametrize("x_shape,stride", [((2, 19, 6, 70), 1), ((2, 19, 7, 136), 2),
+                                            ((3, 9, 30, 56), 1), ((2, 9, 29, 58), 2)])
+def test_the_tiled_remainder_on_wide_maps(rng, x_shape, stride):
+    """Outputs wider than a warp: 64-column tiles (a lane's pixels 32 apart on one row),
+    columns past the output, ImageNet-like widths."""
+    k, c = 24, x_shape[1]
+    w = (rng.standard_normal((k, c, 3, 3)) * (rng.random((k, c, 3, 3)) < 0.2)).astype(
+        np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    _check(rng, w, packed, x_shape, stride, 1)
+
+
 @pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])
 def test_the_tiled_remainder_copies_16_bytes_or_words_by_alignment(rng, w_in, stride, padding):
     """Rows a multiple of 4 floats: 16-byte copies from a line starting up to 3 columns

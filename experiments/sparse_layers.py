@@ -26,11 +26,16 @@ the same K x CRS shapes) — runs as:
 Every output is checked against the dense convolution of the pruned kernel first.  Times
 are CUDA-graph replay medians, side by side in one process.  Also recorded: Algorithm 1's
 statistics per threshold (blocks, share of nonzeros in blocks, fill, seconds) and the
-threshold kept.  The paper's ranges (P100, ResNet18-8x: 1.66-7.58x over cuDNN, 1.04-1.45x
-over SpMM) stand in the notes.
+threshold kept.  ``--time-budget`` stops between layers once that many seconds have
+passed; a later call with ``--merge`` (the earlier CSVs) keeps their layers and times the
+rest, one table in the end.  The paper's ranges (P100, ResNet18-8x: 1.66-7.58x over cuDNN,
+1.04-1.45x over SpMM) stand in the notes.
 """
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -80,6 +85,10 @@ def _args(argv):
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds for this call: no layer is started after them")
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="earlier calls' CSVs: their layers are kept, not timed again")
     return p.parse_args(argv)
 
 
@@ -118,14 +127,20 @@ def _layers(args, masks_path):
     return out
 
 
+def case_name(label, name, conv, x_shape, w) -> str:
+    """The results' case of one layer: label, name, kernel shape, stride, input size."""
+    geom = conv_geometry(x_shape, w.shape, conv.stride, conv.padding)
+    return f"{label + ' ' if label else ''}{name} {w.shape[0]}x{w.shape[1]}x{w.shape[2]}x" \
+           f"{w.shape[3]} s{geom.stride[0]} {geom.h}x{geom.w}"
+
+
 def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     import cupy as cp
     from cupyx.scipy import sparse as cps
 
     rng = np.random.default_rng(1)
     geom = conv_geometry(x_shape, w.shape, conv.stride, conv.padding)
-    case = f"{label + ' ' if label else ''}{name} {w.shape[0]}x{w.shape[1]}x{w.shape[2]}x" \
-           f"{w.shape[3]} s{geom.stride[0]} {geom.h}x{geom.w}"
+    case = case_name(label, name, conv, x_shape, w)
     x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
     wd = cp.asarray(w)
     want = ops.conv2d(x, wd, None, geom.stride, geom.padding)
@@ -237,10 +252,21 @@ def main(argv=None) -> int:
     jobs = [(label, layer) for label, path in sets for layer in _layers(args, path)]
     if args.quick:  # three layers, two thresholds
         jobs, args.t2 = jobs[:3], args.t2[:2]
+    merged = [r for path in args.merge for r in read_csv(path)
+              if r["metric"] != "speedup_median"]
+    rs.extend(merged)
+    done = {r["case"] for r in merged if r["variant"] == "ours" and r["metric"] == "latency_us"}
+    jobs = [(label, layer) for label, layer in jobs if case_name(label, *layer) not in done]
     from tqdm import tqdm
 
+    start, timed = time.perf_counter(), 0
     for label, (name, conv, shape, w) in tqdm(jobs, desc="timing pruned layers", unit="layer"):
+        if timed and args.time_budget is not None and \
+                time.perf_counter() - start > args.time_budget:
+            break
         measure(rs, name, conv, shape, w, args, torch, label)
+        timed += 1
+    left = len(jobs) - timed
     speed = rs.values("speedup")
     for label, _ in sets:
         prefix = f"{label} " if label else ""
@@ -260,7 +286,8 @@ def main(argv=None) -> int:
                                                          "density"))
     masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
-    sections.append(("Notes", f"{args.model}, batch {args.batch}, {args.in_channels} x "
+    partial = f"Partial: {left} layers not timed yet (run again with --merge). " if left else ""
+    sections.append(("Notes", f"{partial}{args.model}, batch {args.batch}, {args.in_channels} x "
                               f"{args.size} x {args.size} input, {masks}. Paper: "
                               f"{PAPER.get(args.model, 'see Figs 8-12')}. cuSPARSE is timed "
                               f"eagerly (it does not capture into a CUDA graph); the others "

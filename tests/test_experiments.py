@@ -121,6 +121,17 @@ def test_sparse_layers_quick(tmp_path):
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
     assert {"ours", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4", "t2=8"} <= variants
     assert (tmp_path / "sparse_layers.png").stat().st_size > 0
+    # In two calls: the first stops after one layer, the second keeps it and times the rest.
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(first),
+                               "--time-budget", "0"]) == 0
+    assert "Partial: 2 layers" in (first / "sparse_layers.md").read_text()
+    assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(second), "--merge",
+                               str(first / "sparse_layers.csv")]) == 0
+    ours = [r["case"] for r in results.read_csv(second / "sparse_layers.csv")
+            if r["variant"] == "ours" and r["metric"] == "latency_us"]
+    assert len(ours) == len(set(ours)) == 3
+    assert "Partial" not in (second / "sparse_layers.md").read_text()
 
 
 @pytest.mark.gpu

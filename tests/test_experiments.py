@@ -257,6 +257,35 @@ def test_bench_depthwise_needs_a_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_bench_sparse_tiles_quick(tmp_path):
+    from experiments import bench_sparse_tiles
+    from tensorconv.ops import sparse_conv
+
+    assert bench_sparse_tiles.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / "bench_sparse_tiles.csv")
+    timed = {(r["case"], r["variant"]) for r in rows if r["metric"] == "latency_us"}
+    cases = {c for c, _ in timed}
+    assert len(cases) == len(bench_sparse_tiles.QUICK)
+    for case in cases:                        # every variant timed (or said why not)
+        skipped = {r["variant"] for r in rows if r["case"] == case
+                   and r["metric"] == "skipped"}
+        names = {"rule", "rows", "ours-dense"} | {f"tiled {t.rb}x{t.px}"
+                                                  for t in sparse_conv.REMAINDER_TILES}
+        assert names <= {v for c, v in timed if c == case} | skipped
+    best = [r["value"] for r in rows if r["variant"] == "best/rule" and r["metric"] == "ratio"]
+    assert len(best) == len(cases) and max(best) <= 1.0 + 1e-9
+    assert (tmp_path / "bench_sparse_tiles.png").stat().st_size > 0
+
+
+def test_bench_sparse_tiles_needs_a_gpu(monkeypatch):
+    from experiments import bench_sparse_tiles
+
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    with pytest.raises(backend.CudaUnavailableError):
+        bench_sparse_tiles.main(["--quick", "--out", "unused"])
+
+
+@pytest.mark.gpu
 def test_scc_backward_quick(tmp_path):
     from experiments import scc_backward
 

@@ -16,7 +16,6 @@ size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +48,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     remainder_tables,
     split_rows,
     tile_shape,
+    tiled_launch,
 )
 from tensorconv.scratch import workspace
 
@@ -334,8 +334,10 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
-        epilogue=(None, None, False), remainder: str = "auto") -> None:
-    """The launch sequence on checked arguments (``epilogue``: bias, residual, relu)."""
+        epilogue=(None, None, False), remainder: str = "auto",
+        remainder_tile: RemainderTile | None = None) -> None:
+    """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
+    ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow
@@ -354,7 +356,7 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                (x, values, rows, weights.gathers[piece.block], out, i32(p.rows),
                 i32(ncols), *dims))
     auto = remainder == "auto"
-    tiled = _tiled_launch(x, weights, geom) if remainder == "tiled" or \
+    tiled = tiled_launch(x, weights, geom, remainder_tile) if remainder == "tiled" or \
         (auto and choose_remainder(geom) == "tiled") else None
     if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if not auto:
@@ -383,33 +385,3 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu),
                                                    backend.device_facts().sm_count)
         kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)
-
-
-class TiledLaunch(NamedTuple):
-    """The tiled remainder's launch on one layer: its tile and geometry, the channel
-    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_tab``, ``taps``,
-    the ``longest`` segment) and its shared-memory bytes."""
-
-    tile: RemainderTile
-    g: RemainderGeometry
-    shares: int
-    per_share: int
-    row_tab: object
-    taps: object
-    longest: int
-    smem: int
-
-
-def _tiled_launch(x, weights: SparseWeights, geom: ConvGeometry) -> TiledLaunch:
-    """The tiled remainder's launch on ``geom`` (its tables made once per weights): 16-byte
-    copies of the input where its rows are a multiple of 4 floats and it starts on 16
-    bytes."""
-    sm_count = backend.device_facts().sm_count
-    tile = default_remainder_tile(geom)
-    vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
-    g = remainder_geometry(geom, tile, vec=vec)
-    shares, per_share = remainder_shares(geom, tile, g, sm_count)
-    row_tab, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
-                                              backend.array_module(x))
-    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
-    return TiledLaunch(tile, g, shares, per_share, row_tab, taps, longest, smem)

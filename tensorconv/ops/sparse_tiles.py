@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -259,3 +260,39 @@ def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
     items = g.nb * tile.ck * g.iht * g.pitch // g.vec
     return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + 2 * chunks * (tile.rb + 1)
                 + items)
+
+
+class TiledLaunch(NamedTuple):
+    """The tiled remainder's launch on one layer: its tile and geometry, the channel
+    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_tab``, ``taps``,
+    the ``longest`` segment) and its shared-memory bytes."""
+
+    tile: RemainderTile
+    g: RemainderGeometry
+    shares: int
+    per_share: int
+    row_tab: object
+    taps: object
+    longest: int
+    smem: int
+
+
+def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None
+                 ) -> TiledLaunch:
+    """The tiled remainder's launch on ``geom`` for input ``x`` (a device array) and
+    ``weights`` (its tables made once per weights and staging shape): ``tile``, default
+    :func:`default_remainder_tile`; 16-byte copies of the input where its rows are a
+    multiple of 4 floats and it starts on 16 bytes."""
+    if tile is None:
+        tile = default_remainder_tile(geom)
+    elif tile not in REMAINDER_TILES:
+        raise ValueError(f"remainder_tile must be one of {REMAINDER_TILES}, got {tile!r}")
+    sm_count = backend.device_facts().sm_count
+    vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
+    g = remainder_geometry(geom, tile, vec=vec)
+    shares, per_share = remainder_shares(geom, tile, g, sm_count)
+    row_tab, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
+                                              backend.array_module(x))
+    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
+    return TiledLaunch(tile, g, shares, per_share, row_tab, taps, longest, smem)
+

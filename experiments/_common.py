@@ -165,6 +165,20 @@ def rel_norm(a, b, xp) -> float:
     return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
 
 
+def cudnn_fp32():
+    """PyTorch set up as a per-layer cuDNN baseline (``cudnn.benchmark``, TF32 off), or
+    None where PyTorch with cuDNN is missing."""
+    from tensorconv import bench
+
+    if not bench.torch_cudnn_available():
+        return None
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
 def cudnn_baseline():
     """PyTorch set up as the cuDNN baseline of an end-to-end timing (``cudnn.benchmark``,
     matmuls in fp32; each run sets ``cudnn.allow_tf32`` itself), with ``to_torch`` from

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
+from experiments._common import (
+    cudnn_fp32,
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    pyplot,
+    save_figure,
+)
 from tensorconv import backend, bench, ops, reference, timing
 from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
@@ -103,12 +111,7 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     args = p.parse_args(argv)
     cp = backend.require_cuda(NAME)
-    torch = None
-    if bench.torch_cudnn_available():
-        import torch
-
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = False
+    torch = cudnn_fp32()
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
     rng = np.random.default_rng(0)

@@ -25,7 +25,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
+from experiments._common import (
+    cudnn_fp32,
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    pyplot,
+    save_figure,
+)
 from tensorconv import backend, bench, ops, timing
 from tensorconv.blocksparse import layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
@@ -78,12 +86,7 @@ def main(argv=None) -> int:
     p.add_argument("--ratio", type=float, default=8.0, help="1 / density of the kernels")
     args = p.parse_args(argv)
     cp = backend.require_cuda(NAME)
-    torch = None
-    if bench.torch_cudnn_available():
-        import torch
-
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = False
+    torch = cudnn_fp32()
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
     rng = np.random.default_rng(0)

@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     // Four warps, each owning RB / 4 of the block's rows over all of the tile's 32·PX
     // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
     // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.
-    constexpr int RW = RB / 4;
+    constexpr int RW = RB / 4;             // 128 threads (REMAINDER_THREADS in sparse_tiles.py)
+    static_assert(RB % 4 == 0 && PX >= 1, "four warps of whole rows");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int lw = __ffs(TW) - 1, lhw = lw + __ffs(TH) - 1;
     const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;

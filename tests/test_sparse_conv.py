@@ -96,9 +96,9 @@ def test_bad_input_is_refused_by_name(rng):
             ops.sparse_conv2d(**call)
 
 
-def _emulate_tiled(x, packed, geom, vec):
+def _emulate_tiled(x, packed, geom, vec, tile=None):
     """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
-    tile = sc.default_remainder_tile(geom)
+    tile = tile or sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile, vec=vec)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
     row_tab, taps, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
@@ -167,6 +167,19 @@ def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, sh
     geom = conv_geometry(x_shape, shape, stride, pad)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
     np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec), want, rtol=1e-9,
+                               atol=1e-9)
+
+
+@pytest.mark.parametrize("tile", sc.REMAINDER_TILES, ids=str)
+def test_every_remainder_tile_computes_the_convolution(rng, tile):
+    """Each tile on a map narrower than a warp's row of pixels (several images a tile)."""
+    shape, x_shape = (10, 5, 3, 3), (3, 5, 5, 6)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    geom = conv_geometry(x_shape, shape, 1, 1)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, 1, 1)
+    np.testing.assert_allclose(_emulate_tiled(x, packed, geom, 1, tile), want, rtol=1e-9,
                                atol=1e-9)
 
 

@@ -139,6 +139,31 @@ def test_the_tiled_remainder_on_wide_maps(rng, x_shape, stride):
     _check(rng, w, packed, x_shape, stride, 1)
 
 
+@pytest.mark.parametrize("tile", sc.REMAINDER_TILES, ids=str)
+def test_every_remainder_tile_on_every_kind_of_map(rng, tile):
+    """Each tile of the tiled remainder, forced, on maps of 4 to 40 columns (images, rows
+    and columns of a tile past the output), strides 1 and 2, 1x1 and 3x3, a chunk short of
+    channels; outputs poisoned."""
+    import cupy as cp
+
+    for x_shape, r, stride in [((3, 19, 4, 4), 3, 1), ((2, 11, 7, 7), 3, 1),
+                               ((2, 11, 8, 8), 3, 2), ((2, 11, 13, 13), 3, 1),
+                               ((1, 9, 11, 40), 3, 2), ((2, 9, 12, 20), 1, 2),
+                               ((2, 9, 9, 18), 1, 1)]:
+        k = 21
+        w = (rng.standard_normal((k, x_shape[1], r, r)) * (rng.random((k, x_shape[1], r, r))
+                                                           < 0.25)).astype(np.float32)
+        packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+        geom = conv_geometry(x_shape, w.shape, stride, r // 2)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride,
+                                r // 2)
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        sc.run(cp.asarray(x), sc.pack_weights(packed, (geom.h, geom.w), cp), out, geom, (),
+               remainder="tiled", remainder_tile=tile)
+        assert rel_err(out.get(), want) <= 1e-5, (x_shape, r, stride)
+
+
 @pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])
 def test_the_tiled_remainder_copies_16_bytes_or_words_by_alignment(rng, w_in, stride, padding):
     """Rows a multiple of 4 floats: 16-byte copies from a line starting up to 3 columns

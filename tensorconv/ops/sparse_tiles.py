@@ -53,7 +53,7 @@ class RemainderTile:
 
 
 REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (16, 8) for px in (8, 4, 2, 1))
-REMAINDER_THREADS = 128
+REMAINDER_THREADS = 128          # the kernel's four warps (its __launch_bounds__)
 _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
                                  # stages holds
 
@@ -175,7 +175,8 @@ def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeomet
 
 def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
     """A measured rule (H100, random 8x masks at batch 32, every tile timed on ResNet-18's
-    CIFAR and ImageNet shapes: ``docs/notes/sparse_conv.md``).  Strided: 2 pixels a thread.
+    CIFAR and ImageNet shapes by ``experiments/bench_sparse_tiles``:
+    ``docs/notes/sparse_conv.md``).  Strided: 2 pixels a thread.
     Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that covers
     fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else 4; 8
     columns, 8 from 512 input channels (its chunks then split among blocks), else 4;

@@ -9,8 +9,8 @@ block x pixels a thread by the output's width and the stride; the row kernel for
 pruned to ``1 / --ratio`` of its weights at random (an unstructured pattern, no dense
 blocks), it times
 
-* ``tiled RBxPX``: the tiled remainder (``sparse_csr_tiled``) on each tile of
-  ``sparse_conv.REMAINDER_TILES``;
+* ``tiled RBxPX`` (``ckCK`` where a stage holds other than 8 channels): the tiled remainder
+  (``sparse_csr_tiled``) on each tile of ``sparse_conv.REMAINDER_TILES``;
 * ``rule``: what the library runs (``remainder="auto"``), ``rows``: the one-thread-per-pixel
   row kernel;
 * ``ours-dense``: our dense convolution of the pruned kernel, ``cudnn-fp32``: PyTorch's
@@ -53,6 +53,11 @@ LAYERS = [(64, 64, 3, 1, 32), (128, 64, 3, 2, 32), (128, 128, 3, 1, 16), (128, 6
 QUICK = [(16, 8, 3, 1, 12), (24, 16, 3, 2, 14), (20, 8, 1, 1, 16)]
 
 
+def label(tile) -> str:
+    """``tiled RBxPX``, with ``ckCK`` where a stage holds other than 8 channels."""
+    return f"tiled {tile.rb}x{tile.px}" + (f" ck{tile.ck}" if tile.ck != 8 else "")
+
+
 def _case(k, c, r, stride, size) -> str:
     return f"{k}x{c}x{r}x{r} s{stride} {size}x{size}"
 
@@ -71,7 +76,7 @@ def _variants(cp, x, w, geom, torch) -> dict:
 
     runs = {"rule": sparse("auto"), "rows": sparse("rows")}
     for tile in sparse_conv.REMAINDER_TILES:
-        runs[f"tiled {tile.rb}x{tile.px}"] = sparse("tiled", tile)
+        runs[label(tile)] = sparse("tiled", tile)
     runs["ours-dense"] = lambda: ops.conv2d(x, wd, None, geom.stride, geom.padding, out=out)
     if torch is not None:
         xt, wt = torch.from_dlpack(x), torch.from_dlpack(wd)
@@ -103,8 +108,7 @@ def main(argv=None) -> int:
         geom = conv_geometry(x.shape, w.shape, stride, r // 2)
         want = ops.conv2d(x, cp.asarray(w), None, stride, r // 2)
         tile = sparse_conv.default_remainder_tile(geom)
-        rule = (f"tiled {tile.rb}x{tile.px}" if sparse_conv.choose_remainder(geom) == "tiled"
-                else "rows")
+        rule = label(tile) if sparse_conv.choose_remainder(geom) == "tiled" else "rows"
         for variant, fn in _variants(cp, x, w, geom, torch).items():
             try:
                 got = fn()

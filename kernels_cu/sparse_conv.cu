@@ -142,14 +142,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 template <int RB, int PX, int CK>
 __global__ void __launch_bounds__(128) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
-    const int2* __restrict__ row_tab,     // (K / RB, chunks, RB + 1): row RB·g + i's taps
-                                          // in chunk j, (start, count) from the (g, j)
+    const int2* __restrict__ row_tab,     // (groups, chunks, RB + 1): row slot RB·g + i's
+                                          // taps in chunk j, (start, count) from the (g, j)
                                           // segment's start; [.., RB]: the segment's (first,
                                           // length) in taps; all even
     const float2* __restrict__ taps,      // by (row group, chunk, row), each row's run
                                           // padded to an even length by a zero weight at
                                           // offset 0: the weight, and (as bits) its byte
                                           // offset in a staged chunk
+    const int* __restrict__ row_of,       // (groups·RB,): each slot's output row, or -1
+                                          // (rows balanced over the warps by nonzeros)
     const float* __restrict__ bias,       // (K,) or nullptr
     const float* __restrict__ residual,   // like y, or nullptr
     float* __restrict__ y,                // (N, K, OH, OW)
@@ -259,7 +261,9 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
 
     // Each tap is one add to the thread's base (its byte offset), and two taps come in one
     // 16-byte broadcast load (an odd run's padding adds 0 times a staged value: cheaper
-    // than a branch for the last tap of every row).
+    // than a branch for the last tap of every row).  The next chunk's copies go out before
+    // this one's are awaited: two chunks in flight, so a short chunk's compute does not
+    // leave the next one's copy latency exposed.
     stage(c_begin, xs + (c_begin & 1) * stage_size);
     for (int chunk = c_begin; chunk < c_end; ++chunk) {
         if (chunk + 1 < c_end) stage(chunk + 1, xs + ((chunk + 1) & 1) * stage_size);
@@ -290,15 +294,18 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
         __syncthreads();                                 // before the next copies reuse it
     }
 
+    // A row's PX values a lane, 32 consecutive pixels a warp store: coalesced whatever row
+    // the slot holds.
 #pragma unroll
-    for (int j = 0; j < PX; ++j) {
-        const int p = lane + 32 * j;
-        const int n = n0 + (p >> lhw), oh = oh0 + ((p >> lw) & (TH - 1)), ow = ow0 + (p & (TW - 1));
-        if (n >= N || oh >= OH || ow >= OW) continue;
+    for (int i = 0; i < RW; ++i) {
+        const int k = row_of[blockIdx.y * RB + warp * RW + i];
+        if (k < 0) continue;
 #pragma unroll
-        for (int i = 0; i < RW; ++i) {
-            const int k = blockIdx.y * RB + warp * RW + i;
-            if (k >= K) break;
+        for (int j = 0; j < PX; ++j) {
+            const int p = lane + 32 * j;
+            const int n = n0 + (p >> lhw), oh = oh0 + ((p >> lw) & (TH - 1));
+            const int ow = ow0 + (p & (TW - 1));
+            if (n >= N || oh >= OH || ow >= OW) continue;
             const size_t at = (((size_t)n * K + k) * OH + oh) * OW + ow;
             float v = acc[i][j];
             if (accumulate && share == 0) v += y[at];
@@ -358,12 +365,16 @@ TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4
 TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
-    const float*, const int2*, const float2*, const float*, const float*, float*, float*, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int);
-TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8) TC_I_SPARSE_CSR_TILED(16, 2, 8)
-TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_TILED(8, 8, 8) TC_I_SPARSE_CSR_TILED(8, 4, 8)
-TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
+    const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int);
+TC_I_SPARSE_CSR_TILED(64, 4, 8) TC_I_SPARSE_CSR_TILED(64, 2, 8) TC_I_SPARSE_CSR_TILED(64, 1, 8)
+TC_I_SPARSE_CSR_TILED(32, 8, 8) TC_I_SPARSE_CSR_TILED(32, 4, 8) TC_I_SPARSE_CSR_TILED(32, 2, 8)
+TC_I_SPARSE_CSR_TILED(32, 1, 8) TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8)
+TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_TILED(8, 8, 8)
+TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
+TC_I_SPARSE_CSR_TILED(32, 4, 16) TC_I_SPARSE_CSR_TILED(32, 2, 16) TC_I_SPARSE_CSR_TILED(16, 4, 16)
+TC_I_SPARSE_CSR_TILED(64, 1, 32) TC_I_SPARSE_CSR_TILED(32, 2, 32) TC_I_SPARSE_CSR_TILED(16, 4, 32)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
 #undef TC_I_SPARSE_CSR_TILED

@@ -269,7 +269,7 @@ def test_bench_sparse_tiles_quick(tmp_path):
     for case in cases:                        # every variant timed (or said why not)
         skipped = {r["variant"] for r in rows if r["case"] == case
                    and r["metric"] == "skipped"}
-        names = {"rule", "rows", "ours-dense"} | {f"tiled {t.rb}x{t.px}"
+        names = {"rule", "rows", "ours-dense"} | {bench_sparse_tiles.label(t)
                                                   for t in sparse_conv.REMAINDER_TILES}
         assert names <= {v for c, v in timed if c == case} | skipped
     best = [r["value"] for r in rows if r["variant"] == "best/rule" and r["metric"] == "ratio"]

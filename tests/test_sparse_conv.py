@@ -101,7 +101,8 @@ def _emulate_tiled(x, packed, geom, vec, tile=None):
     tile = tile or sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile, vec=vec)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    row_tab, taps, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
+    row_tab, taps, row_of, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
+    assert sorted(row_of[row_of >= 0]) == list(range(geom.k))
     chunks = -(-geom.c // tile.ck)
     data, tap = taps[:, 0], taps[:, 1].view(np.int32)
     assert (tap % 4 == 0).all() and (row_tab[..., 0] % 2 == 0).all()
@@ -130,8 +131,10 @@ def _emulate_tiled(x, packed, geom, vec, tile=None):
                     xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck,
                               ih0 + big:ih0 + big + g.iht * g.rstep:g.rstep,
                               cols:cols + g.pitch * g.cstep:g.cstep].ravel()
-                    for k in range(geom.k):
-                        grp, i = divmod(k, tile.rb)
+                    for slot, k in enumerate(row_of):
+                        if k < 0:
+                            continue
+                        grp, i = divmod(slot, tile.rb)
                         first = row_tab[grp, chunk, tile.rb, 0]
                         start, count = row_tab[grp, chunk, i]
                         for e in range(first + start, first + start + count):
@@ -168,6 +171,22 @@ def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, sh
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
     np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec), want, rtol=1e-9,
                                atol=1e-9)
+
+
+@pytest.mark.parametrize("k,rb", [(64, 16), (21, 8), (21, 32), (130, 64), (3, 16)])
+def test_balanced_rows_give_each_warp_about_the_same_nonzeros(rng, k, rb):
+    """Every row in one slot, empty slots -1; no warp's nonzeros past the lightest's by more
+    than the longest row (longest first to the least loaded); skewed rows in order are
+    worse than balanced."""
+    counts = (rng.pareto(1.5, k) * 20).astype(np.int64)
+    slots = sc.balanced_rows(counts, rb)
+    assert slots.shape == (4 * -(-k // rb) * (rb // 4),)
+    assert sorted(slots[slots >= 0]) == list(range(k)) and (slots[slots < 0] == -1).all()
+    loads = np.where(slots >= 0, counts[slots], 0).reshape(-1, rb // 4).sum(1)
+    assert loads.max() - loads.min() <= counts.max()
+    in_order = np.pad(counts, (0, slots.size - k)).reshape(-1, rb // 4).sum(1)
+    assert loads.max() <= in_order.max()
+    assert np.array_equal(sc.balanced_rows(counts, rb), slots)       # deterministic
 
 
 @pytest.mark.parametrize("tile", sc.REMAINDER_TILES, ids=str)
@@ -240,7 +259,21 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((512, 256, 3, 3), 2, 14, "tiled"),
                                                     ((128, 64, 1, 1), 1, 32, "tiled"),
                                                     ((128, 512, 1, 1), 1, 8, "rows"),
-                                                    ((128, 64, 1, 1), 2, 32, "rows")])
+                                                    ((128, 64, 1, 1), 2, 32, "tiled")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want
+
+
+@pytest.mark.parametrize("w_shape,stride,hw,want", [((64, 64, 3, 3), 1, 32, (16, 8, 8)),
+                                                    ((256, 256, 3, 3), 1, 8, (32, 4, 8)),
+                                                    ((512, 512, 3, 3), 1, 4, (16, 4, 8)),
+                                                    ((128, 64, 3, 3), 2, 32, (32, 2, 8)),
+                                                    ((256, 128, 3, 3), 2, 16, (16, 2, 8)),
+                                                    ((128, 64, 1, 1), 2, 32, (64, 1, 32)),
+                                                    ((8, 64, 3, 3), 2, 32, (8, 2, 8))])
+def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want):
+    """Strided: 32 rows a block unless that alone brings in chunk shares (256x128 on 16x16:
+    16); strided 1x1: 64 rows and 32-channel stages; 32 rows for 4 pixels on 8x8 maps."""
+    geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
+    assert sc.default_remainder_tile(geom) == sc.RemainderTile(*want)

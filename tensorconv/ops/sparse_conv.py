@@ -38,6 +38,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     REMAINDER_TILES,
     RemainderGeometry,
     RemainderTile,
+    balanced_rows,
     bank_conflicts,
     default_remainder_tile,
     lane_words,
@@ -221,11 +222,12 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 def choose_remainder(geom: ConvGeometry) -> str:
     """``"tiled"`` where each staged input value serves several taps or rows: every filter
-    wider than 1x1, and 1x1 filters at stride 1 on outputs of 16 columns or more.  Else
-    ``"rows"``: strided 1x1 layers (small, about as fast on either kernel) and narrow 1x1
-    outputs (H100 measurements in ``docs/notes/sparse_conv.md``)."""
-    if geom.r * geom.s == 1:
-        return "tiled" if geom.stride == (1, 1) and geom.ow >= 16 else "rows"
+    wider than 1x1, strided 1x1 filters (their stages then hold only the pixels read, 32
+    channels at a time), and 1x1 filters at stride 1 on outputs of 16 columns or more.
+    Else ``"rows"``: narrow 1x1 outputs at stride 1 (H100 measurements in
+    ``docs/notes/sparse_conv.md``)."""
+    if geom.r * geom.s == 1 and geom.stride == (1, 1):
+        return "tiled" if geom.ow >= 16 else "rows"
     return "tiled"
 
 
@@ -370,17 +372,18 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                 ptr(bias), ptr(residual), out,
                 *dims, i32(bool(pieces)), i32(bool(relu))))
         return
-    tile, g, shares, per_share, row_tab, taps, longest, smem = tiled
+    tile, g, shares, per_share, tables, smem = tiled
     chunks = cdiv(geom.c, tile.ck)
     size = geom.k * q
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
             *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, chunks,
-            per_share, cdiv(geom.ow, g.tw), longest, bool(pieces), bool(relu))
+            per_share, cdiv(geom.ow, g.tw), tables.longest, bool(pieces), bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
-           (g.threads(tile),), (x, row_tab, taps, ptr(bias), ptr(residual), out, ptr(partial),
-                                *(i32(v) for v in ints)), smem)
+           (g.threads(tile),), (x, tables.row_tab, tables.taps, tables.row_of, ptr(bias),
+                                ptr(residual), out, ptr(partial), *(i32(v) for v in ints)),
+           smem)
     if partial is not None:
         kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu),
                                                    backend.device_facts().sm_count)

@@ -52,7 +52,12 @@ class RemainderTile:
     ck: int
 
 
-REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (16, 8) for px in (8, 4, 2, 1))
+# At most 64 accumulators a thread; 8-channel stages, and a few of 16 or 32 channels
+# (fewer barriers and copy round trips: deep 1x1 layers, whose chunks compute little).
+REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (64, 32, 16, 8) for px in (8, 4, 2, 1)
+                        if rb * px <= 256) + tuple(
+    RemainderTile(rb, px, ck) for rb, px, ck in ((32, 4, 16), (32, 2, 16), (16, 4, 16),
+                                                 (64, 1, 32), (32, 2, 32), (16, 4, 32)))
 REMAINDER_THREADS = 128          # the kernel's four warps (its __launch_bounds__)
 _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
                                  # stages holds
@@ -176,22 +181,45 @@ def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeomet
 def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
     """A measured rule (H100, random 8x masks at batch 32, every tile timed on ResNet-18's
     CIFAR and ImageNet shapes by ``experiments/bench_sparse_tiles``:
-    ``docs/notes/sparse_conv.md``).  Strided: 2 pixels a thread.
-    Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that covers
-    fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else 4; 8
-    columns, 8 from 512 input channels (its chunks then split among blocks), else 4;
-    narrower, 4.  A tile whose stage would pass :data:`_STAGE_BYTES` takes half the
-    pixels.  16 rows a block, 8 where the kernel has fewer than 16."""
-    rb = 16 if geom.k >= 16 else 8
+    ``docs/notes/sparse_conv.md``).  Strided: 32 rows a block, 2 pixels a thread (16 rows
+    where 32 would leave too few blocks and bring in chunk shares that 16 do not); a
+    strided 1x1 filter (a few taps a row per chunk) 64 rows, 1 pixel and 32-channel
+    stages.  Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that
+    covers fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else
+    4; 8 columns, 8 from 512 input channels (its chunks then split among blocks), else 4;
+    narrower, 4; 4 pixels on a map 8 or more columns wide with 32 rows a block.  A tile
+    whose stage would pass :data:`_STAGE_BYTES` takes half the pixels.  16 rows a block
+    otherwise, 8 where the kernel has fewer than 16."""
+    vec = 4 if geom.w % 4 == 0 else 1
+
+    def fitted(rb, px, ck=8):
+        while px > 1 and 4 * remainder_geometry(geom, RemainderTile(rb, px, ck), vec
+                                                ).stage_floats(RemainderTile(rb, px, ck)) \
+                > _STAGE_BYTES:
+            px //= 2
+        return RemainderTile(rb, px, ck)
+
+    def shared(tile):                     # blocks too few: chunks shared, partials summed
+        return remainder_shares(geom, tile, remainder_geometry(geom, tile, vec))[0] > 1
+
+    small = geom.k < 16
+    if geom.stride != (1, 1):
+        if small:
+            return fitted(8, 2)
+        if geom.r * geom.s == 1:
+            return fitted(64, 1, 32)
+        wide, narrow = fitted(32, 2), fitted(16, 2)
+        if shared(wide) and not shared(narrow):
+            return narrow
+        return wide
 
     def covered(px):
         nb, th, tw = tile_shape(geom, px)
         return cdiv(geom.n, nb) * nb * cdiv(geom.oh, th) * th * cdiv(geom.ow, tw) * tw
 
+    rb = 8 if small else 16
     tw8 = tile_shape(geom, 8)[2]
-    if geom.stride != (1, 1):
-        px = 2
-    elif tw8 >= 32:
+    if tw8 >= 32:
         px = 8 if covered(8) <= 1.05 * covered(4) else 4
     elif tw8 == 16:
         px = 8 if math.prod(remainder_geometry(geom, RemainderTile(rb, 8, 8)).grid(
@@ -200,23 +228,57 @@ def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
         px = 8 if geom.c >= 512 else 4
     else:
         px = 4
-    vec = 4 if geom.w % 4 == 0 else 1
-    while px > 1 and 4 * remainder_geometry(geom, RemainderTile(rb, px, 8), vec).stage_floats(
-            RemainderTile(rb, px, 8)) > _STAGE_BYTES:
-        px //= 2
-    return RemainderTile(rb, px, 8)
+    if px == 4 and tw8 in (8, 32, 64) and not small:
+        rb = 32
+    return fitted(rb, px)
 
 
-def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
-    """``(row_tab, taps, max_segment)`` of the tiled remainder kernel for ``weights`` (a
+def balanced_rows(counts, rb: int) -> np.ndarray:
+    """The kernel's row slots: ``(groups * rb,)`` int64, the kernel row each slot of a
+    group of ``rb`` rows computes (``-1``: none), so that its four warps (``rb // 4``
+    slots each) get about the same number of nonzeros, ``counts`` ``(K,)`` a row's.  The
+    warps of a block meet at every channel chunk, so the block runs at its busiest warp's
+    pace: trained masks leave rows 40-50 % apart in nonzeros (coefficient of variation on
+    ResNet-18-8x), and rows in order leave a block's warps 65-78 % busy.  Longest first to
+    the least loaded warp with a free slot (ties: the lowest warp), deterministic."""
+    counts = np.asarray(counts, np.int64)
+    k, rw = counts.size, rb // 4
+    warps = 4 * cdiv(k, rb)
+    order = np.argsort(-counts, kind="stable")
+    load = np.zeros(warps, np.int64)
+    filled = np.zeros(warps, np.int64)
+    slots = np.full(warps * rw, -1, np.int64)
+    for row in order:
+        free = np.flatnonzero(filled < rw)
+        w = free[np.argmin(load[free])]
+        slots[w * rw + filled[w]] = row
+        filled[w] += 1
+        load[w] += counts[row]
+    return slots
+
+
+class RemainderTables(NamedTuple):
+    """The tiled remainder's per-layer tables (:func:`remainder_tables`)."""
+
+    row_tab: object
+    taps: object
+    row_of: object
+    longest: int
+
+
+def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp
+                     ) -> RemainderTables:
+    """The tiled remainder kernel's tables for ``weights`` (a
     :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per tile and staging
-    shape.  The nonzeros ordered by (group of ``tile.rb`` rows, ``tile.ck``-channel chunk,
-    row), each row's run padded to an even length by a zero weight at offset 0, so the
-    kernel loads two taps at a time: ``taps`` (slots, 2) float32, each weight and (its
-    int32 bits) its byte offset in a staged chunk of ``iht`` rows ``pitch`` floats apart a
-    channel; ``row_tab`` (groups, chunks, rb + 1, 2) int32, each row's (start, slots) from
-    its segment's start (rows past K: empty), the last entry the segment's (first slot,
-    slots), all even; ``max_segment`` the longest segment in slots (at least 2)."""
+    shape.  The rows go to row slots by :func:`balanced_rows` (``row_of`` ``(groups *
+    tile.rb,)`` int32, each slot's kernel row or -1); the nonzeros ordered by (group of
+    ``tile.rb`` slots, ``tile.ck``-channel chunk, slot), each slot's run padded to an even
+    length by a zero weight at offset 0, so the kernel loads two taps at a time: ``taps``
+    (slots, 2) float32, each weight and (its int32 bits) its byte offset in a staged chunk
+    of ``iht`` rows ``pitch`` floats apart a channel; ``row_tab`` (groups, chunks, rb + 1,
+    2) int32, each slot's (start, length) from its segment's start (empty slots: none),
+    the last entry the segment's (first, length), all even; ``longest`` the longest
+    segment (at least 2)."""
     key = (tile, iht, pitch)
     if key not in weights.staged:
         k, c, r, s = weights.shape
@@ -226,7 +288,10 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
         cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
         ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
         chunks, groups = cdiv(c, ck), cdiv(k, rb)
-        rows = np.repeat(np.arange(k), np.diff(indptr))
+        row_of = balanced_rows(np.diff(indptr), rb)
+        slot_of = np.empty(k, np.int64)
+        slot_of[row_of[row_of >= 0]] = np.flatnonzero(row_of >= 0)
+        rows = slot_of[np.repeat(np.arange(k), np.diff(indptr))]    # each nonzero's slot
         chunk = ch // ck
         order = np.lexsort((np.arange(nnz), rows, chunk, rows // rb))
         cells = ((rows // rb) * chunks + chunk) * rb + rows % rb
@@ -248,8 +313,9 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp):
         offset = 4 * ((ch % ck) * iht * pitch + tap_r * pitch + tap_s)
         taps[at, 1] = offset[order].astype(np.int32).view(np.float32)
         longest = int(seg_len.max()) if seg_len.size else 0
-        weights.staged[key] = (xp.asarray(row_tab, np.int32), xp.asarray(taps),
-                               max(2, longest))
+        weights.staged[key] = RemainderTables(
+            xp.asarray(row_tab, np.int32), xp.asarray(taps), xp.asarray(row_of, np.int32),
+            max(2, longest))
     return weights.staged[key]
 
 
@@ -265,16 +331,14 @@ def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
 
 class TiledLaunch(NamedTuple):
     """The tiled remainder's launch on one layer: its tile and geometry, the channel
-    chunks' ``shares`` (``per_share`` chunks each), its tables (``row_tab``, ``taps``,
-    the ``longest`` segment) and its shared-memory bytes."""
+    chunks' ``shares`` (``per_share`` chunks each), its :class:`RemainderTables` and its
+    shared-memory bytes."""
 
     tile: RemainderTile
     g: RemainderGeometry
     shares: int
     per_share: int
-    row_tab: object
-    taps: object
-    longest: int
+    tables: RemainderTables
     smem: int
 
 
@@ -292,8 +356,7 @@ def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = No
     vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
     g = remainder_geometry(geom, tile, vec=vec)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
-    row_tab, taps, longest = remainder_tables(weights, tile, g.iht, g.pitch,
-                                              backend.array_module(x))
-    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), longest)
-    return TiledLaunch(tile, g, shares, per_share, row_tab, taps, longest, smem)
+    tables = remainder_tables(weights, tile, g.iht, g.pitch, backend.array_module(x))
+    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), tables.longest)
+    return TiledLaunch(tile, g, shares, per_share, tables, smem)
 

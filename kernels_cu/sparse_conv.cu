@@ -157,13 +157,16 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     float* __restrict__ y,                // (N, K, OH, OW)
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int chunks,
+    int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int phases,
+    int chunks,
     int per_share, int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
     // Staged line t of a channel is input row ih0 + t·rstep, its column u input column
     // col0 + u·cstep: steps of 1, or the stride where the filter is one tap high (wide),
-    // so that a 1x1 strided layer stages only the pixels it reads.
+    // so that a 1x1 strided layer stages only the pixels it reads.  With phases > 1 (the
+    // horizontal stride, word copies) a line holds `phases` runs of PITCH / phases words,
+    // column u at run u % phases, word u / phases: a strided tile's reads are consecutive.
     // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
     // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
     // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
@@ -198,9 +201,10 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     // word `word(p)` plus its tap's offset.  Lane l's j-th pixel is l + 32·j; the fields of
     // l and of 32·j do not overlap (powers of two), so its word is word(l) + word(32·j): a
     // per-thread base and PX offsets shared by the warp.
+    const int col_read = phases > 1 ? 1 : sw / cstep, run = PITCH / phases;
     auto word = [&](int p) {
         return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * (sh / rstep)) * PITCH
-            + (p & (TW - 1)) * (sw / cstep);
+            + (p & (TW - 1)) * col_read;
     };
     const int tbase = 4 * (word(lane) + lead);
     int joff[PX];
@@ -213,7 +217,8 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     const int2* my_rows = row_tab + (size_t)blockIdx.y * chunks * (RB + 1);
     for (int i = tid; i < chunks * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
     for (int e = tid; e < items; e += blockDim.x) {
-        const int line = e / per_line, col = (e - line * per_line) * vec;
+        const int line = e / per_line, w = (e - line * per_line) * vec;
+        const int col = phases > 1 ? (w % run) * phases + w / run : w;
         const int bc = line / IHT, row = line - bc * IHT;
         const int b = bc / CK, c = bc - b * CK;
         const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
@@ -367,7 +372,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(64, 4, 8) TC_I_SPARSE_CSR_TILED(64, 2, 8) TC_I_SPARSE_CSR_TILED(64, 1, 8)
 TC_I_SPARSE_CSR_TILED(32, 8, 8) TC_I_SPARSE_CSR_TILED(32, 4, 8) TC_I_SPARSE_CSR_TILED(32, 2, 8)
 TC_I_SPARSE_CSR_TILED(32, 1, 8) TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8)

@@ -96,12 +96,13 @@ def test_bad_input_is_refused_by_name(rng):
             ops.sparse_conv2d(**call)
 
 
-def _emulate_tiled(x, packed, geom, vec, tile=None):
+def _emulate_tiled(x, packed, geom, vec, tile=None, phases=None):
     """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
     tile = tile or sc.default_remainder_tile(geom)
-    g = sc.remainder_geometry(geom, tile, vec=vec)
+    g = sc.remainder_geometry(geom, tile, vec=vec, phases=phases)
+    assert g.pitch % g.phases == 0 and (g.phases == 1 or g.vec == 1)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
-    row_tab, taps, row_of, longest = sc.remainder_tables(weights, tile, g.iht, g.pitch, np)
+    row_tab, taps, row_of, longest = sc.remainder_tables(weights, tile, g, np)
     assert sorted(row_of[row_of >= 0]) == list(range(geom.k))
     chunks = -(-geom.c // tile.ck)
     data, tap = taps[:, 0], taps[:, 1].view(np.int32)
@@ -128,9 +129,12 @@ def _emulate_tiled(x, packed, geom, vec, tile=None):
                 lead = iw0 % 4 if g.vec == 4 else 0       # the kernel's iw0 & 3
                 for chunk in range(chunks):
                     c0, cols = chunk * tile.ck, iw0 - lead + big
+                    run = g.pitch // g.phases            # a line's words: its phases' runs
+                    line_cols = cols + np.concatenate(
+                        [ph + g.phases * g.cstep * np.arange(run) for ph in range(g.phases)])
                     xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck,
-                              ih0 + big:ih0 + big + g.iht * g.rstep:g.rstep,
-                              cols:cols + g.pitch * g.cstep:g.cstep].ravel()
+                              ih0 + big:ih0 + big + g.iht * g.rstep:g.rstep][..., line_cols]
+                    xs = xs.ravel()
                     for slot, k in enumerate(row_of):
                         if k < 0:
                             continue
@@ -169,8 +173,33 @@ def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, sh
     pad = shape[2] // 2
     geom = conv_geometry(x_shape, shape, stride, pad)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
-    np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec), want, rtol=1e-9,
-                               atol=1e-9)
+    for phases in {1, stride if shape[3] > 1 else 1}:   # lines in order, and by phase
+        np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec, phases=phases), want,
+                                   rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride", [((2, 8, 32, 32), (16, 8, 3, 3), 2),
+                                                     ((2, 8, 16, 16), (16, 8, 3, 3), 2),
+                                                     ((4, 8, 8, 8), (16, 8, 3, 3), 2),
+                                                     ((1, 8, 30, 90), (16, 8, 5, 5), 4)])
+def test_column_phases_make_a_strided_tiles_reads_conflict_free(x_shape, w_shape, stride):
+    """In order, an even stride's tile reads every other word; by column phase its reads
+    are consecutive (stride 2: one lane a bank), every tap's columns inside its run.  Odd
+    strides stay in order."""
+    geom = conv_geometry(x_shape, w_shape, stride, w_shape[2] // 2)
+    tile = sc.RemainderTile(32, 2, 8)
+    assert sc.column_phases(geom) == stride
+    flat, split = (sc.remainder_geometry(geom, tile, phases=p) for p in (1, stride))
+    args = lambda g: (g.pitch, g.tw, g.th, g.read_stride(geom), tile.ck * g.iht)  # noqa: E731
+    assert sc.bank_conflicts(*args(split)) < sc.bank_conflicts(*args(flat))
+    assert stride != 2 or sc.bank_conflicts(*args(split)) == 1
+    run = split.pitch // stride
+    last = split.column_word(np.arange(geom.s)) + split.tw - 1   # the last column's words
+    assert (last // run == np.arange(geom.s) % stride).all()     # each inside its own run
+    with pytest.raises(ValueError, match="phases"):
+        sc.remainder_geometry(geom, tile, phases=stride + 1)
+    odd = conv_geometry(x_shape, w_shape, stride + 1, w_shape[2] // 2)
+    assert sc.column_phases(odd) == 1
 
 
 @pytest.mark.parametrize("k,rb", [(64, 16), (21, 8), (21, 32), (130, 64), (3, 16)])

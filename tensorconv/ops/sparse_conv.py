@@ -40,6 +40,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     RemainderTile,
     balanced_rows,
     bank_conflicts,
+    column_phases,
     default_remainder_tile,
     lane_words,
     merged_rows,
@@ -178,7 +179,7 @@ class SparseWeights:
     col_off: object
     col_r: object
     col_s: object
-    staged: dict = field(default_factory=dict)   # (tile, iht, pitch) -> remainder_tables
+    staged: dict = field(default_factory=dict)   # (tile, staging) -> remainder_tables
 
 
 def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
@@ -337,9 +338,11 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
-        remainder_tile: RemainderTile | None = None) -> None:
+        remainder_tile: RemainderTile | None = None,
+        remainder_phases: int | None = None) -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
-    ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`)."""
+    ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`;
+    ``remainder_phases``: its staged lines' column phases, default :func:`column_phases`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow
@@ -358,7 +361,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                (x, values, rows, weights.gathers[piece.block], out, i32(p.rows),
                 i32(ncols), *dims))
     auto = remainder == "auto"
-    tiled = tiled_launch(x, weights, geom, remainder_tile) if remainder == "tiled" or \
+    tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
+        if remainder == "tiled" or \
         (auto and choose_remainder(geom) == "tiled") else None
     if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if not auto:
@@ -377,7 +381,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     size = geom.k * q
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, chunks,
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, g.phases,
+            chunks,
             per_share, cdiv(geom.ow, g.tw), tables.longest, bool(pieces), bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),

@@ -75,7 +75,11 @@ class RemainderGeometry:
     ``pitch`` floats apart in shared memory, copied ``vec`` floats at a time (4: 16-byte
     copies, the line starting up to 3 columns early at a multiple of 4); ``rstep`` and
     ``cstep`` the input rows and columns between staged ones (the stride where the filter
-    is one tap high or wide, which then stages only the pixels it reads; else 1)."""
+    is one tap high or wide, which then stages only the pixels it reads; else 1);
+    ``phases`` > 1 (the horizontal stride, word copies): each line staged as that many
+    runs of ``pitch // phases`` words, input column ``u`` of the line at
+    ``(u % phases) * (pitch // phases) + u // phases``, so that a strided tile reads
+    consecutive words (a warp's 32 reads on 32 banks, not every other one)."""
 
     nb: int
     th: int
@@ -86,11 +90,21 @@ class RemainderGeometry:
     vec: int = 1
     rstep: int = 1
     cstep: int = 1
+    phases: int = 1
 
     def read_stride(self, geom: ConvGeometry) -> tuple[int, int]:
         """The stride of a tile's reads in the staged lines: the convolution's, or 1 where
-        the lines were staged at the stride (a filter one tap high or wide)."""
-        return geom.stride[0] // self.rstep, geom.stride[1] // self.cstep
+        the lines were staged at the stride (a filter one tap high or wide) or by column
+        phase."""
+        return (geom.stride[0] // self.rstep,
+                1 if self.phases > 1 else geom.stride[1] // self.cstep)
+
+    def column_word(self, s):
+        """The staged word, in its line, of tap column ``s`` (an int or an int array) of a
+        tile's first output column (past the line's ``lead`` columns)."""
+        if self.phases == 1:
+            return s
+        return (s % self.phases) * (self.pitch // self.phases) + s // self.phases
 
     def threads(self, tile: RemainderTile) -> int:
         return REMAINDER_THREADS
@@ -134,30 +148,45 @@ def tile_shape(geom: ConvGeometry, px: int) -> tuple[int, int, int]:
     return pixels // (tw * th), th, tw
 
 
-def remainder_geometry(geom: ConvGeometry, tile: RemainderTile,
-                       vec: int | None = None) -> RemainderGeometry:
+def column_phases(geom: ConvGeometry) -> int:
+    """Column phases the tiled remainder stages by default (:class:`RemainderGeometry`):
+    the horizontal stride where it is even and the filter more than one tap wide (an odd
+    stride's reads in order already fall on distinct banks), else 1."""
+    return geom.stride[1] if geom.stride[1] % 2 == 0 and geom.s > 1 else 1
+
+
+def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None = None,
+                       phases: int | None = None) -> RemainderGeometry:
     """The tile of :func:`tile_shape` and its staging: ``vec`` 4 (16-byte copies) where the
-    input's rows are a multiple of 4 floats, else 1; the row pitch the least, from the
-    columns a line needs up, that spreads a warp's reads over the most banks and keeps a
-    stage within :data:`_STAGE_BYTES` (where one does)."""
+    input's rows are a multiple of 4 floats, else 1; ``phases`` (default
+    :func:`column_phases`; 1 or the horizontal stride) the runs a line is staged in (word
+    copies where above 1); the row pitch the least, from the columns a line needs up,
+    that spreads a warp's reads over the most banks and keeps a stage within
+    :data:`_STAGE_BYTES` (where one does)."""
     vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
     if vec not in (1, 4) or vec == 4 and geom.w % 4:
         raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
                          f"got {vec} for width {geom.w}")
+    phases = column_phases(geom) if phases is None else phases
+    if phases != 1 and (phases != geom.stride[1] or geom.s == 1):
+        raise ValueError(f"phases must be 1, or the horizontal stride {geom.stride[1]} for a "
+                         f"filter wider than 1 tap, got {phases}")
     nb, th, tw = tile_shape(geom, tile.px)
     rstep = geom.stride[0] if geom.r == 1 else 1
     cstep = geom.stride[1] if geom.s == 1 else 1
-    if cstep > 1:
+    if cstep > 1 or phases > 1:
         vec = 1                    # every other column: no 16-byte runs
-    read = (geom.stride[0] // rstep, geom.stride[1] // cstep)
-    iwt = (tw - 1) * read[1] + geom.s
-    iht = (th - 1) * read[0] + geom.r
+    iwt = (tw - 1) * geom.stride[1] // cstep + geom.s
+    iht = (th - 1) * geom.stride[0] // rstep + geom.r
     need = vec * cdiv(iwt + 3 if vec == 4 else iwt, vec)
-    fits = [p for p in range(need, need + 32, vec)
+    step = phases * vec
+    need = step * cdiv(need, step)
+    read = (geom.stride[0] // rstep, 1 if phases > 1 else geom.stride[1] // cstep)
+    fits = [p for p in range(need, need + 32 * step, step)
             if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
     pitch = min(fits or [need], key=lambda p: (
         bank_conflicts(p, tw, th, read, tile.ck * iht), p))
-    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep)
+    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep, phases)
 
 
 def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeometry,
@@ -266,7 +295,7 @@ class RemainderTables(NamedTuple):
     longest: int
 
 
-def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp
+def remainder_tables(weights, tile: RemainderTile, g: RemainderGeometry, xp
                      ) -> RemainderTables:
     """The tiled remainder kernel's tables for ``weights`` (a
     :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per tile and staging
@@ -275,11 +304,12 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp
     ``tile.rb`` slots, ``tile.ck``-channel chunk, slot), each slot's run padded to an even
     length by a zero weight at offset 0, so the kernel loads two taps at a time: ``taps``
     (slots, 2) float32, each weight and (its int32 bits) its byte offset in a staged chunk
-    of ``iht`` rows ``pitch`` floats apart a channel; ``row_tab`` (groups, chunks, rb + 1,
+    of ``g``'s staging (``g.iht`` rows ``g.pitch`` floats apart a channel, columns by
+    :meth:`RemainderGeometry.column_word`); ``row_tab`` (groups, chunks, rb + 1,
     2) int32, each slot's (start, length) from its segment's start (empty slots: none),
     the last entry the segment's (first, length), all even; ``longest`` the longest
     segment (at least 2)."""
-    key = (tile, iht, pitch)
+    key = (tile, g.iht, g.pitch, g.phases)
     if key not in weights.staged:
         k, c, r, s = weights.shape
         rb, ck = tile.rb, tile.ck
@@ -310,7 +340,7 @@ def remainder_tables(weights, tile: RemainderTile, iht: int, pitch: int, xp
         at = starts[ordered_cells] + rank                 # each nonzero's slot
         taps = np.zeros((max(int(ends[-1]) if ends.size else 0, 2), 2), np.float32)
         taps[at, 0] = backend.to_host(weights.data)[:nnz][order]
-        offset = 4 * ((ch % ck) * iht * pitch + tap_r * pitch + tap_s)
+        offset = 4 * ((ch % ck) * g.iht * g.pitch + tap_r * g.pitch + g.column_word(tap_s))
         taps[at, 1] = offset[order].astype(np.int32).view(np.float32)
         longest = int(seg_len.max()) if seg_len.size else 0
         weights.staged[key] = RemainderTables(
@@ -342,21 +372,22 @@ class TiledLaunch(NamedTuple):
     smem: int
 
 
-def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None
-                 ) -> TiledLaunch:
+def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None,
+                 phases: int | None = None) -> TiledLaunch:
     """The tiled remainder's launch on ``geom`` for input ``x`` (a device array) and
     ``weights`` (its tables made once per weights and staging shape): ``tile``, default
-    :func:`default_remainder_tile`; 16-byte copies of the input where its rows are a
-    multiple of 4 floats and it starts on 16 bytes."""
+    :func:`default_remainder_tile`; ``phases`` the staged lines' column phases (default
+    :func:`column_phases`); 16-byte copies of the input where its rows are a multiple of 4
+    floats and it starts on 16 bytes (and lines are staged in order)."""
     if tile is None:
         tile = default_remainder_tile(geom)
     elif tile not in REMAINDER_TILES:
         raise ValueError(f"remainder_tile must be one of {REMAINDER_TILES}, got {tile!r}")
     sm_count = backend.device_facts().sm_count
     vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
-    g = remainder_geometry(geom, tile, vec=vec)
+    g = remainder_geometry(geom, tile, vec=vec, phases=phases)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
-    tables = remainder_tables(weights, tile, g.iht, g.pitch, backend.array_module(x))
+    tables = remainder_tables(weights, tile, g, backend.array_module(x))
     smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), tables.longest)
     return TiledLaunch(tile, g, shares, per_share, tables, smem)
 

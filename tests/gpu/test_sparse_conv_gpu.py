@@ -172,6 +172,35 @@ def test_every_remainder_tile_on_every_kind_of_map(rng, tile):
     assert ran >= 5                      # a wide stage may pass the limit on one or two maps
 
 
+@pytest.mark.parametrize("x_shape,r,stride", [((3, 11, 16, 16), 3, 2), ((2, 9, 13, 29), 3, 2),
+                                              ((2, 7, 21, 40), 5, 4), ((5, 9, 8, 8), 3, 2),
+                                              ((1, 10, 15, 33), 5, 3)])
+def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride):
+    """Strided filters wider than a tap, their lines staged in order (16-byte copies where
+    aligned) and by column phase (word copies, consecutive reads), on every tile that
+    fits; outputs poisoned."""
+    import cupy as cp
+
+    k = 37
+    w = (rng.standard_normal((k, x_shape[1], r, r)) * (rng.random((k, x_shape[1], r, r))
+                                                       < 0.2)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    geom = conv_geometry(x_shape, w.shape, stride, r // 2)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, r // 2)
+    xd, weights = cp.asarray(x), sc.pack_weights(packed, (geom.h, geom.w), cp)
+    optin = backend.device_facts().smem_per_block_optin
+    for tile in (sc.RemainderTile(32, 2, 8), sc.RemainderTile(16, 4, 8),
+                 sc.RemainderTile(64, 1, 32), sc.RemainderTile(8, 8, 8)):
+        for phases in (1, stride):
+            if sc.tiled_launch(xd, weights, geom, tile, phases).smem > optin:
+                continue
+            out = cp.full(geom.output_shape, cp.nan, cp.float32)
+            sc.run(xd, weights, out, geom, (), remainder="tiled", remainder_tile=tile,
+                   remainder_phases=phases)
+            assert rel_err(out.get(), want) <= 1e-5, (tile, phases)
+
+
 @pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])
 def test_the_tiled_remainder_copies_16_bytes_or_words_by_alignment(rng, w_in, stride, padding):
     """Rows a multiple of 4 floats: 16-byte copies from a line starting up to 3 columns

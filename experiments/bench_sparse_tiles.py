@@ -11,9 +11,9 @@ blocks), it times
 
 * ``tiled RBxPX`` (``ckCK`` where a stage holds other than 8 channels): the tiled remainder
   (``sparse_csr_tiled``) on each tile of ``sparse_conv.REMAINDER_TILES``;
-* ``rule``: what the library runs (``remainder="auto"``), ``rule in order`` (even strides):
-  its tile with the input's lines staged in order rather than by column phase
-  (``sparse_conv.column_phases``), ``rows``: the one-thread-per-pixel row kernel;
+* ``rule``: what the library runs (``remainder="auto"``), ``rule by phase`` (even strides):
+  its tile with the input's lines staged by column phase (``sparse_conv.column_phases``)
+  rather than in order, ``rows``: the one-thread-per-pixel row kernel;
 * ``ours-dense``: our dense convolution of the pruned kernel, ``cudnn-fp32``: PyTorch's
   (``cudnn.benchmark``, TF32 off).
 
@@ -76,11 +76,12 @@ def _variants(cp, x, w, geom, torch) -> dict:
                                        remainder_tile=tile) or out
 
     runs = {"rule": sparse("auto"), "rows": sparse("rows")}
-    if sparse_conv.column_phases(geom) > 1:           # the rule's tile, lines in order
-        tile = sparse_conv.default_remainder_tile(geom)
-        runs["rule in order"] = lambda: sparse_conv.run(  # noqa: E731
-            x, weights, out, geom, (), remainder="tiled", remainder_tile=tile,
-            remainder_phases=1) or out
+    phases = sparse_conv.column_phases(geom)
+    if phases > 1 and sparse_conv.choose_remainder(geom) == "tiled":
+        rule_tile = sparse_conv.default_remainder_tile(geom)   # its lines by column phase
+        runs["rule by phase"] = lambda: sparse_conv.run(  # noqa: E731
+            x, weights, out, geom, (), remainder="tiled", remainder_tile=rule_tile,
+            remainder_phases=phases) or out
     for tile in sparse_conv.REMAINDER_TILES:
         runs[label(tile)] = sparse("tiled", tile)
     runs["ours-dense"] = lambda: ops.conv2d(x, wd, None, geom.stride, geom.padding, out=out)

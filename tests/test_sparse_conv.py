@@ -96,7 +96,7 @@ def test_bad_input_is_refused_by_name(rng):
             ops.sparse_conv2d(**call)
 
 
-def _emulate_tiled(x, packed, geom, vec, tile=None, phases=None):
+def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1):
     """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
     tile = tile or sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile, vec=vec, phases=phases)

@@ -339,10 +339,11 @@ def check_pieces(pieces, packed: BlockSparse) -> None:
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
         remainder_tile: RemainderTile | None = None,
-        remainder_phases: int | None = None) -> None:
+        remainder_phases: int = 1) -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
     ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`;
-    ``remainder_phases``: its staged lines' column phases, default :func:`column_phases`)."""
+    ``remainder_phases``: its staged lines' column phases, 1 (in order) or
+    :func:`column_phases`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow

@@ -149,25 +149,27 @@ def tile_shape(geom: ConvGeometry, px: int) -> tuple[int, int, int]:
 
 
 def column_phases(geom: ConvGeometry) -> int:
-    """Column phases the tiled remainder stages by default (:class:`RemainderGeometry`):
-    the horizontal stride where it is even and the filter more than one tap wide (an odd
-    stride's reads in order already fall on distinct banks), else 1."""
+    """The column phases a by-phase staging of ``geom`` uses (:class:`RemainderGeometry`):
+    its horizontal stride where that is even and the filter more than one tap wide (an odd
+    stride's reads in order already fall on distinct banks), else 1.  Not the default:
+    on the H100 its word copies cost more than the bank conflicts they remove (ResNet-18's
+    strided layers 1.0-1.9x slower by phase, ``docs/notes/sparse_conv.md``); a tile's
+    lines are staged in order unless ``phases`` says otherwise."""
     return geom.stride[1] if geom.stride[1] % 2 == 0 and geom.s > 1 else 1
 
 
 def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None = None,
-                       phases: int | None = None) -> RemainderGeometry:
+                       phases: int = 1) -> RemainderGeometry:
     """The tile of :func:`tile_shape` and its staging: ``vec`` 4 (16-byte copies) where the
-    input's rows are a multiple of 4 floats, else 1; ``phases`` (default
-    :func:`column_phases`; 1 or the horizontal stride) the runs a line is staged in (word
-    copies where above 1); the row pitch the least, from the columns a line needs up,
+    input's rows are a multiple of 4 floats, else 1; ``phases`` (1, or the horizontal
+    stride of a filter wider than a tap: :func:`column_phases`) the runs a line is staged
+    in (word copies where above 1); the row pitch the least, from the columns a line needs up,
     that spreads a warp's reads over the most banks and keeps a stage within
     :data:`_STAGE_BYTES` (where one does)."""
     vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
     if vec not in (1, 4) or vec == 4 and geom.w % 4:
         raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
                          f"got {vec} for width {geom.w}")
-    phases = column_phases(geom) if phases is None else phases
     if phases != 1 and (phases != geom.stride[1] or geom.s == 1):
         raise ValueError(f"phases must be 1, or the horizontal stride {geom.stride[1]} for a "
                          f"filter wider than 1 tap, got {phases}")
@@ -373,12 +375,13 @@ class TiledLaunch(NamedTuple):
 
 
 def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None,
-                 phases: int | None = None) -> TiledLaunch:
+                 phases: int = 1) -> TiledLaunch:
     """The tiled remainder's launch on ``geom`` for input ``x`` (a device array) and
     ``weights`` (its tables made once per weights and staging shape): ``tile``, default
-    :func:`default_remainder_tile`; ``phases`` the staged lines' column phases (default
-    :func:`column_phases`); 16-byte copies of the input where its rows are a multiple of 4
-    floats and it starts on 16 bytes (and lines are staged in order)."""
+    :func:`default_remainder_tile`; ``phases`` the staged lines' column phases (1: in
+    order; :func:`column_phases`: by phase); 16-byte copies of the input where its rows
+    are a multiple of 4 floats and it starts on 16 bytes (and lines are staged in
+    order)."""
     if tile is None:
         tile = default_remainder_tile(geom)
     elif tile not in REMAINDER_TILES:

@@ -213,29 +213,17 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
 
     // The block's row table, and its staging table, made once: for each staged vector its
     // offset in x at chunk 0, or -1 for padding; a chunk then copies vector e from
-    // x + c0·H·W + table[e] with no index arithmetic.  A thread's vectors are
-    // blockDim.x apart: their (line, word) and (image·channel, row) advance by carries
-    // from one division each, not three divisions a vector (which, on a 1x1 layer's few
-    // taps, cost more than its multiply-adds).
+    // x + c0·H·W + table[e] with no index arithmetic.
     const int2* my_rows = row_tab + (size_t)blockIdx.y * chunks * (RB + 1);
     for (int i = tid; i < chunks * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
-    {
-        const int step_l = blockDim.x / per_line, step_v = blockDim.x - step_l * per_line;
-        int line = tid / per_line, v = tid - line * per_line;
-        int bc = line / IHT, row = line - bc * IHT;
-        for (int e = tid; e < items; e += blockDim.x) {
-            const int w = v * vec;
-            const int col = phases > 1 ? (w % run) * phases + w / run : w;
-            const int b = bc / CK, c = bc - b * CK;
-            const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
-            const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
-            table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
-            v += step_v;
-            int carry = step_l;
-            if (v >= per_line) { v -= per_line; ++carry; }
-            row += carry;
-            while (row >= IHT) { row -= IHT; ++bc; }
-        }
+    for (int e = tid; e < items; e += blockDim.x) {
+        const int line = e / per_line, w = (e - line * per_line) * vec;
+        const int col = phases > 1 ? (w % run) * phases + w / run : w;
+        const int bc = line / IHT, row = line - bc * IHT;
+        const int b = bc / CK, c = bc - b * CK;
+        const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
+        const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
+        table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
     }
     __syncthreads();
 

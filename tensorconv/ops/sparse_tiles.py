@@ -163,8 +163,8 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None 
     """The tile of :func:`tile_shape` and its staging: ``vec`` 4 (16-byte copies) where the
     input's rows are a multiple of 4 floats, else 1; ``phases`` (1, or the horizontal
     stride of a filter wider than a tap: :func:`column_phases`) the runs a line is staged
-    in (word copies where above 1); the row pitch the least, from the columns a line needs up,
-    that spreads a warp's reads over the most banks and keeps a stage within
+    in (word copies where above 1); the row pitch the least, from the columns a line
+    needs up, that spreads a warp's reads over the most banks and keeps a stage within
     :data:`_STAGE_BYTES` (where one does)."""
     vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
     if vec not in (1, 4) or vec == 4 and geom.w % 4:
@@ -218,15 +218,16 @@ def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
     stages.  Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that
     covers fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else
     4; 8 columns, 8 from 512 input channels (its chunks then split among blocks), else 4;
-    narrower, 4; 4 pixels on a map 8 or more columns wide with 32 rows a block.  A tile
-    whose stage would pass :data:`_STAGE_BYTES` takes half the pixels.  16 rows a block
-    otherwise, 8 where the kernel has fewer than 16."""
+    narrower, 4.  4 pixels on a tile 8, 32 or 64 columns wide take 32 rows a block.  A
+    tile whose stage would pass :data:`_STAGE_BYTES` takes half the pixels.  16 rows a
+    block otherwise, 8 where the kernel has fewer than 16."""
     vec = 4 if geom.w % 4 == 0 else 1
 
-    def fitted(rb, px, ck=8):
-        while px > 1 and 4 * remainder_geometry(geom, RemainderTile(rb, px, ck), vec
-                                                ).stage_floats(RemainderTile(rb, px, ck)) \
-                > _STAGE_BYTES:
+    def fitted(rb, px, ck=8):             # half the pixels while a stage is too big
+        while px > 1:
+            tile = RemainderTile(rb, px, ck)
+            if 4 * remainder_geometry(geom, tile, vec).stage_floats(tile) <= _STAGE_BYTES:
+                break
             px //= 2
         return RemainderTile(rb, px, ck)
 

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                                              [(np.arange(k), np.arange(C * 9))]))
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         facts = backend.device_facts()
-        merged = sparse_conv.default_pieces(packed, geom, facts)
+        merged = sparse_conv.default_pieces(packed, geom, facts, split="merged")
         paper = sparse_conv.default_pieces(packed, geom, facts, split="paper")
         runs = {"ours-block": lambda: sparse_conv.run(x, weights, out, geom, merged),
                 "ours-block-paper": lambda: sparse_conv.run(x, weights, out, geom, paper),

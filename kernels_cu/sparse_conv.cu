@@ -13,6 +13,9 @@
 // the bounds: the precomputed offsets of an implicit im2col), and the result is added
 // into y through the row list: a warp's stores cover consecutive pixels of one row.
 // Launches run one after another, so blocks sharing rows accumulate without atomics.
+// sparse_block_table runs every block of a layer in one launch, each item a range of a
+// block's rows and of its columns storing its sums in rows of its own (slots);
+// sparse_block_reduce adds each output channel's slots in a fixed order.
 //
 // sparse_csr_tiled: the remainder, tiled.  A thread block (four warps) owns RB rows and a
 // tile of 32·PX output pixels (NB images x TH x TW, powers of two); the input under the
@@ -30,17 +33,16 @@
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
+// BM rows x BN pixels of a dense block: rows 0..nrows of `values` (row stride ld) against
+// its columns k0..k1 (`tab` indexed by block column), for the pixels from q0; the sums
+// come back in each thread's acc (rows ty + i·TY, pixels tx + j·TX).
 template <int BM, int BN, int BK, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
-    const float* __restrict__ x,        // (N, C, H, W)
-    const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
-    const int* __restrict__ rows,       // (nrows,) output channels
-    const int4* __restrict__ tab,       // (ncols,) per block column: c·H·W + r·W + s, r, s, 0
-    float* __restrict__ y,              // (N, K, OH, OW), added into
-    int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
-    int sh, int sw, int ph, int pw, int Q)
+__device__ __forceinline__ void block_tile(
+    const float* __restrict__ x, const float* __restrict__ values, int ld,
+    const int4* __restrict__ tab, int nrows, int k0, int k1, int q0,
+    int CHW, int H, int W, int OW, int OHW, int sh, int sw, int ph, int pw, int Q,
+    float (&acc)[TM][TN])
 {
-    tc::wait_prior_grids();
     constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
     static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
     constexpr int NA = (BM * BK + THREADS - 1) / THREADS, NB = BN * BK / THREADS;
@@ -50,8 +52,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     __shared__ float as[BK][BM + 1];
     __shared__ float bs[BK][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
-    const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
-    const int OHW = OH * OW;
 
     // The pixel this thread gathers in every stage (j fixed, NB of the BK columns).
     const int gj = tid % BN, gk = tid / BN;
@@ -65,7 +65,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
         gbase = n * CHW + gih * W + giw;
     }
 
-    float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -76,18 +75,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
     // (stash): the gather's latency hides behind the multiply-adds.  Each column's
     // offset and taps come as one 16-byte load (the same for a warp: a broadcast).
     float ra[NA], rb[NB];
-    auto fetch = [&](int k0) {
+    auto fetch = [&](int s0) {
 #pragma unroll
         for (int i = 0; i < NA; ++i) {
-            const int e = tid + i * THREADS, m = m0 + e / BK, k = k0 + e % BK;
-            ra[i] = (e < BM * BK && m < nrows && k < ncols)
-                        ? values[(size_t)m * ncols + k] : 0.f;
+            const int e = tid + i * THREADS, m = e / BK, k = s0 + e % BK;
+            ra[i] = (e < BM * BK && m < nrows && k < k1) ? values[(size_t)m * ld + k] : 0.f;
         }
 #pragma unroll
         for (int i = 0; i < NB; ++i) {
-            const int k = k0 + gk + i * GK;
+            const int k = s0 + gk + i * GK;
             float v = 0.f;
-            if (gvalid && k < ncols) {
+            if (gvalid && k < k1) {
                 const int4 t = tab[k];
                 const int ih = gih + t.y, iw = giw + t.z;
                 if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + t.x];
@@ -105,11 +103,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
         for (int i = 0; i < NB; ++i) bs[gk + i * GK][gj] = rb[i];
     };
 
-    fetch(0);
-    for (int k0 = 0; k0 < ncols; k0 += BK) {
+    fetch(k0);
+    for (int s0 = k0; s0 < k1; s0 += BK) {
         stash();
         __syncthreads();
-        if (k0 + BK < ncols) fetch(k0 + BK);
+        if (s0 + BK < k1) fetch(s0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
@@ -124,7 +122,26 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
         }
         __syncthreads();
     }
+}
 
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
+    const float* __restrict__ x,        // (N, C, H, W)
+    const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
+    const int* __restrict__ rows,       // (nrows,) output channels
+    const int4* __restrict__ tab,       // (ncols,) per block column: c·H·W + r·W + s, r, s, 0
+    float* __restrict__ y,              // (N, K, OH, OW), added into
+    int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
+    int sh, int sw, int ph, int pw, int Q)
+{
+    tc::wait_prior_grids();
+    constexpr int TX = BN / TN, TY = BM / TM;
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int OHW = OH * OW;
+    float acc[TM][TN];
+    block_tile<BM, BN, BK, TM, TN>(x, values + (size_t)m0 * ncols, ncols, tab, nrows - m0,
+                                   0, ncols, q0, CHW, H, W, OW, OHW, sh, sw, ph, pw, Q, acc);
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
         const int q = q0 + tx + j * TX;
@@ -136,6 +153,63 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
             const int m = m0 + ty + i * TY;
             if (m < nrows) y[base + (size_t)rows[m] * OHW] += acc[i][j];
         }
+    }
+}
+
+// Every dense block of a layer in one launch (the block table): item blockIdx.y is a
+// range of at most BM rows of one block and a range of its columns, and stores its
+// sums, unadded, in its own rows of `partial` (one slot per row); sparse_block_reduce
+// then adds each output channel's slots in a fixed order.  The column split gives a
+// layer with few pixels (deep layers at batch 32) enough thread blocks, and the slots
+// keep the sum deterministic where blocks share rows.
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_table(
+    const float* __restrict__ x,        // (N, C, H, W)
+    const float* __restrict__ values,   // every block's (rows, cols) values, one after another
+    const int4* __restrict__ tabs,      // every block's column table, one after another
+    const int4* __restrict__ items,     // (items, 2): values offset, ld, table offset, rows;
+                                        //             first column, end column, slot, 0
+    float* __restrict__ partial,        // (slots, Q)
+    int CHW, int H, int W, int OH, int OW, int sh, int sw, int ph, int pw, int Q)
+{
+    tc::wait_prior_grids();
+    constexpr int TX = BN / TN, TY = BM / TM;
+    const int4 a = items[2 * blockIdx.y], b = items[2 * blockIdx.y + 1];
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX, q0 = blockIdx.x * BN;
+    float acc[TM][TN];
+    block_tile<BM, BN, BK, TM, TN>(x, values + a.x, a.y, tabs + a.z, a.w, b.x, b.y, q0,
+                                   CHW, H, W, OW, OH * OW, sh, sw, ph, pw, Q, acc);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = ty + i * TY;
+        if (m >= a.w) continue;
+        float* row = partial + (size_t)(b.z + m) * Q;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int q = q0 + tx + j * TX;
+            if (q < Q) row[q] = acc[i][j];
+        }
+    }
+}
+
+// y[n, k, p] = the sum of output channel k's slots (red_idx[red_ptr[k]:red_ptr[k+1]], in
+// that order), 0 for a channel in no block: the remainder kernel then adds into it.
+__global__ void __launch_bounds__(256) sparse_block_reduce(
+    const float* __restrict__ partial,  // (slots, Q)
+    const int* __restrict__ red_ptr,    // (K + 1,)
+    const int* __restrict__ red_idx,    // (slots,)
+    float* __restrict__ y,              // (N, K, OH, OW)
+    int K, int OHW, int Q)
+{
+    tc::wait_prior_grids();
+    const int q = blockIdx.x * 256 + threadIdx.x;
+    if (q >= Q) return;
+    const int n = q / OHW, p = q - n * OHW;
+    for (int k = blockIdx.y; k < K; k += gridDim.y) {
+        float s = 0.f;
+        const int end = red_ptr[k + 1];
+        for (int i = red_ptr[k]; i < end; ++i) s += partial[(size_t)red_idx[i] * Q + q];
+        y[((size_t)n * K + k) * OHW + p] = s;
     }
 }
 
@@ -369,6 +443,11 @@ TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 
 TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
 TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
+#define TC_I_SPARSE_BLOCK_TABLE(...) template __global__ void sparse_block_table<__VA_ARGS__>( \
+    const float*, const float*, const int4*, const int4*, float*, int, int, int, int, int, int, \
+    int, int, int, int);
+TC_I_SPARSE_BLOCK_TABLE(32, 128, 16, 4, 4) TC_I_SPARSE_BLOCK_TABLE(32, 64, 16, 2, 4)
+TC_I_SPARSE_BLOCK_TABLE(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 8, 4)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
@@ -382,5 +461,6 @@ TC_I_SPARSE_CSR_TILED(32, 4, 16) TC_I_SPARSE_CSR_TILED(32, 2, 16) TC_I_SPARSE_CS
 TC_I_SPARSE_CSR_TILED(64, 1, 32) TC_I_SPARSE_CSR_TILED(32, 2, 32) TC_I_SPARSE_CSR_TILED(16, 4, 32)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
+#undef TC_I_SPARSE_BLOCK_TABLE
 #undef TC_I_SPARSE_CSR_TILED
 #endif

@@ -39,7 +39,8 @@ def test_default_pieces_cover_every_block_row_once(rng, shape):
     from tensorconv.checks import conv_geometry
 
     geom = conv_geometry((2, shape[1], 9, 9), w.shape, 1, 1)
-    merged = sc.default_pieces(packed, geom, device_facts())
+    merged = sc.default_pieces(packed, geom, device_facts(), split="merged")
+    assert isinstance(sc.default_pieces(packed, geom, device_facts()), sc.BlockTable)
     paper = sc.default_pieces(packed, geom, device_facts(), split="paper")
     for pieces in (merged, paper):
         sc.check_pieces(pieces, packed)
@@ -306,3 +307,62 @@ def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want)
     16); strided 1x1: 64 rows and 32-channel stages; 32 rows for 4 pixels on 8x8 maps."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.default_remainder_tile(geom) == sc.RemainderTile(*want)
+
+
+@pytest.mark.parametrize("shape,x_shape,blocks,span", [((40, 6, 3, 3), (2, 6, 9, 9), 3, None),
+                                                       ((70, 5, 3, 3), (1, 5, 4, 4), 4, 16),
+                                                       ((300, 4, 3, 3), (2, 4, 6, 5), 3, 7),
+                                                       ((12, 9, 1, 1), (3, 9, 5, 5), 0, None)])
+def test_the_block_table_computes_the_blocks_with_each_row_once_in_order(rng, shape, x_shape,
+                                                                          blocks, span):
+    w, packed = _packed(rng, shape, blocks=blocks)     # random blocks: shared rows, zero cells
+    geom = conv_geometry(x_shape, shape, 1, 1)
+    for tile in sc.TABLE_TILES:
+        table = sc.block_table(packed.layout, geom, 132, tile, span)
+        sc.check_pieces(table, packed)
+        assert (table.items[:, 3] <= tile.bm).all() and (table.items[:, 3] > 0).all()
+        assert (table.items[:, 5] - table.items[:, 4] <= table.span).all()
+        # every slot is one row of one item, and every slot is reduced exactly once
+        assert table.slots == table.items[:, 3].sum()
+        assert np.array_equal(np.sort(table.red_idx), np.arange(table.slots))
+        x = rng.standard_normal(x_shape)
+        xcols = _im2col(x, shape[2:], 1)
+        blocks_only = np.zeros(w.shape[:1] + (w[0].size,))
+        for (rows, cols), v in zip(packed.layout.blocks, packed.values):
+            blocks_only[np.ix_(rows, cols)] += v
+        np.testing.assert_allclose(sc.emulate_table(table, packed, xcols), blocks_only @ xcols,
+                                   rtol=1e-9, atol=1e-9)
+    other = sc.block_table(_packed(rng, shape, blocks=1)[1].layout, geom, 132)
+    if len(other) and other.digest != table.digest:
+        with pytest.raises(ValueError, match="another layout"):
+            sc.check_pieces(other, packed)
+    with pytest.raises(ValueError, match="tile must be"):
+        sc.block_table(packed.layout, geom, 132, sc.TILES[0])
+
+
+def test_the_table_span_fills_the_gpu_and_cuts_fewer_columns_on_more_pixels(rng):
+    w, packed = _packed(rng, (256, 64, 3, 3), blocks=2)
+    deep = conv_geometry((32, 64, 4, 4), w.shape, 1, 1)       # 512 pixels: cut the columns
+    wide = conv_geometry((32, 64, 32, 32), w.shape, 1, 1)     # 32768 pixels
+    t = sc.TABLE_TILES[0]
+    widest = max(c.size for _, c in packed.layout.blocks)
+    table = sc.block_table(packed.layout, deep, 132, t)
+    assert table.span < widest
+    # about 8 thread blocks an SM, unless the least span (64 columns) binds first
+    assert table.span == 64 or len(table) * math.ceil(512 / t.bn) >= 4 * 132
+    assert len(table) == sum(math.ceil(r.size / t.bm) * math.ceil(c.size / table.span)
+                             for r, c in packed.layout.blocks)
+    assert sc.table_span(packed.layout, wide, t, 132) > table.span
+
+
+def _im2col(x, rs, pad):
+    """(C·R·S, N·OH·OW) float64 im2col of ``x`` at stride 1 (column c·R·S + r·S + s)."""
+    n, c, h, w = x.shape
+    r, s = rs
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = h + 2 * pad - r + 1, w + 2 * pad - s + 1
+    cols = np.empty((c, r, s, n, oh, ow))
+    for i in range(r):
+        for j in range(s):
+            cols[:, i, j] = xp[:, :, i:i + oh, j:j + ow].transpose(1, 0, 2, 3)
+    return cols.reshape(c * r * s, n * oh * ow)

@@ -9,7 +9,9 @@ on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile (two halves when
 than 16), so that a block's cost grows with its rows, not in steps of 32; on an H100 each
 piece's gather of the im2col columns costs more than its multiply-adds, so by default the
 rest runs as one piece on the shortest tile that holds it (``split="paper"`` keeps the
-paper's halves).  Any batch, stride and padding; filters of any
+paper's halves).  Or every block in one launch, its columns cut so that deep layers fill
+the GPU, and a fixed-order reduction writing the output (the block table,
+:mod:`tensorconv.ops.sparse_blocks`).  Any batch, stride and padding; filters of any
 size.
 """
 
@@ -20,7 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tensorconv import backend, cuda, reference
-from tensorconv.backend import DeviceFacts
 from tensorconv.blocksparse import BlockSparse, column_taps
 from tensorconv.checks import (
     ConvGeometry,
@@ -32,8 +33,26 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops import _igemm
+from tensorconv.ops import _igemm, sparse_blocks
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
+from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
+    SPLITS,
+    TABLE_TILES,
+    TILES,
+    BlockTable,
+    Piece,
+    Problem,
+    Tile,
+    block_table,
+    candidates,
+    check_pieces,
+    default_pieces,
+    default_tile,
+    emulate_table,
+    kernels,
+    paper_tile,
+    table_span,
+)
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
     RemainderGeometry,
@@ -58,56 +77,11 @@ FILE = "sparse_conv.cu"
 INT32_MAX = 2 ** 31 - 1
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One piece of a dense block: ``rows`` x ``cols`` weights against the ``q`` output
-    pixels of all images."""
-
-    rows: int
-    cols: int
-    q: int
-
-
-@dataclass(frozen=True)
-class Tile:
-    """A GEMM launch shape: ``bm`` rows x ``bn`` pixels per thread block, ``bk`` columns per
-    stage, each thread ``tm`` x ``tn`` outputs."""
-
-    bm: int
-    bn: int
-    bk: int
-    tm: int
-    tn: int
-
-    @property
-    def threads(self) -> int:
-        return (self.bm // self.tm) * (self.bn // self.tn)
-
-    def smem_bytes(self, p: Problem) -> int:
-        return 4 * self.bk * (self.bm + self.bn)
-
-    def grid(self, p: Problem) -> tuple[int, int, int]:
-        return cdiv(p.q, self.bn), cdiv(p.rows, self.bm), 1
-
-
-TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4),
-         Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4),
-         Tile(128, 64, 16, 8, 4))
 CSR_PIXELS = (128, 256)
 
 
 REMAINDERS = ("auto", "rows", "tiled")   # one thread per pixel of a row, or the shared-
 # memory tiled kernel (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Rows ``start:stop`` of dense block ``block``, launched on ``tile``."""
-
-    block: int
-    start: int
-    stop: int
-    tile: Tile
 
 
 def supported(geom: ConvGeometry) -> str | None:
@@ -118,45 +92,6 @@ def supported(geom: ConvGeometry) -> str | None:
             geom.n * geom.k * geom.oh * geom.ow > INT32_MAX:
         return "the input or the output has more than 2**31 - 1 elements"
     return None
-
-
-def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
-    """Every tile (each fits any device's shared memory) with no more rows than the piece
-    needs, rounded up to a tile height."""
-    return [t for t in TILES if t.bm <= max(8, 1 << (p.rows - 1).bit_length())]
-
-
-def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """The shortest 128-pixel tile holding the piece's rows, 32 rows for a longer piece
-    (the 64- and 128-row tiles measured slower per row on an H100)."""
-    fitting = [t for t in TILES if t.bn == 128 and t.bm >= min(32, p.rows)]
-    return min(fitting, key=lambda t: t.bm)
-
-
-SPLITS = ("merged", "paper")
-
-
-def paper_tile(rows: int) -> Tile:
-    """The paper's tile for a piece of :func:`split_rows`: 32 rows for the head, the
-    tallest 8- or 16-row tile no taller than the rest."""
-    fitting = [t for t in TILES if t.bn == 128 and t.bm <= min(32, max(8, rows))]
-    return max(fitting, key=lambda t: t.bm)
-
-
-def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts,
-                   split: str = "merged") -> tuple:
-    """Each block split as :func:`merged_rows`, each piece on its :func:`default_tile`
-    (``split="merged"``), or as the paper's :func:`split_rows` on :func:`paper_tile`
-    (``"paper"``)."""
-    check_choice(split, "split", SPLITS)
-    q = geom.n * geom.oh * geom.ow
-    pieces = []
-    for b, (rows, cols) in enumerate(packed.layout.blocks):
-        for start, stop in (merged_rows if split == "merged" else split_rows)(rows.size):
-            tile = default_tile(Problem(stop - start, cols.size, q), facts) \
-                if split == "merged" else paper_tile(stop - start)
-            pieces.append(Piece(b, start, stop, tile))
-    return tuple(pieces)
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,21 +139,12 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
         dev(off, i32), dev(r, i32), dev(s, i32))
 
 
-def _gemm_name(t: Tile) -> str:
-    return f"sparse_block_gemm<{t.bm}, {t.bn}, {t.bk}, {t.tm}, {t.tn}>"
-
-
 def _csr_name(pix: int) -> str:
     return f"sparse_csr_rows<{pix}>"
 
 
 def _tiled_name(t: RemainderTile) -> str:
     return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}>"
-
-
-def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
-    """The kernel a piece on ``tile`` runs."""
-    return (cuda.kernel_ref(FILE, _gemm_name(tile)),)
 
 
 def choose_remainder(geom: ConvGeometry) -> str:
@@ -249,14 +175,13 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
 def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto") -> tuple:
     """Every kernel a layer of ``pieces`` launches on ``geom`` (an automatic remainder that
     falls back to ``"rows"`` for want of shared memory launches the row kernel instead)."""
-    refs = {cuda.kernel_ref(FILE, _gemm_name(piece.tile)) for piece in pieces}
-    refs |= set(remainder_kernels(geom, remainder))
+    refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder))
     return tuple(sorted(refs, key=lambda r: r.name))
 
 
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: every GEMM tile and remainder kernel."""
-    return sorted([_gemm_name(t) for t in TILES] + [_csr_name(p) for p in CSR_PIXELS]
+    return sorted(sparse_blocks.instantiations() + [_csr_name(p) for p in CSR_PIXELS]
                   + [_tiled_name(t) for t in REMAINDER_TILES])
 
 
@@ -273,9 +198,9 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     stride, padding : int or (int, int)
     relu : bool
     residual : array, (N, K, OH, OW), float32, optional
-    pieces : tuple of Piece, optional
+    pieces : tuple of Piece or BlockTable, optional
         How the blocks launch; default :func:`default_pieces`.  Every block row must be in
-        exactly one piece.
+        exactly one piece; a table must be :func:`block_table` of ``packed``'s layout.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
     remainder : {"auto", "rows", "tiled"}
@@ -319,23 +244,6 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     return out
 
 
-def check_pieces(pieces, packed: BlockSparse) -> None:
-    """``ValueError`` unless ``pieces`` cover every row of every block exactly once, each
-    on a known tile."""
-    blocks = packed.layout.blocks
-    covered = [np.zeros(rows.size, int) for rows, _ in blocks]
-    for piece in pieces:
-        if not isinstance(piece, Piece) or piece.tile not in TILES:
-            raise ValueError(f"pieces must be Piece(block, start, stop, tile) on one of "
-                             f"{TILES}, got {piece!r}")
-        if not 0 <= piece.block < len(blocks) or \
-                not 0 <= piece.start < piece.stop <= blocks[piece.block][0].size:
-            raise ValueError(f"piece {piece} is outside the blocks")
-        covered[piece.block][piece.start:piece.stop] += 1
-    if any((c != 1).any() for c in covered):
-        raise ValueError("pieces must cover every row of every block exactly once")
-
-
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
         remainder_tile: RemainderTile | None = None,
@@ -351,16 +259,7 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
             i32(geom.oh), i32(geom.ow), i32(geom.stride[0]), i32(geom.stride[1]),
             i32(geom.padding[0]), i32(geom.padding[1]), i32(q))
     tables = (weights.col_off, weights.col_r, weights.col_s)
-    if pieces:
-        out.fill(0)
-    for piece in pieces:
-        t, ncols = piece.tile, weights.cols[piece.block].size
-        p = Problem(piece.stop - piece.start, ncols, q)
-        values = weights.values[piece.block][piece.start:piece.stop]
-        rows = weights.rows[piece.block][piece.start:piece.stop]
-        launch(cuda.kernel_ref(FILE, _gemm_name(t)), t.grid(p), (t.threads,),
-               (x, values, rows, weights.gathers[piece.block], out, i32(p.rows),
-                i32(ncols), *dims))
+    sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
     auto = remainder == "auto"
     tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
         if remainder == "tiled" or \

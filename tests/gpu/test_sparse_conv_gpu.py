@@ -269,3 +269,64 @@ def test_the_automatic_remainder_is_the_chosen_kernel_and_falls_back_to_rows(rng
     got = ops.sparse_conv2d(x, packed, None, 1, 5).get()
     want = reference.conv2d(x.get().astype(np.float64), w.astype(np.float64), None, 1, 5)
     assert rel_err(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("trial", sweep(12, 4))
+def test_the_block_table_on_random_layers(rng, trial):
+    k, c = int(rng.integers(1, 90)), int(rng.integers(1, 24))
+    r = int(rng.choice([1, 3, 5]))
+    stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, r // 2 + 1))
+    w, packed = _case(rng, k, c, r, float(rng.choice([0.05, 0.3, 1.0])),
+                      int(rng.integers(0, 5)))
+    n, h = int(rng.integers(1, 5)), int(rng.integers(r, 18))
+    x_shape = (n, c, h, h + 2)
+    geom = conv_geometry(x_shape, w.shape, stride, padding)
+    tile = sc.TABLE_TILES[trial % len(sc.TABLE_TILES)]
+    span = [None, 16, 5, 10 ** 6][trial % 4]          # ragged spans: a stage's edge
+    table = sc.block_table(packed.layout, geom, backend.device_facts().sm_count, tile, span)
+    print(f"K={k} C={c} R={r} stride={stride} pad={padding} blocks={len(packed.layout.blocks)} "
+          f"N={n} H={h} tile={tile} span={table.span} items={len(table)}")
+    _check(rng, w, packed, x_shape, stride, padding, epilogue=bool(trial % 2), pieces=table,
+           remainder=sc.REMAINDERS[trial % 3])
+
+
+@pytest.mark.parametrize("layout", ["none", "everything", "overlapping", "empty rows"])
+def test_the_block_table_on_edge_layouts_is_deterministic(rng, layout):
+    import cupy as cp
+
+    shape = (48, 8, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.2)).astype(np.float32)
+    m = bs.kernel_matrix(w)
+    if layout == "empty rows":
+        m[::3] = 0
+    everything = (np.arange(48), np.arange(72))
+    blocks = {"none": [], "everything": [everything], "empty rows": [everything],
+              "overlapping": [(np.arange(0, 40), np.arange(0, 50)),
+                              (np.arange(20, 48), np.arange(30, 72)),
+                              (np.arange(10, 30), np.arange(0, 72))]}[layout]
+    packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+    x_shape = (3, 8, 10, 10)
+    for stride in (1, 2):
+        geom = conv_geometry(x_shape, shape, stride, 1)
+        table = sc.default_pieces(packed, geom, backend.device_facts(), split="table")
+        _check(rng, w, packed, x_shape, stride, 1, pieces=table)
+        x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+        small = sc.block_table(packed.layout, geom, 132, span=16)   # many slots a row
+        once = ops.sparse_conv2d(x, packed, None, stride, 1, pieces=small)
+        assert cp.array_equal(once, ops.sparse_conv2d(x, packed, None, stride, 1, pieces=small))
+
+
+def test_a_deep_layer_splits_its_columns_and_matches_the_pieces(rng):
+    import cupy as cp
+
+    w, packed = _case(rng, 256, 64, 3, 0.3, 3)        # blocks of thousands of columns
+    x_shape = (8, 64, 4, 4)
+    geom = conv_geometry(x_shape, w.shape, 1, 1)
+    table = sc.default_pieces(packed, geom, backend.device_facts(), split="table")
+    assert (table.items[:, 5] - table.items[:, 4]).max() < max(
+        cols.size for _, cols in packed.layout.blocks)
+    _check(rng, w, packed, x_shape, 1, 1, pieces=table)
+    x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    a = ops.sparse_conv2d(x, packed, None, 1, 1, pieces=table)
+    b = ops.sparse_conv2d(x, packed, None, 1, 1)
+    assert rel_err(a.get(), b.get().astype(np.float64)) <= 1e-5

@@ -128,3 +128,27 @@ def test_reprune_refuses_bad_arguments(rng):
         rp.reprune(np.ones((2, 2)), 0.1)
     with pytest.raises(ValueError, match="costs and benefits must be >= 0"):
         rp.knapsack([-1], [1], 3)
+
+
+def test_dissolving_moves_sparse_blocks_into_the_remainder_and_keeps_every_weight(rng):
+    shape = (16, 8, 1, 1)
+    m = np.zeros((16, 8), np.float32)
+    m[0:8, 0:4] = rng.uniform(0.5, 1.0, (8, 4))               # full: fill 1
+    m[8:16, 4:8] = rng.uniform(0.5, 1.0, (8, 4)) * (rng.random((8, 4)) < 0.25)
+    m[8, 4] = 0.7                                             # at least one nonzero
+    blocks = [(np.arange(8), np.arange(4)), (np.arange(8, 16), np.arange(4, 8))]
+    packed = bs.pack(m.reshape(shape), bs.layout_from_pattern(m != 0, shape, blocks))
+    sparse_fill = np.count_nonzero(m[8:16, 4:8]) / 32
+    assert rp.dissolve_blocks(packed, 0.0) is packed
+    kept = rp.dissolve_blocks(packed, sparse_fill + 0.01)
+    assert len(kept.layout.blocks) == 1 and np.array_equal(kept.layout.blocks[0][0], np.arange(8))
+    assert np.array_equal(kept.to_matrix(), m)                # the same weights, stored once
+    assert kept.layout.indices.size == np.count_nonzero(m[8:16, 4:8])
+    assert not kept.layout.mask()[8:16, 4:8][m[8:16, 4:8] == 0].any()   # zeros not trainable
+    assert len(rp.dissolve_blocks(packed, 1.0).layout.blocks) == 1     # the full one stays
+    with pytest.raises(ValueError, match="min_fill"):
+        rp.dissolve_blocks(packed, 1.5)
+    # re-pruning after dissolving: the sparse block's weights are remainder items now
+    r = rp.reprune(packed, 0.2, min_fill=0.5)
+    assert len(r.packed.layout.blocks) <= 1 and r.removed_l2 <= 0.2 + 1e-3
+    assert r.packed.layout.mask().sum() <= packed.layout.mask().sum()

@@ -12,7 +12,7 @@ from tensorconv import backend
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import check_bool, check_int
 from tensorconv.compress.prune import prune_candidates
-from tensorconv.compress.reprune import reprune
+from tensorconv.compress.reprune import dissolve_blocks, reprune
 from tensorconv.compress.tucker import replace_layers
 from tensorconv.decomp.blocks import extract_blocks
 from tensorconv.nn.sparse import SparseConv2d
@@ -83,30 +83,34 @@ def sparsify(model, *, blocks: bool = True, t1: int = 8, t2=8, b1: int = 8, b2: 
 
 
 def reprune_layers(model, b3s, methods=("knapsack",), *, t1: int = 8, t2: int = 8,
-                   b1: int = 8, b2: int = 8, seed: int = 0) -> dict:
+                   b1: int = 8, b2: int = 8, seed: int = 0, min_fill: float = 0.0) -> dict:
     """Algorithm 1 once on each pruned convolution of ``model``, then re-pruning
-    (:func:`tensorconv.compress.reprune.reprune`) at each budget of ``b3s`` by each of
-    ``methods``.  Returns {name: (Algorithm 1's packed layer, {(method, b3): Repruned})}."""
+    (:func:`tensorconv.compress.reprune.reprune`, blocks filled under ``min_fill``
+    dissolved first) at each budget of ``b3s`` by each of ``methods``.  Returns
+    {name: (the layer re-pruning starts from — Algorithm 1's, its blocks filled under
+    ``min_fill`` dissolved — {(method, b3): Repruned})}."""
     out = {}
     for name, conv in prune_candidates(model).items():
         w = backend.to_host(conv.weight.data)
         found = extract_blocks(kernel_matrix(w) != 0, w.shape, t1=t1, t2=t2, b1=b1, b2=b2,
                                seed=seed)
-        packed = pack(w, found.layout)
-        out[name] = (packed, {(m, b3): reprune(packed, b3, method=m)
+        packed = dissolve_blocks(pack(w, found.layout), min_fill)
+        out[name] = (packed, {(m, b3): reprune(packed, b3, method=m, min_fill=min_fill)
                               for m in methods for b3 in b3s})
     return out
 
 
 def reprune_masks(model, b3: float, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
-                  seed: int = 0, layers: dict | None = None) -> tuple[dict, dict]:
+                  seed: int = 0, min_fill: float = 0.0,
+                  layers: dict | None = None) -> tuple[dict, dict]:
     """Performance-aware re-pruning of every pruned convolution of ``model`` (§5): Algorithm 1
     on its nonzeros, then the knapsack within ``b3`` of its squared norm (``layers``: a
     :func:`reprune_layers` result holding ``("knapsack", b3)``, instead of running them
     again).  Returns the masks to retrain under — every cell of every remaining block and
     the remainder's nonzeros, {name: bool (K, C, R, S)} — and {name: Repruned}."""
     if layers is None:
-        layers = reprune_layers(model, (b3,), t1=t1, t2=t2, b1=b1, b2=b2, seed=seed)
+        layers = reprune_layers(model, (b3,), t1=t1, t2=t2, b1=b1, b2=b2, seed=seed,
+                                min_fill=min_fill)
     masks, report = {}, {}
     for name, (packed, runs) in layers.items():
         report[name] = runs[("knapsack", b3)]

@@ -13,7 +13,9 @@ each model (``--models``, each with its pruning ratio: ResNet-18 8x, VGG-16 4x, 
   that keep every dense-block cell trainable.  Beyond the paper, ``--min-fill`` (default
   0.5; 0 is the paper's): blocks whose nonzeros fill less of their cells are dissolved
   into the remainder before re-pruning, so that retraining does not turn a mostly empty
-  block's zeros into weights (``compress.reprune.dissolve_blocks``).
+  block's zeros into weights (``compress.reprune.dissolve_blocks``); and where the
+  paper's integer costs ``ceil(1000 w^2)`` cannot weigh a layer's small weights, the
+  knapsack is solved greedily on the true costs (``reprune(solver="auto")``).
 
 Reports each phase's test accuracy beside the paper's, each layer's density before and
 after re-pruning and the share of its nonzeros in dense blocks, and the ablation (before

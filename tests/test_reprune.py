@@ -152,3 +152,33 @@ def test_dissolving_moves_sparse_blocks_into_the_remainder_and_keeps_every_weigh
     r = rp.reprune(packed, 0.2, min_fill=0.5)
     assert len(r.packed.layout.blocks) <= 1 and r.removed_l2 <= 0.2 + 1e-3
     assert r.packed.layout.mask().sum() <= packed.layout.mask().sum()
+
+
+@pytest.mark.parametrize("trial", range(20))
+def test_the_greedy_knapsack_is_within_one_item_of_the_optimum(rng, trial):
+    n = int(rng.integers(1, 12))
+    costs = rng.uniform(0, 5, n) * (rng.random(n) > 0.1)           # some free items
+    benefits = rng.integers(0, 4, n)
+    cap = float(rng.uniform(0, costs.sum() + 1))
+    pick = rp.greedy_knapsack(costs, benefits, cap)
+    assert costs[pick].sum() <= cap + 1e-12
+    assert pick[(costs == 0) & (benefits > 0)].all()
+    best = max(benefits[np.array(p, bool)].sum()
+               for p in itertools.product([0, 1], repeat=n)
+               if costs[np.array(p, bool)].sum() <= cap)
+    assert benefits[pick].sum() >= best - benefits.max()
+
+
+def test_auto_solves_small_weights_greedily_and_fills_the_budget(rng):
+    shape = (64, 32, 3, 3)
+    w = (rng.standard_normal(shape) * 0.01 * (rng.random(shape) < 0.125)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+    paper = rp.reprune(packed, 0.2, solver="dp")             # every weight costs 1 unit
+    auto = rp.reprune(packed, 0.2)
+    assert paper.removed_l2 < 0.1 and 0.19 <= auto.removed_l2 <= 0.2 + 1e-9
+    assert auto.weights > paper.weights
+    big = (w * 100).astype(np.float32)                       # integer costs resolve these
+    packed = bs.pack(big, bs.layout_from_pattern(bs.kernel_matrix(big) != 0, shape))
+    assert rp.reprune(packed, 0.2).weights == rp.reprune(packed, 0.2, solver="dp").weights
+    with pytest.raises(ValueError, match="solver must be one of"):
+        rp.reprune(packed, 0.2, solver="exact")

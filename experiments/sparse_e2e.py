@@ -4,10 +4,11 @@ For each of ``--models`` (the CIFAR-style zoo models on 3 x 32 x 32 input, 10 cl
 ``resnet18_imagenet`` and ``resnet50`` on 3 x 224 x 224, 1000 classes; random weights:
 time depends on the pattern, not the values), pruned at the paper's ratio (ResNet-18 and
 GoogLeNet 8x, VGG-16 4x; on ImageNet ResNet-18 4x, ResNet-50 8x) by magnitude from its
-initial weights — or with a trained model's masks (``--masks MODEL=PATH``, the
-``pruned_masks.npz`` or ``repruned_masks.npz`` that ``sparse_table1`` writes; the stem is
-never pruned, so masks trained on one input channel fit the 3-channel model, and the
-CIFAR-style ResNet-18's fit the ImageNet one layer by layer):
+initial weights — or with a trained model's masks (``--masks MODEL[:LABEL]=PATH``, the
+``pruned_masks.npz`` or ``repruned_masks.npz`` that ``sparse_table1`` writes, several sets
+of one model told apart by their labels, e.g. ``resnet18:pruned=... resnet18:repruned=...``;
+the stem is never pruned, so masks trained on one input channel fit the 3-channel model,
+and the CIFAR-style ResNet-18's fit the ImageNet one layer by layer):
 
 * ``ours-sparse``: the pruned model through our inference engine (BN folded, epilogues
   fused, one CUDA graph), every pruned convolution a ``SparseConv2d`` holding Algorithm 1's
@@ -66,20 +67,25 @@ def _args(argv):
     p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=list(CIFAR),
                    help="the CIFAR-style models (default) and the paper's ImageNet ones "
                         "(resnet18_imagenet 4x, resnet50 8x, at 224x224)")
-    p.add_argument("--masks", nargs="+", default=[], metavar="MODEL=PATH",
-                   help="trained masks of a model (.npz of sparse_table1)")
+    p.add_argument("--masks", nargs="+", default=[], metavar="MODEL[:LABEL]=PATH",
+                   help="trained masks of a model (.npz of sparse_table1); several sets of "
+                        "one model need distinct labels")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
     p.add_argument("--no-tune", dest="tune", action="store_false",
                    help="run each layer's first layout untimed (default: time and keep the "
                         "fastest)")
     args = p.parse_args(argv)
-    masks = {}
+    masks: dict = {}
     for item in args.masks:
-        model, sep, path = item.partition("=")
+        key, sep, path = item.partition("=")
+        model, _, label = key.partition(":")
         if not sep or model not in RATIOS:
-            p.error(f"--masks takes MODEL=PATH with MODEL one of {sorted(RATIOS)}, got {item!r}")
-        masks[model] = path
+            p.error(f"--masks takes MODEL[:LABEL]=PATH with MODEL one of {sorted(RATIOS)}, "
+                    f"got {item!r}")
+        if label in [lab for lab, _ in masks.get(model, [])]:
+            p.error(f"--masks: several sets of {model} need distinct labels, got {item!r}")
+        masks.setdefault(model, []).append((label, path))
     args.masks = masks
     return args
 
@@ -115,28 +121,38 @@ def main(argv=None) -> int:
 
     for name in tqdm(args.models, desc="timing pruned models end to end", unit="model"):
         ratio = RATIOS[name]
-        case = f"{name}-{ratio:g}x"
         size, classes = INPUTS.get(name, (32, 10))
         shape = (batch, 3, size, size)
         x = cp.asarray(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
         dense = get_model(name, in_channels=3, num_classes=classes, seed=0).to("gpu").eval()
-        pruned, source = pruned_copy(name, ratio, args.masks.get(name))
-        sources.append(f"{case}: {source}")
-        report = sparsify(pruned, t2=args.t2[:2] if args.quick else args.t2)
-        pruned.to("gpu").eval()
-        for variant, model in (("ours-sparse", pruned), ("ours-dense", dense)):
-            engine = InferenceEngine(model, shape, tune=args.tune)
-            out = engine(x)
+        cases = []
+        for label, path in args.masks.get(name, [("", None)]):
+            case = f"{name}-{ratio:g}x" + (f" {label}" if label else "")
+            cases.append(case)
+            pruned, source = pruned_copy(name, ratio, path)
+            sources.append(f"{case}: {source}")
+            report = sparsify(pruned, t2=args.t2[:2] if args.quick else args.t2)
+            pruned.to("gpu").eval()
+            engine = InferenceEngine(pruned, shape, tune=args.tune)
             with no_grad():
-                rs.add(case, variant, "rel_err", rel_norm(out, model(Tensor(x)).data, cp), "1")
-            note = f"one CUDA graph of {engine.launches} launches"
-            if variant == "ours-sparse":
-                sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
-                note += f"; {sparse} of {len(report)} pruned layers on the sparse kernels"
-                rs.add(case, variant, "sparse_layers", sparse, "count",
-                       note=f"of {len(report)} pruned convolutions")
-            rs.add(case, variant, "batch_us", engine.time(**reps).median_us, "us", note=note)
+                rs.add(case, "ours-sparse", "rel_err",
+                       rel_norm(engine(x), pruned(Tensor(x)).data, cp), "1")
+            sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
+            rs.add(case, "ours-sparse", "sparse_layers", sparse, "count",
+                   note=f"of {len(report)} pruned convolutions")
+            rs.add(case, "ours-sparse", "batch_us", engine.time(**reps).median_us, "us",
+                   note=f"one CUDA graph of {engine.launches} launches; {sparse} of "
+                        f"{len(report)} pruned layers on the sparse kernels")
             del engine
+        engine = InferenceEngine(dense, shape, tune=args.tune)
+        with no_grad():
+            err = rel_norm(engine(x), dense(Tensor(x)).data, cp)
+        us = engine.time(**reps).median_us
+        for case in cases:       # the unpruned model, timed once, beside each pruned one
+            rs.add(case, "ours-dense", "rel_err", err, "1")
+            rs.add(case, "ours-dense", "batch_us", us, "us",
+                   note=f"one CUDA graph of {engine.launches} launches")
+        del engine
         if torch is not None:
             net = to_torch(dense).cuda().eval()
             xt = torch.from_dlpack(x)
@@ -146,13 +162,16 @@ def main(argv=None) -> int:
                 torch.backends.cudnn.allow_tf32 = tf32
                 tag = f"cudnn-{'tf32' if tf32 else 'fp32'}"
                 with torch.no_grad():
-                    rs.add(case, tag, "rel_err", rel_norm(cp.from_dlpack(net(xt)), ref, cp), "1")
+                    err = rel_norm(cp.from_dlpack(net(xt)), ref, cp)
                     us = timing.time_graph(lambda: net(xt), framework="torch",
                                            calls_per_graph=1, **reps).median_us
-                rs.add(case, tag, "batch_us", us, "us",
-                       note="the unpruned model, PyTorch CUDA graph, cudnn.benchmark")
+                for case in cases:
+                    rs.add(case, tag, "rel_err", err, "1")
+                    rs.add(case, tag, "batch_us", us, "us",
+                           note="the unpruned model, PyTorch CUDA graph, cudnn.benchmark")
         lat = rs.values("batch_us")
-        for base in ("cudnn-fp32", "cudnn-tf32", "ours-dense"):
+        for case, base in ((c, b) for c in cases for b in ("cudnn-fp32", "cudnn-tf32",
+                                                           "ours-dense")):
             if (case, base) in lat:
                 target = {"cudnn-fp32": "target >= 2.5 (ResNet-18-8x)",
                           "ours-dense": "target >= 1.5 (ResNet-18-8x)"}.get(base, "")

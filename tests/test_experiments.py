@@ -156,8 +156,22 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
     lat = {(r["case"], r["variant"]) for r in rows if r["metric"] == "batch_us"}
     assert {("resnet18-8x", "ours-sparse"), ("vgg16-4x", "ours-dense")} <= lat
     assert "masks" in (tmp_path / "sparse_e2e.md").read_text()
+    save_masks(tmp_path / "half.npz", {n: rng.random(c.weight.data.shape) < 0.06
+                                       for n, c in prune_candidates(net).items()})
+    assert sparse_e2e.main(["--quick", "--models", "resnet18", "--out", str(tmp_path), "--t2",
+                            "8", "--masks", f"resnet18:a={tmp_path / 'm.npz'}",
+                            f"resnet18:b={tmp_path / 'half.npz'}"]) == 0
+    rows = results.read_csv(tmp_path / "sparse_e2e.csv")
+    lat = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "batch_us"}
+    for case in ("resnet18-8x a", "resnet18-8x b"):         # each set beside one dense timing
+        assert (case, "ours-sparse") in lat and (case, "ours-dense") in lat
+        assert any(r["case"] == case and r["metric"] == "speedup" for r in rows)
+    assert lat[("resnet18-8x a", "ours-dense")] == lat[("resnet18-8x b", "ours-dense")]
     with pytest.raises(SystemExit):
         sparse_e2e.main(["--masks", "resnet18"])
+    with pytest.raises(SystemExit):
+        sparse_e2e.main(["--masks", f"resnet18:a={tmp_path / 'm.npz'}",
+                         f"resnet18:a={tmp_path / 'half.npz'}"])
     with pytest.raises(ValueError, match="no mask of shape"):
         sparse_e2e.main(["--quick", "--models", "vgg16", "--out", str(tmp_path),
                          "--masks", f"vgg16={tmp_path / 'm.npz'}"])

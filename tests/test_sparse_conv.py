@@ -289,7 +289,10 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((512, 256, 3, 3), 2, 14, "tiled"),
                                                     ((128, 64, 1, 1), 1, 32, "tiled"),
                                                     ((128, 512, 1, 1), 1, 8, "rows"),
-                                                    ((128, 64, 1, 1), 2, 32, "tiled")])
+                                                    ((128, 64, 1, 1), 2, 32, "tiled"),
+                                                    ((256, 128, 1, 1), 2, 16, "rows"),
+                                                    ((512, 256, 1, 1), 2, 8, "rows"),
+                                                    ((256, 128, 1, 1), 2, 56, "tiled")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want

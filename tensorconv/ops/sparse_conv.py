@@ -149,11 +149,12 @@ def _tiled_name(t: RemainderTile) -> str:
 
 def choose_remainder(geom: ConvGeometry) -> str:
     """``"tiled"`` where each staged input value serves several taps or rows: every filter
-    wider than 1x1, strided 1x1 filters (their stages then hold only the pixels read, 32
-    channels at a time), and 1x1 filters at stride 1 on outputs of 16 columns or more.
-    Else ``"rows"``: narrow 1x1 outputs at stride 1 (H100 measurements in
-    ``docs/notes/sparse_conv.md``)."""
-    if geom.r * geom.s == 1 and geom.stride == (1, 1):
+    wider than 1x1, and 1x1 filters on outputs of 16 columns or more (strided ones stage
+    only the pixels read, 32 channels at a time).  Else ``"rows"``: 1x1 filters on narrow
+    outputs, where a tile's stages hold few pixels (trained ResNet-18 masks, H100: 256 x
+    128 1x1 stride 2 on 16 x 16, 16.6 us by rows against 18.9 tiled, 11.4 against 17.7
+    re-pruned; ``docs/notes/sparse_conv.md``)."""
+    if geom.r * geom.s == 1:
         return "tiled" if geom.ow >= 16 else "rows"
     return "tiled"
 

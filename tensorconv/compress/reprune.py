@@ -44,6 +44,17 @@ ROUNDING = 1.1
 SOLVERS = ("auto", "dp", "greedy")
 
 
+def _knapsack_items(costs, benefits, dtype) -> tuple:
+    """Checked ``costs`` and ``benefits`` as ``dtype`` arrays, and the free items (no cost,
+    some benefit) every solution takes."""
+    costs, benefits = np.asarray(costs, dtype), np.asarray(benefits, dtype)
+    if costs.shape != benefits.shape or costs.ndim != 1:
+        raise ValueError("costs and benefits must be 1-D arrays of one length")
+    if costs.size and (costs.min() < 0 or benefits.min() < 0):
+        raise ValueError("costs and benefits must be >= 0")
+    return costs, benefits, (costs == 0) & (benefits > 0)
+
+
 def knapsack(costs, benefits, capacity: int) -> np.ndarray:
     """The 0/1 knapsack: a bool array choosing items of total ``costs`` <= ``capacity`` with
     the largest total ``benefits`` (both non-negative integers).
@@ -52,13 +63,8 @@ def knapsack(costs, benefits, capacity: int) -> np.ndarray:
     merged into power-of-two bundles first (the bounded-knapsack split), so thousands of
     single weights cost a few dozen rows of the table; free items are always taken.
     """
-    costs, benefits = np.asarray(costs, np.int64), np.asarray(benefits, np.int64)
-    if costs.shape != benefits.shape or costs.ndim != 1:
-        raise ValueError("costs and benefits must be 1-D arrays of one length")
-    if costs.size and (costs.min() < 0 or benefits.min() < 0):
-        raise ValueError("costs and benefits must be >= 0")
+    costs, benefits, chosen = _knapsack_items(costs, benefits, np.int64)
     capacity = check_int(capacity, "capacity", minimum=0)
-    chosen = (costs == 0) & (benefits > 0)
     useful = np.nonzero((costs > 0) & (costs <= capacity) & (benefits > 0))[0]
     if useful.size == 0:
         return chosen
@@ -101,13 +107,8 @@ def greedy_knapsack(costs, benefits, capacity: float) -> np.ndarray:
     within the largest single benefit of the 0/1 optimum: where every item is small against
     the capacity (thousands of weights in a layer's budget) as good as exact, with no
     rounding of the costs."""
-    costs, benefits = np.asarray(costs, np.float64), np.asarray(benefits, np.float64)
-    if costs.shape != benefits.shape or costs.ndim != 1:
-        raise ValueError("costs and benefits must be 1-D arrays of one length")
-    if costs.size and (costs.min() < 0 or benefits.min() < 0):
-        raise ValueError("costs and benefits must be >= 0")
+    costs, benefits, chosen = _knapsack_items(costs, benefits, np.float64)
     capacity = check_real(capacity, "capacity", low=0.0)
-    chosen = (costs == 0) & (benefits > 0)
     useful = np.nonzero((costs > 0) & (benefits > 0))[0]
     order = useful[np.argsort(costs[useful] / benefits[useful], kind="stable")]
     room = capacity

@@ -80,8 +80,12 @@ def test_both_row_splits_of_tall_blocks(rng, split):
     _check(rng, w, packed, (2, 5, 12, 9), 1, 1, pieces=pieces)
 
 
-@pytest.mark.parametrize("layout", ["none", "everything", "overlapping", "empty rows"])
-def test_edge_layouts(rng, layout):
+EDGE_LAYOUTS = ["none", "everything", "overlapping", "empty rows"]
+
+
+def _edge_layout(rng, layout):
+    """A 48 x 8 x 3 x 3 kernel at density 0.2 and an edge-case layout of it: no block, one
+    block covering everything (with every third row empty), three overlapping blocks."""
     shape = (48, 8, 3, 3)
     w = (rng.standard_normal(shape) * (rng.random(shape) < 0.2)).astype(np.float32)
     m = bs.kernel_matrix(w)
@@ -90,8 +94,14 @@ def test_edge_layouts(rng, layout):
     everything = (np.arange(48), np.arange(72))
     blocks = {"none": [], "everything": [everything], "empty rows": [everything],
               "overlapping": [(np.arange(0, 40), np.arange(0, 50)),
-                              (np.arange(20, 48), np.arange(30, 72))]}[layout]
-    packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+                              (np.arange(20, 48), np.arange(30, 72)),
+                              (np.arange(10, 30), np.arange(0, 72))]}[layout]
+    return w, bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+
+
+@pytest.mark.parametrize("layout", EDGE_LAYOUTS)
+def test_edge_layouts(rng, layout):
+    w, packed = _edge_layout(rng, layout)
     for stride in (1, 2):
         for remainder in sc.REMAINDERS:
             _check(rng, w, packed, (3, 8, 10, 10), stride, 1, remainder=remainder)
@@ -290,21 +300,12 @@ def test_the_block_table_on_random_layers(rng, trial):
            remainder=sc.REMAINDERS[trial % 3])
 
 
-@pytest.mark.parametrize("layout", ["none", "everything", "overlapping", "empty rows"])
+@pytest.mark.parametrize("layout", EDGE_LAYOUTS)
 def test_the_block_table_on_edge_layouts_is_deterministic(rng, layout):
     import cupy as cp
 
-    shape = (48, 8, 3, 3)
-    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.2)).astype(np.float32)
-    m = bs.kernel_matrix(w)
-    if layout == "empty rows":
-        m[::3] = 0
-    everything = (np.arange(48), np.arange(72))
-    blocks = {"none": [], "everything": [everything], "empty rows": [everything],
-              "overlapping": [(np.arange(0, 40), np.arange(0, 50)),
-                              (np.arange(20, 48), np.arange(30, 72)),
-                              (np.arange(10, 30), np.arange(0, 72))]}[layout]
-    packed = bs.pack(w, bs.layout_from_pattern(m != 0, shape, blocks))
+    w, packed = _edge_layout(rng, layout)
+    shape = w.shape
     x_shape = (3, 8, 10, 10)
     for stride in (1, 2):
         geom = conv_geometry(x_shape, shape, stride, 1)

@@ -33,16 +33,17 @@
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
-// BM rows x BN pixels of a dense block: rows 0..nrows of `values` (row stride ld) against
-// its columns k0..k1 (`tab` indexed by block column), for the pixels from q0; the sums
-// come back in each thread's acc (rows ty + i·TY, pixels tx + j·TX).
 template <int BM, int BN, int BK, int TM, int TN>
-__device__ __forceinline__ void block_tile(
-    const float* __restrict__ x, const float* __restrict__ values, int ld,
-    const int4* __restrict__ tab, int nrows, int k0, int k1, int q0,
-    int CHW, int H, int W, int OW, int OHW, int sh, int sw, int ph, int pw, int Q,
-    float (&acc)[TM][TN])
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
+    const float* __restrict__ x,        // (N, C, H, W)
+    const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
+    const int* __restrict__ rows,       // (nrows,) output channels
+    const int4* __restrict__ tab,       // (ncols,) per block column: c·H·W + r·W + s, r, s, 0
+    float* __restrict__ y,              // (N, K, OH, OW), added into
+    int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
+    int sh, int sw, int ph, int pw, int Q)
 {
+    tc::wait_prior_grids();
     constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
     static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
     constexpr int NA = (BM * BK + THREADS - 1) / THREADS, NB = BN * BK / THREADS;
@@ -52,6 +53,8 @@ __device__ __forceinline__ void block_tile(
     __shared__ float as[BK][BM + 1];
     __shared__ float bs[BK][BN];
     const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int OHW = OH * OW;
 
     // The pixel this thread gathers in every stage (j fixed, NB of the BK columns).
     const int gj = tid % BN, gk = tid / BN;
@@ -65,6 +68,7 @@ __device__ __forceinline__ void block_tile(
         gbase = n * CHW + gih * W + giw;
     }
 
+    float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -75,17 +79,18 @@ __device__ __forceinline__ void block_tile(
     // (stash): the gather's latency hides behind the multiply-adds.  Each column's
     // offset and taps come as one 16-byte load (the same for a warp: a broadcast).
     float ra[NA], rb[NB];
-    auto fetch = [&](int s0) {
+    auto fetch = [&](int k0) {
 #pragma unroll
         for (int i = 0; i < NA; ++i) {
-            const int e = tid + i * THREADS, m = e / BK, k = s0 + e % BK;
-            ra[i] = (e < BM * BK && m < nrows && k < k1) ? values[(size_t)m * ld + k] : 0.f;
+            const int e = tid + i * THREADS, m = m0 + e / BK, k = k0 + e % BK;
+            ra[i] = (e < BM * BK && m < nrows && k < ncols)
+                        ? values[(size_t)m * ncols + k] : 0.f;
         }
 #pragma unroll
         for (int i = 0; i < NB; ++i) {
-            const int k = s0 + gk + i * GK;
+            const int k = k0 + gk + i * GK;
             float v = 0.f;
-            if (gvalid && k < k1) {
+            if (gvalid && k < ncols) {
                 const int4 t = tab[k];
                 const int ih = gih + t.y, iw = giw + t.z;
                 if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + t.x];
@@ -103,11 +108,11 @@ __device__ __forceinline__ void block_tile(
         for (int i = 0; i < NB; ++i) bs[gk + i * GK][gj] = rb[i];
     };
 
-    fetch(k0);
-    for (int s0 = k0; s0 < k1; s0 += BK) {
+    fetch(0);
+    for (int k0 = 0; k0 < ncols; k0 += BK) {
         stash();
         __syncthreads();
-        if (s0 + BK < k1) fetch(s0 + BK);
+        if (k0 + BK < ncols) fetch(k0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
             float a[TM], b[TN];
@@ -122,26 +127,7 @@ __device__ __forceinline__ void block_tile(
         }
         __syncthreads();
     }
-}
 
-template <int BM, int BN, int BK, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
-    const float* __restrict__ x,        // (N, C, H, W)
-    const float* __restrict__ values,   // (nrows, ncols) row-major: the block's rows taken
-    const int* __restrict__ rows,       // (nrows,) output channels
-    const int4* __restrict__ tab,       // (ncols,) per block column: c·H·W + r·W + s, r, s, 0
-    float* __restrict__ y,              // (N, K, OH, OW), added into
-    int nrows, int ncols, int CHW, int H, int W, int K, int OH, int OW,
-    int sh, int sw, int ph, int pw, int Q)
-{
-    tc::wait_prior_grids();
-    constexpr int TX = BN / TN, TY = BM / TM;
-    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-    const int m0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
-    const int OHW = OH * OW;
-    float acc[TM][TN];
-    block_tile<BM, BN, BK, TM, TN>(x, values + (size_t)m0 * ncols, ncols, tab, nrows - m0,
-                                   0, ncols, q0, CHW, H, W, OW, OHW, sh, sw, ph, pw, Q, acc);
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
         const int q = q0 + tx + j * TX;
@@ -162,28 +148,107 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 // then adds each output channel's slots in a fixed order.  The column split gives a
 // layer with few pixels (deep layers at batch 32) enough thread blocks, and the slots
 // keep the sum deterministic where blocks share rows.
+//
+// Its main loop is sparse_block_gemm's, written out again: one __forceinline__ device
+// function shared by the two kernels compiled to the same PTX but ran sparse_block_gemm
+// 9-15 % slower on the H100 (docs/notes/sparse_conv.md, 2026-11-25).
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_table(
     const float* __restrict__ x,        // (N, C, H, W)
-    const float* __restrict__ values,   // every block's (rows, cols) values, one after another
-    const int4* __restrict__ tabs,      // every block's column table, one after another
+    const float* __restrict__ values_all,  // every block's (rows, cols) values in turn
+    const int4* __restrict__ tabs,      // every block's column table in turn
     const int4* __restrict__ items,     // (items, 2): values offset, ld, table offset, rows;
                                         //             first column, end column, slot, 0
     float* __restrict__ partial,        // (slots, Q)
     int CHW, int H, int W, int OH, int OW, int sh, int sw, int ph, int pw, int Q)
 {
     tc::wait_prior_grids();
-    constexpr int TX = BN / TN, TY = BM / TM;
-    const int4 a = items[2 * blockIdx.y], b = items[2 * blockIdx.y + 1];
-    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX, q0 = blockIdx.x * BN;
+    const int4 ia = items[2 * blockIdx.y], ib = items[2 * blockIdx.y + 1];
+    const float* __restrict__ values = values_all + ia.x;
+    const int4* __restrict__ tab = tabs + ia.z;
+    const int ncols = ia.y, nrows = ia.w, kbeg = ib.x, kend = ib.y;
+    constexpr int TX = BN / TN, TY = BM / TM, THREADS = TX * TY;
+    static_assert(THREADS % BN == 0, "a thread gathers pixels of one column set");
+    constexpr int NA = (BM * BK + THREADS - 1) / THREADS, NB = BN * BK / THREADS;
+    constexpr int GK = THREADS / BN;
+    __shared__ float as[BK][BM + 1];
+    __shared__ float bs[BK][BN];
+    const int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    const int q0 = blockIdx.x * BN;
+    const int OHW = OH * OW;
+
+    const int gj = tid % BN, gk = tid / BN;
+    const int gq = q0 + gj;
+    const bool gvalid = gq < Q;
+    int gbase = 0, gih = 0, giw = 0;
+    if (gvalid) {
+        const int n = gq / OHW, p = gq - n * OHW, oh = p / OW, ow = p - oh * OW;
+        gih = oh * sh - ph;
+        giw = ow * sw - pw;
+        gbase = n * CHW + gih * W + giw;
+    }
+
     float acc[TM][TN];
-    block_tile<BM, BN, BK, TM, TN>(x, values + a.x, a.y, tabs + a.z, a.w, b.x, b.y, q0,
-                                   CHW, H, W, OW, OH * OW, sh, sw, ph, pw, Q, acc);
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    float ra[NA], rb[NB];
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) {
+            const int e = tid + i * THREADS, m = e / BK, k = k0 + e % BK;
+            ra[i] = (e < BM * BK && m < nrows && k < kend)
+                        ? values[(size_t)m * ncols + k] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+            const int k = k0 + gk + i * GK;
+            float v = 0.f;
+            if (gvalid && k < kend) {
+                const int4 t = tab[k];
+                const int ih = gih + t.y, iw = giw + t.z;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) v = x[gbase + t.x];
+            }
+            rb[i] = v;
+        }
+    };
+    auto stash = [&]() {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) {
+            const int e = tid + i * THREADS;
+            if (e < BM * BK) as[e % BK][e / BK] = ra[i];
+        }
+#pragma unroll
+        for (int i = 0; i < NB; ++i) bs[gk + i * GK][gj] = rb[i];
+    };
+
+    fetch(kbeg);
+    for (int k0 = kbeg; k0 < kend; k0 += BK) {
+        stash();
+        __syncthreads();
+        if (k0 + BK < kend) fetch(k0 + BK);
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) a[i] = as[kk][ty + i * TY];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) b[j] = bs[kk][tx + j * TX];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int m = ty + i * TY;
-        if (m >= a.w) continue;
-        float* row = partial + (size_t)(b.z + m) * Q;
+        if (m >= nrows) continue;
+        float* row = partial + (size_t)(ib.z + m) * Q;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int q = q0 + tx + j * TX;

@@ -147,7 +147,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_gemm(
 // sums, unadded, in its own rows of `partial` (one slot per row); sparse_block_reduce
 // then adds each output channel's slots in a fixed order.  The column split gives a
 // layer with few pixels (deep layers at batch 32) enough thread blocks, and the slots
-// keep the sum deterministic where blocks share rows.
+// keep the sum deterministic where blocks share rows.  Where every output channel has
+// at most one slot (no shared rows, no cut columns: layers with many pixels) the items
+// store straight into y through `slot_rows`, and no reduction runs.
 //
 // Its main loop is sparse_block_gemm's, written out again: one __forceinline__ device
 // function shared by the two kernels compiled to the same PTX but ran sparse_block_gemm
@@ -159,8 +161,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_table(
     const int4* __restrict__ tabs,      // every block's column table in turn
     const int4* __restrict__ items,     // (items, 2): values offset, ld, table offset, rows;
                                         //             first column, end column, slot, 0
-    float* __restrict__ partial,        // (slots, Q)
-    int CHW, int H, int W, int OH, int OW, int sh, int sw, int ph, int pw, int Q)
+    const int* __restrict__ slot_rows, // (slots,) output channels, or nullptr
+    float* __restrict__ out,            // (slots, Q) partial sums, or y (N, K, OH, OW)
+    int CHW, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw, int Q)
 {
     tc::wait_prior_grids();
     const int4 ia = items[2 * blockIdx.y], ib = items[2 * blockIdx.y + 1];
@@ -248,11 +251,22 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sparse_block_table(
     for (int i = 0; i < TM; ++i) {
         const int m = ty + i * TY;
         if (m >= nrows) continue;
-        float* row = partial + (size_t)(ib.z + m) * Q;
+        if (slot_rows == nullptr) {
+            float* row = out + (size_t)(ib.z + m) * Q;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int q = q0 + tx + j * TX;
-            if (q < Q) row[q] = acc[i][j];
+            for (int j = 0; j < TN; ++j) {
+                const int q = q0 + tx + j * TX;
+                if (q < Q) row[q] = acc[i][j];
+            }
+        } else {
+            const size_t krow = (size_t)slot_rows[ib.z + m] * OHW;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int q = q0 + tx + j * TX;
+                if (q >= Q) continue;
+                const int n = q / OHW, p = q - n * OHW;
+                out[(size_t)n * K * OHW + krow + p] = acc[i][j];
+            }
         }
     }
 }
@@ -509,8 +523,8 @@ TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4
 TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_BLOCK_TABLE(...) template __global__ void sparse_block_table<__VA_ARGS__>( \
-    const float*, const float*, const int4*, const int4*, float*, int, int, int, int, int, int, \
-    int, int, int, int);
+    const float*, const float*, const int4*, const int4*, const int*, float*, int, int, int, int, \
+    int, int, int, int, int, int, int);
 TC_I_SPARSE_BLOCK_TABLE(32, 128, 16, 4, 4) TC_I_SPARSE_BLOCK_TABLE(32, 64, 16, 2, 4)
 TC_I_SPARSE_BLOCK_TABLE(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 8, 4)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \

@@ -369,3 +369,22 @@ def _im2col(x, rs, pad):
         for j in range(s):
             cols[:, i, j] = xp[:, :, i:i + oh, j:j + ow].transpose(1, 0, 2, 3)
     return cols.reshape(c * r * s, n * oh * ow)
+
+
+def test_the_block_table_is_direct_only_where_no_channel_has_two_slots(rng):
+    shape = (16, 4, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.5)).astype(np.float32)
+    apart = [(np.arange(0, 8), np.arange(0, 20)), (np.arange(8, 16), np.arange(10, 36))]
+    shared = [(np.arange(0, 10), np.arange(0, 20)), (np.arange(8, 16), np.arange(20, 36))]
+    geom = conv_geometry((2, 4, 9, 9), shape, 1, 1)
+    for blocks, span, direct, covers in ((apart, 10 ** 6, True, True), (apart, 16, False, True),
+                                         (shared, 10 ** 6, False, True),
+                                         (apart[:1], 10 ** 6, True, False)):
+        layout = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks)
+        table = sc.block_table(layout, geom, 132, span=span)
+        assert table.direct == direct and table.covers_every_row == covers
+        assert np.array_equal(np.bincount(table.slot_rows, minlength=16),
+                              np.diff(table.red_ptr))      # each slot's channel, reduced there
+        if span > 36:                                       # no cut: one slot a block row
+            assert np.array_equal(np.sort(table.slot_rows),
+                                  np.sort(np.concatenate([r for r, _ in blocks])))

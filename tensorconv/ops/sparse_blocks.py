@@ -11,7 +11,9 @@ tiles, and the two ways a layer's blocks launch.
   order, writing every output row.  Cutting the columns gives a deep layer at batch 32
   (a few hundred pixels, blocks of thousands of columns) enough thread blocks for the GPU,
   where a piece launches a dozen thread blocks each walking every column; the slots keep
-  the sum deterministic.
+  the sum deterministic.  Where no output channel has two slots (no shared rows, no cut
+  columns: layers with many pixels), the items store straight into the output and the
+  reduction is skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tensorconv import backend, cuda
 from tensorconv.backend import DeviceFacts
 from tensorconv.blocksparse import BlockSparse, Layout
 from tensorconv.checks import ConvGeometry, check_choice
-from tensorconv.ops._launch import cdiv, launch, round_up
+from tensorconv.ops._launch import NULL, cdiv, launch, round_up
 from tensorconv.ops.sparse_tiles import merged_rows, split_rows
 from tensorconv.scratch import workspace
 
@@ -108,16 +110,27 @@ class BlockTable:
     """Every dense block of a layer as one launch on ``tile``: ``items`` ((n, 8) int32 per
     item: offset of its first row's values, the block's column count (the row stride),
     offset of the block's column table, rows (at most ``tile.bm``), first and end column,
-    first slot, 0), ``slots`` partial rows in all, and per output channel its slots in
-    order (CSR: ``red_ptr`` (K + 1,), ``red_idx`` (slots,)); ``digest``: the layout's."""
+    first slot, 0), ``slots`` partial rows in all, each slot's output channel
+    (``slot_rows``), and per output channel its slots in order (CSR: ``red_ptr`` (K + 1,),
+    ``red_idx`` (slots,)); ``digest``: the layout's.  ``direct`` where no channel has two
+    slots: the items then store straight into the output, and no reduction runs."""
 
     digest: str
     tile: Tile
     span: int
     items: np.ndarray
     slots: int
+    slot_rows: np.ndarray
     red_ptr: np.ndarray
     red_idx: np.ndarray
+
+    @property
+    def direct(self) -> bool:
+        return bool(np.diff(self.red_ptr).max(initial=0) <= 1)
+
+    @property
+    def covers_every_row(self) -> bool:
+        return bool(np.diff(self.red_ptr).min() >= 1)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -174,7 +187,7 @@ def block_table(layout: Layout, geom: ConvGeometry, sm_count: int, tile: Tile | 
     red_ptr = np.zeros(layout.shape[0] + 1, np.int32)
     np.cumsum(np.bincount(owner, minlength=layout.shape[0]), out=red_ptr[1:])
     return BlockTable(layout.digest(), tile, span, np.asarray(items, np.int32).reshape(-1, 8),
-                      slot, red_ptr, order.astype(np.int32))
+                      slot, owner.astype(np.int32), red_ptr, order.astype(np.int32))
 
 
 def emulate_table(table: BlockTable, packed: BlockSparse, xcols: np.ndarray) -> np.ndarray:
@@ -260,8 +273,10 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 def block_kernels(pieces) -> set:
     """The kernels ``pieces`` (a tuple of :class:`Piece` or a :class:`BlockTable`) launch."""
     if isinstance(pieces, BlockTable):
-        return {cuda.kernel_ref(FILE, table_name(pieces.tile)),
-                cuda.kernel_ref(FILE, REDUCE)} if len(pieces) else set()
+        if not len(pieces):
+            return set()
+        table = {cuda.kernel_ref(FILE, table_name(pieces.tile))}
+        return table if pieces.direct else table | {cuda.kernel_ref(FILE, REDUCE)}
     return {cuda.kernel_ref(FILE, gemm_name(piece.tile)) for piece in pieces}
 
 
@@ -279,15 +294,16 @@ def table_arrays(weights, table: BlockTable, xp) -> tuple:
         values = xp.concatenate(flat) if flat else xp.zeros(1, np.float32)
         tabs = xp.concatenate(weights.gathers) if weights.gathers else xp.zeros((1, 4), np.int32)
         dev = lambda a: xp.asarray(a if a.size else np.zeros(1, np.int32))  # noqa: E731
-        weights.staged[key] = (table, values, tabs, dev(table.items), dev(table.red_ptr),
-                               dev(table.red_idx))
+        weights.staged[key] = (table, values, tabs, dev(table.items), dev(table.slot_rows),
+                               dev(table.red_ptr), dev(table.red_idx))
     return weights.staged[key][1:]
 
 
 def launch_blocks(x, weights, out, geom: ConvGeometry, pieces, dims: tuple) -> None:
     """The blocks' launches on checked arguments (``dims``: the kernels' int32 sizes, CHW
-    .. Q): each piece added into ``out`` after zeroing it, or the table's two launches
-    writing every row of ``out``."""
+    .. Q): each piece added into ``out`` after zeroing it, or the table's launches writing
+    every row of ``out`` (through the slots and the reduction, or straight where
+    ``direct``, zeroing first the rows no block covers)."""
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow
     if isinstance(pieces, BlockTable):
@@ -295,14 +311,18 @@ def launch_blocks(x, weights, out, geom: ConvGeometry, pieces, dims: tuple) -> N
             return
         t = pieces.tile
         xp = backend.array_module(out)
-        values, tabs, items, red_ptr, red_idx = table_arrays(weights, pieces, xp)
+        values, tabs, items, slot_rows, red_ptr, red_idx = table_arrays(weights, pieces, xp)
+        grid = (cdiv(q, t.bn), len(pieces), 1)
+        ref = cuda.kernel_ref(FILE, table_name(t))
+        if pieces.direct:
+            if not pieces.covers_every_row:
+                out.fill(0)
+            launch(ref, grid, (t.threads,), (x, values, tabs, items, slot_rows, out, *dims))
+            return
         partial = workspace(xp, pieces.scratch_floats(q))
-        chw, h, w, _, oh, ow, sh, sw, ph, pw, qq = dims
-        launch(cuda.kernel_ref(FILE, table_name(t)), (cdiv(q, t.bn), len(pieces), 1),
-               (t.threads,), (x, values, tabs, items, partial, chw, h, w, oh, ow, sh, sw,
-                              ph, pw, qq))
+        launch(ref, grid, (t.threads,), (x, values, tabs, items, NULL, partial, *dims))
         launch(cuda.kernel_ref(FILE, REDUCE), (cdiv(q, 256), min(geom.k, 65535), 1), (256,),
-               (partial, red_ptr, red_idx, out, i32(geom.k), i32(geom.oh * geom.ow), qq))
+               (partial, red_ptr, red_idx, out, i32(geom.k), i32(geom.oh * geom.ow), dims[-1]))
         return
     if pieces:
         out.fill(0)

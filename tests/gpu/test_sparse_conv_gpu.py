@@ -331,3 +331,20 @@ def test_a_deep_layer_splits_its_columns_and_matches_the_pieces(rng):
     a = ops.sparse_conv2d(x, packed, None, 1, 1, pieces=table)
     b = ops.sparse_conv2d(x, packed, None, 1, 1)
     assert rel_err(a.get(), b.get().astype(np.float64)) <= 1e-5
+
+
+@pytest.mark.parametrize("covered", [True, False])
+def test_the_block_table_stores_straight_into_the_output_where_no_row_is_shared(rng, covered):
+    shape = (40, 6, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    rows = rng.permutation(np.arange(40) if covered else np.arange(0, 40, 2))
+    half = rows.size // 2
+    blocks = [(np.sort(rows[:half]), np.arange(0, 30)), (np.sort(rows[half:]), np.arange(20, 54))]
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
+    for stride in (1, 2):
+        geom = conv_geometry((2, 6, 11, 9), shape, stride, 1)
+        table = sc.block_table(packed.layout, geom, 132, span=10 ** 6)
+        assert table.direct and table.covers_every_row == covered
+        assert all(r.name != sc.sparse_blocks.REDUCE for r in sc.layer_kernels(table, geom))
+        _check(rng, w, packed, (2, 6, 11, 9), stride, 1, pieces=table)        # poisoned out
+        _check(rng, w, packed, (2, 6, 11, 9), stride, 1, pieces=table, epilogue=False)

@@ -1,18 +1,19 @@
 """Sparse convolution over a block-sparse kernel (``kernels_cu/sparse_conv.cu``), fp32, NCHW.
 
 A pruned layer's kernel, reorganised by Algorithm 1 into dense blocks and a CSR remainder
-(:mod:`tensorconv.blocksparse`), runs as one launch sequence: the output zeroed, each dense
-block (or range of its rows, a *piece*) a register-tiled GEMM gathering its im2col columns
-and adding into its output rows, then the remainder row by row with the epilogue (bias,
-residual, ReLU).  The paper (§4.2) splits a block of r rows into ``32 * (r // 32)`` rows
-on 32-row tiles and the ``r % 32`` left on an 8- or 16-row tile (two halves when more
-than 16), so that a block's cost grows with its rows, not in steps of 32; on an H100 each
-piece's gather of the im2col columns costs more than its multiply-adds, so by default the
-rest runs as one piece on the shortest tile that holds it (``split="paper"`` keeps the
-paper's halves).  Or every block in one launch, its columns cut so that deep layers fill
-the GPU, and a fixed-order reduction writing the output (the block table,
-:mod:`tensorconv.ops.sparse_blocks`).  Any batch, stride and padding; filters of any
-size.
+(:mod:`tensorconv.blocksparse`), runs as one launch sequence: the dense blocks as
+register-tiled GEMMs gathering their im2col columns, then the remainder (tiled over rows
+and pixels, or row by row) with the epilogue (bias, residual, ReLU).  By default every
+block runs in one launch, its columns cut so that deep layers fill the GPU, and a
+fixed-order reduction writes the output (the block table,
+:mod:`tensorconv.ops.sparse_blocks`).  The paper's way is kept as ``pieces``: the output
+zeroed, then each block (or range of its rows, a *piece*) a launch adding into its output
+rows.  The paper (§4.2) splits a block of r rows into ``32 * (r // 32)`` rows on 32-row
+tiles and the ``r % 32`` left on an 8- or 16-row tile (two halves when more than 16), so
+that a block's cost grows with its rows, not in steps of 32; on an H100 each piece's
+gather of the im2col columns costs more than its multiply-adds, so ``split="merged"``
+runs the rest as one piece on the shortest tile that holds it (``split="paper"`` keeps
+the paper's halves).  Any batch, stride and padding; filters of any size.
 """
 
 from __future__ import annotations

@@ -344,18 +344,22 @@ def test_the_block_table_computes_the_blocks_with_each_row_once_in_order(rng, sh
 
 
 def test_the_table_span_fills_the_gpu_and_cuts_fewer_columns_on_more_pixels(rng):
-    w, packed = _packed(rng, (256, 64, 3, 3), blocks=2)
-    deep = conv_geometry((32, 64, 4, 4), w.shape, 1, 1)       # 512 pixels: cut the columns
-    wide = conv_geometry((32, 64, 32, 32), w.shape, 1, 1)     # 32768 pixels
+    shape = (256, 512, 3, 3)                                  # 4,608 columns
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    blocks = [(np.arange(0, 128), np.arange(0, 3000)), (np.arange(128, 256), np.arange(1000, 4608))]
+    layout = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks)
+    deep = conv_geometry((32, 512, 4, 4), shape, 1, 1)       # 512 pixels: cut the columns
+    wide = conv_geometry((32, 512, 32, 32), shape, 1, 1)     # 32768 pixels
     t = sc.TABLE_TILES[0]
-    widest = max(c.size for _, c in packed.layout.blocks)
-    table = sc.block_table(packed.layout, deep, 132, t)
-    assert table.span < widest
-    # about 8 thread blocks an SM, unless the least span (64 columns) binds first
-    assert table.span == 64 or len(table) * math.ceil(512 / t.bn) >= 4 * 132
+    table = sc.block_table(layout, deep, 132, t)
+    assert table.span < 3000
+    assert len(table) * math.ceil(512 / t.bn) >= 4 * 132       # about 8 thread blocks an SM
     assert len(table) == sum(math.ceil(r.size / t.bm) * math.ceil(c.size / table.span)
-                             for r, c in packed.layout.blocks)
-    assert sc.table_span(packed.layout, wide, t, 132) > table.span
+                             for r, c in blocks)
+    assert sc.table_span(layout, wide, t, 132) > table.span
+    small = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape,
+                                   [(np.arange(8), np.arange(20))])
+    assert sc.table_span(small, deep, t, 132) == 64             # the least span binds
 
 
 def _im2col(x, rs, pad):

@@ -320,7 +320,11 @@ def test_the_block_table_on_edge_layouts_is_deterministic(rng, layout):
 def test_a_deep_layer_splits_its_columns_and_matches_the_pieces(rng):
     import cupy as cp
 
-    w, packed = _case(rng, 256, 64, 3, 0.3, 3)        # blocks of thousands of columns
+    shape = (256, 64, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    blocks = [(np.arange(0, 100), np.arange(0, 400)), (np.arange(60, 256), np.arange(100, 576)),
+              (np.arange(0, 256, 3), np.arange(0, 576, 2))]    # shared rows, cut columns
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
     x_shape = (8, 64, 4, 4)
     geom = conv_geometry(x_shape, w.shape, 1, 1)
     table = sc.default_pieces(packed, geom, backend.device_facts(), split="table")

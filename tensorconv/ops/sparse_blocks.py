@@ -190,25 +190,6 @@ def block_table(layout: Layout, geom: ConvGeometry, sm_count: int, tile: Tile | 
                       slot, owner.astype(np.int32), red_ptr, order.astype(np.int32))
 
 
-def emulate_table(table: BlockTable, packed: BlockSparse, xcols: np.ndarray) -> np.ndarray:
-    """What the table's two launches leave in the output, in NumPy: ``xcols`` the im2col
-    matrix ((C·R·S, Q), float64); returns (K, Q), each item's partial sums through its
-    slots, each channel's slots added in the kernel's order."""
-    cols = [c for _, c in packed.layout.blocks]
-    values = np.concatenate([v.ravel() for v in packed.values]) if cols else np.zeros(0)
-    starts = np.cumsum([0] + [c.size for c in cols])
-    partial = np.zeros((table.slots, xcols.shape[1]))
-    for val_off, ld, tab_off, m, k0, k1, slot, _ in table.items:
-        block = int(np.searchsorted(starts, tab_off, side="right")) - 1
-        w = values[val_off:val_off + m * ld].reshape(m, ld)[:, k0:k1]
-        partial[slot:slot + m] = w @ xcols[cols[block][k0:k1]]
-    out = np.zeros((table.red_ptr.size - 1, xcols.shape[1]))
-    for k in range(out.shape[0]):
-        for s in table.red_idx[table.red_ptr[k]:table.red_ptr[k + 1]]:
-            out[k] += partial[s]
-    return out
-
-
 SPLITS = ("table", "merged", "paper")
 
 

@@ -49,7 +49,6 @@ from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-
     check_pieces,
     default_pieces,
     default_tile,
-    emulate_table,
     kernels,
     paper_tile,
     table_span,

@@ -26,7 +26,8 @@ from tensorconv import backend, cuda
 from tensorconv.backend import DeviceFacts
 from tensorconv.blocksparse import BlockSparse, Layout
 from tensorconv.checks import ConvGeometry, check_choice
-from tensorconv.ops._launch import NULL, cdiv, launch, round_up
+from tensorconv.ops import sparse_blocks_tc
+from tensorconv.ops._launch import NULL, cdiv, has_tf32_mma, launch, round_up
 from tensorconv.ops.sparse_tiles import merged_rows, split_rows
 from tensorconv.scratch import workspace
 
@@ -69,10 +70,12 @@ class Tile:
 TILES = (Tile(8, 128, 16, 1, 4), Tile(16, 128, 16, 2, 4), Tile(32, 128, 16, 4, 4),
          Tile(32, 64, 16, 2, 4), Tile(64, 128, 16, 8, 4), Tile(64, 64, 16, 4, 4),
          Tile(128, 64, 16, 8, 4))
-# The block table's tiles (sparse_block_table instantiations): at most 64 registers a
-# thread, so that several thread blocks share an SM and hide the gather's latency.
-TABLE_TILES = (Tile(32, 128, 16, 4, 4), Tile(32, 64, 16, 2, 4), Tile(16, 128, 16, 2, 4),
-               Tile(64, 128, 16, 8, 4))
+# The block table's SIMT tiles (sparse_block_table instantiations): at most 64 registers
+# a thread, so that several thread blocks share an SM and hide the gather's latency.
+SIMT_TABLE_TILES = (Tile(32, 128, 16, 4, 4), Tile(32, 64, 16, 2, 4), Tile(16, 128, 16, 2, 4),
+                    Tile(64, 128, 16, 8, 4))
+# ... and every table tile: those and the tensor-core ones (sparse_blocks_tc.Tile).
+TABLE_TILES = SIMT_TABLE_TILES + sparse_blocks_tc.TILES
 
 
 @dataclass(frozen=True)
@@ -140,11 +143,26 @@ class BlockTable:
         return self.slots * q
 
 
-def default_table_tile(geom: ConvGeometry) -> Tile:
-    """32 rows x 128 pixels: on the trained ResNet-18 layers (batch 32, H100) within 3 % of
-    the best table tile, and up to 1.9x faster than 16 x 128 or 32 x 64 on the deep layers
-    (``docs/notes/sparse_conv.md``)."""
-    return TABLE_TILES[0]
+def default_table_tile(geom: ConvGeometry, facts: DeviceFacts | None = None,
+                       layout: Layout | None = None):
+    """The tensor-core table (3xTF32, or one tf32 pass under ``precision.using("tf32")``)
+    where the device has tf32 ``mma.sync``, on the shortest tile holding the blocks' rows
+    (their mean, weighted by columns: where the work is); else the SIMT table's 32 x 128.
+
+    On the trained ResNet-18 layers (batch 32, H100) the tensor-core table ran 1.0-1.5x
+    faster than the SIMT one at every t2, and on fig. 6's dense block (64 x 64 x 255 x 255)
+    1.5-1.8x from K = 32 up; 16-row tiles won below 24 rows, 64-row ones from 48
+    (``docs/notes/sparse_conv.md``).  ``facts`` default: the current device's, where
+    there is one."""
+    if facts is None and backend.gpu_available():
+        facts = backend.device_facts()
+    if facts is None or not has_tf32_mma(facts):
+        return SIMT_TABLE_TILES[0]
+    rows = 32.0
+    if layout is not None and layout.blocks:
+        sizes = np.array([(r.size, c.size) for r, c in layout.blocks], float)
+        rows = float((sizes[:, 0] * sizes[:, 1]).sum() / sizes[:, 1].sum())
+    return next((t for t in sparse_blocks_tc.TILES if t.bm >= rows), sparse_blocks_tc.TILES[-1])
 
 
 def table_span(layout: Layout, geom: ConvGeometry, tile: Tile, sm_count: int,
@@ -162,7 +180,7 @@ def block_table(layout: Layout, geom: ConvGeometry, sm_count: int, tile: Tile | 
                 span: int | None = None) -> BlockTable:
     """The block table of ``layout``'s blocks on ``geom`` (``tile`` default
     :func:`default_table_tile`, ``span`` default :func:`table_span`)."""
-    tile = default_table_tile(geom) if tile is None else tile
+    tile = default_table_tile(geom, layout=layout) if tile is None else tile
     if tile not in TABLE_TILES:
         raise ValueError(f"tile must be one of {TABLE_TILES}, got {tile!r}")
     span = table_span(layout, geom, tile, sm_count) if span is None else int(span)
@@ -203,7 +221,8 @@ def default_pieces(packed: BlockSparse, geom: ConvGeometry, facts: DeviceFacts,
     paper's :func:`split_rows` on :func:`paper_tile` (``"paper"``)."""
     check_choice(split, "split", SPLITS)
     if split == "table":
-        return block_table(packed.layout, geom, facts.sm_count)
+        return block_table(packed.layout, geom, facts.sm_count,
+                           default_table_tile(geom, facts, packed.layout))
     q = geom.n * geom.oh * geom.ow
     pieces = []
     for b, (rows, cols) in enumerate(packed.layout.blocks):
@@ -243,6 +262,19 @@ def table_name(t: Tile) -> str:
     return f"sparse_block_table<{t.bm}, {t.bn}, {t.bk}, {t.tm}, {t.tn}>"
 
 
+def table_ref(t) -> cuda.KernelRef:
+    """The table kernel of tile ``t``: SIMT (a :class:`Tile`) or tensor-core (a
+    :class:`sparse_blocks_tc.Tile`)."""
+    if isinstance(t, sparse_blocks_tc.Tile):
+        return cuda.kernel_ref(sparse_blocks_tc.FILE, sparse_blocks_tc.name(t))
+    return cuda.kernel_ref(FILE, table_name(t))
+
+
+def table_smem(t) -> int:
+    """Dynamic shared memory of a table launch on ``t`` (the SIMT kernel's is static)."""
+    return t.smem_bytes() if isinstance(t, sparse_blocks_tc.Tile) else 0
+
+
 REDUCE = "sparse_block_reduce"
 
 
@@ -256,14 +288,14 @@ def block_kernels(pieces) -> set:
     if isinstance(pieces, BlockTable):
         if not len(pieces):
             return set()
-        table = {cuda.kernel_ref(FILE, table_name(pieces.tile))}
+        table = {table_ref(pieces.tile)}
         return table if pieces.direct else table | {cuda.kernel_ref(FILE, REDUCE)}
     return {cuda.kernel_ref(FILE, gemm_name(piece.tile)) for piece in pieces}
 
 
 def instantiations() -> list[str]:
     """The block GEMM's template instances CI's nvcc build type-checks."""
-    return sorted([gemm_name(t) for t in TILES] + [table_name(t) for t in TABLE_TILES])
+    return sorted([gemm_name(t) for t in TILES] + [table_name(t) for t in SIMT_TABLE_TILES])
 
 
 def table_arrays(weights, table: BlockTable, xp) -> tuple:
@@ -294,14 +326,15 @@ def launch_blocks(x, weights, out, geom: ConvGeometry, pieces, dims: tuple) -> N
         xp = backend.array_module(out)
         values, tabs, items, slot_rows, red_ptr, red_idx = table_arrays(weights, pieces, xp)
         grid = (cdiv(q, t.bn), len(pieces), 1)
-        ref = cuda.kernel_ref(FILE, table_name(t))
+        ref, smem = table_ref(t), table_smem(t)
         if pieces.direct:
             if not pieces.covers_every_row:
                 out.fill(0)
-            launch(ref, grid, (t.threads,), (x, values, tabs, items, slot_rows, out, *dims))
+            launch(ref, grid, (t.threads,), (x, values, tabs, items, slot_rows, out, *dims),
+                   smem)
             return
         partial = workspace(xp, pieces.scratch_floats(q))
-        launch(ref, grid, (t.threads,), (x, values, tabs, items, NULL, partial, *dims))
+        launch(ref, grid, (t.threads,), (x, values, tabs, items, NULL, partial, *dims), smem)
         launch(cuda.kernel_ref(FILE, REDUCE), (cdiv(q, 256), min(geom.k, 65535), 1), (256,),
                (partial, red_ptr, red_idx, out, i32(geom.k), i32(geom.oh * geom.ow), dims[-1]))
         return

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorconv import backend, ops, reference
+from tensorconv import backend, ops, precision, reference
 from tensorconv import blocksparse as bs
 from tensorconv.checks import conv_geometry
+from tensorconv.ops import sparse_blocks_tc
 from tensorconv.ops import sparse_conv as sc
 from tests.helpers import rel_err, sweep
 
@@ -298,6 +299,29 @@ def test_the_block_table_on_random_layers(rng, trial):
           f"N={n} H={h} tile={tile} span={table.span} items={len(table)}")
     _check(rng, w, packed, x_shape, stride, padding, epilogue=bool(trial % 2), pieces=table,
            remainder=sc.REMAINDERS[trial % 3])
+
+
+@pytest.mark.parametrize("bm", sparse_blocks_tc.ROWS)
+def test_the_tensor_core_table_at_fp32_and_tf32(rng, bm):
+    import cupy as cp
+
+    w, packed = _case(rng, 150, 13, 3, 0.3, 3)     # ragged rows and columns, shared rows
+    x_shape = (3, 13, 15, 14)
+    geom = conv_geometry(x_shape, w.shape, 2, 1)
+    tile = sparse_blocks_tc.Tile(bm)
+    for span in (None, 24, 5):                      # 5: a slice's tail inside an item
+        table = sc.block_table(packed.layout, geom, 132, tile, span)
+        _check(rng, w, packed, x_shape, 2, 1, pieces=table)          # 3xTF32: fp32 accuracy
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, 2, 1)
+    with precision.using("tf32"):
+        table = sc.default_pieces(packed, geom, backend.device_facts())
+        assert isinstance(table.tile, sparse_blocks_tc.Tile)
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        got = ops.sparse_conv2d(cp.asarray(x), packed, None, 2, 1, pieces=table, out=out)
+        again = ops.sparse_conv2d(cp.asarray(x), packed, None, 2, 1, pieces=table)
+    assert cp.array_equal(got, again)
+    assert 1e-6 < rel_err(got.get(), want) <= 3e-3    # one tf32 pass: tf32's rounding shows
 
 
 @pytest.mark.parametrize("layout", EDGE_LAYOUTS)

@@ -36,12 +36,12 @@ struct Shape {
     static constexpr int MT = BM / (16 * WARPS_M);   // m16 tiles per warp
     static constexpr int NT = BN / (8 * WARPS_N);    // n8 tiles per warp
     static constexpr int NA = BM * BK / THREADS;     // A values each thread copies per slice
-    static_assert(MT >= 1 && NA >= 1 && BM * BK % THREADS == 0, "BM is 16, 32 or 64");
+    static_assert(MT >= 1 && NA >= 1 && BM * BK % THREADS == 0, "BM is 16, 32, 64 or 128");
 };
 }  // namespace sbtc
 
 template <int BM>
-__global__ void __launch_bounds__(sbtc::THREADS, 2) sparse_block_table_tc(
+__global__ void __launch_bounds__(sbtc::THREADS, BM >= 128 ? 1 : 2) sparse_block_table_tc(
     const float* __restrict__ x,           // (N, C, H, W)
     const float* __restrict__ values_all,  // every block's (rows, cols) values in turn
     const int4* __restrict__ tabs,         // every block's column table in turn
@@ -200,6 +200,7 @@ __global__ void __launch_bounds__(sbtc::THREADS, 2) sparse_block_table_tc(
 #define TC_I_SPARSE_BLOCK_TABLE_TC(...) template __global__ void sparse_block_table_tc<__VA_ARGS__>( \
     const float*, const float*, const int4*, const int4*, const int*, float*, int, int, int, \
     int, int, int, int, int, int, int, int);
-TC_I_SPARSE_BLOCK_TABLE_TC(16) TC_I_SPARSE_BLOCK_TABLE_TC(32) TC_I_SPARSE_BLOCK_TABLE_TC(64)
+TC_I_SPARSE_BLOCK_TABLE_TC(128) TC_I_SPARSE_BLOCK_TABLE_TC(16) TC_I_SPARSE_BLOCK_TABLE_TC(32)
+TC_I_SPARSE_BLOCK_TABLE_TC(64)
 #undef TC_I_SPARSE_BLOCK_TABLE_TC
 #endif

@@ -19,7 +19,7 @@ from tensorconv.ops._launch import cdiv, has_tf32_mma
 
 FILE = "sparse_blocks_tc.cu"
 BN, BK, THREADS, STAGES = 128, 16, 256, 4
-ROWS = (16, 32, 64)           # block rows instantiated in sparse_blocks_tc.cu
+ROWS = (16, 32, 64, 128)           # block rows instantiated in sparse_blocks_tc.cu
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,8 @@ class SparseWeights:
     """A block-sparse kernel on the GPU as the kernels read it, for one input plane size:
     per block its values (rows x cols), rows, columns and its columns' gather table
     ((cols, 4) int32: c·H·W + r·W + s, r, s, 0 — one 16-byte load a column); the
-    remainder's CSR arrays; the im2col column tables (``col_off`` = c·H·W + r·W + s,
-    ``col_r``, ``col_s``)."""
+    remainder's CSR arrays and its nonzero count (``remainder_nnz``); the im2col column
+    tables (``col_off`` = c·H·W + r·W + s, ``col_r``, ``col_s``)."""
 
     shape: tuple
     hw: tuple
@@ -114,6 +114,7 @@ class SparseWeights:
     col_off: object
     col_r: object
     col_s: object
+    remainder_nnz: int = 0
     staged: dict = field(default_factory=dict)   # (tile, staging) -> remainder_tables
 
 
@@ -136,7 +137,7 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
         tuple(dev(gather(cols), i32) for _, cols in lay.blocks),
         dev(lay.indptr, i32), dev(lay.indices if lay.indices.size else [0], i32),
         dev(packed.data if packed.data.size else [0.0], np.float32),
-        dev(off, i32), dev(r, i32), dev(s, i32))
+        dev(off, i32), dev(r, i32), dev(s, i32), int(lay.indptr[-1]))
 
 
 def _csr_name(pix: int) -> str:
@@ -261,6 +262,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
             i32(geom.padding[0]), i32(geom.padding[1]), i32(q))
     tables = (weights.col_off, weights.col_r, weights.col_s)
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
+    if pieces and not weights.remainder_nnz and bias is None and residual is None and not relu:
+        return    # the blocks wrote every row; an empty remainder would only copy y onto itself
     auto = remainder == "auto"
     tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
         if remainder == "tiled" or \

@@ -324,6 +324,27 @@ def test_the_tensor_core_table_at_fp32_and_tf32(rng, bm):
     assert 1e-6 < rel_err(got.get(), want) <= 3e-3    # one tf32 pass: tf32's rounding shows
 
 
+@pytest.mark.parametrize("rows", [40, 64, 0])
+def test_blocks_over_every_weight_skip_the_empty_remainder(rng, rows):
+    """No remainder and no epilogue: the blocks' launches alone write the (poisoned) output,
+    rows no block covers (their weights all zero) included."""
+    shape = (70, 7, 3, 3)
+    w = rng.standard_normal(shape).astype(np.float32)
+    w[rows:] = 0
+    blocks = [(np.arange(rows), np.arange(63))] if rows else []
+    if rows == 64:
+        blocks = [(np.arange(0, 40), np.arange(63)), (np.arange(30, 64), np.arange(63))]
+        w[30:40] = 0          # the overlap: both blocks hold these rows' zeros
+    layout = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks)
+    packed = bs.pack(w, layout)
+    assert packed.layout.indptr[-1] == 0
+    for split in ("table", "merged"):
+        geom = conv_geometry((2, 7, 9, 12), shape, 1, 1)
+        pieces = sc.default_pieces(packed, geom, backend.device_facts(), split=split)
+        _check(rng, w, packed, (2, 7, 9, 12), 1, 1, pieces=pieces, epilogue=False)
+        _check(rng, w, packed, (2, 7, 9, 12), 1, 1, pieces=pieces)
+
+
 @pytest.mark.parametrize("layout", EDGE_LAYOUTS)
 def test_the_block_table_on_edge_layouts_is_deterministic(rng, layout):
     import cupy as cp

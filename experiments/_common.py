@@ -56,6 +56,13 @@ def outputs(name: str, out: Path | None, *, make: bool = True) -> dict:
     return {ext: d / f"{name}.{ext}" for ext in ("csv", "md", "png")}
 
 
+def partial_csv(name: str, out: Path | None) -> Path:
+    """Where an experiment keeps its rows while it runs (``NAME.partial.csv`` beside its
+    results; removed once the results are written): a run cut short keeps what it measured
+    without touching an earlier complete ``NAME.csv``."""
+    return outputs(name, out)["csv"].with_name(f"{name}.partial.csv")
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend (experiments run on machines without a display)."""
     import matplotlib

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from experiments._common import outputs, parser, pyplot, save_figure
+from experiments._common import outputs, parser, partial_csv, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
@@ -57,13 +57,6 @@ def step_time(model, shape, steps: int, cp) -> float:
         cp.cuda.Device().synchronize()
         runs.append((time.perf_counter() - t0) / steps)
     return float(np.median(runs))
-
-
-def partial_csv(name: str, out):
-    """Where an experiment keeps its rows while it runs (``NAME.partial.csv`` beside its
-    results; removed once the results are written): a run cut short keeps what it measured
-    without touching an earlier complete ``NAME.csv``."""
-    return outputs(name, out)["csv"].with_name(f"{name}.partial.csv")
 
 
 def run_sweep(rs, args, cp, points, *, axis: str, baseline=None, csv=None) -> dict:

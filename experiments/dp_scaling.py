@@ -9,6 +9,11 @@ reports images/s.  Speed-up is over one GPU through the launcher, efficiency spe
 One GPU is also timed as a plain process (no launcher) for the launcher's overhead.  A GPU
 count the machine lacks is recorded as not run.  Paper (V100s): close to linear at 4 GPUs,
 less at 2-3 (Fig. 14 gives no numbers in its text).
+
+The rows measured so far go to ``NAME.partial.csv`` after every configuration, so a call
+cut short keeps them; ``--merge`` (earlier calls' CSVs, partial ones too) keeps their
+configurations that this call does not time again, and the speed-ups are computed over
+all of them (a study split over calls on one machine).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments._common import grouped_bars, outputs, parser, pyplot, save_figure
+from experiments._common import grouped_bars, outputs, parser, partial_csv, pyplot, save_figure
 from tensorconv import backend, bench
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
@@ -57,6 +62,12 @@ def _args(argv):
     p.add_argument("--model", default="resnet18", choices=MODELS)
     p.add_argument("--global-batch", type=int, default=128)
     p.add_argument("--report", type=Path, default=None)
+    p.add_argument("--launcher-repeats", type=int, default=3,
+                   help="alternated plain/launched one-GPU runs timing the launcher (0: none)")
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help="this experiment's CSVs (or .partial.csv) from earlier calls on the "
+                        "same machine: their configurations not timed now are kept and join "
+                        "the speed-ups")
     return p.parse_args(argv)
 
 
@@ -145,7 +156,21 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     runs = [(m, mode, k, n) for m in models for mode in MODES for k in kinds for n in gpus]
-    speed = {}
+    made = {(f"{m}/{mode}/{k}", f"{n} GPU") for m, mode, k, n in runs}
+    repeats = 1 if args.quick else args.launcher_repeats
+    time_launcher = 1 in gpus and bool(models) and repeats > 0
+    kept = {}          # earlier calls' rows: later files win, a measurement beats "not run"
+    for path in args.merge:
+        for r in read_csv(path):
+            key = (r["case"], r["variant"], r["metric"])
+            if (r["metric"] == "images_per_s" and key[:2] not in made
+                    and (key not in kept or np.isfinite(r["value"]))) or \
+                    (r["metric"] == "launcher/plain" and not time_launcher):
+                kept[key] = r
+    rs.extend(list(kept.values()))
+    speed = {(r["case"], int(r["variant"].split()[0])): r["value"] for r in kept.values()
+             if r["metric"] == "images_per_s" and np.isfinite(r["value"])}
+    partial = partial_csv(NAME, args.out)
     for model, mode, kind, n in tqdm(runs, desc="timing data-parallel training",
                                      unit="config"):
         batch = MODES[mode] * n if mode == "weak" else MODES[mode]
@@ -158,6 +183,8 @@ def main(argv=None) -> int:
         speed[case, n] = got["images_per_s"]
         rs.add(case, f"{n} GPU", "images_per_s", got["images_per_s"], "img/s",
                note=f"global batch {batch}; {got['step_ms']:.2f} ms/step")
+        rs.write_csv(partial)                  # a call cut short keeps what it measured
+    gpus = sorted({n for _, n in speed} | set(gpus))
     for (case, n), v in sorted(speed.items()):
         if n > 1 and (case, 1) in speed:
             up = v / speed[case, 1]
@@ -166,10 +193,9 @@ def main(argv=None) -> int:
                    note=f"target >= {target}" if target else
                    "paper (Fig. 14): near-linear at 4 GPUs, less at 2-3")
             rs.add(case, f"{n} GPU", "efficiency", up / n, "1")
-    if 1 in gpus and models:
+    if time_launcher:
         # The launcher's cost: one rank through it against a plain process, alternated
         # three times each (a 1 % effect needs more than one sample of each).
-        repeats = 1 if args.quick else 3
         for kind in kinds:
             pairs = [(_timed(models[0], 1, MODES["weak"], steps, kind,
                              plain=True)["images_per_s"],
@@ -179,8 +205,10 @@ def main(argv=None) -> int:
             rs.add(f"{models[0]}/weak/{kind}", "1 GPU", "launcher/plain", launched / plain, "x",
                    note=f"medians of {repeats}: {launched:.0f} vs {plain:.0f} img/s; "
                         "target >= 0.97")
+        rs.write_csv(partial)
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
+    partial.unlink(missing_ok=True)
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("images_per_s", "speedup", "efficiency", "launcher/plain"))
     sections.append(("Notes", f"{steps} timed SGD steps per configuration after 3 warm-up "

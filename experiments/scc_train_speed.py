@@ -27,8 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments._common import geomean, grouped_bars, outputs, parser, pyplot, save_figure
-from experiments._scc import dw_scc, partial_csv, step_time
+from experiments._common import (
+    geomean,
+    grouped_bars,
+    outputs,
+    parser,
+    partial_csv,
+    pyplot,
+    save_figure,
+)
+from experiments._scc import dw_scc, step_time
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown

@@ -376,13 +376,13 @@ def test_sweeps_keep_their_rows_while_they_run(tmp_path, monkeypatch):
     write removes the partial file (CPU: the model and its timing are stubbed)."""
     import types
 
-    from experiments import _scc
+    from experiments import _common, _scc
     from tensorconv.results import ResultSet
 
     class OutOfMemory(Exception):
         pass
 
-    partial = _scc.partial_csv("sweep", tmp_path)
+    partial = _common.partial_csv("sweep", tmp_path)
     seen, watch = [], [partial]
 
     def step_time(model, shape, steps, cp):

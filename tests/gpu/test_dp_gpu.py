@@ -1,9 +1,9 @@
 """Data parallelism on real GPUs through NCCL (issue 27), one process per GPU through the
-launcher (:mod:`training.launch`): two ranks train the same steps as one GPU at the same
-global batch and end with the same losses and weights within float reduction-order
-tolerance, eagerly and with the step (all-reduces included) replayed as CUDA graphs; and
-``tensorconv run train --gpus 2`` trains a batch-norm model whose checkpoint one GPU
-resumes.  Needs two GPUs."""
+launcher (:mod:`training.launch`): two and four ranks train the same steps as one GPU at
+the same global batch and end with the same losses and weights within float
+reduction-order tolerance, eagerly and with the step (all-reduces included) replayed as
+CUDA graphs; and ``tensorconv run train --gpus 2`` trains a batch-norm model whose
+checkpoint one GPU resumes.  Needs two GPUs (four for the four-rank cases)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,20 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def two_gpus(monkeypatch):
+def _gpus(monkeypatch, n):
     import cupy as cp
 
-    if cp.cuda.runtime.getDeviceCount() < 2:
-        pytest.skip("needs two GPUs (nvidia-h200-x2 or larger)")
+    if cp.cuda.runtime.getDeviceCount() < n:
+        pytest.skip(f"needs {n} GPUs (nvidia-h200-x{n} or larger)")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    _gpus(monkeypatch, 2)
 
 
 def _ranks(tmp_path, gpus, steps, capture, kind="plain"):
@@ -45,25 +49,31 @@ def _state(run):
     return {k[2:]: v for k, v in run.items() if k.startswith("s:")}
 
 
+@pytest.mark.parametrize("gpus", [2, 4])
 @pytest.mark.parametrize("capture", ["off", "on"])
 @pytest.mark.parametrize("kind", ["plain", "syncbn"])
-def test_two_gpus_train_like_one_at_the_same_global_batch(tmp_path, two_gpus, capture, kind):
+def test_several_gpus_train_like_one_at_the_same_global_batch(tmp_path, monkeypatch, gpus,
+                                                                capture, kind):
     """Without batch norm, or with it synchronised over the ranks."""
     from tests.gpu.dp_rank import model
 
+    _gpus(monkeypatch, gpus)
     steps = 5
     one = _ranks(tmp_path, 1, steps, capture, kind)[0]
-    two = _ranks(tmp_path, 2, steps, capture, kind)
+    many = _ranks(tmp_path, gpus, steps, capture, kind)
     if capture == "on":            # the first step runs eagerly and is captured
-        assert int(one["replays"]) == int(two[0]["replays"]) == steps - 1
-    a, b, ref = _state(two[0]), _state(two[1]), _state(one)
+        assert int(one["replays"]) == steps - 1
+        assert all(int(r["replays"]) == steps - 1 for r in many)
+    states, ref = [_state(r) for r in many], _state(one)
+    a = states[0]
     assert a.keys() == ref.keys() and any("running_var" in k for k in a) == (kind == "syncbn")
     for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)   # one model on both ranks
+        for other in states[1:]:
+            np.testing.assert_array_equal(a[k], other[k], err_msg=k)   # one model everywhere
         np.testing.assert_allclose(a[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
     first = next(iter(model(kind).state_dict().values()))
     assert not np.allclose(next(iter(a.values())), first)       # it trained
-    np.testing.assert_allclose((two[0]["losses"] + two[1]["losses"]) / 2, one["losses"],
+    np.testing.assert_allclose(sum(r["losses"] for r in many) / gpus, one["losses"],
                                rtol=1e-4)
 
 

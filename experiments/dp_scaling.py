@@ -175,9 +175,10 @@ def main(argv=None) -> int:
                                      unit="config"):
         batch = MODES[mode] * n if mode == "weak" else MODES[mode]
         case = f"{model}/{mode}/{kind}"
-        if n > available:
-            rs.add(case, f"{n} GPU", "images_per_s", float("nan"), "img/s",
-                   note=f"not run: this machine has {available} GPU(s)")
+        why = (f"this machine has {available} GPU(s)" if n > available else
+               f"a global batch of {batch} does not split over {n} GPUs" if batch % n else None)
+        if why:
+            rs.add(case, f"{n} GPU", "images_per_s", float("nan"), "img/s", note=f"not run: {why}")
             continue
         got = _timed(model, n, batch, steps, kind)
         speed[case, n] = got["images_per_s"]
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
     if time_launcher:
         # The launcher's cost: one rank through it against a plain process, alternated
         # three times each (a 1 % effect needs more than one sample of each).
-        for kind in kinds:
+        for kind in (k for k in kinds if not k.endswith("-syncbn")):   # the same launch
             pairs = [(_timed(models[0], 1, MODES["weak"], steps, kind,
                              plain=True)["images_per_s"],
                       _timed(models[0], 1, MODES["weak"], steps, kind)["images_per_s"])

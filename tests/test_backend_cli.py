@@ -101,8 +101,8 @@ def test_cli_mistakes_are_one_line(capsys, argv, fragment):
 def test_cli_damaged_checkpoint_is_one_line(capsys, tmp_path):
     ckpt = tmp_path / "c.npz"
     ckpt.write_bytes(b"not a checkpoint")
-    err = _one_line_exit(capsys, ["run", "train", "--model", "small_cnn", "--checkpoint",
-                                  str(ckpt), "--out", str(tmp_path)])
+    err = _one_line_exit(capsys, ["run", "train", "--model", "small_cnn", "--dataset",
+                                  "synthetic", "--checkpoint", str(ckpt), "--out", str(tmp_path)])
     assert "c.npz is not a tensorconv checkpoint" in err
 
 

@@ -116,10 +116,23 @@ def test_sparse_layers_quick(tmp_path):
 
     assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "sparse_layers.csv")
-    errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
-    assert len(errs) == 3 * 5 and max(errs) <= 1e-5   # 2 thresholds, no blocks, rows, cusparse
+    errs = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "rel_err"}
+    fp32 = [v for (_, variant), v in errs.items() if not variant.startswith("ours-tf32")]
+    assert len(fp32) == 3 * 5 and max(fp32) <= 1e-5   # 2 thresholds, no blocks, rows, cusparse
+    # tf32: each layout with blocks again, at tf32's accuracy
+    blocks = {(r["case"], f"ours-tf32 {r['variant']}") for r in rows
+              if r["metric"] == "blocks" and r["value"] > 0}
+    assert {k for k in errs if k[1].startswith("ours-tf32")} == blocks
+    assert all(errs[k] <= 3e-3 for k in blocks)
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
-    assert {"ours", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4", "t2=8"} <= variants
+    assert {"ours", "ours-tf32", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4",
+            "t2=8"} <= variants
+    lat = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "latency_us"}
+    plain = {(r["case"], r["variant"]) for r in rows if r["metric"] == "blocks" and not r["value"]}
+    for c in {c for c, v in lat if v == "ours"}:   # layouts without blocks: one time for both
+        assert lat[c, "ours-tf32"] == min([lat[c, "no-blocks"]] + [
+            lat[k] for k in plain if k[0] == c] + [lat[k] for k in lat if k[0] == c and
+                                                  k[1].endswith(" tf32")])
     assert (tmp_path / "sparse_layers.png").stat().st_size > 0
     # In two calls: the first stops after one layer, the second keeps it and times the rest.
     first, second = tmp_path / "a", tmp_path / "b"
@@ -191,6 +204,9 @@ def test_sparse_layers_transplant_trained_masks_onto_imagenet_shapes(tmp_path):
                                     for n, c in cifar.items()})
     args = sparse_layers._args(["--model", "resnet18_imagenet", "--size", "224",
                                 "--in-channels", "3", "--batch", "2"])
+    # its own results files, beside (not over) the CIFAR-style model's
+    assert sparse_layers.output_name(args) == "sparse_layers_resnet18_imagenet"
+    assert sparse_layers.output_name(sparse_layers._args([])) == "sparse_layers"
     layers = sparse_layers._layers(args, tmp_path / "m.npz")
     first = {name: shape for name, _, shape, _ in layers}
     assert first["stages.0.0.conv1"] == (2, 64, 56, 56)

@@ -42,7 +42,8 @@ def test_each_rank_gets_its_environment_and_one_device(tmp_path, monkeypatch):
         devices(2, "3")
 
 
-def test_one_failing_rank_stops_the_others():
+def test_one_failing_rank_stops_the_others(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)    # two ranks, whatever it says
     code = "import os, sys, time; r = int(os.environ['TENSORCONV_RANK']); " \
            "sys.exit(3) if r == 1 else time.sleep(60)"
     start = time.monotonic()

@@ -10,8 +10,8 @@ import pytest
 from tensorconv import cuda, ops, precision, tunecache
 from tests import cu_instances
 
-MMA_FILES = ("conv_maxpool.cu", "igemm_tf32x3.cu", "pointwise_pair.cu", "tucker_core_tf32x3.cu",
-             "tucker_tail.cu", "winograd_conv.cu")
+MMA_FILES = ("conv_maxpool.cu", "igemm_tf32x3.cu", "pointwise_pair.cu", "sparse_blocks_tc.cu",
+             "tucker_core_tf32x3.cu", "tucker_tail.cu", "winograd_conv.cu")
 
 
 def test_check_and_context_nest_and_restore():

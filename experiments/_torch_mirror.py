@@ -17,6 +17,7 @@ from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
 from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
+from tensorconv.nn.models.squeezenet import Fire, SqueezeNet
 from tensorconv.nn.models.vgg import VGG
 from tensorconv.nn.scc import Separable
 from tensorconv.nn.tucker import TuckerConv2d
@@ -87,7 +88,7 @@ def to_torch(m):
         if isinstance(m, ours):
             return theirs()
     if isinstance(m, L.MaxPool2d):
-        return tnn.MaxPool2d(*m.args)
+        return tnn.MaxPool2d(*m.args, ceil_mode=m.ceil_mode)
     if isinstance(m, L.AvgPool2d):
         return tnn.AvgPool2d(*m.args)
     if isinstance(m, L.GlobalAvgPool2d):
@@ -128,6 +129,13 @@ def to_torch(m):
     if isinstance(m, GoogLeNet):
         return tnn.Sequential(to_torch(m.stem), to_torch(m.inceptions), to_torch(m.gap),
                               to_torch(m.fc)).eval()
+    if isinstance(m, Fire):
+        squeeze = tnn.Sequential(to_torch(m.squeeze), tnn.ReLU())
+        return tnn.Sequential(squeeze, Branches([
+            tnn.Sequential(to_torch(m.expand1x1), tnn.ReLU()),
+            tnn.Sequential(to_torch(m.expand3x3), tnn.ReLU())]))
+    if isinstance(m, SqueezeNet):
+        return tnn.Sequential(to_torch(m.features), to_torch(m.classifier)).eval()
     if isinstance(m, SmallCNN):
         return tnn.Sequential(to_torch(m.features), to_torch(m.gap), to_torch(m.fc)).eval()
     raise NotImplementedError(f"no PyTorch mirror for {type(m).__name__}")

@@ -33,6 +33,9 @@
 // and the last share of a tile to arrive (an atomic counter per tile) adds the shares in a
 // fixed order and runs the epilogue; it resets the counter, so the launch replays from a
 // CUDA graph.  Either way deterministic.  The epilogue: bias, residual, ReLU, fp16 store.
+// The output may be a channel slice of a wider map (a concatenation written in place): y
+// points at the slice's first channel and ldy is the wider map's channel count (Cout when
+// the output stands alone); the residual is always a whole (.., Cout) map.
 //
 // Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
 #include <cuda_fp16.h>
@@ -391,7 +394,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     __half* __restrict__ y, float* __restrict__ partial, int* __restrict__ counters, int N,
     int C, int H, int W, int Cout, int R, int S, int OH, int OW, int sh, int sw, int ph,
     int pw, int k_per_split, int relu, int vec_out, int table_at, int slots_at,
-    unsigned long long share_div)
+    unsigned long long share_div, int ldy)
 {
     tc::wait_prior_grids();
     using namespace tcc;
@@ -465,9 +468,10 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
         if (m >= M || n >= Cout) return;
         const int img = m / OHW, p = m - img * OHW;
         const size_t at = NHWC ? (size_t)m * Cout + n : ((size_t)img * Cout + n) * OHW + p;
+        const size_t yat = NHWC ? (size_t)m * ldy + n : ((size_t)img * ldy + n) * OHW + p;
         if (bias != nullptr) v += bias[n];
         if (residual != nullptr) v += __half2float(residual[at]);
-        y[at] = __float2half(relu ? fmaxf(v, 0.f) : v);
+        y[yat] = __float2half(relu ? fmaxf(v, 0.f) : v);
     };
     if constexpr (CL > 1) {
         // Tile order along the output's contiguous dimension: channels in NHWC, pixels in
@@ -559,7 +563,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
             __half* oh = reinterpret_cast<__half*>(&out);
 #pragma unroll
             for (int q = 0; q < 8; ++q) oh[q] = __float2half(relu ? fmaxf(v[q], 0.f) : v[q]);
-            *reinterpret_cast<uint4*>(y + at) = out;
+            *reinterpret_cast<uint4*>(y + (size_t)m * ldy + n) = out;
         }
         return;
     }
@@ -568,9 +572,9 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
         const int mm = tid % BM, m = m0 + mm;
         if (m >= M) return;
         const int img = m / OHW;
-        __half* out = y + (size_t)img * Cout * OHW + (m - img * OHW);
-        const __half* res = residual == nullptr ? nullptr
-                                                : residual + (out - y);
+        const size_t pix = (size_t)img * Cout * OHW + (m - img * OHW);
+        __half* out = y + (size_t)img * ldy * OHW + (m - img * OHW);
+        const __half* res = residual == nullptr ? nullptr : residual + pix;
         for (int nn = tid / BM; nn < BN && n0 + nn < Cout; nn += T / BM) {
             const int n = n0 + nn;
             float v = Cs[mm * LDC + nn];
@@ -591,7 +595,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
     const __half*, const int2*, const float*, const __half*, __half*, float*, int*, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    unsigned long long);
+    unsigned long long, int);
 TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 4, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 2, 1)

@@ -232,11 +232,18 @@ def pool_args(kernel, stride, padding, *, names=("kernel_size", "stride", "paddi
     return kernel, stride, padding
 
 
-def pooled_size(h: int, w: int, kernel, stride, padding) -> tuple[int, int]:
+def pooled_size(h: int, w: int, kernel, stride, padding, ceil_mode: bool = False
+                ) -> tuple[int, int]:
     """Output (height, width) of pooling an ``h`` x ``w`` plane (pairs as from
-    :func:`pool_args`)."""
-    return ((h + 2 * padding[0] - kernel[0]) // stride[0] + 1,
-            (w + 2 * padding[1] - kernel[1]) // stride[1] + 1)
+    :func:`pool_args`).  ``ceil_mode`` (PyTorch's) rounds the window count up, so that a
+    last, partial window covers the border, unless that window would start past the input
+    and its left padding."""
+
+    def one(n, k, s, p):
+        o = (n + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+        return o - 1 if ceil_mode and (o - 1) * s >= n + p else o
+
+    return (one(h, kernel[0], stride[0], padding[0]), one(w, kernel[1], stride[1], padding[1]))
 
 
 def check_window_fits(h: int, w: int, kernel) -> None:

@@ -527,9 +527,10 @@ def test_tc_e2e_quick(tmp_path):
 
     assert tc_e2e.main(["--quick", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "tc_e2e.csv")
-    errs = {r["variant"]: r["value"] for r in rows if r["metric"] == "rel_err_vs_fp32"}
-    assert errs["ours-fp16"] < 2e-2 and errs["pytorch-fp16"] < 2e-2
-    assert [r["metric"] for r in rows].count("ratio") == 1
+    errs = {(r["case"], r["variant"]): r["value"] for r in rows
+            if r["metric"] == "rel_err_vs_fp32"}
+    assert len(errs) == 4 and all(v < 2e-2 for v in errs.values()), errs
+    assert [r["metric"] for r in rows].count("ratio") == 2
 
 
 @pytest.mark.gpu

@@ -59,6 +59,28 @@ def test_googlenet_forward_and_cost():
     assert round(big["macs"] / 1e9, 2) == 1.58 and 6.8e6 < big["params"] < 7.1e6
 
 
+def test_squeezenet_is_torchvisions_and_its_fire_module_differentiates(rng):
+    """SqueezeNet 1.0: torchvision's parameter count and state-dict names, 0.82 G
+    multiply-adds at 224x224, ceil-mode pools (54 -> 27), the smallest input refused
+    below; a fire module's gradients by finite differences."""
+    from tensorconv.nn.models import Fire
+
+    model = get_model("squeezenet1_0")
+    big = count_flops_params(model, (1, 3, 224, 224))
+    assert big["params"] == 1_248_424 and round(big["macs"] / 1e9, 2) == 0.82
+    names = model.state_dict()
+    assert "features.3.expand3x3.weight" in names and "classifier.1.bias" in names
+    small = get_model("squeezenet1_0", num_classes=10)
+    small.eval()
+    assert small(Tensor(np.ones((2, 3, 29, 29), np.float32))).shape == (2, 10)
+    with pytest.raises(ValueError, match="H, W >= 29"):
+        small(Tensor(np.ones((1, 3, 28, 28), np.float32)))
+    fire = Fire(5, 3, 4, 2, rng)
+    for conv in (fire.squeeze, fire.expand1x1, fire.expand3x3):   # no pre-activation at a
+        conv.bias.data = rng.standard_normal(conv.bias.data.shape)  # kink (all-zero input)
+    assert gradcheck_module(fire, (2, 5, 6, 5), rng)
+
+
 def test_known_costs():
     r18 = count_flops_params(get_model("resnet18_imagenet"), (1, 3, 224, 224))
     assert round(r18["macs"] / 1e9, 3) == 1.814 and round(r18["params"] / 1e6, 2) == 11.69

@@ -132,6 +132,55 @@ def test_pool_reference_matches_the_autograd_pooling(rng, trial):
     assert np.isnan(reference.pool2d(x, k, (1, 1), (0, 0), "max")[0, 0, 0, 0])
 
 
+def test_ceil_mode_pooled_sizes_are_pytorchs():
+    """Worked by hand from PyTorch's rule: ceil((n + 2p - k) / s) + 1 windows, less one
+    when the last would start past the input and its left padding."""
+    from tensorconv.checks import pooled_size
+
+    for n, k, s, p, floor, ceil in ((109, 3, 2, 0, 54, 54), (54, 3, 2, 0, 26, 27),
+                                    (27, 3, 2, 0, 13, 13), (6, 3, 2, 0, 2, 3),
+                                    (5, 2, 2, 0, 2, 3), (5, 2, 2, 1, 3, 3), (4, 2, 2, 1, 3, 3),
+                                    (7, 3, 3, 1, 3, 3), (8, 3, 3, 0, 2, 3)):
+        assert pooled_size(n, n, (k, k), (s, s), (p, p)) == (floor, floor), (n, k, s, p)
+        assert pooled_size(n, 2 * n, (k, k), (s, s), (p, p), True)[0] == ceil, (n, k, s, p)
+
+
+@pytest.mark.parametrize("trial", range(8))
+def test_ceil_mode_max_pooling_reference_autograd_and_gradient(rng, trial):
+    """Ceil-mode max pooling: the reference (last windows clipped at the border) against
+    a brute-force window max, the autograd CPU path against the reference, its gradient
+    by finite differences; average pooling refuses ceil mode."""
+    from tensorconv import ops
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd.functions import max_pool2d
+    from tensorconv.autograd.gradcheck import gradcheck
+    from tensorconv.checks import pooled_size
+
+    k = (int(rng.integers(2, 4)), int(rng.integers(1, 4)))
+    s = (int(rng.integers(2, 4)), int(rng.integers(1, 3)))
+    p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+    h, w = int(rng.integers(k[0], 12)), int(rng.integers(k[1], 12))
+    x = rng.standard_normal((2, 3, h, w))
+    ref = reference.pool2d(x, k, s, p, "max", ceil_mode=True)
+    oh, ow = pooled_size(h, w, k, s, p, True)
+    assert ref.shape == (2, 3, oh, ow)
+    for i in range(oh):
+        for j in range(ow):
+            r0, c0 = i * s[0] - p[0], j * s[1] - p[1]
+            cells = x[:, :, max(r0, 0):r0 + k[0], max(c0, 0):c0 + k[1]]
+            assert cells.size, (i, j)        # every window holds a cell of the input
+            np.testing.assert_array_equal(ref[:, :, i, j], cells.max(axis=(2, 3)))
+    np.testing.assert_array_equal(max_pool2d(Tensor(x), k, s, p, ceil_mode=True).data, ref)
+    np.testing.assert_array_equal(ops.pool2d(x.astype(np.float32), k, s, p, ceil_mode=True),
+                                  ref.astype(np.float32))
+    assert gradcheck(lambda t: max_pool2d(t, k, s, p, ceil_mode=True),
+                     [Tensor(x, requires_grad=True)])
+    with pytest.raises(ValueError, match="max pooling only"):
+        ops.pool2d(x.astype(np.float32), k, s, p, mode="avg", ceil_mode=True)
+    with pytest.raises(TypeError, match="ceil_mode"):
+        ops.pool2d(x.astype(np.float32), k, s, p, ceil_mode="yes")
+
+
 def test_head_reference_is_the_model_head(rng):
     """reference.gap_linear (the classifier-head kernel's ground truth) against the model's
     own GlobalAvgPool2d -> Linear; ops.gap_linear's NumPy path and its argument checks."""

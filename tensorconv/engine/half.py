@@ -46,15 +46,16 @@ def _tile(plan: Plan, p: tcc.Problem, x, w):
     return tcc.tuned_tile(p) or tcc.default_tile(p, facts)
 
 
-def _conv(plan: Plan, x, w, b, stride, padding, relu, residual, what: str):
+def _conv(plan: Plan, x, w, b, stride, padding, relu, residual, what: str, out=None):
     """``relu?(conv(x, w) + b + residual)`` on fp16 NHWC buffers; ``w`` (Cout, C, R, S)
-    float32 with BN folded, ``b`` float32 or None."""
+    float32 with BN folded, ``b`` float32 or None; into ``out`` (a channel slice of a
+    planned buffer) when given."""
     p = tcc.problem(x.shape, w.shape, stride, padding, "nhwc")
     if (why := tcc.supported(p)) is not None:
         raise NotImplementedError(f"the fp16 engine cannot run {what}: {why}")
     packed = plan.keep(tcc.pack_weights(w, "nhwc"))
     b = None if b is None else plan.keep(plan.xp.asarray(b, np.float32))
-    out = plan.alloc(tcc.output_shape(p))
+    out = plan.alloc(tcc.output_shape(p)) if out is None else out
     tile = _tile(plan, p, x, w)
     plan.add(lambda: tcc.tc_conv2d(x, w, b, stride, padding, layout="nhwc", relu=relu,
                                    residual=residual, tile=tile, packed=packed, out=out),
@@ -62,12 +63,23 @@ def _conv(plan: Plan, x, w, b, stride, padding, relu, residual, what: str):
     return out
 
 
-def plan_conv2d(m: L.Conv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
+def plan_conv2d(m: L.Conv2d, plan: Plan, x, *, bn=None, relu=False, residual=None, out=None):
     if m.groups != 1 or m.dilation not in (1, (1, 1)):
         raise NotImplementedError(f"the fp16 engine runs dense undilated convolutions; "
                                   f"{m!r} has groups={m.groups}, dilation={m.dilation}")
     w, b = folded(m, bn, plan)
-    return _conv(plan, x, w, b, m.stride, m.padding, relu, residual, repr(m))
+    return _conv(plan, x, w, b, m.stride, m.padding, relu, residual, repr(m), out=out)
+
+
+def plan_fire(m, plan: Plan, x):
+    """The squeeze convolution, then both expand convolutions writing their channel
+    slices of one (N, H, W, e1 + e3) buffer: the concat costs no launch."""
+    s = plan_conv2d(m.squeeze, plan, x, relu=True)
+    e1 = m.expand1x1.out_channels
+    out = plan.alloc(s.shape[:3] + (m.out_channels,))
+    plan_conv2d(m.expand1x1, plan, s, relu=True, out=out[..., :e1])
+    plan_conv2d(m.expand3x3, plan, s, relu=True, out=out[..., e1:])
+    return out
 
 
 def plan_linear(m: L.Linear, plan: Plan, x, *, bn=None, relu=False, residual=None):
@@ -87,19 +99,19 @@ def plan_relu(m, plan: Plan, x):
     return out
 
 
-def _plan_pool(plan: Plan, x, args, mode: str):
+def _plan_pool(plan: Plan, x, args, mode: str, ceil_mode: bool = False):
     (kh, kw), stride, padding = pool_args(*args)
     n, h, w, c = x.shape
     check_window_fits(h + 2 * padding[0], w + 2 * padding[1], (kh, kw))
-    out = plan.alloc((n, *pooled_size(h, w, (kh, kw), stride, padding), c))
+    out = plan.alloc((n, *pooled_size(h, w, (kh, kw), stride, padding, ceil_mode), c))
     plan.add(lambda: pool.pool2d(x, (kh, kw), stride, padding, mode=mode, layout="nhwc",
-                                 out=out), f"fp16 pool {kh}x{kw} {mode}",
-             pool.kernels(mode, "nhwc"))
+                                 ceil_mode=ceil_mode, out=out),
+             f"fp16 pool {kh}x{kw} {mode}", pool.kernels(mode, "nhwc"))
     return out
 
 
 def plan_maxpool(m: L.MaxPool2d, plan: Plan, x):
-    return _plan_pool(plan, x, m.args, "max")
+    return _plan_pool(plan, x, m.args, "max", m.ceil_mode)
 
 
 def plan_avgpool(m: L.AvgPool2d, plan: Plan, x):

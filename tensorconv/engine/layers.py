@@ -40,15 +40,17 @@ def plan_relu(m, plan: Plan, x):
     return out
 
 
-def _plan_pool(plan: Plan, x, kernel, stride, padding, mode):
-    out = plan.alloc(x.shape[:2] + pooled_size(*x.shape[2:], kernel, stride, padding))
-    plan.add(lambda: pool.pool2d(x, kernel, stride, padding, mode=mode, out=out),
+def _plan_pool(plan: Plan, x, kernel, stride, padding, mode, ceil_mode=False):
+    out = plan.alloc(x.shape[:2] + pooled_size(*x.shape[2:], kernel, stride, padding,
+                                               ceil_mode))
+    plan.add(lambda: pool.pool2d(x, kernel, stride, padding, mode=mode, ceil_mode=ceil_mode,
+                                 out=out),
              f"pool {kernel} {mode}", pool.kernels(mode))
     return out
 
 
 def plan_maxpool(m: L.MaxPool2d, plan: Plan, x):
-    return _plan_pool(plan, x, *pool_args(*m.args), "max")
+    return _plan_pool(plan, x, *pool_args(*m.args), "max", m.ceil_mode)
 
 
 def plan_avgpool(m: L.AvgPool2d, plan: Plan, x):
@@ -122,7 +124,8 @@ def plan_stem(plan: Plan, stem, pool_layer, x):
         return plan_module(pool_layer, p, plan_module(stem, p, x))
 
     mods = list(stem) if isinstance(stem, L.Sequential) else []
-    if not (isinstance(pool_layer, L.MaxPool2d) and len(mods) == 3 and type(mods[0]) is L.Conv2d
+    if not (isinstance(pool_layer, L.MaxPool2d) and not pool_layer.ceil_mode and len(mods) == 3
+            and type(mods[0]) is L.Conv2d
             and isinstance(mods[1], L.BatchNorm2d) and isinstance(mods[2], L.ReLU)):
         return plan_two(plan)
     conv = mods[0]

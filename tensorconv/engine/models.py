@@ -1,6 +1,6 @@
 """Planning the model zoo's blocks and networks: residual blocks (BN folded, the residual
-and ReLU in the last convolution's epilogue), ResNets, VGG, MobileNet, the small CNN and
-DenseNets and GoogLeNet (stem and head fused where faster)."""
+and ReLU in the last convolution's epilogue), ResNets, VGG, MobileNet, the small CNN,
+DenseNets, GoogLeNet and SqueezeNet (stem and head fused where faster)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tensorconv.engine.registry import plan_conv, plan_module
 from tensorconv.nn.models.densenet import DenseLayer, DenseNet, Transition
 from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
+from tensorconv.nn.models.squeezenet import Fire, SqueezeNet
 from tensorconv.nn.models.vgg import VGG
 
 
@@ -72,6 +73,20 @@ def plan_inception(m: Inception, plan: Plan, x):
 def plan_googlenet(m: GoogLeNet, plan: Plan, x):
     y = plan_module(m.inceptions, plan, plan_module(m.stem, plan, x))
     return plan_head(plan, m.gap, m.fc, y)
+
+
+def plan_fire(m: Fire, plan: Plan, x):
+    """The squeeze convolution, then both expand convolutions (bias and ReLU fused) and
+    their concat."""
+    s = plan_conv(m.squeeze, plan, x, relu=True)
+    return plan_concat(plan, [plan_conv(m.expand1x1, plan, s, relu=True),
+                              plan_conv(m.expand3x3, plan, s, relu=True)], "fire concat")
+
+
+def plan_squeezenet(m: SqueezeNet, plan: Plan, x):
+    """Features, then the classifier (its 1x1 convolution with ReLU fused, the global
+    pool); both planned through the plan's tables, so fp32 and fp16 alike."""
+    return plan_module(m.classifier, plan, plan_module(m.features, plan, x))
 
 
 def plan_transition(m: Transition, plan: Plan, x):

@@ -18,6 +18,7 @@ from tensorconv.nn.models.googlenet import GoogLeNet, Inception
 from tensorconv.nn.models.mobilenet import MobileNetV1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet
 from tensorconv.nn.models.smallcnn import SmallCNN
+from tensorconv.nn.models.squeezenet import Fire, SqueezeNet
 from tensorconv.nn.models.vgg import VGG
 from tensorconv.nn.scc import SCCConv2d, Separable
 from tensorconv.nn.sparse import SparseConv2d
@@ -55,6 +56,8 @@ PLANNERS = {
     DenseNet: models.plan_densenet,
     Inception: models.plan_inception,
     GoogLeNet: models.plan_googlenet,
+    Fire: models.plan_fire,
+    SqueezeNet: models.plan_squeezenet,
 }
 
 # the fp16 NHWC path (InferenceEngine(dtype="float16")): what it runs, nothing else
@@ -73,6 +76,8 @@ HALF_PLANNERS = {
     Bottleneck: half.plan_bottleneck,
     ResNet: half.plan_resnet,
     VGG: models.plan_vgg,
+    Fire: half.plan_fire,
+    SqueezeNet: models.plan_squeezenet,
 }
 
 # the rewrite passes over a finished plan, in order: pairs first (shortcuts fold into

@@ -111,13 +111,17 @@ class ReLU(Module):
 
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
+    """Max pooling; ``ceil_mode`` as PyTorch's (the window count rounded up, the last
+    window clipped at the border)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False):
         super().__init__()
         pool_args(kernel_size, stride, padding)  # checked now, not at the first forward
         self.args = (kernel_size, stride, padding)
+        self.ceil_mode = check_bool(ceil_mode, "ceil_mode")
 
     def forward(self, x):
-        return F.max_pool2d(x, *self.args)
+        return F.max_pool2d(x, *self.args, ceil_mode=self.ceil_mode)
 
 
 class AvgPool2d(Module):

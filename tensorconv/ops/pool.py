@@ -16,6 +16,7 @@ import numpy as np
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import (
     check_array,
+    check_bool,
     check_choice,
     check_window_fits,
     output_buffer,
@@ -54,7 +55,7 @@ def instantiations() -> list[str]:
 
 
 def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
-           layout: str = "nchw", out=None):
+           layout: str = "nchw", ceil_mode: bool = False, out=None):
     """Max or average pooling of ``x``.
 
     Parameters
@@ -68,6 +69,9 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
         ``"max"`` ignores padded cells and propagates NaN; ``"avg"`` divides by
         the whole window, padded cells counted as zeros (``count_include_pad``).
     layout : {"nchw", "nhwc"}
+    ceil_mode : bool
+        PyTorch's: the window count rounded up, the last window clipped at the border
+        (:func:`tensorconv.checks.pooled_size`); max pooling only.
     out : array like the output, of ``x``'s dtype, optional (GPU only)
 
     Returns
@@ -76,6 +80,7 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
     """
     check_choice(mode, "mode", MODES)
     check_choice(layout, "layout", tuple(LAYOUTS))
+    ceil_mode = _check_ceil(ceil_mode, mode)
     (kh, kw), (sh, sw), (ph, pw) = pool_args(kernel_size, stride, padding)
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)
@@ -83,12 +88,12 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
     check_array(x, "x", ndim=4, dtype=dtype, contiguous=True)
     n, c, h, w = x.shape if layout == "nchw" else (x.shape[0], x.shape[3], *x.shape[1:3])
     check_window_fits(h + 2 * ph, w + 2 * pw, (kh, kw))
-    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw))
+    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw), ceil_mode)
     shape = (n, c, oh, ow) if layout == "nchw" else (n, oh, ow, c)
     if xp is np:
         no_out_on_cpu(out=out)
         nchw = x if layout == "nchw" else x.transpose(0, 3, 1, 2).astype(np.float32)
-        y = reference.pool2d(nchw, (kh, kw), (sh, sw), (ph, pw), mode)
+        y = reference.pool2d(nchw, (kh, kw), (sh, sw), (ph, pw), mode, ceil_mode)
         y = y if layout == "nchw" else y.transpose(0, 2, 3, 1)
         return np.ascontiguousarray(y.astype(dtype))
     out = output_buffer(xp, out, shape, dtype=dtype)
@@ -101,19 +106,26 @@ def pool2d(x, kernel_size, stride=None, padding=0, *, mode: str = "max",
     return out
 
 
-def _train_sizes(shape, kernel_size, stride, padding):
+def _check_ceil(ceil_mode, mode: str = "max") -> bool:
+    if check_bool(ceil_mode, "ceil_mode") and mode != "max":
+        raise ValueError("ceil_mode is supported for max pooling only")
+    return bool(ceil_mode)
+
+
+def _train_sizes(shape, kernel_size, stride, padding, ceil_mode=False):
+    ceil_mode = _check_ceil(ceil_mode)
     (kh, kw), (sh, sw), (ph, pw) = pool_args(kernel_size, stride, padding)
     n, c, h, w = shape
     check_window_fits(h + 2 * ph, w + 2 * pw, (kh, kw))
     if kh * kw > MAX_TAPS:
         raise ValueError(f"max pooling's window has {kh * kw} taps; the training kernels "
                          f"keep one byte per output (at most {MAX_TAPS})")
-    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw))
+    oh, ow = pooled_size(h, w, (kh, kw), (sh, sw), (ph, pw), ceil_mode)
     i32 = np.int32
     return (n, c, oh, ow), tuple(i32(v) for v in (n * c, h, w, oh, ow, kh, kw, sh, sw, ph, pw))
 
 
-def max_pool2d_train(x, kernel_size, stride=None, padding=0):
+def max_pool2d_train(x, kernel_size, stride=None, padding=0, *, ceil_mode: bool = False):
     """Max pooling of ``x`` that keeps, for the backward, where each maximum came from.
 
     Parameters
@@ -121,6 +133,7 @@ def max_pool2d_train(x, kernel_size, stride=None, padding=0):
     x : CuPy array, (N, C, H, W), float32, C-contiguous
     kernel_size, stride, padding : int or (int, int), as :func:`pool2d`; at most
         :data:`MAX_TAPS` taps per window
+    ceil_mode : bool, as :func:`pool2d`
 
     Returns
     -------
@@ -132,14 +145,15 @@ def max_pool2d_train(x, kernel_size, stride=None, padding=0):
     xp = backend.array_module(x)
     gpu_only(xp, "max_pool2d_train", "tensorconv.autograd.functions.max_pool2d")
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
-    shape, sizes = _train_sizes(x.shape, kernel_size, stride, padding)
+    shape, sizes = _train_sizes(x.shape, kernel_size, stride, padding, ceil_mode)
     y, taps = xp.empty(shape, np.float32), xp.empty(shape, np.uint8)
     blocks = min(cdiv(y.size, THREADS), 32 * backend.device_facts().sm_count)
     launch(train_kernels()[0], (blocks,), (THREADS,), (x, y, taps) + sizes)
     return y, taps
 
 
-def max_pool2d_backward(gy, taps, x_shape, kernel_size, stride=None, padding=0, *, out=None):
+def max_pool2d_backward(gy, taps, x_shape, kernel_size, stride=None, padding=0, *,
+                        ceil_mode: bool = False, out=None):
     """Gradient of :func:`max_pool2d_train` with respect to ``x``.
 
     Parameters
@@ -147,6 +161,7 @@ def max_pool2d_backward(gy, taps, x_shape, kernel_size, stride=None, padding=0, 
     gy : CuPy array, (N, C, OH, OW), float32, C-contiguous
     taps : CuPy array, (N, C, OH, OW), uint8, from :func:`max_pool2d_train`
     x_shape : (N, C, H, W)
+    ceil_mode : bool, as the forward's
     out : (N, C, H, W) float32, optional
 
     Returns
@@ -158,7 +173,7 @@ def max_pool2d_backward(gy, taps, x_shape, kernel_size, stride=None, padding=0, 
     gpu_only(xp, "max_pool2d_backward", "tensorconv.autograd.functions.max_pool2d")
     if len(x_shape) != 4:
         raise ValueError(f"x_shape must be (N, C, H, W), got {x_shape!r}")
-    shape, sizes = _train_sizes(tuple(x_shape), kernel_size, stride, padding)
+    shape, sizes = _train_sizes(tuple(x_shape), kernel_size, stride, padding, ceil_mode)
     check_array(gy, "gy", ndim=4, dtype=np.float32, contiguous=True)
     check_array(taps, "taps", ndim=4, dtype=np.uint8, contiguous=True, xp=xp)
     for name, a in (("gy", gy), ("taps", taps)):

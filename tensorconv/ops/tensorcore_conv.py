@@ -175,6 +175,8 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     packed : array, (Cout, C·R·S), float16, optional
         :func:`pack_weights` of ``w`` for ``layout``, prepared once.
     out : array like the output, float16, optional (GPU only)
+        C-contiguous, or a channel slice of a C-contiguous map (``y[..., a:b]`` in NHWC,
+        ``y[:, a:b]`` in NCHW): a concatenation over channels written in place.
 
     Returns
     -------
@@ -200,9 +202,10 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         if a is None:
             continue
         a = backend.as_array(a, name)
-        check_array(a, name, ndim=4, dtype=np.float16, contiguous=True, xp=xp)
+        check_array(a, name, ndim=4, dtype=np.float16, contiguous=name == "residual", xp=xp)
         if tuple(a.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(a.shape)}; expected {shape}")
+    ldy = p.geom.k if out is None else channel_pitch(out, layout)
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU only")
@@ -221,8 +224,8 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         tile = replace(tile, vec=False)
     out = xp.empty(shape, dtype=np.float16) if out is None else out
     # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
-    vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and out.data.ptr % 16 == 0
-               and (residual is None or residual.data.ptr % 16 == 0))
+    vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and ldy % 8 == 0
+               and out.data.ptr % 16 == 0 and (residual is None or residual.data.ptr % 16 == 0))
     grid = tile.grid(p)
     tiles = grid[0] * grid[1]
     spill = tile.splits > 1 and not tile.cluster     # shares meet in a global workspace
@@ -235,9 +238,33 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
             i32(g.k), i32(g.r), i32(g.s), i32(g.oh), i32(g.ow), i32(g.stride[0]),
             i32(g.stride[1]), i32(g.padding[0]), i32(g.padding[1]), i32(split_k(p, tile)),
             i32(bool(relu)), i32(vec_out), i32(tile.table_at(p)), i32(tile.slots_at(p)),
-            cuda.fast_div(tile.share)),
+            cuda.fast_div(tile.share), i32(ldy)),
            smem=tile.smem_bytes(p))
     return out
+
+
+def channel_pitch(out, layout: str) -> int:
+    """The channel count of the C-contiguous map that ``out`` (4-D, float16) is a channel
+    slice of (its own channel count when it is C-contiguous); ``ValueError`` for any other
+    view."""
+    shape, st, item = tuple(out.shape), tuple(out.strides), out.itemsize
+    if out.flags.c_contiguous:
+        return shape[3] if layout == "nhwc" else shape[1]
+    if layout == "nhwc":
+        n, oh, ow, k = shape
+        ld = st[2] // item
+        ok = (st[3] == item and st[2] % item == 0 and ld >= k and st[1] == ow * st[2]
+              and st[0] == oh * st[1])
+    else:
+        n, k, oh, ow = shape
+        plane = oh * ow * item
+        ld = st[0] // plane
+        ok = (st[3] == item and st[2] == ow * item and st[1] == plane and st[0] % plane == 0
+              and ld >= k)
+    if not ok:
+        raise ValueError(f"out must be C-contiguous or a channel slice of a C-contiguous "
+                         f"{layout.upper()} map; got shape {shape}, strides {st}")
+    return ld
 
 
 def _reference(x, w, bias, residual, p: Problem, relu: bool):

@@ -6,22 +6,29 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend
+from tensorconv.checks import pooled_size
 
 
-def pool2d(x, kernel, stride, padding, mode: str):
+def pool2d(x, kernel, stride, padding, mode: str, ceil_mode: bool = False):
     """Pool ``x`` (N, C, H, W) with ``kernel``, ``stride``, ``padding`` (pairs).
 
     ``mode="max"``: the largest value of each window's cells inside the image (NaN
     if any is NaN); ``mode="avg"``: the window's sum over kh * kw, padded cells
-    counted as zeros.
+    counted as zeros.  ``ceil_mode`` (max only): windows counted as
+    :func:`tensorconv.checks.pooled_size` does, the last one clipped at the border.
     """
     x = np.asarray(backend.to_host(x))
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     n, c, h, w = x.shape
+    if ceil_mode and mode != "max":
+        raise ValueError("ceil_mode is supported for max pooling only")
     fill = -np.inf if mode == "max" else 0.0
-    padded = np.full((n, c, h + 2 * ph, w + 2 * pw), fill, dtype=x.dtype)
+    oh, ow = pooled_size(h, w, kernel, stride, padding, ceil_mode)
+    # a clipped last window reads past the padding: pad those cells with the fill too
+    eh = max(0, (oh - 1) * sh + kh - h - 2 * ph)
+    ew = max(0, (ow - 1) * sw + kw - w - 2 * pw)
+    padded = np.full((n, c, h + 2 * ph + eh, w + 2 * pw + ew), fill, dtype=x.dtype)
     padded[:, :, ph:ph + h, pw:pw + w] = x
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     cells = np.stack([padded[:, :, r:r + sh * (oh - 1) + 1:sh, s:s + sw * (ow - 1) + 1:sw]
                       for r in range(kh) for s in range(kw)])
     return cells.max(axis=0) if mode == "max" else cells.sum(axis=0) / (kh * kw)

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.gpu
 CASES = [("resnet18_imagenet", dict(), (1, 3, 64, 64)),
          ("resnet18", dict(in_channels=3), (2, 3, 32, 32)),
          ("resnet50", dict(), (1, 3, 64, 64)),
-         ("vgg16", dict(in_channels=1), (2, 1, 32, 32))]
+         ("vgg16", dict(in_channels=1), (2, 1, 32, 32)),
+         ("squeezenet1_0", dict(), (1, 3, 64, 64)),                # fire concats in place
+         ("squeezenet1_0", dict(num_classes=10), (2, 3, 45, 45))]  # odd maps, Cout 10
 
 
 @pytest.mark.parametrize("name,kw,shape", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
@@ -49,15 +51,17 @@ def test_fp16_nhwc_pooling_against_the_reference(rng, mode):
 
     from tensorconv.ops import pool
 
-    for _ in range(4):
+    for trial in range(6):
         n, c, h, w = (int(v) for v in rng.integers(1, 9, 4))
         h, w = h + 4, w + 4
         k = int(rng.integers(2, 4))
         stride, padding = int(rng.integers(1, 3)), int(rng.integers(0, k // 2 + 1))
+        ceil = mode == "max" and trial % 2 == 1
         x = rng.standard_normal((n, h, w, c)).astype(np.float16)
-        want = pool.pool2d(x, k, stride, padding, mode=mode, layout="nhwc")
+        want = pool.pool2d(x, k, stride, padding, mode=mode, layout="nhwc", ceil_mode=ceil)
         out = cp.full(want.shape, cp.nan, cp.float16)
-        pool.pool2d(cp.asarray(x), k, stride, padding, mode=mode, layout="nhwc", out=out)
+        pool.pool2d(cp.asarray(x), k, stride, padding, mode=mode, layout="nhwc",
+                    ceil_mode=ceil, out=out)
         np.testing.assert_allclose(out.get().astype(np.float32), want.astype(np.float32),
                                    rtol=2e-3, atol=2e-3)
 

@@ -22,11 +22,12 @@ def test_random_shapes(rng, mode, trial):
     shape = (int(rng.integers(1, 4)), int(rng.integers(1, 70)), int(rng.integers(k[0], 60)),
              int(rng.integers(k[1], 60)))
     x = rng.standard_normal(shape).astype(np.float32)
-    ref = reference.pool2d(x.astype(np.float64), k, s, p, mode)
+    ceil = mode == "max" and trial % 2 == 1        # PyTorch's ceil mode on odd trials
+    ref = reference.pool2d(x.astype(np.float64), k, s, p, mode, ceil_mode=ceil)
     out = cp.full(ref.shape, cp.nan, cp.float32)
-    ops.pool2d(cp.asarray(x), k, s, p, mode=mode, out=out)
+    ops.pool2d(cp.asarray(x), k, s, p, mode=mode, ceil_mode=ceil, out=out)
     assert not cp.isnan(out).any()
-    assert rel_err(out.get(), ref) <= 1e-6, (shape, k, s, p)
+    assert rel_err(out.get(), ref) <= 1e-6, (shape, k, s, p, ceil)
 
 
 def test_max_propagates_nan_and_bad_input():
@@ -67,16 +68,17 @@ def test_training_max_pool_matches_the_window_argmax_path(rng, trial):
              int(rng.integers(k[1], 40)))
     x = rng.integers(-3, 4, shape).astype(np.float32) if trial % 2 else \
         rng.standard_normal(shape).astype(np.float32)
-    cpu = MaxPool2d(k, s, p)
+    ceil = trial % 3 == 2                          # PyTorch's ceil mode, clipped last windows
+    cpu = MaxPool2d(k, s, p, ceil_mode=ceil)
     y_ref = cpu.forward(x)
     gy = rng.standard_normal(y_ref.shape).astype(np.float32)
     gx_ref = cpu.backward(gy)
-    y, taps = pool.max_pool2d_train(cp.asarray(x), k, s, p)
+    y, taps = pool.max_pool2d_train(cp.asarray(x), k, s, p, ceil_mode=ceil)
     assert bool((y == cp.asarray(y_ref)).all()) and bool((taps == cp.asarray(cpu.argmax)).all())
     gx = cp.full(shape, cp.nan, cp.float32)
-    pool.max_pool2d_backward(cp.asarray(gy), taps, shape, k, s, p, out=gx)
-    assert rel_err(gx.get(), gx_ref) <= 1e-6, (shape, k, s, p)
-    gpu = MaxPool2d(k, s, p)                       # the autograd function takes them
+    pool.max_pool2d_backward(cp.asarray(gy), taps, shape, k, s, p, ceil_mode=ceil, out=gx)
+    assert rel_err(gx.get(), gx_ref) <= 1e-6, (shape, k, s, p, ceil)
+    gpu = MaxPool2d(k, s, p, ceil_mode=ceil)       # the autograd function takes them
     assert bool((gpu.forward(cp.asarray(x)) == y).all()) and gpu.on_gpu
     assert rel_err(gpu.backward(cp.asarray(gy)).get(), gx_ref) <= 1e-6
 

@@ -103,6 +103,52 @@ def test_unaligned_views_fall_back_to_scalar_loads_and_stores(rng, layout):
     assert rel_err(out.get().astype(np.float32), want) <= 2e-3
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("trial", range(4))
+def test_out_as_a_channel_slice_writes_only_its_channels(rng, layout, trial):
+    """A concatenation written in place: the output a channel slice of a wider map (vector
+    stores where the slice allows, scalar elsewhere, split-K and clusters included); the
+    other channels keep their poison."""
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    n, c = int(rng.integers(1, 4)), 8 * int(rng.integers(1, 5))
+    k = [16, 24, 13, 40][trial]
+    before, after = [(8, 8), (3, 0), (0, 5), (16, 8)][trial]
+    case = _case(rng, n, c, 11, 9, k, 3, 1, 1)
+    x, wt, b, res, want, _ = case
+    ax = 3 if layout == "nhwc" else 1
+    if layout == "nhwc":
+        x, want, res = (a.transpose(0, 2, 3, 1) for a in (x, want, res))
+    shape = list(want.shape)
+    shape[ax] += before + after
+    wide = cp.full(shape, cp.nan, cp.float16)
+    at = [slice(None)] * 4
+    at[ax] = slice(before, before + k)
+    out = wide[tuple(at)]
+    p = tcc.problem(x.shape, wt.shape, 1, 1, layout)
+    dev = lambda a: cp.asarray(np.ascontiguousarray(a))  # noqa: E731
+    tiles = [None, tcc.Tile(64, 64, 32, 32, splits=3, vec=p.vec_ok)]
+    if p.vec_ok:
+        tiles.append(tcc.Tile(64, 64, 32, 32, splits=2, cluster=True))
+    for tile in tiles:
+        wide[...] = cp.nan
+        tcc.tc_conv2d(dev(x), dev(wt), dev(b), 1, 1, layout=layout, relu=True,
+                      residual=dev(res), tile=tile, out=out)
+        assert rel_err(out.get().astype(np.float32), want) <= 2e-3, (layout, tile)
+        rest = cp.ones(shape, bool)
+        rest[tuple(at)] = False
+        assert bool(cp.isnan(wide[rest]).all()), (layout, tile)
+    # every other output row is no channel slice (every other NHWC column would be one:
+    # the channels [0, k) of a map with twice the channels)
+    row = 1 if layout == "nhwc" else 2
+    tall = cp.empty([s * 2 if i == row else s for i, s in enumerate(want.shape)], cp.float16)
+    with pytest.raises(ValueError, match="channel slice"):
+        tcc.tc_conv2d(dev(x), dev(wt), None, 1, 1, layout=layout,
+                      out=tall[:, ::2] if row == 1 else tall[:, :, ::2])
+
+
 @pytest.mark.parametrize("cluster", [False, True])
 def test_split_k_replays_with_the_same_result(rng, cluster):
     """The per-tile counters are left at zero, cluster shares add in rank order: repeating

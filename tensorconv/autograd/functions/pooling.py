@@ -7,7 +7,7 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.autograd.function import Function
 from tensorconv.autograd.functions.windows import scatter_windows, windows
-from tensorconv.checks import pool_args
+from tensorconv.checks import check_bool, pool_args, pooled_size
 from tensorconv.ops import pool
 
 
@@ -20,10 +20,18 @@ def _check_input(x, kernel, padding):
 
 class MaxPool2d(Function):
     """Max over each window; on the GPU (float32, C-contiguous) two kernels
-    (:func:`tensorconv.ops.pool.max_pool2d_train`), else window views and argmax."""
+    (:func:`tensorconv.ops.pool.max_pool2d_train`), else window views and argmax.
+    ``ceil_mode`` as PyTorch's (:func:`tensorconv.checks.pooled_size`)."""
 
-    def __init__(self, kernel_size, stride=None, padding=0):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False):
         self.kernel, self.stride, self.padding = pool_args(kernel_size, stride, padding)
+        self.ceil_mode = check_bool(ceil_mode, "ceil_mode")
+
+    def _extra(self, h: int, w: int) -> tuple[int, int]:
+        """Cells past the bottom and right padding that ceil mode's last windows cover."""
+        oh, ow = pooled_size(h, w, self.kernel, self.stride, self.padding, self.ceil_mode)
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        return max(0, (oh - 1) * sh + kh - h - 2 * ph), max(0, (ow - 1) * sw + kw - w - 2 * pw)
 
     def forward(self, x):
         _check_input(x, self.kernel, self.padding)
@@ -32,8 +40,12 @@ class MaxPool2d(Function):
         self.on_gpu = (xp is not np and x.dtype == np.float32 and x.flags.c_contiguous
                        and self.kernel[0] * self.kernel[1] <= pool.MAX_TAPS)
         if self.on_gpu:
-            y, self.argmax = pool.max_pool2d_train(x, self.kernel, self.stride, self.padding)
+            y, self.argmax = pool.max_pool2d_train(x, self.kernel, self.stride, self.padding,
+                                                   ceil_mode=self.ceil_mode)
             return y
+        eh, ew = self._extra(*x.shape[2:])
+        if eh or ew:
+            x = xp.pad(x, ((0, 0), (0, 0), (0, eh), (0, ew)), constant_values=-xp.inf)
         win = windows(x, self.kernel, self.stride, self.padding, pad_value=-xp.inf)
         n, c, r, s, oh, ow = win.shape
         flat = win.reshape(n, c, r * s, oh, ow)
@@ -45,13 +57,16 @@ class MaxPool2d(Function):
         if self.on_gpu:
             return pool.max_pool2d_backward(xp.ascontiguousarray(gy, dtype=np.float32),
                                             self.argmax, self.x_shape, self.kernel, self.stride,
-                                            self.padding)
+                                            self.padding, ceil_mode=self.ceil_mode)
         n, c, oh, ow = gy.shape
         r, s = self.kernel
         taps = xp.arange(r * s).reshape(1, 1, r * s, 1, 1)
         gwin = (taps == self.argmax[:, :, None]) * gy[:, :, None]
-        return scatter_windows(gwin.reshape(n, c, r, s, oh, ow), self.x_shape, self.stride,
-                               self.padding)
+        h, w = self.x_shape[2:]
+        eh, ew = self._extra(h, w)
+        gx = scatter_windows(gwin.reshape(n, c, r, s, oh, ow), (n, c, h + eh, w + ew),
+                             self.stride, self.padding)
+        return gx[:, :, :h, :w]
 
 
 class AvgPool2d(Function):
@@ -88,8 +103,9 @@ class GlobalAvgPool2d(Function):
         return xp.broadcast_to((gy / (h * w))[:, :, None, None], self.x_shape).copy()
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
-    return MaxPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding)
+def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False):
+    return MaxPool2d.apply(x, kernel_size=kernel_size, stride=stride, padding=padding,
+                           ceil_mode=ceil_mode)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0):

@@ -10,6 +10,7 @@ from tensorconv.nn.models.googlenet import GoogLeNet, Inception, googlenet
 from tensorconv.nn.models.mobilenet import MobileNetV1, mobilenet_v1
 from tensorconv.nn.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet20, resnet50
 from tensorconv.nn.models.smallcnn import SmallCNN, small_cnn
+from tensorconv.nn.models.squeezenet import Fire, SqueezeNet, squeezenet1_0
 from tensorconv.nn.models.vgg import VGG, vgg16, vgg19
 
 MODELS = {
@@ -27,6 +28,7 @@ MODELS = {
     "densenet121": densenet121,
     "densenet201": densenet201,
     "googlenet": googlenet,
+    "squeezenet1_0": squeezenet1_0,
     "small_cnn": small_cnn,
 }
 
@@ -38,7 +40,7 @@ def get_model(name: str, **kwargs):
     return MODELS[name](**kwargs)
 
 
-__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "GoogLeNet", "Inception",
-           "MobileNetV1", "ResNet", "SmallCNN", "VGG", "densenet121", "densenet201", "get_model",
-           "googlenet", "mobilenet_v1", "resnet18", "resnet20", "resnet50", "small_cnn", "vgg16",
-           "vgg19"]
+__all__ = ["MODELS", "BasicBlock", "Bottleneck", "DenseNet", "Fire", "GoogLeNet", "Inception",
+           "MobileNetV1", "ResNet", "SmallCNN", "SqueezeNet", "VGG", "densenet121", "densenet201",
+           "get_model", "googlenet", "mobilenet_v1", "resnet18", "resnet20", "resnet50",
+           "small_cnn", "squeezenet1_0", "vgg16", "vgg19"]

@@ -181,7 +181,7 @@ def test_the_search_stores_the_fastest_tile_and_the_op_takes_it(rng, tmp_path, m
     import cupy as cp
 
     from tensorconv.ops import tensorcore_conv as tcc
-    from tensorconv.tuning.tc_search import PAPER_PATHS, tune_tc_tile
+    from tensorconv.tuning.tc_search import CONFIRM, PAPER_PATHS, tune_tc_tile
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     x = cp.asarray(rng.standard_normal((1, 64, 14, 14)).astype(np.float16))
@@ -195,3 +195,7 @@ def test_the_search_stores_the_fastest_tile_and_the_op_takes_it(rng, tmp_path, m
     paper, ptimes = tune_tc_tile(x, w, 1, 1, budget=4, paths=PAPER_PATHS, max_splits=1,
                                  store=False)
     assert paper.path in PAPER_PATHS and paper.splits == 1 and tcc.tuned_tile(p) == best
+    # more candidates than CONFIRM: the sweep's fastest are timed again and the best of
+    # that second timing wins (it is what the returned dict holds for them)
+    wide, wtimes = tune_tc_tile(x, w, 1, 1, budget=CONFIRM + 5, store=False, use_cache=False)
+    assert len(wtimes) == CONFIRM + 5 and wide in wtimes and tcc.tuned_tile(p) == best

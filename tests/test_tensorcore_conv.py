@@ -10,6 +10,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import tensorcore_conv as tcc
 from tensorconv.reference import conv as reference
+from tests.helpers import device_facts
 
 H100 = DeviceFacts("H100", 0, (9, 0), 132, 1024, 48 * 1024, 227 * 1024, 228 * 1024, 65536,
                    65536, 2048, 50 * 2**20, 80 * 2**30, 1_980_000, 13000, 13000)
@@ -120,3 +121,49 @@ def test_bad_input_is_refused_by_name(rng):
         tcc.check_tile(tcc.Tile(64, 64, 32, 32, stages=4, vec=False), nchw)
     assert all(tcc.ring_fits(t.shape, t.stages, t.mode(nchw))
                for t in tcc.candidates(nchw, H100))
+
+
+@pytest.mark.parametrize("seconds", [0.0, 1e9])
+def test_the_search_sweeps_in_rank_order_within_its_time_and_confirms_the_fastest(
+        monkeypatch, tmp_path, seconds):
+    """The sweep logic without a GPU (timings faked): chunks in the rank's order until the
+    time is spent (after the first chunk at least), the fastest CONFIRM timed again with
+    more replays, and only that second timing stored."""
+    from tensorconv import backend
+    from tensorconv.ops import tensorcore_conv as tcc
+    from tensorconv.tuning import tc_search
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    monkeypatch.setattr(backend, "device_facts", device_facts)
+    monkeypatch.setattr(tc_search, "SWEEP_SECONDS", seconds)
+    calls = []
+
+    def fake(key, tiles, run, kernels, *, repeat, what):
+        tiles = list(tiles)
+        calls.append((key, tiles, repeat))
+        # deterministic "times": the rank's 100th tile is fastest, then its neighbours
+        times = {t: 1.0 + abs(ranked.index(t) - 100) + (0.5 if repeat > 20 else 0.0)
+                 for t in tiles}
+        return min(times, key=times.get), times
+
+    monkeypatch.setattr(tc_search, "time_tiles", fake)
+    compiled = []
+    monkeypatch.setattr(tc_search.cuda, "compile_all", lambda ks, desc: compiled.extend(ks))
+    x = np.zeros((1, 64, 14, 14), np.float16)
+    w = np.zeros((96, 64, 3, 3), np.float16)
+    p = tcc.problem(x.shape, w.shape, 1, 1, "nchw")
+    ranked = tcc.candidates(p, device_facts())
+    assert len(ranked) > 2 * tc_search.CHUNK
+    best, times = tc_search.tune_tc_tile(x, w, 1, 1, layout="nchw", store=False)
+    sweep, confirm = calls[:-1], calls[-1]
+    assert all(key is None and rep == 20 for key, _, rep in sweep)
+    swept = [t for _, tiles, _ in sweep for t in tiles]
+    assert swept == ranked[:len(swept)]                     # rank order, no repeats
+    assert len(sweep) == (1 if seconds == 0 else -(-len(ranked) // tc_search.CHUNK))
+    assert confirm[2] == 100 and len(confirm[1]) == tc_search.CONFIRM
+    assert set(confirm[1]) == set(sorted(swept, key=lambda t: abs(ranked.index(t) - 100))
+                                  [:tc_search.CONFIRM])
+    assert times[best] == min(times[t] for t in confirm[1]) and len(times) == len(swept)
+    if seconds:
+        assert best == ranked[100]
+    assert {k for t in ranked for k in tcc.kernels(p, t)} == set(compiled)   # all, first

@@ -218,10 +218,12 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
             or not packed.flags.c_contiguous:
         raise ValueError(f"packed must be C-contiguous float16 of shape {(p.geom.k, p.k)} "
                          f"(pack_weights), got {packed.dtype} {tuple(packed.shape)}")
-    if tile.vec and (x.data.ptr % 16 or packed.data.ptr % 16):
+    # NCHW reads x a half at a time (any address); a fallen-back tile reduces its split
+    # shares through the workspace (clusters are built on vector loads)
+    if tile.vec and ((layout == "nhwc" and x.data.ptr % 16) or packed.data.ptr % 16):
         log.info("tc_conv2d: x or packed is not 16-byte aligned; %s runs on scalar loads",
                  tile)
-        tile = replace(tile, vec=False)
+        tile = replace(tile, vec=False, cluster=False)
     out = xp.empty(shape, dtype=np.float16) if out is None else out
     # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
     vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and ldy % 8 == 0

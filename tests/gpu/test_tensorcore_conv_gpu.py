@@ -101,6 +101,14 @@ def test_unaligned_views_fall_back_to_scalar_loads_and_stores(rng, layout):
     tcc.tc_conv2d(shifted(x), cp.asarray(wt), cp.asarray(b), 1, 1, layout=layout, relu=True,
                   residual=shifted(res), tile=tcc.Tile(64, 64, 32, 32), out=out)
     assert rel_err(out.get().astype(np.float32), want) <= 2e-3
+    # unaligned packed weights under a cluster tile: scalar loads, the split shares
+    # reduced through the workspace
+    packed = shifted(tcc.pack_weights(wt, layout))
+    out = shifted(want, cp.nan)
+    tcc.tc_conv2d(shifted(x), cp.asarray(wt), cp.asarray(b), 1, 1, layout=layout, relu=True,
+                  residual=shifted(res), tile=tcc.Tile(64, 64, 32, 32, 2, cluster=True),
+                  packed=packed, out=out)
+    assert rel_err(out.get().astype(np.float32), want) <= 2e-3
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -493,9 +493,17 @@ def test_tc_batch_quick(tmp_path):
     pytest.importorskip("torch")
     from experiments import tc_batch
 
-    assert tc_batch.main(["--quick", "--out", str(tmp_path)]) == 0
-    rows = results.read_csv(tmp_path / "tc_batch.csv")
+    first, rest = tmp_path / "first", tmp_path / "rest"
+    # a budget spent after the first case: one case kept, then the rest by --merge
+    assert tc_batch.main(["--quick", "--time-budget", "0", "--out", str(first)]) == 0
+    rows = results.read_csv(first / "tc_batch.csv")
+    assert {r["case"] for r in rows if r["metric"] == "ratio"} == {"L5 layer2.0.downsample b1"}
+    assert not (first / "tc_batch.partial.csv").exists()
+    assert tc_batch.main(["--quick", "--merge", str(first / "tc_batch.csv"),
+                          "--out", str(rest)]) == 0
+    rows = results.read_csv(rest / "tc_batch.csv")
     assert max(r["value"] for r in rows if r["metric"] == "rel_err") <= 2e-3
+    assert len({r["case"] for r in rows if r["metric"] == "ratio"}) == 4
     assert len([r for r in rows if r["metric"] == "crossover_batch"]) == 4
 
 

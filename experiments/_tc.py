@@ -17,6 +17,21 @@ from tensorconv.ops import tensorcore_conv as tcc
 from tensorconv.reference import conv as reference
 
 
+def cudnn_fp16(name: str):
+    """PyTorch as the studies' baseline, cuDNN in fp16 with ``cudnn.benchmark``; exits
+    saying how to install it where PyTorch with cuDNN is missing (every comparison here
+    needs it)."""
+    from tensorconv import bench
+
+    if not bench.torch_cudnn_available():
+        raise SystemExit(f"{name} compares against cuDNN: install PyTorch (pip install -e "
+                         f"'.[baselines]')")
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    return torch
+
+
 @dataclass(frozen=True)
 class Layer:
     """One convolution: ``c`` -> ``k`` channels, an ``r`` x ``r`` filter, on an ``h`` x ``h``

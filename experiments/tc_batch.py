@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments._common import outputs, parser, partial_csv, preload, pyplot, save_figure
-from experiments._tc import Layer, measure
+from experiments._tc import Layer, cudnn_fp16, measure
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
@@ -55,12 +55,7 @@ def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
     preload("torch")
-    if not bench.torch_cudnn_available():
-        raise SystemExit(f"{NAME} compares against cuDNN: install PyTorch (pip install -e "
-                         f"'.[baselines]')")
-    import torch
-
-    torch.backends.cudnn.benchmark = True
+    torch = cudnn_fp16(NAME)
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
     batches = args.batches[:2] if args.quick else args.batches

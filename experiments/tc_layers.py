@@ -25,7 +25,7 @@ from experiments._common import (
     pyplot,
     save_figure,
 )
-from experiments._tc import LAYERS, measure
+from experiments._tc import LAYERS, cudnn_fp16, measure
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
@@ -48,12 +48,7 @@ def main(argv=None) -> int:
     args = _args(argv)
     cp = backend.require_cuda(NAME)
     preload("torch")
-    if not bench.torch_cudnn_available():
-        raise SystemExit(f"{NAME} compares against cuDNN: install PyTorch (pip install -e "
-                         f"'.[baselines]')")
-    import torch
-
-    torch.backends.cudnn.benchmark = True
+    torch = cudnn_fp16(NAME)
     env = bench.environment(with_torch=True)
     rs = ResultSet(NAME, env)
     layers = LAYERS[::8] if args.quick else LAYERS

@@ -101,3 +101,14 @@ def test_settings_this_partitioner_cannot_read_fall_back_to_its_preset_with_a_wa
     with pytest.warns(RuntimeWarning, match="deterministic preset"):
         groups = alg1.partition_rows(pattern, 4)
     assert groups.shape == (64,) and sorted(np.unique(groups)) == [0, 1, 2, 3]
+
+
+def test_hyperedges_are_the_columns_with_two_rows_or_more(rng):
+    """The vectorised edge list is the per-column definition: each column's rows in order,
+    columns with fewer than two nonzeros left out, column order kept."""
+    for shape, density in (((64, 300), 0.1), ((9, 40), 0.5), ((300, 7), 0.02), ((5, 5), 0.0)):
+        p = rng.random(shape) < density
+        p[:, 0] = False
+        p[0, -1], p[1:, -1] = True, False                           # a one-row column
+        want = [np.nonzero(col)[0].tolist() for col in p.T if col.sum() > 1]
+        assert alg1._hyperedges(p) == want

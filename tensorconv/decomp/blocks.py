@@ -75,13 +75,25 @@ def partition_rows(pattern, groups: int, *, seed: int = 0, epsilon: float = 0.3)
     if rows <= groups:
         return np.arange(rows, dtype=INDEX)
     mtk, init = _partitioner()
-    edges = [np.nonzero(col)[0].tolist() for col in pattern.T if col.sum() > 1]
+    edges = _hyperedges(pattern)
     ctx = _context(mtk, init)
     ctx.set_partitioning_parameters(groups, float(epsilon), mtk.Objective.KM1)
     ctx.logging = False
     mtk.set_seed(int(seed))
     graph = init.create_hypergraph(ctx, rows, len(edges), edges)
     return np.asarray(graph.partition(ctx).get_partition(), INDEX)
+
+
+def _hyperedges(pattern: np.ndarray) -> list[list[int]]:
+    """Each column of ``pattern`` with two or more nonzeros as the list of its rows, in
+    column order (a one-row column cuts nothing).  Built from one ``nonzero`` of the
+    transposed pattern and list slices: a loop over 4,608 columns took 50 ms a round."""
+    cols, rows = np.nonzero(pattern.T)
+    counts = np.bincount(cols, minlength=pattern.shape[1])
+    ends = np.cumsum(counts)
+    keep = counts > 1
+    flat = rows.tolist()
+    return [flat[b:e] for b, e in zip((ends - counts)[keep].tolist(), ends[keep].tolist())]
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,24 @@ def test_hyperedges_are_the_columns_with_two_rows_or_more(rng):
         p[0, -1], p[1:, -1] = True, False                           # a one-row column
         want = [np.nonzero(col)[0].tolist() for col in p.T if col.sum() > 1]
         assert alg1._hyperedges(p) == want
+
+
+def test_another_settings_file_by_environment_variable(rng, monkeypatch, tmp_path):
+    """TENSORCONV_PARTITION_CONFIG names the settings a study uses (here fewer Jet
+    iterations, which may group rows otherwise); a path that is no file is refused by name
+    rather than silently partitioning with the shipped settings."""
+    shipped = alg1.config_path()
+    assert shipped.name == "partition.ini"
+    jet2 = tmp_path / "jet2.ini"
+    jet2.write_text(shipped.read_text().replace("r-jet-num-iterations=8",
+                                                "r-jet-num-iterations=2"))
+    monkeypatch.setenv("TENSORCONV_PARTITION_CONFIG", str(jet2))
+    assert alg1.config_path() == jet2
+    pattern = rng.random((96, 300)) < 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)              # it loads as it is
+        groups = alg1.partition_rows(pattern, 8)
+    assert sorted(np.unique(groups)) == list(range(8))
+    monkeypatch.setenv("TENSORCONV_PARTITION_CONFIG", str(tmp_path / "missing.ini"))
+    with pytest.raises(FileNotFoundError, match="TENSORCONV_PARTITION_CONFIG"):
+        alg1.partition_rows(pattern, 8)

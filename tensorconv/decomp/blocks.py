@@ -10,8 +10,10 @@ remainder (:mod:`tensorconv.blocksparse`).
 
 The paper used hMETIS; we use Mt-KaHyPar (``pip install mtkahypar``; Linux x86-64 wheels for
 CPython 3.10-3.13) with its deterministic preset, one initial-partitioning run instead of 20
-(``partition.ini`` beside this module), and a fixed seed: a layout is the same on any
-machine and thread count (``TENSORCONV_PARTITION_THREADS``, default the cores up to 16).
+(``partition.ini`` beside this module; ``TENSORCONV_PARTITION_CONFIG`` names another file
+of Mt-KaHyPar's settings, for a study of them), and a fixed seed: a layout is the same on
+any machine and thread count (``TENSORCONV_PARTITION_THREADS``, default the cores up to
+16).
 One change from the paper: a group row with no nonzero in the selected columns is left out
 of the block (it would only add zero work), as long as ``b1`` rows remain.
 """
@@ -51,14 +53,28 @@ def _partitioner():
 _CONFIG = Path(__file__).with_name("partition.ini")
 
 
+def config_path() -> Path:
+    """The partitioner's settings file: ``TENSORCONV_PARTITION_CONFIG`` where set (it must
+    exist: a mistyped path would silently give other layouts), else ``partition.ini``."""
+    chosen = os.environ.get("TENSORCONV_PARTITION_CONFIG")
+    if not chosen:
+        return _CONFIG
+    path = Path(chosen).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"TENSORCONV_PARTITION_CONFIG names {chosen!r}, which is not "
+                                f"a file")
+    return path
+
+
 def _context(mtk, init):
-    """The partitioner's settings: ``partition.ini``, or the deterministic preset (with a
-    warning) where this Mt-KaHyPar names its parameters otherwise."""
+    """The partitioner's settings (:func:`config_path`), or the deterministic preset (with
+    a warning) where this Mt-KaHyPar names its parameters otherwise."""
+    path = config_path()
     try:
-        return init.context_from_file(str(_CONFIG))
+        return init.context_from_file(str(path))
     except (mtk.InvalidParameterError, mtk.SystemError, OSError) as exc:
         warnings.warn(f"Mt-KaHyPar {getattr(mtk, '__version__', '?')} does not read "
-                      f"{_CONFIG.name} ({str(exc).strip()}): partitioning with its deterministic "
+                      f"{path.name} ({str(exc).strip()}): partitioning with its deterministic "
                       f"preset, 20 initial runs (slower; other layouts)", RuntimeWarning,
                       stacklevel=3)
         return init.context_from_preset(mtk.PresetType.DETERMINISTIC)

@@ -203,3 +203,19 @@ def test_bf16_is_the_reference_on_bf16_values_in_its_own_smaller_space(rng):
         tcc.check_tile(tcc.Tile(64, 64, 32, 32, path=1, stages=2), p)
     with pytest.raises(ValueError, match="dtype"):
         tcc.problem(x.shape, w.shape, 1, 1, "nchw", "float32")
+
+
+def test_bf16_weights_on_an_array_module_without_bf16_say_so():
+    """A CuPy that cannot hold bfloat16 (CuPy 13) gets a message saying what can."""
+    import types
+
+    def refuse(a):
+        if a.dtype.name == "bfloat16":
+            raise TypeError("Unsupported dtype bfloat16")
+        return a
+
+    old = types.SimpleNamespace(__name__="cupy", __version__="13.6.0", asarray=refuse,
+                                ascontiguousarray=np.ascontiguousarray)
+    w = np.ones((4, 8, 1, 1), np.float32)
+    with pytest.raises(TypeError, match="cannot hold bfloat16.*CuPy 14"):
+        tcc.pack_weights(w, "nchw", old, "bfloat16")

@@ -147,6 +147,11 @@ def pack_weights(w, layout: str, xp=None, dtype: str = "float16"):
     if dtype == "bfloat16":
         # rounded on the host by ml_dtypes (once a layer): the same bits on any CuPy
         w = np.asarray(backend.to_host(w), np.float32).astype(elem)
+        try:
+            w = xp.asarray(w)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{xp.__name__} {getattr(xp, '__version__', '')} cannot hold "
+                            f"bfloat16 arrays (CuPy 14 with ml_dtypes installed can)") from exc
     w = xp.asarray(w)
     if layout == "nhwc":
         w = w.transpose(0, 2, 3, 1)

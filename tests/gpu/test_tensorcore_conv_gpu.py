@@ -233,14 +233,18 @@ def test_bf16_random_shapes_every_tile(rng, trial):
                            stride, padding)
     res = rng.standard_normal(ref.shape).astype(bf16)
     want = np.maximum(ref + res.astype(np.float32), 0)
-    shapes = tcc.SHAPES[2 * trial:2 * trial + 2]
     for layout in ("nchw", "nhwc"):
         to = (lambda a: a) if layout == "nchw" else (lambda a: a.transpose(0, 2, 3, 1))
         xd, rd = (cp.asarray(np.ascontiguousarray(to(a))) for a in (x, res))
         p = tcc.problem(xd.shape, wt.shape, stride, padding, layout, "bfloat16")
-        tiles = [t for t in tcc.candidates(p, backend.device_facts())
-                 if t.shape in shapes and t.splits in (1, 2, 3)]
-        assert tiles and all(t.path == 0 for t in tiles)
+        cands = tcc.candidates(p, backend.device_facts())
+        assert cands and all(t.path == 0 for t in cands)
+        # two of the shapes this layer has tiles on (scalar loads leave the large shapes
+        # out: their register ring overflows at bf16's 3-4 stages), another two a trial
+        have = [s for s in tcc.SHAPES if any(t.shape == s for t in cands)]
+        shapes = {have[(2 * trial + i) % len(have)] for i in range(2)}
+        tiles = [t for t in cands if t.shape in shapes and t.splits in (1, 2, 3)]
+        assert tiles
         for t in tiles:
             out = cp.empty(to(want).shape, bf16)
             out.view(cp.uint16).fill(0x7FC0)                   # bf16 NaN

@@ -93,12 +93,23 @@ LAYERS = distinct(_resnet18()) + distinct(_squeezenet10())
 
 
 ROUNDS = 3   # timing rounds, ours and cuDNN alternating; each side keeps its best median
+# The output's rounding bounds the relative error: 2**-11 (fp16), 2**-8 (bf16), with room.
+TOLERANCE = {"float16": 2e-3, "bfloat16": 8e-3}
+
+
+def _torch(torch, a):
+    """A CUDA tensor of ``a`` (float16, or ml_dtypes' bfloat16, which PyTorch reads as
+    16-bit integers viewed as its own bfloat16)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(a).cuda()
 
 
 def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, reps=None,
-            rounds: int = ROUNDS) -> dict:
-    """Ours and cuDNN (PyTorch fp16, ``cudnn.benchmark``) on ``layer`` at ``batch`` in both
-    layouts, after checking both against the fp32 reference on the same fp16 values:
+            rounds: int = ROUNDS, dtype: str = "float16") -> dict:
+    """Ours and cuDNN (PyTorch, ``cudnn.benchmark``) on ``layer`` at ``batch`` in both
+    layouts, in ``dtype`` (float16 or bfloat16), after checking both against the fp32
+    reference on the same values:
     ``{layout: {"ours_us", "cudnn_us", "ours_err", "cudnn_err", "tile", "tune_s"}}``.
     Times are CUDA-graph medians, ``rounds`` of them per side taken alternately (clock and
     neighbour noise hit both alike), the best kept for each.  ``tune`` searches our
@@ -106,9 +117,10 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
     from tensorconv.tuning.tc_search import tune_tc_tile
 
     reps = reps or {"repeat": 100}
-    x = rng.standard_normal((batch, layer.c, layer.h, layer.h)).astype(np.float16)
+    elem = tcc.element_dtype(dtype)
+    x = rng.standard_normal((batch, layer.c, layer.h, layer.h)).astype(elem)
     w = (rng.standard_normal((layer.k, layer.c, layer.r, layer.r))
-         / np.sqrt(layer.c * layer.r * layer.r)).astype(np.float16)
+         / np.sqrt(layer.c * layer.r * layer.r)).astype(elem)
     want = reference.conv2d(x.astype(np.float32), w.astype(np.float32), None, layer.stride,
                             layer.padding)
     rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
@@ -117,8 +129,8 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
         xl = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         wl = want if layout == "nchw" else want.transpose(0, 2, 3, 1)
         xd, wd = cp.asarray(xl), cp.asarray(w)
-        packed = tcc.pack_weights(wd, layout)
-        y = cp.empty(wl.shape, cp.float16)
+        packed = tcc.pack_weights(wd, layout, dtype=dtype)
+        y = cp.empty(wl.shape, elem)
         tune_s = 0.0
         if tune:
             start = time.perf_counter()
@@ -126,7 +138,7 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
             tune_s = time.perf_counter() - start
         else:
             tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride, layer.padding,
-                                                layout), backend.device_facts())
+                                                layout, dtype), backend.device_facts())
 
         def run(xd=xd, wd=wd, layout=layout, tile=tile, packed=packed, y=y):
             tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding, layout=layout, tile=tile,
@@ -134,10 +146,10 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
 
         run()
         ours_err = rel(y.get().astype(np.float32), wl)
-        if not ours_err <= 2e-3:
+        if not ours_err <= TOLERANCE[dtype]:
             raise RuntimeError(f"{layer} {layout}: rel_err {ours_err:.2e} against the "
                                f"reference")
-        xt, wt = torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()
+        xt, wt = _torch(torch, x), _torch(torch, w)
         if layout == "nhwc":
             xt = xt.to(memory_format=torch.channels_last)
             wt = wt.to(memory_format=torch.channels_last)

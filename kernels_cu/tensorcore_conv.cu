@@ -1,6 +1,8 @@
 // Tensor-core convolution for small batches (Sun et al., "Efficient Tensor Cores support in
 // TVM for Low-Latency Deep Learning"): an implicit-im2col GEMM, fp16 in, fp32 accumulate,
-// fp16 out.
+// fp16 out; or the same in bf16 (MODE bit 2).  bf16 moves through the same 16-bit lanes
+// as fp16 (loads, rings and ldmatrix copy bits, so every buffer is typed __half): only the
+// products and the epilogue's conversions tell the two apart.
 //
 // GEMM view: M = N·OH·OW output pixels, N = Cout, K = C·R·S.  A (M x K) is the im2col of the
 // input, never built: each element is read from x where it lies (zero outside the image);
@@ -10,7 +12,8 @@
 //
 // tc_conv<BM, BN, WM, WN, PATH, MODE, STAGES>: a block owns BM pixels x BN output channels,
 // each warp WM x WN of them.  K streams through a STAGES-deep ring of shared-memory chunks,
-// BK = 32 wide.  MODE says how operands arrive (bit 0: NHWC; bit 1: vector loads):
+// BK = 32 wide.  MODE says how operands arrive (bit 0: NHWC; bit 1: vector loads; bit 2
+// makes every element bf16):
 //   - vector B: 16-byte cp.async of 8 consecutive k (needs K % 8 == 0);
 //   - vector A (NHWC with C % 8 == 0): 16-byte cp.async of 8 consecutive channels of one
 //     pixel at one filter tap, each thread's pixels decoded once per launch;
@@ -38,6 +41,7 @@
 // the output stands alone); the residual is always a whole (.., Cout) map.
 //
 // Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 #include "tc_cluster.cuh"
@@ -54,6 +58,16 @@ struct Conv {
     int N, C, H, W, Cout, R, S, OH, OW, sh, sw, ph, pw;
     int M, K, OHW;
 };
+
+// An element's value, and a value as an element, fp16 or (BF) bf16 bits in a __half.
+template <bool BF> __device__ __forceinline__ float to_float(__half v) {
+    if constexpr (BF) return __bfloat162float(__ushort_as_bfloat16(__half_as_ushort(v)));
+    else return __half2float(v);
+}
+template <bool BF> __device__ __forceinline__ __half from_float(float v) {
+    if constexpr (BF) return __ushort_as_half(__bfloat16_as_ushort(__float2bfloat16(v)));
+    else return __float2half(v);
+}
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -255,7 +269,7 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const __half* p) {
 }
 
 // mma.sync m16n8k16: a warp's WM x WN accumulators in registers, fragments by ldmatrix.
-template <int WM, int WN, int BM, bool A_KM>
+template <int WM, int WN, int BM, bool A_KM, bool BF>
 struct MmaPath {
     static constexpr int MI = WM / 16, NI = WN / 8;
     static_assert(WM % 16 == 0 && WN % 16 == 0, "ldmatrix.x4 reads two n8 blocks");
@@ -294,13 +308,21 @@ struct MmaPath {
             for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < NI; ++j)
-                    asm volatile(
-                        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
-                          "+f"(acc[i][j][3])
-                        : "r"(a[h][i][0]), "r"(a[h][i][1]), "r"(a[h][i][2]), "r"(a[h][i][3]),
-                          "r"(b[h][j][0]), "r"(b[h][j][1]));
+                    mma(acc[i][j], a[h][i], b[h][j]);
+    }
+
+    static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4],
+                                               const unsigned (&b)[2]) {
+        if constexpr (BF)
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        else
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
 
     template <int LDC>
@@ -318,16 +340,20 @@ struct MmaPath {
     }
 };
 
-// A's WMMA layout: k-major tiles are column-major A (NVRTC has no <type_traits>).
+// A's WMMA layout: k-major tiles are column-major A (NVRTC has no <type_traits>); the
+// fragments' element type.
 template <bool A_KM> struct ALayoutOf { using type = nvcuda::wmma::row_major; };
 template <> struct ALayoutOf<true> { using type = nvcuda::wmma::col_major; };
+template <bool BF> struct ElemOf { using type = __half; };
+template <> struct ElemOf<true> { using type = __nv_bfloat16; };
 
 // WMMA with an FM x FN x 16 fragment shape (the paper's three).
-template <int WM, int WN, int FM, int FN, int BM, bool A_KM>
+template <int WM, int WN, int FM, int FN, int BM, bool A_KM, bool BF>
 struct WmmaPath {
     static constexpr int MI = WM / FM, NI = WN / FN;
     static_assert(WM % FM == 0 && WN % FN == 0, "a warp tile of whole fragments");
     using ALayout = typename ALayoutOf<A_KM>::type;
+    using E = typename ElemOf<BF>::type;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, FM, FN, 16, float> acc[MI][NI];
 
     __device__ WmmaPath() {
@@ -337,12 +363,14 @@ struct WmmaPath {
             for (int j = 0; j < NI; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.f);
     }
 
-    __device__ void step(const __half* As, const __half* Bs, int wm0, int wn0, int) {
+    __device__ void step(const __half* As_, const __half* Bs_, int wm0, int wn0, int) {
         using namespace nvcuda;
+        const E* As = reinterpret_cast<const E*>(As_);
+        const E* Bs = reinterpret_cast<const E*>(Bs_);
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 16) {
-            wmma::fragment<wmma::matrix_a, FM, FN, 16, __half, ALayout> a[MI];
-            wmma::fragment<wmma::matrix_b, FM, FN, 16, __half, wmma::col_major> b[NI];
+            wmma::fragment<wmma::matrix_a, FM, FN, 16, E, ALayout> a[MI];
+            wmma::fragment<wmma::matrix_b, FM, FN, 16, E, wmma::col_major> b[NI];
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
                 if (A_KM) wmma::load_matrix_sync(a[i], As + kb * (BM + PAD) + wm0 + i * FM,
@@ -374,18 +402,19 @@ struct WmmaPath {
 // column offsets would break WMMA's 32-byte pointer alignment there.
 template <int PATH, bool VEC_A> struct AKm { static constexpr bool value = !VEC_A && PATH != 3; };
 
-template <int WM, int WN, int BM, int PATH, bool A_KM> struct PathOf;
-template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 0, K> {
-    using type = MmaPath<WM, WN, BM, K>; };
-template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 1, K> {
-    using type = WmmaPath<WM, WN, 16, 16, BM, K>; };
-template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 2, K> {
-    using type = WmmaPath<WM, WN, 32, 8, BM, K>; };
-template <int WM, int WN, int BM, bool K> struct PathOf<WM, WN, BM, 3, K> {
-    using type = WmmaPath<WM, WN, 8, 32, BM, K>; };
+template <int WM, int WN, int BM, int PATH, bool A_KM, bool BF> struct PathOf;
+template <int WM, int WN, int BM, bool K, bool BF> struct PathOf<WM, WN, BM, 0, K, BF> {
+    using type = MmaPath<WM, WN, BM, K, BF>; };
+template <int WM, int WN, int BM, bool K, bool BF> struct PathOf<WM, WN, BM, 1, K, BF> {
+    using type = WmmaPath<WM, WN, 16, 16, BM, K, BF>; };
+template <int WM, int WN, int BM, bool K, bool BF> struct PathOf<WM, WN, BM, 2, K, BF> {
+    using type = WmmaPath<WM, WN, 32, 8, BM, K, BF>; };
+template <int WM, int WN, int BM, bool K, bool BF> struct PathOf<WM, WN, BM, 3, K, BF> {
+    using type = WmmaPath<WM, WN, 8, 32, BM, K, BF>; };
 }  // namespace tcc
 
-// MODE: bit 0 = NHWC, bit 1 = vector loads (B always; A where NHWC).  CL: the cluster
+// MODE: bit 0 = NHWC, bit 1 = vector loads (B always; A where NHWC), bit 2 = bf16.  CL:
+// the cluster
 // of split shares (1: none).  The push slots of a cluster start at byte slots_at.
 template <int BM, int BN, int WM, int WN, int PATH, int MODE, int STAGES, int CL>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 32) tc_conv(
@@ -399,6 +428,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     tc::wait_prior_grids();
     using namespace tcc;
     constexpr bool NHWC = MODE & 1, VEC_B = (MODE >> 1) & 1, VEC_A = VEC_B && NHWC;
+    constexpr bool BF = (MODE >> 2) & 1;
     constexpr bool A_KM = AKm<PATH, VEC_A>::value;
     constexpr int WARPS_M = BM / WM, T = WARPS_M * (BN / WN) * 32, LDC = BN + 4;
     using R_ = Ring<BM, BN, A_KM>;
@@ -418,7 +448,7 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
 
     int2* tab = reinterpret_cast<int2*>(smem + table_at);
     Loader<BM, BN, T, NHWC, VEC_A, VEC_B, A_KM, STAGES> ld(cv, tid, m0, n0, k_begin, k_end, tab);
-    typename PathOf<WM, WN, BM, PATH, A_KM>::type path;
+    typename PathOf<WM, WN, BM, PATH, A_KM, BF>::type path;
     tdcx::PushReduce<CL> red(reinterpret_cast<float*>(smem + slots_at), share_div);
     if constexpr (CL > 1) red.begin(BM * BN);
     // The block's taps, once: a table read in the load path would put a global latency
@@ -470,8 +500,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
         const size_t at = NHWC ? (size_t)m * Cout + n : ((size_t)img * Cout + n) * OHW + p;
         const size_t yat = NHWC ? (size_t)m * ldy + n : ((size_t)img * ldy + n) * OHW + p;
         if (bias != nullptr) v += bias[n];
-        if (residual != nullptr) v += __half2float(residual[at]);
-        y[yat] = __float2half(relu ? fmaxf(v, 0.f) : v);
+        if (residual != nullptr) v += to_float<BF>(residual[at]);
+        y[yat] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
     };
     if constexpr (CL > 1) {
         // Tile order along the output's contiguous dimension: channels in NHWC, pixels in
@@ -557,12 +587,12 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
                 const uint4 rr = *reinterpret_cast<const uint4*>(residual + at);
                 const __half* rh = reinterpret_cast<const __half*>(&rr);
 #pragma unroll
-                for (int q = 0; q < 8; ++q) v[q] += __half2float(rh[q]);
+                for (int q = 0; q < 8; ++q) v[q] += to_float<BF>(rh[q]);
             }
             uint4 out;
             __half* oh = reinterpret_cast<__half*>(&out);
 #pragma unroll
-            for (int q = 0; q < 8; ++q) oh[q] = __float2half(relu ? fmaxf(v[q], 0.f) : v[q]);
+            for (int q = 0; q < 8; ++q) oh[q] = from_float<BF>(relu ? fmaxf(v[q], 0.f) : v[q]);
             *reinterpret_cast<uint4*>(y + (size_t)m * ldy + n) = out;
         }
         return;
@@ -579,8 +609,8 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
             const int n = n0 + nn;
             float v = Cs[mm * LDC + nn];
             if (bias != nullptr) v += bias[n];
-            if (res != nullptr) v += __half2float(res[(size_t)n * OHW]);
-            out[(size_t)n * OHW] = __float2half(relu ? fmaxf(v, 0.f) : v);
+            if (res != nullptr) v += to_float<BF>(res[(size_t)n * OHW]);
+            out[(size_t)n * OHW] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
         }
         return;
     }
@@ -593,17 +623,20 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
 // What CI's nvcc build type-checks: tensorconv.ops.tensorcore_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
-    const __half*, const int2*, const float*, const __half*, __half*, float*, int*, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    unsigned long long, int);
+    const __half*, const int2*, const float*, const __half*, __half*, float*, int*, int, int, int, \
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, unsigned long long, \
+    int);
 TC_I_TC_CONV(128, 64, 32, 32, 0, 0, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 1, 2, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 3, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 2, 4, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 2, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 3, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 4, 1)
 TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 6, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 3, 8, 1)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 6, 3, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 6, 4, 1)
+TC_I_TC_CONV(128, 64, 32, 32, 0, 7, 3, 1) TC_I_TC_CONV(128, 64, 32, 32, 0, 7, 4, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 0, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 2, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 3, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 4, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 6, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 3, 8, 1)
+TC_I_TC_CONV(128, 64, 64, 32, 0, 7, 3, 1) TC_I_TC_CONV(128, 64, 64, 32, 0, 7, 4, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 1, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 1, 3, 2, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 2, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 2, 3, 2, 1)
 TC_I_TC_CONV(128, 64, 64, 32, 3, 2, 2, 1) TC_I_TC_CONV(128, 64, 64, 32, 3, 3, 2, 1)
@@ -623,6 +656,12 @@ TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 4
 TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 4, 8) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 6, 1)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 6, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 6, 4)
 TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 6, 8) TC_I_TC_CONV(16, 64, 16, 16, 0, 3, 8, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 4, 3, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 5, 3, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 6, 3, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 6, 3, 2)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 6, 3, 4) TC_I_TC_CONV(16, 64, 16, 16, 0, 6, 3, 8)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 6, 4, 1) TC_I_TC_CONV(16, 64, 16, 16, 0, 7, 3, 1)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 7, 3, 2) TC_I_TC_CONV(16, 64, 16, 16, 0, 7, 3, 4)
+TC_I_TC_CONV(16, 64, 16, 16, 0, 7, 3, 8) TC_I_TC_CONV(16, 64, 16, 16, 0, 7, 4, 1)
 TC_I_TC_CONV(16, 64, 16, 16, 1, 0, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 1, 1, 2, 1)
 TC_I_TC_CONV(16, 64, 16, 16, 1, 2, 2, 1) TC_I_TC_CONV(16, 64, 16, 16, 1, 3, 2, 1)
 TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 0, 3, 1)
@@ -642,6 +681,13 @@ TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 4
 TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 4, 8) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 6, 1)
 TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 6, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 6, 4)
 TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 6, 8) TC_I_TC_CONV(32, 32, 16, 16, 0, 3, 8, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 4, 3, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 4, 4, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 5, 3, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 5, 4, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 6, 3, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 6, 3, 2)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 6, 3, 4) TC_I_TC_CONV(32, 32, 16, 16, 0, 6, 3, 8)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 6, 4, 1) TC_I_TC_CONV(32, 32, 16, 16, 0, 7, 3, 1)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 7, 3, 2) TC_I_TC_CONV(32, 32, 16, 16, 0, 7, 3, 4)
+TC_I_TC_CONV(32, 32, 16, 16, 0, 7, 3, 8) TC_I_TC_CONV(32, 32, 16, 16, 0, 7, 4, 1)
 TC_I_TC_CONV(32, 32, 16, 16, 1, 0, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 1, 1, 2, 1)
 TC_I_TC_CONV(32, 32, 16, 16, 1, 2, 2, 1) TC_I_TC_CONV(32, 32, 16, 16, 1, 3, 2, 1)
 TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 0, 3, 1)
@@ -661,6 +707,13 @@ TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 4
 TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 4, 8) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 6, 1)
 TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 6, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 6, 4)
 TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 6, 8) TC_I_TC_CONV(32, 64, 16, 16, 0, 3, 8, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 4, 3, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 4, 4, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 5, 3, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 5, 4, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 6, 3, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 6, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 6, 3, 4) TC_I_TC_CONV(32, 64, 16, 16, 0, 6, 3, 8)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 6, 4, 1) TC_I_TC_CONV(32, 64, 16, 16, 0, 7, 3, 1)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 7, 3, 2) TC_I_TC_CONV(32, 64, 16, 16, 0, 7, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 16, 0, 7, 3, 8) TC_I_TC_CONV(32, 64, 16, 16, 0, 7, 4, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 1, 2, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 2, 3, 4)
@@ -676,6 +729,11 @@ TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 4
 TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 4, 8) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 6, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 6, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 6, 4)
 TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 6, 8) TC_I_TC_CONV(32, 64, 16, 32, 0, 3, 8, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 6, 3, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 6, 3, 2)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 6, 3, 4) TC_I_TC_CONV(32, 64, 16, 32, 0, 6, 3, 8)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 6, 4, 1) TC_I_TC_CONV(32, 64, 16, 32, 0, 7, 3, 1)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 7, 3, 2) TC_I_TC_CONV(32, 64, 16, 32, 0, 7, 3, 4)
+TC_I_TC_CONV(32, 64, 16, 32, 0, 7, 3, 8) TC_I_TC_CONV(32, 64, 16, 32, 0, 7, 4, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 1, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 1, 1, 2, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 1, 2, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 1, 3, 2, 1)
 TC_I_TC_CONV(32, 64, 16, 32, 3, 0, 2, 1) TC_I_TC_CONV(32, 64, 16, 32, 3, 1, 2, 1)
@@ -684,6 +742,8 @@ TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 3,
 TC_I_TC_CONV(64, 128, 32, 64, 0, 2, 4, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 2, 1)
 TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 3, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 4, 1)
 TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 6, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 3, 8, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 6, 3, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 6, 4, 1)
+TC_I_TC_CONV(64, 128, 32, 64, 0, 7, 3, 1) TC_I_TC_CONV(64, 128, 32, 64, 0, 7, 4, 1)
 TC_I_TC_CONV(64, 128, 32, 64, 1, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 1, 3, 2, 1)
 TC_I_TC_CONV(64, 128, 32, 64, 2, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 2, 3, 2, 1)
 TC_I_TC_CONV(64, 128, 32, 64, 3, 2, 2, 1) TC_I_TC_CONV(64, 128, 32, 64, 3, 3, 2, 1)
@@ -704,6 +764,13 @@ TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 4
 TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 4, 8) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 6, 1)
 TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 6, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 6, 4)
 TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 6, 8) TC_I_TC_CONV(64, 32, 16, 16, 0, 3, 8, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 4, 3, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 4, 4, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 5, 3, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 5, 4, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 6, 3, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 6, 3, 2)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 6, 3, 4) TC_I_TC_CONV(64, 32, 16, 16, 0, 6, 3, 8)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 6, 4, 1) TC_I_TC_CONV(64, 32, 16, 16, 0, 7, 3, 1)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 7, 3, 2) TC_I_TC_CONV(64, 32, 16, 16, 0, 7, 3, 4)
+TC_I_TC_CONV(64, 32, 16, 16, 0, 7, 3, 8) TC_I_TC_CONV(64, 32, 16, 16, 0, 7, 4, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 0, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 1, 2, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 2, 3, 4)
@@ -716,7 +783,12 @@ TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 2
 TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 4, 8)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 6, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 6, 2)
 TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 6, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 6, 8)
-TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 8, 1) TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 3, 8, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 6, 3, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 6, 3, 2) TC_I_TC_CONV(64, 32, 32, 16, 0, 6, 3, 4)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 6, 3, 8) TC_I_TC_CONV(64, 32, 32, 16, 0, 6, 4, 1)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 7, 3, 1) TC_I_TC_CONV(64, 32, 32, 16, 0, 7, 3, 2)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 7, 3, 4) TC_I_TC_CONV(64, 32, 32, 16, 0, 7, 3, 8)
+TC_I_TC_CONV(64, 32, 32, 16, 0, 7, 4, 1) TC_I_TC_CONV(64, 32, 32, 16, 1, 0, 2, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 1, 1, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 1, 2, 2, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 1, 3, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 2, 0, 2, 1)
 TC_I_TC_CONV(64, 32, 32, 16, 2, 1, 2, 1) TC_I_TC_CONV(64, 32, 32, 16, 2, 2, 2, 1)
@@ -737,7 +809,14 @@ TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 2
 TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 4, 8)
 TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 6, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 6, 2)
 TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 6, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 6, 8)
-TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 8, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 3, 8, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 4, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 4, 4, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 5, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 5, 4, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 6, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 6, 3, 2) TC_I_TC_CONV(64, 64, 32, 16, 0, 6, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 6, 3, 8) TC_I_TC_CONV(64, 64, 32, 16, 0, 6, 4, 1)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 7, 3, 1) TC_I_TC_CONV(64, 64, 32, 16, 0, 7, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 7, 3, 4) TC_I_TC_CONV(64, 64, 32, 16, 0, 7, 3, 8)
+TC_I_TC_CONV(64, 64, 32, 16, 0, 7, 4, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 0, 2, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 1, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 2, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 2)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 2, 3, 8)
@@ -750,6 +829,11 @@ TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 4
 TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 4, 8) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 6, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 6, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 6, 4)
 TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 6, 8) TC_I_TC_CONV(64, 64, 32, 32, 0, 3, 8, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 6, 3, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 6, 3, 2)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 6, 3, 4) TC_I_TC_CONV(64, 64, 32, 32, 0, 6, 3, 8)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 6, 4, 1) TC_I_TC_CONV(64, 64, 32, 32, 0, 7, 3, 1)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 7, 3, 2) TC_I_TC_CONV(64, 64, 32, 32, 0, 7, 3, 4)
+TC_I_TC_CONV(64, 64, 32, 32, 0, 7, 3, 8) TC_I_TC_CONV(64, 64, 32, 32, 0, 7, 4, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 1, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 1, 1, 2, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 1, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 1, 3, 2, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 2, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 2, 1, 2, 1)

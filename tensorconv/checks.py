@@ -101,7 +101,7 @@ def check_array(a, name: str, *, ndim: int, dtype=None, contiguous: bool = False
         raise ValueError(f"{name} is empty (shape {tuple(a.shape)})")
     if dtype is not None and a.dtype != np.dtype(dtype):
         raise TypeError(f"{name} must be {np.dtype(dtype).name}, got {a.dtype.name}")
-    if dtype is None and a.dtype.kind != "f":
+    if dtype is None and a.dtype.kind != "f" and a.dtype.name != "bfloat16":   # ml_dtypes'
         raise TypeError(f"{name} must be a floating-point array, got {a.dtype.name}")
     if contiguous and not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (call xp.ascontiguousarray first)")

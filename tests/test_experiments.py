@@ -489,6 +489,18 @@ def test_tc_layers_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_tc_layers_bf16_quick(tmp_path):
+    pytest.importorskip("torch")
+    from experiments import tc_layers
+
+    assert tc_layers.main(["--quick", "--dtype", "bfloat16", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "tc_layers.csv").exists()
+    rows = results.read_csv(tmp_path / "tc_layers_bf16.csv")
+    assert max(r["value"] for r in rows if r["metric"] == "rel_err") <= 8e-3
+    assert all(r["paper_value"] != r["paper_value"] for r in rows)      # no paper bf16 figure
+
+
+@pytest.mark.gpu
 def test_tc_batch_quick(tmp_path):
     pytest.importorskip("torch")
     from experiments import tc_batch

@@ -92,7 +92,7 @@ def test_the_numpy_path_is_the_fp32_reference_on_fp16_values(rng, layout):
 def test_bad_input_is_refused_by_name(rng):
     x = rng.standard_normal((1, 4, 5, 5)).astype(np.float16)
     w = rng.standard_normal((2, 4, 3, 3)).astype(np.float16)
-    with pytest.raises(TypeError, match="x must be float16"):
+    with pytest.raises(TypeError, match="x must be one of"):
         tcc.tc_conv2d(x.astype(np.float32), w)
     with pytest.raises(ValueError, match="layout"):
         tcc.tc_conv2d(x, w, layout="nwhc")
@@ -167,3 +167,55 @@ def test_the_search_sweeps_in_rank_order_within_its_time_and_confirms_the_fastes
     if seconds:
         assert best == ranked[100]
     assert {k for t in ranked for k in tcc.kernels(p, t)} == set(compiled)   # all, first
+
+
+def test_bf16_is_the_reference_on_bf16_values_in_its_own_smaller_space(rng):
+    """bf16 in and out (ml_dtypes' bfloat16): the NumPy path is the fp32 reference on the
+    bf16-rounded values; its tiles are mma.sync at the depths instantiated for it; its tune
+    key is its own; a residual of the other 16-bit type is refused by name."""
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((2, 8, 7, 7)).astype(bf16)
+    w = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    y = tcc.tc_conv2d(x, w, b, 1, 1, relu=True)
+    wr = w.astype(bf16).astype(np.float32)
+    want = np.maximum(reference.conv2d(x.astype(np.float32), wr, b, 1, 1), 0)
+    assert y.dtype == bf16 and y.shape == want.shape
+    np.testing.assert_array_equal(y, want.astype(bf16))
+    packed = tcc.pack_weights(w, "nhwc", dtype="bfloat16")
+    assert packed.dtype == bf16 and np.array_equal(
+        packed, w.transpose(0, 2, 3, 1).reshape(5, -1).astype(bf16))
+    with pytest.raises(TypeError, match="residual must be bfloat16"):
+        tcc.tc_conv2d(x, w, residual=np.zeros(want.shape, np.float16))
+    p = tcc.problem(x.shape, w.shape, 1, 1, "nchw", "bfloat16")
+    q = tcc.problem(x.shape, w.shape, 1, 1, "nchw")
+    assert tcc.tile_key(p) != tcc.tile_key(q)
+    cands = tcc.candidates(p, H100)
+    assert cands and {t.path for t in cands} == {0}
+    assert {t.stages for t in cands if not t.cluster} == set(tcc.BF16_STAGES[0])
+    assert {t.stages for t in cands if t.cluster} <= set(tcc.BF16_CLUSTER_STAGES)
+    assert len(cands) < len(tcc.candidates(q, H100))
+    names = set(tcc.instantiations())
+    assert all(tcc.kernels(p, t)[0].name in names and t.mode(p) & 4 for t in cands)
+    with pytest.raises(ValueError, match="stages"):
+        tcc.check_tile(tcc.Tile(64, 64, 32, 32, path=1, stages=2), p)
+    with pytest.raises(ValueError, match="dtype"):
+        tcc.problem(x.shape, w.shape, 1, 1, "nchw", "float32")
+
+
+def test_bf16_weights_on_an_array_module_without_bf16_say_so():
+    """A CuPy that cannot hold bfloat16 (CuPy 13) gets a message saying what can."""
+    import types
+
+    def refuse(a):
+        if a.dtype.name == "bfloat16":
+            raise TypeError("Unsupported dtype bfloat16")
+        return a
+
+    old = types.SimpleNamespace(__name__="cupy", __version__="13.6.0", asarray=refuse,
+                                ascontiguousarray=np.ascontiguousarray)
+    w = np.ones((4, 8, 1, 1), np.float32)
+    with pytest.raises(TypeError, match="cannot hold bfloat16.*CuPy 14"):
+        tcc.pack_weights(w, "nchw", old, "bfloat16")

@@ -17,15 +17,17 @@ from tensorconv.ops._launch import cdiv, has_clusters, push_slot_floats, round_u
 BK = 32                                   # tcc::BK: K per shared-memory chunk
 PAD = 8                                   # tcc::PAD: halves after each shared row
 LAYOUTS = ("nchw", "nhwc")
+DTYPES = ("float16", "bfloat16")
 MAX_SPLITS = 16
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One convolution and the layout of its input and output."""
+    """One convolution, the layout of its input and output, and their element type."""
 
     geom: ConvGeometry
     layout: str
+    dtype: str = "float16"
 
     @property
     def m(self) -> int:
@@ -96,8 +98,8 @@ class Tile:
         return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
 
     def mode(self, p: Problem) -> int:
-        """The kernel's MODE: bit 0 NHWC, bit 1 vector loads."""
-        return int(p.layout == "nhwc") | (int(self.vec) << 1)
+        """The kernel's MODE: bit 0 NHWC, bit 1 vector loads, bit 2 bf16."""
+        return int(p.layout == "nhwc") | (int(self.vec) << 1) | (int(p.dtype == "bfloat16") << 2)
 
 
 # (bm, bn, wm, wn): every block shape the file instantiates: four warps, or eight, which
@@ -117,6 +119,18 @@ PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("
 # Pipeline depths: mma.sync takes 2-8 stages (at batch 1 a chunk's time is a load latency
 # over the chunks in flight); WMMA (the paper's path) double-buffers.
 STAGES = {0: (2, 3, 4, 6, 8), 1: (2,), 2: (2,), 3: (2,)}
+# bf16, a variant: mma.sync at the depths most layers' searches chose in fp16, which keeps
+# its kernels to a third of fp16's count (each one compiled by CI and by a first run).
+BF16_STAGES = {0: (3, 4)}
+BF16_CLUSTER_STAGES = (3,)
+
+
+def space(p: Problem) -> tuple[dict, tuple]:
+    """The instruction paths and their depths, and the cluster depths, ``p``'s element type
+    has kernels for."""
+    if p.dtype == "bfloat16":
+        return BF16_STAGES, BF16_CLUSTER_STAGES
+    return STAGES, CLUSTER_STAGES
 
 
 def path_fits(shape, path: int) -> bool:
@@ -146,6 +160,8 @@ def supported(p: Problem) -> str | None:
         return f"dilation={g.dilation}: the tensor-core kernel runs undilated convolutions only"
     if p.layout not in LAYOUTS:
         return f"layout must be one of {LAYOUTS}, got {p.layout!r}"
+    if p.dtype not in DTYPES:
+        return f"the tensor-core kernel runs {' or '.join(DTYPES)}, got {p.dtype}"
     if max(g.n * g.c * g.h * g.w, p.m * g.k) >= 2**31:
         return "the input or the output has 2**31 elements or more (32-bit offsets)"
     return None
@@ -158,11 +174,12 @@ def split_k(p: Problem, tile: Tile) -> int:
 
 def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
     """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
-    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in PATHS \
-            or not path_fits(tile.shape, tile.path) or tile.stages not in STAGES[tile.path]:
+    stages, cluster_stages = space(p)
+    if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in stages \
+            or not path_fits(tile.shape, tile.path) or tile.stages not in stages[tile.path]:
         raise ValueError(f"tile must be a Tile of one of the shapes {SHAPES} on a path "
-                         f"({sorted(PATHS)}) whose fragments it holds, with stages in "
-                         f"{STAGES}, got {tile!r}")
+                         f"({sorted(stages)}) whose fragments it holds, with stages in "
+                         f"{stages} ({p.dtype}), got {tile!r}")
     if not 1 <= tile.splits <= MAX_SPLITS:
         raise ValueError(f"tile.splits must be in 1..{MAX_SPLITS}, got {tile.splits}")
     if tile.vec and not p.vec_ok:
@@ -170,9 +187,9 @@ def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None
                          f"has C={p.geom.c}, K={p.k} ({p.layout})")
     if tile.cluster and (tile.splits not in CLUSTER_SPLITS or tile.path != 0 or not tile.vec
                          or tile.shape not in CLUSTER_SHAPES
-                         or tile.stages not in CLUSTER_STAGES):
+                         or tile.stages not in cluster_stages):
         raise ValueError(f"a cluster tile needs splits in {CLUSTER_SPLITS}, path 0, vector "
-                         f"loads, stages in {CLUSTER_STAGES} and a shape in "
+                         f"loads, stages in {cluster_stages} ({p.dtype}) and a shape in "
                          f"{CLUSTER_SHAPES}; got {tile}")
     if tile.cluster and not has_clusters(facts or backend.device_facts()):
         raise ValueError(f"{tile} needs thread-block clusters (sm_90)")
@@ -187,8 +204,10 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
     """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
     split counts up to ``max_splits`` whose shares hold at least two chunks and none is
     empty, with and without vector loads (``vec``; with only where the layer allows),
-    cheapest by :func:`_cost` first."""
+    cheapest by :func:`_cost` first; bf16 in its smaller space (:func:`space`)."""
     vecs = [v for v in vec if p.vec_ok or not v]
+    stages, cluster_stages = space(p)
+    paths = [q for q in paths if q in stages]
     out = []
     for shape in SHAPES:
         for path in (q for q in paths if path_fits(shape, q)):
@@ -197,11 +216,11 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
                     break
                 if cdiv(p.k, split_k(p, Tile(*shape, splits))) < splits:
                     continue        # shares are whole chunks: this many leave one empty
-                out += [t for st in STAGES[path] for v in vecs
+                out += [t for st in stages[path] for v in vecs
                         if ring_fits(shape, st, (t := Tile(*shape, splits, path, st, v)).mode(p))]
                 if (splits in CLUSTER_SPLITS and path == 0 and shape in CLUSTER_SHAPES
                         and p.vec_ok and has_clusters(facts)):
-                    out += [Tile(*shape, splits, 0, st, True, True) for st in CLUSTER_STAGES
+                    out += [Tile(*shape, splits, 0, st, True, True) for st in cluster_stages
                             if ring_fits(shape, st, Tile(*shape).mode(p))]
     return sorted(out, key=lambda t: _cost(p, t, facts))
 

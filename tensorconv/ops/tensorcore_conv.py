@@ -1,6 +1,6 @@
 """Tensor-core convolution for small batches (``kernels_cu/tensorcore_conv.cu``): fp16 in,
-fp32 accumulate, fp16 out, NCHW or NHWC (Sun et al., "Efficient Tensor Cores support in
-TVM for Low-Latency Deep Learning").
+fp32 accumulate, fp16 out (or all of it in bf16), NCHW or NHWC (Sun et al., "Efficient
+Tensor Cores support in TVM for Low-Latency Deep Learning").
 
 An implicit-im2col GEMM (M = N·OH·OW pixels, N = Cout, K = C·R·S): the lowered matrix is
 never built, ragged sizes are predicated.  Operands stream through a ring of shared-memory
@@ -29,10 +29,13 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import check_array, check_choice, conv_geometry
 from tensorconv.ops._launch import launch, ptr, stored_tile
 from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, re-exported)
+    BF16_CLUSTER_STAGES,
+    BF16_STAGES,
     BK,
     CLUSTER_SHAPES,
     CLUSTER_SPLITS,
     CLUSTER_STAGES,
+    DTYPES,
     LAYOUTS,
     MAX_SPLITS,
     PAD,
@@ -46,6 +49,7 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     check_tile,
     path_fits,
     ring_fits,
+    space,
     split_k,
     supported,
 )
@@ -62,8 +66,19 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
 
 
 def tile_key(p: Problem) -> str:
-    """The tune-cache key of ``p``'s tile: device, source, shape, layout (fp16)."""
-    return tunecache.make_key("tc_conv", FILE, f"{p.geom}|{p.layout}|fp16")
+    """The tune-cache key of ``p``'s tile: device, source, shape, layout, element type."""
+    short = {"float16": "fp16", "bfloat16": "bf16"}[p.dtype]
+    return tunecache.make_key("tc_conv", FILE, f"{p.geom}|{p.layout}|{short}")
+
+
+def element_dtype(name: str) -> np.dtype:
+    """The NumPy (and CuPy) dtype of one of :data:`DTYPES`: bfloat16 is ml_dtypes'."""
+    check_choice(name, "dtype", DTYPES)
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def tuned_tile(p: Problem) -> Tile | None:
@@ -83,14 +98,18 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 
 def instantiations() -> list[str]:
     """Every shape on every path it fits, at each of its depths, in the four modes (both
-    layouts, vector loads or not; split counts are runtime)."""
-    plain = [_name(Tile(*s, path=q, stages=st), mode) for s in SHAPES for q in PATHS
-             if path_fits(s, q) for st in STAGES[q] for mode in range(4)
-             if ring_fits(s, st, mode)]
-    clustered = [_name(Tile(*s, cl, 0, st, True, True), mode) for s in CLUSTER_SHAPES
-                 for st in CLUSTER_STAGES for mode in (2, 3) for cl in CLUSTER_SPLITS
-                 if ring_fits(s, st, mode)]
-    return sorted(plain + clustered)
+    layouts, vector loads or not; split counts are runtime), for fp16 and, in its smaller
+    space, bf16 (mode bit 2)."""
+    out = []
+    for bf, (stages, cluster_stages) in ((0, (STAGES, CLUSTER_STAGES)),
+                                         (4, (BF16_STAGES, BF16_CLUSTER_STAGES))):
+        out += [_name(Tile(*s, path=q, stages=st), bf | mode) for s in SHAPES for q in stages
+                if path_fits(s, q) for st in stages[q] for mode in range(4)
+                if ring_fits(s, st, mode)]
+        out += [_name(Tile(*s, cl, 0, st, True, True), bf | mode) for s in CLUSTER_SHAPES
+                for st in cluster_stages for mode in (2, 3) for cl in CLUSTER_SPLITS
+                if ring_fits(s, st, mode)]
+    return sorted(out)
 
 
 def tap_table(p: Problem) -> np.ndarray:
@@ -118,23 +137,34 @@ def _device_tap_table(device: int, p: Problem):
         return cupy.asarray(tap_table(p))
 
 
-def pack_weights(w, layout: str, xp=None):
-    """(Cout, C, R, S) weights as the kernel reads them: (Cout, K) float16, K in the input
-    layout's order ((c, r, s) for NCHW, (r, s, c) for NHWC)."""
+def pack_weights(w, layout: str, xp=None, dtype: str = "float16"):
+    """(Cout, C, R, S) weights as the kernel reads them: (Cout, K) of ``dtype`` (float16 or
+    bfloat16, rounded to nearest), K in the input layout's order ((c, r, s) for NCHW,
+    (r, s, c) for NHWC)."""
     check_choice(layout, "layout", LAYOUTS)
+    elem = element_dtype(dtype)
     xp = xp or backend.array_module(w)
+    if dtype == "bfloat16":
+        # rounded on the host by ml_dtypes (once a layer): the same bits on any CuPy
+        w = np.asarray(backend.to_host(w), np.float32).astype(elem)
+        try:
+            w = xp.asarray(w)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{xp.__name__} {getattr(xp, '__version__', '')} cannot hold "
+                            f"bfloat16 arrays (CuPy 14 with ml_dtypes installed can)") from exc
     w = xp.asarray(w)
     if layout == "nhwc":
         w = w.transpose(0, 2, 3, 1)
-    return xp.ascontiguousarray(w.reshape(w.shape[0], -1).astype(np.float16))
+    return xp.ascontiguousarray(w.reshape(w.shape[0], -1).astype(elem))
 
 
-def problem(x_shape, w_shape, stride, padding, layout: str) -> Problem:
+def problem(x_shape, w_shape, stride, padding, layout: str, dtype: str = "float16") -> Problem:
     """The :class:`Problem` of an input of ``x_shape`` in ``layout`` and (Cout, C, R, S)
-    weights."""
+    weights, elements of ``dtype``."""
     check_choice(layout, "layout", LAYOUTS)
+    check_choice(dtype, "dtype", DTYPES)
     nchw = x_shape if layout == "nchw" else (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
-    return Problem(conv_geometry(nchw, w_shape, stride, padding), layout)
+    return Problem(conv_geometry(nchw, w_shape, stride, padding), layout, dtype)
 
 
 def output_shape(p: Problem) -> tuple[int, int, int, int]:
@@ -161,35 +191,39 @@ def _counter_buffer(xp, tiles: int):
 def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
               relu: bool = False, residual=None, tile: Tile | None = None, packed=None,
               out=None):
-    """``relu?(conv(x, w) + bias + residual)`` on the tensor cores, fp16 in and out.
+    """``relu?(conv(x, w) + bias + residual)`` on the tensor cores, fp16 (or bf16) in and
+    out, fp32 accumulation.
 
     Parameters
     ----------
-    x : array, float16, C-contiguous: (N, C, H, W) for ``layout="nchw"``, (N, H, W, C) for
-        ``"nhwc"`` (NumPy: the fp32 reference on the same fp16 values)
-    w : array, (Cout, C, R, S), float16 or float32 (rounded to float16)
+    x : array, float16 or bfloat16 (ml_dtypes'), C-contiguous: (N, C, H, W) for
+        ``layout="nchw"``, (N, H, W, C) for ``"nhwc"`` (NumPy: the fp32 reference on the
+        same values); x's type is the output's, the residual's and the products'
+    w : array, (Cout, C, R, S), floating (rounded to x's type)
     bias : array, (Cout,), float32, optional
-    residual : array like the output, float16, optional
+    residual : array like the output, x's dtype, optional
     tile : Tile, optional
         Default: the tuned tile (:func:`tuned_tile`), else :func:`default_tile`.
-    packed : array, (Cout, C·R·S), float16, optional
+    packed : array, (Cout, C·R·S), x's dtype, optional
         :func:`pack_weights` of ``w`` for ``layout``, prepared once.
-    out : array like the output, float16, optional (GPU only)
+    out : array like the output, x's dtype, optional (GPU only)
         C-contiguous, or a channel slice of a C-contiguous map (``y[..., a:b]`` in NHWC,
         ``y[:, a:b]`` in NCHW): a concatenation over channels written in place.
 
     Returns
     -------
-    array, float16: (N, Cout, OH, OW) or (N, OH, OW, Cout)
+    array, x's dtype: (N, Cout, OH, OW) or (N, OH, OW, Cout)
     """
     check_choice(layout, "layout", LAYOUTS)
     if not isinstance(relu, (bool, np.bool_)):
         raise TypeError(f"relu must be a bool, got {type(relu).__name__}")
     x, w = backend.as_array(x, "x"), backend.as_array(w, "w")
     xp = backend.array_module(x)
-    check_array(x, "x", ndim=4, dtype=np.float16, contiguous=True, xp=xp)
+    if x.dtype.name not in DTYPES:
+        raise TypeError(f"x must be one of {DTYPES}, got {x.dtype.name}")
+    check_array(x, "x", ndim=4, contiguous=True, xp=xp)
     check_array(w, "w", ndim=4, xp=xp)
-    p = problem(x.shape, w.shape, stride, padding, layout)
+    p = problem(x.shape, w.shape, stride, padding, layout, x.dtype.name)
     if (why := supported(p)) is not None:
         raise ValueError(why)
     shape = output_shape(p)
@@ -202,7 +236,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         if a is None:
             continue
         a = backend.as_array(a, name)
-        check_array(a, name, ndim=4, dtype=np.float16, contiguous=name == "residual", xp=xp)
+        check_array(a, name, ndim=4, dtype=x.dtype, contiguous=name == "residual", xp=xp)
         if tuple(a.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(a.shape)}; expected {shape}")
     ldy = p.geom.k if out is None else channel_pitch(out, layout)
@@ -213,10 +247,10 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
     check_tile(tile, p)
     if packed is None:
-        packed = pack_weights(w, layout, xp)
-    elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != np.float16 \
+        packed = pack_weights(w, layout, xp, p.dtype)
+    elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != x.dtype \
             or not packed.flags.c_contiguous:
-        raise ValueError(f"packed must be C-contiguous float16 of shape {(p.geom.k, p.k)} "
+        raise ValueError(f"packed must be C-contiguous {p.dtype} of shape {(p.geom.k, p.k)} "
                          f"(pack_weights), got {packed.dtype} {tuple(packed.shape)}")
     # NCHW reads x a half at a time (any address); a fallen-back tile reduces its split
     # shares through the workspace (clusters are built on vector loads)
@@ -224,7 +258,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         log.info("tc_conv2d: x or packed is not 16-byte aligned; %s runs on scalar loads",
                  tile)
         tile = replace(tile, vec=False, cluster=False)
-    out = xp.empty(shape, dtype=np.float16) if out is None else out
+    out = xp.empty(shape, dtype=x.dtype) if out is None else out
     # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
     vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and ldy % 8 == 0
                and out.data.ptr % 16 == 0 and (residual is None or residual.data.ptr % 16 == 0))
@@ -270,14 +304,15 @@ def channel_pitch(out, layout: str) -> int:
 
 
 def _reference(x, w, bias, residual, p: Problem, relu: bool):
-    """The fp32 reference on the fp16 values, rounded to fp16."""
+    """The fp32 reference on the fp16 (bf16) values, rounded to fp16 (bf16)."""
+    elem = element_dtype(p.dtype)
     nchw = x if p.layout == "nchw" else x.transpose(0, 3, 1, 2)
-    y = reference.conv2d(nchw.astype(np.float32), np.asarray(w, np.float16).astype(np.float32),
-                         bias, p.geom.stride, p.geom.padding)
+    wr = np.asarray(w, np.float32).astype(elem).astype(np.float32)
+    y = reference.conv2d(nchw.astype(np.float32), wr, bias, p.geom.stride, p.geom.padding)
     if p.layout == "nhwc":
         y = y.transpose(0, 2, 3, 1)
     if residual is not None:
         y = y + residual.astype(np.float32)
     if relu:
         y = np.maximum(y, 0)
-    return np.ascontiguousarray(y.astype(np.float16))
+    return np.ascontiguousarray(y.astype(elem))

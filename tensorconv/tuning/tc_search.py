@@ -43,14 +43,14 @@ def tune_tc_tile(x, w, stride=1, padding=0, *, layout: str = "nchw",
     one (a cache hit returns the stored tile and an empty dict).  ``paths`` and
     ``max_splits`` narrow the search (the result is then not stored unless ``store``)."""
     xp = backend.array_module(x)
-    p = tcc.problem(x.shape, w.shape, stride, padding, layout)
+    p = tcc.problem(x.shape, w.shape, stride, padding, layout, x.dtype.name)
     if use_cache and store and (hit := tcc.tuned_tile(p)) is not None:
         return hit, {}
     facts = backend.device_facts()
     tiles = tcc.candidates(p, facts, paths=tuple(paths or tcc.PATHS),
                            max_splits=max_splits)[:budget]
-    packed = tcc.pack_weights(w, layout, xp)
-    out = xp.empty(tcc.output_shape(p), dtype="float16")
+    packed = tcc.pack_weights(w, layout, xp, p.dtype)
+    out = xp.empty(tcc.output_shape(p), dtype=x.dtype)
 
     def run(t):
         tcc.tc_conv2d(x, w, None, stride, padding, layout=layout, tile=t, packed=packed,

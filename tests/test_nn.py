@@ -141,7 +141,8 @@ def test_registration_and_modes():
 def _param(value, grad):
     p = Linear(1, 1, bias=False).weight
     p.data = np.array(value, dtype=np.float64)
-    p.grad = np.array(grad, dtype=np.float64)
+    p.grad = None if grad is None else np.asarray(grad, dtype=np.asarray(grad).dtype
+                                                  if isinstance(grad, np.ndarray) else np.float64)
     return p
 
 
@@ -191,5 +192,24 @@ def test_schedules_and_clipping():
     assert cosine_lr(1.0, 50, 100) == pytest.approx(0.5)
     assert cosine_lr(1.0, 0, 100, warmup_steps=10) == pytest.approx(0.1)
     p = _param([0.0, 0.0], [3.0, 4.0])
-    assert clip_grad_norm([p], 1.0) == pytest.approx(5.0)
+    assert float(clip_grad_norm([p], 1.0)) == pytest.approx(5.0)
     assert np.allclose(p.grad, [0.6, 0.8])
+
+
+def test_clipping_stays_on_the_device_and_scales_as_the_host_rule_did(rng):
+    """No host read (the norm comes back as an array), and the gradients are those of the
+    rule it replaced, bit for bit: scaled by max / (norm + 1e-12) in their own dtype when
+    over the bound, untouched at or under it."""
+    grads = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (7,), (2, 2, 2))]
+    total = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))
+    for bound in (total / 3, total, 2 * total):
+        params = [_param(np.zeros_like(g), g.copy()) for g in grads]
+        norm = clip_grad_norm(params, bound)
+        assert np.ndim(norm) == 0 and float(norm) == total
+        for p, g in zip(params, grads):
+            want = g * (bound / (total + 1e-12)) if total > bound else g
+            assert p.grad.dtype == np.float32
+            np.testing.assert_array_equal(p.grad, want)
+    assert clip_grad_norm([_param([1.0], None)], 1.0) == 0.0
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_grad_norm([_param([1.0], [2.0])], 0.0)

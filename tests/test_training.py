@@ -333,3 +333,62 @@ def test_the_time_budget_judges_epochs_by_the_slowest_but_the_first(monkeypatch)
     assert budget.estimate() == 25.0 and not budget.fits_another_epoch()
     assert chunks.TimeBudget(None).fits_another_epoch()
     assert not chunks.TimeBudget(0).fits_another_epoch()   # even on a clock standing still
+
+
+def test_admm_state_keeps_its_arrays_and_the_values_of_the_rule_it_replaced(rng):
+    """Z, U and rho are written into the arrays they started in (a captured step replays the
+    penalty gradient on the arrays it was captured with), with the values the out-of-place
+    updates gave: the epoch's Z and U, rho's growth, the penalty gradient, a resume."""
+    from tensorconv.nn import get_model
+    from training.admm_prune import ADMMPrune
+
+    model = get_model("small_cnn", in_channels=1, num_classes=10, seed=0)
+    admm = ADMMPrune(model, 4.0, 0.5, 1.5)
+    held = {n: (admm.z[n], admm.u[n]) for n in admm.convs}
+    rho_array = admm._rho_array
+    for c in admm.convs.values():
+        c.weight.data = (c.weight.data + rng.standard_normal(c.weight.shape)).astype(np.float32)
+    for step in range(2):
+        want_z = {n: admm.project(n, c.weight.data + admm.u[n]).astype(np.float32)
+                  for n, c in admm.convs.items()}
+        want_u = {n: admm.u[n] + c.weight.data - want_z[n] for n, c in admm.convs.items()}
+        admm.end_epoch()
+        for n in admm.convs:
+            assert admm.z[n] is held[n][0] and admm.u[n] is held[n][1]
+            np.testing.assert_array_equal(admm.z[n], want_z[n])
+            np.testing.assert_array_equal(admm.u[n], want_u[n])
+    assert admm.rho == 0.5 * 1.5 * 1.5 and admm._rho_array is rho_array
+    assert rho_array.dtype == np.float32 and rho_array == np.float32(1.125)
+    grads = {n: rng.standard_normal(c.weight.shape).astype(np.float32)
+             for n, c in admm.convs.items()}
+    for n, c in admm.convs.items():
+        c.weight.grad = grads[n].copy()
+    admm.after_backward()
+    for n, c in admm.convs.items():   # what a Python float rho gave
+        want = grads[n] + 1.125 * (c.weight.data - admm.z[n] + admm.u[n])
+        assert c.weight.grad.dtype == np.float32
+        np.testing.assert_array_equal(c.weight.grad, want)
+
+    fresh = ADMMPrune(get_model("small_cnn", in_channels=1, num_classes=10, seed=1), 4.0, 0.5,
+                      1.5)
+    kept = {n: fresh.z[n] for n in fresh.convs}
+    fresh.load_state(admm.state_arrays(), admm.rho)
+    assert fresh.rho == admm.rho and fresh._rho_array == rho_array
+    for n in fresh.convs:
+        assert fresh.z[n] is kept[n]
+        np.testing.assert_array_equal(fresh.z[n], admm.z[n])
+        np.testing.assert_array_equal(fresh.u[n], admm.u[n])
+    bad = admm.state_arrays()
+    name = next(iter(admm.convs))
+    bad[f"z/{name}"] = bad[f"z/{name}"][:1]
+    with pytest.raises(ValueError, match=f"z/{name}"):
+        fresh.load_state(bad, 1.0)
+
+
+def test_admm_and_clipping_no_longer_stop_a_capture():
+    """Only the CPU keeps a run's step from a CUDA graph now; ADMM and clipping run in the
+    same hook the eager step runs."""
+    assert train_mod._capture_blocker("gpu") is None
+    assert "CPU" in train_mod._capture_blocker("cpu")
+    with pytest.raises(ValueError, match="cannot capture its step: it trains on the CPU"):
+        train(_cfg(capture="on", admm_prune_ratio=4.0, clip_grad=1.0), progress=False)

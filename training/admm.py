@@ -7,6 +7,11 @@ while the network trains, W gets the extra gradient ``rho * (W - Z + U)`` (the W
 SGD on f + rho/2 ||W - Z + U||^2); after every epoch ``Z = project(W + U)``,
 ``U = U + W - Z``, and ``rho`` grows by a constant factor.  (Z, U, rho) are checkpointed
 with the run, so a resumed run continues exactly.
+
+Z, U and rho live in arrays that keep their memory for the whole run (the epoch's updates
+and a resume write into them; rho is a one-element array on the weights' device), so a
+captured training step (:class:`tensorconv.nn.captured.CapturedStep`), which replays the
+penalty gradient on the buffers it was captured with, sees every epoch's values.
 """
 
 from __future__ import annotations
@@ -27,10 +32,25 @@ class ADMM:
         if not convs:
             raise ValueError("no convolution to constrain")
         self.convs = dict(convs)
-        self.rho, self.rho_growth = float(rho), float(rho_growth)
+        self.rho_growth = float(rho_growth)
+        w0 = next(iter(self.convs.values())).weight
+        self._rho_array = w0.xp.empty((), w0.dtype)
+        self.rho = rho
         self.z = {n: self.project(n, c.weight.data).astype(c.weight.dtype)
                   for n, c in self.convs.items()}
         self.u = {n: c.weight.xp.zeros_like(c.weight.data) for n, c in self.convs.items()}
+
+    @property
+    def rho(self) -> float:
+        """The penalty (a host float); setting it writes the device array the penalty
+        gradient reads."""
+        return self._rho
+
+    @rho.setter
+    def rho(self, value: float) -> None:
+        self._rho = float(value)
+        # the weights' dtype, as a Python float multiplying them was rounded before
+        self._rho_array[...] = self._rho
 
     def project(self, name: str, w):
         """The nearest kernel to ``w`` that meets ``name``'s constraint."""
@@ -41,15 +61,15 @@ class ADMM:
         for n, conv in self.convs.items():
             w = conv.weight
             if w.grad is not None:
-                w.grad = w.grad + self.rho * (w.data - self.z[n] + self.u[n])
+                w.grad = w.grad + self._rho_array * (w.data - self.z[n] + self.u[n])
 
     def end_epoch(self) -> None:
-        """Z- and U-updates, then rho grows."""
+        """Z- and U-updates (into the same arrays), then rho grows."""
         for n, conv in self.convs.items():
             w = conv.weight.data
-            self.z[n] = self.project(n, w + self.u[n]).astype(w.dtype)
-            self.u[n] = self.u[n] + w - self.z[n]
-        self.rho *= self.rho_growth
+            self.z[n][...] = self.project(n, w + self.u[n]).astype(w.dtype)
+            self.u[n][...] = self.u[n] + w - self.z[n]
+        self.rho = self._rho * self.rho_growth
 
     def gap(self) -> float:
         """Relative distance ||W - Z|| / ||W|| over all constrained kernels (host float)."""
@@ -64,8 +84,14 @@ class ADMM:
         return out
 
     def load_state(self, arrays: dict, rho: float) -> None:
+        """Z, U (copied into this object's arrays) and rho of a checkpoint."""
         kz, ku = self.KEYS
         xp = next(iter(self.convs.values())).weight.xp
-        self.z = {n: xp.asarray(arrays[f"{kz}/{n}"]) for n in self.convs}
-        self.u = {n: xp.asarray(arrays[f"{ku}/{n}"]) for n in self.convs}
+        for key, held in ((kz, self.z), (ku, self.u)):
+            for n, a in held.items():
+                saved = arrays[f"{key}/{n}"]
+                if saved.shape != a.shape:
+                    raise ValueError(f"checkpoint's {key}/{n} has shape {saved.shape}; the "
+                                     f"model's kernel {a.shape}")
+                a[...] = xp.asarray(saved)
         self.rho = rho

@@ -58,8 +58,7 @@ class TrainConfig:
     augment: bool = True               # random crop (padding 4) and horizontal flip
     device_data: bool = True           # the training set on the device, batches made there
     capture: str = "auto"              # the step replayed as CUDA graphs: "auto" where the run
-                                       # allows (GPU; no ADMM or clipping),
-                                       # "on" (or fail), "off" (eager steps)
+                                       # allows (the GPU), "on" (or fail), "off" (eager steps)
     precision: str = "fp32"            # the tensor-core convolutions' products: "fp32"
                                        # (3xTF32) or "tf32" (one pass, cuDNN's TF32 accuracy)
     pad_to: int | None = 32
@@ -236,7 +235,23 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
     return meta
 
 
-def _eager_step(model, opt, x, y, reducer, admm, masked, clip_grad):
+def _after_backward(opt, admm, masked, clip_grad):
+    """What changes the gradients between the backward pass and the update, in this order
+    (the ADMM penalty, the masks, the clipping), as one call; None where nothing does.  Both
+    the eager and the captured step run it (it reads nothing on the host)."""
+    hooks = [h for h in (admm and admm.after_backward, masked and masked.after_backward) if h]
+    if clip_grad:
+        hooks.append(lambda: clip_grad_norm(opt.params, clip_grad))
+    if not hooks:
+        return None
+
+    def run():
+        for hook in hooks:
+            hook()
+    return run
+
+
+def _eager_step(model, opt, x, y, reducer, after_backward, masked):
     """One training step through the autograd, as written; returns (loss, correct) on the
     device (0-d arrays)."""
     logits = model(x)
@@ -246,34 +261,27 @@ def _eager_step(model, opt, x, y, reducer, admm, masked, clip_grad):
         loss.backward()
     else:   # each bucket averaged over the ranks as the backward pass finishes it
         reducer.backward(loss)
-    if admm is not None:
-        admm.after_backward()
-    if masked is not None:
-        masked.after_backward()
-    if clip_grad:
-        clip_grad_norm(opt.params, clip_grad)
+    if after_backward is not None:
+        after_backward()
     opt.step()
     if masked is not None:
         masked.after_step()
     return loss.data.reshape(()), (logits.data.argmax(axis=1) == y).sum()
 
 
-def _capture_blocker(cfg: TrainConfig, device: str, admm) -> str | None:
-    """Why this run cannot replay a captured step, or None."""
+def _capture_blocker(device: str) -> str | None:
+    """Why this run cannot replay a captured step, or None.  (ADMM's targets and penalty
+    and the clipping's scale live on the device, so neither stops a capture.)"""
     if device != "gpu":
         return "it trains on the CPU"
-    if admm is not None:
-        return "ADMM changes its targets between steps on the host"
-    if cfg.clip_grad:
-        return "gradient clipping reads the gradient norm on the host"
     return None
 
 
-def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, reducer):
+def _stepper(cfg, device, model, opt, batches, x_shape, after_backward, masked, reducer):
     """The run's :class:`CapturedStep`, or None for eager steps (``cfg.capture``)."""
     if cfg.capture == "off":
         return None
-    blocker = _capture_blocker(cfg, device, admm)
+    blocker = _capture_blocker(device)
     if blocker is not None:
         if cfg.capture == "on":
             raise ValueError(f"capture='on', but this run cannot capture its step: {blocker}")
@@ -282,7 +290,7 @@ def _stepper(cfg, device, model, opt, batches, x_shape, admm, masked, reducer):
     x, y = ((batches.x, batches.y) if batches is not None else
             (xp.empty(x_shape, np.float32), xp.empty(x_shape[0], np.int64)))
     return CapturedStep(model, opt, x, y, strict=cfg.capture == "on", reducer=reducer,
-                        after_backward=masked.after_backward if masked else None,
+                        after_backward=after_backward,
                         after_step=masked.after_step if masked else None)
 
 
@@ -390,8 +398,9 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
                if cfg.device_data else None)
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     share = cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
+    after_backward = _after_backward(opt, admm, masked, cfg.clip_grad)
     stepper = _stepper(cfg, device, model, opt, batches,
-                       (share,) + train_set.images.shape[1:], admm, masked, reducer)
+                       (share,) + train_set.images.shape[1:], after_backward, masked, reducer)
     warned = False
     for epoch in range(start_epoch, end_epoch):
         t0 = time.perf_counter()
@@ -427,8 +436,8 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
                     warnings.warn(f"training eagerly: {stepper.failure}", RuntimeWarning,
                                   stacklevel=2)
             else:
-                loss_d, right_d = _eager_step(model, opt, Tensor(xb), y, reducer, admm, masked,
-                                              cfg.clip_grad)
+                loss_d, right_d = _eager_step(model, opt, Tensor(xb), y, reducer,
+                                              after_backward, masked)
             step_loss[i] = loss_d
             step_right[i] = right_d
             if (i + 1) % log_every == 0 or i + 1 == steps_per_epoch:

@@ -144,15 +144,26 @@ def cosine_lr(base_lr: float, step: int, total_steps: int, warmup_steps: int = 0
     return min_lr + 0.5 * (base_lr - min_lr) * (1 + math.cos(math.pi * t))
 
 
-def clip_grad_norm(params, max_norm: float) -> float:
-    """Scale all gradients so their global L2 norm is at most ``max_norm``; return the norm."""
-    grads = [p.grad for p in params if p.grad is not None]
+def clip_grad_norm(params, max_norm: float):
+    """Scale all gradients so their global L2 norm is at most ``max_norm``.
+
+    Everything stays on the gradients' device, with no host read, so a captured training
+    step (:class:`tensorconv.nn.captured.CapturedStep`) can hold it.
+
+    Returns
+    -------
+    float64 scalar of the gradients' array module (a 0-d CuPy array on the GPU), or 0.0
+        The norm before scaling (``float()`` reads it); 0.0 where no parameter has a
+        gradient.
+    """
+    check_real(max_norm, "max_norm", low=0.0, low_open=True)
+    grads = [p for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    xp = backend.array_module(grads[0])
-    total = float(xp.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))
-    if total > max_norm:
-        for p in params:
-            if p.grad is not None:
-                p.grad = p.grad * (max_norm / (total + 1e-12))
+    xp = backend.array_module(grads[0].grad)
+    total = xp.sqrt(sum((p.grad.astype(np.float64) ** 2).sum() for p in grads))
+    # 1 where under the bound (the gradients unchanged, bit for bit), as the eager rule did
+    scale = xp.where(total > max_norm, max_norm / (total + 1e-12), 1.0)
+    for p in grads:
+        p.grad = p.grad * scale.astype(p.grad.dtype)
     return total

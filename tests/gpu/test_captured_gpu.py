@@ -226,6 +226,51 @@ def test_masked_training_is_captured_with_its_hooks(rng):
         assert not np.any(w.data.get()[~m.get().astype(bool)]), name
 
 
+def test_admm_and_clipping_are_captured_with_the_step(rng):
+    """ADMM's penalty gradient and the gradient clipping run inside the graphs: the same
+    losses and state as eager steps, bit for bit, across an epoch's new Z, U and rho (written
+    into the arrays the graphs read: no new capture)."""
+    from tensorconv.nn.captured import CapturedStep
+    from training.admm_prune import ADMMPrune
+    from training.train import _after_backward
+
+    eager, capt = _setup("resnet20", 16, 16), _setup("resnet20", 16, 16)
+    ae, ac = ADMMPrune(eager[0], 4.0, 0.05, 2.0), ADMMPrune(capt[0], 4.0, 0.05, 2.0)
+    # a bound the random batches' gradients pass, so that the scaling runs
+    he, hc = (_after_backward(o, a, None, 0.05) for o, a in ((eager[1], ae), (capt[1], ac)))
+    step = CapturedStep(*capt, strict=True, after_backward=hc)
+    for i, (xb, yb) in enumerate(_batches(rng, 6, 16, 16)):
+        if i == 3:
+            ae.end_epoch()
+            ac.end_epoch()
+        for m, o, x, y in (eager, capt):
+            x.set(xb)
+            y.set(yb)
+        assert float(step()[0]) == _eager(*eager, he)[0]
+    assert step.captures == 1 and step.replays == 5
+    _assert_same(_state(*eager[:2]), _state(*capt[:2]))
+    for n in ae.convs:
+        np.testing.assert_array_equal(ae.z[n].get(), ac.z[n].get())
+        np.testing.assert_array_equal(ae.u[n].get(), ac.u[n].get())
+
+
+def test_an_admm_run_with_clipping_is_captured_and_keeps_the_eager_history(tmp_path):
+    from training.train import TrainConfig, train
+
+    def run(capture):
+        cfg = TrainConfig(model="resnet20", dataset="synthetic", epochs=2, batch_size=32,
+                          lr=0.05, train_limit=256, test_limit=64, pad_to=16, device="gpu",
+                          warmup_epochs=1, capture=capture, admm_prune_ratio=4.0,
+                          admm_rho=1e-2, clip_grad=1.0)
+        return train(cfg, tmp_path / f"{capture}.npz", progress=False, log_every=1)
+
+    eager, capt = run("off"), run("on")
+    assert [h["step"] for h in capt.history] == ["captured"] * 2
+    assert capt.step_losses == eager.step_losses
+    assert [h["admm_gap"] for h in capt.history] == [h["admm_gap"] for h in eager.history]
+    _assert_same(capt.model.state_dict(), eager.model.state_dict())
+
+
 def test_a_step_that_cannot_be_captured_is_said_and_runs_eagerly(rng):
     from tensorconv.autograd import functions as F
     from tensorconv.nn.captured import CapturedStep, CaptureError

@@ -80,6 +80,37 @@ def test_batch_norm_relu_fused_gradcheck(rng):
     np.testing.assert_array_equal(fused(x, g, b).data, plain.data)
 
 
+@pytest.mark.parametrize("training,relu", [(True, True), (True, False), (False, True)])
+def test_batch_norm_with_a_residual_is_the_add_and_relu_after_it(rng, training, relu):
+    """``batch_norm2d(..., residual=r)``: gradients by gradcheck (float64), and in float32
+    the values and every gradient of batch norm, Add and ReLU as separate nodes, bit for
+    bit; the sum keeps no tensor of its own."""
+    c = 3
+    x, g, b, r = T(rng, 4, c, 3, 2), Tensor(rng.random(c) + 0.5, True), T(rng, c), \
+        T(rng, 4, c, 3, 2)
+    rm, rv = rng.standard_normal(c), rng.random(c) + 0.5
+    fused = lambda x, g, b, r: F.batch_norm2d(x, g, b, rm.copy(), rv.copy(),  # noqa: E731
+                                              training=training, relu=relu, residual=r)
+    gradcheck(fused, [x, g, b, r])
+
+    def run(one_node):
+        ts = [Tensor(a.data.astype(np.float32), True) for a in (x, g, b, r)]
+        y = (F.batch_norm2d(*ts[:3], rm.astype(np.float32), rv.astype(np.float32),
+                            training=training, relu=relu, residual=ts[3]) if one_node else
+             (F.relu if relu else (lambda t: t))(
+                 F.batch_norm2d(*ts[:3], rm.astype(np.float32), rv.astype(np.float32),
+                                training=training) + ts[3]))
+        gy = np.random.default_rng(7).standard_normal(y.shape).astype(np.float32)
+        y.backward(gy)
+        return [y.data] + [t.grad for t in ts]
+
+    for one, sep in zip(run(True), run(False)):
+        assert one.dtype == np.float32
+        np.testing.assert_array_equal(one, sep)
+    with pytest.raises(ValueError, match="residual"):
+        F.batch_norm2d(x, g, b, rm.copy(), rv.copy(), training=training, residual=T(rng, 4, c))
+
+
 def test_batch_norm_statistics(rng):
     x = rng.standard_normal((8, 3, 5, 5)) * 2 + 1
     rm, rv = np.zeros(3), np.ones(3)

@@ -95,11 +95,13 @@ class BatchNorm2d(Module):
         self.register_buffer("running_var", np.ones(channels, np.float32))
         self.group = None   # a communicator: synchronised batch norm (sync_batch_norm)
 
-    def forward(self, x, relu: bool = False):
-        """``relu=True`` fuses the ReLU that follows into the normalisation kernels."""
+    def forward(self, x, relu: bool = False, residual=None):
+        """``relu=True`` fuses the ReLU that follows into the normalisation kernels;
+        ``residual`` (x's shape) is added before it, in the same node
+        (:func:`tensorconv.autograd.functions.batch_norm2d`): a residual block's output."""
         return F.batch_norm2d(x, self.weight, self.bias, self.running_mean, self.running_var,
                               training=self.training, momentum=self.momentum, eps=self.eps,
-                              relu=relu, group=self.group)
+                              relu=relu, group=self.group, residual=residual)
 
     def extra_repr(self) -> str:
         return str(self.channels)

@@ -16,6 +16,12 @@ class BatchNorm2d(Function):
     on CuPy float32 (``tensorconv.ops.batchnorm``), the reference formulas otherwise.
     With ``group`` (a communicator) the batch statistics, forward and backward, are those of
     every rank's batch together (synchronised batch norm).
+
+    With a ``residual`` input, ``relu?(batch_norm(x) + residual)`` (a residual block's
+    output) in one node: the normalised values and their sum with the residual are made in
+    the output's memory, so neither outlives the forward pass as a tensor of its own (a
+    separate Add and ReLU would keep both until the backward pass).  Values and gradients
+    are those of the separate nodes, bit for bit.
     """
 
     def __init__(self, running_mean, running_var, training, momentum=0.1, eps=1e-5, relu=False,
@@ -24,26 +30,43 @@ class BatchNorm2d(Function):
         self.training, self.momentum, self.eps, self.relu = training, momentum, eps, relu
         self.group = group
 
-    def forward(self, x, gamma, beta):
+    def forward(self, x, gamma, beta, residual=None):
         if x.ndim != 4 or x.shape[1] != gamma.shape[0]:
             raise ValueError(f"batch_norm2d: x {tuple(x.shape)} must be (N, C, H, W) with "
                              f"C = {gamma.shape[0]}")
+        if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+            raise ValueError(f"batch_norm2d: residual {tuple(residual.shape)} {residual.dtype} "
+                             f"must match x {tuple(x.shape)} {x.dtype}")
+        fused_relu = self.relu and residual is None   # else the ReLU follows the sum
         y, self.mean, self.invstd = batchnorm.batch_norm_forward(
             x, gamma, beta, self.running_mean, self.running_var, training=self.training,
-            momentum=self.momentum, eps=self.eps, relu=self.relu, group=self.group)
+            momentum=self.momentum, eps=self.eps, relu=fused_relu, group=self.group)
         self.x, self.gamma = x, gamma
-        self.y = y if self.relu else None
+        self.y = y if fused_relu else None
+        self.mask, self.with_residual = None, residual is not None
+        if residual is not None:
+            y += residual
+            if self.relu:
+                self.mask = y > 0
+                y *= self.mask
         return y
 
     def backward(self, gy):
-        return batchnorm.batch_norm_backward(self.x, gy, self.mean, self.invstd, self.gamma,
-                                             training=self.training, y=self.y, group=self.group)
+        if self.mask is not None:
+            gy = gy * self.mask
+        gx, ggamma, gbeta = batchnorm.batch_norm_backward(
+            self.x, gy, self.mean, self.invstd, self.gamma, training=self.training, y=self.y,
+            group=self.group)
+        return (gx, ggamma, gbeta, gy) if self.with_residual else (gx, ggamma, gbeta)
 
 
 def batch_norm2d(x, gamma, beta, running_mean, running_var, *, training: bool,
-                 momentum: float = 0.1, eps: float = 1e-5, relu: bool = False, group=None):
+                 momentum: float = 0.1, eps: float = 1e-5, relu: bool = False, group=None,
+                 residual=None):
     """Batch norm, optionally followed by a ReLU in the same kernels (``relu=True``);
-    synchronised over the ranks of ``group`` in training when given."""
-    return BatchNorm2d.apply(x, gamma, beta, running_mean=running_mean, running_var=running_var,
+    synchronised over the ranks of ``group`` in training when given.  With ``residual``
+    (x's shape and dtype), ``relu?(batch_norm(x) + residual)`` in one node."""
+    inputs = (x, gamma, beta) if residual is None else (x, gamma, beta, residual)
+    return BatchNorm2d.apply(*inputs, running_mean=running_mean, running_var=running_var,
                              training=training, momentum=momentum, eps=eps, relu=relu,
                              group=group)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorconv.autograd import functions as F
 from tensorconv.nn.layers import (
     BatchNorm2d,
     Conv2d,
@@ -44,8 +43,7 @@ class BasicBlock(Module):
 
     def forward(self, x):
         y = self.bn1(self.conv1(x), relu=True)
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + self.shortcut(x))
+        return self.bn2(self.conv2(y), relu=True, residual=self.shortcut(x))
 
 
 class Bottleneck(Module):
@@ -67,8 +65,7 @@ class Bottleneck(Module):
     def forward(self, x):
         y = self.bn1(self.conv1(x), relu=True)
         y = self.bn2(self.conv2(y), relu=True)
-        y = self.bn3(self.conv3(y))
-        return F.relu(y + self.shortcut(x))
+        return self.bn3(self.conv3(y), relu=True, residual=self.shortcut(x))
 
 
 class ResNet(Module):

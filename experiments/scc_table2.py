@@ -90,7 +90,7 @@ _SEED = re.compile(r"^(best_)?test_acc_seed(\d+)$")
 def add_accuracy(rs: ResultSet, paper: dict) -> None:
     """Add ``test_acc`` and ``best_test_acc`` per ``(case, variant)`` of the per-seed rows in
     ``rs``: one run's value, or the mean of several with each seed's number and the spread in
-    the note; a partial run is named there.  ``paper``: case -> {variant: (.., .., acc)}."""
+    the note; a partial run is named there.  Their device is the runs' devices.  ``paper``: case -> {variant: (.., .., acc)}."""
     runs: dict = {}
     for r in rs.rows:
         m = _SEED.match(r["metric"])
@@ -98,6 +98,7 @@ def add_accuracy(rs: ResultSet, paper: dict) -> None:
             run = runs.setdefault((r["case"], r["variant"]), {}).setdefault(int(m[2]), {})
             run["best" if m[1] else "final"] = r["value"]
             run["note"] = r["note"]
+            run["device"] = r["device"]
     for (case, variant), seeds in runs.items():
         order = sorted(s for s, run in seeds.items() if "final" in run)
         if not order:
@@ -117,6 +118,9 @@ def add_accuracy(rs: ResultSet, paper: dict) -> None:
                note=note)
         rs.add(case, variant, "best_test_acc",
                float(np.mean([seeds[s].get("best", seeds[s]["final"]) for s in order])), "%")
+        # a mean is measured where its runs were (seeds merged from other machines)
+        devices = " + ".join(sorted({seeds[s]["device"] for s in order}))
+        rs.rows[-1]["device"] = rs.rows[-2]["device"] = devices
 
 
 def merge_earlier(rs: ResultSet, paths: list, runs: list) -> None:
@@ -141,6 +145,30 @@ def merge_arg(p) -> None:
                    help="this experiment's CSVs from earlier calls (oldest first): their rows "
                         "of runs not made now are kept and their seeds join the means (a long "
                         "study split over calls)")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: rebuild the CSV, tables and plot from the --merge CSVs "
+                        "(runs made on other machines, e.g. one seed a GPU)")
+
+
+def check_merge(p, args) -> None:
+    """Refuse ``--report-only`` without ``--merge`` before anything is made."""
+    if args.report_only and not args.merge:
+        p.error("--report-only needs the CSVs to report in --merge")
+
+
+def runs_or_report(args, runs: list, rs: ResultSet, work, paper: dict) -> None:
+    """Train ``runs`` into ``rs`` after the ``--merge`` CSVs' rows; with ``--report-only``
+    train nothing and compute the seed means of the merged rows alone."""
+    if args.report_only:
+        merge_earlier(rs, args.merge, [])
+        # the numbers were measured where the merged runs trained, not on this machine
+        rs.env["report_made_on"] = rs.env["device"]
+        rs.env["device"] = " + ".join(sorted({r["device"] for r in rs.rows}))
+        _latest_per_seed(rs)
+        add_accuracy(rs, paper)
+        return
+    merge_earlier(rs, args.merge, runs)
+    run_variants(args, runs, rs, work, paper)
 
 
 def common(args, model: str) -> dict:
@@ -174,6 +202,7 @@ def main(argv=None) -> int:
     merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
+    check_merge(p, args)
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
@@ -186,8 +215,7 @@ def main(argv=None) -> int:
                 for seed in args.seeds]
     env = bench.environment()
     rs = ResultSet(NAME, env)
-    merge_earlier(rs, args.merge, variants)
-    run_variants(args, variants, rs, work, PAPER)
+    runs_or_report(args, variants, rs, work, PAPER)
     report(args, rs, env, "DSXplore table II on Fashion-MNIST: original, DW+PW and "
            "DW+SCC-cg2-co50", paths)
     return 0

@@ -11,7 +11,7 @@ keeps earlier calls' rows and seeds.
 from __future__ import annotations
 
 from experiments._common import outputs, parser, training_args, work_dir
-from experiments.scc_table2 import common, merge_arg, merge_earlier, report, run_variants
+from experiments.scc_table2 import check_merge, common, merge_arg, report, runs_or_report
 from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.results import ResultSet
@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
+    check_merge(p, args)
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
@@ -56,8 +57,7 @@ def main(argv=None) -> int:
     env = bench.environment()
     rs = ResultSet(NAME, env)
     runs = variants(args)
-    merge_earlier(rs, args.merge, runs)
-    run_variants(args, runs, rs, work, PAPER)
+    runs_or_report(args, runs, rs, work, PAPER)
     report(args, rs, env, "DSXplore table IV on Fashion-MNIST: MobileNet's pointwise stages",
            paths)
     return 0

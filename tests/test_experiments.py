@@ -690,6 +690,40 @@ def test_scc_table2_merge_keeps_the_other_models_rows(tmp_path):
     assert set(params) == {"dw+scc", "dw+pw"} and params["dw+scc"] != 9.0   # costed again
 
 
+def test_scc_table2_report_only_averages_the_merged_seeds_without_training(tmp_path):
+    """Seeds trained on separate GPUs come back as separate CSVs; ``--report-only`` makes
+    one table of them (every seed's row kept, means computed again, costs kept)."""
+    from experiments import scc_table2
+
+    paths = []
+    for seed, value in ((0, 94.0), (1, 93.0)):
+        rs = results.ResultSet("scc_table2", {"device": f"gpu {seed}"})
+        rs.add("resnet18", "dw+scc", "params_m", 0.84, "M", paper_value=0.84)
+        rs.add("resnet18", "dw+scc", f"test_acc_seed{seed}", value, "%", note="15 epochs")
+        rs.add("resnet18", "dw+scc", "test_acc", value, "%", note=f"seed {seed}")
+        paths.append(str(rs.write_csv(tmp_path / f"r{seed}.csv")))
+    out = tmp_path / "out"
+    assert scc_table2.main(["--report-only", "--merge", *paths, "--out", str(out),
+                            "--device", "cpu"]) == 0
+    rows = results.read_csv(out / "scc_table2.csv")
+    metrics = sorted(r["metric"] for r in rows)
+    assert metrics == ["best_test_acc", "params_m", "test_acc", "test_acc_seed0",
+                       "test_acc_seed1"]
+    mean = next(r for r in rows if r["metric"] == "test_acc")
+    assert mean["value"] == pytest.approx(93.5) and "0: 94.00, 1: 93.00" in mean["note"]
+    assert mean["device"] == "gpu 0 + gpu 1"      # where the runs were, not this machine
+    assert "| device | `gpu 0 + gpu 1` |" in (out / "scc_table2.md").read_text()
+    assert not (out / "scc_table2_work").exists() or not any((out / "scc_table2_work").iterdir())
+
+
+def test_scc_table2_report_only_without_merge_is_refused(tmp_path):
+    from experiments import scc_table2
+
+    with pytest.raises(SystemExit):
+        scc_table2.main(["--report-only", "--out", str(tmp_path)])
+    assert not (tmp_path / "scc_table2.csv").exists()
+
+
 def test_scc_accuracy_over_seeds_is_their_mean_with_each_in_the_note():
     from experiments.scc_table2 import add_accuracy
 

@@ -90,7 +90,8 @@ _SEED = re.compile(r"^(best_)?test_acc_seed(\d+)$")
 def add_accuracy(rs: ResultSet, paper: dict) -> None:
     """Add ``test_acc`` and ``best_test_acc`` per ``(case, variant)`` of the per-seed rows in
     ``rs``: one run's value, or the mean of several with each seed's number and the spread in
-    the note; a partial run is named there.  Their device is the runs' devices.  ``paper``: case -> {variant: (.., .., acc)}."""
+    the note; a partial run is named there.  Their device is the runs' devices.
+    ``paper``: case -> {variant: (.., .., acc)}."""
     runs: dict = {}
     for r in rs.rows:
         m = _SEED.match(r["metric"])

@@ -24,11 +24,14 @@ read) that the knapsack and removal by magnitude alone free at each budget of
 ``--b3-sweep``.  ``--merge`` keeps earlier calls' rows of other models in one table;
 ``--time-budget`` stops between epochs and a later call resumes; ``--slim`` keeps a
 finished phase's checkpoint as its weights alone (``training.checkpoint.slim``), so that
-a model's phases can run in separate calls on separate machines.
+a model's phases can run in separate calls on separate machines (a later call needs only
+the last finished phase's checkpoint and the others' ``PHASE.meta.json``), and
+``--stop-after`` ends a call after a phase.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
@@ -37,6 +40,7 @@ from tensorconv.cli import guarded
 from tensorconv.compress.prune import prune_candidates, save_masks
 from tensorconv.compress.reprune import METHODS, layout_work
 from tensorconv.compress.sparse import reprune_layers, reprune_masks
+from tensorconv.files import atomic_write
 from tensorconv.nn import get_model
 from tensorconv.results import ResultSet, long_markdown, pivot_markdown, read_csv, write_markdown
 from training import checkpoint as ckpt
@@ -116,6 +120,26 @@ def add_ablation(rs: ResultSet, case: str, layers: dict) -> None:
                note="C1 per output row written + C2 per input row read, C1 = C2 = 1")
 
 
+def run_phase(args, cfg: TrainConfig, work: Path, phase: str, budget: TimeBudget):
+    """Train ``phase`` into ``work/{phase}.npz`` within ``budget``: its metadata and whether
+    it finished.  With ``--slim`` a finished phase's checkpoint is slimmed and its metadata
+    also kept as ``{phase}.meta.json``; a later call that has the record but not the
+    checkpoint (left behind to carry less: only the next phase reads its weights) takes the
+    phase as finished."""
+    path, record = work / f"{phase}.npz", work / f"{phase}.meta.json"
+    if not path.exists() and record.exists():
+        meta = json.loads(record.read_text())
+        if meta["epoch"] != cfg.epochs:
+            raise ValueError(f"{record} records {meta['epoch']} epochs of {phase!r}, this call "
+                             f"asks for {cfg.epochs}: bring {path.name} or remove the record")
+        return meta, True
+    meta, finished = train_within(cfg, path, budget)
+    if finished and args.slim:
+        ckpt.slim(path)
+        atomic_write(record, json.dumps(ckpt.load(path)[2]).encode())
+    return meta, finished
+
+
 def merged_rows(paths: list, models_now: set) -> list:
     """Rows of earlier calls' CSVs (``--merge``, oldest first) for models not run now."""
     return [r for path in paths for r in read_csv(path)
@@ -143,6 +167,9 @@ def main(argv=None) -> int:
     p.add_argument("--slim", action="store_true",
                    help="rewrite each finished phase's checkpoint as its weights alone "
                         "(compressed): small enough to carry a model's phases across machines")
+    p.add_argument("--stop-after", choices=PHASES, default=PHASES[-1],
+                   help="the last phase this call runs (a model's phases split over calls, "
+                        "each ending where its slim checkpoint can travel)")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="this experiment's CSVs from earlier calls: their rows of models not "
                         "run now are kept (models trained in separate calls, one table)")
@@ -178,9 +205,7 @@ def main(argv=None) -> int:
                     rs.add(f"{case}/{layer}", "repruned", "benefit", r.benefit, "count",
                            note=f"{r.rows} block rows, {r.cols} block columns, {r.weights} "
                                 f"remainder weights removed")
-            meta, finished = train_within(cfgs[phase], work / f"{phase}.npz", budget)
-            if finished and args.slim:
-                ckpt.slim(work / f"{phase}.npz")
+            meta, finished = run_phase(args, cfgs[phase], work, phase, budget)
             if meta is None or not meta["history"]:
                 break
             epochs = meta["history"][-1]["epoch"]
@@ -188,7 +213,7 @@ def main(argv=None) -> int:
             rs.add(case, phase, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
                    paper_value=paper_acc if phase != "admm" else None,
                    note=note or "paper: CIFAR-10")
-            if not finished:
+            if not finished or phase == args.stop_after:
                 break
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])

@@ -597,6 +597,29 @@ def test_tdc_table3_quick_resumes_from_its_work_dir(tmp_path):
 
 
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_sparse_table1_stops_after_the_phase_asked_and_goes_on_later(tmp_path):
+    from experiments import sparse_table1
+
+    args = ["--quick", "--models", "small_cnn", "--out", str(tmp_path), "--slim"]
+    assert sparse_table1.main(args + ["--stop-after", "admm"]) == 0
+    work = tmp_path / "sparse_table1_work" / "small_cnn"
+    rows = results.read_csv(tmp_path / "sparse_table1.csv")
+    assert {r["variant"] for r in rows if r["metric"] == "test_acc"} == {"full", "admm"}
+    assert (work / "admm.npz").exists() and not (work / "pruned.npz").exists()
+    full = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}["full"]
+    (work / "full.npz").unlink()          # the next call carries admm.npz and the records
+    assert sparse_table1.main(args + ["--stop-after", "pruned"]) == 0
+    rows = results.read_csv(tmp_path / "sparse_table1.csv")
+    acc = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}
+    assert set(acc) == {"full", "admm", "pruned"} and acc["full"] == full
+    assert not (work / "full.npz").exists() and not (work / "repruned.npz").exists()
+    record = work / "full.meta.json"    # a record of another run than the one asked for
+    record.write_text(record.read_text().replace('"epoch": 1', '"epoch": 3'))
+    with pytest.raises(ValueError, match="full.meta.json records 3 epochs"):
+        sparse_table1.main(args)
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     pytest.importorskip("mtkahypar")
     from experiments import sparse_table1

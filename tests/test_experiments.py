@@ -620,6 +620,30 @@ def test_sparse_table1_stops_after_the_phase_asked_and_goes_on_later(tmp_path):
 
 
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_sparse_table1_retrains_every_budget_of_the_sweep(tmp_path):
+    pytest.importorskip("mtkahypar")
+    from experiments import sparse_table1
+
+    args = ["--quick", "--models", "small_cnn", "--out", str(tmp_path), "--t2", "2",
+            "--b3-sweep", "0.3", "0.2", "0.1", "--retrain-sweep"]
+    assert sparse_table1.main(args) == 0
+    rows = results.read_csv(tmp_path / "sparse_table1.csv")
+    acc = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}
+    assert set(acc) == {"full", "admm", "pruned", "repruned", "repruned b3=0.1",
+                        "repruned b3=0.3"}
+    assert all(10.0 < a <= 100.0 for a in acc.values())
+    work = tmp_path / "sparse_table1_work" / "small_cnn"
+    for b3 in ("0.1", "0.3"):
+        assert (work / f"repruned_b3_{b3}_masks.npz").exists()
+        assert any(r["variant"] == f"repruned b3={b3}" and r["metric"] == "density"
+                   for r in rows)
+    assert "repruned b3=0.3" in (tmp_path / "sparse_table1.md").read_text()
+    assert sparse_table1.main(args) == 0            # all finished: nothing trained again
+    again = results.read_csv(tmp_path / "sparse_table1.csv")
+    assert {r["variant"]: r["value"] for r in again if r["metric"] == "test_acc"} == acc
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     pytest.importorskip("mtkahypar")
     from experiments import sparse_table1

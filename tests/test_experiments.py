@@ -759,16 +759,21 @@ def test_scc_table2_report_only_averages_the_merged_seeds_without_training(tmp_p
     mean = next(r for r in rows if r["metric"] == "test_acc")
     assert mean["value"] == pytest.approx(93.5) and "0: 94.00, 1: 93.00" in mean["note"]
     assert mean["device"] == "gpu 0 + gpu 1"      # where the runs were, not this machine
-    assert "| device | `gpu 0 + gpu 1` |" in (out / "scc_table2.md").read_text()
+    text = (out / "scc_table2.md").read_text()
+    assert "| device | `gpu 0 + gpu 1` |" in text and "padded to 32x32, 15 epochs" in text
     assert not (out / "scc_table2_work").exists() or not any((out / "scc_table2_work").iterdir())
 
 
-def test_scc_table2_report_only_without_merge_is_refused(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--merge", "x.csv", "--epochs", "15"],
+                                   ["--merge", "x.csv", "--models", "vgg16"]])
+def test_scc_table2_report_only_refuses_what_it_would_ignore(tmp_path, capsys, extra):
     from experiments import scc_table2
 
     with pytest.raises(SystemExit):
-        scc_table2.main(["--report-only", "--out", str(tmp_path)])
+        scc_table2.main(["--report-only", "--out", str(tmp_path), *extra])
     assert not (tmp_path / "scc_table2.csv").exists()
+    err = capsys.readouterr().err
+    assert ("needs the CSVs" in err) if not extra else (f"drop {extra[2]}" in err)
 
 
 def test_scc_accuracy_over_seeds_is_their_mean_with_each_in_the_note():

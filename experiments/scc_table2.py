@@ -151,10 +151,19 @@ def merge_arg(p) -> None:
                         "(runs made on other machines, e.g. one seed a GPU)")
 
 
-def check_merge(p, args) -> None:
-    """Refuse ``--report-only`` without ``--merge`` before anything is made."""
-    if args.report_only and not args.merge:
-        p.error("--report-only needs the CSVs to report in --merge")
+def check_merge(p, args, defaults: dict) -> None:
+    """Refuse ``--report-only`` without ``--merge``, or with a choice of what to train (it
+    trains nothing: such an option would be ignored), before anything is made; else give
+    the training options left unset their ``defaults``."""
+    if args.report_only:
+        if not args.merge:
+            p.error("--report-only needs the CSVs to report in --merge")
+        given = [f"--{k}" for k in defaults if getattr(args, k) is not None]
+        if given:
+            p.error(f"--report-only trains nothing: drop {', '.join(given)}")
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
 
 
 def runs_or_report(args, runs: list, rs: ResultSet, work, paper: dict) -> None:
@@ -177,6 +186,14 @@ def common(args, model: str) -> dict:
                 train_limit=2000 if args.quick else None, test_limit=1000 if args.quick else None)
 
 
+def epochs_of(args, rows: list) -> str:
+    """How long the runs in ``rows`` trained, as their seeds' notes say ("15 epochs"; runs
+    merged from calls of other lengths: each length named); ``--epochs`` without runs."""
+    found = sorted({int(m[1]) for r in rows if _SEED.match(r["metric"])
+                    for m in [re.search(r"(\d+) epochs", r["note"])] if m})
+    return " / ".join(map(str, found)) + " epochs" if found else f"{args.epochs} epochs"
+
+
 def report(args, rs: ResultSet, env: dict, title: str, paths: dict) -> None:
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
@@ -185,7 +202,7 @@ def report(args, rs: ResultSet, env: dict, title: str, paths: dict) -> None:
                     ("Multiply-adds (M)", pivot_markdown(rows, "mmacs")),
                     ("Parameters (M)", pivot_markdown(rows, "params_m")),
                     ("All rows", long_markdown(rows)),
-                    ("Setup", f"Fashion-MNIST padded to 32x32, {args.epochs} epochs, SGD "
+                    ("Setup", f"Fashion-MNIST padded to 32x32, {epochs_of(args, rows)}, SGD "
                               f"(cosine), batch 128; the paper's numbers are CIFAR-10.")])
     plot_accuracy(rows, paths["png"])
     print(pivot_markdown(rows, "test_acc"))
@@ -193,17 +210,19 @@ def report(args, rs: ResultSet, env: dict, title: str, paths: dict) -> None:
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0],
-                   help="train each run with these seeds; accuracy is their mean")
-    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
-                   help="dw+pw: the same depthwise-separable network with a full 1x1 (the "
-                        "issue's accuracy yardstick; MobileNet's original is that already)")
+    p.add_argument("--models", nargs="+", choices=MODELS, help="default: all five")
+    p.add_argument("--epochs", type=int, help="default: 30")
+    p.add_argument("--seeds", type=int, nargs="+",
+                   help="train each run with these seeds; accuracy is their mean (default: 0)")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS,
+                   help="default: all; dw+pw: the same depthwise-separable network with a "
+                        "full 1x1 (the issue's accuracy yardstick; MobileNet's original is "
+                        "that already)")
     merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
-    check_merge(p, args)
+    check_merge(p, args, dict(models=list(MODELS), epochs=30, seeds=[0],
+                              variants=list(VARIANTS)))
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)

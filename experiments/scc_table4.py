@@ -44,12 +44,12 @@ def variants(args) -> list:
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--epochs", type=int, help="default: 30")
+    p.add_argument("--seeds", type=int, nargs="+", help="default: 0")
     merge_arg(p)
     training_args(p)
     args = p.parse_args(argv)
-    check_merge(p, args)
+    check_merge(p, args, dict(epochs=30, seeds=[0]))
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)

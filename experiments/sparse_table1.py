@@ -26,11 +26,14 @@ read) that the knapsack and removal by magnitude alone free at each budget of
 finished phase's checkpoint as its weights alone (``training.checkpoint.slim``), so that
 a model's phases can run in separate calls on separate machines (a later call needs only
 the last finished phase's checkpoint and the others' ``PHASE.meta.json``), and
-``--stop-after`` ends a call after a phase.
+``--stop-after`` ends a call after a phase.  ``--retrain-sweep`` then re-prunes at every
+other budget of ``--b3-sweep`` and retrains each model as the re-pruned phase (variants
+``repruned b3=B``: the paper's B3 sweep with retraining).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -120,6 +123,30 @@ def add_ablation(rs: ResultSet, case: str, layers: dict) -> None:
                note="C1 per output row written + C2 per input row read, C1 = C2 = 1")
 
 
+def retrain_sweep(args, rs: ResultSet, case: str, cfg: TrainConfig, work: Path, layers: dict,
+                  budget: TimeBudget) -> None:
+    """Re-prune at every other budget of ``--b3-sweep`` and retrain each as the re-pruned
+    phase (from the fine-tuned pruned model, ``--retrain-epochs``): a ``test_acc`` row of
+    variant ``repruned b3=B`` each, and each layer's trainable density."""
+    for b3 in sorted(set(args.b3_sweep) - {args.b3}):
+        masks_path = work / f"repruned_b3_{b3:g}_masks.npz"
+        if not masks_path.exists():
+            save_masks(masks_path, reprune_masks(None, b3, layers=layers)[0])
+        variant = f"repruned b3={b3:g}"
+        for layer, (_, runs) in layers.items():
+            rs.add(f"{case}/{layer}", variant, "density",
+                   float(runs[("knapsack", b3)].packed.layout.mask().mean()), "1")
+        phase_cfg = dataclasses.replace(cfg, prune_masks=str(masks_path))
+        meta, finished = run_phase(args, phase_cfg, work, f"repruned_b3_{b3:g}", budget)
+        if meta is None or not meta["history"]:
+            return
+        epochs = meta["history"][-1]["epoch"]
+        rs.add(case, variant, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
+               note="" if finished else f"partial: {epochs}/{cfg.epochs} epochs")
+        if not finished:
+            return
+
+
 def run_phase(args, cfg: TrainConfig, work: Path, phase: str, budget: TimeBudget):
     """Train ``phase`` into ``work/{phase}.npz`` within ``budget``: its metadata and whether
     it finished.  With ``--slim`` a finished phase's checkpoint is slimmed and its metadata
@@ -167,9 +194,13 @@ def main(argv=None) -> int:
     p.add_argument("--slim", action="store_true",
                    help="rewrite each finished phase's checkpoint as its weights alone "
                         "(compressed): small enough to carry a model's phases across machines")
-    p.add_argument("--stop-after", choices=PHASES, default=PHASES[-1],
+    p.add_argument("--retrain-sweep", action="store_true",
+                   help="after the four phases, re-prune at every other budget of --b3-sweep "
+                        "and retrain each (the paper's B3 sweep; 10 more epochs a budget)")
+    p.add_argument("--stop-after", choices=PHASES, default=None,
                    help="the last phase this call runs (a model's phases split over calls, "
-                        "each ending where its slim checkpoint can travel)")
+                        "each ending where its slim checkpoint can travel; the sweep of "
+                        "--retrain-sweep comes after 'repruned')")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="this experiment's CSVs from earlier calls: their rows of models not "
                         "run now are kept (models trained in separate calls, one table)")
@@ -215,10 +246,15 @@ def main(argv=None) -> int:
                    note=note or "paper: CIFAR-10")
             if not finished or phase == args.stop_after:
                 break
+        else:   # every phase finished: the other budgets of the sweep, retrained too
+            if args.retrain_sweep:
+                retrain_sweep(args, rs, case, cfgs["repruned"], work, layers, budget)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
+    columns = list(PHASES) + sorted({r["variant"] for r in rows if r["metric"] == "test_acc"
+                                     and r["variant"].startswith("repruned b3=")})
     write_markdown(paths["md"], "Sparse table 1 on Fashion-MNIST: full, pruned, re-pruned",
-                   env, [("Test accuracy (%)", pivot_markdown(rows, "test_acc", list(PHASES))),
+                   env, [("Test accuracy (%)", pivot_markdown(rows, "test_acc", columns)),
                          ("Re-pruning per layer", long_markdown(
                              [r for r in rows if "/" in r["case"] and r["variant"] in
                               ("pruned", "repruned") and r["metric"] != "test_acc"])),
@@ -226,7 +262,7 @@ def main(argv=None) -> int:
                           pivot_markdown(rows, "work_freed")),
                          ("Notes", __doc__.split("\n\n", 1)[1].replace("\n", " "))])
     plot_accuracy(rows, paths["png"])
-    print(pivot_markdown(rows, "test_acc", list(PHASES)))
+    print(pivot_markdown(rows, "test_acc", columns))
     return 0
 
 

@@ -620,6 +620,30 @@ def test_sparse_table1_stops_after_the_phase_asked_and_goes_on_later(tmp_path):
 
 
 @pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
+def test_sparse_table1_retrains_every_budget_of_the_sweep(tmp_path):
+    pytest.importorskip("mtkahypar")
+    from experiments import sparse_table1
+
+    args = ["--quick", "--models", "small_cnn", "--out", str(tmp_path), "--t2", "2",
+            "--b3-sweep", "0.3", "0.2", "0.1", "--retrain-sweep"]
+    assert sparse_table1.main(args) == 0
+    rows = results.read_csv(tmp_path / "sparse_table1.csv")
+    acc = {r["variant"]: r["value"] for r in rows if r["metric"] == "test_acc"}
+    assert set(acc) == {"full", "admm", "pruned", "repruned", "repruned b3=0.1",
+                        "repruned b3=0.3"}
+    assert all(10.0 < a <= 100.0 for a in acc.values())
+    work = tmp_path / "sparse_table1_work" / "small_cnn"
+    for b3 in ("0.1", "0.3"):
+        assert (work / f"repruned_b3_{b3}_masks.npz").exists()
+        assert any(r["variant"] == f"repruned b3={b3}" and r["metric"] == "density"
+                   for r in rows)
+    assert "repruned b3=0.3" in (tmp_path / "sparse_table1.md").read_text()
+    assert sparse_table1.main(args) == 0            # all finished: nothing trained again
+    again = results.read_csv(tmp_path / "sparse_table1.csv")
+    assert {r["variant"]: r["value"] for r in again if r["metric"] == "test_acc"} == acc
+
+
+@pytest.mark.skipif(not _have_fashion_mnist(), reason="Fashion-MNIST not installed")
 def test_sparse_table1_quick_runs_every_phase_and_resumes(tmp_path):
     pytest.importorskip("mtkahypar")
     from experiments import sparse_table1
@@ -735,16 +759,21 @@ def test_scc_table2_report_only_averages_the_merged_seeds_without_training(tmp_p
     mean = next(r for r in rows if r["metric"] == "test_acc")
     assert mean["value"] == pytest.approx(93.5) and "0: 94.00, 1: 93.00" in mean["note"]
     assert mean["device"] == "gpu 0 + gpu 1"      # where the runs were, not this machine
-    assert "| device | `gpu 0 + gpu 1` |" in (out / "scc_table2.md").read_text()
+    text = (out / "scc_table2.md").read_text()
+    assert "| device | `gpu 0 + gpu 1` |" in text and "padded to 32x32, 15 epochs" in text
     assert not (out / "scc_table2_work").exists() or not any((out / "scc_table2_work").iterdir())
 
 
-def test_scc_table2_report_only_without_merge_is_refused(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--merge", "x.csv", "--epochs", "15"],
+                                   ["--merge", "x.csv", "--models", "vgg16"]])
+def test_scc_table2_report_only_refuses_what_it_would_ignore(tmp_path, capsys, extra):
     from experiments import scc_table2
 
     with pytest.raises(SystemExit):
-        scc_table2.main(["--report-only", "--out", str(tmp_path)])
+        scc_table2.main(["--report-only", "--out", str(tmp_path), *extra])
     assert not (tmp_path / "scc_table2.csv").exists()
+    err = capsys.readouterr().err
+    assert ("needs the CSVs" in err) if not extra else (f"drop {extra[2]}" in err)
 
 
 def test_scc_accuracy_over_seeds_is_their_mean_with_each_in_the_note():

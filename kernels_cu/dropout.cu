@@ -6,8 +6,10 @@
 // host value.
 //
 // Element i of call `step` is kept when the top 24 bits of
-//     mix64(mix64(seed * GOLDEN + step) ^ (i * ODD))
+//     mix64(mix64(seed * GOLDEN + step) ^ ((offset + i) * ODD))
 // are >= keep_from (= round(p * 2^24), made by the op), and then scaled by 1 / (1 - p).
+// `offset` places the array in a larger one: a data-parallel rank's rows of a global batch
+// draw the elements the one-GPU run draws for those rows.
 // mix64 is SplitMix64's finaliser: every input bit moves every output bit, so consecutive
 // indices and consecutive steps give unrelated draws.  The op (tensorconv/ops/dropout.py)
 // checks the arguments and sizes the grid.
@@ -29,7 +31,7 @@ __global__ void dropout_fwd(const T* __restrict__ x, T* __restrict__ y,
                             unsigned char* __restrict__ mask,
                             const long long* __restrict__ step,   // (1,), read only here
                             unsigned long long seed, unsigned int keep_from, T scale,
-                            long long n)
+                            long long offset, long long n)
 {
     tc::wait_prior_grids();
     const unsigned long long key = dropout::mix64(seed * dropout::GOLDEN
@@ -37,7 +39,7 @@ __global__ void dropout_fwd(const T* __restrict__ x, T* __restrict__ y,
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         const unsigned int draw = (unsigned int)(
-            dropout::mix64(key ^ ((unsigned long long)i * dropout::ODD)) >> 40);
+            dropout::mix64(key ^ ((unsigned long long)(offset + i) * dropout::ODD)) >> 40);
         const bool keep = draw >= keep_from;
         mask[i] = keep;
         y[i] = keep ? x[i] * scale : T(0);
@@ -70,7 +72,7 @@ TC_I_DROPOUT_BWD(double) TC_I_DROPOUT_BWD(float)
 #undef TC_I_DROPOUT_BWD
 #define TC_I_DROPOUT_FWD(...) template __global__ void dropout_fwd<__VA_ARGS__>( \
     const __VA_ARGS__*, __VA_ARGS__*, unsigned char*, const long long*, unsigned long long, \
-    unsigned int, __VA_ARGS__, long long);
+    unsigned int, __VA_ARGS__, long long, long long);
 TC_I_DROPOUT_FWD(double) TC_I_DROPOUT_FWD(float)
 #undef TC_I_DROPOUT_FWD
 #endif

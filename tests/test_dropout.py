@@ -73,6 +73,8 @@ def test_the_op_advances_its_counter_and_scales_what_it_keeps(rng):
     (lambda x, s: op.dropout_forward(x, 0.5, -1, s), ValueError, "seed must be >= 0"),
     (lambda x, s: op.dropout_forward(x, 0.5, 2**64, s), ValueError, "seed must be below"),
     (lambda x, s: op.dropout_forward(x, 0.5, 1.5, s), TypeError, "seed must be an int"),
+    (lambda x, s: op.dropout_forward(x, 0.5, 0, s, offset=-1), ValueError,
+     "offset must be >= 0"),
     (lambda x, s: op.dropout_forward(x, 0.5, 0, np.zeros(2, np.int64)), ValueError,
      "step must have shape"),
     (lambda x, s: op.dropout_forward(x, 0.5, 0, np.zeros(1, np.int32)), TypeError,
@@ -90,6 +92,20 @@ def test_bad_arguments_are_named_and_the_counter_is_left_alone(rng, call, exc, m
     with pytest.raises(exc, match=match):
         call(x, step)
     assert step[0] == 0
+
+
+def test_ranks_of_a_data_parallel_run_draw_the_one_gpu_runs_masks(rng):
+    """Rank r of R takes rows r·n .. (r+1)·n of the global batch: with ``shard`` set its
+    dropout draws exactly those rows' masks of the whole batch."""
+    x = rng.standard_normal((12, 7))
+    whole = L.Dropout(0.4, seed=5)
+    ranks = [L.Dropout(0.4, seed=5) for _ in range(3)]
+    for r, m in enumerate(ranks):
+        m.shard = (r, 3)
+    for _ in range(2):                       # two steps: every counter moves alike
+        want = whole(_tensor(x)).data
+        got = np.concatenate([m(_tensor(x[4 * r:4 * r + 4])).data for r, m in enumerate(ranks)])
+        np.testing.assert_array_equal(got, want)
 
 
 def test_the_layer_keeps_its_counter_as_state_and_resumes_the_stream(rng):

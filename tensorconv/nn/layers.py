@@ -164,9 +164,13 @@ class Dropout(Module):
         seed = check_int(seed, "seed", minimum=0)
         self.p, self.seed = p, seed
         self.register_buffer("step", new_step(), optional=True)
+        # (rank, ranks) of a data-parallel run, whose ranks take the global batch's rows in
+        # order: rank r draws the masks of elements r·x.size on, the one-GPU run's masks
+        self.shard = (0, 1)
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.seed, self.step, training=self.training)
+        return F.dropout(x, self.p, self.seed, self.step, training=self.training,
+                         offset=self.shard[0] * x.size)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, seed={self.seed}"

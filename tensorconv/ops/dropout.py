@@ -40,7 +40,7 @@ def new_step(xp=np):
     return xp.zeros((1,), np.int64)
 
 
-def _checked(x, p, seed, step):
+def _checked(x, p, seed, step, offset=0):
     x = backend.as_array(x, "x")
     xp = backend.array_module(x)
     if np.dtype(x.dtype) not in _TYPES:
@@ -50,6 +50,7 @@ def _checked(x, p, seed, step):
     check_int(seed, "seed", minimum=0)
     if seed >= 1 << 64:
         raise ValueError(f"seed must be below 2^64, got {seed}")
+    check_int(offset, "offset", minimum=0)
     step = backend.as_array(step, "step")
     check_array(step, "step", ndim=1, dtype=np.int64, contiguous=True, xp=xp)
     if step.shape != (1,):
@@ -57,7 +58,7 @@ def _checked(x, p, seed, step):
     return x, xp, step
 
 
-def dropout_forward(x, p: float, seed: int, step, *, out=None):
+def dropout_forward(x, p: float, seed: int, step, *, offset: int = 0, out=None):
     """Zero each element of ``x`` with probability ``p`` and scale the rest by 1/(1-p),
     drawing call ``step[0]`` of the stream ``seed``; ``step`` is then advanced by one (on
     the device, after the draw).
@@ -69,6 +70,9 @@ def dropout_forward(x, p: float, seed: int, step, *, out=None):
     seed : int, 0 <= seed < 2^64
     step : array, (1,), int64, on x's device
         The call counter; advanced in place.
+    offset : int >= 0
+        Where ``x`` starts in a larger array whose masks it draws (a data-parallel rank's
+        rows of the global batch: ``rank · x.size``).
     out : array like ``x``, optional (GPU only)
 
     Returns
@@ -76,10 +80,10 @@ def dropout_forward(x, p: float, seed: int, step, *, out=None):
     y : array like ``x``
     mask : array, x's shape, uint8 (1 where kept): what :func:`dropout_backward` reads
     """
-    x, xp, step = _checked(x, p, seed, step)
+    x, xp, step = _checked(x, p, seed, step, offset)
     if xp is np:
         no_out_on_cpu(out=out)
-        y, keep = ref.dropout(x, seed, int(step[0]), p)
+        y, keep = ref.dropout(x, seed, int(step[0]), p, offset)
         step += 1
         return y, keep.astype(np.uint8)
     out = output_buffer(xp, out, x.shape, dtype=x.dtype)
@@ -87,7 +91,7 @@ def dropout_forward(x, p: float, seed: int, step, *, out=None):
     fwd, advance, _ = kernels(x.dtype)
     launch(fwd, (_blocks(x.size),), (THREADS,), (
         x, out, mask, step, np.uint64(seed), np.uint32(ref.keep_from(p)),
-        x.dtype.type(1.0 / (1.0 - p)), np.int64(x.size)))
+        x.dtype.type(1.0 / (1.0 - p)), np.int64(offset), np.int64(x.size)))
     launch(advance, (1,), (1,), (step,))
     return out, mask
 

@@ -22,8 +22,9 @@ def keep_from(p: float) -> int:
     return int(round(p * (1 << BITS)))
 
 
-def dropout_mask(seed: int, step: int, n: int, p: float) -> np.ndarray:
-    """Which of ``n`` elements call ``step`` of a dropout seeded ``seed`` keeps.
+def dropout_mask(seed: int, step: int, n: int, p: float, offset: int = 0) -> np.ndarray:
+    """Which of ``n`` elements (those from ``offset`` on of a larger array) call ``step`` of
+    a dropout seeded ``seed`` keeps.
 
     Returns
     -------
@@ -31,13 +32,14 @@ def dropout_mask(seed: int, step: int, n: int, p: float) -> np.ndarray:
     """
     with np.errstate(over="ignore"):
         key = _mix64(np.array([seed], np.uint64) * GOLDEN + np.uint64(step))
-        draws = _mix64(key ^ (np.arange(n, dtype=np.uint64) * ODD)) >> np.uint64(64 - BITS)
+        index = np.arange(offset, offset + n, dtype=np.uint64)
+        draws = _mix64(key ^ (index * ODD)) >> np.uint64(64 - BITS)
     return draws >= np.uint64(keep_from(p))
 
 
-def dropout(x, seed: int, step: int, p: float):
+def dropout(x, seed: int, step: int, p: float, offset: int = 0):
     """``x`` with the elements call ``step`` drops zeroed and the rest scaled by 1/(1-p);
     also the mask (x's shape, bool)."""
     x = np.asarray(x)
-    keep = dropout_mask(seed, step, x.size, p).reshape(x.shape)
+    keep = dropout_mask(seed, step, x.size, p, offset).reshape(x.shape)
     return np.where(keep, x * x.dtype.type(1.0 / (1.0 - p)), x.dtype.type(0)), keep

@@ -30,13 +30,14 @@ def test_kernels_match_the_reference_bit_for_bit(rng, trial):
         shape = (3, 640_001)          # more than one grid-stride sweep
     p = float(rng.choice([0.0, 0.1, 0.4, 0.5, 0.9]))
     seed, first = int(rng.integers(0, 2**63)), int(rng.integers(0, 1000))
+    offset = int(rng.choice([0, int(rng.integers(1, 2**40))]))
     x = rng.standard_normal(shape).astype(dtype)
     step = cp.asarray([first], cp.int64)
     out = cp.full(shape, cp.nan, dtype)
     for call in range(2):
         _poison_pool(cp, x.size)
-        y, mask = op.dropout_forward(cp.asarray(x), p, seed, step, out=out)
-        want, keep = ref.dropout(x, seed, first + call, p)
+        y, mask = op.dropout_forward(cp.asarray(x), p, seed, step, offset=offset, out=out)
+        want, keep = ref.dropout(x, seed, first + call, p, offset)
         assert y is out and int(step.get()[0]) == first + call + 1
         np.testing.assert_array_equal(mask.get(), keep.astype(np.uint8))
         np.testing.assert_array_equal(out.get(), want)

@@ -138,13 +138,20 @@ def retrain_sweep(args, rs: ResultSet, case: str, cfg: TrainConfig, work: Path, 
                    float(runs[("knapsack", b3)].packed.layout.mask().mean()), "1")
         phase_cfg = dataclasses.replace(cfg, prune_masks=str(masks_path))
         meta, finished = run_phase(args, phase_cfg, work, f"repruned_b3_{b3:g}", budget)
-        if meta is None or not meta["history"]:
+        if not add_accuracy(rs, case, variant, meta, finished, cfg.epochs) or not finished:
             return
-        epochs = meta["history"][-1]["epoch"]
-        rs.add(case, variant, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
-               note="" if finished else f"partial: {epochs}/{cfg.epochs} epochs")
-        if not finished:
-            return
+
+
+def add_accuracy(rs: ResultSet, case: str, variant: str, meta, finished: bool, epochs: int,
+                 paper_value=None, note: str = "") -> bool:
+    """A phase's last test accuracy as a row (a partial run says so in the note); False
+    when it has not finished an epoch yet."""
+    if meta is None or not meta["history"]:
+        return False
+    done = meta["history"][-1]["epoch"]
+    rs.add(case, variant, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
+           paper_value=paper_value, note=note if finished else f"partial: {done}/{epochs} epochs")
+    return True
 
 
 def run_phase(args, cfg: TrainConfig, work: Path, phase: str, budget: TimeBudget):
@@ -237,13 +244,9 @@ def main(argv=None) -> int:
                            note=f"{r.rows} block rows, {r.cols} block columns, {r.weights} "
                                 f"remainder weights removed")
             meta, finished = run_phase(args, cfgs[phase], work, phase, budget)
-            if meta is None or not meta["history"]:
+            if not add_accuracy(rs, case, phase, meta, finished, cfgs[phase].epochs,
+                                paper_acc, "paper: CIFAR-10"):
                 break
-            epochs = meta["history"][-1]["epoch"]
-            note = "" if finished else f"partial: {epochs}/{cfgs[phase].epochs} epochs"
-            rs.add(case, phase, "test_acc", 100 * meta["history"][-1]["test_acc"], "%",
-                   paper_value=paper_acc if phase != "admm" else None,
-                   note=note or "paper: CIFAR-10")
             if not finished or phase == args.stop_after:
                 break
         else:   # every phase finished: the other budgets of the sweep, retrained too

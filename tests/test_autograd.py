@@ -45,7 +45,8 @@ def test_shape_functions_gradcheck(rng):
 def test_activation_gradcheck(rng):
     x = Tensor(rng.standard_normal((3, 4)) + np.sign(rng.standard_normal((3, 4))) * 0.1, True)
     gradcheck(F.relu, [x])
-    gradcheck(lambda a: F.dropout(a, 0.4, np.random.default_rng(7)), [T(rng, 5, 6)])
+    # a fresh counter each evaluation: every call of the check draws the same mask
+    gradcheck(lambda a: F.dropout(a, 0.4, 7, np.zeros(1, np.int64)), [T(rng, 5, 6)])
 
 
 @pytest.mark.parametrize("kernel,stride,padding",

@@ -125,6 +125,16 @@ class Parallel:
             m.group = self.comm if self.size > 1 else None
         return len(layers)
 
+    def shard_dropout(self, model) -> int:
+        """Let every dropout layer of ``model`` draw this rank's rows' masks of the global
+        batch (those the one-GPU run draws for them); return how many there are."""
+        from tensorconv.nn.layers import Dropout
+
+        layers = [m for m in model.modules() if isinstance(m, Dropout)]
+        for m in layers:
+            m.shard = (self.rank, self.size)
+        return len(layers)
+
     def check_batch(self, batch_size: int) -> int:
         """Rows of the global batch this rank trains on."""
         if batch_size % self.size:

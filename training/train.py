@@ -383,6 +383,7 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     if parallel is not None:
         parallel.check_batch(cfg.batch_size)
         parallel.broadcast_model(model)
+        parallel.shard_dropout(model)
         if parallel.sync_bn:
             parallel.sync_batch_norm(model)
         reducer = parallel.reducer(model) if parallel.size > 1 else None

@@ -44,7 +44,6 @@ from tensorconv import graph as captured_graph
 from tensorconv.autograd import Tensor
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool
-from tensorconv.nn.layers import Dropout
 from tensorconv.ops.sgd import PointerTables
 from tensorconv.scratch import release_workspace
 
@@ -228,11 +227,6 @@ class CapturedStep:
 
     def _capture(self) -> None:
         xp, s, opt = self.xp, self._stream, self.optimizer
-        drawing = [type(m).__name__ for m in self.model.modules()
-                   if isinstance(m, Dropout) and m.p > 0 and m.training]
-        if drawing:
-            raise CaptureError("the training step could not be captured into a CUDA graph: "
-                               f"{drawing[0]} draws new random numbers every step")
         # One pool per graph, used by nothing else: a block the forward-backward graph
         # freed during its capture is scratch it rewrites on every replay, so no later
         # allocation (the update's pointer tables, say) may be given it.

@@ -9,6 +9,7 @@ import numpy as np
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool, check_int, check_real, pair, pool_args
 from tensorconv.nn.module import Module, Parameter
+from tensorconv.ops.dropout import new_step
 
 
 def _rng(rng):
@@ -152,19 +153,27 @@ class Identity(Module):
 
 
 class Dropout(Module):
-    """Dropout with its own generator, so a run is reproducible from ``seed``."""
+    """Dropout drawn from ``seed`` and a call counter, the buffer ``step``: a run is
+    reproducible from ``seed`` on either device, a checkpoint resumes its stream, and a
+    captured training step draws a new mask each replay (:mod:`tensorconv.ops.dropout`).
+    States saved before the counter existed load with it at 0."""
 
     def __init__(self, p: float = 0.5, seed: int = 0):
         super().__init__()
         p = check_real(p, "p", low=0.0, high=1.0, high_open=True)
         seed = check_int(seed, "seed", minimum=0)
         self.p, self.seed = p, seed
-        self.rng = None
+        self.register_buffer("step", new_step(), optional=True)
+        # (rank, ranks) of a data-parallel run, whose ranks take the global batch's rows in
+        # order: rank r draws the masks of elements r·x.size on, the one-GPU run's masks
+        self.shard = (0, 1)
 
     def forward(self, x):
-        if self.rng is None:
-            self.rng = x.xp.random.default_rng(self.seed)
-        return F.dropout(x, self.p, self.rng, training=self.training)
+        return F.dropout(x, self.p, self.seed, self.step, training=self.training,
+                         offset=self.shard[0] * x.size)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, seed={self.seed}"
 
 
 class Sequential(Module):

@@ -29,6 +29,7 @@ class Module:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_optional", set())   # buffers older states may lack
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name, value):
@@ -47,8 +48,14 @@ class Module:
             return buffers[name]
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
-    def register_buffer(self, name: str, array) -> None:
+    def register_buffer(self, name: str, array, *, optional: bool = False) -> None:
+        """Register ``array`` as state that is saved and moved but not trained.
+
+        ``optional``: a buffer added after states were saved without it (a dropout's step);
+        :meth:`load_state_dict` keeps this module's value where a state lacks it."""
         self._buffers[name] = array
+        if optional:
+            self._optional.add(name)
 
     # ---- traversal
     def named_modules(self, prefix: str = ""):
@@ -117,14 +124,18 @@ class Module:
         return sd
 
     def load_state_dict(self, state: dict) -> None:
-        """Copy ``state`` into this module; every key and shape must match exactly.
+        """Copy ``state`` into this module; every key and shape must match exactly (a buffer
+        registered ``optional`` may be missing: it keeps its value).
 
         Nothing is changed when any key is missing, unexpected or mis-shaped.
         """
         own = dict(self.named_parameters())
         own_buffers = dict(self.named_buffers())
         expected = set(own) | set(own_buffers)
-        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+        optional = {f"{prefix}{name}" for prefix, m in self.named_modules()
+                    for name in m._optional}
+        missing = sorted(expected - set(state) - optional)
+        unexpected = sorted(set(state) - expected)
         shapes = {**{k: p.shape for k, p in own.items()},
                   **{k: b.shape for k, b in own_buffers.items()}}
         wrong = [f"{k}: {tuple(np.shape(state[k]))} vs {tuple(shapes[k])}"
@@ -138,7 +149,8 @@ class Module:
             p.data = xp.asarray(state[k], dtype=p.dtype).copy()
         for prefix, m in self.named_modules():
             for name in list(m._buffers):
-                m._buffers[name] = xp.asarray(state[f"{prefix}{name}"]).copy()
+                if f"{prefix}{name}" in state:
+                    m._buffers[name] = xp.asarray(state[f"{prefix}{name}"]).copy()
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)

@@ -25,6 +25,7 @@ from tensorconv.ops import (
                             cp_conv,
                             depthwise_conv,
                             direct_conv,
+                            dropout,
                             igemm_tf32x3,
                             pointwise_conv,
                             pointwise_pair,
@@ -49,6 +50,7 @@ from tensorconv.ops.core_conv import core_conv2d
 from tensorconv.ops.cp_conv import cp_conv2d
 from tensorconv.ops.depthwise_conv import depthwise_conv2d
 from tensorconv.ops.direct_conv import conv2d, conv2d_backward_data, conv2d_backward_weight
+from tensorconv.ops.dropout import dropout_backward, dropout_forward
 from tensorconv.ops.pointwise_conv import conv1x1
 from tensorconv.ops.pointwise_pair import conv1x1_pair
 from tensorconv.ops.pool import pool2d
@@ -69,20 +71,21 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
-                                depthwise_conv, direct_conv, igemm_tf32x3, pointwise_conv,
-                                pointwise_pair, pool, scc_conv, sgd, sparse_blocks_tc, sparse_conv,
-                                tensorcore_conv, tucker_core_cluster, tucker_core_tdc,
-                                tucker_core_tf32x3, tucker_layer, tucker_tail, winograd_conv)}
+                                depthwise_conv, direct_conv, dropout, igemm_tf32x3,
+                                pointwise_conv, pointwise_pair, pool, scc_conv, sgd,
+                                sparse_blocks_tc, sparse_conv, tensorcore_conv,
+                                tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
+                                tucker_layer, tucker_tail, winograd_conv)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool", "core_conv",
-           "cp_conv", "depthwise_conv", "direct_conv", "igemm_tf32x3", "pointwise_conv",
+           "cp_conv", "depthwise_conv", "direct_conv", "dropout", "igemm_tf32x3", "pointwise_conv",
            "pointwise_pair", "pool", "scc_conv", "sgd", "sparse_blocks_tc", "sparse_conv",
            "tensorcore_conv", "tucker_core_cluster",
            "tucker_core_tdc", "tucker_core_tf32x3", "tucker_layer", "tucker_tail",
            "winograd_conv", "batch_norm_apply", "batch_norm_backward", "batch_norm_forward",
            "cluster_conv2d", "conv1x1", "conv1x1_pair", "conv2d", "conv2d_backward_data",
            "conv2d_backward_weight", "conv2d_maxpool", "core_conv2d", "cp_conv2d",
-           "depthwise_conv2d", "gap_linear",
+           "depthwise_conv2d", "dropout_backward", "dropout_forward", "gap_linear",
            "gather_augment", "pool2d", "scc_conv2d", "scc_conv2d_backward_data",
            "scc_conv2d_backward_weight", "sgd_multi_tensor", "sparse_conv2d", "tc_conv2d",
            "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d", "tucker_tail_conv2d",

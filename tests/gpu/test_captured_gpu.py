@@ -57,7 +57,7 @@ def _batches(rng, steps, batch, size):
 
 
 @pytest.mark.parametrize("model_name,batch,size", [("resnet20", 32, 16), ("small_cnn", 24, 28),
-                                                   ("vgg16", 8, 32)])
+                                                   ("vgg16", 8, 32), ("googlenet", 8, 32)])
 def test_captured_steps_equal_eager_steps_bit_for_bit(rng, model_name, batch, size):
     from tensorconv.nn.captured import CapturedStep
 

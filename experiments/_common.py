@@ -88,7 +88,23 @@ def preload(*modules: str) -> None:
             except Exception:  # noqa: BLE001 - reported where the experiment imports it
                 pass
 
-    threading.Thread(target=work, name="preload", daemon=True).start()
+    thread = threading.Thread(target=work, name="preload", daemon=True)
+    thread.start()
+    _PRELOADS.append(thread)
+
+
+_PRELOADS: list[threading.Thread] = []
+
+
+def finish_preloads() -> None:
+    """Wait for the imports :func:`preload` began.
+
+    An experiment that stops early (bad input, a failure) may return while its preload
+    thread still imports; a caller that goes on in the same process (a test session, a
+    notebook) waits here rather than run beside imports that add loggers and modules.
+    """
+    while _PRELOADS:
+        _PRELOADS.pop().join()
 
 
 def save_figure(fig, path: Path) -> None:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -55,6 +56,17 @@ def pytest_runtest_logreport(report):
         f.write(f"{report.outcome:7s} {report.duration:8.2f}s {report.when:8s} {report.nodeid}\n")
         if report.failed:
             f.write(str(report.longrepr)[-3000:] + "\n---\n")
+
+
+@pytest.fixture(autouse=True)
+def _no_import_left_running():
+    """An experiment that failed early may leave its preload thread importing PyTorch;
+    the next test's setup must not run beside it (pytest's logging setup walks the logger
+    table that the import grows)."""
+    yield
+    common = sys.modules.get("experiments._common")
+    if common is not None:
+        common.finish_preloads()
 
 
 @pytest.fixture

@@ -847,3 +847,24 @@ def test_bench_conv_grads_quick(tmp_path):
     assert {r["metric"] for r in rows} >= {"forward", "data_grad", "weight_grad",
                                            "forward_total", "weight_grad_ratio"}
     assert all(r["value"] > 0 for r in rows)
+
+
+def test_finish_preloads_waits_for_an_import_still_running(monkeypatch):
+    import threading
+    import time
+
+    from experiments import _common
+
+    started, done = threading.Event(), []
+
+    def slow_import(name):
+        started.set()
+        time.sleep(0.3)
+        done.append(name)
+
+    monkeypatch.setattr(_common.importlib, "import_module", slow_import)
+    _common.preload("some.module")
+    assert started.wait(5)
+    _common.finish_preloads()
+    assert done == ["some.module"]
+    assert not any(t.name == "preload" and t.is_alive() for t in threading.enumerate())

@@ -355,12 +355,16 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // ((p / plane) * rows + r) * plane + p % plane (NCHW for the convolution
 // outputs, row-major for the weight gradient).  Consecutive threads take
 // consecutive p, so the partial reads and the output writes coalesce.  With
-// SHARE_SPLITS or more splits (a weight gradient: few values, many shares) the
-// 8 warps of a 256-thread block share each of its 32 values' splits (warp w adds
-// w, w + 8, ... in order, then warp 0 the warps' sums in order), else one thread
-// adds all of a value's: a fixed order either way, so the same every run.
+// SHARE_SPLITS or more splits (a weight gradient: few values, many shares) a
+// 256-thread block takes SHARE_VALUES values and runs 32 streams of splits for
+// each (warp w's lanes 4·v + l add splits 4w + l, 4w + l + 32, ... of value v:
+// each warp load reads 32-byte runs of 4 split rows); the 4 lanes of a value
+// meet by shuffles, then warp 0 adds the warps' sums, each step in a fixed
+// order, so the same every run.  (32 values a block, a warp a stream, left each
+// stream a few hundred dependent loads long on the thin weight gradients.)
+// Fewer splits: one thread adds all of a value's, in order.
 namespace igemm {
-constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8;
+constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8, SHARE_LANES = 4, SHARE_VALUES = 32 / SHARE_LANES;
 }
 __global__ void conv2d_splitk_reduce(
     const float* __restrict__ partial,   // (splits, rows, P)
@@ -379,22 +383,26 @@ __global__ void conv2d_splitk_reduce(
         out[o] = relu ? fmaxf(v, 0.f) : v;
     };
     if (splits >= igemm::SHARE_SPLITS) {
-        constexpr int W = igemm::SHARE_WARPS;
-        __shared__ float sums[W][32];
+        constexpr int W = igemm::SHARE_WARPS, L = igemm::SHARE_LANES, V = igemm::SHARE_VALUES;
+        __shared__ float sums[W][V];
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        for (size_t e0 = blockIdx.x * (size_t)32; e0 < total; e0 += (size_t)gridDim.x * 32) {
-            const size_t e = e0 + lane;
+        const int vi = lane / L, sl = lane % L;
+        for (size_t e0 = blockIdx.x * (size_t)V; e0 < total; e0 += (size_t)gridDim.x * V) {
+            const size_t e = e0 + vi;
             float v = 0.f;
             if (e < total) {
 #pragma unroll 4
-                for (int s = warp; s < splits; s += W) v += partial[(size_t)s * total + e];
+                for (int s = warp * L + sl; s < splits; s += W * L) v += partial[(size_t)s * total + e];
             }
-            sums[warp][lane] = v;
-            __syncthreads();
-            if (warp == 0 && e < total) {
 #pragma unroll
-                for (int k = 1; k < W; ++k) v += sums[k][lane];
-                finish(e, v);
+            for (int o = L / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, L);
+            if (sl == 0) sums[warp][vi] = v;
+            __syncthreads();
+            if (warp == 0 && lane < V && e0 + lane < total) {
+                float t = sums[0][lane];
+#pragma unroll
+                for (int k = 1; k < W; ++k) t += sums[k][lane];
+                finish(e0 + lane, t);
             }
             __syncthreads();
         }

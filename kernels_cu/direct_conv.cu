@@ -355,16 +355,18 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // ((p / plane) * rows + r) * plane + p % plane (NCHW for the convolution
 // outputs, row-major for the weight gradient).  Consecutive threads take
 // consecutive p, so the partial reads and the output writes coalesce.  With
-// SHARE_SPLITS or more splits (a weight gradient: few values, many shares) a
-// 256-thread block takes SHARE_VALUES values and runs 32 streams of splits for
-// each (warp w's lanes 4·v + l add splits 4w + l, 4w + l + 32, ... of value v:
-// each warp load reads 32-byte runs of 4 split rows); the 4 lanes of a value
-// meet by shuffles, then warp 0 adds the warps' sums, each step in a fixed
-// order, so the same every run.  (32 values a block, a warp a stream, left each
-// stream a few hundred dependent loads long on the thin weight gradients.)
-// Fewer splits: one thread adds all of a value's, in order.
+// SHARE_SPLITS or more splits (a weight gradient: few values, many shares) the
+// 8 warps of a 256-thread block share each value's splits, L lanes of a warp a
+// value (32 / L values a block): warp w's lane L·v + l adds splits Lw + l,
+// Lw + l + 8L, ... of value v; the L lanes of a value meet by shuffles, then
+// warp 0 adds the warps' sums.  L is 4 from SHARE_LONG splits (the thin weight
+// gradients: 8 values a block, each warp load 32-byte runs of 4 split rows; one
+// lane a value left each stream hundreds of loads long), else 1 (32 values a
+// block: on maps of many values, fewer block iterations and barriers).  A fixed
+// order either way, so the same every run.  Fewer than SHARE_SPLITS: one thread
+// adds all of a value's splits, in order.
 namespace igemm {
-constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8, SHARE_LANES = 4, SHARE_VALUES = 32 / SHARE_LANES;
+constexpr int SHARE_SPLITS = 16, SHARE_LONG = 64, SHARE_WARPS = 8;
 }
 __global__ void conv2d_splitk_reduce(
     const float* __restrict__ partial,   // (splits, rows, P)
@@ -383,8 +385,9 @@ __global__ void conv2d_splitk_reduce(
         out[o] = relu ? fmaxf(v, 0.f) : v;
     };
     if (splits >= igemm::SHARE_SPLITS) {
-        constexpr int W = igemm::SHARE_WARPS, L = igemm::SHARE_LANES, V = igemm::SHARE_VALUES;
-        __shared__ float sums[W][V];
+        constexpr int W = igemm::SHARE_WARPS;
+        __shared__ float sums[W][32];
+        const int L = splits >= igemm::SHARE_LONG ? 4 : 1, V = 32 / L;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         const int vi = lane / L, sl = lane % L;
         for (size_t e0 = blockIdx.x * (size_t)V; e0 < total; e0 += (size_t)gridDim.x * V) {
@@ -394,7 +397,6 @@ __global__ void conv2d_splitk_reduce(
 #pragma unroll 4
                 for (int s = warp * L + sl; s < splits; s += W * L) v += partial[(size_t)s * total + e];
             }
-#pragma unroll
             for (int o = L / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, L);
             if (sl == 0) sums[warp][vi] = v;
             __syncthreads();

@@ -24,7 +24,7 @@ from tensorconv.ops._launch import cdiv
 MODES = (0, 1, 2)
 MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
 REDUCE_FILE, REDUCE_NAME = "direct_conv.cu", "conv2d_splitk_reduce"
-SHARE_VALUES = 8   # igemm::SHARE_VALUES: values a block of the shared reduction sums
+SHARE_LONG = 64    # igemm::SHARE_LONG: from this many splits four lanes share each value
 SHARE_SPLITS = 16  # igemm::SHARE_SPLITS: from this many splits a block's warps share each value's
 MAX_SPLITS = 256   # a thin weight gradient (a 3-channel stem: 27 columns) fills the GPU so
 
@@ -78,10 +78,11 @@ def reduce_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, sm_cou
 
 
 def reduce_blocks(total: int, splits: int, sm_count: int) -> int:
-    """256-thread blocks of the split reduction over ``total`` values: :data:`SHARE_VALUES`
-    values a block where its threads share the splits (:data:`SHARE_SPLITS` or more), else
-    256."""
-    return min(cdiv(total, SHARE_VALUES if splits >= SHARE_SPLITS else 256), 8 * sm_count)
+    """256-thread blocks of the split reduction over ``total`` values: where its threads
+    share the splits (:data:`SHARE_SPLITS` or more), 32 values a block, 8 from
+    :data:`SHARE_LONG` splits (four lanes a value); else 256."""
+    per = 256 if splits < SHARE_SPLITS else 8 if splits >= SHARE_LONG else 32
+    return min(cdiv(total, per), 8 * sm_count)
 
 
 def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:

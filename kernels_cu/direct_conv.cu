@@ -359,14 +359,15 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // 8 warps of a 256-thread block share each value's splits, L lanes of a warp a
 // value (32 / L values a block): warp w's lane L·v + l adds splits Lw + l,
 // Lw + l + 8L, ... of value v; the L lanes of a value meet by shuffles, then
-// warp 0 adds the warps' sums.  L is 4 from SHARE_LONG splits (the thin weight
-// gradients: 8 values a block, each warp load 32-byte runs of 4 split rows; one
-// lane a value left each stream hundreds of loads long), else 1 (32 values a
-// block: on maps of many values, fewer block iterations and barriers).  A fixed
-// order either way, so the same every run.  Fewer than SHARE_SPLITS: one thread
-// adds all of a value's splits, in order.
+// warp 0 adds the warps' sums.  L is 4 where the launch has more blocks than
+// 32-value blocks would need (reduce_blocks in tensorconv/ops/_igemm.py does so
+// for the thin weight gradients, long streams over few values: 8 values a block,
+// each warp load 32-byte runs of 4 split rows), else 1 (32 values a block: on
+// many values, fewer block iterations and barriers).  A fixed order for a given
+// launch, so the same every run.  Fewer than SHARE_SPLITS: one thread adds all
+// of a value's splits, in order.
 namespace igemm {
-constexpr int SHARE_SPLITS = 16, SHARE_LONG = 64, SHARE_WARPS = 8;
+constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8;
 }
 __global__ void conv2d_splitk_reduce(
     const float* __restrict__ partial,   // (splits, rows, P)
@@ -387,7 +388,7 @@ __global__ void conv2d_splitk_reduce(
     if (splits >= igemm::SHARE_SPLITS) {
         constexpr int W = igemm::SHARE_WARPS;
         __shared__ float sums[W][32];
-        const int L = splits >= igemm::SHARE_LONG ? 4 : 1, V = 32 / L;
+        const int L = gridDim.x > (total + 31) / 32 ? 4 : 1, V = 32 / L;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         const int vi = lane / L, sl = lane % L;
         for (size_t e0 = blockIdx.x * (size_t)V; e0 < total; e0 += (size_t)gridDim.x * V) {

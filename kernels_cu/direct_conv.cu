@@ -356,9 +356,16 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // outputs, row-major for the weight gradient).  Consecutive threads take
 // consecutive p, so the partial reads and the output writes coalesce.  With
 // SHARE_SPLITS or more splits (a weight gradient: few values, many shares) the
-// 8 warps of a 256-thread block share each of its 32 values' splits (warp w adds
-// w, w + 8, ... in order, then warp 0 the warps' sums in order), else one thread
-// adds all of a value's: a fixed order either way, so the same every run.
+// 8 warps of a 256-thread block share each value's splits, L lanes of a warp a
+// value (32 / L values a block): warp w's lane L·v + l adds splits Lw + l,
+// Lw + l + 8L, ... of value v; the L lanes of a value meet by shuffles, then
+// warp 0 adds the warps' sums.  L is 4 where the launch has more blocks than
+// 32-value blocks would need (reduce_blocks in tensorconv/ops/_igemm.py does so
+// for the thin weight gradients, long streams over few values: 8 values a block,
+// each warp load 32-byte runs of 4 split rows), else 1 (32 values a block: on
+// many values, fewer block iterations and barriers).  A fixed order for a given
+// launch, so the same every run.  Fewer than SHARE_SPLITS: one thread adds all
+// of a value's splits, in order.
 namespace igemm {
 constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8;
 }
@@ -381,20 +388,24 @@ __global__ void conv2d_splitk_reduce(
     if (splits >= igemm::SHARE_SPLITS) {
         constexpr int W = igemm::SHARE_WARPS;
         __shared__ float sums[W][32];
+        const int L = gridDim.x > (total + 31) / 32 ? 4 : 1, V = 32 / L;
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        for (size_t e0 = blockIdx.x * (size_t)32; e0 < total; e0 += (size_t)gridDim.x * 32) {
-            const size_t e = e0 + lane;
+        const int vi = lane / L, sl = lane % L;
+        for (size_t e0 = blockIdx.x * (size_t)V; e0 < total; e0 += (size_t)gridDim.x * V) {
+            const size_t e = e0 + vi;
             float v = 0.f;
             if (e < total) {
 #pragma unroll 4
-                for (int s = warp; s < splits; s += W) v += partial[(size_t)s * total + e];
+                for (int s = warp * L + sl; s < splits; s += W * L) v += partial[(size_t)s * total + e];
             }
-            sums[warp][lane] = v;
+            for (int o = L / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o, L);
+            if (sl == 0) sums[warp][vi] = v;
             __syncthreads();
-            if (warp == 0 && e < total) {
+            if (warp == 0 && lane < V && e0 + lane < total) {
+                float t = sums[0][lane];
 #pragma unroll
-                for (int k = 1; k < W; ++k) v += sums[k][lane];
-                finish(e, v);
+                for (int k = 1; k < W; ++k) t += sums[k][lane];
+                finish(e0 + lane, t);
             }
             __syncthreads();
         }

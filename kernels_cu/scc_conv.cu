@@ -53,21 +53,32 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
-// Writes a thread's TN consecutive pixels q, q+1, ... of channel `row` of a (N, C, P) map,
-// value(j, at) the j-th: as vectors where P and the pointer allow (q is a multiple of TN,
-// so a vector's pixels then lie in one image), else one by one.  Consecutive pixels a
-// thread make scalar stores 16-byte strided across a warp: a vector store keeps them whole.
+// Offsets of a thread's TN consecutive pixels q, q+1, ... in channel 0 of a (N, C, P) map,
+// -1 past the last pixel: one division, then carries (an epilogue's rows share them).
+template <int TN>
+__device__ __forceinline__ void pixel_bases(long long (&b)[TN], int q, int Q, int C, int P) {
+    int n = q / P, p = q - n * P;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+        b[j] = q + j < Q ? (long long)n * C * P + p : -1;
+        if (++p == P) p = 0, ++n;
+    }
+}
+// Writes a thread's TN consecutive pixels (bases b from pixel_bases) of channel `row` of a
+// (N, C, P) map, value(j, at) the j-th: as vectors where P and the pointer allow (q is a
+// multiple of TN, so a vector's pixels then lie in one image), else one by one.
+// Consecutive pixels a thread make scalar stores 16-byte strided across a warp: a vector
+// store keeps them whole.
 template <int TN, typename F>
-__device__ __forceinline__ void store_pixels(float* out, int q, int Q, int C, int P, int row,
+__device__ __forceinline__ void store_pixels(float* out, const long long (&b)[TN], int P, int row,
                                              F value) {
     constexpr int V = TN % 4 == 0 ? 4 : TN;
     const bool vec = P % V == 0 && reinterpret_cast<unsigned long long>(out) % (4 * V) == 0;
 #pragma unroll
     for (int j = 0; j < TN; j += V) {
         if (vec) {
-            const long long base = pixel_base(q + j, Q, C, P);
-            if (base < 0) continue;
-            const size_t at = base + (size_t)row * P;
+            if (b[j] < 0) continue;
+            const size_t at = b[j] + (size_t)row * P;
             if constexpr (V == 4) {
                 *reinterpret_cast<float4*>(out + at) = make_float4(
                     value(j, at), value(j + 1, at + 1), value(j + 2, at + 2), value(j + 3, at + 3));
@@ -78,14 +89,63 @@ __device__ __forceinline__ void store_pixels(float* out, int q, int Q, int C, in
         } else {
 #pragma unroll
             for (int t = 0; t < V; ++t) {
-                const long long base = pixel_base(q + j + t, Q, C, P);
-                if (base < 0) continue;
-                const size_t at = base + (size_t)row * P;
+                if (b[j + t] < 0) continue;
+                const size_t at = b[j + t] + (size_t)row * P;
                 out[at] = value(j + t, at);
             }
         }
     }
 }
+// Staging of a (N, C, P) map's pixels q0 .. q0 + BN - 1 into RC shared rows by a block of T
+// threads: rows from a caller's channel function.  Where P and the pointer allow, a thread
+// moves 4 consecutive pixels as one 16-byte load and store (a quarter of the scalar form's
+// address arithmetic, the instructions that bound the large-map kernels), else one pixel.
+template <int T, int BN>
+struct PixelStage {
+    static constexpr int XL = RC * BN / T, NV = BN / 4;
+    static_assert(BN % 4 == 0 && T % BN == 0 && T % NV == 0 && XL % 4 == 0, "staging shapes");
+    bool vec;
+    int col, row, step;     // this thread's first pixel column, first row and row step
+    long long base;         // its pixel's offset in channel 0, -1 past the map
+    float reg[XL];
+    __device__ __forceinline__ PixelStage(const float* src, int tid, int q0, int Q, int C, int P) {
+        vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+        col = vec ? 4 * (tid % NV) : tid % BN;
+        row = vec ? tid / NV : tid / BN;
+        step = vec ? T / NV : T / BN;
+        base = pixel_base(q0 + col, Q, C, P);
+    }
+    // reg <- rows r0 + row + l·step; chan(r) is row r's channel, or -1 for zeros.
+    template <typename Chan>
+    __device__ __forceinline__ void load(const float* src, int r0, int P, Chan chan) {
+        if (vec) {
+#pragma unroll
+            for (int l = 0; l < XL / 4; ++l) {
+                const int c = base >= 0 ? chan(r0 + row + l * step) : -1;
+                float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (c >= 0) t = *reinterpret_cast<const float4*>(src + base + (size_t)c * P);
+                reg[4 * l] = t.x, reg[4 * l + 1] = t.y, reg[4 * l + 2] = t.z, reg[4 * l + 3] = t.w;
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < XL; ++l) {
+                const int c = base >= 0 ? chan(r0 + row + l * step) : -1;
+                reg[l] = c >= 0 ? src[base + (size_t)c * P] : 0.f;
+            }
+        }
+    }
+    __device__ __forceinline__ void store(float (*s)[BN]) const {
+        if (vec) {
+#pragma unroll
+            for (int l = 0; l < XL / 4; ++l)
+                *reinterpret_cast<float4*>(&s[row + l * step][col]) =
+                    make_float4(reg[4 * l], reg[4 * l + 1], reg[4 * l + 2], reg[4 * l + 3]);
+        } else {
+#pragma unroll
+            for (int l = 0; l < XL; ++l) s[row + l * step][col] = reg[l];
+        }
+    }
+};
 // A thread's (ty, tx) in a TY x TX block: each warp a (32 / WX) x WX patch of WX = 8
 // columns, so its chunk_product reads 4 threads' rows and 8 threads' columns (two shared
 // wavefronts a chunk row); a warp along one row of 32 threads reads four and was bound
@@ -130,10 +190,13 @@ __device__ __forceinline__ void chunk_product(float (&acc)[4][TN], const float (
             for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
+// Blocks an SM must hold of a 256-thread pixel-tile kernel: four where a thread keeps 4 x 4
+// sums (64 registers: ptxas otherwise takes a few more and three fit), two for 4 x 8.
+constexpr int min_blocks(int TN) { return TN == 4 ? 4 : 2; }
 }  // namespace scc
 
 template <int TY, int TX, int TN>
-__global__ void __launch_bounds__(TY * TX) scc_fwd(
+__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_fwd(
     const float* __restrict__ x,        // (N, Cin, P)
     const float* __restrict__ w,        // (Cout, U)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start
@@ -144,7 +207,7 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, XL = RC * BN / T;
+    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T;
     static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN];
@@ -165,22 +228,18 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
         wk[l] = si < Cout ? order[si] : -1;
         wb[l] = si < Cout ? starts[si] - lo : 0;
     }
-    // Inputs stage along pixels: this thread's pixel and its XL band rows.
-    const int xq = tid % BN, xr = tid / BN;
-    const long long xbase = pixel_base(q0 + xq, Q, Cin, P);
+    // Inputs stage along pixels, band row v being channel (lo + v) mod Cin.
+    PixelStage<T, BN> xst(x, tid, q0, Q, Cin, P);
+    const auto band = [&](int v) { return v < span ? wrap(lo + v, Cin) : -1; };
 
-    float wreg[WL], xreg[XL];
+    float wreg[WL];
     auto load = [&](int v0) {
 #pragma unroll
         for (int l = 0; l < WL; ++l) {
             const int u = v0 + wr - wb[l];
             wreg[l] = wk[l] >= 0 && u >= 0 && u < U ? w[(size_t)wk[l] * U + u] : 0.f;
         }
-#pragma unroll
-        for (int l = 0; l < XL; ++l) {
-            const int v = v0 + xr + l * (T / BN);
-            xreg[l] = xbase >= 0 && v < span ? x[xbase + (size_t)wrap(lo + v, Cin) * P] : 0.f;
-        }
+        xst.load(x, v0, P, band);
     };
 
     float acc[4][TN] = {};
@@ -189,19 +248,20 @@ __global__ void __launch_bounds__(TY * TX) scc_fwd(
     for (int v0 = 0; v0 < span; v0 += RC) {
 #pragma unroll
         for (int l = 0; l < WL; ++l) ws[wr][tid / RC + l * (T / RC)] = wreg[l];
-#pragma unroll
-        for (int l = 0; l < XL; ++l) xs[xr + l * (T / BN)][xq] = xreg[l];
+        xst.store(xs);
         __syncthreads();
         if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
         chunk_product<TY, TX, TN>(acc, ws, xs, tx, ty);
         __syncthreads();
     }
+    long long ob[TN];
+    pixel_bases<TN>(ob, q0 + TN * tx, Q, Cout, P);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int si = i0 + 4 * ty + i;
         if (si >= Cout) continue;
         const int k = order[si];
-        store_pixels<TN>(y, q0 + TN * tx, Q, Cout, P, k, [&](int j, size_t at) {
+        store_pixels<TN>(y, ob, P, k, [&](int j, size_t at) {
             return tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
         });
     }
@@ -241,7 +301,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd_cyclic(
 }
 
 template <int TY, int TX, int TN>
-__global__ void __launch_bounds__(TY * TX) scc_bwd_data(
+__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_bwd_data(
     const float* __restrict__ gy,        // (N, Cout, P)
     const float* __restrict__ w,         // (Cout, U)
     const int* __restrict__ begin_k,     // (Cout,) window start of each filter
@@ -252,7 +312,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T, GL = RC * BN / T;
+    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T;
     static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM];
     __shared__ __align__(16) float gs[RC][BN];
@@ -269,10 +329,11 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     // weights: coalesced): this thread's channel and its WL list rows.
     const int wm = tid % BM, wr = tid / BM;
     const int wc = c0 + wm;
-    const int gq = tid % BN, gr = tid / BN;
-    const long long gbase = pixel_base(q0 + gq, Q, Cout, P);
+    // Output gradients stage along pixels, list row e being filter tile_k[e].
+    PixelStage<T, BN> gst(gy, tid, q0, Q, Cout, P);
+    const auto listed = [&](int e) { return e < e_end ? tile_k[e] : -1; };
 
-    float wreg[WL], greg[GL];
+    float wreg[WL];
     auto load = [&](int e0) {
 #pragma unroll
         for (int l = 0; l < WL; ++l) {
@@ -286,11 +347,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
             }
             wreg[l] = v;
         }
-#pragma unroll
-        for (int l = 0; l < GL; ++l) {
-            const int e = e0 + gr + l * (T / BN);
-            greg[l] = gbase >= 0 && e < e_end ? gy[gbase + (size_t)tile_k[e] * P] : 0.f;
-        }
+        gst.load(gy, e0, P, listed);
     };
 
     float acc[4][TN] = {};
@@ -299,17 +356,18 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_data(
     for (int e0 = e_begin; e0 < e_end; e0 += RC) {
 #pragma unroll
         for (int l = 0; l < WL; ++l) ws[wr + l * (T / BM)][wm] = wreg[l];
-#pragma unroll
-        for (int l = 0; l < GL; ++l) gs[gr + l * (T / BN)][gq] = greg[l];
+        gst.store(gs);
         __syncthreads();
         if (e0 + RC < e_end) load(e0 + RC);
         chunk_product<TY, TX, TN>(acc, ws, gs, tx, ty);
         __syncthreads();
     }
+    long long ob[TN];
+    pixel_bases<TN>(ob, q0 + TN * tx, Q, Cin, P);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int c = c0 + 4 * ty + i;
-        if (c < Cin) store_pixels<TN>(gx, q0 + TN * tx, Q, Cin, P, c, [&](int j, size_t) { return acc[i][j]; });
+        if (c < Cin) store_pixels<TN>(gx, ob, P, c, [&](int j, size_t) { return acc[i][j]; });
     }
 }
 

@@ -24,6 +24,7 @@ from tensorconv.ops._launch import cdiv
 MODES = (0, 1, 2)
 MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
 REDUCE_FILE, REDUCE_NAME = "direct_conv.cu", "conv2d_splitk_reduce"
+SHARE_LONG = 64    # from this many splits over few values, four lanes share each value
 SHARE_SPLITS = 16  # igemm::SHARE_SPLITS: from this many splits a block's warps share each value's
 MAX_SPLITS = 256   # a thin weight gradient (a 3-channel stem: 27 columns) fills the GPU so
 
@@ -77,9 +78,16 @@ def reduce_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, sm_cou
 
 
 def reduce_blocks(total: int, splits: int, sm_count: int) -> int:
-    """256-thread blocks of the split reduction over ``total`` values: 32 values a block
-    where its warps share the splits (:data:`SHARE_SPLITS` or more), else 256."""
-    return min(cdiv(total, 32 if splits >= SHARE_SPLITS else 256), 8 * sm_count)
+    """256-thread blocks of the split reduction over ``total`` values: one value a thread
+    below :data:`SHARE_SPLITS` splits; else a block's warps share each value's splits, 32
+    values a block, or 8 (four lanes a value: more blocks than 32-value blocks would need
+    tell the kernel so) where 32-value blocks would not give each SM two and the splits
+    are :data:`SHARE_LONG` or more (a thin weight gradient's long streams)."""
+    if splits < SHARE_SPLITS:
+        return min(cdiv(total, 256), 8 * sm_count)
+    if splits >= SHARE_LONG and cdiv(total, 32) < 2 * sm_count:
+        return cdiv(total, 8)
+    return min(cdiv(total, 32), 8 * sm_count)
 
 
 def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:

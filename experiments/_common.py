@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import threading
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 from tensorconv import bench, files
 from tensorconv.autograd import Tensor, no_grad
 from tensorconv.cli import OneLineParser
-from tensorconv.results import ResultsOverwriteError, check_replace, results_dir
+from tensorconv.results import ResultsOverwriteError, check_replace, read_csv, results_dir
 
 
 class ExperimentParser(OneLineParser):
@@ -218,3 +219,51 @@ def cudnn_baseline():
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
     return torch, to_torch
+
+
+def merged_rows(paths: list, cases_now: set) -> list:
+    """Rows of earlier calls' CSVs (``--merge``, oldest first) whose case is not made again
+    now: a row's case is ``cases_now``'s member it starts with (``"resnet18-8x/layer"``,
+    ``"resnet18-8x pruned"`` belong to ``"resnet18-8x"``)."""
+    def made_now(case: str) -> bool:
+        return case.split("/")[0].split(" ")[0] in cases_now
+    return [r for path in paths for r in read_csv(path) if not made_now(r["case"])]
+
+
+def merged_environment(env: dict, paths: list, rows: list) -> dict:
+    """``env`` for a report built from ``--merge`` CSVs alone: the devices the rows were
+    measured on (not this machine, kept as ``report_made_on``) and the commit each merged
+    file's markdown names."""
+    def commit_of(csv: Path) -> str:
+        md = Path(csv).with_suffix(".md")
+        found = re.search(r"^\| commit \| `([^`]*)` \|$", md.read_text(), re.MULTILINE) \
+            if md.exists() else None
+        return found[1] if found else "unknown"
+    # this machine's versions say nothing of where the numbers were measured: each merged
+    # file's markdown (at its commit) has those
+    made = {k: env[k] for k in ("tensorconv", "commit", "command", "date") if k in env}
+    return {**made, "report_made_on": env.get("device", ""),
+            "device": " + ".join(sorted({r["device"] for r in rows})),
+            "merged": "; ".join(f"{p} at {commit_of(p)}" for p in paths)}
+
+
+def merge_arguments(p, *, keeps: str, nothing: str) -> None:
+    """``--merge`` (earlier calls' CSVs, oldest first; ``keeps`` says which of their rows
+    stay) and ``--report-only`` (``nothing``: the work it skips, e.g. "train nothing")."""
+    p.add_argument("--merge", type=Path, nargs="+", default=[],
+                   help=f"this experiment's CSVs from earlier calls (oldest first): {keeps}")
+    p.add_argument("--report-only", action="store_true",
+                   help=f"{nothing}: rebuild the CSV, tables and plot from the --merge CSVs "
+                        f"alone (calls made on other machines)")
+
+
+def check_report_only(p, args, given: list, does: str) -> None:
+    """Refuse ``--report-only`` without ``--merge``, or with the options in ``given`` (flags
+    the user set that a report would ignore; ``does``: what it does instead, e.g. "trains
+    nothing"), before anything is made."""
+    if not args.report_only:
+        return
+    if not args.merge:
+        p.error("--report-only needs the CSVs to report in --merge")
+    if given:
+        p.error(f"--report-only {does}: drop {', '.join(given)}")

@@ -17,7 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
+from experiments._common import (
+    check_report_only,
+    merge_arguments,
+    merged_environment,
+    outputs,
+    parser,
+    plot_accuracy,
+    training_args,
+    work_dir,
+)
 from tensorconv import bench
 from tensorconv.cli import guarded
 from tensorconv.compress.separable import separable
@@ -142,25 +151,17 @@ def merge_earlier(rs: ResultSet, paths: list, runs: list) -> None:
 
 
 def merge_arg(p) -> None:
-    p.add_argument("--merge", type=Path, nargs="+", default=[],
-                   help="this experiment's CSVs from earlier calls (oldest first): their rows "
-                        "of runs not made now are kept and their seeds join the means (a long "
-                        "study split over calls)")
-    p.add_argument("--report-only", action="store_true",
-                   help="train nothing: rebuild the CSV, tables and plot from the --merge CSVs "
-                        "(runs made on other machines, e.g. one seed a GPU)")
+    merge_arguments(p, keeps="their rows of runs not made now are kept and their seeds join "
+                             "the means (a long study split over calls)",
+                    nothing="train nothing")
 
 
 def check_merge(p, args, defaults: dict) -> None:
     """Refuse ``--report-only`` without ``--merge``, or with a choice of what to train (it
     trains nothing: such an option would be ignored), before anything is made; else give
     the training options left unset their ``defaults``."""
-    if args.report_only:
-        if not args.merge:
-            p.error("--report-only needs the CSVs to report in --merge")
-        given = [f"--{k}" for k in defaults if getattr(args, k) is not None]
-        if given:
-            p.error(f"--report-only trains nothing: drop {', '.join(given)}")
+    check_report_only(p, args, [f"--{k}" for k in defaults if getattr(args, k) is not None],
+                      "trains nothing")
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -172,8 +173,7 @@ def runs_or_report(args, runs: list, rs: ResultSet, work, paper: dict) -> None:
     if args.report_only:
         merge_earlier(rs, args.merge, [])
         # the numbers were measured where the merged runs trained, not on this machine
-        rs.env["report_made_on"] = rs.env["device"]
-        rs.env["device"] = " + ".join(sorted({r["device"] for r in rs.rows}))
+        rs.env = merged_environment(rs.env, args.merge, rs.rows)
         _latest_per_seed(rs)
         add_accuracy(rs, paper)
         return
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     env = bench.environment()
     rs = ResultSet(NAME, env)
     runs_or_report(args, variants, rs, work, PAPER)
-    report(args, rs, env, "DSXplore table II on Fashion-MNIST: original, DW+PW and "
+    report(args, rs, rs.env, "DSXplore table II on Fashion-MNIST: original, DW+PW and "
            "DW+SCC-cg2-co50", paths)
     return 0
 

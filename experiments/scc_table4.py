@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     rs = ResultSet(NAME, env)
     runs = variants(args)
     runs_or_report(args, runs, rs, work, PAPER)
-    report(args, rs, env, "DSXplore table IV on Fashion-MNIST: MobileNet's pointwise stages",
+    report(args, rs, rs.env, "DSXplore table IV on Fashion-MNIST: MobileNet's pointwise stages",
            paths)
     return 0
 

@@ -30,8 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from experiments._common import (
+    check_report_only,
     cudnn_baseline,
     grouped_bars,
+    merge_arguments,
+    merged_environment,
+    merged_rows,
     outputs,
     parser,
     preload,
@@ -64,7 +68,7 @@ PAPER = "P100, batch 32: 1.75-4.03x over cuDNN, 1.39-3.52x over TVM (Fig. 13)"
 
 def _args(argv):
     p = parser(NAME, __doc__)
-    p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=list(CIFAR),
+    p.add_argument("--models", nargs="+", choices=sorted(RATIOS), default=None,
                    help="the CIFAR-style models (default) and the paper's ImageNet ones "
                         "(resnet18_imagenet 4x, resnet50 8x, at 224x224)")
     p.add_argument("--masks", nargs="+", default=[], metavar="MODEL[:LABEL]=PATH",
@@ -75,7 +79,14 @@ def _args(argv):
     p.add_argument("--no-tune", dest="tune", action="store_false",
                    help="run each layer's first layout untimed (default: time and keep the "
                         "fastest)")
+    merge_arguments(p, keeps="their rows of models not timed now are kept (one table of "
+                             "models timed in separate calls)", nothing="time nothing")
     args = p.parse_args(argv)
+    check_report_only(p, args, [flag for flag, v in (("--models", args.models),
+                                                     ("--masks", args.masks)) if v],
+                      "times nothing")
+    if args.models is None:
+        args.models = list(CIFAR)
     masks: dict = {}
     for item in args.masks:
         key, sep, path = item.partition("=")
@@ -109,14 +120,19 @@ def pruned_copy(name: str, ratio: float, masks_path):
 
 def main(argv=None) -> int:
     args = _args(argv)
+    batch = 2 if args.quick else args.batch
+    if args.report_only:
+        rs = ResultSet(NAME, bench.environment())
+        rs.extend(merged_rows(args.merge, set()))
+        rs.env = merged_environment(rs.env, args.merge, rs.rows)
+        return write_report(args, rs, batch)
     cp = backend.require_cuda(NAME)
     preload("torch")
     torch, to_torch = cudnn_baseline()
     env = bench.environment(with_torch=torch is not None)
     rs = ResultSet(NAME, env)
+    rs.extend(merged_rows(args.merge, {f"{m}-{RATIOS[m]:g}x" for m in args.models}))
     reps = dict(repeat=10 if args.quick else 50)
-    batch = 2 if args.quick else args.batch
-    sources = []
     from tqdm import tqdm
 
     for name in tqdm(args.models, desc="timing pruned models end to end", unit="model"):
@@ -130,7 +146,6 @@ def main(argv=None) -> int:
             case = f"{name}-{ratio:g}x" + (f" {label}" if label else "")
             cases.append(case)
             pruned, source = pruned_copy(name, ratio, path)
-            sources.append(f"{case}: {source}")
             report = sparsify(pruned, t2=args.t2[:2] if args.quick else args.t2)
             pruned.to("gpu").eval()
             engine = InferenceEngine(pruned, shape, tune=args.tune)
@@ -139,7 +154,7 @@ def main(argv=None) -> int:
                        rel_norm(engine(x), pruned(Tensor(x)).data, cp), "1")
             sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
             rs.add(case, "ours-sparse", "sparse_layers", sparse, "count",
-                   note=f"of {len(report)} pruned convolutions")
+                   note=f"of {len(report)} pruned convolutions; {source}")
             rs.add(case, "ours-sparse", "batch_us", engine.time(**reps).median_us, "us",
                    note=f"one CUDA graph of {engine.launches} launches; {sparse} of "
                         f"{len(report)} pruned layers on the sparse kernels")
@@ -178,16 +193,24 @@ def main(argv=None) -> int:
                 rs.add(case, f"{base}/ours-sparse", "speedup",
                        lat[(case, base)] / lat[(case, "ours-sparse")], "x", note=target,
                        paper_value=PAPER_X[name] if base == "cudnn-fp32" else None)
+    return write_report(args, rs, batch)
+
+
+def write_report(args, rs: ResultSet, batch: int) -> int:
+    """Write the CSV, the markdown (each case's pruning as its run recorded it) and the plot."""
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
+    sources = [f"{r['case']}: {r['value']:g} {r['note']}" for r in rows
+               if r["metric"] == "sparse_layers"]
     sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err"))
     sections.append(("Notes", f"Batch {batch}, 3 x 32 x 32 (ImageNet models 3 x 224 x 224), "
                               f"fp32, random weights. "
-                              f"Pruning: {'; '.join(sources)}. Algorithm 1 at t2 in "
+                              f"Layers on the sparse kernels (as each run recorded them): "
+                              f"{'; '.join(sources)}. Algorithm 1 at t2 in "
                               f"{args.t2}. Paper: {PAPER}."))
-    write_markdown(paths["md"], "Pruned networks end to end (batch 32, fp32)", env, sections)
-    us = rs.values("batch_us")
+    write_markdown(paths["md"], "Pruned networks end to end (batch 32, fp32)", rs.env, sections)
+    us = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "batch_us"}
     cases = list(dict.fromkeys(c for c, _ in us))
     impls = sorted({v for _, v in us})
     plt = pyplot()

@@ -37,7 +37,14 @@ import dataclasses
 import json
 from pathlib import Path
 
-from experiments._common import outputs, parser, plot_accuracy, training_args, work_dir
+from experiments._common import (
+    merged_rows,
+    outputs,
+    parser,
+    plot_accuracy,
+    training_args,
+    work_dir,
+)
 from tensorconv import backend, bench
 from tensorconv.cli import guarded
 from tensorconv.compress.prune import prune_candidates, save_masks
@@ -172,12 +179,6 @@ def run_phase(args, cfg: TrainConfig, work: Path, phase: str, budget: TimeBudget
         ckpt.slim(path)
         atomic_write(record, json.dumps(ckpt.load(path)[2]).encode())
     return meta, finished
-
-
-def merged_rows(paths: list, models_now: set) -> list:
-    """Rows of earlier calls' CSVs (``--merge``, oldest first) for models not run now."""
-    return [r for path in paths for r in read_csv(path)
-            if r["case"].split("/")[0].split(" ")[0] not in models_now]
 
 
 def main(argv=None) -> int:

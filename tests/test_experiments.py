@@ -868,3 +868,55 @@ def test_finish_preloads_waits_for_an_import_still_running(monkeypatch):
     _common.finish_preloads()
     assert done == ["some.module"]
     assert not any(t.name == "preload" and t.is_alive() for t in threading.enumerate())
+
+
+def test_sparse_e2e_report_only_makes_one_table_of_runs_timed_apart(tmp_path):
+    """Models timed in separate calls (each a GPU's call) come back as separate CSVs;
+    ``--report-only`` makes one table of them, times nothing, and says where each was
+    measured and at which commit."""
+    from experiments import sparse_e2e
+
+    paths = []
+    for i, (case, us) in enumerate((("resnet18-8x pruned", 874.0), ("vgg16-4x pruned", 587.0))):
+        rs = results.ResultSet("sparse_e2e", {"device": f"gpu {i}"})
+        rs.add(case, "ours-sparse", "batch_us", us, "us")
+        rs.add(case, "cudnn-fp32", "batch_us", 2 * us, "us")
+        rs.add(case, "ours-sparse", "sparse_layers", 8, "count", note="of 19 pruned convolutions")
+        rs.add(case, "cudnn-fp32/ours-sparse", "speedup", 2.0, "x")
+        path = tmp_path / f"run{i}" / "sparse_e2e.csv"
+        path.parent.mkdir()
+        rs.write_csv(path)
+        path.with_suffix(".md").write_text(f"| commit | `abc{i}` |\n")
+        paths.append(str(path))
+    out = tmp_path / "out"
+    assert sparse_e2e.main(["--report-only", "--merge", *paths, "--out", str(out)]) == 0
+    rows = results.read_csv(out / "sparse_e2e.csv")
+    assert {r["case"] for r in rows} == {"resnet18-8x pruned", "vgg16-4x pruned"}
+    assert len(rows) == 8 and {r["device"] for r in rows} == {"gpu 0", "gpu 1"}
+    text = (out / "sparse_e2e.md").read_text()
+    assert "| device | `gpu 0 + gpu 1` |" in text and "run1/sparse_e2e.csv at abc1" in text
+    assert "resnet18-8x pruned: 8 of 19 pruned convolutions" in text
+    assert (out / "sparse_e2e.png").exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--merge", "x.csv", "--models", "vgg16"],
+                                   ["--merge", "x.csv", "--masks", "vgg16=m.npz"]])
+def test_sparse_e2e_report_only_refuses_what_it_would_ignore(tmp_path, capsys, extra):
+    from experiments import sparse_e2e
+
+    with pytest.raises(SystemExit):
+        sparse_e2e.main(["--report-only", "--out", str(tmp_path), *extra])
+    assert not (tmp_path / "sparse_e2e.csv").exists()
+    err = capsys.readouterr().err
+    assert ("needs the CSVs" in err) if not extra else (f"drop {extra[2]}" in err)
+
+
+def test_sparse_e2e_merge_keeps_other_models_rows(tmp_path):
+    from experiments._common import merged_rows
+
+    rs = results.ResultSet("sparse_e2e", {"device": "gpu"})
+    rs.add("resnet18-8x pruned", "ours-sparse", "batch_us", 1.0, "us")
+    rs.add("googlenet-8x repruned", "ours-sparse", "batch_us", 2.0, "us")
+    path = rs.write_csv(tmp_path / "a.csv")
+    kept = merged_rows([path], {"resnet18-8x"})
+    assert [r["case"] for r in kept] == ["googlenet-8x repruned"]

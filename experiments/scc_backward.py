@@ -59,8 +59,15 @@ NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 PAPER = {"base/ours": 15.03, "opt/ours": 4.55, "var/ours": 1.55}   # backward, V100 means
 
 
+def output_name(args) -> str:
+    """The file stem: ``scc_backward`` for VGG-16 (the paper's figure), else
+    ``scc_backward_MODEL`` (another network's layers do not replace VGG-16's)."""
+    return NAME if args.model == "vgg16" else f"{NAME}_{args.model}"
+
+
 def _args(argv):
     p = parser(NAME, __doc__)
+    p.output_name = output_name
     p.add_argument("--model", default="vgg16")
     p.add_argument("--cg", type=int, default=2)
     p.add_argument("--co", type=float, default=0.5)
@@ -277,7 +284,7 @@ def main(argv=None) -> int:
                    geomean(best), "x",
                    note=f"ours with programmatic edges (the captured training step's graph; "
                         f"PyTorch's graphs have none); min {min(best):.2f}")
-    paths = outputs(NAME, args.out)
+    paths = outputs(output_name(args), args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("fwd_bwd_graph_us", "fwd_bwd_graph_speedup",

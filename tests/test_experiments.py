@@ -920,3 +920,11 @@ def test_sparse_e2e_merge_keeps_other_models_rows(tmp_path):
     path = rs.write_csv(tmp_path / "a.csv")
     kept = merged_rows([path], {"resnet18-8x"})
     assert [r["case"] for r in kept] == ["googlenet-8x repruned"]
+
+
+def test_scc_backward_names_its_files_by_model():
+    from experiments import scc_backward
+
+    assert scc_backward.output_name(scc_backward._args([])) == "scc_backward"
+    args = scc_backward._args(["--model", "resnet18", "--out", "unused"])
+    assert scc_backward.output_name(args) == "scc_backward_resnet18"

@@ -226,7 +226,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
-    work = work_dir(NAME, args, paths)
+    work = None if args.report_only else work_dir(NAME, args, paths)   # a report trains nothing
     forms = {"original": {}, "dw+pw": dict(pointwise="pw"),
              "dw+scc": dict(pointwise="scc", cg=2, co=0.5)}
     variants = [(model, v, TrainConfig(**common(args, model), **forms[v], seed=seed))

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.epochs = 1
     paths = outputs(NAME, args.out)
-    work = work_dir(NAME, args, paths)
+    work = None if args.report_only else work_dir(NAME, args, paths)   # a report trains nothing
     env = bench.environment()
     rs = ResultSet(NAME, env)
     runs = variants(args)

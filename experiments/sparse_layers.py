@@ -100,13 +100,19 @@ def _args(argv):
     p.add_argument("--in-channels", type=int, default=1,
                    help="input channels (1: Fashion-MNIST; 3 for the ImageNet models)")
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
+    p.add_argument("--min-gain", type=float, default=0.0,
+                   help="Algorithm 1 stops after a round whose blocks take less than this "
+                        "share of a layer's nonzeros (0: the paper's loop, until no block)")
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for this call: no layer is started after them")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="earlier calls' CSVs: their layers are kept, not timed again")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 0.0 <= args.min_gain < 1.0:
+        p.error(f"--min-gain is a share of a layer's nonzeros in [0, 1), got {args.min_gain:g}")
+    return args
 
 
 def _mask_sets(args) -> list[tuple[str, str | None]]:
@@ -199,7 +205,7 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     pattern = kernel_matrix(w) != 0
     best, with_blocks, plain_us = None, [], []
     for t2 in args.t2:
-        found = extract_blocks(pattern, w.shape, t2=t2)
+        found = extract_blocks(pattern, w.shape, t2=t2, min_gain=args.min_gain)
         tag = f"t2={t2}"
         rs.add(case, tag, "blocks", len(found.layout.blocks), "count")
         rs.add(case, tag, "in_blocks", found.in_blocks, "1")
@@ -343,8 +349,11 @@ def main(argv=None) -> int:
     masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
     partial = f"Partial: {left} layers not timed yet (run again with --merge). " if left else ""
+    rounds = ("Algorithm 1 runs until a round finds no block (the paper)" if not args.min_gain
+              else f"Algorithm 1 stops after a round whose blocks take under "
+                   f"{args.min_gain:g} of the layer's nonzeros")
     sections.append(("Notes", f"{partial}{args.model}, batch {args.batch}, {args.in_channels} x "
-                              f"{args.size} x {args.size} input, {masks}. Paper: "
+                              f"{args.size} x {args.size} input, {masks}. {rounds}. Paper: "
                               f"{PAPER.get(args.model, 'see Figs 8-12')}. cuSPARSE is timed "
                               f"eagerly (it does not capture into a CUDA graph); the others "
                               f"by graph replay."))

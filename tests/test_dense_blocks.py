@@ -61,7 +61,38 @@ def test_edge_cases_empty_dense_and_tiny():
     assert one.layout.blocks == () and one.layout.indices.size == 4     # all remainder
 
 
+def _mixed_pattern(rng):
+    """Planted dense blocks in random 10 % noise: early rounds find the planted blocks,
+    later ones the noise's small chance blocks."""
+    m = rng.random((96, 288)) < 0.10
+    for r0, c0 in ((0, 0), (32, 100), (64, 200)):
+        m[r0:r0 + 24, c0:c0 + 60] = True
+    return m[rng.permutation(96)][:, rng.permutation(288)]
+
+
+def test_min_gain_stops_once_a_round_finds_little(rng):
+    shape = (96, 32, 3, 3)
+    m = _mixed_pattern(rng)
+    full = alg1.extract_blocks(m, shape, t1=4, t2=4, b1=8, b2=8)
+    paper = alg1.extract_blocks(m, shape, t1=4, t2=4, b1=8, b2=8, min_gain=0.0)
+    assert paper.layout.digest() == full.layout.digest()       # 0: the paper's loop
+    cut = alg1.extract_blocks(m, shape, t1=4, t2=4, b1=8, b2=8, min_gain=0.05)
+    assert cut.rounds <= full.rounds and cut.in_blocks <= full.in_blocks
+    w = (rng.standard_normal(m.shape) * m).reshape(shape)
+    assert np.array_equal(bs.kernel_matrix(w) != 0, m)
+    packed = bs.pack(w, cut.layout)             # every weight still stored, once
+    assert np.array_equal(packed.to_kernel(), w.astype(np.float32))
+    # a gain no round reaches: one round, then stop (the paper's loop needs a second
+    # round at least, to find nothing: the noise never all goes into blocks)
+    one = alg1.extract_blocks(m, shape, t1=4, t2=4, b1=8, b2=8, min_gain=0.99)
+    assert one.rounds == 1 < full.rounds and one.layout.blocks
+    assert np.array_equal(bs.pack(w, one.layout).to_kernel(), w.astype(np.float32))
+
+
 def test_bad_parameters_are_refused_by_name():
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="min_gain"):
+            alg1.extract_blocks(np.ones((4, 4), bool), (4, 4, 1, 1), min_gain=bad)
     with pytest.raises(ValueError, match="t2 must be >= 1"):
         alg1.extract_blocks(np.ones((4, 4), bool), (4, 4, 1, 1), t2=0)
     with pytest.raises(TypeError, match="b1 must be an int"):

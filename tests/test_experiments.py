@@ -928,3 +928,11 @@ def test_scc_backward_names_its_files_by_model():
     assert scc_backward.output_name(scc_backward._args([])) == "scc_backward"
     args = scc_backward._args(["--model", "resnet18", "--out", "unused"])
     assert scc_backward.output_name(args) == "scc_backward_resnet18"
+
+
+def test_sparse_layers_refuses_a_min_gain_outside_a_share(capsys):
+    from experiments import sparse_layers
+
+    with pytest.raises(SystemExit):
+        sparse_layers.main(["--min-gain", "1.5", "--out", "unused"])
+    assert "--min-gain" in capsys.readouterr().err

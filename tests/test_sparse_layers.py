@@ -61,6 +61,9 @@ def test_sparsify_keeps_a_layout_per_threshold(rng):
         sparsify(get_model("small_cnn", in_channels=1), t2=())
     with pytest.raises(ValueError, match=r"t2\[1\]"):
         sparsify(get_model("small_cnn", in_channels=1), t2=(4, 0))
+    for blocks in (True, False):        # refused even where no round would read it
+        with pytest.raises(ValueError, match="min_gain"):
+            sparsify(get_model("small_cnn", in_channels=1), blocks=blocks, min_gain=1.5)
 
 
 def test_variants_must_hold_the_same_kernel(rng):

@@ -10,7 +10,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
-from tensorconv.checks import check_bool, check_int
+from tensorconv.checks import check_bool, check_int, check_real
 from tensorconv.compress.prune import prune_candidates
 from tensorconv.compress.reprune import dissolve_blocks, reprune
 from tensorconv.compress.tucker import replace_layers
@@ -45,18 +45,20 @@ def _thresholds(t2) -> tuple:
 
 
 def sparsify(model, *, blocks: bool = True, t1: int = 8, t2=8, b1: int = 8, b2: int = 8,
-             seed: int = 0) -> dict:
+             seed: int = 0, min_gain: float = 0.0) -> dict:
     """Replace every prunable convolution of ``model`` (:func:`prune_candidates`) by a
     ``SparseConv2d`` holding its nonzeros, in place; all layers are built before any is
     replaced.  Returns {name: [LayerReport per layout]}.
 
     ``blocks=False`` keeps every nonzero in the CSR remainder (no partitioner needed);
     otherwise Algorithm 1 (:func:`tensorconv.decomp.blocks.extract_blocks`) with ``t1``,
-    ``b1``, ``b2``, ``seed`` and each threshold of ``t2`` (an int or a sequence, e.g. the
-    paper's (4, 8, 12, 16)): the layer keeps every distinct layout, the first as its
-    ``packed``, and the engine runs the fastest (or the dense kernel, if that is faster).
+    ``b1``, ``b2``, ``seed``, ``min_gain`` (0: the paper's loop) and each threshold of
+    ``t2`` (an int or a sequence, e.g. the paper's (4, 8, 12, 16)): the layer keeps every
+    distinct layout, the first as its ``packed``, and the engine runs the fastest (or the
+    dense kernel, if that is faster).
     """
     check_bool(blocks, "blocks")
+    check_real(min_gain, "min_gain", low=0.0, high=1.0, high_open=True)
     thresholds = _thresholds(t2)
     layers, report = {}, {}
     for name, conv in prune_candidates(model).items():
@@ -64,7 +66,8 @@ def sparsify(model, *, blocks: bool = True, t1: int = 8, t2=8, b1: int = 8, b2: 
         pattern = kernel_matrix(w) != 0
         layouts, report[name] = {}, []
         for t in thresholds if blocks else ():
-            found = extract_blocks(pattern, w.shape, t1=t1, t2=t, b1=b1, b2=b2, seed=seed)
+            found = extract_blocks(pattern, w.shape, t1=t1, t2=t, b1=b1, b2=b2, seed=seed,
+                                   min_gain=min_gain)
             layouts.setdefault(found.layout.digest(), found.layout)
             report[name].append(LayerReport(float(pattern.mean()), t, len(found.layout.blocks),
                                             found.in_blocks, found.fill, found.seconds))

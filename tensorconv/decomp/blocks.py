@@ -126,7 +126,7 @@ class Extraction:
 
 
 def extract_blocks(pattern, shape, *, t1: int = 8, t2: int = 8, b1: int = 8, b2: int = 8,
-                   seed: int = 0, epsilon: float = 0.3) -> Extraction:
+                   seed: int = 0, epsilon: float = 0.3, min_gain: float = 0.0) -> Extraction:
     """Algorithm 1: dense blocks of the nonzeros of ``pattern`` and the CSR remainder.
 
     Parameters
@@ -142,6 +142,11 @@ def extract_blocks(pattern, shape, *, t1: int = 8, t2: int = 8, b1: int = 8, b2:
         Least rows and columns of a block.
     seed, epsilon :
         The partitioner's seed and balance slack (:func:`partition_rows`).
+    min_gain : float, in [0, 1)
+        Stop after a round whose blocks take less than this share of the pattern's
+        nonzeros (0: the paper's loop, until a round finds no block).  Each round is one
+        partition, and the late rounds of a layer find small blocks: a stop trades some
+        of them for time (docs/notes/sparse_conv.md).
 
     Returns
     -------
@@ -150,12 +155,15 @@ def extract_blocks(pattern, shape, *, t1: int = 8, t2: int = 8, b1: int = 8, b2:
     start = time.perf_counter()
     for name, value in (("t1", t1), ("t2", t2), ("b1", b1), ("b2", b2)):
         check_int(value, name, minimum=1)
+    min_gain = check_real(min_gain, "min_gain", low=0.0, high=1.0, high_open=True)
     pattern = np.asarray(pattern, bool)
     rest = pattern.copy()
+    least = min_gain * int(pattern.sum())
     blocks, rounds = [], 0
     while rest.any():
         rounds += 1
         group = partition_rows(rest, max(2, t1), seed=seed + rounds, epsilon=epsilon)
+        before = int(rest.sum())
         found = False
         for g in range(max(2, t1)):
             rows = np.nonzero(group == g)[0]
@@ -169,7 +177,7 @@ def extract_blocks(pattern, shape, *, t1: int = 8, t2: int = 8, b1: int = 8, b2:
             blocks.append((rows.astype(INDEX), cols.astype(INDEX)))
             rest[np.ix_(rows, cols)] = False
             found = True
-        if not found:
+        if not found or before - int(rest.sum()) < least:
             break
     layout = layout_from_pattern(pattern, shape, blocks)
     nnz = int(pattern.sum())

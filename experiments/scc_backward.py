@@ -4,7 +4,10 @@ For each distinct SCC layer of ``--model`` made DW + SCC (``--cg``, ``--co``; th
 cg 2, co 50 %) at ``--batch`` (128) on 32x32 input, on random data:
 
 * ``ours``: the SCC kernels — forward, input gradient and weight gradient as GEMMs over
-  bands of window-sorted filters (input-centric: no atomics; deterministic);
+  bands of window-sorted filters (input-centric: no atomics; deterministic), both
+  gradients in one pass over gy and x where the library's automatic choice takes it
+  (``ops.scc_conv2d_backward``);
+* ``ours-parts``: the same with the two gradients' kernels apart (kernel time only);
 * ``gather``: the same with the paper's input-centric input gradient, one thread per input
   value walking the channel map (the paper's DSXplore backward);
 * ``var``: the same with the paper's output-centric, atomic input gradient
@@ -101,8 +104,7 @@ def _runners(cp, torch, g, x, w, gy):
 
     run = {
         "ours": (lambda: ops.scc_conv2d(x, w, g),
-                 lambda: (ops.scc_conv2d_backward_data(gy, w, g),
-                          ops.scc_conv2d_backward_weight(x, gy, g))),
+                 lambda: ops.scc_conv2d_backward(x, gy, w, g)),
         "gather": (lambda: ops.scc_conv2d(x, w, g),
                    lambda: (ops.scc_conv2d_backward_data(gy, w, g, variant="gather"),
                             ops.scc_conv2d_backward_weight(x, gy, g))),
@@ -139,11 +141,15 @@ def _graph_runners(cp, torch, g, x, w, gy):
     def ours(variant):
         def run():
             ops.scc_conv2d(x, w, g, out=y)
+            if variant in ("auto", "parts"):
+                ops.scc_conv2d_backward(x, gy, w, g, path=variant, out_x=gx, out_w=gw)
+                return
             ops.scc_conv2d_backward_data(gy, w, g, variant=variant, out=gx)
             ops.scc_conv2d_backward_weight(x, gy, g, out=gw)
         return run, "cupy"
 
-    run = {"ours": ours("input"), "gather": ours("gather"), "var": ours("output")}
+    run = {"ours": ours("auto"), "ours-parts": ours("parts"), "gather": ours("gather"),
+           "var": ours("output")}
     if torch is None:
         return run
     n, _, h, wd = x.shape
@@ -181,9 +187,10 @@ def _check(cp, g, x, w, gy, rs, case):
     gw_dense = cp.matmul(gy2, x2.swapaxes(1, 2)).sum(axis=0)
     want_gw = gw_dense[cp.arange(g.cout)[:, None], cp.asarray(g.channels())]
     rel = lambda a, b: float(cp.linalg.norm(a - b) / cp.linalg.norm(b))  # noqa: E731
-    errs = {"ours": max(rel(ops.scc_conv2d(x, w, g), want_y),
-                        rel(ops.scc_conv2d_backward_data(gy, w, g), want_gx),
-                        rel(ops.scc_conv2d_backward_weight(x, gy, g), want_gw)),
+    both = {p: ops.scc_conv2d_backward(x, gy, w, g, path=p) for p in ("auto", "parts")}
+    errs = {"ours": max(rel(ops.scc_conv2d(x, w, g), want_y), rel(both["auto"][0], want_gx),
+                        rel(both["auto"][1], want_gw)),
+            "ours-parts": max(rel(both["parts"][0], want_gx), rel(both["parts"][1], want_gw)),
             "gather": rel(ops.scc_conv2d_backward_data(gy, w, g, variant="gather"), want_gx),
             "var": rel(ops.scc_conv2d_backward_data(gy, w, g, variant="output"), want_gx)}
     for impl, fn in (("base", F.scc_channel_stack), ("opt", F.scc_conv_stack),

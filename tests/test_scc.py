@@ -439,6 +439,95 @@ def test_the_wide_weight_gradient_tiles_cover_every_weight_once():
         assert gy_rows == blocks[:, 1].max() and x_rows == blocks[:, 3].max()
 
 
+def emulate_fused(g, x, w, gy):
+    """``scc_bwd_fused`` in NumPy, from its tables alone: each part stages its gy rows and
+    its x band, computes its octets' input gradient from the entries and its tiles' weight
+    gradient; returns (gx, gw, how often each gx channel and each weight was written)."""
+    from tensorconv.ops import scc_tiles
+
+    f = scc_tiles.fused_parts(g)
+    order, starts = scc_tiles.sorted_filters(g)
+    gx, gw = np.full(x.shape, np.nan), np.full(w.shape, np.nan)
+    wrote_x, wrote_w = np.zeros(g.cin, int), np.zeros(w.shape, int)
+    for s_lo, n_w, gy_rows, c_lo, x_rows, t0, nt, o0, no, r0, e0, ne in f.parts:
+        assert n_w % 8 == 0 and n_w <= gy_rows and x_rows < 2 * g.cin
+        rows_k = f.rows[r0:r0 + gy_rows]
+        assert np.array_equal(rows_k[:n_w], order[np.minimum(s_lo + np.arange(n_w),
+                                                                g.cout - 1)])
+        gys = gy[:, rows_k]                                   # the staged gy rows
+        xs = x[:, (c_lo + np.arange(x_rows)) % g.cin]         # the staged x band
+        wflat = np.concatenate([w.reshape(-1), [0.0]])
+        for o in range(o0, o0 + no):
+            assert e0 <= f.oct_ptr[o] and f.oct_ptr[o + 1] <= e0 + ne
+            acc = 0
+            for e in range(f.oct_ptr[o], f.oct_ptr[o + 1]):
+                wv = wflat[f.entry_w[e]]                       # -1: the appended zero
+                acc = acc + wv[None, :, None, None] * gys[:, f.entry_row[e]][:, None]
+            for j in range(8):
+                if 8 * o + j < g.cin:
+                    gx[:, 8 * o + j] = acc[:, j] if np.ndim(acc) else 0.0
+                    wrote_x[8 * o + j] += 1
+        for fo, vt in f.tiles[t0:t0 + nt]:
+            s0, v0 = 8 * fo, 8 * vt
+            b0 = starts[s0]
+            assert s0 - s_lo + 8 <= n_w and b0 - c_lo + v0 + 8 <= x_rows
+            for j in range(8):
+                if s0 + j >= g.cout:
+                    continue
+                for v in range(8):
+                    u = v0 + v - (starts[s0 + j] - b0)
+                    if 0 <= u < g.u:
+                        k = order[s0 + j]
+                        gw[k, u] = np.sum(gys[:, s0 - s_lo + j] * xs[:, b0 - c_lo + v0 + v])
+                        wrote_w[k, u] += 1
+    return gx, gw, wrote_x, wrote_w
+
+
+@pytest.mark.parametrize("args", [(64, 64, 2, 0.5), (64, 128, 2, 0.5), (128, 128, 2, 0.5),
+                                  (128, 256, 4, 0.5), (32, 64, 2, 0.25), (12, 20, 2, 0.5),
+                                  (40, 130, 4, 0.75), (96, 150, 2, 0.33), (8, 8, 8, 0.33),
+                                  (20, 7, 4, 0.0), (64, 64, 8, 0.33)])
+def test_the_fused_backward_tables_give_both_gradients(rng, args):
+    """The fused backward's parts: every input channel in one part's octets, every weight
+    in one part's tiles, each part staging the rows it reads; emulated from the tables
+    they give the reference's gradients."""
+    from tensorconv.ops import scc_tiles
+
+    g = scc.scc_geometry(*args)
+    f = scc_tiles.fused_parts(g)
+    assert f is not None, args
+    assert f.parts[:, 6].sum() == len(f.tiles) and f.parts[:, 8].sum() == -(-g.cin // 8)
+    x = rng.standard_normal((2, g.cin, 3, 2))
+    w = rng.standard_normal((g.cout, g.u))
+    gy = rng.standard_normal((2, g.cout, 3, 2))
+    gx, gw, wrote_x, wrote_w = emulate_fused(g, x, w, gy)
+    assert (wrote_x == 1).all() and (wrote_w == 1).all(), args
+    want_gx, want_gw = scc.scc_backward(x, w, gy, g)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
+
+
+def test_the_fused_backward_is_refused_where_it_has_no_parts():
+    """Tiny inputs (a band over twice the channels) have no parts: path='fused' says so,
+    'auto' takes the two kernels; the automatic choice takes one or two parts (gy staged
+    at most 1.5 times) and a chunk for every SM."""
+    from tensorconv import ops
+    from tensorconv.ops import scc_tiles
+
+    g = scc.scc_geometry(8, 8, 2, 0.5)
+    assert scc_tiles.fused_parts(g) is None and not scc_tiles.fused_backward(g, 10 ** 6, 132)
+    x = np.zeros((1, 8, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="path='fused'.*use path='parts'"):
+        ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="fused")
+    with pytest.raises(ValueError, match="path"):
+        ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="one")
+    for args, want in (((64, 64, 2, 0.5), True), ((64, 128, 2, 0.5), True),
+                       ((128, 128, 4, 0.5), True), ((128, 128, 2, 0.5), False),
+                       ((128, 256, 4, 0.5), False), ((512, 512, 2, 0.5), False)):
+        assert scc_tiles.fused_backward(scc.scc_geometry(*args), 128 * 16 * 16, 132) == want
+    assert not scc_tiles.fused_backward(scc.scc_geometry(64, 64, 2, 0.5), 128 * 4 * 4, 132)
+
+
 def test_algorithm_1_finds_one_cycle_of_windows():
     """The paper's Algorithm 1 (walk the windows until one repeats) gives ``cycle`` starts,
     filter k's window being entry k mod cycle (Algorithm 2) for every filter."""

@@ -56,6 +56,7 @@ from tensorconv.ops.pointwise_pair import conv1x1_pair
 from tensorconv.ops.pool import pool2d
 from tensorconv.ops.scc_conv import (
     scc_conv2d,
+    scc_conv2d_backward,
     scc_conv2d_backward_data,
     scc_conv2d_backward_weight,
 )
@@ -77,16 +78,17 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv)}
 
-__all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool", "core_conv",
-           "cp_conv", "depthwise_conv", "direct_conv", "dropout", "igemm_tf32x3", "pointwise_conv",
-           "pointwise_pair", "pool", "scc_conv", "sgd", "sparse_blocks_tc", "sparse_conv",
-           "tensorcore_conv", "tucker_core_cluster",
-           "tucker_core_tdc", "tucker_core_tf32x3", "tucker_layer", "tucker_tail",
-           "winograd_conv", "batch_norm_apply", "batch_norm_backward", "batch_norm_forward",
-           "cluster_conv2d", "conv1x1", "conv1x1_pair", "conv2d", "conv2d_backward_data",
-           "conv2d_backward_weight", "conv2d_maxpool", "core_conv2d", "cp_conv2d",
-           "depthwise_conv2d", "dropout_backward", "dropout_forward", "gap_linear",
-           "gather_augment", "pool2d", "scc_conv2d", "scc_conv2d_backward_data",
-           "scc_conv2d_backward_weight", "sgd_multi_tensor", "sparse_conv2d", "tc_conv2d",
-           "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d", "tucker_tail_conv2d",
-           "winograd_conv2d"]
+__all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
+           "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "dropout",
+           "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
+           "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
+           "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
+           "tucker_layer", "tucker_tail", "winograd_conv", "batch_norm_apply",
+           "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",
+           "conv1x1_pair", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
+           "conv2d_maxpool", "core_conv2d", "cp_conv2d", "depthwise_conv2d",
+           "dropout_backward", "dropout_forward", "gap_linear", "gather_augment",
+           "pool2d", "scc_conv2d", "scc_conv2d_backward", "scc_conv2d_backward_data",
+           "scc_conv2d_backward_weight", "sgd_multi_tensor", "sparse_conv2d",
+           "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d",
+           "tucker_tail_conv2d", "winograd_conv2d"]

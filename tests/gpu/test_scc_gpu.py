@@ -199,6 +199,74 @@ def test_the_wide_kernels_at_each_pixel_count(rng, monkeypatch, px, blocks):
     assert rel_err(gw.get(), want_gw) <= 1e-5
 
 
+@pytest.mark.parametrize("cin,cout,cg,co,n,h,wd", [
+    (64, 64, 2, 0.5, 4, 8, 8), (64, 128, 2, 0.5, 3, 6, 10), (128, 128, 2, 0.5, 2, 9, 9),
+    (40, 130, 4, 0.75, 3, 5, 7), (12, 20, 2, 0.5, 5, 4, 4), (24, 20, 4, 0.0, 2, 3, 3),
+    (32, 64, 2, 0.25, 7, 2, 2), (96, 150, 2, 0.33, 1, 11, 12), (20, 7, 4, 0.0, 2, 6, 6)])
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("per_share", [None, 64])
+def test_the_fused_backward_matches_the_reference(rng, monkeypatch, cin, cout, cg, co, n, h,
+                                                  wd, layout, per_share):
+    """Both gradients in one pass, forced: several parts, octets past Cin, vector and
+    scalar copies (a plane not a multiple of 4, maps off 16 bytes), one share or a share
+    per chunk (many partial sums), pixels past the last chunk; outputs poisoned."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_conv
+
+    if per_share is not None:
+        monkeypatch.setattr(scc_conv, "fused_shares",
+                            lambda g, q, sms: (-(-q // per_share), per_share))
+    if layout == "odd-plane":
+        h, wd = h | 1, wd | 1
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    want_gx, want_gw = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
+
+    def on_gpu(a):                     # off 16 bytes: one float into a bigger buffer
+        if layout != "off-16-bytes":
+            return cp.asarray(a)
+        buf = cp.empty(a.size + 1, cp.float32)
+        buf[1:] = cp.asarray(a).ravel()
+        return buf[1:].reshape(a.shape)
+
+    gx = on_gpu(np.full(x.shape, np.nan, np.float32))
+    gw = cp.full(w.shape, cp.nan, cp.float32)
+    out = ops.scc_conv2d_backward(on_gpu(x), on_gpu(gy), cp.asarray(w), geom, path="fused",
+                                  out_x=gx, out_w=gw)
+    assert out[0] is gx and out[1] is gw
+    assert rel_err(gx.get(), want_gx) <= 1e-5
+    assert rel_err(gw.get(), want_gw) <= 1e-5
+
+
+def test_the_backward_paths_agree_and_check_their_buffers(rng):
+    """'auto' (fused here), 'fused' and 'parts' give the same gradients to float rounding;
+    the fused output buffers are checked by name."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_tiles
+
+    geom = scc.scc_geometry(64, 64, 2, 0.5)
+    from tensorconv import backend
+
+    assert scc_tiles.fused_backward(geom, 64 * 16 * 16, backend.device_facts().sm_count)
+    x = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
+    gy = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
+    w = cp.asarray(rng.standard_normal((64, 32)), cp.float32)
+    got = {p: ops.scc_conv2d_backward(x, gy, w, geom, path=p) for p in ("auto", "fused", "parts")}
+    for p in ("auto", "parts"):
+        for a, b in zip(got[p], got["fused"]):
+            assert rel_err(a.get(), b.get().astype(np.float64)) <= 1e-6, p
+    with pytest.raises(ValueError, match="out_x has shape"):
+        ops.scc_conv2d_backward(x, gy, w, geom, out_x=cp.empty((64, 64, 16, 15), cp.float32))
+    with pytest.raises(ValueError, match="out_w has shape"):
+        ops.scc_conv2d_backward(x, gy, w, geom, out_w=cp.empty((64, 31), cp.float32))
+
+
 def test_the_gradients_are_deterministic(rng):
     import cupy as cp
 
@@ -217,6 +285,10 @@ def test_the_gradients_are_deterministic(rng):
         first = ops.scc_conv2d_backward_data(gy, w, geom, splits=splits).copy()
         assert bool(cp.isfinite(first).all())
         assert cp.array_equal(ops.scc_conv2d_backward_data(gy, w, geom, splits=splits), first)
+    first = [a.copy() for a in ops.scc_conv2d_backward(x, gy, w, geom, path="fused")]
+    for _ in range(3):                    # each gx value written once, shares summed in order
+        again = ops.scc_conv2d_backward(x, gy, w, geom, path="fused")
+        assert all(cp.array_equal(a, b) for a, b in zip(again, first))
 
 
 @pytest.mark.parametrize("geom", _grid()[::3], ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")

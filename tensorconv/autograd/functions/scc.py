@@ -1,13 +1,13 @@
 """Sliding-channel convolution (DSXplore's SCC) as a forward/backward pair.
 
 Two implementations (``impl``): ``"kernels"`` — the SCC kernels
-(:mod:`tensorconv.ops.scc_conv`: forward per window group, the input-centric input
-gradient, the deterministic weight gradient), float32 CuPy arrays only; ``"dense"`` — the
-dense-masked form, the (Cout, Cin) 1x1 weights holding each filter's U weights at its
-window's channels (:func:`tensorconv.reference.scc.dense_weights`), as batched GEMMs on
-either backend: exact, and on the GPU cuBLAS's speed, the honest library baseline the
-kernels are measured against.  ``"auto"`` (the default) takes the kernels where they run.
-"""
+(:mod:`tensorconv.ops.scc_conv`: forward per window group, the input-centric input gradient
+and the deterministic weight gradient, in one pass where it pays), float32 CuPy arrays only;
+``"dense"`` — the dense-masked form, the (Cout, Cin) 1x1 weights holding each filter's U
+weights at its window's channels (:func:`tensorconv.reference.scc.dense_weights`), as
+batched GEMMs on either backend: exact, and on the GPU cuBLAS's speed, the honest library
+baseline the kernels are measured against. ``"auto"`` (the default) takes the kernels where
+they run."""
 
 from __future__ import annotations
 
@@ -57,8 +57,7 @@ class SCC(Function):
         xp = backend.array_module(gy)
         if self.kernels:
             gy = xp.ascontiguousarray(gy)
-            gx = ops.scc_conv2d_backward_data(gy, self.w, g)
-            gw = ops.scc_conv2d_backward_weight(x, gy, g)
+            gx, gw = ops.scc_conv2d_backward(x, gy, self.w, g)
             return (gx, gw, gy.sum(axis=(0, 2, 3))) if self.has_bias else (gx, gw)
         n, _, h, wd = x.shape
         gy2 = gy.reshape(n, g.cout, h * wd)

@@ -322,11 +322,11 @@ def test_scc_backward_quick(tmp_path):
     assert scc_backward.main(["--quick", "--batch", "4", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / "scc_backward.csv")
     errs = [r["value"] for r in rows if r["metric"] == "rel_err"]
-    assert len(errs) == 2 * 6 and max(errs) <= 1e-5   # 2 layers x 6 implementations
+    assert len(errs) == 2 * 7 and max(errs) <= 1e-5   # 2 layers x 7 implementations
     impls = {r["variant"] for r in rows if r["metric"] == "backward_us"}
     assert {"ours", "gather", "var", "dense", "base", "opt"} <= impls
     kernel = {r["variant"] for r in rows if r["metric"] == "fwd_bwd_graph_us"}
-    assert {"ours", "gather", "var"} <= kernel
+    assert {"ours", "ours-parts", "gather", "var"} <= kernel
     assert (tmp_path / "scc_backward.png").stat().st_size > 0
 
 

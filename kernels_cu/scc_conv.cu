@@ -521,13 +521,13 @@ __device__ __forceinline__ void store_px(float* d, const float (&v)[PX]) {
 
 // Copies (cp.async, uncommitted) of dst[r·BN + i] = channel row_of(r) of a (N, C, P) map
 // at pixel q0 + i, for r < rows; 0 from pixel Q on.  G = 4: 16-byte copies (P % 4 == 0,
-// aligned maps, Q a multiple of 4), else G = 1; by a block of T threads.
-template <int BN, int G, typename RowOf, int T = WIDE>
+// aligned maps, Q a multiple of 4), else G = 1.
+template <int BN, int G, typename RowOf>
 __device__ __forceinline__ void stage_pixels(float* dst, const float* __restrict__ src,
                                              int rows, RowOf row_of, int q0, int Q, int C,
                                              int P) {
-    static_assert((G == 1 || G == 4) && BN % G == 0 && T % (BN / G) == 0, "copy width");
-    constexpr int PER = BN / G, STEP = T / PER;
+    static_assert((G == 1 || G == 4) && BN % G == 0 && WIDE % (BN / G) == 0, "copy width");
+    constexpr int PER = BN / G, STEP = WIDE / PER;
     // A thread's copies share one pixel column: its offset is found once.
     const int i = threadIdx.x % PER * G;
     const long long base = pixel_base(q0 + i, Q, C, P);
@@ -766,8 +766,6 @@ __global__ void __launch_bounds__(scc::WIDE) scc_bwd_filter_wide(
 //   (2) its weight-gradient warp tiles (8 sorted filters x 8 band offsets, as
 //       scc_bwd_filter_wide's), FT a warp, 8 lanes a tile, summed in registers over the
 //       share and across the 8 lanes at the end.
-// NW warps a block: 8 (two blocks an SM) or 16 (one; a part of twice the tiles, so fewer
-// parts stage gy again).
 // The parts path (scc_bwd_data + scc_bwd_filter) reads gy twice and x as often.  At step s
 // a tile's lanes take pixels 8·((tile + s) mod 4) + lane: the warp's four tiles read four
 // different bank octets whatever their rows.
@@ -776,10 +774,10 @@ constexpr int FBN = 64, FT = 4, FPART = 12;   // pixels a chunk; tiles a warp; p
 }
 
 namespace scc {
-// The fused backward's input gradient for one chunk: `tasks` tasks for NW warps over the
-// part's channel octets (BN / (32·PXW) tasks an octet, each PXW pixels a lane of its share
-// of the chunk), channels from c_first; oct_ptr from the part's first octet.
-template <int PXW, bool VEC, int NW>
+// The fused backward's input gradient for one chunk: `tasks` warp tasks over the part's
+// channel octets (BN / (32·PXW) tasks an octet, each PXW pixels a lane of its share of the
+// chunk), channels from c_first; oct_ptr from the part's first octet.
+template <int PXW, bool VEC>
 __device__ __forceinline__ void fused_octets(float* __restrict__ gx, const float* cur,
                                              const float* wd, const int* erow,
                                              const int* __restrict__ oct_ptr, int e0,
@@ -787,7 +785,7 @@ __device__ __forceinline__ void fused_octets(float* __restrict__ gx, const float
                                              int Cin, int P) {
     constexpr int PER = FBN / (32 * PXW);      // tasks an octet
     const int lane = threadIdx.x & 31;
-    for (int task = threadIdx.x >> 5; task < tasks; task += NW) {
+    for (int task = threadIdx.x >> 5; task < tasks; task += WARPS) {
         const int o = task / PER, col = (task % PER) * 32 * PXW + lane * PXW;
         const int ea = oct_ptr[o] - e0, eb = oct_ptr[o + 1] - e0;
         float d[F][PXW] = {};
@@ -831,8 +829,8 @@ __device__ __forceinline__ void fused_octets(float* __restrict__ gx, const float
 }
 }  // namespace scc
 
-template <bool VEC, int NW>
-__global__ void __launch_bounds__(32 * NW, 16 / NW) scc_bwd_fused(
+template <bool VEC>
+__global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
     const float* __restrict__ x,          // (N, Cin, P)
     const float* __restrict__ gy,         // (N, Cout, P)
     const float* __restrict__ w,          // (Cout, U)
@@ -850,7 +848,7 @@ __global__ void __launch_bounds__(32 * NW, 16 / NW) scc_bwd_fused(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int BN = FBN, PX = BN / 32, G = VEC ? 4 : 1, T = 32 * NW;
+    constexpr int BN = FBN, PX = BN / 32, G = VEC ? 4 : 1;
     // The part: gy rows (filters prow[r], r < gy_rows), the first of them its tiles'
     // sorted filters from s_lo; x rows r < x_rows its band channels (c_lo + r) mod Cin
     // (x_rows < 2 Cin); its tiles, its octets, where its rows and entries begin.
@@ -868,21 +866,19 @@ __global__ void __launch_bounds__(32 * NW, 16 / NW) scc_bwd_fused(
     auto stage = [&](int qc, int b) {
         if (qc < q_end) {
             float* dst = bufs + b * nrows * BN;
-            const auto gy_row = [&](int r) { return prow[r]; };
-            const auto x_row = [&](int r) { return wrap(c_lo + r, Cin); };
-            stage_pixels<BN, G, decltype(gy_row), T>(dst, gy, gy_rows, gy_row, qc, q_end, Cout,
-                                                     P);
-            stage_pixels<BN, G, decltype(x_row), T>(dst + gy_rows * BN, x, x_rows, x_row, qc,
-                                                    q_end, Cin, P);
+            stage_pixels<BN, G>(dst, gy, gy_rows, [&](int r) { return prow[r]; }, qc, q_end,
+                                Cout, P);
+            stage_pixels<BN, G>(dst + gy_rows * BN, x, x_rows,
+                                [&](int r) { return wrap(c_lo + r, Cin); }, qc, q_end, Cin, P);
         }
         tdcx::cp_async_commit();
     };
     stage(q_begin, 0);
-    for (int i = threadIdx.x; i < 8 * ne; i += T) {
+    for (int i = threadIdx.x; i < 8 * ne; i += WIDE) {
         const int widx = entry_w[8 * (size_t)e0 + i];
         wd[i] = widx >= 0 ? w[widx] : 0.f;
     }
-    for (int i = threadIdx.x; i < ne; i += T) erow[i] = entry_row[e0 + i] * BN;
+    for (int i = threadIdx.x; i < ne; i += WIDE) erow[i] = entry_row[e0 + i] * BN;
 
     // This lane's weight-gradient tile: gy rows s0 - s_lo + j and x rows b0 - c_lo + v0 + v
     // (the host stages every row a tile reads, past the last filter or the band too: those
@@ -900,12 +896,12 @@ __global__ void __launch_bounds__(32 * NW, 16 / NW) scc_bwd_fused(
         tdcx::cp_async_wait<1>();
         __syncthreads();
         const float* cur = bufs + b * nrows * BN;
-        if (2 * noct <= NW)             // two warps an octet, each half the chunk
-            fused_octets<PX / 2, VEC, NW>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0,
-                                          2 * noct, qc, q_end, Cin, P);
+        if (2 * noct <= WARPS)          // two warps an octet, each half the chunk
+            fused_octets<PX / 2, VEC>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0, 2 * noct,
+                                      qc, q_end, Cin, P);
         else
-            fused_octets<PX, VEC, NW>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0, noct, qc,
-                                      q_end, Cin, P);
+            fused_octets<PX, VEC>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0, noct, qc,
+                                  q_end, Cin, P);
 #pragma unroll
         for (int r = 0; r < BN / 32; ++r) {
 #pragma unroll
@@ -960,8 +956,7 @@ TC_I_SCC_BWD_FILTER_WIDE(4, true)
     const float*, const float*, const float*, const int*, const int*, const int*, const int*, \
     const int2*, const int*, const int*, const int*, float*, float*, int, int, int, int, int, \
     int);
-TC_I_SCC_BWD_FUSED(false, 8) TC_I_SCC_BWD_FUSED(true, 8) TC_I_SCC_BWD_FUSED(false, 16)
-TC_I_SCC_BWD_FUSED(true, 16)
+TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #undef TC_I_SCC_BWD_FUSED
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);

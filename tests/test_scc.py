@@ -439,12 +439,13 @@ def test_the_wide_weight_gradient_tiles_cover_every_weight_once():
         assert gy_rows == blocks[:, 1].max() and x_rows == blocks[:, 3].max()
 
 
-def emulate_fused(g, f, x, w, gy):
+def emulate_fused(g, x, w, gy):
     """``scc_bwd_fused`` in NumPy, from its tables alone: each part stages its gy rows and
     its x band, computes its octets' input gradient from the entries and its tiles' weight
     gradient; returns (gx, gw, how often each gx channel and each weight was written)."""
     from tensorconv.ops import scc_tiles
 
+    f = scc_tiles.fused_parts(g)
     order, starts = scc_tiles.sorted_filters(g)
     gx, gw = np.full(x.shape, np.nan), np.full(w.shape, np.nan)
     wrote_x, wrote_w = np.zeros(g.cin, int), np.zeros(w.shape, int)
@@ -486,39 +487,24 @@ def emulate_fused(g, f, x, w, gy):
                                   (128, 256, 4, 0.5), (32, 64, 2, 0.25), (12, 20, 2, 0.5),
                                   (40, 130, 4, 0.75), (96, 150, 2, 0.33), (8, 8, 8, 0.33),
                                   (20, 7, 4, 0.0), (64, 64, 8, 0.33)])
-@pytest.mark.parametrize("warps", [8, 16])
-def test_the_fused_backward_tables_give_both_gradients(rng, args, warps):
-    """The fused backward's parts (blocks of 8 or 16 warps): every input channel in one
-    part's octets, every weight in one part's tiles, at most 4 tiles a warp, each part
-    staging the rows it reads; emulated from the tables they give the reference's
-    gradients."""
+def test_the_fused_backward_tables_give_both_gradients(rng, args):
+    """The fused backward's parts: every input channel in one part's octets, every weight
+    in one part's tiles, each part staging the rows it reads; emulated from the tables
+    they give the reference's gradients."""
     from tensorconv.ops import scc_tiles
 
     g = scc.scc_geometry(*args)
-    f = scc_tiles.fused_parts(g, warps)
-    assert f is not None and f.warps == warps, args
+    f = scc_tiles.fused_parts(g)
+    assert f is not None, args
     assert f.parts[:, 6].sum() == len(f.tiles) and f.parts[:, 8].sum() == -(-g.cin // 8)
-    assert f.parts[:, 6].max() <= 4 * warps
     x = rng.standard_normal((2, g.cin, 3, 2))
     w = rng.standard_normal((g.cout, g.u))
     gy = rng.standard_normal((2, g.cout, 3, 2))
-    gx, gw, wrote_x, wrote_w = emulate_fused(g, f, x, w, gy)
+    gx, gw, wrote_x, wrote_w = emulate_fused(g, x, w, gy)
     assert (wrote_x == 1).all() and (wrote_w == 1).all(), args
     want_gx, want_gw = scc.scc_backward(x, w, gy, g)
     np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
-
-
-def test_the_fused_plan_takes_the_fewest_parts():
-    """A block of 16 warps where it halves the parts (gy staged less), else 8 (two blocks
-    an SM); each plan within its shared memory."""
-    from tensorconv.ops import scc_tiles
-
-    for args, warps, parts in (((64, 64, 2, 0.5), 8, 1), ((64, 128, 2, 0.5), 16, 1),
-                               ((128, 128, 2, 0.5), 16, 2), ((32, 64, 2, 0.5), 8, 1)):
-        f = scc_tiles.fused_plan(scc.scc_geometry(*args))
-        assert (f.warps, len(f.parts)) == (warps, parts), args
-        assert f.smem <= scc_tiles.FUSED_SMEM[f.warps]
 
 
 def test_the_fused_backward_is_refused_where_it_has_no_parts():
@@ -536,8 +522,8 @@ def test_the_fused_backward_is_refused_where_it_has_no_parts():
     with pytest.raises(ValueError, match="path"):
         ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="one")
     for args, want in (((64, 64, 2, 0.5), True), ((64, 128, 2, 0.5), True),
-                       ((128, 128, 4, 0.5), True), ((128, 256, 2, 0.5), False),
-                       ((512, 512, 2, 0.5), False)):
+                       ((128, 128, 4, 0.5), True), ((128, 128, 2, 0.5), False),
+                       ((128, 256, 4, 0.5), False), ((512, 512, 2, 0.5), False)):
         assert scc_tiles.fused_backward(scc.scc_geometry(*args), 128 * 16 * 16, 132) == want
     assert not scc_tiles.fused_backward(scc.scc_geometry(64, 64, 2, 0.5), 128 * 4 * 4, 132)
 

@@ -30,7 +30,6 @@ from tensorconv.ops import _igemm
 from tensorconv.ops._launch import NULL, cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.scc_tiles import (
     BAND_TILES,
-    FUSED_SMEM,
     PIXEL_TILES,
     RC,
     THREADS,
@@ -46,7 +45,7 @@ from tensorconv.ops.scc_tiles import (
     filter_tiles,
     forward_tile,
     fused_backward,
-    fused_plan,
+    fused_parts,
     fused_shares,
     pixel_tile,
     row_tiles,
@@ -92,16 +91,15 @@ def _wide_name(side: str, px: int, vec: bool) -> str:
     return f"{kernel}<{px}, {'true' if vec else 'false'}>"
 
 
-def _fused_name(vec: bool, warps: int) -> str:
-    return f"scc_bwd_fused<{'true' if vec else 'false'}, {warps}>"
+def _fused_name(vec: bool) -> str:
+    return f"scc_bwd_fused<{'true' if vec else 'false'}>"
 
 
 def _templated() -> list[str]:
     return ([f(t) for f in (_fwd_name, _data_name) for t in PIXEL_TILES]
             + [_filter_name(t) for t in BAND_TILES]
             + [_wide_name(side, px, vec) for side in ("forward", "filter")
-               for px, vec in _WIDE] + list(_CYCLIC) + [_fused_name(v, w) for v in (True, False)
-                                                      for w in FUSED_SMEM])
+               for px, vec in _WIDE] + list(_CYCLIC) + [_fused_name(v) for v in (True, False)])
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
@@ -399,7 +397,7 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     path : {"auto", "fused", "parts"}
         The kernels (GPU): "fused", one pass over gy and x for both gradients
         (``scc_bwd_fused``: blocks over parts of the weight-gradient tiles and of the
-        input channels, :func:`~tensorconv.ops.scc_tiles.fused_plan`); "parts",
+        input channels, :func:`~tensorconv.ops.scc_tiles.fused_parts`); "parts",
         :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
         with its defaults; "auto" takes the fused kernel where
         :func:`~tensorconv.ops.scc_tiles.fused_backward` says.
@@ -421,11 +419,11 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
                          f"and spatial sizes must agree")
     w = _check_weights(w, geom, xp)
     n, _, h, wd = x.shape
-    plan = fused_plan(geom)
-    if path == "fused" and plan is None:
-        raise ValueError(f"path='fused': {geom} has no fused parts within the shared memory "
-                         f"of a block (a window too wide for a block's tiles, or too few "
-                         f"channels); use path='parts'")
+    parts = fused_parts(geom)
+    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
+        raise ValueError(f"path='fused': {geom} has no fused parts within {WIDE_SMEM} bytes "
+                         f"of shared memory (a window too wide for a block's tiles, or too "
+                         f"few channels); use path='parts'")
     if xp is np:
         no_out_on_cpu(out_x=out_x, out_w=out_w)
         gx, gw = reference.scc_backward(x, w, gy, geom)
@@ -441,11 +439,11 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
     device = xp.cuda.runtime.getDevice()
     i32 = np.int32
-    launch(cuda.kernel_ref(FILE, _fused_name(_vec(4, p, x, gy, out_x), plan.warps)),
-           (len(plan.parts), shares, 1), (32 * plan.warps,),
+    launch(cuda.kernel_ref(FILE, _fused_name(_vec(4, p, x, gy, out_x))),
+           (len(parts.parts), shares, 1), (THREADS,),
            (x, gy, w, *device_tables(geom, device, "sorted"),
-            *device_tables(geom, device, "fused", plan.warps), out_x, partial, i32(geom.cin),
-            i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=plan.smem)
+            *device_tables(geom, device, "fused"), out_x, partial, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=parts.smem)
     _reduce(partial, out_w, shares, geom.cout * geom.u, sms)
     return out_x, out_w
 

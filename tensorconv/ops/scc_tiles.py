@@ -81,7 +81,7 @@ def device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
     """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
     window start of each filter), ``"tiles"`` (of ``rows`` channels), ``"map"``,
     ``"wgrad"`` (the wide weight gradient's tiles and blocks) or ``"fused"`` (the fused
-    backward's, :func:`fused_parts` for blocks of ``rows`` warps)."""
+    backward's, :func:`fused_parts`)."""
     import cupy
 
     host = {"sorted": lambda: sorted_filters(geom),
@@ -89,13 +89,13 @@ def device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
             "tiles": lambda: data_tiles(geom, rows),
             "map": lambda: channel_map(geom),
             "wgrad": lambda: filter_tiles(geom)[:2],
-            "fused": lambda: _fused_tables(geom, rows)}[which]()
+            "fused": lambda: _fused_tables(geom)}[which]()
     with cupy.cuda.Device(device):
         return tuple(cupy.asarray(a) for a in host)
 
 
-def _fused_tables(geom: SCCGeometry, warps: int) -> tuple[np.ndarray, ...]:
-    f = fused_parts(geom, warps)
+def _fused_tables(geom: SCCGeometry) -> tuple[np.ndarray, ...]:
+    f = fused_parts(geom)
     return f.parts, f.rows, f.tiles, f.oct_ptr, f.entry_row, f.entry_w
 
 
@@ -129,17 +129,14 @@ def filter_tiles(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, int, int]:
 
 
 FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
-FUSED_FT = 4                     # scc::FT: its weight-gradient warp tiles a warp
+FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
 FUSED_FIELDS = 12                # scc::FPART: ints a part
-# Its warps a block, and its shared memory at most for each: 8 warps, two blocks an SM;
-# 16 warps, one block (a part of twice the tiles).
-FUSED_SMEM = {8: 100 * 1024, 16: 200 * 1024}
+FUSED_SMEM = 100 * 1024          # its shared memory at most: two blocks still fit an SM
 
 
 @dataclass(frozen=True, eq=False)
 class FusedParts:
-    """The fused backward's work (``scc_bwd_fused``) for blocks of ``warps`` warps, split
-    into parts, one a block row.
+    """The fused backward's work (``scc_bwd_fused``), split into parts, one a block row.
 
     ``parts`` (parts, FUSED_FIELDS) int32, per part: first sorted filter of its
     weight-gradient tiles (``s_lo``), their gy rows (whole octets), all its gy rows, first
@@ -161,23 +158,21 @@ class FusedParts:
     entry_w: np.ndarray
     smem: int
     gy_reads: float
-    warps: int
 
 
 @functools.lru_cache(maxsize=256)
-def fused_parts(geom: SCCGeometry, warps: int = 8) -> FusedParts | None:
-    """The fused backward's parts for ``geom`` in blocks of ``warps`` warps, or None where
-    a filter octet alone has more warp tiles than a block holds, or a part's band would
-    span 2·Cin channels or more.  Parts take consecutive filter octets (at most
-    ``FUSED_FT·warps`` tiles, about equal) and an equal share of the channel octets."""
+def fused_parts(geom: SCCGeometry) -> FusedParts | None:
+    """The fused backward's parts for ``geom``, or None where a filter octet alone has more
+    warp tiles than a block holds, or a part's band would span 2·Cin channels or more.
+    Parts take consecutive filter octets (at most :data:`FUSED_TILES` tiles, about equal)
+    and an equal share of the channel octets."""
     tiles = filter_tiles(geom)[0]
     order, starts = sorted_filters(geom)
     octets = cdiv(geom.cout, F)
     per = np.bincount(tiles[:, 0], minlength=octets)
-    most = FUSED_FT * warps
-    if per.max() > most:
+    if per.max() > FUSED_TILES:
         return None
-    target = max(int(per.max()), cdiv(len(tiles), cdiv(len(tiles), most)))
+    target = max(int(per.max()), cdiv(len(tiles), cdiv(len(tiles), FUSED_TILES)))
     groups, cur, n = [], [], 0
     for fo in range(octets):
         if cur and n + per[fo] > target:
@@ -229,38 +224,25 @@ def fused_parts(geom: SCCGeometry, warps: int = 8) -> FusedParts | None:
     i32 = np.int32
     return FusedParts(parts=np.asarray(fields, dtype=i32), rows=np.concatenate(rows).astype(i32),
                       tiles=tiles, oct_ptr=oct_ptr.astype(i32), entry_row=entry_row.astype(i32),
-                      entry_w=entry_w.astype(i32), smem=int(smem), gy_reads=gy_total / geom.cout,
-                      warps=warps)
-
-
-@functools.lru_cache(maxsize=256)
-def fused_plan(geom: SCCGeometry) -> FusedParts | None:
-    """The fused backward's parts the op launches: of the block sizes whose parts fit
-    their :data:`FUSED_SMEM`, the one of fewest parts (gy staged least), the smaller
-    block on a tie; None where neither fits."""
-    fits = [f for f in (fused_parts(geom, w) for w in FUSED_SMEM)
-            if f is not None and f.smem <= FUSED_SMEM[f.warps]]
-    return min(fits, key=lambda f: (len(f.parts), f.warps), default=None)
+                      entry_w=entry_w.astype(i32), smem=int(smem), gy_reads=gy_total / geom.cout)
 
 
 def fused_backward(geom: SCCGeometry, pixels: int, sm_count: int) -> bool:
     """Whether the automatic choice takes the fused backward (``scc_bwd_fused``) for both
-    gradients: where its plan has at most two parts, staging gy at most 1.5 times in all,
-    and a chunk for every SM.  Measured on the H100 (``docs/notes/scc_conv.md``): faster
-    than the two kernels on every such layer timed (1.37x on 64→64 at 32x32, cg 2), slower
-    with four parts or more (gy staged twice)."""
-    f = fused_plan(geom)
-    return (f is not None and len(f.parts) <= 2 and f.gy_reads <= 1.5
-            and pixels >= sm_count * FUSED_BN)
+    gradients: where it has at most two parts within :data:`FUSED_SMEM`, staging gy at
+    most 1.5 times in all, and a chunk for every SM.  Measured on the H100
+    (``docs/notes/scc_conv.md``): faster than the two kernels on every such layer timed
+    (1.37x on 64→64 at 32x32, cg 2), slower with four parts or more (gy staged twice)."""
+    f = fused_parts(geom)
+    return (f is not None and f.smem <= FUSED_SMEM and len(f.parts) <= 2
+            and f.gy_reads <= 1.5 and pixels >= sm_count * FUSED_BN)
 
 
 def fused_shares(geom: SCCGeometry, pixels: int, sm_count: int) -> tuple[int, int]:
-    """``(shares, per_share)`` of the fused backward: about as many blocks as fit the SMs
-    at once (two an SM of 8 warps, one of 16), each share a whole number of chunks, at
-    least four."""
-    f = fused_plan(geom)
-    shares = max(1, min(cdiv(16 // f.warps * sm_count, len(f.parts)),
-                        cdiv(pixels, 4 * FUSED_BN)))
+    """``(shares, per_share)`` of the fused backward: about two blocks an SM in all (what
+    fits at once), each share a whole number of chunks, at least four."""
+    parts = len(fused_parts(geom).parts)
+    shares = max(1, min(cdiv(2 * sm_count, parts), cdiv(pixels, 4 * FUSED_BN)))
     per_share = cdiv(cdiv(pixels, shares), FUSED_BN) * FUSED_BN
     return cdiv(pixels, per_share), per_share
 

@@ -205,19 +205,15 @@ def test_the_wide_kernels_at_each_pixel_count(rng, monkeypatch, px, blocks):
     (32, 64, 2, 0.25, 7, 2, 2), (96, 150, 2, 0.33, 1, 11, 12), (20, 7, 4, 0.0, 2, 6, 6)])
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
 @pytest.mark.parametrize("per_share", [None, 64])
-@pytest.mark.parametrize("warps", [8, 16])
 def test_the_fused_backward_matches_the_reference(rng, monkeypatch, cin, cout, cg, co, n, h,
-                                                  wd, layout, per_share, warps):
-    """Both gradients in one pass, forced, in blocks of 8 or 16 warps: several parts,
-    octets past Cin, vector and scalar copies (a plane not a multiple of 4, maps off 16
-    bytes), one share or a share per chunk (many partial sums), pixels past the last chunk;
-    outputs poisoned."""
+                                                  wd, layout, per_share):
+    """Both gradients in one pass, forced: several parts, octets past Cin, vector and
+    scalar copies (a plane not a multiple of 4, maps off 16 bytes), one share or a share
+    per chunk (many partial sums), pixels past the last chunk; outputs poisoned."""
     import cupy as cp
 
     from tensorconv import ops
-    from tensorconv.ops import scc_conv, scc_tiles
-
-    monkeypatch.setattr(scc_conv, "fused_plan", lambda g: scc_tiles.fused_parts(g, warps))
+    from tensorconv.ops import scc_conv
 
     if per_share is not None:
         monkeypatch.setattr(scc_conv, "fused_shares",

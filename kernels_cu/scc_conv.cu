@@ -32,9 +32,10 @@
 //   map read once (below, before them).
 // scc_fwd_cyclic: the paper's per-thread forward, window starts from the channel-cyclic
 //   map in constant memory or computed.
+// scc_bwd_fused: both gradients in one pass over gy and x (below, at the end).
 //
-// Launch geometry and checks belong to tensorconv/ops/scc_conv.py, tables and tile
-// choices to tensorconv/ops/scc_tiles.py.
+// Launch geometry and checks belong to tensorconv/ops/scc_conv.py (scc_fused.py for the
+// fused backward), tables and tile choices to tensorconv/ops/scc_tiles.py.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
@@ -757,7 +758,7 @@ __global__ void __launch_bounds__(scc::WIDE) scc_bwd_filter_wide(
 }
 
 // Both gradients in one pass over gy and x (path "fused"; the parts, tables and shares
-// come from tensorconv/ops/scc_tiles.py, fused_parts).  Block (part, share) walks its share
+// come from tensorconv/ops/scc_fused.py, fused_parts).  Block (part, share) walks its share
 // of the pixels in chunks of FBN, staging the gy rows and the x band its part needs (the
 // next chunk's copies in flight), then
 //   (1) the input gradient of the part's channel octets: warp = octet, lane = FBN / 32

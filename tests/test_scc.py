@@ -443,9 +443,9 @@ def emulate_fused(g, x, w, gy):
     """``scc_bwd_fused`` in NumPy, from its tables alone: each part stages its gy rows and
     its x band, computes its octets' input gradient from the entries and its tiles' weight
     gradient; returns (gx, gw, how often each gx channel and each weight was written)."""
-    from tensorconv.ops import scc_tiles
+    from tensorconv.ops import scc_fused, scc_tiles
 
-    f = scc_tiles.fused_parts(g)
+    f = scc_fused.fused_parts(g)
     order, starts = scc_tiles.sorted_filters(g)
     gx, gw = np.full(x.shape, np.nan), np.full(w.shape, np.nan)
     wrote_x, wrote_w = np.zeros(g.cin, int), np.zeros(w.shape, int)
@@ -491,10 +491,10 @@ def test_the_fused_backward_tables_give_both_gradients(rng, args):
     """The fused backward's parts: every input channel in one part's octets, every weight
     in one part's tiles, each part staging the rows it reads; emulated from the tables
     they give the reference's gradients."""
-    from tensorconv.ops import scc_tiles
+    from tensorconv.ops import scc_fused
 
     g = scc.scc_geometry(*args)
-    f = scc_tiles.fused_parts(g)
+    f = scc_fused.fused_parts(g)
     assert f is not None, args
     assert f.parts[:, 6].sum() == len(f.tiles) and f.parts[:, 8].sum() == -(-g.cin // 8)
     x = rng.standard_normal((2, g.cin, 3, 2))
@@ -512,10 +512,10 @@ def test_the_fused_backward_is_refused_where_it_has_no_parts():
     'auto' takes the two kernels; the automatic choice takes one or two parts (gy staged
     at most 1.5 times) and a chunk for every SM."""
     from tensorconv import ops
-    from tensorconv.ops import scc_tiles
+    from tensorconv.ops import scc_fused
 
     g = scc.scc_geometry(8, 8, 2, 0.5)
-    assert scc_tiles.fused_parts(g) is None and not scc_tiles.fused_backward(g, 10 ** 6, 132)
+    assert scc_fused.fused_parts(g) is None and not scc_fused.fused_backward(g, 10 ** 6, 132)
     x = np.zeros((1, 8, 2, 2), np.float32)
     with pytest.raises(ValueError, match="path='fused'.*use path='parts'"):
         ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="fused")
@@ -524,8 +524,8 @@ def test_the_fused_backward_is_refused_where_it_has_no_parts():
     for args, want in (((64, 64, 2, 0.5), True), ((64, 128, 2, 0.5), True),
                        ((128, 128, 4, 0.5), True), ((128, 128, 2, 0.5), False),
                        ((128, 256, 4, 0.5), False), ((512, 512, 2, 0.5), False)):
-        assert scc_tiles.fused_backward(scc.scc_geometry(*args), 128 * 16 * 16, 132) == want
-    assert not scc_tiles.fused_backward(scc.scc_geometry(64, 64, 2, 0.5), 128 * 4 * 4, 132)
+        assert scc_fused.fused_backward(scc.scc_geometry(*args), 128 * 16 * 16, 132) == want
+    assert not scc_fused.fused_backward(scc.scc_geometry(64, 64, 2, 0.5), 128 * 4 * 4, 132)
 
 
 def test_algorithm_1_finds_one_cycle_of_windows():

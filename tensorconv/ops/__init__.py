@@ -56,10 +56,10 @@ from tensorconv.ops.pointwise_pair import conv1x1_pair
 from tensorconv.ops.pool import pool2d
 from tensorconv.ops.scc_conv import (
     scc_conv2d,
-    scc_conv2d_backward,
     scc_conv2d_backward_data,
     scc_conv2d_backward_weight,
 )
+from tensorconv.ops.scc_fused import scc_conv2d_backward
 from tensorconv.ops.sgd import sgd_multi_tensor
 from tensorconv.ops.sparse_conv import sparse_conv2d
 from tensorconv.ops.tensorcore_conv import tc_conv2d

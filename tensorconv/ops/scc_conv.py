@@ -44,9 +44,6 @@ from tensorconv.ops.scc_tiles import (
     device_tables,
     filter_tiles,
     forward_tile,
-    fused_backward,
-    fused_parts,
-    fused_shares,
     pixel_tile,
     row_tiles,
     sorted_filters,
@@ -60,13 +57,12 @@ from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
 __all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles",
-           "default_splits", "sorted_filters", "scc_conv2d", "scc_conv2d_backward",
-           "scc_conv2d_backward_data", "scc_conv2d_backward_weight"]
+           "default_splits", "sorted_filters", "scc_conv2d", "scc_conv2d_backward_data",
+           "scc_conv2d_backward_weight"]
 
 FILE = "scc_conv.cu"
 DATA_VARIANTS = ("input", "gather", "output")
 PATHS = ("auto", "wide", "tiled")
-BACKWARD_PATHS = ("auto", "fused", "parts")
 FORWARD_PATHS = PATHS + ("map", "arith")
 _CYCLIC = ("scc_fwd_cyclic<true>", "scc_fwd_cyclic<false>")
 MAX_CYCLE = 4096                 # scc::MAX_CYCLE: windows the constant-memory map holds
@@ -104,7 +100,8 @@ def _templated() -> list[str]:
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
     """Every kernel of the file (forward, the three input-gradient forms, the weight
-    gradient and its reduction, both gradients fused), every tile."""
+    gradient and its reduction, both gradients fused: :mod:`~tensorconv.ops.scc_fused`),
+    every tile."""
     return (tuple(cuda.kernel_ref(FILE, n) for n in _templated() + list(_SIMPLE))
             + (_igemm.reduce_ref(),))
 
@@ -382,70 +379,6 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
                 i32(h * wd), i32(q), i32(per_split)))
     _reduce(partial, out, splits, geom.cout * geom.u, sms)
     return out
-
-
-def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_x=None,
-                        out_w=None):
-    """Both gradients of :func:`scc_conv2d` (without ReLU), ``(gx, gw)``, deterministic.
-
-    Parameters
-    ----------
-    x : array, (N, Cin, H, W), float32
-    gy : array, (N, Cout, H, W), float32
-    w : array, (Cout, U), float32
-    geom : SCCGeometry
-    path : {"auto", "fused", "parts"}
-        The kernels (GPU): "fused", one pass over gy and x for both gradients
-        (``scc_bwd_fused``: blocks over parts of the weight-gradient tiles and of the
-        input channels, :func:`~tensorconv.ops.scc_tiles.fused_parts`); "parts",
-        :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
-        with its defaults; "auto" takes the fused kernel where
-        :func:`~tensorconv.ops.scc_tiles.fused_backward` says.
-    out_x : array, (N, Cin, H, W), float32, optional (GPU only)
-    out_w : array, (Cout, U), float32, optional (GPU only)
-
-    Returns
-    -------
-    (array, array)
-        gx (N, Cin, H, W) and gw (Cout, U), float32.
-    """
-    geom = _check_geom(geom)
-    check_choice(path, "path", BACKWARD_PATHS)
-    x = _check_maps(x, "x", geom.cin, geom)
-    xp = backend.array_module(x)
-    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
-    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
-        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
-                         f"and spatial sizes must agree")
-    w = _check_weights(w, geom, xp)
-    n, _, h, wd = x.shape
-    parts = fused_parts(geom)
-    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
-        raise ValueError(f"path='fused': {geom} has no fused parts within {WIDE_SMEM} bytes "
-                         f"of shared memory (a window too wide for a block's tiles, or too "
-                         f"few channels); use path='parts'")
-    if xp is np:
-        no_out_on_cpu(out_x=out_x, out_w=out_w)
-        gx, gw = reference.scc_backward(x, w, gy, geom)
-        return gx.astype(np.float32), gw.astype(np.float32)
-    q, p = n * h * wd, h * wd
-    sms = backend.device_facts().sm_count
-    if path == "parts" or (path == "auto" and not fused_backward(geom, q, sms)):
-        return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
-                scc_conv2d_backward_weight(x, gy, geom, out=out_w))
-    out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
-    out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
-    shares, per_share = fused_shares(geom, q, sms)
-    partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
-    device = xp.cuda.runtime.getDevice()
-    i32 = np.int32
-    launch(cuda.kernel_ref(FILE, _fused_name(_vec(4, p, x, gy, out_x))),
-           (len(parts.parts), shares, 1), (THREADS,),
-           (x, gy, w, *device_tables(geom, device, "sorted"),
-            *device_tables(geom, device, "fused"), out_x, partial, i32(geom.cin),
-            i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=parts.smem)
-    _reduce(partial, out_w, shares, geom.cout * geom.u, sms)
-    return out_x, out_w
 
 
 def _reduce(partial, out, splits: int, size: int, sms: int) -> None:

@@ -79,24 +79,17 @@ def channel_map(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @functools.cache   # never evicted: captured CUDA graphs hold these addresses
 def device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
     """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
-    window start of each filter), ``"tiles"`` (of ``rows`` channels), ``"map"``,
-    ``"wgrad"`` (the wide weight gradient's tiles and blocks) or ``"fused"`` (the fused
-    backward's, :func:`fused_parts`)."""
+    window start of each filter), ``"tiles"`` (of ``rows`` channels), ``"map"`` or
+    ``"wgrad"`` (the wide weight gradient's tiles and blocks)."""
     import cupy
 
     host = {"sorted": lambda: sorted_filters(geom),
             "starts": lambda: (geom.starts().astype(np.int32),),
             "tiles": lambda: data_tiles(geom, rows),
             "map": lambda: channel_map(geom),
-            "wgrad": lambda: filter_tiles(geom)[:2],
-            "fused": lambda: _fused_tables(geom)}[which]()
+            "wgrad": lambda: filter_tiles(geom)[:2]}[which]()
     with cupy.cuda.Device(device):
         return tuple(cupy.asarray(a) for a in host)
-
-
-def _fused_tables(geom: SCCGeometry) -> tuple[np.ndarray, ...]:
-    f = fused_parts(geom)
-    return f.parts, f.rows, f.tiles, f.oct_ptr, f.entry_row, f.entry_w
 
 
 @functools.lru_cache(maxsize=256)
@@ -126,125 +119,6 @@ def filter_tiles(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, int, int]:
     blocks = np.asarray(blocks, dtype=np.int32)
     return tiles, blocks, int(blocks[:, 1].max()), int(blocks[:, 3].max())
 
-
-
-FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
-FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
-FUSED_FIELDS = 12                # scc::FPART: ints a part
-FUSED_SMEM = 100 * 1024          # its shared memory at most: two blocks still fit an SM
-
-
-@dataclass(frozen=True, eq=False)
-class FusedParts:
-    """The fused backward's work (``scc_bwd_fused``), split into parts, one a block row.
-
-    ``parts`` (parts, FUSED_FIELDS) int32, per part: first sorted filter of its
-    weight-gradient tiles (``s_lo``), their gy rows (whole octets), all its gy rows, first
-    band channel (``c_lo``), x rows, first tile, tiles, first channel octet, octets, where
-    its gy rows begin in ``rows``, first entry, entries.  ``rows``: each part's gy rows as
-    filter ids (its tiles' sorted filters first, the last repeated to a whole octet, then
-    the other filters its octets meet).  ``tiles``: :func:`filter_tiles`'s warp tiles.
-    ``oct_ptr`` (octets + 1,): the entries of each channel octet (8 channels); an entry is
-    a filter meeting the octet, ``entry_row`` its gy row in its part and ``entry_w``
-    (entries, 8) the weight index ``k·U + u`` of each of the octet's channels, -1 where
-    the channel lies outside the window.  ``smem``: bytes a block; ``gy_reads``: gy rows
-    staged over all parts / Cout."""
-
-    parts: np.ndarray
-    rows: np.ndarray
-    tiles: np.ndarray
-    oct_ptr: np.ndarray
-    entry_row: np.ndarray
-    entry_w: np.ndarray
-    smem: int
-    gy_reads: float
-
-
-@functools.lru_cache(maxsize=256)
-def fused_parts(geom: SCCGeometry) -> FusedParts | None:
-    """The fused backward's parts for ``geom``, or None where a filter octet alone has more
-    warp tiles than a block holds, or a part's band would span 2·Cin channels or more.
-    Parts take consecutive filter octets (at most :data:`FUSED_TILES` tiles, about equal)
-    and an equal share of the channel octets."""
-    tiles = filter_tiles(geom)[0]
-    order, starts = sorted_filters(geom)
-    octets = cdiv(geom.cout, F)
-    per = np.bincount(tiles[:, 0], minlength=octets)
-    if per.max() > FUSED_TILES:
-        return None
-    target = max(int(per.max()), cdiv(len(tiles), cdiv(len(tiles), FUSED_TILES)))
-    groups, cur, n = [], [], 0
-    for fo in range(octets):
-        if cur and n + per[fo] > target:
-            groups.append(cur)
-            cur, n = [], 0
-        cur.append(fo)
-        n += int(per[fo])
-    groups.append(cur)
-
-    # Entries: (octet, filter) pairs where the filter's window holds one of the octets'
-    # channels, by octet, then in window order.
-    cin, u = geom.cin, geom.u
-    n_oct = cdiv(cin, F)
-    pos = np.empty(geom.cout, dtype=np.int64)
-    pos[order] = np.arange(geom.cout)
-    chans = geom.channels()                                   # (Cout, U)
-    pairs = np.unique((chans // F) * geom.cout + pos[:, None])
-    e_oct, e_k = pairs // geom.cout, order[pairs % geom.cout].astype(np.int64)
-    oct_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_oct, minlength=n_oct))])
-    c = e_oct[:, None] * F + np.arange(F)                     # (entries, 8) channels
-    uu = (c - geom.starts()[e_k][:, None]) % cin
-    entry_w = np.where((c < cin) & (uu < u), e_k[:, None] * u + uu, -1)
-
-    bounds = np.round(np.linspace(0, n_oct, len(groups) + 1)).astype(int)
-    first_tile = np.concatenate([[0], np.cumsum(per)])
-    fields, rows, entry_row, smem, gy_total = [], [], np.empty(len(e_k), np.int64), 0, 0
-    for p, fos in enumerate(groups):
-        s_lo = fos[0] * F
-        n_w = len(fos) * F
-        own = order[np.minimum(np.arange(s_lo, s_lo + n_w), geom.cout - 1)]
-        o0, o1 = bounds[p], bounds[p + 1]
-        e0, e1 = oct_ptr[o0], oct_ptr[o1]
-        extra = [k for k in dict.fromkeys(e_k[e0:e1].tolist()) if k not in set(own.tolist())]
-        part_rows = np.concatenate([own, np.asarray(extra, dtype=np.int64)])
-        row_of = {int(k): r for r, k in reversed(list(enumerate(part_rows)))}
-        entry_row[e0:e1] = [row_of[int(k)] for k in e_k[e0:e1]]
-        t0, t1 = first_tile[fos[0]], first_tile[fos[-1] + 1]
-        c_lo = int(starts[s_lo])
-        x_rows = int(max(starts[tiles[t, 0] * F] - c_lo + F * tiles[t, 1] + F
-                         for t in range(t0, t1)))
-        if x_rows >= 2 * cin:
-            return None
-        fields.append([s_lo, n_w, len(part_rows), c_lo, x_rows, t0, t1 - t0, o0, o1 - o0,
-                       sum(len(r) for r in rows), e0, e1 - e0])
-        rows.append(part_rows)
-        gy_total += len(part_rows)
-        smem = max(smem, 4 * (cdiv(9 * (e1 - e0), 4) * 4
-                              + 2 * (len(part_rows) + x_rows) * FUSED_BN))
-    i32 = np.int32
-    return FusedParts(parts=np.asarray(fields, dtype=i32), rows=np.concatenate(rows).astype(i32),
-                      tiles=tiles, oct_ptr=oct_ptr.astype(i32), entry_row=entry_row.astype(i32),
-                      entry_w=entry_w.astype(i32), smem=int(smem), gy_reads=gy_total / geom.cout)
-
-
-def fused_backward(geom: SCCGeometry, pixels: int, sm_count: int) -> bool:
-    """Whether the automatic choice takes the fused backward (``scc_bwd_fused``) for both
-    gradients: where it has at most two parts within :data:`FUSED_SMEM`, staging gy at
-    most 1.5 times in all, and a chunk for every SM.  Measured on the H100
-    (``docs/notes/scc_conv.md``): faster than the two kernels on every such layer timed
-    (1.37x on 64→64 at 32x32, cg 2), slower with four parts or more (gy staged twice)."""
-    f = fused_parts(geom)
-    return (f is not None and f.smem <= FUSED_SMEM and len(f.parts) <= 2
-            and f.gy_reads <= 1.5 and pixels >= sm_count * FUSED_BN)
-
-
-def fused_shares(geom: SCCGeometry, pixels: int, sm_count: int) -> tuple[int, int]:
-    """``(shares, per_share)`` of the fused backward: about two blocks an SM in all (what
-    fits at once), each share a whole number of chunks, at least four."""
-    parts = len(fused_parts(geom).parts)
-    shares = max(1, min(cdiv(2 * sm_count, parts), cdiv(pixels, 4 * FUSED_BN)))
-    per_share = cdiv(cdiv(pixels, shares), FUSED_BN) * FUSED_BN
-    return cdiv(pixels, per_share), per_share
 
 
 @dataclass(frozen=True)

@@ -213,10 +213,10 @@ def test_the_fused_backward_matches_the_reference(rng, monkeypatch, cin, cout, c
     import cupy as cp
 
     from tensorconv import ops
-    from tensorconv.ops import scc_conv
+    from tensorconv.ops import scc_fused
 
     if per_share is not None:
-        monkeypatch.setattr(scc_conv, "fused_shares",
+        monkeypatch.setattr(scc_fused, "fused_shares",
                             lambda g, q, sms: (-(-q // per_share), per_share))
     if layout == "odd-plane":
         h, wd = h | 1, wd | 1
@@ -248,12 +248,12 @@ def test_the_backward_paths_agree_and_check_their_buffers(rng):
     import cupy as cp
 
     from tensorconv import ops
-    from tensorconv.ops import scc_tiles
+    from tensorconv.ops import scc_fused
 
     geom = scc.scc_geometry(64, 64, 2, 0.5)
     from tensorconv import backend
 
-    assert scc_tiles.fused_backward(geom, 64 * 16 * 16, backend.device_facts().sm_count)
+    assert scc_fused.fused_backward(geom, 64 * 16 * 16, backend.device_facts().sm_count)
     x = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
     gy = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
     w = cp.asarray(rng.standard_normal((64, 32)), cp.float32)

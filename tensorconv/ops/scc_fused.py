@@ -1,0 +1,246 @@
+"""The sliding-channel convolution's two gradients in one pass (``kernels_cu/scc_conv.cu``,
+``scc_bwd_fused``): its parts, tables and shares, and the op.
+
+The two-kernel backward (:func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_data`, then
+:func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_weight`) reads gy twice and x once
+more.  Here a block stages a chunk of pixels of the gy rows and the x band its part needs
+once, computes the input gradient of the part's channel octets from it (each value
+written once) and adds the chunk into the part's weight-gradient warp tiles (the wide
+weight gradient's 8 x 8 tiles, summed in registers over the block's pixel share, the
+shares then reduced in a fixed order): deterministic, no atomics.  Parts split the tiles
+32 a block and the channel octets evenly; where several parts need the same gy rows they
+stage them again, which is why the automatic choice keeps to one or two parts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.checks import check_choice, output_buffer
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
+from tensorconv.ops.scc_conv import (
+    FILE,
+    _check_geom,
+    _check_maps,
+    _check_weights,
+    _fused_name,
+    _reduce,
+    _vec,
+    scc_conv2d_backward_data,
+    scc_conv2d_backward_weight,
+)
+from tensorconv.ops.scc_tiles import (
+    THREADS,
+    WARPS,
+    WIDE_SMEM,
+    F,
+    device_tables,
+    filter_tiles,
+    sorted_filters,
+)
+from tensorconv.reference import scc as reference
+from tensorconv.reference.scc import SCCGeometry
+from tensorconv.scratch import workspace
+
+__all__ = ["FusedParts", "fused_backward", "fused_parts", "fused_shares",
+           "scc_conv2d_backward"]
+
+BACKWARD_PATHS = ("auto", "fused", "parts")
+
+FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
+FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
+FUSED_FIELDS = 12                # scc::FPART: ints a part
+FUSED_SMEM = 100 * 1024          # its shared memory at most: two blocks still fit an SM
+
+
+@dataclass(frozen=True, eq=False)
+class FusedParts:
+    """The fused backward's work (``scc_bwd_fused``), split into parts, one a block row.
+
+    ``parts`` (parts, FUSED_FIELDS) int32, per part: first sorted filter of its
+    weight-gradient tiles (``s_lo``), their gy rows (whole octets), all its gy rows, first
+    band channel (``c_lo``), x rows, first tile, tiles, first channel octet, octets, where
+    its gy rows begin in ``rows``, first entry, entries.  ``rows``: each part's gy rows as
+    filter ids (its tiles' sorted filters first, the last repeated to a whole octet, then
+    the other filters its octets meet).  ``tiles``: :func:`filter_tiles`'s warp tiles.
+    ``oct_ptr`` (octets + 1,): the entries of each channel octet (8 channels); an entry is
+    a filter meeting the octet, ``entry_row`` its gy row in its part and ``entry_w``
+    (entries, 8) the weight index ``k·U + u`` of each of the octet's channels, -1 where
+    the channel lies outside the window.  ``smem``: bytes a block; ``gy_reads``: gy rows
+    staged over all parts / Cout."""
+
+    parts: np.ndarray
+    rows: np.ndarray
+    tiles: np.ndarray
+    oct_ptr: np.ndarray
+    entry_row: np.ndarray
+    entry_w: np.ndarray
+    smem: int
+    gy_reads: float
+
+
+@functools.lru_cache(maxsize=256)
+def fused_parts(geom: SCCGeometry) -> FusedParts | None:
+    """The fused backward's parts for ``geom``, or None where a filter octet alone has more
+    warp tiles than a block holds, or a part's band would span 2·Cin channels or more.
+    Parts take consecutive filter octets (at most :data:`FUSED_TILES` tiles, about equal)
+    and an equal share of the channel octets."""
+    tiles = filter_tiles(geom)[0]
+    order, starts = sorted_filters(geom)
+    octets = cdiv(geom.cout, F)
+    per = np.bincount(tiles[:, 0], minlength=octets)
+    if per.max() > FUSED_TILES:
+        return None
+    target = max(int(per.max()), cdiv(len(tiles), cdiv(len(tiles), FUSED_TILES)))
+    groups, cur, n = [], [], 0
+    for fo in range(octets):
+        if cur and n + per[fo] > target:
+            groups.append(cur)
+            cur, n = [], 0
+        cur.append(fo)
+        n += int(per[fo])
+    groups.append(cur)
+
+    # Entries: (octet, filter) pairs where the filter's window holds one of the octets'
+    # channels, by octet, then in window order.
+    cin, u = geom.cin, geom.u
+    n_oct = cdiv(cin, F)
+    pos = np.empty(geom.cout, dtype=np.int64)
+    pos[order] = np.arange(geom.cout)
+    chans = geom.channels()                                   # (Cout, U)
+    pairs = np.unique((chans // F) * geom.cout + pos[:, None])
+    e_oct, e_k = pairs // geom.cout, order[pairs % geom.cout].astype(np.int64)
+    oct_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_oct, minlength=n_oct))])
+    c = e_oct[:, None] * F + np.arange(F)                     # (entries, 8) channels
+    uu = (c - geom.starts()[e_k][:, None]) % cin
+    entry_w = np.where((c < cin) & (uu < u), e_k[:, None] * u + uu, -1)
+
+    bounds = np.round(np.linspace(0, n_oct, len(groups) + 1)).astype(int)
+    first_tile = np.concatenate([[0], np.cumsum(per)])
+    fields, rows, entry_row, smem, gy_total = [], [], np.empty(len(e_k), np.int64), 0, 0
+    for p, fos in enumerate(groups):
+        s_lo = fos[0] * F
+        n_w = len(fos) * F
+        own = order[np.minimum(np.arange(s_lo, s_lo + n_w), geom.cout - 1)]
+        o0, o1 = bounds[p], bounds[p + 1]
+        e0, e1 = oct_ptr[o0], oct_ptr[o1]
+        extra = [k for k in dict.fromkeys(e_k[e0:e1].tolist()) if k not in set(own.tolist())]
+        part_rows = np.concatenate([own, np.asarray(extra, dtype=np.int64)])
+        row_of = {int(k): r for r, k in reversed(list(enumerate(part_rows)))}
+        entry_row[e0:e1] = [row_of[int(k)] for k in e_k[e0:e1]]
+        t0, t1 = first_tile[fos[0]], first_tile[fos[-1] + 1]
+        c_lo = int(starts[s_lo])
+        x_rows = int(max(starts[tiles[t, 0] * F] - c_lo + F * tiles[t, 1] + F
+                         for t in range(t0, t1)))
+        if x_rows >= 2 * cin:
+            return None
+        fields.append([s_lo, n_w, len(part_rows), c_lo, x_rows, t0, t1 - t0, o0, o1 - o0,
+                       sum(len(r) for r in rows), e0, e1 - e0])
+        rows.append(part_rows)
+        gy_total += len(part_rows)
+        smem = max(smem, 4 * (cdiv(9 * (e1 - e0), 4) * 4
+                              + 2 * (len(part_rows) + x_rows) * FUSED_BN))
+    i32 = np.int32
+    return FusedParts(parts=np.asarray(fields, dtype=i32), rows=np.concatenate(rows).astype(i32),
+                      tiles=tiles, oct_ptr=oct_ptr.astype(i32), entry_row=entry_row.astype(i32),
+                      entry_w=entry_w.astype(i32), smem=int(smem), gy_reads=gy_total / geom.cout)
+
+
+def fused_backward(geom: SCCGeometry, pixels: int, sm_count: int) -> bool:
+    """Whether the automatic choice takes the fused backward (``scc_bwd_fused``) for both
+    gradients: where it has at most two parts within :data:`FUSED_SMEM`, staging gy at
+    most 1.5 times in all, and a chunk for every SM.  Measured on the H100
+    (``docs/notes/scc_conv.md``): faster than the two kernels on every such layer timed
+    (1.37x on 64→64 at 32x32, cg 2), slower with four parts or more (gy staged twice)."""
+    f = fused_parts(geom)
+    return (f is not None and f.smem <= FUSED_SMEM and len(f.parts) <= 2
+            and f.gy_reads <= 1.5 and pixels >= sm_count * FUSED_BN)
+
+
+def fused_shares(geom: SCCGeometry, pixels: int, sm_count: int) -> tuple[int, int]:
+    """``(shares, per_share)`` of the fused backward: about two blocks an SM in all (what
+    fits at once), each share a whole number of chunks, at least four."""
+    parts = len(fused_parts(geom).parts)
+    shares = max(1, min(cdiv(2 * sm_count, parts), cdiv(pixels, 4 * FUSED_BN)))
+    per_share = cdiv(cdiv(pixels, shares), FUSED_BN) * FUSED_BN
+    return cdiv(pixels, per_share), per_share
+
+
+@functools.cache   # never evicted: captured CUDA graphs hold these addresses
+def fused_tables(geom: SCCGeometry, device: int) -> tuple:
+    """:func:`fused_parts`'s tables on GPU ``device``, made once: parts, rows, tiles,
+    oct_ptr, entry_row, entry_w."""
+    import cupy
+
+    f = fused_parts(geom)
+    with cupy.cuda.Device(device):
+        return tuple(cupy.asarray(a) for a in (f.parts, f.rows, f.tiles, f.oct_ptr,
+                                              f.entry_row, f.entry_w))
+
+
+def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_x=None,
+                        out_w=None):
+    """Both gradients of :func:`scc_conv2d` (without ReLU), ``(gx, gw)``, deterministic.
+
+    Parameters
+    ----------
+    x : array, (N, Cin, H, W), float32
+    gy : array, (N, Cout, H, W), float32
+    w : array, (Cout, U), float32
+    geom : SCCGeometry
+    path : {"auto", "fused", "parts"}
+        The kernels (GPU): "fused", one pass over gy and x for both gradients
+        (``scc_bwd_fused``: blocks over parts of the weight-gradient tiles and of the
+        input channels, :func:`fused_parts`); "parts",
+        :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
+        with its defaults; "auto" takes the fused kernel where :func:`fused_backward`
+        says.
+    out_x : array, (N, Cin, H, W), float32, optional (GPU only)
+    out_w : array, (Cout, U), float32, optional (GPU only)
+
+    Returns
+    -------
+    (array, array)
+        gx (N, Cin, H, W) and gw (Cout, U), float32.
+    """
+    geom = _check_geom(geom)
+    check_choice(path, "path", BACKWARD_PATHS)
+    x = _check_maps(x, "x", geom.cin, geom)
+    xp = backend.array_module(x)
+    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
+    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
+        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
+                         f"and spatial sizes must agree")
+    w = _check_weights(w, geom, xp)
+    n, _, h, wd = x.shape
+    parts = fused_parts(geom)
+    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
+        raise ValueError(f"path='fused': {geom} has no fused parts within {WIDE_SMEM} bytes "
+                         f"of shared memory (a window too wide for a block's tiles, or too "
+                         f"few channels); use path='parts'")
+    if xp is np:
+        no_out_on_cpu(out_x=out_x, out_w=out_w)
+        gx, gw = reference.scc_backward(x, w, gy, geom)
+        return gx.astype(np.float32), gw.astype(np.float32)
+    q, p = n * h * wd, h * wd
+    sms = backend.device_facts().sm_count
+    if path == "parts" or (path == "auto" and not fused_backward(geom, q, sms)):
+        return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
+                scc_conv2d_backward_weight(x, gy, geom, out=out_w))
+    out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
+    out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
+    shares, per_share = fused_shares(geom, q, sms)
+    partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
+    device = xp.cuda.runtime.getDevice()
+    i32 = np.int32
+    launch(cuda.kernel_ref(FILE, _fused_name(_vec(4, p, x, gy, out_x))),
+           (len(parts.parts), shares, 1), (THREADS,),
+           (x, gy, w, *device_tables(geom, device, "sorted"),
+            *fused_tables(geom, device), out_x, partial, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=parts.smem)
+    _reduce(partial, out_w, shares, geom.cout * geom.u, sms)
+    return out_x, out_w

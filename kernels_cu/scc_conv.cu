@@ -10,9 +10,9 @@
 // (span / U) for its reuse.  Pixels are flat over the batch (q = n * P + p), so small
 // feature maps still fill whole tiles.
 //
-// The GEMM kernels take their tile as template arguments <TY, TX, TN>: TY x TX threads,
-// each 4 consecutive rows x TN consecutive columns, so a block covers BM = 4·TY rows x
-// TN·TX columns.  Small row tiles (16, 32) keep a tile inside one window group where
+// The GEMM kernels take their tile as template arguments <TY, TX, TN, TM>: TY x TX
+// threads, each TM (4 or 8) consecutive rows x TN consecutive columns, so a block covers
+// BM = TM·TY rows x TN·TX columns.  Small row tiles (16, 32) keep a tile inside one window group where
 // groups are small.
 //
 // scc_fwd: y for BM sorted filters x TN·TX pixels per block; bias and ReLU fused.
@@ -54,49 +54,63 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
-// Offsets of a thread's TN consecutive pixels q, q+1, ... in channel 0 of a (N, C, P) map,
-// -1 past the last pixel: one division, then carries (an epilogue's rows share them).
+// The output side of a pixel-tile kernel: a thread's TN consecutive pixels q, q+1, ... (q
+// a multiple of TN) of a (N, C, P) map.  Where P and the pointer allow, each V of them lie
+// in one image and are stored as one vector (consecutive pixels a thread make scalar
+// stores 16-byte strided across a warp), so one offset a vector serves every row;
+// else one offset a pixel, by carries.  Found once a thread, not once a row: on the
+// short bands this integer work was a fifth of the kernels' instructions.
 template <int TN>
-__device__ __forceinline__ void pixel_bases(long long (&b)[TN], int q, int Q, int C, int P) {
-    int n = q / P, p = q - n * P;
-#pragma unroll
-    for (int j = 0; j < TN; ++j) {
-        b[j] = q + j < Q ? (long long)n * C * P + p : -1;
-        if (++p == P) p = 0, ++n;
-    }
-}
-// Writes a thread's TN consecutive pixels (bases b from pixel_bases) of channel `row` of a
-// (N, C, P) map, value(j, at) the j-th: as vectors where P and the pointer allow (q is a
-// multiple of TN, so a vector's pixels then lie in one image), else one by one.
-// Consecutive pixels a thread make scalar stores 16-byte strided across a warp: a vector
-// store keeps them whole.
-template <int TN, typename F>
-__device__ __forceinline__ void store_pixels(float* out, const long long (&b)[TN], int P, int row,
-                                             F value) {
-    constexpr int V = TN % 4 == 0 ? 4 : TN;
-    const bool vec = P % V == 0 && reinterpret_cast<unsigned long long>(out) % (4 * V) == 0;
-#pragma unroll
-    for (int j = 0; j < TN; j += V) {
+struct PixelOut {
+    static constexpr int V = TN % 4 == 0 ? 4 : TN;
+    static_assert(V == 4 || V == 2, "TN is 2 or a multiple of 4");
+    bool vec;
+    long long b[TN];   // offset in channel 0 of pixel j (vec: of vector j / V), -1 past Q
+    __device__ __forceinline__ PixelOut(const float* out, int q, int Q, int C, int P) {
+        vec = P % V == 0 && reinterpret_cast<unsigned long long>(out) % (4 * V) == 0;
+        int n = q / P, p = q - n * P;
+        const long long image = (long long)C * P;
+        long long nb = n * image;
         if (vec) {
-            if (b[j] < 0) continue;
-            const size_t at = b[j] + (size_t)row * P;
-            if constexpr (V == 4) {
-                *reinterpret_cast<float4*>(out + at) = make_float4(
-                    value(j, at), value(j + 1, at + 1), value(j + 2, at + 2), value(j + 3, at + 3));
-            } else {
-                static_assert(V == 2, "TN is 2 or a multiple of 4");
-                *reinterpret_cast<float2*>(out + at) = make_float2(value(j, at), value(j + 1, at + 1));
+#pragma unroll
+            for (int j = 0; j < TN; j += V) {
+                b[j] = q + j < Q ? nb + p : -1;
+                p += V;
+                if (p == P) p = 0, nb += image;
             }
         } else {
 #pragma unroll
-            for (int t = 0; t < V; ++t) {
-                if (b[j + t] < 0) continue;
-                const size_t at = b[j + t] + (size_t)row * P;
-                out[at] = value(j + t, at);
+            for (int j = 0; j < TN; ++j) {
+                b[j] = q + j < Q ? nb + p : -1;
+                if (++p == P) p = 0, nb += image;
             }
         }
     }
-}
+    // Row `row`: value(j, at) the j-th pixel's value, at its offset in the map.
+    template <typename F>
+    __device__ __forceinline__ void store(float* out, int row, int P, F value) const {
+        const size_t ro = (size_t)row * P;
+        if (vec) {
+#pragma unroll
+            for (int j = 0; j < TN; j += V) {
+                if (b[j] < 0) continue;
+                const size_t at = b[j] + ro;
+                if constexpr (V == 4) {
+                    *reinterpret_cast<float4*>(out + at) = make_float4(
+                        value(j, at), value(j + 1, at + 1), value(j + 2, at + 2),
+                        value(j + 3, at + 3));
+                } else {
+                    *reinterpret_cast<float2*>(out + at) =
+                        make_float2(value(j, at), value(j + 1, at + 1));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                if (b[j] >= 0) out[b[j] + ro] = value(j, b[j] + ro);
+        }
+    }
+};
 // Staging of a (N, C, P) map's pixels q0 .. q0 + BN - 1 into RC shared rows by a block of T
 // threads: rows from a caller's channel function.  Where P and the pointer allow, a thread
 // moves 4 consecutive pixels as one 16-byte load and store (a quarter of the scalar form's
@@ -159,9 +173,10 @@ __device__ __forceinline__ void thread_coords(int tid, int& ty, int& tx) {
     ty = warp / (TX / WX) * WY + lane / WX;
     tx = warp % (TX / WX) * WX + lane % WX;
 }
-// acc[i][j] += A[r][4·ty + i] · B[r][TN·tx + j] over the RC rows of one staged chunk: the
-// product step of every GEMM kernel here (4 x TN outputs a thread, from one vector load
-// of A and TN / 4 (or one 2-wide) of B a row: the scalar form was issue-bound).
+// acc[i][j] += A[r][TM·ty + i] · B[r][TN·tx + j] over the RC rows of one staged chunk: the
+// product step of every GEMM kernel here (TM x TN outputs a thread, from TM / 4 vector
+// loads of A and TN / 4 (or one 2-wide) of B a row: the scalar form was issue-bound).
+// Eight rows a thread halve the shared-memory wavefronts a multiply-add of four.
 template <int TN>
 __device__ __forceinline__ void load_row(float (&v)[TN], const float* s) {
     if constexpr (TN % 4 == 0) {
@@ -176,28 +191,33 @@ __device__ __forceinline__ void load_row(float (&v)[TN], const float* s) {
         v[0] = t.x, v[1] = t.y;
     }
 }
-template <int TY, int TX, int TN, int LA, int LB>
-__device__ __forceinline__ void chunk_product(float (&acc)[4][TN], const float (*A)[LA],
+template <int TY, int TX, int TM, int TN, int LA, int LB>
+__device__ __forceinline__ void chunk_product(float (&acc)[TM][TN], const float (*A)[LA],
                                               const float (*B)[LB], int tx, int ty) {
-    static_assert(LA % 4 == 0 && LB % 4 == 0, "rows stay 16-byte aligned");
+    static_assert(LA % 4 == 0 && LB % 4 == 0 && TM % 4 == 0, "rows stay 16-byte aligned");
 #pragma unroll
     for (int r = 0; r < RC; ++r) {
-        float a[4], b[TN];
-        load_row<4>(a, &A[r][4 * ty]);
+        float a[TM], b[TN];
+        load_row<TM>(a, &A[r][TM * ty]);
         load_row<TN>(b, &B[r][TN * tx]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < TM; ++i)
 #pragma unroll
             for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
-// Blocks an SM must hold of a 256-thread pixel-tile kernel: four where a thread keeps 4 x 4
-// sums (64 registers: ptxas otherwise takes a few more and three fit), two for 4 x 8.
-constexpr int min_blocks(int TN) { return TN == 4 ? 4 : 2; }
+// Blocks an SM must hold of a pixel-tile kernel of T threads: 1,024 threads where a thread
+// keeps 16 sums (64 registers: ptxas otherwise takes a few more and three 256-thread
+// blocks fit), 512 for 32 sums.
+constexpr int min_blocks(int sums, int T) { return (sums <= 16 ? 1024 : 512) / T; }
+// Blocks an SM must hold of the weight gradient's: 768 threads, as its pixel shares assume
+// (scc_tiles.default_splits); left to itself ptxas capped a 128-thread block at 72
+// registers and spilled.
+constexpr int filter_blocks(int threads) { return 768 / threads; }
 }  // namespace scc
 
-template <int TY, int TX, int TN>
-__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_fwd(
+template <int TY, int TX, int TN, int TM>
+__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) scc_fwd(
     const float* __restrict__ x,        // (N, Cin, P)
     const float* __restrict__ w,        // (Cout, U)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start
@@ -208,7 +228,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_fwd(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T;
+    constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
     static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN];
@@ -243,7 +263,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_fwd(
         xst.load(x, v0, P, band);
     };
 
-    float acc[4][TN] = {};
+    float acc[TM][TN] = {};
 
     load(0);
     for (int v0 = 0; v0 < span; v0 += RC) {
@@ -252,18 +272,19 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_fwd(
         xst.store(xs);
         __syncthreads();
         if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
-        chunk_product<TY, TX, TN>(acc, ws, xs, tx, ty);
+        chunk_product<TY, TX>(acc, ws, xs, tx, ty);
         __syncthreads();
     }
-    long long ob[TN];
-    pixel_bases<TN>(ob, q0 + TN * tx, Q, Cout, P);
+    const PixelOut<TN> out(y, q0 + TN * tx, Q, Cout, P);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int si = i0 + 4 * ty + i;
+    for (int i = 0; i < TM; ++i) {
+        const int si = i0 + TM * ty + i;
         if (si >= Cout) continue;
         const int k = order[si];
-        store_pixels<TN>(y, ob, P, k, [&](int j, size_t at) {
-            return tc::conv_epilogue(acc[i][j], bias, k, nullptr, at, relu);
+        const float bk = bias != nullptr ? bias[k] : 0.f;   // one load a row, not a value
+        out.store(y, k, P, [&](int j, size_t at) {
+            const float v = bias != nullptr ? acc[i][j] + bk : acc[i][j];
+            return tc::conv_epilogue(v, nullptr, k, nullptr, at, relu);
         });
     }
 }
@@ -301,8 +322,8 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd_cyclic(
     y[at] = tc::conv_epilogue(acc, bias, k, nullptr, at, relu);
 }
 
-template <int TY, int TX, int TN>
-__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_bwd_data(
+template <int TY, int TX, int TN, int TM>
+__global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) scc_bwd_data(
     const float* __restrict__ gy,        // (N, Cout, P)
     const float* __restrict__ w,         // (Cout, U)
     const int* __restrict__ begin_k,     // (Cout,) window start of each filter
@@ -313,7 +334,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_bwd_data(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, WL = RC * BM / T;
+    constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
     static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM];
     __shared__ __align__(16) float gs[RC][BN];
@@ -351,7 +372,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_bwd_data(
         gst.load(gy, e0, P, listed);
     };
 
-    float acc[4][TN] = {};
+    float acc[TM][TN] = {};
 
     load(e_begin);
     for (int e0 = e_begin; e0 < e_end; e0 += RC) {
@@ -360,15 +381,14 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TN)) scc_bwd_data(
         gst.store(gs);
         __syncthreads();
         if (e0 + RC < e_end) load(e0 + RC);
-        chunk_product<TY, TX, TN>(acc, ws, gs, tx, ty);
+        chunk_product<TY, TX>(acc, ws, gs, tx, ty);
         __syncthreads();
     }
-    long long ob[TN];
-    pixel_bases<TN>(ob, q0 + TN * tx, Q, Cin, P);
+    const PixelOut<TN> out(gx, q0 + TN * tx, Q, Cin, P);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = c0 + 4 * ty + i;
-        if (c < Cin) store_pixels<TN>(gx, ob, P, c, [&](int j, size_t) { return acc[i][j]; });
+    for (int i = 0; i < TM; ++i) {
+        const int c = c0 + TM * ty + i;
+        if (c < Cin) out.store(gx, c, P, [&](int j, size_t) { return acc[i][j]; });
     }
 }
 
@@ -414,8 +434,8 @@ __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_atomic(
     }
 }
 
-template <int TY, int TX, int TN>
-__global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
+template <int TY, int TX, int TN, int TM>
+__global__ void __launch_bounds__(TY * TX, scc::filter_blocks(TY * TX)) scc_bwd_filter(
     const float* __restrict__ x,       // (N, Cin, P)
     const float* __restrict__ gy,      // (N, Cout, P)
     const int* __restrict__ order,     // (Cout,) filters sorted by window start
@@ -426,7 +446,7 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
     tc::wait_prior_grids();
     using namespace scc;
     // LG filter rows and LX band rows per thread
-    constexpr int T = TY * TX, BM = 4 * TY, BN = TN * TX, LG = BM * RC / T, LX = BN * RC / T;
+    constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, LG = BM * RC / T, LX = BN * RC / T;
     static_assert(T % RC == 0 && BM * RC % T == 0 && BN * RC % T == 0, "staging shapes");
     __shared__ __align__(16) float gs[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN + 4];
@@ -453,34 +473,39 @@ __global__ void __launch_bounds__(TY * TX) scc_bwd_filter(
         const int v = v0 + sm + l * (T / RC);
         xrow[l] = v < span ? (long long)wrap(lo + v, Cin) * P : -1;
     }
+    // This thread's pixel q = qc + sr and its offsets in channel 0 of gy and x, carried
+    // from chunk to chunk: one division a thread, not one a chunk.
+    int q = q_begin + sr, p = q % P;
+    long long gb = (long long)(q / P) * Cout * P + p, xb = (long long)(q / P) * Cin * P + p;
     float greg[LG], xreg[LX];
-    auto load = [&](int qc) {
-        const int q = qc + sr;
-        const long long gb = q < q_end ? pixel_base(q, Q, Cout, P) : -1;
-        const long long xb = q < q_end ? pixel_base(q, Q, Cin, P) : -1;
+    auto load = [&]() {
+        const bool in = q < q_end;
 #pragma unroll
-        for (int l = 0; l < LG; ++l) greg[l] = gb >= 0 && grow[l] >= 0 ? gy[gb + grow[l]] : 0.f;
+        for (int l = 0; l < LG; ++l) greg[l] = in && grow[l] >= 0 ? gy[gb + grow[l]] : 0.f;
 #pragma unroll
-        for (int l = 0; l < LX; ++l) xreg[l] = xb >= 0 && xrow[l] >= 0 ? x[xb + xrow[l]] : 0.f;
+        for (int l = 0; l < LX; ++l) xreg[l] = in && xrow[l] >= 0 ? x[xb + xrow[l]] : 0.f;
+        q += RC, p += RC, gb += RC, xb += RC;
+        while (p >= P)                              // into the next image(s)
+            p -= P, gb += (long long)(Cout - 1) * P, xb += (long long)(Cin - 1) * P;
     };
 
-    float acc[4][TN] = {};
-    load(q_begin);
+    float acc[TM][TN] = {};
+    load();
     for (int qc = q_begin; qc < q_end; qc += RC) {
 #pragma unroll
         for (int l = 0; l < LG; ++l) gs[sr][sm + l * (T / RC)] = greg[l];
 #pragma unroll
         for (int l = 0; l < LX; ++l) xs[sr][sm + l * (T / RC)] = xreg[l];
         __syncthreads();
-        if (qc + RC < q_end) load(qc + RC);
-        chunk_product<TY, TX, TN>(acc, gs, xs, tx, ty);
+        if (qc + RC < q_end) load();
+        chunk_product<TY, TX>(acc, gs, xs, tx, ty);
         __syncthreads();
     }
     // Band channel v of sorted filter i is its weight u = v - (b_i - lo), when in range:
     // every (filter, weight) lies in exactly one band tile, so each is written once.
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int si = i0 + 4 * ty + i;
+    for (int i = 0; i < TM; ++i) {
+        const int si = i0 + TM * ty + i;
         if (si >= Cout) continue;
         const int k = order[si], b = starts[si] - lo;
 #pragma unroll
@@ -939,12 +964,12 @@ __global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, float*, int, int, int, int, int, int);
-TC_I_SCC_BWD_DATA(16, 16, 4) TC_I_SCC_BWD_DATA(16, 16, 8) TC_I_SCC_BWD_DATA(4, 64, 4)
-TC_I_SCC_BWD_DATA(8, 32, 4)
+TC_I_SCC_BWD_DATA(16, 16, 4, 4) TC_I_SCC_BWD_DATA(16, 16, 8, 4) TC_I_SCC_BWD_DATA(4, 32, 4, 8)
+TC_I_SCC_BWD_DATA(4, 64, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 8)
 #undef TC_I_SCC_BWD_DATA
 #define TC_I_SCC_BWD_FILTER(...) template __global__ void scc_bwd_filter<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
-TC_I_SCC_BWD_FILTER(8, 16, 4) TC_I_SCC_BWD_FILTER(8, 16, 2) TC_I_SCC_BWD_FILTER(4, 16, 2)
+TC_I_SCC_BWD_FILTER(4, 16, 2, 4) TC_I_SCC_BWD_FILTER(8, 16, 2, 4) TC_I_SCC_BWD_FILTER(8, 16, 4, 4)
 #undef TC_I_SCC_BWD_FILTER
 #define TC_I_SCC_BWD_FILTER_WIDE(...) template __global__ void scc_bwd_filter_wide<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, const int4*, const int2*, float*, int, \
@@ -953,15 +978,15 @@ TC_I_SCC_BWD_FILTER_WIDE(1, false) TC_I_SCC_BWD_FILTER_WIDE(2, false)
 TC_I_SCC_BWD_FILTER_WIDE(2, true) TC_I_SCC_BWD_FILTER_WIDE(4, false)
 TC_I_SCC_BWD_FILTER_WIDE(4, true)
 #undef TC_I_SCC_BWD_FILTER_WIDE
-#define TC_I_SCC_BWD_FUSED(...) template __global__ void scc_bwd_fused<__VA_ARGS__>( \
-    const float*, const float*, const float*, const int*, const int*, const int*, const int*, \
-    const int2*, const int*, const int*, const int*, float*, float*, int, int, int, int, int, \
-    int);
+#define TC_I_SCC_BWD_FUSED(...) template __global__ void scc_bwd_fused<__VA_ARGS__>(const float*, \
+    const float*, const float*, const int*, const int*, const int*, const int*, const int2*, \
+    const int*, const int*, const int*, float*, float*, int, int, int, int, int, int);
 TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #undef TC_I_SCC_BWD_FUSED
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
-TC_I_SCC_FWD(16, 16, 4) TC_I_SCC_FWD(16, 16, 8) TC_I_SCC_FWD(4, 64, 4) TC_I_SCC_FWD(8, 32, 4)
+TC_I_SCC_FWD(16, 16, 4, 4) TC_I_SCC_FWD(16, 16, 8, 4) TC_I_SCC_FWD(4, 32, 4, 8)
+TC_I_SCC_FWD(4, 64, 4, 4) TC_I_SCC_FWD(8, 32, 4, 4) TC_I_SCC_FWD(8, 32, 4, 8)
 #undef TC_I_SCC_FWD
 #define TC_I_SCC_FWD_CYCLIC(...) template __global__ void scc_fwd_cyclic<__VA_ARGS__>( \
     const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int);

@@ -298,8 +298,9 @@ def test_each_layer_takes_the_tiles_of_least_work():
     assert fwd == 64 and data == 64 and band.rows == 32
     for g in (small, large):
         rows = scc_conv.row_tiles(g)[0]
-        t = scc_conv.pixel_tile(rows, -(-g.cout // rows), 128 * 32 * 32, 132)
-        assert t in scc_conv.PIXEL_TILES and t.rows == rows
+        for side in ("forward", "data"):
+            t = scc_conv.pixel_tile(rows, -(-g.cout // rows), 128 * 32 * 32, 132, side=side)
+            assert t in scc_conv.PIXEL_TILES and t.rows == rows
         assert scc_conv.band_tiles(g)[0] in scc_conv.BAND_TILES
 
 
@@ -397,7 +398,7 @@ def test_the_input_gradient_shares_its_filter_lists_only_where_tiles_are_few():
     rows = scc_tiles.row_tiles(g)[1]
     ptr_, _ = scc_tiles.data_tiles(g, rows)
     longest = int(np.max(np.diff(ptr_)))
-    tile = scc_tiles.pixel_tile(rows, len(ptr_) - 1, 128 * 16, 132)
+    tile = scc_tiles.pixel_tile(rows, len(ptr_) - 1, 128 * 16, 132, side="data")
     assert -(-128 * 16 // tile.cols) * (len(ptr_) - 1) < 132          # under a block an SM
     splits, per = scc_tiles.data_splits(g, rows, tile, 128 * 16, 132)
     assert splits > 1 and per >= 4 * scc_tiles.RC and per % scc_tiles.RC == 0
@@ -408,7 +409,8 @@ def test_the_input_gradient_shares_its_filter_lists_only_where_tiles_are_few():
         assert splits <= want and (splits - 1) * per < longest <= splits * per
     small = scc.scc_geometry(16, 8, 2, 0.5)               # lists shorter than four chunks
     r = scc_tiles.row_tiles(small)[1]
-    assert scc_tiles.data_splits(small, r, scc_tiles.pixel_tile(r, 1, 8, 132), 8, 132)[0] == 1
+    tile = scc_tiles.pixel_tile(r, 1, 8, 132, side="data")
+    assert scc_tiles.data_splits(small, r, tile, 8, 132)[0] == 1
 
 
 def test_the_wide_weight_gradient_tiles_cover_every_weight_once():

@@ -291,7 +291,7 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
         rows = row_tiles(geom)[1]
         tiles = cdiv(geom.cin, rows)
         sms = backend.device_facts().sm_count
-        tile = pixel_tile(rows, tiles, q, sms)
+        tile = pixel_tile(rows, tiles, q, sms, side="data")
         (begin_k,) = device_tables(geom, device, "starts")
         tile_ptr, tile_k = device_tables(geom, device, "tiles", rows)
         splits, per_split = data_splits(geom, rows, tile, q, sms, splits)

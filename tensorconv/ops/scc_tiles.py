@@ -124,16 +124,17 @@ def filter_tiles(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, int, int]:
 @dataclass(frozen=True)
 class BlockShape:
     """A GEMM kernel's block, chosen by the work it does (no tile search here): ``ty`` x
-    ``tx`` threads, each 4 rows x ``tn`` columns, so ``4·ty`` rows (filters or channels)
-    x ``tn·tx`` columns (pixels or band channels)."""
+    ``tx`` threads, each ``tm`` (4 or 8) rows x ``tn`` columns, so ``tm·ty`` rows (filters
+    or channels) x ``tn·tx`` columns (pixels or band channels)."""
 
     ty: int
     tx: int
     tn: int
+    tm: int = 4
 
     @property
     def rows(self) -> int:
-        return 4 * self.ty
+        return self.tm * self.ty
 
     @property
     def cols(self) -> int:
@@ -144,13 +145,22 @@ class BlockShape:
         return self.ty * self.tx
 
     def args(self) -> str:
-        return f"{self.ty}, {self.tx}, {self.tn}"
+        return f"{self.ty}, {self.tx}, {self.tn}, {self.tm}"
 
 
 # Forward and input gradient: 64, 32 or 16 rows (small row tiles stay inside one window
-# group where groups are small); 64 rows come with 64 or 128 pixels.
-PIXEL_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
-               BlockShape(4, 64, 4))
+# group where groups are small); 64 rows come with 64 or 128 pixels.  Eight rows a thread
+# (tm = 8: half the shared-memory loads a multiply-add) measured faster on the forward's
+# 32- and 64-row tiles and the input gradient's 64-row ones where their blocks fill the
+# GPU, and slower on the input gradient's 32-row tiles and on small grids
+# (docs/notes/scc_conv.md).
+FOUR_ROW_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
+                  BlockShape(4, 64, 4))
+EIGHT_ROW_TILES = {"forward": {32: BlockShape(4, 32, 4, 8), 64: BlockShape(8, 32, 4, 8)},
+                   "data": {64: BlockShape(8, 32, 4, 8)}}
+EIGHT_ROW_FILL = {"forward": 0.5, "data": 1.0}      # their blocks per SM, at least
+PIXEL_TILES = FOUR_ROW_TILES + tuple(sorted({t for by_rows in EIGHT_ROW_TILES.values()
+                                             for t in by_rows.values()}, key=BlockShape.args))
 # Weight gradient: 32 filters x 64 band channels, 32 x 32, 16 x 32.  Tiles of 64 filters
 # (more work a block, half the blocks) measured slower or within 4 % on every layer
 # benched (docs/notes/scc_conv.md).
@@ -178,10 +188,17 @@ def row_tiles(geom: SCCGeometry) -> tuple[int, int, BlockShape]:
     return fwd, _least_work(data), band
 
 
-def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int) -> BlockShape:
-    """The forward or input-gradient tile of ``rows`` rows: for 64 rows, 128-pixel tiles
-    where they still give two blocks per SM, else 64."""
-    fits = [t for t in PIXEL_TILES if t.rows == rows]
+def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int, *,
+               side: str) -> BlockShape:
+    """The ``side`` ("forward" or "data": the input gradient) tile of ``rows`` rows: eight
+    rows a thread where :data:`EIGHT_ROW_TILES` has them and their blocks fill the GPU
+    (:data:`EIGHT_ROW_FILL`); else four, for 64 rows in 128-pixel tiles where they still
+    give two blocks per SM, else 64."""
+    eight = EIGHT_ROW_TILES[side].get(rows)
+    blocks = row_tiles * cdiv(pixels, eight.cols) if eight is not None else 0
+    if eight is not None and blocks >= EIGHT_ROW_FILL[side] * sm_count:
+        return eight
+    fits = [t for t in FOUR_ROW_TILES if t.rows == rows]
     if len(fits) > 1 and row_tiles * cdiv(pixels, fits[-1].cols) < 2 * sm_count:
         return fits[0]
     return fits[-1]
@@ -190,7 +207,8 @@ def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int) -> BlockSh
 def forward_tile(geom: SCCGeometry, pixels: int) -> BlockShape:
     """The tile :func:`scc_conv2d` launches for ``pixels`` = N x H x W."""
     rows = row_tiles(geom)[0]
-    return pixel_tile(rows, cdiv(geom.cout, rows), pixels, backend.device_facts().sm_count)
+    return pixel_tile(rows, cdiv(geom.cout, rows), pixels, backend.device_facts().sm_count,
+                      side="forward")
 
 
 def wide_smem(geom: SCCGeometry, side: str, px: int) -> int:

@@ -90,14 +90,14 @@ def _shapes():
             for i, t in enumerate(scc_conv.PIXEL_TILES)]
 
 
-@pytest.mark.parametrize("shape", range(4), ids=lambda i: f"shape{i}")
+@pytest.mark.parametrize("shape", range(6), ids=lambda i: f"shape{i}")
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (64, 64, 1, 0.0),
                                             (64, 70, 2, 0.5)])
 def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg, co):
     """Forward, input gradient and weight gradient on each block shape (forced: 64, 32 and
-    16 rows, 64 to 256 pixels), several filter and channel tiles, pixels flat across
-    images (13x13 maps, not a tile multiple)."""
+    16 rows, four or eight a thread, 64 to 256 pixels), several filter and channel tiles,
+    pixels flat across images (13x13 maps, not a tile multiple)."""
     import cupy as cp
 
     from tensorconv import ops
@@ -106,7 +106,7 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
     tile, band = _shapes()[shape]
     for module in (scc_conv, scc_tiles):
         monkeypatch.setattr(module, "row_tiles", lambda g: (tile.rows, tile.rows, band))
-        monkeypatch.setattr(module, "pixel_tile", lambda *_: tile)
+        monkeypatch.setattr(module, "pixel_tile", lambda *_, **__: tile)
     scc_conv.band_tiles.cache_clear()                      # memoised on the real choice
     try:
         geom = scc.scc_geometry(cin, cout, cg, co)

@@ -54,35 +54,42 @@ __device__ __forceinline__ long long pixel_base(int q, int Q, int C, int P) {
     const int n = q / P;
     return (long long)n * C * P + (q - n * P);
 }
-// The output side of a pixel-tile kernel: a thread's TN consecutive pixels q, q+1, ... (q
-// a multiple of TN) of a (N, C, P) map.  Where P and the pointer allow, each V of them lie
-// in one image and are stored as one vector (consecutive pixels a thread make scalar
-// stores 16-byte strided across a warp), so one offset a vector serves every row;
-// else one offset a pixel, by carries.  Found once a thread, not once a row: on the
-// short bands this integer work was a fifth of the kernels' instructions.
-template <int TN>
+// A thread's column j of a block's BN = TN·TX: groups of GW = min(TN, 4) consecutive
+// columns, group g at g·GW·TX + GW·tx, so each vector load of a chunk row is contiguous over
+// a warp's 8 column threads (one shared wavefront; a run of 8 columns a thread took two).
+template <int TN, int TX>
+__device__ __forceinline__ int column(int tx, int j) {
+    constexpr int GW = TN < 4 ? TN : 4;
+    return j / GW * (GW * TX) + GW * tx + j % GW;
+}
+// The output side of a pixel-tile kernel: a thread's TN pixels q0 + column(tx, j) of a
+// (N, C, P) map, runs of V = min(TN, 4) consecutive ones.  Where P and the pointer allow,
+// each run lies in one image and is stored as one vector (consecutive pixels a thread make
+// scalar stores 16-byte strided across a warp), so one offset a run serves every row;
+// else one offset a pixel, by carries.  Found once a thread, not once a row: on the short
+// bands this integer work was a fifth of the kernels' instructions.
+template <int TN, int TX>
 struct PixelOut {
-    static constexpr int V = TN % 4 == 0 ? 4 : TN;
+    static constexpr int V = TN < 4 ? TN : 4;
     static_assert(V == 4 || V == 2, "TN is 2 or a multiple of 4");
     bool vec;
-    long long b[TN];   // offset in channel 0 of pixel j (vec: of vector j / V), -1 past Q
-    __device__ __forceinline__ PixelOut(const float* out, int q, int Q, int C, int P) {
+    long long b[TN];   // offset in channel 0 of pixel j (vec: of run j / V), -1 past Q
+    __device__ __forceinline__ PixelOut(const float* out, int q0, int tx, int Q, int C, int P) {
         vec = P % V == 0 && reinterpret_cast<unsigned long long>(out) % (4 * V) == 0;
-        int n = q / P, p = q - n * P;
         const long long image = (long long)C * P;
-        long long nb = n * image;
-        if (vec) {
 #pragma unroll
-            for (int j = 0; j < TN; j += V) {
-                b[j] = q + j < Q ? nb + p : -1;
-                p += V;
-                if (p == P) p = 0, nb += image;
-            }
-        } else {
+        for (int g = 0; g < TN; g += V) {
+            const int q = q0 + column<TN, TX>(tx, g), n = q / P;
+            if (vec) {
+                b[g] = q < Q ? n * image + (q - n * P) : -1;
+            } else {
+                int p = q - n * P;
+                long long nb = n * image;
 #pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                b[j] = q + j < Q ? nb + p : -1;
-                if (++p == P) p = 0, nb += image;
+                for (int i = 0; i < V; ++i) {
+                    b[g + i] = q + i < Q ? nb + p : -1;
+                    if (++p == P) p = 0, nb += image;
+                }
             }
         }
     }
@@ -117,35 +124,43 @@ struct PixelOut {
 // address arithmetic, the instructions that bound the large-map kernels), else one pixel.
 template <int T, int BN>
 struct PixelStage {
-    static constexpr int XL = RC * BN / T, NV = BN / 4;
-    static_assert(BN % 4 == 0 && T % BN == 0 && T % NV == 0 && XL % 4 == 0, "staging shapes");
+    // SC: columns a thread stages one pixel at a time (blocks of fewer threads than pixels)
+    static constexpr int SC = BN > T ? BN / T : 1, XL = RC * BN / T, NV = BN / 4;
+    static_assert(BN % 4 == 0 && (T % BN == 0 || BN % T == 0) && T % NV == 0 && XL % 4 == 0,
+                  "staging shapes");
     bool vec;
     int col, row, step;     // this thread's first pixel column, first row and row step
-    long long base;         // its pixel's offset in channel 0, -1 past the map
+    long long base[SC];     // its pixels' offsets in channel 0, -1 past the map
     float reg[XL];
     __device__ __forceinline__ PixelStage(const float* src, int tid, int q0, int Q, int C, int P) {
         vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
         col = vec ? 4 * (tid % NV) : tid % BN;
         row = vec ? tid / NV : tid / BN;
-        step = vec ? T / NV : T / BN;
-        base = pixel_base(q0 + col, Q, C, P);
+        step = vec ? T / NV : (T / BN > 0 ? T / BN : 1);
+#pragma unroll
+        for (int m = 0; m < SC; ++m) base[m] = pixel_base(q0 + col + m * T, Q, C, P);
     }
-    // reg <- rows r0 + row + l·step; chan(r) is row r's channel, or -1 for zeros.
+    // reg <- rows r0 + row + l·step; chan(r) is row r's channel, or -1 for zeros.  The
+    // channel is found whatever the pixel, and the loads are predicated on both: with the
+    // channel under the pixel's test the odd planes' scalar loads ran 24-37 % slower.
     template <typename Chan>
     __device__ __forceinline__ void load(const float* src, int r0, int P, Chan chan) {
         if (vec) {
 #pragma unroll
             for (int l = 0; l < XL / 4; ++l) {
-                const int c = base >= 0 ? chan(r0 + row + l * step) : -1;
+                const int c = chan(r0 + row + l * step);
                 float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (c >= 0) t = *reinterpret_cast<const float4*>(src + base + (size_t)c * P);
+                if (c >= 0 && base[0] >= 0)
+                    t = *reinterpret_cast<const float4*>(src + base[0] + (size_t)c * P);
                 reg[4 * l] = t.x, reg[4 * l + 1] = t.y, reg[4 * l + 2] = t.z, reg[4 * l + 3] = t.w;
             }
         } else {
 #pragma unroll
-            for (int l = 0; l < XL; ++l) {
-                const int c = base >= 0 ? chan(r0 + row + l * step) : -1;
-                reg[l] = c >= 0 ? src[base + (size_t)c * P] : 0.f;
+            for (int l = 0; l < XL / SC; ++l) {
+                const int c = chan(r0 + row + l * step);
+#pragma unroll
+                for (int m = 0; m < SC; ++m)
+                    reg[l * SC + m] = c >= 0 && base[m] >= 0 ? src[base[m] + (size_t)c * P] : 0.f;
             }
         }
     }
@@ -157,7 +172,9 @@ struct PixelStage {
                     make_float4(reg[4 * l], reg[4 * l + 1], reg[4 * l + 2], reg[4 * l + 3]);
         } else {
 #pragma unroll
-            for (int l = 0; l < XL; ++l) s[row + l * step][col] = reg[l];
+            for (int l = 0; l < XL / SC; ++l)
+#pragma unroll
+                for (int m = 0; m < SC; ++m) s[row + l * step][col + m * T] = reg[l * SC + m];
         }
     }
 };
@@ -173,7 +190,7 @@ __device__ __forceinline__ void thread_coords(int tid, int& ty, int& tx) {
     ty = warp / (TX / WX) * WY + lane / WX;
     tx = warp % (TX / WX) * WX + lane % WX;
 }
-// acc[i][j] += A[r][TM·ty + i] · B[r][TN·tx + j] over the RC rows of one staged chunk: the
+// acc[i][j] += A[r][TM·ty + i] · B[r][column(tx, j)] over the RC rows of one staged chunk: the
 // product step of every GEMM kernel here (TM x TN outputs a thread, from TM / 4 vector
 // loads of A and TN / 4 (or one 2-wide) of B a row: the scalar form was issue-bound).
 // Eight rows a thread halve the shared-memory wavefronts a multiply-add of four.
@@ -197,9 +214,16 @@ __device__ __forceinline__ void chunk_product(float (&acc)[TM][TN], const float 
     static_assert(LA % 4 == 0 && LB % 4 == 0 && TM % 4 == 0, "rows stay 16-byte aligned");
 #pragma unroll
     for (int r = 0; r < RC; ++r) {
+        constexpr int GW = TN < 4 ? TN : 4;
         float a[TM], b[TN];
         load_row<TM>(a, &A[r][TM * ty]);
-        load_row<TN>(b, &B[r][TN * tx]);
+#pragma unroll
+        for (int g = 0; g < TN; g += GW) {
+            float v[GW];
+            load_row<GW>(v, &B[r][column<TN, TX>(tx, g)]);
+#pragma unroll
+            for (int i = 0; i < GW; ++i) b[g + i] = v[i];
+        }
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -229,7 +253,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
     tc::wait_prior_grids();
     using namespace scc;
     constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
-    static_assert(T % RC == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
+    static_assert(T % RC == 0 && RC * BM % T == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM + 4];
     __shared__ __align__(16) float xs[RC][BN];
     const int tid = threadIdx.x;
@@ -275,7 +299,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         chunk_product<TY, TX>(acc, ws, xs, tx, ty);
         __syncthreads();
     }
-    const PixelOut<TN> out(y, q0 + TN * tx, Q, Cout, P);
+    const PixelOut<TN, TX> out(y, q0, tx, Q, Cout, P);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int si = i0 + TM * ty + i;
@@ -335,7 +359,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
     tc::wait_prior_grids();
     using namespace scc;
     constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
-    static_assert(T % BM == 0 && RC * BM % T == 0 && T % BN == 0, "staging shapes");
+    static_assert(T % BM == 0 && RC * BM % T == 0, "staging shapes");
     __shared__ __align__(16) float ws[RC][BM];
     __shared__ __align__(16) float gs[RC][BN];
     const int tid = threadIdx.x;
@@ -384,7 +408,7 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         chunk_product<TY, TX>(acc, ws, gs, tx, ty);
         __syncthreads();
     }
-    const PixelOut<TN> out(gx, q0 + TN * tx, Q, Cin, P);
+    const PixelOut<TN, TX> out(gx, q0, tx, Q, Cin, P);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int c = c0 + TM * ty + i;
@@ -510,7 +534,7 @@ __global__ void __launch_bounds__(TY * TX, scc::filter_blocks(TY * TX)) scc_bwd_
         const int k = order[si], b = starts[si] - lo;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int u = v0 + TN * tx + j - b;
+            const int u = v0 + column<TN, TX>(tx, j) - b;
             if (u >= 0 && u < U) partial[((size_t)blockIdx.z * Cout + k) * U + u] = acc[i][j];
         }
     }
@@ -965,7 +989,8 @@ __global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, float*, int, int, int, int, int, int);
 TC_I_SCC_BWD_DATA(16, 16, 4, 4) TC_I_SCC_BWD_DATA(16, 16, 8, 4) TC_I_SCC_BWD_DATA(4, 32, 4, 8)
-TC_I_SCC_BWD_DATA(4, 64, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 8)
+TC_I_SCC_BWD_DATA(4, 32, 8, 4) TC_I_SCC_BWD_DATA(4, 64, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 4)
+TC_I_SCC_BWD_DATA(8, 32, 4, 8)
 #undef TC_I_SCC_BWD_DATA
 #define TC_I_SCC_BWD_FILTER(...) template __global__ void scc_bwd_filter<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
@@ -986,7 +1011,8 @@ TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
 TC_I_SCC_FWD(16, 16, 4, 4) TC_I_SCC_FWD(16, 16, 8, 4) TC_I_SCC_FWD(4, 32, 4, 8)
-TC_I_SCC_FWD(4, 64, 4, 4) TC_I_SCC_FWD(8, 32, 4, 4) TC_I_SCC_FWD(8, 32, 4, 8)
+TC_I_SCC_FWD(4, 32, 8, 4) TC_I_SCC_FWD(4, 64, 4, 4) TC_I_SCC_FWD(8, 32, 4, 4)
+TC_I_SCC_FWD(8, 32, 4, 8)
 #undef TC_I_SCC_FWD
 #define TC_I_SCC_FWD_CYCLIC(...) template __global__ void scc_fwd_cyclic<__VA_ARGS__>( \
     const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int);

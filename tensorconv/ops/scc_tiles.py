@@ -149,18 +149,19 @@ class BlockShape:
 
 
 # Forward and input gradient: 64, 32 or 16 rows (small row tiles stay inside one window
-# group where groups are small); 64 rows come with 64 or 128 pixels.  Eight rows a thread
-# (tm = 8: half the shared-memory loads a multiply-add) measured faster on the forward's
-# 32- and 64-row tiles and the input gradient's 64-row ones where their blocks fill the
-# GPU, and slower on the input gradient's 32-row tiles and on small grids
-# (docs/notes/scc_conv.md).
-FOUR_ROW_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
-                  BlockShape(4, 64, 4))
-EIGHT_ROW_TILES = {"forward": {32: BlockShape(4, 32, 4, 8), 64: BlockShape(8, 32, 4, 8)},
-                   "data": {64: BlockShape(8, 32, 4, 8)}}
-EIGHT_ROW_FILL = {"forward": 0.5, "data": 1.0}      # their blocks per SM, at least
-PIXEL_TILES = FOUR_ROW_TILES + tuple(sorted({t for by_rows in EIGHT_ROW_TILES.values()
-                                             for t in by_rows.values()}, key=BlockShape.args))
+# group where groups are small); 64 rows come with 64 or 128 pixels.  Tiles of 32 sums a
+# thread (8 rows x 4 pixels, or 4 x 8 in two runs: a quarter fewer shared-memory loads a
+# multiply-add than 4 x 4) measured faster on the forward's tiles of every height and the
+# input gradient's 64-row ones where their blocks fill the GPU, and slower on the input
+# gradient's 16- and 32-row tiles and on small grids (docs/notes/scc_conv.md).
+FOUR_BY_FOUR_TILES = (BlockShape(16, 16, 4), BlockShape(16, 16, 8), BlockShape(8, 32, 4),
+                      BlockShape(4, 64, 4))
+LARGE_THREAD_TILES = {"forward": {16: BlockShape(4, 32, 8), 32: BlockShape(4, 32, 4, 8),
+                                  64: BlockShape(8, 32, 4, 8)},
+                      "data": {64: BlockShape(8, 32, 4, 8)}}
+LARGE_THREAD_FILL = {"forward": 0.5, "data": 1.0}   # their blocks per SM, at least
+PIXEL_TILES = FOUR_BY_FOUR_TILES + tuple(sorted({t for by_rows in LARGE_THREAD_TILES.values()
+                                                 for t in by_rows.values()}, key=BlockShape.args))
 # Weight gradient: 32 filters x 64 band channels, 32 x 32, 16 x 32.  Tiles of 64 filters
 # (more work a block, half the blocks) measured slower or within 4 % on every layer
 # benched (docs/notes/scc_conv.md).
@@ -190,15 +191,15 @@ def row_tiles(geom: SCCGeometry) -> tuple[int, int, BlockShape]:
 
 def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int, *,
                side: str) -> BlockShape:
-    """The ``side`` ("forward" or "data": the input gradient) tile of ``rows`` rows: eight
-    rows a thread where :data:`EIGHT_ROW_TILES` has them and their blocks fill the GPU
-    (:data:`EIGHT_ROW_FILL`); else four, for 64 rows in 128-pixel tiles where they still
+    """The ``side`` ("forward" or "data": the input gradient) tile of ``rows`` rows: 32 sums
+    a thread where :data:`LARGE_THREAD_TILES` has such a tile and its blocks fill the GPU
+    (:data:`LARGE_THREAD_FILL`); else 4 x 4, for 64 rows in 128-pixel tiles where they still
     give two blocks per SM, else 64."""
-    eight = EIGHT_ROW_TILES[side].get(rows)
-    blocks = row_tiles * cdiv(pixels, eight.cols) if eight is not None else 0
-    if eight is not None and blocks >= EIGHT_ROW_FILL[side] * sm_count:
-        return eight
-    fits = [t for t in FOUR_ROW_TILES if t.rows == rows]
+    large = LARGE_THREAD_TILES[side].get(rows)
+    blocks = row_tiles * cdiv(pixels, large.cols) if large is not None else 0
+    if large is not None and blocks >= LARGE_THREAD_FILL[side] * sm_count:
+        return large
+    fits = [t for t in FOUR_BY_FOUR_TILES if t.rows == rows]
     if len(fits) > 1 and row_tiles * cdiv(pixels, fits[-1].cols) < 2 * sm_count:
         return fits[0]
     return fits[-1]

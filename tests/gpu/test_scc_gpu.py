@@ -90,19 +90,20 @@ def _shapes():
             for i, t in enumerate(scc_conv.PIXEL_TILES)]
 
 
-@pytest.mark.parametrize("shape", range(6), ids=lambda i: f"shape{i}")
+@pytest.mark.parametrize("shape", range(7), ids=lambda i: f"shape{i}")
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (64, 64, 1, 0.0),
                                             (64, 70, 2, 0.5)])
 def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg, co):
     """Forward, input gradient and weight gradient on each block shape (forced: 64, 32 and
-    16 rows, four or eight a thread, 64 to 256 pixels), several filter and channel tiles,
-    pixels flat across images (13x13 maps, not a tile multiple)."""
+    16 rows, 4 x 4, 8 x 4 or 4 x 8 sums a thread, 64 to 256 pixels), several filter and
+    channel tiles, pixels flat across images (13x13 maps, not a tile multiple)."""
     import cupy as cp
 
     from tensorconv import ops
     from tensorconv.ops import scc_conv, scc_tiles
 
+    assert len(_shapes()) == 7, "parametrize over every pixel tile"
     tile, band = _shapes()[shape]
     for module in (scc_conv, scc_tiles):
         monkeypatch.setattr(module, "row_tiles", lambda g: (tile.rows, tile.rows, band))

@@ -153,6 +153,18 @@ def _check_maps(a, name: str, channels: int, geom: SCCGeometry, xp=None):
     return a
 
 
+def _check_x_gy(x, gy, geom: SCCGeometry):
+    """``(x, gy, xp)`` of a backward pass, checked: each a map of the layer's channels, on
+    one device, with the same batch and spatial sizes."""
+    x = _check_maps(x, "x", geom.cin, geom)
+    xp = backend.array_module(x)
+    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
+    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
+        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
+                         f"and spatial sizes must agree")
+    return x, gy, xp
+
+
 def _check_weights(w, geom: SCCGeometry, xp):
     w = backend.as_array(w, "w")
     check_array(w, "w", ndim=2, dtype=np.float32, contiguous=True, xp=xp)
@@ -337,12 +349,7 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     array, (Cout, U), float32
     """
     geom = _check_geom(geom)
-    x = _check_maps(x, "x", geom.cin, geom)
-    xp = backend.array_module(x)
-    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
-    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
-        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
-                         f"and spatial sizes must agree")
+    x, gy, xp = _check_x_gy(x, gy, geom)
     if splits is not None:
         check_int(splits, "splits", minimum=1)
     check_choice(path, "path", PATHS)

@@ -25,8 +25,8 @@ from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 from tensorconv.ops.scc_conv import (
     FILE,
     _check_geom,
-    _check_maps,
     _check_weights,
+    _check_x_gy,
     _fused_name,
     _reduce,
     _vec,
@@ -209,12 +209,7 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     """
     geom = _check_geom(geom)
     check_choice(path, "path", BACKWARD_PATHS)
-    x = _check_maps(x, "x", geom.cin, geom)
-    xp = backend.array_module(x)
-    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
-    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
-        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
-                         f"and spatial sizes must agree")
+    x, gy, xp = _check_x_gy(x, gy, geom)
     w = _check_weights(w, geom, xp)
     n, _, h, wd = x.shape
     parts = fused_parts(geom)

@@ -6,7 +6,10 @@ cg 2, co 50 %) at ``--batch`` (128) on 32x32 input, on random data:
 * ``ours``: the SCC kernels — forward, input gradient and weight gradient as GEMMs over
   bands of window-sorted filters (input-centric: no atomics; deterministic), both
   gradients in one pass over gy and x where the library's automatic choice takes it
-  (``ops.scc_conv2d_backward``);
+  (``ops.scc_conv2d_backward``); with ``--tune``, each GEMM on the FMA kernels or the
+  tensor cores (3xTF32, ``ops.scc_tc``) and the backward fused or apart as measured on
+  this device first (:func:`tensorconv.tuning.scc_paths.tune`, its times kept as the
+  ``*_fma_us`` / ``*_tc_us`` rows), else the FMA kernels' static choice;
 * ``ours-parts``: the same with the two gradients' kernels apart (kernel time only);
 * ``gather``: the same with the paper's input-centric input gradient, one thread per input
   value walking the channel map (the paper's DSXplore backward);
@@ -56,6 +59,7 @@ from tensorconv.nn import get_model
 from tensorconv.nn.scc import SCCConv2d
 from tensorconv.reference import scc as reference
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
+from tensorconv.tuning import scc_paths
 
 NAME = "scc_backward"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
@@ -75,6 +79,9 @@ def _args(argv):
     p.add_argument("--cg", type=int, default=2)
     p.add_argument("--co", type=float, default=0.5)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--tune", action="store_true",
+                   help="time each layer's GEMMs on the FMA kernels and the tensor cores "
+                        "first and let the automatic choice follow (tune cache)")
     return p.parse_args(argv)
 
 
@@ -230,6 +237,14 @@ def main(argv=None) -> int:
         x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
         w = cp.asarray(rng.standard_normal((g.cout, g.u)).astype(np.float32))
         gy = cp.asarray(rng.standard_normal((shape[0], g.cout) + shape[2:]).astype(np.float32))
+        if args.tune:
+            t = scc_paths.tune(g, shape, repeat=10 if args.quick else 20)
+            for side in ("forward", "data", "weight"):
+                for fam in ("fma", "tc"):
+                    rs.add(case, "ours", f"{side}_{fam}_us", getattr(t, f"{side}_{fam}"), "us",
+                           note="the tuner's graph-replay time of one GEMM")
+            if t.fused is not None:
+                rs.add(case, "ours", "fused_backward_us", t.fused, "us")
         _check(cp, g, x, w, gy, rs, case)
         for impl, (fwd, bwd) in _runners(cp, torch, g, x, w, gy).items():
             fw = "torch" if impl == "torch-gpw" else "cupy"
@@ -297,7 +312,9 @@ def main(argv=None) -> int:
     sections = metric_sections(rows, ("fwd_bwd_graph_us", "fwd_bwd_graph_speedup",
                                       "backward_us", "forward_us", "fwd_bwd_us",
                                       "backward_speedup", "fwd_bwd_speedup", "atomics",
-                                      "rel_err"))
+                                      "rel_err", "forward_fma_us", "forward_tc_us",
+                                      "data_fma_us", "data_tc_us", "weight_fma_us",
+                                      "weight_tc_us", "fused_backward_us"))
     sections.append(("Notes", f"{args.model} DW+SCC cg{args.cg} co{args.co:g}, batch "
                               f"{args.batch}, 32x32 input, fp32 (TF32 off everywhere). Kernel "
                               f"times (fwd_bwd_graph_us) replay CUDA graphs; the others are eager "

@@ -334,6 +334,16 @@ def test_the_ops_run_the_reference_on_numpy_and_check_their_arguments(rng):
         ops.scc_conv2d_backward_weight(x, gy[:, :, :3].copy(), g)
     with pytest.raises(ValueError, match="out is supported on the GPU"):
         ops.scc_conv2d(x, w, g, out=np.empty((2, 10, 4, 3), np.float32))
+    with pytest.raises(ValueError, match="path is for variant='input' only"):
+        ops.scc_conv2d_backward_data(gy, w, g, variant="output", path="tc")
+    with pytest.raises(ValueError, match="path"):
+        ops.scc_conv2d_backward_data(gy, w, g, path="wide")
+    for fn in (lambda p: ops.scc_conv2d(x, w, g, path=p),
+               lambda p: ops.scc_conv2d_backward_weight(x, gy, g, path=p),
+               lambda p: ops.scc_conv2d_backward(x, gy, w, g, path=p)):
+        with pytest.raises(ValueError, match="path"):
+            fn("tensor")
+        assert fn("tc") is not None   # NumPy: the reference, whatever the GPU path
 
 
 def test_the_layer_runs_every_implementation_alike(rng):
@@ -557,3 +567,75 @@ def test_the_cyclic_forward_paths_check_their_limits(rng):
     with pytest.raises(ValueError, match="4096"):
         ops.scc_conv2d(np.zeros((1, 8194, 1, 1), np.float32),
                        np.zeros((8194, big.u), np.float32), big, path="map")
+
+
+def test_the_tensor_core_tiles_fit_and_keep_the_dense_masked_waste_low():
+    """scc_tc's plans: instantiated tiles, shared memory under the opt-in limit, whole
+    window groups on the forward where groups are large, shares that split evenly and
+    never leave one empty."""
+    from tensorconv.ops import _igemm, scc_tc
+    from tensorconv.ops.scc_tiles import band_spans, data_tiles
+
+    names = set(scc_tc.instantiations())
+    for args in [(64, 128, 2, 0.5), (128, 256, 2, 0.5), (96, 150, 2, 0.33), (256, 200, 8, 0.25),
+                 (40, 130, 4, 0.75), (16, 7, 2, 0.0)]:
+        g = scc.scc_geometry(*args)
+        for q in (1, 338, 8192, 32768):
+            f = scc_tc.forward_tile(g, q, 132)
+            d, splits, per = scc_tc.data_plan(g, q, 132)
+            wt, bands, wsplits, wper = scc_tc.weight_plan(g, q, 132)
+            for t in (f, d, wt):
+                assert t.name in names and t.smem <= 227 * 1024
+            longest = int(np.max(np.diff(data_tiles(g, d.rows)[0])))
+            assert per % scc_tc.BK == 0 and (splits - 1) * per < max(longest, 1) <= splits * per
+            assert wper % scc_tc.BK == 0 and (wsplits - 1) * wper < q <= wsplits * wper
+            assert bands * wt.cols >= int(np.max(band_spans(g, wt.rows)))
+            assert (per, splits) == _igemm.split_depth(max(longest, 1), scc_tc.BK, splits)
+    g = scc.scc_geometry(128, 128, 2, 0.5)                    # four groups of 32 filters
+    assert scc_tc.forward_tile(g, 32768, 132).rows == 32      # one group a tile: span = U
+
+
+def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monkeypatch,
+                                                                           tmp_path):
+    from tensorconv import tunecache
+    from tensorconv.ops import scc_tc
+    from tensorconv.tuning.scc_paths import PathTimes
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    g = scc.scc_geometry(64, 128, 2, 0.5)
+    keys = {scc_tc.decision_key(g, q, p, s) for q, p in ((8192, 64), (8192, 16), (4096, 64))
+            for s in scc_tc.SIDES}
+    assert len(keys) == 12                                    # pixels, plane and side apart
+    with pytest.raises(ValueError, match="side"):
+        scc_tc.decision_key(g, 8192, 64, "sideways")
+    scc_tc.forget_verdicts()
+    assert scc_tc.verdict(g, 8192, 64, "weight") is None      # untuned
+    t = PathTimes(forward_fma=10.0, forward_tc=12.0, data_fma=9.0, data_tc=8.0,
+                  weight_fma=20.0, weight_tc=15.0, fused=30.0)
+    v = t.verdicts()
+    assert [v[s]["tc"] for s in ("forward", "data", "weight")] == [False, True, True]
+    assert v["backward"] == {"fused": False, "fused_us": 30.0, "parts_us": 23.0}
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["fused"] is True
+    assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["fused"] is False
+    for side, value in v.items():
+        tunecache.store(scc_tc.decision_key(g, 8192, 64, side), value)
+    scc_tc.forget_verdicts()
+    assert [scc_tc.verdict(g, 8192, 64, s) for s in scc_tc.SIDES] == [False, True, True, False]
+    assert scc_tc.verdict(g, 8192, 16, "weight") is None      # another plane: untuned
+    tunecache.store(scc_tc.decision_key(g, 4096, 64, "data"), {"tc": "yes"})
+    scc_tc.forget_verdicts()
+    assert scc_tc.verdict(g, 4096, 64, "data") is None        # malformed: a miss
+
+
+def test_the_path_tuner_checks_its_arguments_before_touching_a_gpu():
+    from tensorconv.tuning import scc_paths
+
+    g = scc.scc_geometry(64, 128, 2, 0.5)
+    with pytest.raises(TypeError, match="geom must be an SCCGeometry"):
+        scc_paths.tune((64, 128, 2, 0.5), (1, 64, 8, 8))
+    with pytest.raises(ValueError, match=r"shape must be \(N, 64, H, W\)"):
+        scc_paths.tune(g, (1, 32, 8, 8))
+    with pytest.raises(ValueError, match="shape H"):
+        scc_paths.tune(g, (1, 64, 0, 8))
+    with pytest.raises(ValueError, match="repeat"):
+        scc_paths.tune(g, (1, 64, 8, 8), repeat=0)

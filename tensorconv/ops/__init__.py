@@ -31,6 +31,7 @@ from tensorconv.ops import (
                             pointwise_pair,
                             pool,
                             scc_conv,
+                            scc_tc,
                             sgd,
                             sparse_blocks_tc,
                             sparse_conv,
@@ -73,7 +74,7 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
                                 depthwise_conv, direct_conv, dropout, igemm_tf32x3,
-                                pointwise_conv, pointwise_pair, pool, scc_conv, sgd,
+                                pointwise_conv, pointwise_pair, pool, scc_conv, scc_tc, sgd,
                                 sparse_blocks_tc, sparse_conv, tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv)}
@@ -81,7 +82,7 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
-           "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
+           "scc_tc", "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
            "tucker_layer", "tucker_tail", "winograd_conv", "batch_norm_apply",
            "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",

@@ -19,7 +19,7 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops._launch import cdiv
+from tensorconv.ops._launch import NULL, cdiv, launch
 
 MODES = (0, 1, 2)
 MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
@@ -88,6 +88,14 @@ def reduce_blocks(total: int, splits: int, sm_count: int) -> int:
     if splits >= SHARE_LONG and cdiv(total, 32) < 2 * sm_count:
         return cdiv(total, 8)
     return min(cdiv(total, 32), 8 * sm_count)
+
+
+def reduce_flat(partial, out, splits: int, size: int, sm_count: int) -> None:
+    """``out`` = the sum of ``splits`` partial arrays of ``size`` floats each, laid end to
+    end in ``partial``, in split order (deterministic), no epilogue."""
+    i32 = np.int32
+    launch(reduce_ref(), (reduce_blocks(size, splits, sm_count), 1, 1), (256,),
+           (partial, NULL, NULL, out, i32(splits), i32(1), i32(size), i32(size), i32(0)))
 
 
 def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:

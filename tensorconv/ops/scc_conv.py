@@ -26,8 +26,8 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import check_array, check_choice, check_int, check_vector, output_buffer
-from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, launch, no_out_on_cpu, ptr
+from tensorconv.ops import _igemm, scc_tc
+from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.scc_tiles import (
     BAND_TILES,
     PIXEL_TILES,
@@ -62,7 +62,8 @@ __all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles
 
 FILE = "scc_conv.cu"
 DATA_VARIANTS = ("input", "gather", "output")
-PATHS = ("auto", "wide", "tiled")
+PATHS = ("auto", "fma", "wide", "tiled", "tc")
+DATA_PATHS = ("auto", "fma", "tiled", "tc")
 FORWARD_PATHS = PATHS + ("map", "arith")
 _CYCLIC = ("scc_fwd_cyclic<true>", "scc_fwd_cyclic<false>")
 MAX_CYCLE = 4096                 # scc::MAX_CYCLE: windows the constant-memory map holds
@@ -122,9 +123,9 @@ def forward_kernel(geom: SCCGeometry, pixels: int, plane: int = 1) -> cuda.Kerne
 
 def _wide(path: str, geom: SCCGeometry, side: str, q: int) -> int | None:
     check_choice(path, "path", PATHS)
-    if path == "tiled":
+    if path in ("tiled", "tc"):
         return None
-    px = wide_px(geom, side, q, auto=path == "auto")
+    px = wide_px(geom, side, q, auto=path in ("auto", "fma"))
     if px is None and path == "wide":
         raise ValueError(f"path='wide': the {side} pass of {geom} stages more than "
                          f"{WIDE_SMEM} bytes of shared memory even at one pixel a lane; "
@@ -184,12 +185,15 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     geom : SCCGeometry
     bias : array, (Cout,), float32, optional (BN folds into ``w`` and ``bias``)
     relu : bool
-    path : {"auto", "wide", "tiled", "map", "arith"}
+    path : {"auto", "fma", "wide", "tiled", "tc", "map", "arith"}
         The kernel (GPU): a block over every filter, reading the input once (where its
-        staging fits shared memory and its blocks cover the GPU), or tiles of sorted
-        filters; "auto" picks.  "map" and "arith": the paper's per-thread forward
-        (Algorithm 2), each filter's window start from the channel-cyclic map in constant
-        memory (at most 4096 entries) or computed; equal bit for bit, for comparison.
+        staging fits shared memory and its blocks cover the GPU), tiles of sorted
+        filters on FMAs, or the same tiles on the tensor cores at fp32 accuracy
+        (:mod:`~tensorconv.ops.scc_tc`); "fma" picks between the first two, "auto" also
+        takes the tensor cores where a stored verdict says (:func:`scc_tc.takes`).
+        "map" and "arith": the paper's per-thread forward (Algorithm 2), each filter's
+        window start from the channel-cyclic map in constant memory (at most 4096
+        entries) or computed; equal bit for bit, for comparison.
     out : array, (N, Cout, H, W), float32, optional (GPU only)
 
     Returns
@@ -219,6 +223,11 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     q = n * h * wd
     if path in ("map", "arith"):
         return _cyclic_forward(x, w, geom, bias, bool(relu), path == "map", out)
+    if path == "tc":
+        scc_tc.check_runs_here()
+    if path == "tc" or (path == "auto" and scc_tc.takes(geom, q, h * wd, "forward")):
+        scc_tc.run_forward(x, w, geom, bias, bool(relu), out)
+        return out
     order, starts = device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
     i32 = np.int32
     px = _wide(path, geom, "forward", q)
@@ -258,7 +267,7 @@ def _cyclic_forward(x, w, geom: SCCGeometry, bias, relu: bool, from_map: bool, o
 
 
 def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input",
-                             splits: int | None = None, out=None):
+                             splits: int | None = None, path: str = "auto", out=None):
     """Gradient of :func:`scc_conv2d` (without ReLU) with respect to ``x``.
 
     Parameters
@@ -275,6 +284,10 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
         "input" only: shares of each channel tile's filter list, reduced separately, then
         summed in order; default :func:`data_splits` (more where the tiles alone leave
         the GPU idle).
+    path : {"auto", "fma", "tiled", "tc"}
+        "input" only: the GEMM on FMAs ("fma" or "tiled") or on the tensor cores at fp32
+        accuracy (:mod:`~tensorconv.ops.scc_tc`); "auto" takes the tensor cores where a
+        stored verdict says (:func:`scc_tc.takes`).
     out : array, (N, Cin, H, W), float32, optional (GPU only)
 
     Returns
@@ -283,10 +296,13 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     """
     geom = _check_geom(geom)
     check_choice(variant, "variant", DATA_VARIANTS)
+    check_choice(path, "path", DATA_PATHS)
     if splits is not None:
         check_int(splits, "splits", minimum=1)
         if variant != "input":
             raise ValueError(f"splits is for variant='input' only, got variant={variant!r}")
+    if path != "auto" and variant != "input":
+        raise ValueError(f"path is for variant='input' only, got variant={variant!r}")
     gy = _check_maps(gy, "gy", geom.cout, geom)
     xp = backend.array_module(gy)
     w = _check_weights(w, geom, xp)
@@ -299,7 +315,12 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     p, q = h * wd, n * h * wd
     device = xp.cuda.runtime.getDevice()
     i32 = np.int32
-    if variant == "input":
+    if path == "tc":
+        scc_tc.check_runs_here()
+    if variant == "input" and (path == "tc" or (path == "auto"
+                                                and scc_tc.takes(geom, q, p, "data"))):
+        scc_tc.run_backward_data(gy, w, geom, splits, out)
+    elif variant == "input":
         rows = row_tiles(geom)[1]
         tiles = cdiv(geom.cin, rows)
         sms = backend.device_facts().sm_count
@@ -313,7 +334,7 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
                (tile.threads,), (gy, w, begin_k, tile_ptr, tile_k, partial, i32(geom.cin),
                                  i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_split)))
         if splits > 1:
-            _reduce(partial, out, splits, size, sms)
+            _igemm.reduce_flat(partial, out, splits, size, sms)
     elif variant == "gather":
         launch(cuda.kernel_ref(FILE, "scc_bwd_data_gather"), (cdiv(q, THREADS), geom.cin, 1),
                (THREADS,), (gy, w, *device_tables(geom, device, "map"), out, i32(geom.cin),
@@ -339,9 +360,12 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     splits : int, optional
         Pixel shares reduced separately, then summed in order; default
         :func:`default_splits` (:func:`wide_splits` on the wide path).
-    path : {"auto", "wide", "tiled"}
+    path : {"auto", "fma", "wide", "tiled", "tc"}
         The kernel (GPU): blocks of warp tiles over every filter, each share of x and gy
-        read once, or tiles of sorted filters x band channels; "auto" picks.
+        read once, or tiles of sorted filters x band channels, on FMAs or on the tensor
+        cores at fp32 accuracy (:mod:`~tensorconv.ops.scc_tc`); "fma" picks between the
+        first two, "auto" also takes the tensor cores where a stored verdict says
+        (:func:`scc_tc.takes`).
     out : array, (Cout, U), float32, optional (GPU only)
 
     Returns
@@ -360,6 +384,11 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
         return reference.scc_backward(x, w0, gy, geom)[1].astype(np.float32)
     out = output_buffer(xp, out, (geom.cout, geom.u))
     q = n * h * wd
+    if path == "tc":
+        scc_tc.check_runs_here()
+    if path == "tc" or (path == "auto" and scc_tc.takes(geom, q, h * wd, "weight")):
+        scc_tc.run_backward_weight(x, gy, geom, splits, out)
+        return out
     sms = backend.device_facts().sm_count
     px = _wide(path, geom, "filter", q)
     if splits is None:
@@ -384,12 +413,6 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
                (bands, cdiv(geom.cout, tile.rows), splits), (tile.threads,),
                (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout), i32(geom.u),
                 i32(h * wd), i32(q), i32(per_split)))
-    _reduce(partial, out, splits, geom.cout * geom.u, sms)
+    _igemm.reduce_flat(partial, out, splits, geom.cout * geom.u, sms)
     return out
 
-
-def _reduce(partial, out, splits: int, size: int, sms: int) -> None:
-    """``out`` = the sum of ``splits`` partial arrays of ``size`` floats, in order."""
-    i32 = np.int32
-    launch(_igemm.reduce_ref(), (_igemm.reduce_blocks(size, splits, sms), 1, 1), (256,),
-           (partial, NULL, NULL, out, i32(splits), i32(1), i32(size), i32(size), i32(0)))

@@ -21,6 +21,7 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import check_choice, output_buffer
+from tensorconv.ops import _igemm, scc_tc
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 from tensorconv.ops.scc_conv import (
     FILE,
@@ -28,7 +29,6 @@ from tensorconv.ops.scc_conv import (
     _check_weights,
     _check_x_gy,
     _fused_name,
-    _reduce,
     _vec,
     scc_conv2d_backward_data,
     scc_conv2d_backward_weight,
@@ -49,7 +49,7 @@ from tensorconv.scratch import workspace
 __all__ = ["FusedParts", "fused_backward", "fused_parts", "fused_shares",
            "scc_conv2d_backward"]
 
-BACKWARD_PATHS = ("auto", "fused", "parts")
+BACKWARD_PATHS = ("auto", "fused", "parts", "tc")
 
 FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
 FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
@@ -192,13 +192,16 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     gy : array, (N, Cout, H, W), float32
     w : array, (Cout, U), float32
     geom : SCCGeometry
-    path : {"auto", "fused", "parts"}
+    path : {"auto", "fused", "parts", "tc"}
         The kernels (GPU): "fused", one pass over gy and x for both gradients
         (``scc_bwd_fused``: blocks over parts of the weight-gradient tiles and of the
         input channels, :func:`fused_parts`); "parts",
         :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
-        with its defaults; "auto" takes the fused kernel where :func:`fused_backward`
-        says.
+        with its defaults (each following its stored verdict: the tensor cores or the
+        FMA kernels); "tc", the same two on the tensor cores at fp32 accuracy
+        (:mod:`~tensorconv.ops.scc_tc`); "auto" follows the layer's stored "backward"
+        verdict (:func:`~tensorconv.ops.scc_tc.verdict`: fused or parts), untuned the
+        fused kernel where :func:`fused_backward` says, else "parts".
     out_x : array, (N, Cin, H, W), float32, optional (GPU only)
     out_w : array, (Cout, U), float32, optional (GPU only)
 
@@ -223,7 +226,16 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
         return gx.astype(np.float32), gw.astype(np.float32)
     q, p = n * h * wd, h * wd
     sms = backend.device_facts().sm_count
-    if path == "parts" or (path == "auto" and not fused_backward(geom, q, sms)):
+    if path == "tc":
+        return (scc_conv2d_backward_data(gy, w, geom, path="tc", out=out_x),
+                scc_conv2d_backward_weight(x, gy, geom, path="tc", out=out_w))
+    if path == "auto":
+        fused = scc_tc.verdict(geom, q, p, "backward")
+        path = "fused" if (fused if fused is not None else fused_backward(geom, q, sms)) \
+            else "parts"
+    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
+        path = "parts"   # a verdict edited by hand: the fused kernel cannot take the layer
+    if path == "parts":
         return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
                 scc_conv2d_backward_weight(x, gy, geom, out=out_w))
     out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
@@ -237,5 +249,5 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
            (x, gy, w, *device_tables(geom, device, "sorted"),
             *fused_tables(geom, device), out_x, partial, i32(geom.cin),
             i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=parts.smem)
-    _reduce(partial, out_w, shares, geom.cout * geom.u, sms)
+    _igemm.reduce_flat(partial, out_w, shares, geom.cout * geom.u, sms)
     return out_x, out_w

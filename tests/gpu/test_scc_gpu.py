@@ -332,3 +332,161 @@ def test_the_window_map_in_constant_memory_equals_the_arithmetic(rng, geom):
     stream.synchronize()
     assert cp.array_equal(outs["map"], outs["arith"])
     assert rel_err(outs["map"].get(), want) <= 1e-5
+
+
+def _on_gpu(a, layout: str):
+    """``a`` on the GPU; "off-16-bytes": one float into a bigger buffer (no vector copies)."""
+    import cupy as cp
+
+    if layout != "off-16-bytes":
+        return cp.asarray(a)
+    buf = cp.empty(a.size + 1, cp.float32)
+    buf[1:] = cp.asarray(a).ravel()
+    return buf[1:].reshape(a.shape)
+
+
+@pytest.mark.parametrize("geom", _grid(), ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")
+def test_the_tensor_core_kernels_match_the_reference(rng, geom):
+    """path="tc" (3xTF32 mma.sync): forward (bias, ReLU), input gradient (one share, three,
+    the default) and weight gradient (one pixel share, five, the default) within fp32's
+    1e-5 of the float64 reference over the cg x co grid; odd planes; outputs poisoned."""
+    import cupy as cp
+
+    from tensorconv import ops
+
+    n, h, wd = 3, 9, 7
+    x = rng.standard_normal((n, geom.cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((geom.cout, geom.u)).astype(np.float32)
+    b = rng.standard_normal(geom.cout).astype(np.float32)
+    gy = rng.standard_normal((n, geom.cout, h, wd)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    y = cp.full((n, geom.cout, h, wd), cp.nan, cp.float32)
+    ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True, path="tc",
+                   out=y)
+    want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
+    assert rel_err(y.get(), want) <= 1e-5
+    gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
+    for splits in (None, 1, 3):
+        gx = cp.full(x.shape, cp.nan, cp.float32)
+        ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, splits=splits,
+                                     path="tc", out=gx)
+        assert rel_err(gx.get(), gx_want) <= 1e-5, splits
+    for splits in (None, 1, 5):
+        gw = cp.full(w.shape, cp.nan, cp.float32)
+        ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,
+                                       path="tc", out=gw)
+        assert rel_err(gw.get(), gw_want) <= 1e-5, splits
+    gx, gw = ops.scc_conv2d_backward(cp.asarray(x), cp.asarray(gy), cp.asarray(w), geom,
+                                     path="tc")
+    assert rel_err(gx.get(), gx_want) <= 1e-5 and rel_err(gw.get(), gw_want) <= 1e-5
+
+
+@pytest.mark.parametrize("rows", [16, 32, 64, 128])
+@pytest.mark.parametrize("cols", [64, 128])
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
+                                            (256, 200, 8, 0.25), (64, 70, 2, 0.5)])
+def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, layout, cin,
+                                               cout, cg, co):
+    """Every instantiated tile of the three GEMMs, forced: several row tiles (a last one
+    part full), bands over several column tiles, pixels flat across images and past the
+    last tile, 16-byte copies (planes of 4k pixels) and 4-byte ones (odd planes, maps off
+    16 bytes); outputs poisoned."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_tc
+
+    monkeypatch.setattr(scc_tc, "_band_rows", lambda g, c: rows)
+    monkeypatch.setattr(scc_tc, "_data_rows", lambda g: rows)
+    monkeypatch.setattr(scc_tc, "_pixel_cols", lambda *_: cols)
+    monkeypatch.setattr(scc_tc, "COLS", (cols,))
+    n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    y = _on_gpu(np.full((n, cout, h, wd), np.nan, np.float32), layout)
+    ops.scc_conv2d(_on_gpu(x, layout), cp.asarray(w), geom, cp.asarray(b), path="tc", out=y)
+    assert rel_err(y.get(), scc.scc_forward(x64, w64, geom, b.astype(np.float64))) <= 1e-5
+    gx_want, gw_want = scc.scc_backward(x64, w64, gy64, geom)
+    gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
+    gw = cp.full(w.shape, cp.nan, cp.float32)
+    ops.scc_conv2d_backward(_on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w), geom,
+                            path="tc", out_x=gx, out_w=gw)
+    assert rel_err(gx.get(), gx_want) <= 1e-5
+    assert rel_err(gw.get(), gw_want) <= 1e-5
+
+
+def test_the_tensor_core_gradients_are_deterministic_and_captured(rng):
+    """path="tc": the same bits on every run (each value one block's sum, the shares added
+    in order), eager and replayed from a CUDA graph."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.graph import CapturedGraph
+
+    geom = scc.scc_geometry(64, 96, 2, 0.5)
+    x = cp.asarray(rng.standard_normal((16, 64, 14, 14)).astype(np.float32))
+    gy = cp.asarray(rng.standard_normal((16, 96, 14, 14)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((96, 32)), cp.float32)
+    first = [a.copy() for a in ops.scc_conv2d_backward(x, gy, w, geom, path="tc")]
+    assert all(bool(cp.isfinite(a).all()) for a in first)
+    gx, gw = cp.empty_like(first[0]), cp.empty_like(first[1])
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def run():
+        ops.scc_conv2d_backward(x, gy, w, geom, path="tc", out_x=gx, out_w=gw)
+
+    run()
+    with stream:
+        graph = CapturedGraph(stream, run, programmatic=False)
+    for _ in range(3):
+        with stream:
+            gx.fill(cp.nan)
+            gw.fill(cp.nan)
+        graph.launch(stream)
+        stream.synchronize()
+        assert cp.array_equal(gx, first[0]) and cp.array_equal(gw, first[1])
+
+
+def test_auto_follows_the_tuners_verdicts(rng, monkeypatch, tmp_path):
+    """tuning.scc_paths.tune times both kernel families and stores a verdict a side; the
+    ops' path="auto" then runs exactly what the verdict names (the same bits as forcing
+    it), also after the opposite verdicts are stored; untuned, the FMA kernels."""
+    import cupy as cp
+
+    from tensorconv import ops, tunecache
+    from tensorconv.ops import scc_tc
+    from tensorconv.tuning import scc_paths
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    scc_tc.forget_verdicts()
+    geom = scc.scc_geometry(64, 96, 2, 0.5)
+    shape = (16, 64, 8, 8)
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    gy = cp.asarray(rng.standard_normal((16, 96, 8, 8)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((96, 32)).astype(np.float32))
+    fams = {"forward": lambda p: ops.scc_conv2d(x, w, geom, path=p),
+            "data": lambda p: ops.scc_conv2d_backward_data(gy, w, geom, path=p),
+            "weight": lambda p: ops.scc_conv2d_backward_weight(x, gy, geom, path=p)}
+    for side, fn in fams.items():                           # untuned: the FMA kernels
+        assert cp.array_equal(fn("auto"), fn("fma")), side
+    times = scc_paths.tune(geom, shape, repeat=3)
+    assert all(v > 0 for v in vars(times).values() if v is not None)
+    for flip in (False, True):
+        if flip:                                            # the opposite verdicts
+            for side in fams:
+                key = scc_tc.decision_key(geom, 16 * 64, 64, side)
+                tunecache.store(key, {"tc": not scc_tc.verdict(geom, 16 * 64, 64, side)})
+            scc_tc.forget_verdicts()
+        for side, fn in fams.items():
+            want = "tc" if scc_tc.verdict(geom, 16 * 64, 64, side) else "fma"
+            assert cp.array_equal(fn("auto"), fn(want)), (side, flip)
+    fused = scc_tc.verdict(geom, 16 * 64, 64, "backward")
+    got = ops.scc_conv2d_backward(x, gy, w, geom)
+    want = ops.scc_conv2d_backward(x, gy, w, geom, path="fused" if fused else "parts")
+    assert all(cp.array_equal(a, b) for a, b in zip(got, want))
+    scc_tc.forget_verdicts()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tensorconv.ops import _igemm
+from tensorconv.ops._igemm import reduce_flat
 from tensorconv.ops._launch import cdiv
-from tensorconv.ops.scc_conv import _reduce
 
 pytestmark = pytest.mark.gpu
 SMS = 132
@@ -29,13 +29,13 @@ def test_reduce_sums_every_split_in_a_fixed_order(total, splits, rng):
     cp = pytest.importorskip("cupy")
     partial = cp.asarray(rng.standard_normal((splits, total), dtype=np.float32))
     out = cp.full(total, np.nan, dtype=cp.float32)
-    _reduce(partial, out, splits, total, SMS)
+    reduce_flat(partial, out, splits, total, SMS)
     want = cp.asnumpy(partial).astype(np.float64).sum(axis=0)
     got = cp.asnumpy(out)
     assert np.isfinite(got).all(), _way(total, splits)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(splits))
     again = cp.full(total, np.nan, dtype=cp.float32)
-    _reduce(partial, again, splits, total, SMS)
+    reduce_flat(partial, again, splits, total, SMS)
     assert cp.array_equal(out, again)
 
 

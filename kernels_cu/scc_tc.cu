@@ -1,0 +1,396 @@
+// Sliding-channel convolution on the tensor cores at fp32 accuracy (3xTF32), NCHW: the
+// forward pass and both gradients of scc_conv.cu as mma.sync GEMMs.
+//
+// The same GEMM views as scc_conv.cu's tiled kernels (filters sorted by window start; a
+// tile of BM sorted filters reads one band of virtual channels v in [lo, lo + span),
+// channel (lo + v) mod Cin, the weights dense-masked), OUT[m, n] = sum_q A[m, q] B[q, n]:
+//
+//   MODE  what            M rows              N columns          Q reduction
+//   0     y               BM sorted filters   pixels (n, p)      band channels v
+//   1     gx              BM input channels   pixels (n, p)      the tile's filter list
+//   2     gw (partial)    BM sorted filters   band channels v    pixels (n, p)
+//
+// Mode 1's list (scc_tiles.data_tiles) holds every filter whose window meets one of the
+// tile's channels: A[m, e] = w[k_e, (c0 + m - b_k) mod Cin] inside the window, else 0, so
+// every gx value is one block's sum (no atomics); blockIdx.z shares the list and the
+// shares' partial maps are added in order.  Mode 2 computes the band's dense block and
+// keeps the entries inside each filter's window: every (k, u) of a pixel share is written
+// by one thread, the shares added in order by conv2d_splitk_reduce.  All deterministic.
+//
+// A block of 256 threads (8 warps) computes a BM x BN tile, each warp (BM / WARPS_M) x
+// (BN / WARPS_N) of m16n8k8 tiles.  Operands are gathered by cp.async (4 bytes, or 16 where
+// P % 4 == 0 and the map is aligned: four consecutive pixels of one image) a BK = 16
+// slice at a time into a STAGES-deep ring, zero-filled outside the band, the window or the
+// map; fragment values are split into tf32 big and small parts as they are read and each
+// product takes three passes (tc_mma.cuh): results within fp32's 1e-5 of the reference.
+//
+// Layouts keep the fragment reads conflict-free: A m-major in rows of BK + 4 words; B
+// k-major in rows of BN + 8 (modes 0, 1) or, in mode 2, n-major like A (its loads walk the
+// pixels, the reduction, for coalescing).
+//
+// Launch geometry, tables, tiles and checks belong to tensorconv/ops/scc_tc.py; why these
+// kernels exist beside scc_conv.cu's FMA ones: docs/notes/scc_conv.md.
+#include "tc_cluster.cuh"
+#include "tc_common.cuh"
+#include "tc_mma.cuh"
+
+namespace scctc {
+constexpr int BK = 16, THREADS = 256, STAGES = 4;
+constexpr int LDK = BK + 4;   // an m-major (or n-major) row: 20 words
+
+template <int BM, int BN>
+struct Shape {
+    static constexpr int WARPS_M = BM >= 32 ? 2 : 1, WARPS_N = 8 / WARPS_M;
+    static constexpr int MT = BM / (16 * WARPS_M);   // m16 tiles a warp
+    static constexpr int NT = BN / (8 * WARPS_N);    // n8 tiles a warp
+    static constexpr int LDN = BN + 8;               // a k-major row (== 8 mod 32)
+    static constexpr int NA = BM * BK / THREADS;     // A values a thread loads a slice
+    static constexpr int NB = BN * BK / THREADS;     // B values (mode 2, scalar)
+    static_assert(MT >= 1 && NT >= 1 && NA >= 1 && NB >= 1, "BM 16-128, BN 64 or 128");
+};
+
+// v mod Cin for 0 <= v < 3 Cin (a band starts below Cin and spans less than 2 Cin).
+__device__ __forceinline__ int wrap(int v, int Cin) {
+    v -= v >= Cin ? Cin : 0;
+    return v - (v >= Cin ? Cin : 0);
+}
+
+// The k-major B operand of modes 0 and 1: BK rows of a (N, C, P) map's pixels q0 .. q0 +
+// BN - 1, row r from a caller's channel function.  A thread keeps one column (or one run
+// of four pixels: P % 4 == 0 and the map 16-byte aligned) for the whole launch, so a pixel
+// is decoded once, not once a slice.
+template <int BN>
+struct PixelRows {
+    static constexpr int LDN = BN + 8, NV = BN / 4;
+    bool vec;
+    int col, row, step, count;
+    long long base;   // offset of this thread's pixel (run) in channel 0, -1 past the map
+    __device__ __forceinline__ PixelRows(const float* src, int tid, int q0, int Q, int C, int P) {
+        vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+        col = vec ? 4 * (tid % NV) : tid % BN;
+        row = vec ? tid / NV : tid / BN;
+        step = vec ? THREADS / NV : THREADS / BN;
+        count = BK / step;
+        const int q = q0 + col;
+        const int n = q / P;
+        base = q < Q ? (long long)n * C * P + (q - n * P) : -1;
+    }
+    // chan(r): row r's channel, or -1 for zeros.
+    template <typename Chan>
+    __device__ __forceinline__ void load(float* bs, const float* src, int P, Chan chan) const {
+        for (int l = 0; l < count; ++l) {
+            const int r = row + l * step, c = chan(r);
+            const bool ok = c >= 0 && base >= 0;
+            const float* at = ok ? src + base + (size_t)c * P : src;
+            if (vec) tdcx::cp_async16(bs + r * LDN + col, at, ok);
+            else tdcx::cp_async4(bs + r * LDN + col, at, ok);
+        }
+    }
+};
+}  // namespace scctc
+
+template <int MODE, int BM, int BN>
+__global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
+    const float* __restrict__ a_src,     // MODE 0, 1: w (Cout, U);  MODE 2: gy (N, Cout, P)
+    const float* __restrict__ b_src,     // MODE 0, 2: x (N, Cin, P);  MODE 1: gy
+    const int* __restrict__ order,       // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,      // (Cout,) MODE 0, 2: start of each sorted filter;
+                                         //   MODE 1: start of each filter (by id)
+    const int* __restrict__ tile_ptr,    // MODE 1: (tiles + 1,) each channel tile's list
+    const int* __restrict__ tile_k,      //   and its filters
+    const float* __restrict__ bias,      // MODE 0: (Cout,) or nullptr
+    float* __restrict__ out,             // MODE 0: y;  MODE 1: gx or partial maps;
+                                         //   MODE 2: partial weight gradients (splits, Cout, U)
+    int Cin, int Cout, int U, int P, int Q, int per_split, int relu)
+{
+    tc::wait_prior_grids();
+    using namespace scctc;
+    using Sh = Shape<BM, BN>;
+    constexpr bool EXACT = tf32x3::EXACT;
+    constexpr bool B_KMAJOR = MODE != 2;
+    constexpr int A_WORDS = BM * LDK, B_WORDS = B_KMAJOR ? BK * Sh::LDN : BN * LDK;
+    constexpr int STAGE_WORDS = A_WORDS + B_WORDS;
+    const int tid = threadIdx.x;
+    const int split = blockIdx.z;
+
+    // The block's rows, columns and reduction range [r_begin, r_end).
+    int i0 = 0, c0 = 0, lo = 0, span = 0, q0 = 0, v0 = 0, r_begin = 0, r_end = 0, e0 = 0;
+    if (MODE == 0 || MODE == 2) {
+        i0 = blockIdx.y * BM;
+        lo = starts[i0];
+        span = starts[min(i0 + BM, Cout) - 1] - lo + U;
+    }
+    if (MODE == 0) {
+        q0 = blockIdx.x * BN;
+        r_end = span;
+    } else if (MODE == 1) {
+        c0 = blockIdx.y * BM;
+        q0 = blockIdx.x * BN;
+        e0 = tile_ptr[blockIdx.y];
+        const int len = tile_ptr[blockIdx.y + 1] - e0;
+        r_begin = split * per_split;
+        r_end = min(len, r_begin + per_split);
+    } else {
+        v0 = blockIdx.x * BN;
+        if (v0 >= span) return;   // this filter tile's band is narrower than the grid's
+        r_begin = split * per_split;
+        r_end = min(Q, r_begin + per_split);
+    }
+
+    // A loads: consecutive threads take consecutive reduction indices q = ak of rows ml:
+    // consecutive weights of a filter (mode 0) or pixels of a gy row (mode 2).
+    const int ak = tid % BK;
+    int a_k[Sh::NA], a_off[Sh::NA];   // per row: filter (-1 past the rows), window offset
+#pragma unroll
+    for (int i = 0; i < Sh::NA; ++i) {
+        const int ml = (tid + i * THREADS) / BK;
+        if (MODE == 1) {
+            a_k[i] = c0 + ml < Cin ? 0 : -1;
+            a_off[i] = c0 + ml;                         // the row's channel
+        } else {
+            const int si = i0 + ml;
+            a_k[i] = si < Cout ? order[si] : -1;
+            a_off[i] = si < Cout ? starts[si] - lo : 0;   // the window's place in the band
+        }
+    }
+    // Mode 2, B: this thread's band columns tid / BK + 16 i (scalar copies) or tid / 4 +
+    // 64 i (16-byte ones), each a channel for the launch.
+    constexpr int NB2 = MODE == 2 ? Sh::NB : 1, NA4 = (BM * 4 + THREADS - 1) / THREADS;
+    int b_chan[NB2], b_chan4[NB2], a_k4[NA4];   // a_k4: the filter of a 16-byte copy's row
+    // Mode 2 copies 4 pixels at a time where P % 4 == 0 and both maps are 16-byte aligned.
+    const bool vec2 = MODE == 2 && P % 4 == 0
+        && reinterpret_cast<unsigned long long>(a_src) % 16 == 0
+        && reinterpret_cast<unsigned long long>(b_src) % 16 == 0;
+    if constexpr (MODE == 2) {
+#pragma unroll
+        for (int i = 0; i < NB2; ++i) {
+            const int v = v0 + (tid + i * THREADS) / BK;
+            b_chan[i] = v < span ? wrap(lo + v, Cin) : -1;
+            const int c4 = tid / 4 + i * (THREADS / 4);   // a 16-byte copy's column
+            const int v4 = v0 + c4;
+            b_chan4[i] = c4 < BN && v4 < span ? wrap(lo + v4, Cin) : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < NA4; ++i) {
+            const int si = i0 + tid / 4 + i * (THREADS / 4);
+            a_k4[i] = tid / 4 + i * (THREADS / 4) < BM && si < Cout ? order[si] : -1;
+        }
+    }
+    const scctc::PixelRows<BN> rows_b(b_src, tid, q0, Q, MODE == 0 ? Cin : Cout, P);
+
+    extern __shared__ __align__(16) float smem[];
+    auto a_stage = [&](int st) { return smem + st * STAGE_WORDS; };
+    auto b_stage = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS; };
+    auto load = [&](int r0, int st) {
+        float* as = a_stage(st);
+        float* bs = b_stage(st);
+        const int r = r0 + ak;
+        const bool r_ok = r < r_end;
+        if constexpr (MODE == 0) {
+#pragma unroll
+            for (int i = 0; i < Sh::NA; ++i) {
+                const int u = r - a_off[i];
+                const bool ok = r_ok && a_k[i] >= 0 && u >= 0 && u < U;
+                tdcx::cp_async4(as + ((tid + i * THREADS) / BK) * LDK + ak,
+                                ok ? a_src + (size_t)a_k[i] * U + u : a_src, ok);
+            }
+            rows_b.load(bs, b_src, P, [&](int kl) {
+                return r0 + kl < r_end ? wrap(lo + r0 + kl, Cin) : -1;
+            });
+        } else if constexpr (MODE == 1) {
+            int k = 0, b = 0;
+            if (r_ok) { k = tile_k[e0 + r]; b = starts[k]; }
+#pragma unroll
+            for (int i = 0; i < Sh::NA; ++i) {
+                int u = a_off[i] - b;
+                u += u < 0 ? Cin : 0;
+                const bool ok = r_ok && a_k[i] >= 0 && u < U;
+                tdcx::cp_async4(as + ((tid + i * THREADS) / BK) * LDK + ak,
+                                ok ? a_src + (size_t)k * U + u : a_src, ok);
+            }
+            rows_b.load(bs, b_src, P, [&](int kl) {
+                return r0 + kl < r_end ? tile_k[e0 + r0 + kl] : -1;
+            });
+        } else if (vec2) {
+            // 16-byte copies: copy c takes row c / 4 and pixels 4 (c % 4) .. + 3 of the slice
+            const int g4 = tid % 4, rr = r0 + 4 * g4;   // a whole run is in or out
+            long long gpix = -1, xpix = -1;
+            if (rr < r_end) {
+                const int n = rr / P, p = rr - n * P;
+                gpix = (long long)n * Cout * P + p;
+                xpix = (long long)n * Cin * P + p;
+            }
+#pragma unroll
+            for (int i = 0; i < NA4; ++i) {
+                const int m = tid / 4 + i * (THREADS / 4);
+                if (m >= BM) break;
+                const bool ok = gpix >= 0 && a_k4[i] >= 0;
+                tdcx::cp_async16(as + m * LDK + 4 * g4,
+                                 ok ? a_src + gpix + (size_t)a_k4[i] * P : a_src, ok);
+            }
+#pragma unroll
+            for (int i = 0; i < (BN * 4 + THREADS - 1) / THREADS; ++i) {
+                const int c4 = tid / 4 + i * (THREADS / 4);
+                if (c4 >= BN) break;
+                const bool ok = xpix >= 0 && b_chan4[i] >= 0;
+                tdcx::cp_async16(bs + c4 * LDK + 4 * g4,
+                                 ok ? b_src + xpix + (size_t)b_chan4[i] * P : b_src, ok);
+            }
+        } else {
+            // one pixel a thread a slice: decoded here, shared by its A and B copies
+            long long gpix = -1, xpix = -1;   // its offset in gy's and in x's channel 0
+            if (r_ok) {
+                const int n = r / P, p = r - n * P;
+                gpix = (long long)n * Cout * P + p;
+                xpix = (long long)n * Cin * P + p;
+            }
+#pragma unroll
+            for (int i = 0; i < Sh::NA; ++i) {
+                const bool ok = gpix >= 0 && a_k[i] >= 0;
+                tdcx::cp_async4(as + ((tid + i * THREADS) / BK) * LDK + ak,
+                                ok ? a_src + gpix + (size_t)a_k[i] * P : a_src, ok);
+            }
+#pragma unroll
+            for (int i = 0; i < Sh::NB; ++i) {
+                const bool ok = xpix >= 0 && b_chan[i] >= 0;
+                tdcx::cp_async4(bs + ((tid + i * THREADS) / BK) * LDK + ak,
+                                ok ? b_src + xpix + (size_t)b_chan[i] * P : b_src, ok);
+            }
+        }
+    };
+
+    const int warp = tid >> 5, lane = tid & 31, lg = lane >> 2, lt = lane & 3;
+    const int wm = warp % Sh::WARPS_M, wn = warp / Sh::WARPS_M;
+    const int wrow = wm * Sh::MT * 16, wcol = wn * Sh::NT * 8;
+    float acc[Sh::MT][Sh::NT][4];
+#pragma unroll
+    for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+        for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    auto frag = [](float v, unsigned& big, unsigned& small) {
+        float sm;
+        tf32x3::split(v, sm);
+        big = __float_as_uint(v);
+        small = __float_as_uint(sm);
+    };
+
+    const int slices = r_begin < r_end ? (r_end - r_begin + BK - 1) / BK : 0;
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        if (st < slices) load(r_begin + st * BK, st);
+        tdcx::cp_async_commit();   // empty groups keep the wait count uniform
+    }
+    for (int it = 0; it < slices; ++it) {
+        tdcx::cp_async_wait<STAGES - 2>();
+        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
+        if (it + STAGES - 1 < slices) load(r_begin + (it + STAGES - 1) * BK, (it + STAGES - 1) % STAGES);
+        tdcx::cp_async_commit();
+        const float* as = a_stage(it % STAGES);
+        const float* bs = b_stage(it % STAGES);
+#pragma unroll
+        for (int k8 = 0; k8 < BK; k8 += 8) {
+            unsigned bb[Sh::NT][2], bsm[Sh::NT][2];
+#pragma unroll
+            for (int j = 0; j < Sh::NT; ++j) {
+                const int n = wcol + j * 8 + lg;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int k = k8 + lt + 4 * h;
+                    frag(B_KMAJOR ? bs[k * Sh::LDN + n] : bs[n * LDK + k], bb[j][h], bsm[j][h]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < Sh::MT; ++i) {
+                const int m = wrow + i * 16 + lg;
+                unsigned ab[4], asm_[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    frag(as[(m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1)], ab[e], asm_[e]);
+                if constexpr (EXACT) {
+#pragma unroll
+                    for (int j = 0; j < Sh::NT; ++j)
+                        tf32x3::mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
+#pragma unroll
+                    for (int j = 0; j < Sh::NT; ++j)
+                        tf32x3::mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
+                }
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
+            }
+        }
+    }
+    tdcx::cp_async_wait<0>();
+
+    // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
+    // Columns are pixels in modes 0 and 1: each thread's 2·NT pixels decoded once.
+    long long pcol[Sh::NT][2];
+    if constexpr (MODE != 2) {
+        const int C = MODE == 0 ? Cout : Cin;
+#pragma unroll
+        for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int q = q0 + wcol + j * 8 + 2 * lt + e, n = q / P;
+                pcol[j][e] = q < Q ? (long long)n * C * P + (q - n * P) : -1;
+            }
+    }
+    const size_t map_size = (size_t)Q * Cin;   // mode 1: one partial map
+#pragma unroll
+    for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int ml = wrow + i * 16 + lg + 8 * h;
+            if constexpr (MODE == 0) {
+                const int si = i0 + ml;
+                if (si >= Cout) continue;
+                const int k = order[si];
+                const float bk = bias != nullptr ? bias[k] : 0.f;
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        if (pcol[j][e] < 0) continue;
+                        const size_t at = pcol[j][e] + (size_t)k * P;
+                        out[at] = tc::conv_epilogue(acc[i][j][2 * h + e] + bk, nullptr, k,
+                                                    nullptr, at, relu);
+                    }
+            } else if constexpr (MODE == 1) {
+                const int c = c0 + ml;
+                if (c >= Cin) continue;
+                float* dst = out + split * map_size + (size_t)c * P;
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (pcol[j][e] >= 0) dst[pcol[j][e]] = acc[i][j][2 * h + e];
+            } else {
+                const int si = i0 + ml;
+                if (si >= Cout) continue;
+                const int k = order[si], off = starts[si] - lo;
+                float* dst = out + ((size_t)split * Cout + k) * U;
+#pragma unroll
+                for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int u = v0 + wcol + j * 8 + 2 * lt + e - off;
+                        if (u >= 0 && u < U) dst[u] = acc[i][j][2 * h + e];
+                    }
+            }
+        }
+}
+
+// What CI's nvcc build type-checks: tensorconv.ops.scc_tc.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SCC_TC(...) template __global__ void scc_tc<__VA_ARGS__>(const float*, const float*, \
+    const int*, const int*, const int*, const int*, const float*, float*, int, int, int, int, int, \
+    int, int);
+TC_I_SCC_TC(0, 128, 128) TC_I_SCC_TC(0, 128, 64) TC_I_SCC_TC(0, 16, 128) TC_I_SCC_TC(0, 16, 64)
+TC_I_SCC_TC(0, 32, 128) TC_I_SCC_TC(0, 32, 64) TC_I_SCC_TC(0, 64, 128) TC_I_SCC_TC(0, 64, 64)
+TC_I_SCC_TC(1, 128, 128) TC_I_SCC_TC(1, 128, 64) TC_I_SCC_TC(1, 16, 128) TC_I_SCC_TC(1, 16, 64)
+TC_I_SCC_TC(1, 32, 128) TC_I_SCC_TC(1, 32, 64) TC_I_SCC_TC(1, 64, 128) TC_I_SCC_TC(1, 64, 64)
+TC_I_SCC_TC(2, 128, 128) TC_I_SCC_TC(2, 128, 64) TC_I_SCC_TC(2, 16, 128) TC_I_SCC_TC(2, 16, 64)
+TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_TC(2, 64, 64)
+#undef TC_I_SCC_TC
+#endif

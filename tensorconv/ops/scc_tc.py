@@ -1,0 +1,272 @@
+"""Sliding-channel convolution on the tensor cores at fp32 accuracy (``kernels_cu/scc_tc.cu``):
+the forward pass and both gradients as 3xTF32 ``mma.sync`` GEMMs over the same sorted
+filters, bands and per-tile filter lists as the FMA kernels of :mod:`~tensorconv.ops.scc_conv`
+(whose public ops run these with ``path="tc"``); this module owns their tiles and launches,
+and reads the verdicts that decide ``path="auto"``.
+
+Neither family wins everywhere (``docs/notes/scc_conv.md``): the FMA kernels are faster
+on large maps, the tensor cores on some weight gradients of small maps and on the widest
+layers.  So ``"auto"`` follows a verdict measured on this device
+(:func:`tensorconv.tuning.scc_paths.tune` times both and stores one per side in the tune
+cache, keyed by the layer, the pixels, the plane and both sources) and, untuned, runs the
+FMA kernels.
+
+Each GEMM's block is BM (16-128) rows x BN (64 or 128) columns, 256 threads: rows are sorted
+filters (forward, weight gradient) or input channels (input gradient); columns are pixels,
+flat over the batch, or the weight gradient's band channels.  Rows take the size of least
+multiply-adds, dense-masked zeros counted (as the FMA kernels choose theirs); the input
+gradient shares each tile's filter list, the weight gradient the pixels, over more blocks
+where the tiles alone leave SMs idle, the shares summed in a fixed order: deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda, precision, tunecache
+from tensorconv.checks import check_choice
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import cdiv, launch, ptr
+from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables
+from tensorconv.reference.scc import SCCGeometry
+from tensorconv.scratch import workspace
+
+__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "check_runs_here", "data_plan", "decision_key",
+           "forget_verdicts", "forward_tile", "instantiations", "kernels", "run_backward_data",
+           "run_backward_weight", "run_forward", "runs_here", "takes", "verdict",
+           "weight_plan"]
+
+FILE = "scc_tc.cu"
+MODES = (0, 1, 2)                  # forward, input gradient, weight gradient
+ROWS = (16, 32, 64, 128)           # block rows instantiated in scc_tc.cu
+COLS = (64, 128)                   # block columns
+BK, THREADS, STAGES, LDK = 16, 256, 4, 20   # scctc:: constants of the .cu
+MIN_SLICES = 8                     # a reduction share is at least this many BK slices
+MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
+SIDES = ("forward", "data", "weight", "backward")   # the verdicts: see decision_key
+
+
+@dataclass(frozen=True)
+class TcTile:
+    """A block of ``rows`` x ``cols`` outputs of GEMM ``mode`` (0 forward, 1 input
+    gradient, 2 weight gradient)."""
+
+    mode: int
+    rows: int
+    cols: int
+
+    @property
+    def name(self) -> str:
+        return f"scc_tc<{self.mode}, {self.rows}, {self.cols}>"
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared-memory bytes: STAGES slices of A (m-major) and B (k-major, or
+        n-major in mode 2)."""
+        b = self.cols * LDK if self.mode == 2 else BK * (self.cols + 8)
+        return 4 * STAGES * (self.rows * LDK + b)
+
+
+def instantiations() -> list[str]:
+    """The template instances CI's nvcc build compiles."""
+    return sorted(TcTile(m, r, c).name for m in MODES for r in ROWS for c in COLS)
+
+
+def kernels(*_) -> tuple[cuda.KernelRef, ...]:
+    """Every kernel of the file, and the split reduction the gradients use."""
+    return tuple(cuda.kernel_ref(FILE, n) for n in instantiations()) + (_igemm.reduce_ref(),)
+
+
+def runs_here() -> bool:
+    """Whether the current GPU has the ``mma.sync`` tf32 these kernels use."""
+    return tuple(backend.device_facts().compute_capability) >= MIN_COMPUTE_CAPABILITY
+
+
+def check_runs_here() -> None:
+    """``ValueError`` for ``path="tc"`` on a GPU without tf32 ``mma.sync``."""
+    if not runs_here():
+        raise ValueError(f"path='tc' needs compute capability "
+                         f"{MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]} or newer; "
+                         f"this GPU has {backend.device_facts().compute_capability}")
+
+
+def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
+    """The tune-cache key of ``side``'s verdict for ``geom`` over ``pixels`` = N x H x W
+    with planes of ``plane`` = H x W pixels: "forward", "data" or "weight" (``{"tc":
+    bool}``: the tensor cores or the FMA kernels), or "backward" (``{"fused": bool}``:
+    the fused FMA backward or the two gradients apart, each by its own verdict)."""
+    check_choice(side, "side", SIDES)
+    problem = f"{geom.cin},{geom.cout},{geom.cg},{geom.co!r},{pixels},{plane}"
+    return tunecache.make_key(f"scc_path:{side}", ("scc_conv.cu", FILE), problem)
+
+
+def _decode(field: str):
+    def decode(v):
+        if not isinstance(v, dict) or not isinstance(v.get(field), bool):
+            raise ValueError(f"expected {{{field!r}: bool, ...}}")
+        return v[field]
+    return decode
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(geom: SCCGeometry, pixels: int, plane: int, side: str, where: tuple):
+    del where   # part of the memo's key only: the cache file, the device, the precision
+    field = "fused" if side == "backward" else "tc"
+    return tunecache.known(decision_key(geom, pixels, plane, side), _decode(field))
+
+
+def verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool | None:
+    """The stored verdict of ``side`` (:func:`decision_key`), or None untuned; memoised
+    (:func:`forget_verdicts` after storing new ones)."""
+    where = (str(tunecache.cache_path()), tunecache.device_name(), precision.current())
+    return _verdict(geom, pixels, plane, side, where)
+
+
+def forget_verdicts() -> None:
+    """Drop the memo of :func:`verdict` (the tuner calls it after storing)."""
+    _verdict.cache_clear()
+
+
+def takes(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool:
+    """Whether ``path="auto"`` runs ``side`` ("forward", "data", "weight") of ``geom``
+    here on these kernels: where its stored verdict says so and the GPU has them."""
+    return runs_here() and verdict(geom, pixels, plane, side) is True
+
+
+def _least(costs: dict):
+    """The key of least cost, preferring earlier keys (larger tiles) within 10 %."""
+    best = min(costs.values())
+    return next(k for k, c in costs.items() if c <= 1.1 * best)
+
+
+@functools.lru_cache(maxsize=256)
+def _band_rows(geom: SCCGeometry, cols: int | None) -> int:
+    """Rows of sorted filters a forward (``cols`` None: its reduction is the band) or
+    weight-gradient (its columns are the band, ``cols`` wide) tile takes: least
+    multiply-adds, BK slices or band column tiles rounded up."""
+    costs = {}
+    for r in sorted(ROWS, reverse=True):
+        spans = band_spans(geom, r)
+        width = cdiv(spans, BK) * BK if cols is None else -(-spans // cols) * cols
+        costs[r] = float(np.sum(width) * r)
+    return _least(costs)
+
+
+def _pixel_cols(row_tiles: int, pixels: int, sm_count: int) -> int:
+    """Pixels a block of the forward or the input gradient: 128 where those blocks still
+    give every SM two, else 64."""
+    return 128 if row_tiles * cdiv(pixels, 128) >= 2 * sm_count else 64
+
+
+def forward_tile(geom: SCCGeometry, pixels: int, sm_count: int) -> TcTile:
+    """The forward's tile: rows of least work, :func:`_pixel_cols` pixels."""
+    rows = _band_rows(geom, None)
+    return TcTile(0, rows, _pixel_cols(cdiv(geom.cout, rows), pixels, sm_count))
+
+
+@functools.lru_cache(maxsize=256)
+def _data_rows(geom: SCCGeometry) -> int:
+    costs = {}
+    for r in sorted(ROWS, reverse=True):
+        ptr_, _ = data_tiles(geom, r)
+        costs[r] = float(np.sum(cdiv(np.diff(ptr_), BK) * BK) * r)
+    return _least(costs)
+
+
+def data_plan(geom: SCCGeometry, pixels: int, sm_count: int,
+              splits: int | None = None) -> tuple[TcTile, int, int]:
+    """``(tile, splits, per_split)`` of the input gradient: rows of least work,
+    :func:`_pixel_cols` pixels; the tiles' filter lists shared (``splits``, by
+    default enough for two blocks an SM, each share at least :data:`MIN_SLICES` slices),
+    ``per_split`` entries a share."""
+    rows = _data_rows(geom)
+    tiles = cdiv(geom.cin, rows)
+    cols = _pixel_cols(tiles, pixels, sm_count)
+    ptr_, _ = data_tiles(geom, rows)
+    longest = max(int(np.max(np.diff(ptr_))), 1)
+    if splits is None:
+        blocks = tiles * cdiv(pixels, cols)
+        splits = max(1, min(cdiv(2 * sm_count, blocks), cdiv(longest, MIN_SLICES * BK)))
+    per_split, splits = _igemm.split_depth(longest, BK, splits)
+    return TcTile(1, rows, cols), splits, per_split
+
+
+def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
+                splits: int | None = None) -> tuple[TcTile, int, int, int]:
+    """``(tile, band tiles, splits, per_split)`` of the weight gradient: rows and band
+    columns (64 or 128) of least work; pixel shares (``splits``, by default about four
+    blocks an SM, each share at least :data:`MIN_SLICES` slices), ``per_split`` pixels
+    a share."""
+    costs = {}
+    for cols in sorted(COLS, reverse=True):
+        rows = _band_rows(geom, cols)
+        spans = band_spans(geom, rows)
+        costs[(rows, cols)] = float(np.sum(-(-spans // cols) * cols) * rows)
+    rows, cols = _least(costs)
+    bands = int(np.max(-(-band_spans(geom, rows) // cols)))
+    if splits is None:
+        blocks = cdiv(geom.cout, rows) * bands
+        splits = max(1, min(cdiv(4 * sm_count, blocks), cdiv(pixels, MIN_SLICES * BK)))
+    per_split, splits = _igemm.split_depth(pixels, BK, splits)
+    return TcTile(2, rows, cols), bands, splits, per_split
+
+
+def _load(tile: TcTile):
+    return cuda.kernel_ref(FILE, tile.name)
+
+
+def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out) -> None:
+    """``out`` = relu?(scc(x, w) + bias) on checked CuPy arrays."""
+    n, _, h, wd = x.shape
+    q, i32 = n * h * wd, np.int32
+    sms = backend.device_facts().sm_count
+    tile = forward_tile(geom, q, sms)
+    order, starts = device_tables(geom, x.device.id, "sorted")
+    rows = cdiv(geom.cout, tile.rows)
+    launch(_load(tile), (cdiv(q, tile.cols), rows, 1), (THREADS,),
+           (w, x, order, starts, order, order, ptr(bias), out, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(0), i32(bool(relu))),
+           smem=tile.smem)
+
+
+def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out) -> None:
+    """``out`` = the input gradient of checked CuPy arrays."""
+    n, _, h, wd = gy.shape
+    q, i32 = n * h * wd, np.int32
+    sms = backend.device_facts().sm_count
+    tile, splits, per_split = data_plan(geom, q, sms, splits)
+    device = gy.device.id
+    order, _ = device_tables(geom, device, "sorted")
+    (starts,) = device_tables(geom, device, "starts")
+    tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
+    size = q * geom.cin
+    xp = backend.array_module(gy)
+    partial = out if splits == 1 else workspace(xp, splits * size)   # graph-safe
+    rows = cdiv(geom.cin, tile.rows)
+    launch(_load(tile), (cdiv(q, tile.cols), rows, splits), (THREADS,),
+           (w, gy, order, starts, tile_ptr, tile_k, ptr(None), partial, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(per_split), i32(0)),
+           smem=tile.smem)
+    if splits > 1:
+        _igemm.reduce_flat(partial, out, splits, size, sms)
+
+
+def run_backward_weight(x, gy, geom: SCCGeometry, splits: int | None, out) -> None:
+    """``out`` = the weight gradient of checked CuPy arrays."""
+    n, _, h, wd = x.shape
+    q, i32 = n * h * wd, np.int32
+    sms = backend.device_facts().sm_count
+    tile, bands, splits, per_split = weight_plan(geom, q, sms, splits)
+    order, starts = device_tables(geom, x.device.id, "sorted")
+    size = geom.cout * geom.u
+    xp = backend.array_module(x)
+    partial = out if splits == 1 else workspace(xp, splits * size)   # graph-safe
+    launch(_load(tile), (bands, cdiv(geom.cout, tile.rows), splits), (THREADS,),
+           (gy, x, order, starts, order, order, ptr(None), partial, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(per_split), i32(0)),
+           smem=tile.smem)
+    if splits > 1:
+        _igemm.reduce_flat(partial, out, splits, size, sms)

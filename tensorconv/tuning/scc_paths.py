@@ -1,0 +1,92 @@
+"""Which kernels a sliding-channel layer runs, measured on this device: the FMA kernels of
+:mod:`~tensorconv.ops.scc_conv` or the tensor-core ones of :mod:`~tensorconv.ops.scc_tc`
+for each of its three GEMMs, and the fused backward or the two gradients apart.
+
+:func:`tune` times every side both ways (CUDA-graph replay medians, random data of the
+layer's shape) and stores one verdict a side in the tune cache
+(:func:`tensorconv.ops.scc_tc.decision_key`), which the ops' ``path="auto"`` then
+follows; an untuned layer runs the FMA kernels.  Nothing else writes these verdicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, timing, tunecache
+from tensorconv.checks import check_int
+from tensorconv.ops import scc_conv, scc_fused, scc_tc
+from tensorconv.reference.scc import SCCGeometry
+
+__all__ = ["PathTimes", "tune"]
+
+
+@dataclass(frozen=True)
+class PathTimes:
+    """One layer's measured times (µs, graph replays): each GEMM on the FMA kernels and on
+    the tensor cores, and the fused FMA backward (None where it cannot take the layer)."""
+
+    forward_fma: float
+    forward_tc: float
+    data_fma: float
+    data_tc: float
+    weight_fma: float
+    weight_tc: float
+    fused: float | None
+
+    def verdicts(self) -> dict:
+        """``{side: stored value}``: each GEMM on the faster family; the fused backward
+        where it beats the faster input gradient plus the faster weight gradient."""
+        out = {side: {"tc": getattr(self, f"{side}_tc") < getattr(self, f"{side}_fma"),
+                      "tc_us": getattr(self, f"{side}_tc"),
+                      "fma_us": getattr(self, f"{side}_fma")}
+               for side in ("forward", "data", "weight")}
+        parts = min(self.data_fma, self.data_tc) + min(self.weight_fma, self.weight_tc)
+        out["backward"] = {"fused": self.fused is not None and self.fused < parts,
+                           "fused_us": self.fused, "parts_us": parts}
+        return out
+
+
+def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTimes:
+    """Time ``geom``'s forward pass and gradients on both kernel families over inputs of
+    ``shape`` = (N, Cin, H, W), store the verdicts (:meth:`PathTimes.verdicts`) and
+    return the times.  Needs a GPU with the tensor cores' ``mma.sync``
+    (:func:`tensorconv.ops.scc_tc.check_runs_here`)."""
+    if not isinstance(geom, SCCGeometry):
+        raise TypeError(f"geom must be an SCCGeometry, got {type(geom).__name__}")
+    shape = tuple(shape)
+    if len(shape) != 4 or shape[1] != geom.cin:
+        raise ValueError(f"shape must be (N, {geom.cin}, H, W), got {shape}")
+    for i, name in enumerate(("N", "Cin", "H", "W")):
+        check_int(shape[i], f"shape {name}", minimum=1)
+    check_int(repeat, "repeat", minimum=1)
+    cp = backend.require_cuda("tuning the SCC kernels' paths")
+    scc_tc.check_runs_here()
+    n, _, h, wd = shape
+    rng = np.random.default_rng(seed)
+    x = cp.asarray(rng.standard_normal(shape, dtype=np.float32))
+    gy = cp.asarray(rng.standard_normal((n, geom.cout, h, wd), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal((geom.cout, geom.u), dtype=np.float32))
+    y, gx, gw = cp.empty_like(gy), cp.empty_like(x), cp.empty_like(w)
+
+    def t(fn) -> float:
+        return timing.time_graph(fn, repeat=repeat, calls_per_graph=5).median_us
+
+    times = {}
+    for fam in ("fma", "tc"):
+        times[f"forward_{fam}"] = t(lambda: scc_conv.scc_conv2d(x, w, geom, path=fam, out=y))
+        times[f"data_{fam}"] = t(lambda: scc_conv.scc_conv2d_backward_data(
+            gy, w, geom, path=fam, out=gx))
+        times[f"weight_{fam}"] = t(lambda: scc_conv.scc_conv2d_backward_weight(
+            x, gy, geom, path=fam, out=gw))
+    parts = scc_fused.fused_parts(geom)
+    fused = None
+    if parts is not None and parts.smem <= scc_fused.WIDE_SMEM:
+        fused = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="fused",
+                                                        out_x=gx, out_w=gw))
+    result = PathTimes(fused=fused, **times)
+    for side, value in result.verdicts().items():
+        tunecache.store(scc_tc.decision_key(geom, n * h * wd, h * wd, side), value)
+    scc_tc.forget_verdicts()
+    return result

@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
     tc::wait_prior_grids();
     using namespace scctc;
     using Sh = Shape<BM, BN>;
-    constexpr bool EXACT = tf32x3::EXACT;
     constexpr bool B_KMAJOR = MODE != 2;
     constexpr int A_WORDS = BM * LDK, B_WORDS = B_KMAJOR ? BK * Sh::LDN : BN * LDK;
     constexpr int STAGE_WORDS = A_WORDS + B_WORDS;
@@ -269,59 +268,25 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
         for (int j = 0; j < Sh::NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-    auto frag = [](float v, unsigned& big, unsigned& small) {
-        float sm;
-        tf32x3::split(v, sm);
-        big = __float_as_uint(v);
-        small = __float_as_uint(sm);
-    };
-
     const int slices = r_begin < r_end ? (r_end - r_begin + BK - 1) / BK : 0;
+    tdcx::cp_async_ring<STAGES>(
+        slices, [&](int it, int st) { load(r_begin + it * BK, st); },
+        [&](int, int st) {
+            const float* as = a_stage(st);
+            const float* bs = b_stage(st);
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-        if (st < slices) load(r_begin + st * BK, st);
-        tdcx::cp_async_commit();   // empty groups keep the wait count uniform
-    }
-    for (int it = 0; it < slices; ++it) {
-        tdcx::cp_async_wait<STAGES - 2>();
-        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
-        if (it + STAGES - 1 < slices) load(r_begin + (it + STAGES - 1) * BK, (it + STAGES - 1) % STAGES);
-        tdcx::cp_async_commit();
-        const float* as = a_stage(it % STAGES);
-        const float* bs = b_stage(it % STAGES);
-#pragma unroll
-        for (int k8 = 0; k8 < BK; k8 += 8) {
-            unsigned bb[Sh::NT][2], bsm[Sh::NT][2];
-#pragma unroll
-            for (int j = 0; j < Sh::NT; ++j) {
-                const int n = wcol + j * 8 + lg;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int k = k8 + lt + 4 * h;
-                    frag(B_KMAJOR ? bs[k * Sh::LDN + n] : bs[n * LDK + k], bb[j][h], bsm[j][h]);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < Sh::MT; ++i) {
-                const int m = wrow + i * 16 + lg;
-                unsigned ab[4], asm_[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    frag(as[(m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1)], ab[e], asm_[e]);
-                if constexpr (EXACT) {
-#pragma unroll
-                    for (int j = 0; j < Sh::NT; ++j)
-                        tf32x3::mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
-#pragma unroll
-                    for (int j = 0; j < Sh::NT; ++j)
-                        tf32x3::mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
-                }
-#pragma unroll
-                for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
-            }
-        }
-    }
-    tdcx::cp_async_wait<0>();
+            for (int k8 = 0; k8 < BK; k8 += 8)
+                tf32x3::k8_product(
+                    acc,
+                    [&](int i, int e) {
+                        const int m = wrow + i * 16 + lg + 8 * (e & 1);
+                        return as[m * LDK + k8 + lt + 4 * (e >> 1)];
+                    },
+                    [&](int j, int h) {
+                        const int n = wcol + j * 8 + lg, k = k8 + lt + 4 * h;
+                        return B_KMAJOR ? bs[k * Sh::LDN + n] : bs[n * LDK + k];
+                    });
+        });
 
     // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
     // Columns are pixels in modes 0 and 1: each thread's 2·NT pixels decoded once.

@@ -54,7 +54,6 @@ __global__ void __launch_bounds__(sbtc::THREADS, BM >= 128 ? 1 : 2) sparse_block
     tc::wait_prior_grids();
     using namespace sbtc;
     using Sh = Shape<BM>;
-    constexpr bool EXACT = tf32x3::EXACT;
     constexpr int A_WORDS = BM * LDK, STAGE_WORDS = A_WORDS + BK * LDN;
     const int4 ia = items[2 * blockIdx.y], ib = items[2 * blockIdx.y + 1];
     const float* __restrict__ values = values_all + ia.x;
@@ -113,56 +112,22 @@ __global__ void __launch_bounds__(sbtc::THREADS, BM >= 128 ? 1 : 2) sparse_block
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    // Split (or rounded) as read: storing both parts would double the copies.
-    auto frag = [](float v, unsigned& big, unsigned& small) {
-        float sm;
-        tf32x3::split(v, sm);
-        big = __float_as_uint(v);
-        small = __float_as_uint(sm);
-    };
-
     const int slices = kbeg < kend ? (kend - kbeg + BK - 1) / BK : 0;
+    tdcx::cp_async_ring<STAGES>(
+        slices, [&](int it, int st) { load(kbeg + it * BK, st); },
+        [&](int, int st) {
+            const float* as = smem + st * STAGE_WORDS;
+            const float* bs = as + A_WORDS;
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-        if (st < slices) load(kbeg + st * BK, st);
-        tdcx::cp_async_commit();   // empty groups keep the wait count uniform
-    }
-    for (int it = 0; it < slices; ++it) {
-        tdcx::cp_async_wait<STAGES - 2>();
-        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
-        if (it + STAGES - 1 < slices) load(kbeg + (it + STAGES - 1) * BK, (it + STAGES - 1) % STAGES);
-        tdcx::cp_async_commit();
-        const float* as = smem + (it % STAGES) * STAGE_WORDS;
-        const float* bs = as + A_WORDS;
-#pragma unroll
-        for (int k8 = 0; k8 < BK; k8 += 8) {
-            unsigned bb[Sh::NT][2], bsm[Sh::NT][2];
-#pragma unroll
-            for (int j = 0; j < Sh::NT; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    frag(bs[(k8 + lt + 4 * h) * LDN + wcol + j * 8 + lg], bb[j][h], bsm[j][h]);
-#pragma unroll
-            for (int i = 0; i < Sh::MT; ++i) {
-                const int m = wrow + i * 16 + lg;
-                unsigned ab[4], asm_[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    frag(as[(m + 8 * (e & 1)) * LDK + k8 + lt + 4 * (e >> 1)], ab[e], asm_[e]);
-                // Pass by pass across the n tiles: consecutive mma's write different
-                // accumulators (a tile's three passes back to back would wait on each other).
-                if constexpr (EXACT) {
-#pragma unroll
-                    for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
-#pragma unroll
-                    for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
-                }
-#pragma unroll
-                for (int j = 0; j < Sh::NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
-            }
-        }
-    }
-    tdcx::cp_async_wait<0>();
+            for (int k8 = 0; k8 < BK; k8 += 8)
+                tf32x3::k8_product(
+                    acc,
+                    [&](int i, int e) {
+                        const int m = wrow + i * 16 + lg + 8 * (e & 1);
+                        return as[m * LDK + k8 + lt + 4 * (e >> 1)];
+                    },
+                    [&](int j, int h) { return bs[(k8 + lt + 4 * h) * LDN + wcol + j * 8 + lg]; });
+        });
 
     // Lane (g, t) holds rows g, g + 8 and pixels 2t, 2t + 1 of each m16n8 tile.
 #pragma unroll

@@ -51,6 +51,26 @@ template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
+// A block's pipeline over `slices` reduction slices through a STAGES-deep ring of
+// shared-memory stages: load(slice, stage) issues a slice's cp.async copies, STAGES - 1
+// slices ahead of compute(slice, stage), which runs once its copies have landed and every
+// warp is done with the stage they overwrite.  Every copy has landed when it returns.
+template <int STAGES, typename Load, typename Compute>
+__device__ __forceinline__ void cp_async_ring(int slices, Load load, Compute compute) {
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        if (st < slices) load(st, st);
+        cp_async_commit();   // empty groups keep the wait count uniform
+    }
+    for (int it = 0; it < slices; ++it) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
+        if (it + STAGES - 1 < slices) load(it + STAGES - 1, (it + STAGES - 1) % STAGES);
+        cp_async_commit();
+        compute(it, it % STAGES);
+    }
+    cp_async_wait<0>();
+}
 // A cluster-wide barrier whose release makes this block's shared-memory writes
 // visible to its peers.  The release compiles to a GPU-wide memory barrier
 // (MEMBAR.ALL.GPU): 0.3-0.8 µs per barrier in the fig. 6 kernels on the H100, so

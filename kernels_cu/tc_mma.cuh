@@ -43,4 +43,39 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// One k step of 8 of a warp's MT x NT m16n8 tiles: acc[i][j] += A_i B_j.  a(i, e) is
+// register e of m tile i's A fragment (lane (g, t): row g + 8 (e & 1), column t + 4 (e >> 1)),
+// b(j, h) register h of n tile j's B fragment (row t + 4 h, column g), read from wherever
+// the caller staged them; each value is split (or rounded) as it is read: storing both
+// parts would double the shared memory and the copies.  Pass by pass across the n tiles,
+// so consecutive mma's write different accumulators (a tile's three passes back to back
+// would wait on each other).
+template <int MT, int NT, typename AFrag, typename BFrag>
+__device__ __forceinline__ void k8_product(float (&acc)[MT][NT][4], AFrag a, BFrag b) {
+    auto frag = [](float v, unsigned& big, unsigned& small) {
+        float sm;
+        split(v, sm);
+        big = __float_as_uint(v);
+        small = __float_as_uint(sm);
+    };
+    unsigned bb[NT][2], bsm[NT][2];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) frag(b(j, h), bb[j][h], bsm[j][h]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+        unsigned ab[4], asm_[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) frag(a(i, e), ab[e], asm_[e]);
+        if constexpr (EXACT) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma(acc[i][j], asm_, bb[j][0], bb[j][1]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma(acc[i][j], ab, bsm[j][0], bsm[j][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma(acc[i][j], ab, bb[j][0], bb[j][1]);
+    }
+}
 }  // namespace tf32x3

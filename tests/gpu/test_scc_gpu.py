@@ -50,6 +50,14 @@ def _grid():
     return out
 
 
+def _layer_data(rng, geom, n: int, h: int, wd: int):
+    """Random float32 ``(x, w, b, gy)`` of one layer at batch ``n`` on ``h`` x ``wd`` maps."""
+    return (rng.standard_normal((n, geom.cin, h, wd)).astype(np.float32),
+            rng.standard_normal((geom.cout, geom.u)).astype(np.float32),
+            rng.standard_normal(geom.cout).astype(np.float32),
+            rng.standard_normal((n, geom.cout, h, wd)).astype(np.float32))
+
+
 @pytest.mark.parametrize("geom", _grid(), ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")
 def test_scc_kernels_match_the_reference(rng, geom):
     """Forward (bias, ReLU), both input-gradient forms and the weight gradient against the
@@ -59,10 +67,7 @@ def test_scc_kernels_match_the_reference(rng, geom):
     from tensorconv import ops
 
     n, h, wd = 3, 9, 7
-    x = rng.standard_normal((n, geom.cin, h, wd)).astype(np.float32)
-    w = rng.standard_normal((geom.cout, geom.u)).astype(np.float32)
-    b = rng.standard_normal(geom.cout).astype(np.float32)
-    gy = rng.standard_normal((n, geom.cout, h, wd)).astype(np.float32)
+    x, w, b, gy = _layer_data(rng, geom, n, h, wd)
     x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
     poison = lambda shape: cp.full(shape, cp.nan, cp.float32)  # noqa: E731
     y = poison((n, geom.cout, h, wd))
@@ -150,10 +155,7 @@ def test_the_wide_kernels_match_the_reference(rng, cin, cout, cg, co, n, h, wd, 
     from tensorconv import ops
 
     geom = scc.scc_geometry(cin, cout, cg, co)
-    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
-    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
-    b = rng.standard_normal(cout).astype(np.float32)
-    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    x, w, b, gy = _layer_data(rng, geom, n, h, wd)
     x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
     want_y = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
     want_gw = scc.scc_backward(x64, w64, gy64, geom)[1]
@@ -355,10 +357,7 @@ def test_the_tensor_core_kernels_match_the_reference(rng, geom):
     from tensorconv import ops
 
     n, h, wd = 3, 9, 7
-    x = rng.standard_normal((n, geom.cin, h, wd)).astype(np.float32)
-    w = rng.standard_normal((geom.cout, geom.u)).astype(np.float32)
-    b = rng.standard_normal(geom.cout).astype(np.float32)
-    gy = rng.standard_normal((n, geom.cout, h, wd)).astype(np.float32)
+    x, w, b, gy = _layer_data(rng, geom, n, h, wd)
     x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
     y = cp.full((n, geom.cout, h, wd), cp.nan, cp.float32)
     ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True, path="tc",
@@ -403,10 +402,7 @@ def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, lay
     monkeypatch.setattr(scc_tc, "COLS", (cols,))
     n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
     geom = scc.scc_geometry(cin, cout, cg, co)
-    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
-    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
-    b = rng.standard_normal(cout).astype(np.float32)
-    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    x, w, b, gy = _layer_data(rng, geom, n, h, wd)
     x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
     y = _on_gpu(np.full((n, cout, h, wd), np.nan, np.float32), layout)
     ops.scc_conv2d(_on_gpu(x, layout), cp.asarray(w), geom, cp.asarray(b), path="tc", out=y)

@@ -30,7 +30,7 @@ from tensorconv import backend, cuda, precision, tunecache
 from tensorconv.checks import check_choice
 from tensorconv.ops import _igemm
 from tensorconv.ops._launch import cdiv, launch, ptr
-from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables
+from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, least_work
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
@@ -136,12 +136,6 @@ def takes(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool:
     return runs_here() and verdict(geom, pixels, plane, side) is True
 
 
-def _least(costs: dict):
-    """The key of least cost, preferring earlier keys (larger tiles) within 10 %."""
-    best = min(costs.values())
-    return next(k for k, c in costs.items() if c <= 1.1 * best)
-
-
 @functools.lru_cache(maxsize=256)
 def _band_rows(geom: SCCGeometry, cols: int | None) -> int:
     """Rows of sorted filters a forward (``cols`` None: its reduction is the band) or
@@ -152,7 +146,7 @@ def _band_rows(geom: SCCGeometry, cols: int | None) -> int:
         spans = band_spans(geom, r)
         width = cdiv(spans, BK) * BK if cols is None else -(-spans // cols) * cols
         costs[r] = float(np.sum(width) * r)
-    return _least(costs)
+    return least_work(costs)
 
 
 def _pixel_cols(row_tiles: int, pixels: int, sm_count: int) -> int:
@@ -173,7 +167,7 @@ def _data_rows(geom: SCCGeometry) -> int:
     for r in sorted(ROWS, reverse=True):
         ptr_, _ = data_tiles(geom, r)
         costs[r] = float(np.sum(cdiv(np.diff(ptr_), BK) * BK) * r)
-    return _least(costs)
+    return least_work(costs)
 
 
 def data_plan(geom: SCCGeometry, pixels: int, sm_count: int,
@@ -205,7 +199,7 @@ def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
         rows = _band_rows(geom, cols)
         spans = band_spans(geom, rows)
         costs[(rows, cols)] = float(np.sum(-(-spans // cols) * cols) * rows)
-    rows, cols = _least(costs)
+    rows, cols = least_work(costs)
     bands = int(np.max(-(-band_spans(geom, rows) // cols)))
     if splits is None:
         blocks = cdiv(geom.cout, rows) * bands

@@ -168,8 +168,8 @@ PIXEL_TILES = FOUR_BY_FOUR_TILES + tuple(sorted({t for by_rows in LARGE_THREAD_T
 BAND_TILES = (BlockShape(8, 16, 4), BlockShape(8, 16, 2), BlockShape(4, 16, 2))
 
 
-def _least_work(costs: dict):
-    """The tile of least work, preferring larger tiles (listed first) within 10 %."""
+def least_work(costs: dict):
+    """The tile (key) of least work, preferring larger tiles (listed first) within 10 %."""
     best = min(costs.values())
     return next(t for t, c in costs.items() if c <= 1.1 * best)
 
@@ -179,14 +179,14 @@ def row_tiles(geom: SCCGeometry) -> tuple[int, int, BlockShape]:
     """Rows of the forward and the input-gradient tiles, and the weight gradient's tile,
     each of least multiply-adds (dense-masked zeros included) for ``geom``."""
     rows = sorted({t.rows for t in PIXEL_TILES}, reverse=True)
-    fwd = _least_work({r: float(np.sum(band_spans(geom, r) * r)) for r in rows})
+    fwd = least_work({r: float(np.sum(band_spans(geom, r) * r)) for r in rows})
     data = {}
     for r in rows:
         ptr_, _ = data_tiles(geom, r)
         data[r] = float(np.sum(np.diff(ptr_)) * r)
-    band = _least_work({t: float(np.sum(-(-band_spans(geom, t.rows) // t.cols) * t.cols
+    band = least_work({t: float(np.sum(-(-band_spans(geom, t.rows) // t.cols) * t.cols
                                         * t.rows)) for t in BAND_TILES})
-    return fwd, _least_work(data), band
+    return fwd, least_work(data), band
 
 
 def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int, *,

@@ -133,6 +133,15 @@ def _wide(path: str, geom: SCCGeometry, side: str, q: int) -> int | None:
     return px
 
 
+def _on_tensor_cores(path: str, geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool:
+    """Whether a call runs ``side`` on :mod:`~tensorconv.ops.scc_tc`: forced (``path="tc"``,
+    checked: the GPU has them), or ``"auto"`` where the layer's stored verdict says so."""
+    if path == "tc":
+        scc_tc.check_runs_here()
+        return True
+    return path == "auto" and scc_tc.takes(geom, pixels, plane, side)
+
+
 def _vec(px: int, plane: int, *arrays) -> bool:
     """Vector loads and stores: P % px == 0 and every map 16-byte aligned."""
     return px > 1 and plane % px == 0 and all(a.data.ptr % 16 == 0 for a in arrays)
@@ -223,9 +232,7 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     q = n * h * wd
     if path in ("map", "arith"):
         return _cyclic_forward(x, w, geom, bias, bool(relu), path == "map", out)
-    if path == "tc":
-        scc_tc.check_runs_here()
-    if path == "tc" or (path == "auto" and scc_tc.takes(geom, q, h * wd, "forward")):
+    if _on_tensor_cores(path, geom, q, h * wd, "forward"):
         scc_tc.run_forward(x, w, geom, bias, bool(relu), out)
         return out
     order, starts = device_tables(geom, xp.cuda.runtime.getDevice(), "sorted")
@@ -315,10 +322,7 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     p, q = h * wd, n * h * wd
     device = xp.cuda.runtime.getDevice()
     i32 = np.int32
-    if path == "tc":
-        scc_tc.check_runs_here()
-    if variant == "input" and (path == "tc" or (path == "auto"
-                                                and scc_tc.takes(geom, q, p, "data"))):
+    if variant == "input" and _on_tensor_cores(path, geom, q, p, "data"):
         scc_tc.run_backward_data(gy, w, geom, splits, out)
     elif variant == "input":
         rows = row_tiles(geom)[1]
@@ -384,9 +388,7 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
         return reference.scc_backward(x, w0, gy, geom)[1].astype(np.float32)
     out = output_buffer(xp, out, (geom.cout, geom.u))
     q = n * h * wd
-    if path == "tc":
-        scc_tc.check_runs_here()
-    if path == "tc" or (path == "auto" and scc_tc.takes(geom, q, h * wd, "weight")):
+    if _on_tensor_cores(path, geom, q, h * wd, "weight"):
         scc_tc.run_backward_weight(x, gy, geom, splits, out)
         return out
     sms = backend.device_facts().sm_count

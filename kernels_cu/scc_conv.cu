@@ -15,12 +15,14 @@
 // BM = TM·TY rows x TN·TX columns.  Small row tiles (16, 32) keep a tile inside one window group where
 // groups are small.
 //
-// scc_fwd: y for BM sorted filters x TN·TX pixels per block; bias and ReLU fused.
+// scc_fwd: y for BM sorted filters x TN·TX pixels per pixel tile; bias and ReLU fused.
 // scc_bwd_data: the input-centric gradient, as a GEMM: a block owns BM input channels x
 //   TN·TX pixels and pulls from the filters whose window meets its channels (a per-tile
 //   list made on the host); every gx value is written once: no atomics, deterministic.
 //   Where its tiles are too few to fill the GPU, blocks share each list (blockIdx.z) into
 //   partial maps that conv2d_splitk_reduce adds in a fixed order.
+//   In both, a block walks pixel tiles blockIdx.x, + gridDim.x, ... (one where the grid
+//   fits the GPU at once), every tile's chunks one cp.async ring.
 // scc_bwd_data_gather: the paper's input-centric form, one thread per (channel, pixel)
 //   walking its channel's (filter, weight) pairs (the channel map, CSR).
 // scc_bwd_data_atomic: the paper's output-centric "Var": one thread per (filter, pixel)
@@ -119,9 +121,10 @@ struct PixelOut {
     }
 };
 // Staging of a (N, C, P) map's pixels q0 .. q0 + BN - 1 into RC shared rows by a block of T
-// threads: rows from a caller's channel function.  Where P and the pointer allow, a thread
-// moves 4 consecutive pixels as one 16-byte load and store (a quarter of the scalar form's
-// address arithmetic, the instructions that bound the large-map kernels), else one pixel.
+// threads, by cp.async (no registers held for copies in flight) or through registers (the
+// next chunk loaded while this one is multiplied): rows from a caller's channel function.  Where P and the pointer allow, a thread moves 4 consecutive pixels as
+// one 16-byte copy (a quarter of the scalar form's address arithmetic, the instructions
+// that bound the large-map kernels), else one pixel.
 template <int T, int BN>
 struct PixelStage {
     // SC: columns a thread stages one pixel at a time (blocks of fewer threads than pixels)
@@ -131,18 +134,48 @@ struct PixelStage {
     bool vec;
     int col, row, step;     // this thread's first pixel column, first row and row step
     long long base[SC];     // its pixels' offsets in channel 0, -1 past the map
-    float reg[XL];
+    float reg[XL];          // the register form's copies in flight
     __device__ __forceinline__ PixelStage(const float* src, int tid, int q0, int Q, int C, int P) {
         vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
         col = vec ? 4 * (tid % NV) : tid % BN;
         row = vec ? tid / NV : tid / BN;
         step = vec ? T / NV : (T / BN > 0 ? T / BN : 1);
+        at(q0, Q, C, P);
+    }
+    // The block's pixels from q0 on (a block walking several pixel tiles moves on).
+    __device__ __forceinline__ void at(int q0, int Q, int C, int P) {
 #pragma unroll
         for (int m = 0; m < SC; ++m) base[m] = pixel_base(q0 + col + m * T, Q, C, P);
     }
-    // reg <- rows r0 + row + l·step; chan(r) is row r's channel, or -1 for zeros.  The
-    // channel is found whatever the pixel, and the loads are predicated on both: with the
-    // channel under the pixel's test the odd planes' scalar loads ran 24-37 % slower.
+    // s <- rows r0 + row + l·step by cp.async; chan(r) is row r's channel, or -1 for
+    // zeros.  The channel is found whatever the pixel, and the copies are predicated on
+    // both: with the channel under the pixel's test the odd planes' scalar loads ran
+    // 24-37 % slower.
+    template <typename Chan>
+    __device__ __forceinline__ void copy(float (*s)[BN], const float* src, int r0, int P,
+                                         Chan chan) const {
+        if (vec) {
+#pragma unroll
+            for (int l = 0; l < XL / 4; ++l) {
+                const int c = chan(r0 + row + l * step);
+                const bool ok = c >= 0 && base[0] >= 0;
+                tdcx::cp_async16(&s[row + l * step][col],
+                                 ok ? src + base[0] + (size_t)c * P : src, ok);
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < XL / SC; ++l) {
+                const int c = chan(r0 + row + l * step);
+#pragma unroll
+                for (int m = 0; m < SC; ++m) {
+                    const bool ok = c >= 0 && base[m] >= 0;
+                    tdcx::cp_async4(&s[row + l * step][col + m * T],
+                                    ok ? src + base[m] + (size_t)c * P : src, ok);
+                }
+            }
+        }
+    }
+    // The register form: reg <- the same rows (load), then s <- reg (store).
     template <typename Chan>
     __device__ __forceinline__ void load(const float* src, int r0, int P, Chan chan) {
         if (vec) {
@@ -178,6 +211,9 @@ struct PixelStage {
         }
     }
 };
+// Stages of the pixel-tile kernels' cp.async ring: three where they fit 40 KB of static
+// shared memory, else two (`floats` a stage).
+__host__ __device__ constexpr int ring_stages(int floats) { return 3 * 4 * floats <= 40 * 1024 ? 3 : 2; }
 // A thread's (ty, tx) in a TY x TX block: each warp a (32 / WX) x WX patch of WX = 8
 // columns, so its chunk_product reads 4 threads' rows and 8 threads' columns (two shared
 // wavefronts a chunk row); a warp along one row of 32 threads reads four and was bound
@@ -240,7 +276,7 @@ constexpr int min_blocks(int sums, int T) { return (sums <= 16 ? 1024 : 512) / T
 constexpr int filter_blocks(int threads) { return 768 / threads; }
 }  // namespace scc
 
-template <int TY, int TX, int TN, int TM>
+template <int TY, int TX, int TN, int TM, bool RING>
 __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) scc_fwd(
     const float* __restrict__ x,        // (N, Cin, P)
     const float* __restrict__ w,        // (Cout, U)
@@ -253,15 +289,16 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
     tc::wait_prior_grids();
     using namespace scc;
     constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
+    constexpr int S = RING ? ring_stages(RC * (BM + 4 + BN)) : 1;
     static_assert(T % RC == 0 && RC * BM % T == 0, "staging shapes");
-    __shared__ __align__(16) float ws[RC][BM + 4];
-    __shared__ __align__(16) float xs[RC][BN];
+    __shared__ __align__(16) float ws[S][RC][BM + 4];
+    __shared__ __align__(16) float xs[S][RC][BN];
     const int tid = threadIdx.x;
     int ty, tx;
     thread_coords<TY, TX>(tid, ty, tx);
-    const int i0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int i0 = blockIdx.y * BM;
     const int last = min(i0 + BM, Cout) - 1;
-    const int lo = starts[i0], span = starts[last] - lo + U;
+    const int lo = starts[i0], span = starts[last] - lo + U, chunks = (span + RC - 1) / RC;
 
     // Weights stage along u (a filter's consecutive weights: coalesced): this thread's
     // band offset wr and its WL filters, with their window within the band.
@@ -274,43 +311,80 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         wb[l] = si < Cout ? starts[si] - lo : 0;
     }
     // Inputs stage along pixels, band row v being channel (lo + v) mod Cin.
-    PixelStage<T, BN> xst(x, tid, q0, Q, Cin, P);
+    PixelStage<T, BN> xst(x, tid, blockIdx.x * BN, Q, Cin, P);
     const auto band = [&](int v) { return v < span ? wrap(lo + v, Cin) : -1; };
 
-    float wreg[WL];
-    auto load = [&](int v0) {
+    // A block walks pixel tiles blockIdx.x, + gridDim.x, ... (host: scc_tiles.pixel_grid),
+    // its chunks one ring: where the tiles outnumber the blocks an SM holds at once, the
+    // next tile's copies fly over this tile's last products and its stores, instead of
+    // every block loading, multiplying and storing in step with the others.
+    const int pixel_tiles = (Q + BN - 1) / BN;
+    const int walk = (pixel_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1;
+    int ld_chunk = 0, ld_tile = 0;
+    const auto load = [&](int, int st) {
+        if (ld_chunk == chunks) {
+            ld_chunk = 0;
+            xst.at((blockIdx.x + ++ld_tile * gridDim.x) * BN, Q, Cin, P);
+        }
+        const int v0 = RC * ld_chunk++;
 #pragma unroll
         for (int l = 0; l < WL; ++l) {
             const int u = v0 + wr - wb[l];
-            wreg[l] = wk[l] >= 0 && u >= 0 && u < U ? w[(size_t)wk[l] * U + u] : 0.f;
+            const bool ok = wk[l] >= 0 && u >= 0 && u < U;
+            tdcx::cp_async4(&ws[st][wr][tid / RC + l * (T / RC)],
+                            ok ? w + (size_t)wk[l] * U + u : w, ok);
         }
-        xst.load(x, v0, P, band);
+        xst.copy(xs[st], x, v0, P, band);
     };
-
     float acc[TM][TN] = {};
-
-    load(0);
-    for (int v0 = 0; v0 < span; v0 += RC) {
+    const auto store = [&](int pt) {
+        const PixelOut<TN, TX> out(y, pt * BN, tx, Q, Cout, P);
 #pragma unroll
-        for (int l = 0; l < WL; ++l) ws[wr][tid / RC + l * (T / RC)] = wreg[l];
-        xst.store(xs);
-        __syncthreads();
-        if (v0 + RC < span) load(v0 + RC);     // the next chunk's loads fly over this one
-        chunk_product<TY, TX>(acc, ws, xs, tx, ty);
-        __syncthreads();
-    }
-    const PixelOut<TN, TX> out(y, q0, tx, Q, Cout, P);
+        for (int i = 0; i < TM; ++i) {
+            const int si = i0 + TM * ty + i;
+            if (si >= Cout) continue;
+            const int k = order[si];
+            const float bk = bias != nullptr ? bias[k] : 0.f;   // one load a row, not a value
+            out.store(y, k, P, [&](int j, size_t at) {
+                const float v = bias != nullptr ? acc[i][j] + bk : acc[i][j];
+                return tc::conv_epilogue(v, nullptr, k, nullptr, at, relu);
+            });
+        }
+    };
+    if constexpr (!RING) {              // one pixel tile, staged through registers
+        float wreg[WL];
+        const auto fetch = [&](int v0) {
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int si = i0 + TM * ty + i;
-        if (si >= Cout) continue;
-        const int k = order[si];
-        const float bk = bias != nullptr ? bias[k] : 0.f;   // one load a row, not a value
-        out.store(y, k, P, [&](int j, size_t at) {
-            const float v = bias != nullptr ? acc[i][j] + bk : acc[i][j];
-            return tc::conv_epilogue(v, nullptr, k, nullptr, at, relu);
-        });
+            for (int l = 0; l < WL; ++l) {
+                const int u = v0 + wr - wb[l];
+                wreg[l] = wk[l] >= 0 && u >= 0 && u < U ? w[(size_t)wk[l] * U + u] : 0.f;
+            }
+            xst.load(x, v0, P, band);
+        };
+        fetch(0);
+        for (int v0 = 0; v0 < span; v0 += RC) {
+#pragma unroll
+            for (int l = 0; l < WL; ++l) ws[0][wr][tid / RC + l * (T / RC)] = wreg[l];
+            xst.store(xs[0]);
+            __syncthreads();
+            if (v0 + RC < span) fetch(v0 + RC);     // the next chunk's loads fly over this one
+            chunk_product<TY, TX>(acc, ws[0], xs[0], tx, ty);
+            __syncthreads();
+        }
+        store(blockIdx.x);
+        return;
     }
+    int chunk = 0, pt = blockIdx.x;
+    tdcx::cp_async_ring<S>(walk * chunks, load, [&](int, int st) {
+        chunk_product<TY, TX>(acc, ws[st], xs[st], tx, ty);
+        if (++chunk < chunks) return;
+        store(pt);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+        chunk = 0, pt += gridDim.x;
+    });
 }
 
 // The paper's forward pass (Algorithm 2): one thread per (pixel, filter) walking its U
@@ -346,7 +420,7 @@ __global__ void __launch_bounds__(scc::THREADS) scc_fwd_cyclic(
     y[at] = tc::conv_epilogue(acc, bias, k, nullptr, at, relu);
 }
 
-template <int TY, int TX, int TN, int TM>
+template <int TY, int TX, int TN, int TM, bool RING>
 __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) scc_bwd_data(
     const float* __restrict__ gy,        // (N, Cout, P)
     const float* __restrict__ w,         // (Cout, U)
@@ -359,16 +433,18 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
     tc::wait_prior_grids();
     using namespace scc;
     constexpr int T = TY * TX, BM = TM * TY, BN = TN * TX, WL = RC * BM / T;
+    constexpr int S = RING ? ring_stages(RC * (BM + BN)) : 1;
     static_assert(T % BM == 0 && RC * BM % T == 0, "staging shapes");
-    __shared__ __align__(16) float ws[RC][BM];
-    __shared__ __align__(16) float gs[RC][BN];
+    __shared__ __align__(16) float ws[S][RC][BM];
+    __shared__ __align__(16) float gs[S][RC][BN];
     const int tid = threadIdx.x;
     int ty, tx;
     thread_coords<TY, TX>(tid, ty, tx);
-    const int c0 = blockIdx.y * BM, q0 = blockIdx.x * BN;
+    const int c0 = blockIdx.y * BM;
     // This block's share of its tile's filter list (an empty share writes zeros).
     const int e_begin = tile_ptr[blockIdx.y] + blockIdx.z * per_split;
     const int e_end = min(e_begin + per_split, tile_ptr[blockIdx.y + 1]);
+    const int chunks = e_end > e_begin ? (e_end - e_begin + RC - 1) / RC : 0;
     gx += (size_t)blockIdx.z * Q * Cin;
 
     // Weights stage along channels (consecutive channels of one filter are consecutive
@@ -376,44 +452,89 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
     const int wm = tid % BM, wr = tid / BM;
     const int wc = c0 + wm;
     // Output gradients stage along pixels, list row e being filter tile_k[e].
-    PixelStage<T, BN> gst(gy, tid, q0, Q, Cout, P);
+    PixelStage<T, BN> gst(gy, tid, blockIdx.x * BN, Q, Cout, P);
     const auto listed = [&](int e) { return e < e_end ? tile_k[e] : -1; };
 
-    float wreg[WL];
-    auto load = [&](int e0) {
+    // Pixel tiles blockIdx.x, + gridDim.x, ... through one ring, as in scc_fwd.
+    const int pixel_tiles = (Q + BN - 1) / BN;
+    const int walk = (pixel_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1;
+    int ld_chunk = 0, ld_tile = 0;
+    const auto load = [&](int, int st) {
+        if (ld_chunk == chunks) {
+            ld_chunk = 0;
+            gst.at((blockIdx.x + ++ld_tile * gridDim.x) * BN, Q, Cout, P);
+        }
+        const int e0 = e_begin + RC * ld_chunk++;
 #pragma unroll
         for (int l = 0; l < WL; ++l) {
             const int e = e0 + wr + l * (T / BM);
-            float v = 0.f;
+            const float* src = w;
+            bool ok = false;
             if (e < e_end && wc < Cin) {
                 const int k = tile_k[e];
                 int u = wc - begin_k[k];
                 u += u < 0 ? Cin : 0;
-                if (u < U) v = w[(size_t)k * U + u];
+                ok = u < U;
+                src = w + (size_t)k * U + u;
             }
-            wreg[l] = v;
+            tdcx::cp_async4(&ws[st][wr + l * (T / BM)][wm], ok ? src : w, ok);
         }
-        gst.load(gy, e0, P, listed);
+        gst.copy(gs[st], gy, e0, P, listed);
     };
-
     float acc[TM][TN] = {};
-
-    load(e_begin);
-    for (int e0 = e_begin; e0 < e_end; e0 += RC) {
+    const auto store = [&](int pt) {
+        const PixelOut<TN, TX> out(gx, pt * BN, tx, Q, Cin, P);
 #pragma unroll
-        for (int l = 0; l < WL; ++l) ws[wr + l * (T / BM)][wm] = wreg[l];
-        gst.store(gs);
-        __syncthreads();
-        if (e0 + RC < e_end) load(e0 + RC);
-        chunk_product<TY, TX>(acc, ws, gs, tx, ty);
-        __syncthreads();
+        for (int i = 0; i < TM; ++i) {
+            const int c = c0 + TM * ty + i;
+            if (c < Cin) out.store(gx, c, P, [&](int j, size_t) { return acc[i][j]; });
+        }
+    };
+    if (chunks == 0) {                                   // an empty share: zeros
+        for (int pt = blockIdx.x; pt < pixel_tiles; pt += gridDim.x) store(pt);
+        return;
     }
-    const PixelOut<TN, TX> out(gx, q0, tx, Q, Cin, P);
+    if constexpr (!RING) {               // one pixel tile, staged through registers
+        float wreg[WL];
+        const auto fetch = [&](int e0) {
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int c = c0 + TM * ty + i;
-        if (c < Cin) out.store(gx, c, P, [&](int j, size_t) { return acc[i][j]; });
+            for (int l = 0; l < WL; ++l) {
+                const int e = e0 + wr + l * (T / BM);
+                float v = 0.f;
+                if (e < e_end && wc < Cin) {
+                    const int k = tile_k[e];
+                    int u = wc - begin_k[k];
+                    u += u < 0 ? Cin : 0;
+                    if (u < U) v = w[(size_t)k * U + u];
+                }
+                wreg[l] = v;
+            }
+            gst.load(gy, e0, P, listed);
+        };
+        fetch(e_begin);
+        for (int e0 = e_begin; e0 < e_end; e0 += RC) {
+#pragma unroll
+            for (int l = 0; l < WL; ++l) ws[0][wr + l * (T / BM)][wm] = wreg[l];
+            gst.store(gs[0]);
+            __syncthreads();
+            if (e0 + RC < e_end) fetch(e0 + RC);
+            chunk_product<TY, TX>(acc, ws[0], gs[0], tx, ty);
+            __syncthreads();
+        }
+        store(blockIdx.x);
+        return;
     }
+    int chunk = 0, pt = blockIdx.x;
+    tdcx::cp_async_ring<S>(walk * chunks, load, [&](int, int st) {
+        chunk_product<TY, TX>(acc, ws[st], gs[st], tx, ty);
+        if (++chunk < chunks) return;
+        store(pt);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+        chunk = 0, pt += gridDim.x;
+    });
 }
 
 __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_gather(
@@ -988,9 +1109,13 @@ __global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, float*, int, int, int, int, int, int);
-TC_I_SCC_BWD_DATA(16, 16, 4, 4) TC_I_SCC_BWD_DATA(16, 16, 8, 4) TC_I_SCC_BWD_DATA(4, 32, 4, 8)
-TC_I_SCC_BWD_DATA(4, 32, 8, 4) TC_I_SCC_BWD_DATA(4, 64, 4, 4) TC_I_SCC_BWD_DATA(8, 32, 4, 4)
-TC_I_SCC_BWD_DATA(8, 32, 4, 8)
+TC_I_SCC_BWD_DATA(16, 16, 4, 4, false) TC_I_SCC_BWD_DATA(16, 16, 4, 4, true)
+TC_I_SCC_BWD_DATA(16, 16, 8, 4, false) TC_I_SCC_BWD_DATA(16, 16, 8, 4, true)
+TC_I_SCC_BWD_DATA(4, 32, 4, 8, false) TC_I_SCC_BWD_DATA(4, 32, 4, 8, true)
+TC_I_SCC_BWD_DATA(4, 32, 8, 4, false) TC_I_SCC_BWD_DATA(4, 32, 8, 4, true)
+TC_I_SCC_BWD_DATA(4, 64, 4, 4, false) TC_I_SCC_BWD_DATA(4, 64, 4, 4, true)
+TC_I_SCC_BWD_DATA(8, 32, 4, 4, false) TC_I_SCC_BWD_DATA(8, 32, 4, 4, true)
+TC_I_SCC_BWD_DATA(8, 32, 4, 8, false) TC_I_SCC_BWD_DATA(8, 32, 4, 8, true)
 #undef TC_I_SCC_BWD_DATA
 #define TC_I_SCC_BWD_FILTER(...) template __global__ void scc_bwd_filter<__VA_ARGS__>( \
     const float*, const float*, const int*, const int*, float*, int, int, int, int, int, int);
@@ -1010,9 +1135,13 @@ TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #undef TC_I_SCC_BWD_FUSED
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
-TC_I_SCC_FWD(16, 16, 4, 4) TC_I_SCC_FWD(16, 16, 8, 4) TC_I_SCC_FWD(4, 32, 4, 8)
-TC_I_SCC_FWD(4, 32, 8, 4) TC_I_SCC_FWD(4, 64, 4, 4) TC_I_SCC_FWD(8, 32, 4, 4)
-TC_I_SCC_FWD(8, 32, 4, 8)
+TC_I_SCC_FWD(16, 16, 4, 4, false) TC_I_SCC_FWD(16, 16, 4, 4, true)
+TC_I_SCC_FWD(16, 16, 8, 4, false) TC_I_SCC_FWD(16, 16, 8, 4, true)
+TC_I_SCC_FWD(4, 32, 4, 8, false) TC_I_SCC_FWD(4, 32, 4, 8, true)
+TC_I_SCC_FWD(4, 32, 8, 4, false) TC_I_SCC_FWD(4, 32, 8, 4, true)
+TC_I_SCC_FWD(4, 64, 4, 4, false) TC_I_SCC_FWD(4, 64, 4, 4, true)
+TC_I_SCC_FWD(8, 32, 4, 4, false) TC_I_SCC_FWD(8, 32, 4, 4, true)
+TC_I_SCC_FWD(8, 32, 4, 8, false) TC_I_SCC_FWD(8, 32, 4, 8, true)
 #undef TC_I_SCC_FWD
 #define TC_I_SCC_FWD_CYCLIC(...) template __global__ void scc_fwd_cyclic<__VA_ARGS__>( \
     const float*, const float*, const float*, float*, int, int, int, int, int, int, int, int);

@@ -371,24 +371,41 @@ def test_the_layer_runs_every_implementation_alike(rng):
         layer(Tensor(x))
 
 
+def test_forward_and_input_gradient_blocks_walk_pixel_tiles_past_one_round():
+    """One block a pixel tile while the grid fits the GPU at once; past that, as few
+    blocks as walk every tile in the same number of rounds, unless they would leave a
+    tenth of the GPU idle."""
+    from tensorconv.ops import scc_tiles
+
+    tile = scc_tiles.BlockShape(4, 32, 4, 8)                  # 32 sums, 128 threads
+    assert scc_tiles.resident_blocks(tile, 132) == 528
+    assert scc_tiles.resident_blocks(scc_tiles.BlockShape(16, 16, 4), 132) == 528
+    assert scc_tiles.pixel_grid(100, 4, tile, 132) == 100     # 400 blocks: one round
+    assert scc_tiles.pixel_grid(256, 4, tile, 132) == 128     # 1024: two rounds of 512
+    assert scc_tiles.pixel_grid(1568, 4, tile, 132) == 131    # 6272: twelve rounds
+    assert scc_tiles.pixel_grid(98, 12, tile, 132) == 98      # 3 rounds would fill 74 %
+    for pixel_tiles in range(1, 700, 7):
+        grid = scc_tiles.pixel_grid(pixel_tiles, 3, tile, 132)
+        assert 1 <= grid <= pixel_tiles
+
+
 def test_the_wide_kernels_are_taken_where_they_measured_faster(monkeypatch):
-    """Automatically: inputs of at most 64 channels, windows of at most 16, window groups
-    filling a warp's 8 filters (and, forward, a pixel tile per SM); forced: any layer
-    whose staging fits."""
+    """Automatically: the weight gradient of inputs of at most 64 channels, windows of at
+    most 16, window groups filling a warp's 8 filters, never the forward pass; forced:
+    any layer whose staging fits."""
     from tensorconv import backend
     from tensorconv.ops import scc_tiles
     from tests.helpers import device_facts
 
     monkeypatch.setattr(backend, "device_facts", lambda *a: device_facts())
     q = 128 * 32 * 32
-    for args, fwd, wgrad in (((64, 64, 2, 0.5), None, None), ((64, 64, 4, 0.5), 4, 4),
-                             ((32, 64, 2, 0.5), 4, 4), ((64, 64, 2, 1 / 3), None, None),
+    for args, fwd, wgrad in (((64, 64, 2, 0.5), None, None), ((64, 64, 4, 0.5), None, 4),
+                             ((32, 64, 2, 0.5), None, 4), ((64, 64, 2, 1 / 3), None, None),
                              ((128, 128, 2, 0.5), None, None), ((16, 7, 8, 0.25), None, None)):
         g = scc.scc_geometry(*args)
         assert scc_tiles.wide_px(g, "forward", q) == fwd, args
         assert scc_tiles.wide_px(g, "filter", q) == wgrad, args
     g = scc.scc_geometry(64, 64, 4, 0.5)
-    assert scc_tiles.wide_px(g, "forward", 131 * 128) is None       # fewer tiles than SMs
     assert scc_tiles.wide_px(g, "filter", 131 * 128) == 4
     big = scc.scc_geometry(512, 512, 2, 0.5)
     assert scc_tiles.wide_px(big, "forward", q, auto=False) is None  # too much to stage

@@ -38,8 +38,7 @@ def plan_scc_conv(m: SCCConv2d, plan: Plan, x, *, bn=None, relu=False, residual=
     def launch(_tile) -> Step:
         return Step(lambda: scc_conv.scc_conv2d(x, w, g, b, relu=bool(relu), out=out),
                     f"scc {g.cin}->{g.cout} cg{g.cg} co{g.co:g} on {tuple(x.shape)}",
-                    (scc_conv.forward_kernel(g, x.shape[0] * x.shape[2] * x.shape[3],
-                                              x.shape[2] * x.shape[3]),))
+                    (scc_conv.forward_kernel(g, x.shape[0] * x.shape[2] * x.shape[3]),))
 
     return plan_one_launch_or_parts(
         plan, "scc_path", (scc_conv.FILE,) + DENSE_FILES,

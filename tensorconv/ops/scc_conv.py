@@ -7,10 +7,11 @@ the weight gradient are GEMMs over that band with the weights dense-masked in sh
 memory, and the input gradient is a GEMM per tile of input channels over the filters whose
 window meets them (input-centric: each gx value written once, no atomics).  Each layer
 takes the row tiles of least multiply-adds, dense-masked zeros counted (small tiles stay
-inside one window group where groups are small).  Pixels are flat over the batch.  On
-large maps with few input channels the forward pass and the weight gradient take "wide"
-kernels instead (``path``): a persistent block over every filter reads each map once
-(:func:`~tensorconv.ops.scc_tiles.wide_px` says where).  Beside them, the paper's two
+inside one window group where groups are small).  Pixels are flat over the batch (a block
+walks several tiles where they outnumber the GPU's blocks: ``scc_tiles.pixel_grid``).
+On large maps with few input channels the weight gradient takes a "wide" kernel
+(``path``; forced only, the forward's): a persistent block over every filter reads each
+map once (:func:`~tensorconv.ops.scc_tiles.wide_px` says where).  Beside them, the paper's two
 per-thread forms of the input gradient: ``"gather"`` (input-centric through the channel
 map) and ``"output"`` (output-centric with atomics, its "Var"), and of the forward pass
 (``path="map"`` / ``"arith"``: the window starts from Algorithm 1's channel-cyclic map in
@@ -25,9 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import check_array, check_choice, check_int, check_vector, output_buffer
+from tensorconv.checks import check_choice, check_int, check_vector, output_buffer
 from tensorconv.ops import _igemm, scc_tc
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
+from tensorconv.ops.scc_checks import check_geom, check_maps, check_weights, check_x_gy
 from tensorconv.ops.scc_tiles import (
     BAND_TILES,
     PIXEL_TILES,
@@ -44,6 +46,7 @@ from tensorconv.ops.scc_tiles import (
     device_tables,
     filter_tiles,
     forward_tile,
+    pixel_grid,
     pixel_tile,
     row_tiles,
     sorted_filters,
@@ -56,9 +59,8 @@ from tensorconv.reference import scc as reference
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles",
-           "default_splits", "sorted_filters", "scc_conv2d", "scc_conv2d_backward_data",
-           "scc_conv2d_backward_weight"]
+__all__ = ["BAND_TILES", "PIXEL_TILES", "band_spans", "channel_map", "data_tiles", "default_splits",
+           "sorted_filters", "scc_conv2d", "scc_conv2d_backward_data", "scc_conv2d_backward_weight"]
 
 FILE = "scc_conv.cu"
 DATA_VARIANTS = ("input", "gather", "output")
@@ -71,12 +73,12 @@ _WIDE = [(4, True), (4, False), (2, True), (2, False), (1, False)]
 _SIMPLE = ("scc_bwd_data_gather", "scc_bwd_data_atomic")
 
 
-def _fwd_name(t: BlockShape) -> str:
-    return f"scc_fwd<{t.args()}>"
+def _fwd_name(t: BlockShape, ring: bool = False) -> str:
+    return f"scc_fwd<{t.args()}, {'true' if ring else 'false'}>"
 
 
-def _data_name(t: BlockShape) -> str:
-    return f"scc_bwd_data<{t.args()}>"
+def _data_name(t: BlockShape, ring: bool = False) -> str:
+    return f"scc_bwd_data<{t.args()}, {'true' if ring else 'false'}>"
 
 
 def _filter_name(t: BlockShape) -> str:
@@ -93,7 +95,7 @@ def _fused_name(vec: bool) -> str:
 
 
 def _templated() -> list[str]:
-    return ([f(t) for f in (_fwd_name, _data_name) for t in PIXEL_TILES]
+    return ([f(t, r) for f in (_fwd_name, _data_name) for t in PIXEL_TILES for r in (0, 1)]
             + [_filter_name(t) for t in BAND_TILES]
             + [_wide_name(side, px, vec) for side in ("forward", "filter")
                for px, vec in _WIDE] + list(_CYCLIC) + [_fused_name(v) for v in (True, False)])
@@ -112,13 +114,17 @@ def instantiations() -> list[str]:
     return sorted(_templated())
 
 
-def forward_kernel(geom: SCCGeometry, pixels: int, plane: int = 1) -> cuda.KernelRef:
-    """The kernel :func:`scc_conv2d` launches for ``pixels`` = N x H x W, ``plane`` = H x W
-    (aligned maps)."""
-    px = wide_px(geom, "forward", pixels)
-    if px is not None:
-        return cuda.kernel_ref(FILE, _wide_name("forward", px, px > 1 and plane % px == 0))
-    return cuda.kernel_ref(FILE, _fwd_name(forward_tile(geom, pixels)))
+def forward_kernel(geom: SCCGeometry, pixels: int) -> cuda.KernelRef:
+    """The kernel :func:`scc_conv2d` launches on FMAs for ``pixels`` = N x H x W."""
+    return _forward_plan(geom, pixels)[2]
+
+
+def _forward_plan(geom: SCCGeometry, pixels: int):
+    """``(tile, grid, kernel)`` of the FMA forward: walking blocks stage by cp.async."""
+    tile = forward_tile(geom, pixels)
+    tiles = cdiv(pixels, tile.cols)
+    grid = pixel_grid(tiles, cdiv(geom.cout, tile.rows), tile, backend.device_facts().sm_count)
+    return tile, grid, cuda.kernel_ref(FILE, _fwd_name(tile, grid < tiles))
 
 
 def _wide(path: str, geom: SCCGeometry, side: str, q: int) -> int | None:
@@ -127,9 +133,8 @@ def _wide(path: str, geom: SCCGeometry, side: str, q: int) -> int | None:
         return None
     px = wide_px(geom, side, q, auto=path in ("auto", "fma"))
     if px is None and path == "wide":
-        raise ValueError(f"path='wide': the {side} pass of {geom} stages more than "
-                         f"{WIDE_SMEM} bytes of shared memory even at one pixel a lane; "
-                         f"use path='tiled'")
+        raise ValueError(f"path='wide': the {side} pass of {geom} stages more than {WIDE_SMEM} "
+                         f"bytes of shared memory even at one pixel a lane; use path='tiled'")
     return px
 
 
@@ -145,42 +150,6 @@ def _on_tensor_cores(path: str, geom: SCCGeometry, pixels: int, plane: int, side
 def _vec(px: int, plane: int, *arrays) -> bool:
     """Vector loads and stores: P % px == 0 and every map 16-byte aligned."""
     return px > 1 and plane % px == 0 and all(a.data.ptr % 16 == 0 for a in arrays)
-
-
-def _check_geom(geom) -> SCCGeometry:
-    if not isinstance(geom, SCCGeometry):
-        raise TypeError(f"geom must be an SCCGeometry (reference.scc.scc_geometry), got "
-                        f"{type(geom).__name__}")
-    return geom
-
-
-def _check_maps(a, name: str, channels: int, geom: SCCGeometry, xp=None):
-    a = backend.as_array(a, name)
-    check_array(a, name, ndim=4, dtype=np.float32, contiguous=True, xp=xp)
-    if a.shape[1] != channels:
-        raise ValueError(f"{name} has {a.shape[1]} channels; the layer's "
-                         f"{'input' if channels == geom.cin else 'output'} has {channels}")
-    return a
-
-
-def _check_x_gy(x, gy, geom: SCCGeometry):
-    """``(x, gy, xp)`` of a backward pass, checked: each a map of the layer's channels, on
-    one device, with the same batch and spatial sizes."""
-    x = _check_maps(x, "x", geom.cin, geom)
-    xp = backend.array_module(x)
-    gy = _check_maps(gy, "gy", geom.cout, geom, xp)
-    if (gy.shape[0],) + tuple(gy.shape[2:]) != (x.shape[0],) + tuple(x.shape[2:]):
-        raise ValueError(f"gy has shape {tuple(gy.shape)}; x is {tuple(x.shape)}: the batch "
-                         f"and spatial sizes must agree")
-    return x, gy, xp
-
-
-def _check_weights(w, geom: SCCGeometry, xp):
-    w = backend.as_array(w, "w")
-    check_array(w, "w", ndim=2, dtype=np.float32, contiguous=True, xp=xp)
-    if tuple(w.shape) != (geom.cout, geom.u):
-        raise ValueError(f"w has shape {tuple(w.shape)}; the layer's is ({geom.cout}, {geom.u})")
-    return w
 
 
 def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: str = "auto",
@@ -209,7 +178,7 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
     -------
     array, (N, Cout, H, W), float32
     """
-    geom = _check_geom(geom)
+    geom = check_geom(geom)
     check_choice(path, "path", FORWARD_PATHS)
     if path == "map" and geom.cycle > MAX_CYCLE:
         raise ValueError(f"path='map' holds at most {MAX_CYCLE} windows in constant memory; "
@@ -219,9 +188,9 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
                          f"has {geom.cout} filters")
     if not isinstance(relu, (bool, np.bool_)):
         raise TypeError(f"relu must be a bool, got {type(relu).__name__}")
-    x = _check_maps(x, "x", geom.cin, geom)
+    x = check_maps(x, "x", geom.cin, geom)
     xp = backend.array_module(x)
-    w = _check_weights(w, geom, xp)
+    w = check_weights(w, geom, xp)
     bias = check_vector(bias, "bias", geom.cout, xp, "output channel")
     n, _, h, wd = x.shape
     if xp is np:
@@ -245,9 +214,8 @@ def scc_conv2d(x, w, geom: SCCGeometry, bias=None, *, relu: bool = False, path: 
                 i32(geom.u), i32(h * wd), i32(q), i32(bool(relu))),
                smem=wide_smem(geom, "forward", px))
         return out
-    tile = forward_tile(geom, q)
-    launch(cuda.kernel_ref(FILE, _fwd_name(tile)),
-           (cdiv(q, tile.cols), cdiv(geom.cout, tile.rows), 1), (tile.threads,),
+    tile, grid, ref = _forward_plan(geom, q)
+    launch(ref, (grid, cdiv(geom.cout, tile.rows), 1), (tile.threads,),
            (x, w, order, starts, ptr(bias), out, i32(geom.cin), i32(geom.cout), i32(geom.u),
             i32(h * wd), i32(q), i32(bool(relu))))
     return out
@@ -301,7 +269,7 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
     -------
     array, (N, Cin, H, W), float32
     """
-    geom = _check_geom(geom)
+    geom = check_geom(geom)
     check_choice(variant, "variant", DATA_VARIANTS)
     check_choice(path, "path", DATA_PATHS)
     if splits is not None:
@@ -310,9 +278,9 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
             raise ValueError(f"splits is for variant='input' only, got variant={variant!r}")
     if path != "auto" and variant != "input":
         raise ValueError(f"path is for variant='input' only, got variant={variant!r}")
-    gy = _check_maps(gy, "gy", geom.cout, geom)
+    gy = check_maps(gy, "gy", geom.cout, geom)
     xp = backend.array_module(gy)
-    w = _check_weights(w, geom, xp)
+    w = check_weights(w, geom, xp)
     n, _, h, wd = gy.shape
     if xp is np:
         no_out_on_cpu(out=out)
@@ -334,7 +302,9 @@ def scc_conv2d_backward_data(gy, w, geom: SCCGeometry, *, variant: str = "input"
         splits, per_split = data_splits(geom, rows, tile, q, sms, splits)
         size = n * geom.cin * p
         partial = out if splits == 1 else workspace(xp, splits * size)   # graph-safe
-        launch(cuda.kernel_ref(FILE, _data_name(tile)), (cdiv(q, tile.cols), tiles, splits),
+        grid = pixel_grid(cdiv(q, tile.cols), tiles * splits, tile, sms)
+        ring = grid < cdiv(q, tile.cols) or _vec(4, p, gy)   # cp.async lost on odd planes
+        launch(cuda.kernel_ref(FILE, _data_name(tile, ring)), (grid, tiles, splits),
                (tile.threads,), (gy, w, begin_k, tile_ptr, tile_k, partial, i32(geom.cin),
                                  i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_split)))
         if splits > 1:
@@ -376,8 +346,8 @@ def scc_conv2d_backward_weight(x, gy, geom: SCCGeometry, *, splits: int | None =
     -------
     array, (Cout, U), float32
     """
-    geom = _check_geom(geom)
-    x, gy, xp = _check_x_gy(x, gy, geom)
+    geom = check_geom(geom)
+    x, gy, xp = check_x_gy(x, gy, geom)
     if splits is not None:
         check_int(splits, "splits", minimum=1)
     check_choice(path, "path", PATHS)

@@ -23,11 +23,9 @@ from tensorconv import backend, cuda
 from tensorconv.checks import check_choice, output_buffer
 from tensorconv.ops import _igemm, scc_tc
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
+from tensorconv.ops.scc_checks import check_geom, check_weights, check_x_gy
 from tensorconv.ops.scc_conv import (
     FILE,
-    _check_geom,
-    _check_weights,
-    _check_x_gy,
     _fused_name,
     _vec,
     scc_conv2d_backward_data,
@@ -210,10 +208,10 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     (array, array)
         gx (N, Cin, H, W) and gw (Cout, U), float32.
     """
-    geom = _check_geom(geom)
+    geom = check_geom(geom)
     check_choice(path, "path", BACKWARD_PATHS)
-    x, gy, xp = _check_x_gy(x, gy, geom)
-    w = _check_weights(w, geom, xp)
+    x, gy, xp = check_x_gy(x, gy, geom)
+    w = check_weights(w, geom, xp)
     n, _, h, wd = x.shape
     parts = fused_parts(geom)
     if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):

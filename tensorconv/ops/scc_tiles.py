@@ -205,6 +205,31 @@ def pixel_tile(rows: int, row_tiles: int, pixels: int, sm_count: int, *,
     return fits[-1]
 
 
+WALK_FILL = 0.9                  # walks only where its one round fills this much of the GPU
+
+
+def resident_blocks(tile: BlockShape, sm_count: int) -> int:
+    """Blocks of a pixel-tile kernel the GPU holds at once, at least: its launch bound
+    (``scc::min_blocks`` of the .cu: 1,024 threads an SM where a thread keeps 16 sums,
+    else 512)."""
+    return sm_count * max(1, (1024 if tile.tm * tile.tn <= 16 else 512) // tile.threads)
+
+
+def pixel_grid(pixel_tiles: int, other_blocks: int, tile: BlockShape, sm_count: int) -> int:
+    """Blocks along the pixels of the forward or input-gradient kernel, each walking
+    pixel tiles ``blockIdx.x``, + that many, ...: one a tile where the grid fits the GPU
+    at once, else as few as walk every tile in the same number of rounds (a block then
+    loads its next tile while it multiplies and stores this one, where blocks in step
+    loaded, multiplied and stored together), provided those blocks fill at least
+    :data:`WALK_FILL` of what the GPU holds (fewer left SMs idle: one a tile again).
+    ``other_blocks``: the grid's other dimensions."""
+    resident = resident_blocks(tile, sm_count)
+    rounds = cdiv(pixel_tiles * other_blocks, resident)
+    if pixel_tiles * other_blocks < WALK_FILL * rounds * resident:
+        return pixel_tiles
+    return cdiv(pixel_tiles, rounds)
+
+
 def forward_tile(geom: SCCGeometry, pixels: int) -> BlockShape:
     """The tile :func:`scc_conv2d` launches for ``pixels`` = N x H x W."""
     rows = row_tiles(geom)[0]
@@ -234,16 +259,15 @@ def wide_grid(geom: SCCGeometry, side: str, px: int, pixels: int) -> int:
 def wide_px(geom: SCCGeometry, side: str, pixels: int, *, auto: bool = True) -> int | None:
     """Pixels a lane of the wide ``side`` kernel, or None where the tiled kernels take the
     layer.  Forced (``auto=False``): the most whose staging fits :data:`WIDE_SMEM`.  The
-    automatic choice takes the wide kernels only where they measured faster on the H100
-    (``docs/notes/scc_conv.md``): 4 pixels a lane within :data:`AUTO_SMEM`, inputs of at
-    most :data:`AUTO_CIN` channels and windows of at most :data:`AUTO_U`, whole window
-    groups per warp (8 filters sharing a start), and, for the forward pass, a pixel tile
-    for every SM."""
+    automatic choice takes the wide weight gradient only, where it measured faster on the
+    H100 (``docs/notes/scc_conv.md``): 4 pixels a lane within :data:`AUTO_SMEM`, inputs
+    of at most :data:`AUTO_CIN` channels and windows of at most :data:`AUTO_U`, whole
+    window groups per warp (8 filters sharing a start).  The wide forward is never
+    automatic: the tiled one, its blocks walking pixel tiles through a cp.async ring,
+    measured 10-18 % faster on those layers and within 2.5 % on the one it lost."""
     if auto:
-        sms = backend.device_facts().sm_count
-        if (geom.cin > AUTO_CIN or geom.u > AUTO_U or geom.cout % (F * geom.cycle)
-                or wide_smem(geom, side, 4) > AUTO_SMEM
-                or (side == "forward" and cdiv(pixels, 128) < sms)):
+        if (side == "forward" or geom.cin > AUTO_CIN or geom.u > AUTO_U
+                or geom.cout % (F * geom.cycle) or wide_smem(geom, side, 4) > AUTO_SMEM):
             return None
         return 4
     return next((px for px in WIDE_PX if wide_smem(geom, side, px) <= WIDE_SMEM), None)

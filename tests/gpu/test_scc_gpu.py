@@ -95,14 +95,20 @@ def _shapes():
             for i, t in enumerate(scc_conv.PIXEL_TILES)]
 
 
+@pytest.mark.parametrize("walk,hw", [(1, 13), (1, 12), (2, 12), (0, 13)],
+                         ids=["tile-a-block", "tile-a-block-aligned", "two-blocks", "one-block"])
 @pytest.mark.parametrize("shape", range(7), ids=lambda i: f"shape{i}")
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (64, 64, 1, 0.0),
                                             (64, 70, 2, 0.5)])
-def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg, co):
+def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg, co, walk, hw):
     """Forward, input gradient and weight gradient on each block shape (forced: 64, 32 and
     16 rows, 4 x 4, 8 x 4 or 4 x 8 sums a thread, 64 to 256 pixels), several filter and
-    channel tiles, pixels flat across images (13x13 maps, not a tile multiple)."""
+    channel tiles, pixels flat across images (13x13 or 12x12 maps, not a tile multiple:
+    scalar or vector staging); the forward and input-gradient blocks each on one pixel
+    tile (staged through registers or, the input gradient's on aligned maps, by cp.async),
+    or walking every other tile (two blocks along the pixels), or all of them (one
+    block), by cp.async."""
     import cupy as cp
 
     from tensorconv import ops
@@ -113,15 +119,22 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
     for module in (scc_conv, scc_tiles):
         monkeypatch.setattr(module, "row_tiles", lambda g: (tile.rows, tile.rows, band))
         monkeypatch.setattr(module, "pixel_tile", lambda *_, **__: tile)
+    grids = []
+
+    def pixel_grid(pixel_tiles, *_):
+        grids.append(pixel_tiles)
+        return pixel_tiles if walk == 1 else min(walk, pixel_tiles) if walk else 1
+    if walk != 1:
+        monkeypatch.setattr(scc_conv, "pixel_grid", pixel_grid)
     scc_conv.band_tiles.cache_clear()                      # memoised on the real choice
     try:
         geom = scc.scc_geometry(cin, cout, cg, co)
-        x = rng.standard_normal((5, cin, 13, 13)).astype(np.float32)
+        x = rng.standard_normal((5, cin, hw, hw)).astype(np.float32)
         w = rng.standard_normal((cout, geom.u)).astype(np.float32)
         b = rng.standard_normal(cout).astype(np.float32)
-        gy = rng.standard_normal((5, cout, 13, 13)).astype(np.float32)
+        gy = rng.standard_normal((5, cout, hw, hw)).astype(np.float32)
         x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
-        y = cp.full((5, cout, 13, 13), cp.nan, cp.float32)
+        y = cp.full((5, cout, hw, hw), cp.nan, cp.float32)
         ops.scc_conv2d(cp.asarray(x), cp.asarray(w), geom, cp.asarray(b), relu=True,
                        path="tiled", out=y)
         want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
@@ -132,6 +145,7 @@ def test_scc_kernels_on_every_block_shape(rng, monkeypatch, shape, cin, cout, cg
             ops.scc_conv2d_backward_data(cp.asarray(gy), cp.asarray(w), geom, splits=splits,
                                          out=gx)
             assert rel_err(gx.get(), gx_want) <= 1e-5, splits
+        assert walk == 1 or (len(grids) == 4 and min(grids) > max(walk, 1)), grids
         for splits in (None, 3):
             gw = cp.full(w.shape, cp.nan, cp.float32)
             ops.scc_conv2d_backward_weight(cp.asarray(x), cp.asarray(gy), geom, splits=splits,

@@ -266,6 +266,24 @@ __device__ __forceinline__ void chunk_product(float (&acc)[TM][TN], const float 
             for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
+// A block's walk over pixel tiles blockIdx.x, + gridDim.x, ... (`walk` of them), every
+// tile's `chunks` chunks one cp.async ring: load(slice, stage) as the ring's, product(stage)
+// on each chunk, then store(tile) and fresh sums after each tile's last.
+template <int S, int TM, int TN, typename Load, typename Product, typename Store>
+__device__ __forceinline__ void walk_ring(int walk, int chunks, float (&acc)[TM][TN], Load load,
+                                          Product product, Store store) {
+    int chunk = 0, pt = blockIdx.x;
+    tdcx::cp_async_ring<S>(walk * chunks, load, [&](int, int st) {
+        product(st);
+        if (++chunk < chunks) return;
+        store(pt);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+        chunk = 0, pt += gridDim.x;
+    });
+}
 // Blocks an SM must hold of a pixel-tile kernel of T threads: 1,024 threads where a thread
 // keeps 16 sums (64 registers: ptxas otherwise takes a few more and three 256-thread
 // blocks fit), 512 for 32 sums.
@@ -374,17 +392,9 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         store(blockIdx.x);
         return;
     }
-    int chunk = 0, pt = blockIdx.x;
-    tdcx::cp_async_ring<S>(walk * chunks, load, [&](int, int st) {
+    walk_ring<S>(walk, chunks, acc, load, [&](int st) {
         chunk_product<TY, TX>(acc, ws[st], xs[st], tx, ty);
-        if (++chunk < chunks) return;
-        store(pt);
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-        chunk = 0, pt += gridDim.x;
-    });
+    }, store);
 }
 
 // The paper's forward pass (Algorithm 2): one thread per (pixel, filter) walking its U
@@ -524,17 +534,9 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         store(blockIdx.x);
         return;
     }
-    int chunk = 0, pt = blockIdx.x;
-    tdcx::cp_async_ring<S>(walk * chunks, load, [&](int, int st) {
+    walk_ring<S>(walk, chunks, acc, load, [&](int st) {
         chunk_product<TY, TX>(acc, ws[st], gs[st], tx, ty);
-        if (++chunk < chunks) return;
-        store(pt);
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-        chunk = 0, pt += gridDim.x;
-    });
+    }, store);
 }
 
 __global__ void __launch_bounds__(scc::THREADS) scc_bwd_data_gather(

@@ -1107,6 +1107,271 @@ __global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
         if (u0 + v >= 0 && u0 + v < U) out[u0 + v] = acc[v];
 }
 
+// scc_bwd_onepass: both gradients of a whole layer in one pass.  A block stages a chunk of
+// BN pixels of every gy row (in sorted order) and every x channel, computes the chunk's
+// input gradient (each value written once) and adds the chunk into its weight-gradient
+// outputs, which stay in registers over its pixel share (the shares then summed in a
+// fixed order: deterministic, no atomics).  Unlike scc_bwd_fused's lane-per-pixel warp
+// tiles, whose every weight is summed over 8 lanes, a thread owns 4 sorted filters x 4
+// band offsets (offsets cq, cq + 8, cq + 16, cq + 24 of a 32-offset run: a warp's loads of
+// one x row meet 8 consecutive channels, 8 distinct bank groups), each read as a vector of
+// 4 pixels: 8 vector loads a 64 multiply-adds.  The input gradient takes 4 channels x 4
+// pixels a thread over its channel octet's (filter, weights) entries, every other entry
+// where a warp has more lanes than an octet has units (the halves then summed by a
+// shuffle).  Two blocks an SM, the next chunk's copies in flight (S = 2).
+namespace scc {
+constexpr int OT = 256;                  // the one-pass block
+constexpr int OTILE = 16;                // threads a weight-gradient tile: 8 filters x 32 offsets
+}  // namespace scc
+
+template <int IPT, int S, int BN, bool VEC>
+__global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
+    const float* __restrict__ x,          // (N, Cin, P)
+    const float* __restrict__ gy,         // (N, Cout, P)
+    const float* __restrict__ w,          // (Cout, U)
+    const int* __restrict__ order,        // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,       // (Cout,) the start of each sorted filter
+    const int2* __restrict__ tiles,       // (tiles,) {filter octet, run of 32 band offsets}
+    const int* __restrict__ oct_ptr,      // (octets + 1,) each channel octet's entries
+    const int* __restrict__ entry_row,    // (entries,) the sorted position of its filter
+    const int* __restrict__ entry_w,      // (entries, 8) weight index k·U + u, or -1
+    float* __restrict__ gx,               // (N, Cin, P)
+    float* __restrict__ partial,          // (shares, Cout, U)
+    int Cin, int Cout, int U, int P, int Q, int per_share, int ntiles, int entries)
+{
+    tc::wait_prior_grids();
+    using namespace scc;
+    constexpr int T = OT, LD = BN + 4;   // a staged row: 16-byte aligned, odd in float4s
+    constexpr int G = VEC ? 4 : 1, PQ = BN / 4, PER = BN / G, STEP = T / PER;
+    constexpr int ES = 32 / PQ;          // lanes sharing a gx unit (entry parity): 2 or 4
+    static_assert((S == 1 || S == 2) && (BN == 32 || BN == 64) && T % PER == 0, "shapes");
+    const int rows = Cout + Cin, tid = threadIdx.x;
+    extern __shared__ __align__(16) float smem[];
+    float* wd = smem;                                        // (entries, 8) weights
+    int* erow = reinterpret_cast<int*>(smem + 8 * entries);  // (entries,) their rows' offsets
+    int* roff = erow + entries;                              // (rows,) each row's channel
+    int* optr = roff + rows;                                 // (octets + 1,) oct_ptr
+    const int octs = (Cin + 7) / 8;
+    float* bufs = smem + (9 * entries + rows + octs + 4) / 4 * 4;   // S x (rows, LD)
+    const int q_begin = blockIdx.x * per_share, q_end = min(q_begin + per_share, Q);
+
+    // Staging: this thread's column of G pixels, rows r0, r0 + STEP, ...; zeros past q_end
+    // (the next share's pixels).  The first call reads each row's channel from `order`
+    // and keeps it for the later ones (a thread stages the same rows every time).
+    const int ci = tid % PER * G, r0 = tid / PER;
+    auto stage = [&](int qc, int b, bool first) {
+        const int q = qc + ci;
+        if (qc < q_end) {
+            const bool in = q < q_end;
+            const int n = in ? q / P : 0, p = in ? q - n * P : 0;
+            const float* gsrc = gy + (size_t)n * Cout * P + p;
+            const float* xsrc = x + (size_t)n * Cin * P + p;
+            float* dst = bufs + b * rows * LD + ci;
+#pragma unroll 4
+            for (int r = r0; r < rows; r += STEP) {
+                int c;
+                if (first) roff[r] = c = r < Cout ? order[r] : r - Cout;
+                else c = roff[r];
+                const float* from = (r < Cout ? gsrc : xsrc) + (size_t)c * P;
+                if constexpr (G == 4) tdcx::cp_async16(dst + r * LD, in ? from : gy, in);
+                else tdcx::cp_async4(dst + r * LD, in ? from : gy, in);
+            }
+        }
+        tdcx::cp_async_commit();
+    };
+    // The input gradient's weights: w copied into the last stage's buffer (the first
+    // chunk's copies in flight meanwhile where there are two), then gathered from there.
+    float* ws = bufs + (S - 1) * rows * LD;
+    if (S == 2) stage(q_begin, 0, true);
+    const bool w16 = (Cout * U) % 4 == 0 && reinterpret_cast<unsigned long long>(w) % 16 == 0;
+    for (int i = 4 * tid; i < Cout * U; i += 4 * T) {
+        if (w16) {
+            tdcx::cp_async16(ws + i, w + i, true);
+        } else {
+            for (int k = i; k < min(i + 4, Cout * U); ++k) tdcx::cp_async4(ws + k, w + k, true);
+        }
+    }
+    tdcx::cp_async_commit();
+    for (int i = tid; i < entries; i += T) erow[i] = entry_row[i] * LD;
+    for (int i = tid; i <= octs; i += T) optr[i] = oct_ptr[i];
+    tdcx::cp_async_wait<0>();
+    __syncthreads();
+    for (int i = tid; i < 8 * entries; i += T) {
+        const int widx = entry_w[i];
+        wd[i] = widx >= 0 ? ws[widx] : 0.f;
+    }
+    __syncthreads();                   // ws is restaged from here on
+    if (S == 1) stage(q_begin, 0, true);
+
+    // This thread's weight-gradient items: tile t = item / OTILE (8 sorted filters from
+    // 8·fo, band offsets 32·run .. past the octet's first start), rows 4·rh .. of the
+    // octet, offsets cq + 8·b of the run.  Rows past Cout read the last filter's row and
+    // offsets past the band wrap (their sums are discarded).
+    int goff[IPT][4], xoff[IPT][4];
+    bool live[IPT];
+#pragma unroll
+    for (int j = 0; j < IPT; ++j) {
+        const int item = tid + j * T, t = item / OTILE;
+        live[j] = t < ntiles;
+        const int2 tl = tiles[live[j] ? t : 0];
+        const int s0 = 8 * tl.x + 4 * ((item >> 3) & 1), b0 = starts[8 * tl.x];
+        const int v0 = 32 * tl.y + (item & 7);
+#pragma unroll
+        for (int a = 0; a < 4; ++a) goff[j][a] = min(s0 + a, Cout - 1) * LD;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) xoff[j][c] = (Cout + (b0 + v0 + 8 * c) % Cin) * LD;
+    }
+    float acc[IPT][4][4] = {};
+    const int units = octs * 32;   // (octet, entry parity, half, pixel quads)
+
+    int b = 0;
+    for (int qc = q_begin; qc < q_end; qc += BN) {
+        if (S == 2) {
+            stage(qc + BN, b ^ 1, false);
+            tdcx::cp_async_wait<1>();
+        } else {
+            if (qc != q_begin) stage(qc, 0, false);
+            tdcx::cp_async_wait<0>();
+        }
+        __syncthreads();
+        const float* cur = bufs + b * rows * LD;
+
+        // Input gradient: a warp one channel octet; a lane 4 channels x 8 pixels (quads pg
+        // and pg + PQ / 2) over every ES-th entry.
+        for (int un = tid; un < units; un += T) {
+            const int o = un / 32, lane = un % 32, pg = lane % (PQ / 2);
+            const int h = lane / (PQ / 2) % 2, eh = lane / PQ;
+            float d[4][8] = {};
+            const int e1 = optr[o + 1];
+#pragma unroll 4
+            for (int e = optr[o] + eh; e < e1; e += ES) {
+                const float* row = cur + erow[e] + 4 * pg;
+                const float4 g0 = *reinterpret_cast<const float4*>(row);
+                const float4 g1 = *reinterpret_cast<const float4*>(row + 2 * PQ);
+                const float4 wv = *reinterpret_cast<const float4*>(wd + 8 * e + 4 * h);
+                const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+                const float ww[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) d[i][k] = fmaf(ww[i], gv[k], d[i][k]);
+            }
+            // The other parities' sums by halving exchanges (lane bits PQ, 2·PQ): each lane
+            // keeps RS = 4 / ES of the 4 rows, from row c0 - 8·o - 4·h on.
+            constexpr int RS = 4 / ES;
+            float r[RS][8];
+            int c0 = 8 * o + 4 * h;
+            if constexpr (ES == 1) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) r[i][k] = d[i][k];
+            } else {
+                const bool up = eh & 1;     // keeps rows 2, 3
+                float t[2][8];
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) {
+                        const float send = up ? d[i][k] : d[i + 2][k];
+                        t[i][k] = (up ? d[i + 2][k] : d[i][k])
+                                  + __shfl_xor_sync(0xffffffffu, send, PQ);
+                    }
+                c0 += 2 * up;
+                if constexpr (ES == 2) {
+#pragma unroll
+                    for (int i = 0; i < 2; ++i)
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) r[i][k] = t[i][k];
+                } else {
+                    const bool up2 = eh & 2;   // keeps the second of the two
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) {
+                        const float send = up2 ? t[0][k] : t[1][k];
+                        r[0][k] = (up2 ? t[1][k] : t[0][k])
+                                  + __shfl_xor_sync(0xffffffffu, send, 2 * PQ);
+                    }
+                    c0 += up2;
+                }
+            }
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int q = qc + 4 * (pg + half * PQ / 2);
+                if constexpr (VEC) {
+                    if (q >= q_end) continue;
+                    const int n = q / P;
+                    float* at = gx + (size_t)n * Cin * P + (q - n * P) + (size_t)c0 * P;
+#pragma unroll
+                    for (int i = 0; i < RS; ++i)
+                        if (c0 + i < Cin)
+                            *reinterpret_cast<float4*>(at + (size_t)i * P) = make_float4(
+                                r[i][4 * half], r[i][4 * half + 1], r[i][4 * half + 2],
+                                r[i][4 * half + 3]);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const long long base = pixel_base(q + k, q_end, Cin, P);
+                        if (base < 0) continue;
+#pragma unroll
+                        for (int i = 0; i < RS; ++i)
+                            if (c0 + i < Cin) gx[base + (size_t)(c0 + i) * P] = r[i][4 * half + k];
+                    }
+                }
+            }
+        }
+
+        // Weight gradient: 4 filters x 4 offsets an item, 4 pixels a step.
+#pragma unroll
+        for (int j = 0; j < IPT; ++j) {
+            if (!live[j]) continue;
+#pragma unroll 4
+            for (int pq = 0; pq < PQ; ++pq) {
+                float4 g[4], xv[4];
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+                    g[a] = *reinterpret_cast<const float4*>(cur + goff[j][a] + 4 * pq);
+#pragma unroll
+                for (int c = 0; c < 4; ++c)
+                    xv[c] = *reinterpret_cast<const float4*>(cur + xoff[j][c] + 4 * pq);
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        float v = acc[j][a][c];
+                        v = fmaf(g[a].x, xv[c].x, v);
+                        v = fmaf(g[a].y, xv[c].y, v);
+                        v = fmaf(g[a].z, xv[c].z, v);
+                        acc[j][a][c] = fmaf(g[a].w, xv[c].w, v);
+                    }
+            }
+        }
+        __syncthreads();                // this buffer is restaged next (S == 1) or after
+        b ^= S - 1;
+    }
+    tdcx::cp_async_wait<0>();
+    // Band offset v of sorted filter s is its weight u = v - (b_s - b0), when in range:
+    // every (filter, weight) lies in exactly one item, so each is written once.
+#pragma unroll
+    for (int j = 0; j < IPT; ++j) {
+        if (!live[j]) continue;
+        const int item = tid + j * T;
+        const int2 tl = tiles[item / OTILE];
+        const int s0 = 8 * tl.x + 4 * ((item >> 3) & 1), b0 = starts[8 * tl.x];
+        const int v0 = 32 * tl.y + (item & 7);
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            if (s0 + a >= Cout) break;
+            const int k = order[s0 + a], sh = starts[s0 + a] - b0;
+            float* out = partial + ((size_t)blockIdx.x * Cout + k) * U;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int u = v0 + 8 * c - sh;
+                if (u >= 0 && u < U) out[u] = acc[j][a][c];
+            }
+        }
+    }
+}
+
 // What CI's nvcc build type-checks: tensorconv.ops.scc_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_BWD_DATA(...) template __global__ void scc_bwd_data<__VA_ARGS__>(const float*, \
@@ -1135,6 +1400,18 @@ TC_I_SCC_BWD_FILTER_WIDE(4, true)
     const int*, const int*, const int*, float*, float*, int, int, int, int, int, int);
 TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #undef TC_I_SCC_BWD_FUSED
+#define TC_I_SCC_BWD_ONEPASS(...) template __global__ void scc_bwd_onepass<__VA_ARGS__>( \
+    const float*, const float*, const float*, const int*, const int*, const int2*, const int*, \
+    const int*, const int*, float*, float*, int, int, int, int, int, int, int, int);
+TC_I_SCC_BWD_ONEPASS(1, 1, 32, false) TC_I_SCC_BWD_ONEPASS(1, 1, 32, true)
+TC_I_SCC_BWD_ONEPASS(1, 1, 64, false) TC_I_SCC_BWD_ONEPASS(1, 1, 64, true)
+TC_I_SCC_BWD_ONEPASS(1, 2, 32, false) TC_I_SCC_BWD_ONEPASS(1, 2, 32, true)
+TC_I_SCC_BWD_ONEPASS(1, 2, 64, false) TC_I_SCC_BWD_ONEPASS(1, 2, 64, true)
+TC_I_SCC_BWD_ONEPASS(2, 1, 32, false) TC_I_SCC_BWD_ONEPASS(2, 1, 32, true)
+TC_I_SCC_BWD_ONEPASS(2, 1, 64, false) TC_I_SCC_BWD_ONEPASS(2, 1, 64, true)
+TC_I_SCC_BWD_ONEPASS(2, 2, 32, false) TC_I_SCC_BWD_ONEPASS(2, 2, 32, true)
+TC_I_SCC_BWD_ONEPASS(2, 2, 64, false) TC_I_SCC_BWD_ONEPASS(2, 2, 64, true)
+#undef TC_I_SCC_BWD_ONEPASS
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);
 TC_I_SCC_FWD(16, 16, 4, 4, false) TC_I_SCC_FWD(16, 16, 4, 4, true)

@@ -631,17 +631,66 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
                   weight_fma=20.0, weight_tc=15.0, fused=30.0)
     v = t.verdicts()
     assert [v[s]["tc"] for s in ("forward", "data", "weight")] == [False, True, True]
-    assert v["backward"] == {"fused": False, "fused_us": 30.0, "parts_us": 23.0}
-    assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["fused"] is True
-    assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["fused"] is False
+    assert v["backward"] == {"path": "parts", "onepass_us": None, "fused_us": 30.0,
+                             "parts_us": 23.0}
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "fused"
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40, 35).verdicts()["backward"]["path"] == "onepass"
+    assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
     for side, value in v.items():
         tunecache.store(scc_tc.decision_key(g, 8192, 64, side), value)
     scc_tc.forget_verdicts()
-    assert [scc_tc.verdict(g, 8192, 64, s) for s in scc_tc.SIDES] == [False, True, True, False]
+    assert [scc_tc.verdict(g, 8192, 64, s) for s in scc_tc.SIDES] == [False, True, True,
+                                                                      "parts"]
+    # a backward verdict stored before the one-pass kernel still reads
+    tunecache.store(scc_tc.decision_key(g, 8192, 16, "backward"), {"fused": True})
+    tunecache.store(scc_tc.decision_key(g, 4096, 16, "backward"), {"path": "sideways"})
+    scc_tc.forget_verdicts()
+    assert scc_tc.verdict(g, 8192, 16, "backward") == "fused"
+    assert scc_tc.verdict(g, 4096, 16, "backward") is None    # malformed: a miss
     assert scc_tc.verdict(g, 8192, 16, "weight") is None      # another plane: untuned
     tunecache.store(scc_tc.decision_key(g, 4096, 64, "data"), {"tc": "yes"})
     scc_tc.forget_verdicts()
     assert scc_tc.verdict(g, 4096, 64, "data") is None        # malformed: a miss
+
+
+@pytest.mark.parametrize("cin,cout,cg,co", [
+    (64, 128, 2, 0.5), (64, 64, 2, 0.33), (40, 20, 2, 0.25), (24, 36, 4, 0.5), (48, 100, 2, 0.75),
+    (8, 200, 2, 0.5), (12, 30, 3, 0.5), (16, 12, 2, 0.0), (128, 128, 2, 0.5), (60, 36, 3, 0.5)])
+def test_the_one_pass_items_hold_every_weight_once_on_its_window(cin, cout, cg, co):
+    """Emulates scc_bwd_onepass's weight-gradient items from its tables (4 sorted filters
+    x band offsets cq + 8·b of a 32-offset run an item): every (filter, weight) is written
+    by exactly one item, from the x channel of its window."""
+    from tensorconv.ops import scc_fused
+    from tensorconv.ops.scc_tiles import sorted_filters
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    plan = scc_fused.onepass(g, 1, 32, 1 << 30)
+    order, starts = sorted_filters(g)
+    count = np.zeros((cout, g.u), dtype=int)
+    for item in range(scc_fused.ONEPASS_THREADS * plan.items):
+        t = item // scc_fused.ONEPASS_TILE
+        if t >= len(plan.tiles):
+            continue
+        fo, run = plan.tiles[t]
+        s0, b0, v0 = 8 * fo + 4 * ((item >> 3) & 1), starts[8 * fo], 32 * run + (item & 7)
+        for s in range(s0, min(s0 + 4, cout)):
+            for c in range(4):
+                u = v0 + 8 * c - (starts[s] - b0)
+                if 0 <= u < g.u:
+                    count[order[s], u] += 1
+                    assert (b0 + v0 + 8 * c) % cin == (g.starts()[order[s]] + u) % cin
+    assert (count == 1).all()
+    # the input gradient's entries: each octet's filters hold the weight of every channel
+    # of the octet inside their window
+    oct_ptr, filters, widx = scc_fused.octet_entries(g)
+    for o in range(len(oct_ptr) - 1):
+        for e in range(oct_ptr[o], oct_ptr[o + 1]):
+            for j in range(8):
+                c, k = 8 * o + j, filters[e]
+                u = (c - g.starts()[k]) % cin
+                assert widx[e, j] == (k * g.u + u if c < cin and u < g.u else -1)
+    assert scc_fused.onepass(scc.scc_geometry(256, 256, 2, 0.5), 1, 32, 1 << 30) is None
+    assert scc_fused.onepass(g, 2, 64, 1024) is None          # past the shared memory
 
 
 def test_the_path_tuner_checks_its_arguments_before_touching_a_gpu():

@@ -1,15 +1,22 @@
 """The sliding-channel convolution's two gradients in one pass (``kernels_cu/scc_conv.cu``,
-``scc_bwd_fused``): its parts, tables and shares, and the op.
+``scc_bwd_onepass`` and ``scc_bwd_fused``): their tables, shares and launch, and the op.
 
 The two-kernel backward (:func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_data`, then
 :func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_weight`) reads gy twice and x once
-more.  Here a block stages a chunk of pixels of the gy rows and the x band its part needs
-once, computes the input gradient of the part's channel octets from it (each value
-written once) and adds the chunk into the part's weight-gradient warp tiles (the wide
-weight gradient's 8 x 8 tiles, summed in registers over the block's pixel share, the
-shares then reduced in a fixed order): deterministic, no atomics.  Parts split the tiles
-32 a block and the channel octets evenly; where several parts need the same gy rows they
-stage them again, which is why the automatic choice keeps to one or two parts.
+more.  Both kernels here stage each chunk of gy and x pixels once, compute the chunk's
+input gradient from it (each value written once) and add it into weight-gradient sums
+held in registers over a block's pixel share, the shares then reduced in a fixed order:
+deterministic, no atomics.
+
+* The one-pass kernel (:func:`onepass_plan`): a block stages every gy row and every x
+  channel of its chunk and owns every weight (4 sorted filters x 4 band offsets a
+  thread, read as vectors of 4 pixels), so gy and x are read once in all.  It takes the
+  layers whose weights and chunk fit a block: up to two items a thread (8,192 weights)
+  and the shared memory of the GPU.
+* The fused kernel (:func:`fused_parts`): the weight gradient's 8 x 8 warp tiles
+  (lane = pixel, summed over 8 lanes) split into parts of 32 a block, the channel
+  octets evenly; where several parts need the same gy rows they stage them again, which
+  is why its automatic choice keeps to one or two parts.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from tensorconv.ops.scc_checks import check_geom, check_weights, check_x_gy
 from tensorconv.ops.scc_conv import (
     FILE,
     _fused_name,
+    _onepass_name,
     _vec,
     scc_conv2d_backward_data,
     scc_conv2d_backward_weight,
@@ -44,10 +52,10 @@ from tensorconv.reference import scc as reference
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["FusedParts", "fused_backward", "fused_parts", "fused_shares",
-           "scc_conv2d_backward"]
+__all__ = ["FusedParts", "OnePass", "fused_backward", "fused_parts", "fused_shares",
+           "octet_entries", "onepass", "onepass_plan", "scc_conv2d_backward"]
 
-BACKWARD_PATHS = ("auto", "fused", "parts", "tc")
+BACKWARD_PATHS = ("auto", "onepass", "fused", "parts", "tc")
 
 FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
 FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
@@ -82,6 +90,26 @@ class FusedParts:
 
 
 @functools.lru_cache(maxsize=256)
+def octet_entries(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The input gradient's work by channel octet: ``(oct_ptr, filters, weights)``, the
+    (octet, filter) pairs where the filter's window holds one of the octet's 8 channels,
+    by octet, then in window order, as CSR (``oct_ptr`` (octets + 1,), ``filters``
+    (entries,)), and ``weights`` (entries, 8) the weight index ``k·U + u`` of each of the
+    octet's channels, -1 where the channel lies outside the window (all int64)."""
+    order, _ = sorted_filters(geom)
+    cin, u = geom.cin, geom.u
+    pos = np.empty(geom.cout, dtype=np.int64)
+    pos[order] = np.arange(geom.cout)
+    chans = geom.channels()                                   # (Cout, U)
+    pairs = np.unique((chans // F) * geom.cout + pos[:, None])
+    e_oct, e_k = pairs // geom.cout, order[pairs % geom.cout].astype(np.int64)
+    oct_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_oct, minlength=cdiv(cin, F)))])
+    c = e_oct[:, None] * F + np.arange(F)                     # (entries, 8) channels
+    uu = (c - geom.starts()[e_k][:, None]) % cin
+    return oct_ptr, e_k, np.where((c < cin) & (uu < u), e_k[:, None] * u + uu, -1)
+
+
+@functools.lru_cache(maxsize=256)
 def fused_parts(geom: SCCGeometry) -> FusedParts | None:
     """The fused backward's parts for ``geom``, or None where a filter octet alone has more
     warp tiles than a block holds, or a part's band would span 2·Cin channels or more.
@@ -103,19 +131,9 @@ def fused_parts(geom: SCCGeometry) -> FusedParts | None:
         n += int(per[fo])
     groups.append(cur)
 
-    # Entries: (octet, filter) pairs where the filter's window holds one of the octets'
-    # channels, by octet, then in window order.
-    cin, u = geom.cin, geom.u
+    cin = geom.cin
     n_oct = cdiv(cin, F)
-    pos = np.empty(geom.cout, dtype=np.int64)
-    pos[order] = np.arange(geom.cout)
-    chans = geom.channels()                                   # (Cout, U)
-    pairs = np.unique((chans // F) * geom.cout + pos[:, None])
-    e_oct, e_k = pairs // geom.cout, order[pairs % geom.cout].astype(np.int64)
-    oct_ptr = np.concatenate([[0], np.cumsum(np.bincount(e_oct, minlength=n_oct))])
-    c = e_oct[:, None] * F + np.arange(F)                     # (entries, 8) channels
-    uu = (c - geom.starts()[e_k][:, None]) % cin
-    entry_w = np.where((c < cin) & (uu < u), e_k[:, None] * u + uu, -1)
+    oct_ptr, e_k, entry_w = octet_entries(geom)
 
     bounds = np.round(np.linspace(0, n_oct, len(groups) + 1)).astype(int)
     first_tile = np.concatenate([[0], np.cumsum(per)])
@@ -180,6 +198,111 @@ def fused_tables(geom: SCCGeometry, device: int) -> tuple:
                                               f.entry_row, f.entry_w))
 
 
+ONEPASS_THREADS = 256             # scc::OT: the one-pass backward's block
+ONEPASS_TILE = 16                # scc::OTILE: threads a tile of 8 filters x 32 band offsets
+
+
+@dataclass(frozen=True, eq=False)
+class OnePass:
+    """The one-pass backward's kernel (``scc_bwd_onepass``) and tables: ``tiles`` (tiles,
+    2) int32 ``(filter octet, run)``, each 8 sorted filters x 32 band offsets from
+    ``32·run`` past the octet's first start, every offset of each octet's band in one;
+    ``oct_ptr``, ``entry_row`` (the sorted position of each entry's filter) and
+    ``entry_w`` (:func:`octet_entries`); ``items`` weight-gradient items a thread,
+    ``stages`` staged chunks of ``bn`` pixels, ``smem`` bytes a block."""
+
+    tiles: np.ndarray
+    oct_ptr: np.ndarray
+    entry_row: np.ndarray
+    entry_w: np.ndarray
+    items: int
+    stages: int
+    bn: int
+    smem: int
+
+    def name(self, vec: bool) -> str:
+        return _onepass_name(self.items, self.stages, self.bn, vec)
+
+
+@functools.lru_cache(maxsize=256)
+def onepass(geom: SCCGeometry, stages: int, bn: int, smem_limit: int) -> OnePass | None:
+    """The one-pass backward of ``geom`` staging ``stages`` chunks of ``bn`` pixels, or
+    None where a block cannot hold it: its weight-gradient items past two a thread, its
+    tables and chunks past ``smem_limit`` bytes, or w past a chunk's buffer (where it is
+    staged first)."""
+    order, starts = sorted_filters(geom)
+    octets = cdiv(geom.cout, F)
+    first = starts[::F].astype(np.int64)
+    last = starts[np.minimum(np.arange(1, octets + 1) * F, geom.cout) - 1]
+    runs = -(-(last - first + geom.u) // 32)
+    tiles = np.stack([np.repeat(np.arange(octets), runs),
+                      np.concatenate([np.arange(r) for r in runs])], axis=1).astype(np.int32)
+    items = cdiv(ONEPASS_TILE * len(tiles), ONEPASS_THREADS)
+    oct_ptr, e_k, entry_w = octet_entries(geom)
+    rows = geom.cin + geom.cout
+    smem = (4 * (cdiv(9 * len(e_k) + rows + cdiv(geom.cin, F) + 1, 4) * 4)
+            + 4 * stages * rows * (bn + 4))
+    if items > 2 or smem > smem_limit or rows * (bn + 4) < geom.cout * geom.u:
+        return None
+    pos = np.empty(geom.cout, dtype=np.int64)
+    pos[order] = np.arange(geom.cout)
+    i32 = np.int32
+    return OnePass(tiles=tiles, oct_ptr=oct_ptr.astype(i32), entry_row=pos[e_k].astype(i32),
+                   entry_w=entry_w.astype(i32), items=items, stages=stages, bn=bn, smem=smem)
+
+
+def onepass_plan(geom: SCCGeometry, pixels: int, *, stages: int | None = None,
+                 bn: int | None = None, shares: int | None = None):
+    """``(plan, shares, per_share)`` of the one-pass backward over ``pixels`` = N x H x W
+    on this device, or None where it cannot take the layer.  By default chunks of 64
+    pixels (32 where those would not give every other SM one) with the next one's copies
+    in flight, else one at a time; a block's share of the pixels a whole number of chunks,
+    as many shares as blocks fit the GPU at once (two an SM where the shared memory
+    allows).  Measured on the H100 and H200 (``docs/notes/scc_conv.md``)."""
+    facts = backend.device_facts()
+    sms, limit = facts.sm_count, facts.smem_per_block_optin
+    wide = bn or (64 if 2 * cdiv(pixels, 64) >= sms else 32)
+    plan = next((o for s in ((stages,) if stages else (2, 1))
+                 for b in ((wide,) if bn else (wide, 32))
+                 if (o := onepass(geom, s, b, limit)) is not None), None)
+    if plan is None:
+        return None
+    per_sm = 2 if plan.smem + 1024 <= facts.smem_per_sm // 2 else 1
+    shares = min(shares or per_sm * sms, cdiv(pixels, plan.bn))
+    per_share = cdiv(cdiv(pixels, shares), plan.bn) * plan.bn
+    return plan, cdiv(pixels, per_share), per_share
+
+
+@functools.cache   # never evicted: captured CUDA graphs hold these addresses
+def onepass_tables(geom: SCCGeometry, device: int) -> tuple:
+    """The one-pass backward's tables on GPU ``device``, made once: tiles, oct_ptr,
+    entry_row, entry_w (the same for every chunk shape)."""
+    import cupy
+
+    o = onepass(geom, 1, 32, 1 << 30)
+    with cupy.cuda.Device(device):
+        return tuple(cupy.asarray(a) for a in (o.tiles, o.oct_ptr, o.entry_row, o.entry_w))
+
+
+def _run_onepass(x, gy, w, geom: SCCGeometry, out_x, out_w, launch_plan) -> None:
+    xp = backend.array_module(x)
+    n, _, h, wd = x.shape
+    p = h * wd
+    plan, shares, per_share = launch_plan
+    partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
+    device = xp.cuda.runtime.getDevice()
+    order, starts = device_tables(geom, device, "sorted")
+    tiles, oct_ptr, entry_row, entry_w = onepass_tables(geom, device)
+    i32 = np.int32
+    launch(cuda.kernel_ref(FILE, plan.name(_vec(4, p, x, gy, out_x))), (shares, 1, 1),
+           (ONEPASS_THREADS,),
+           (x, gy, w, order, starts, tiles, oct_ptr, entry_row, entry_w, out_x, partial,
+            i32(geom.cin), i32(geom.cout), i32(geom.u), i32(p), i32(n * p), i32(per_share),
+            i32(len(plan.tiles)), i32(len(plan.entry_row))), smem=plan.smem)
+    _igemm.reduce_flat(partial, out_w, shares, geom.cout * geom.u,
+                       backend.device_facts().sm_count)
+
+
 def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_x=None,
                         out_w=None):
     """Both gradients of :func:`scc_conv2d` (without ReLU), ``(gx, gw)``, deterministic.
@@ -190,16 +313,19 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     gy : array, (N, Cout, H, W), float32
     w : array, (Cout, U), float32
     geom : SCCGeometry
-    path : {"auto", "fused", "parts", "tc"}
-        The kernels (GPU): "fused", one pass over gy and x for both gradients
-        (``scc_bwd_fused``: blocks over parts of the weight-gradient tiles and of the
-        input channels, :func:`fused_parts`); "parts",
+    path : {"auto", "onepass", "fused", "parts", "tc"}
+        The kernels (GPU): "onepass", one pass over gy and x for both gradients, a block
+        over every filter and channel of its pixels (``scc_bwd_onepass``,
+        :func:`onepass_plan`; where a block holds the layer); "fused", one pass too, by
+        blocks over parts of the weight-gradient tiles and of the input channels
+        (``scc_bwd_fused``, :func:`fused_parts`); "parts",
         :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
         with its defaults (each following its stored verdict: the tensor cores or the
         FMA kernels); "tc", the same two on the tensor cores at fp32 accuracy
         (:mod:`~tensorconv.ops.scc_tc`); "auto" follows the layer's stored "backward"
-        verdict (:func:`~tensorconv.ops.scc_tc.verdict`: fused or parts), untuned the
-        fused kernel where :func:`fused_backward` says, else "parts".
+        verdict (:func:`~tensorconv.ops.scc_tc.verdict`), untuned the one-pass kernel
+        where it takes the layer, else the fused one where :func:`fused_backward` says,
+        else "parts".
     out_x : array, (N, Cin, H, W), float32, optional (GPU only)
     out_w : array, (Cout, U), float32, optional (GPU only)
 
@@ -214,7 +340,8 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     w = check_weights(w, geom, xp)
     n, _, h, wd = x.shape
     parts = fused_parts(geom)
-    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
+    fused_ok = parts is not None and parts.smem <= WIDE_SMEM
+    if path == "fused" and not fused_ok:
         raise ValueError(f"path='fused': {geom} has no fused parts within {WIDE_SMEM} bytes "
                          f"of shared memory (a window too wide for a block's tiles, or too "
                          f"few channels); use path='parts'")
@@ -224,20 +351,29 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
         return gx.astype(np.float32), gw.astype(np.float32)
     q, p = n * h * wd, h * wd
     sms = backend.device_facts().sm_count
+    one = onepass_plan(geom, q)
+    if path == "onepass" and one is None:
+        raise ValueError(f"path='onepass': a block of this GPU cannot hold {geom}'s "
+                         f"backward (its weight gradient past two items a thread, or its "
+                         f"tables and a chunk of every gy and x row past the shared "
+                         f"memory); use path='parts'")
     if path == "tc":
         return (scc_conv2d_backward_data(gy, w, geom, path="tc", out=out_x),
                 scc_conv2d_backward_weight(x, gy, geom, path="tc", out=out_w))
     if path == "auto":
-        fused = scc_tc.verdict(geom, q, p, "backward")
-        path = "fused" if (fused if fused is not None else fused_backward(geom, q, sms)) \
-            else "parts"
-    if path == "fused" and (parts is None or parts.smem > WIDE_SMEM):
-        path = "parts"   # a verdict edited by hand: the fused kernel cannot take the layer
+        path = scc_tc.verdict(geom, q, p, "backward") or (
+            "onepass" if one is not None else "fused" if fused_backward(geom, q, sms)
+            else "parts")
+    if (path == "onepass" and one is None) or (path == "fused" and not fused_ok):
+        path = "parts"   # a verdict from another GPU, or edited by hand
     if path == "parts":
         return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
                 scc_conv2d_backward_weight(x, gy, geom, out=out_w))
     out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
     out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
+    if path == "onepass":
+        _run_onepass(x, gy, w, geom, out_x, out_w, one)
+        return out_x, out_w
     shares, per_share = fused_shares(geom, q, sms)
     partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
     device = xp.cuda.runtime.getDevice()

@@ -93,33 +93,44 @@ def check_runs_here() -> None:
                          f"this GPU has {backend.device_facts().compute_capability}")
 
 
+BACKWARD_CHOICES = ("onepass", "fused", "parts")   # the "backward" verdict's values
+
+
 def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
     """The tune-cache key of ``side``'s verdict for ``geom`` over ``pixels`` = N x H x W
     with planes of ``plane`` = H x W pixels: "forward", "data" or "weight" (``{"tc":
-    bool}``: the tensor cores or the FMA kernels), or "backward" (``{"fused": bool}``:
-    the fused FMA backward or the two gradients apart, each by its own verdict)."""
+    bool}``: the tensor cores or the FMA kernels), or "backward" (``{"path": one of
+    BACKWARD_CHOICES}``: the one-pass or the fused FMA backward, or the two gradients
+    apart, each by its own verdict)."""
     check_choice(side, "side", SIDES)
     problem = f"{geom.cin},{geom.cout},{geom.cg},{geom.co!r},{pixels},{plane}"
     return tunecache.make_key(f"scc_path:{side}", ("scc_conv.cu", FILE), problem)
 
 
-def _decode(field: str):
-    def decode(v):
-        if not isinstance(v, dict) or not isinstance(v.get(field), bool):
-            raise ValueError(f"expected {{{field!r}: bool, ...}}")
-        return v[field]
-    return decode
+def _decode_tc(v):
+    if not isinstance(v, dict) or not isinstance(v.get("tc"), bool):
+        raise ValueError("expected {'tc': bool, ...}")
+    return v["tc"]
+
+
+def _decode_backward(v):
+    if isinstance(v, dict) and v.get("path") in BACKWARD_CHOICES:
+        return v["path"]
+    if isinstance(v, dict) and "path" not in v and isinstance(v.get("fused"), bool):
+        return "fused" if v["fused"] else "parts"      # stored before the one-pass kernel
+    raise ValueError(f"expected {{'path': one of {BACKWARD_CHOICES}, ...}}")
 
 
 @functools.lru_cache(maxsize=4096)
 def _verdict(geom: SCCGeometry, pixels: int, plane: int, side: str, where: tuple):
     del where   # part of the memo's key only: the cache file, the device, the precision
-    field = "fused" if side == "backward" else "tc"
-    return tunecache.known(decision_key(geom, pixels, plane, side), _decode(field))
+    decode = _decode_backward if side == "backward" else _decode_tc
+    return tunecache.known(decision_key(geom, pixels, plane, side), decode)
 
 
-def verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool | None:
-    """The stored verdict of ``side`` (:func:`decision_key`), or None untuned; memoised
+def verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool | str | None:
+    """The stored verdict of ``side`` (:func:`decision_key`): a bool (the tensor cores or
+    not) for a GEMM, the path for "backward", None untuned; memoised
     (:func:`forget_verdicts` after storing new ones)."""
     where = (str(tunecache.cache_path()), tunecache.device_name(), precision.current())
     return _verdict(geom, pixels, plane, side, where)

@@ -259,25 +259,95 @@ def test_the_fused_backward_matches_the_reference(rng, monkeypatch, cin, cout, c
     assert rel_err(gw.get(), want_gw) <= 1e-5
 
 
-def test_the_backward_paths_agree_and_check_their_buffers(rng):
-    """'auto' (fused here), 'fused' and 'parts' give the same gradients to float rounding;
-    the fused output buffers are checked by name."""
+@pytest.mark.parametrize("cin,cout,cg,co,n,h,wd", [
+    (64, 64, 2, 0.5, 4, 8, 8), (64, 128, 2, 0.5, 3, 6, 10), (128, 128, 2, 0.5, 2, 9, 9),
+    (40, 130, 4, 0.75, 3, 5, 7), (12, 20, 2, 0.5, 5, 4, 4), (24, 20, 4, 0.0, 2, 3, 3),
+    (32, 64, 2, 0.25, 7, 2, 2), (96, 150, 2, 0.33, 1, 11, 12), (20, 7, 4, 0.0, 2, 6, 6),
+    (8, 200, 2, 0.5, 2, 4, 4), (60, 36, 3, 0.5, 2, 7, 5)])
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("chunk", [(2, 64, None), (1, 32, 3), (2, 32, 1000)])
+def test_the_one_pass_backward_matches_the_reference(rng, cin, cout, cg, co, n, h, wd, layout,
+                                                     chunk):
+    """Both gradients by blocks over every filter and channel, forced: each staging
+    (double-buffered or not, 64- or 32-pixel chunks), one share, a few or one a chunk
+    (many partial sums), octets past Cin, filter octets past Cout, bands wrapping, vector
+    and scalar copies (a plane not a multiple of 4, maps off 16 bytes), pixels past the
+    last chunk; outputs poisoned."""
     import cupy as cp
 
     from tensorconv import ops
     from tensorconv.ops import scc_fused
 
-    geom = scc.scc_geometry(64, 64, 2, 0.5)
-    from tensorconv import backend
+    stages, bn, shares = chunk
+    if layout == "odd-plane":
+        h, wd = h | 1, wd | 1
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((n, cin, h, wd)).astype(np.float32)
+    w = rng.standard_normal((cout, geom.u)).astype(np.float32)
+    gy = rng.standard_normal((n, cout, h, wd)).astype(np.float32)
+    want_gx, want_gw = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
 
-    assert scc_fused.fused_backward(geom, 64 * 16 * 16, backend.device_facts().sm_count)
-    x = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
-    gy = cp.asarray(rng.standard_normal((64, 64, 16, 16)), cp.float32)
-    w = cp.asarray(rng.standard_normal((64, 32)), cp.float32)
-    got = {p: ops.scc_conv2d_backward(x, gy, w, geom, path=p) for p in ("auto", "fused", "parts")}
-    for p in ("auto", "parts"):
-        for a, b in zip(got[p], got["fused"]):
-            assert rel_err(a.get(), b.get().astype(np.float64)) <= 1e-6, p
+    def on_gpu(a):                     # off 16 bytes: one float into a bigger buffer
+        if layout != "off-16-bytes":
+            return cp.asarray(a)
+        buf = cp.empty(a.size + 1, cp.float32)
+        buf[1:] = cp.asarray(a).ravel()
+        return buf[1:].reshape(a.shape)
+
+    plan = scc_fused.onepass_plan(geom, n * h * wd, stages=stages, bn=bn, shares=shares)
+    assert plan is not None
+    gx = on_gpu(np.full(x.shape, np.nan, np.float32))
+    gw = cp.full(w.shape, cp.nan, cp.float32)
+    scc_fused._run_onepass(on_gpu(x), on_gpu(gy), on_gpu(w), geom, gx, gw, plan)
+    assert rel_err(gx.get(), want_gx) <= 1e-5
+    assert rel_err(gw.get(), want_gw) <= 1e-5
+    gx[...] = cp.nan
+    gw[...] = cp.nan
+    out = ops.scc_conv2d_backward(on_gpu(x), on_gpu(gy), on_gpu(w), geom, path="onepass",
+                                  out_x=gx, out_w=gw)
+    assert out[0] is gx and out[1] is gw
+    assert rel_err(gx.get(), want_gx) <= 1e-5
+    assert rel_err(gw.get(), want_gw) <= 1e-5
+
+
+def test_the_one_pass_backward_refuses_a_layer_a_block_cannot_hold(rng):
+    import cupy as cp
+
+    from tensorconv import ops
+
+    geom = scc.scc_geometry(256, 256, 2, 0.5)      # 32,768 weights: past two items a thread
+    x = cp.zeros((1, 256, 4, 4), cp.float32)
+    gy = cp.zeros((1, 256, 4, 4), cp.float32)
+    w = cp.zeros((256, geom.u), cp.float32)
+    with pytest.raises(ValueError, match="path='onepass'"):
+        ops.scc_conv2d_backward(x, gy, w, geom, path="onepass")
+    gx, gw = ops.scc_conv2d_backward(x, gy, w, geom)   # auto: another path
+    assert gx.shape == x.shape and gw.shape == w.shape
+
+
+def test_the_backward_paths_agree_and_check_their_buffers(rng, monkeypatch, tmp_path):
+    """'auto' (untuned: the one-pass kernel here), 'onepass', 'fused' and 'parts' each
+    give the reference's gradients; auto is the one-pass kernel bit for bit; the output
+    buffers are checked by name."""
+    import cupy as cp
+
+    from tensorconv import ops
+    from tensorconv.ops import scc_tc
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    scc_tc.forget_verdicts()
+    geom = scc.scc_geometry(64, 64, 2, 0.5)
+    xs = rng.standard_normal((64, 64, 16, 16)).astype(np.float32)
+    gys = rng.standard_normal((64, 64, 16, 16)).astype(np.float32)
+    ws = rng.standard_normal((64, 32)).astype(np.float32)
+    want = scc.scc_backward(*(a.astype(np.float64) for a in (xs, ws, gys)), geom)
+    x, gy, w = cp.asarray(xs), cp.asarray(gys), cp.asarray(ws)
+    paths = ("auto", "onepass", "fused", "parts")
+    got = {p: ops.scc_conv2d_backward(x, gy, w, geom, path=p) for p in paths}
+    for p in paths:
+        for a, b in zip(got[p], want):
+            assert rel_err(a.get(), b) <= 1e-5, p
+    assert all(cp.array_equal(a, b) for a, b in zip(got["auto"], got["onepass"]))
     with pytest.raises(ValueError, match="out_x has shape"):
         ops.scc_conv2d_backward(x, gy, w, geom, out_x=cp.empty((64, 64, 16, 15), cp.float32))
     with pytest.raises(ValueError, match="out_w has shape"):
@@ -302,10 +372,11 @@ def test_the_gradients_are_deterministic(rng):
         first = ops.scc_conv2d_backward_data(gy, w, geom, splits=splits).copy()
         assert bool(cp.isfinite(first).all())
         assert cp.array_equal(ops.scc_conv2d_backward_data(gy, w, geom, splits=splits), first)
-    first = [a.copy() for a in ops.scc_conv2d_backward(x, gy, w, geom, path="fused")]
-    for _ in range(3):                    # each gx value written once, shares summed in order
-        again = ops.scc_conv2d_backward(x, gy, w, geom, path="fused")
-        assert all(cp.array_equal(a, b) for a, b in zip(again, first))
+    for path in ("fused", "onepass"):
+        first = [a.copy() for a in ops.scc_conv2d_backward(x, gy, w, geom, path=path)]
+        for _ in range(3):                # each gx value written once, shares summed in order
+            again = ops.scc_conv2d_backward(x, gy, w, geom, path=path)
+            assert all(cp.array_equal(a, b) for a, b in zip(again, first)), path
 
 
 @pytest.mark.parametrize("geom", _grid()[::3], ids=lambda g: f"{g.cin}-{g.cout}-cg{g.cg}-co{g.co}")
@@ -495,8 +566,9 @@ def test_auto_follows_the_tuners_verdicts(rng, monkeypatch, tmp_path):
         for side, fn in fams.items():
             want = "tc" if scc_tc.verdict(geom, 16 * 64, 64, side) else "fma"
             assert cp.array_equal(fn("auto"), fn(want)), (side, flip)
-    fused = scc_tc.verdict(geom, 16 * 64, 64, "backward")
+    chosen = scc_tc.verdict(geom, 16 * 64, 64, "backward")
+    assert chosen in scc_tc.BACKWARD_CHOICES
     got = ops.scc_conv2d_backward(x, gy, w, geom)
-    want = ops.scc_conv2d_backward(x, gy, w, geom, path="fused" if fused else "parts")
+    want = ops.scc_conv2d_backward(x, gy, w, geom, path=chosen)
     assert all(cp.array_equal(a, b) for a, b in zip(got, want))
     scc_tc.forget_verdicts()

@@ -1124,8 +1124,8 @@ constexpr int OT = 256;                  // the one-pass block
 constexpr int OTILE = 16;                // threads a weight-gradient tile: 8 filters x 32 offsets
 }  // namespace scc
 
-template <int IPT, int S, int BN, bool VEC>
-__global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
+template <int IPT, int S, int BN, bool SPLIT, bool VEC>
+__global__ void __launch_bounds__(SPLIT ? 2 * scc::OT : scc::OT, SPLIT ? 1 : 2) scc_bwd_onepass(
     const float* __restrict__ x,          // (N, Cin, P)
     const float* __restrict__ gy,         // (N, Cout, P)
     const float* __restrict__ w,          // (Cout, U)
@@ -1141,7 +1141,9 @@ __global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
 {
     tc::wait_prior_grids();
     using namespace scc;
-    constexpr int T = OT, LD = BN + 4;   // a staged row: 16-byte aligned, odd in float4s
+    // SPLIT: twice the threads, the first OT on the weight gradient, the others on the
+    // input gradient, at once (a block an SM: twice the warps).
+    constexpr int T = SPLIT ? 2 * OT : OT, LD = BN + 4;   // LD: 16-byte rows, odd in float4s
     constexpr int G = VEC ? 4 : 1, PQ = BN / 4, PER = BN / G, STEP = T / PER;
     constexpr int ES = 32 / PQ;          // lanes sharing a gx unit (entry parity): 2 or 4
     static_assert((S == 1 || S == 2) && (BN == 32 || BN == 64) && T % PER == 0, "shapes");
@@ -1211,8 +1213,8 @@ __global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
     bool live[IPT];
 #pragma unroll
     for (int j = 0; j < IPT; ++j) {
-        const int item = tid + j * T, t = item / OTILE;
-        live[j] = t < ntiles;
+        const int item = tid + j * OT, t = item / OTILE;
+        live[j] = t < ntiles && (!SPLIT || tid < OT);
         const int2 tl = tiles[live[j] ? t : 0];
         const int s0 = 8 * tl.x + 4 * ((item >> 3) & 1), b0 = starts[8 * tl.x];
         const int v0 = 32 * tl.y + (item & 7);
@@ -1238,7 +1240,8 @@ __global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
 
         // Input gradient: a warp one channel octet; a lane 4 channels x 8 pixels (quads pg
         // and pg + PQ / 2) over every ES-th entry.
-        for (int un = tid; un < units; un += T) {
+        for (int un = SPLIT ? tid - OT : tid; un < units; un += OT) {
+            if (SPLIT && tid < OT) break;
             const int o = un / 32, lane = un % 32, pg = lane % (PQ / 2);
             const int h = lane / (PQ / 2) % 2, eh = lane / PQ;
             float d[4][8] = {};
@@ -1354,7 +1357,7 @@ __global__ void __launch_bounds__(scc::OT, 2) scc_bwd_onepass(
 #pragma unroll
     for (int j = 0; j < IPT; ++j) {
         if (!live[j]) continue;
-        const int item = tid + j * T;
+        const int item = tid + j * OT;
         const int2 tl = tiles[item / OTILE];
         const int s0 = 8 * tl.x + 4 * ((item >> 3) & 1), b0 = starts[8 * tl.x];
         const int v0 = 32 * tl.y + (item & 7);
@@ -1403,14 +1406,16 @@ TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
 #define TC_I_SCC_BWD_ONEPASS(...) template __global__ void scc_bwd_onepass<__VA_ARGS__>( \
     const float*, const float*, const float*, const int*, const int*, const int2*, const int*, \
     const int*, const int*, float*, float*, int, int, int, int, int, int, int, int);
-TC_I_SCC_BWD_ONEPASS(1, 1, 32, false) TC_I_SCC_BWD_ONEPASS(1, 1, 32, true)
-TC_I_SCC_BWD_ONEPASS(1, 1, 64, false) TC_I_SCC_BWD_ONEPASS(1, 1, 64, true)
-TC_I_SCC_BWD_ONEPASS(1, 2, 32, false) TC_I_SCC_BWD_ONEPASS(1, 2, 32, true)
-TC_I_SCC_BWD_ONEPASS(1, 2, 64, false) TC_I_SCC_BWD_ONEPASS(1, 2, 64, true)
-TC_I_SCC_BWD_ONEPASS(2, 1, 32, false) TC_I_SCC_BWD_ONEPASS(2, 1, 32, true)
-TC_I_SCC_BWD_ONEPASS(2, 1, 64, false) TC_I_SCC_BWD_ONEPASS(2, 1, 64, true)
-TC_I_SCC_BWD_ONEPASS(2, 2, 32, false) TC_I_SCC_BWD_ONEPASS(2, 2, 32, true)
-TC_I_SCC_BWD_ONEPASS(2, 2, 64, false) TC_I_SCC_BWD_ONEPASS(2, 2, 64, true)
+TC_I_SCC_BWD_ONEPASS(1, 1, 32, false, false) TC_I_SCC_BWD_ONEPASS(1, 1, 32, false, true)
+TC_I_SCC_BWD_ONEPASS(1, 1, 64, false, false) TC_I_SCC_BWD_ONEPASS(1, 1, 64, false, true)
+TC_I_SCC_BWD_ONEPASS(1, 2, 32, false, false) TC_I_SCC_BWD_ONEPASS(1, 2, 32, false, true)
+TC_I_SCC_BWD_ONEPASS(1, 2, 64, false, false) TC_I_SCC_BWD_ONEPASS(1, 2, 64, false, true)
+TC_I_SCC_BWD_ONEPASS(2, 1, 32, false, false) TC_I_SCC_BWD_ONEPASS(2, 1, 32, false, true)
+TC_I_SCC_BWD_ONEPASS(2, 1, 64, false, false) TC_I_SCC_BWD_ONEPASS(2, 1, 64, false, true)
+TC_I_SCC_BWD_ONEPASS(2, 2, 32, false, false) TC_I_SCC_BWD_ONEPASS(2, 2, 32, false, true)
+TC_I_SCC_BWD_ONEPASS(2, 2, 64, false, false) TC_I_SCC_BWD_ONEPASS(2, 2, 64, false, true)
+TC_I_SCC_BWD_ONEPASS(1, 2, 64, true, false) TC_I_SCC_BWD_ONEPASS(1, 2, 64, true, true)
+TC_I_SCC_BWD_ONEPASS(2, 2, 64, true, false) TC_I_SCC_BWD_ONEPASS(2, 2, 64, true, true)
 #undef TC_I_SCC_BWD_ONEPASS
 #define TC_I_SCC_FWD(...) template __global__ void scc_fwd<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const float*, float*, int, int, int, int, int, int);

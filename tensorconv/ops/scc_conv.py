@@ -94,12 +94,15 @@ def _fused_name(vec: bool) -> str:
     return f"scc_bwd_fused<{'true' if vec else 'false'}>"
 
 
-ONEPASS_SHAPES = [(i, s, bn) for i in (1, 2) for s in (1, 2) for bn in (32, 64)]
-"""scc_bwd_onepass's instances: (weight-gradient items a thread, staged chunks, pixels a chunk)."""
+ONEPASS_SHAPES = ([(i, s, bn, False) for i in (1, 2) for s in (1, 2) for bn in (32, 64)]
+                  + [(i, 2, 64, True) for i in (1, 2)])
+"""scc_bwd_onepass's instances: (weight-gradient items a thread, staged chunks, pixels a
+chunk, split: twice the threads, the two gradients on their own warps)."""
 
 
-def _onepass_name(items: int, stages: int, bn: int, vec: bool) -> str:
-    return f"scc_bwd_onepass<{items}, {stages}, {bn}, {'true' if vec else 'false'}>"
+def _onepass_name(items: int, stages: int, bn: int, split: bool, vec: bool) -> str:
+    b = {True: "true", False: "false"}
+    return f"scc_bwd_onepass<{items}, {stages}, {bn}, {b[split]}, {b[vec]}>"
 
 
 def _templated() -> list[str]:

@@ -22,7 +22,7 @@ deterministic, no atomics.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -209,7 +209,8 @@ class OnePass:
     ``32·run`` past the octet's first start, every offset of each octet's band in one;
     ``oct_ptr``, ``entry_row`` (the sorted position of each entry's filter) and
     ``entry_w`` (:func:`octet_entries`); ``items`` weight-gradient items a thread,
-    ``stages`` staged chunks of ``bn`` pixels, ``smem`` bytes a block."""
+    ``stages`` staged chunks of ``bn`` pixels, ``smem`` bytes a block; ``split``: twice
+    :data:`ONEPASS_THREADS` threads, the two gradients on their own warps."""
 
     tiles: np.ndarray
     oct_ptr: np.ndarray
@@ -219,9 +220,14 @@ class OnePass:
     stages: int
     bn: int
     smem: int
+    split: bool = False
+
+    @property
+    def threads(self) -> int:
+        return 2 * ONEPASS_THREADS if self.split else ONEPASS_THREADS
 
     def name(self, vec: bool) -> str:
-        return _onepass_name(self.items, self.stages, self.bn, vec)
+        return _onepass_name(self.items, self.stages, self.bn, self.split, vec)
 
 
 @functools.lru_cache(maxsize=256)
@@ -252,13 +258,17 @@ def onepass(geom: SCCGeometry, stages: int, bn: int, smem_limit: int) -> OnePass
 
 
 def onepass_plan(geom: SCCGeometry, pixels: int, *, stages: int | None = None,
-                 bn: int | None = None, shares: int | None = None):
+                 bn: int | None = None, shares: int | None = None,
+                 split: bool | None = None):
     """``(plan, shares, per_share)`` of the one-pass backward over ``pixels`` = N x H x W
     on this device, or None where it cannot take the layer.  By default chunks of 64
     pixels (32 where those would not give every other SM one) with the next one's copies
     in flight, else one at a time; a block's share of the pixels a whole number of chunks,
     as many shares as blocks fit the GPU at once (two an SM where the shared memory
-    allows).  Measured on the H100 and H200 (``docs/notes/scc_conv.md``)."""
+    allows); at one block an SM, twice the threads, the input gradient on half of them
+    and the weight gradient on the others (``split``, forced where given: the 64-pixel
+    double-buffered kernels only).  Measured on the H100 and H200
+    (``docs/notes/scc_conv.md``)."""
     facts = backend.device_facts()
     sms, limit = facts.sm_count, facts.smem_per_block_optin
     wide = bn or (64 if 2 * cdiv(pixels, 64) >= sms else 32)
@@ -268,6 +278,11 @@ def onepass_plan(geom: SCCGeometry, pixels: int, *, stages: int | None = None,
     if plan is None:
         return None
     per_sm = 2 if plan.smem + 1024 <= facts.smem_per_sm // 2 else 1
+    built = (plan.stages, plan.bn) == (2, 64)      # the split kernels instantiated
+    if split if split is not None else (built and per_sm == 1):
+        if not built:
+            return None
+        plan, per_sm = replace(plan, split=True), 1
     shares = min(shares or per_sm * sms, cdiv(pixels, plan.bn))
     per_share = cdiv(cdiv(pixels, shares), plan.bn) * plan.bn
     return plan, cdiv(pixels, per_share), per_share
@@ -295,7 +310,7 @@ def _run_onepass(x, gy, w, geom: SCCGeometry, out_x, out_w, launch_plan) -> None
     tiles, oct_ptr, entry_row, entry_w = onepass_tables(geom, device)
     i32 = np.int32
     launch(cuda.kernel_ref(FILE, plan.name(_vec(4, p, x, gy, out_x))), (shares, 1, 1),
-           (ONEPASS_THREADS,),
+           (plan.threads,),
            (x, gy, w, order, starts, tiles, oct_ptr, entry_row, entry_w, out_x, partial,
             i32(geom.cin), i32(geom.cout), i32(geom.u), i32(p), i32(n * p), i32(per_share),
             i32(len(plan.tiles)), i32(len(plan.entry_row))), smem=plan.smem)

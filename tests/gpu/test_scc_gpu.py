@@ -265,20 +265,21 @@ def test_the_fused_backward_matches_the_reference(rng, monkeypatch, cin, cout, c
     (32, 64, 2, 0.25, 7, 2, 2), (96, 100, 2, 0.33, 1, 11, 12), (20, 7, 4, 0.0, 2, 6, 6),
     (8, 200, 2, 0.5, 2, 4, 4), (60, 36, 3, 0.5, 2, 7, 5)])
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
-@pytest.mark.parametrize("chunk", [(2, 64, None), (1, 32, 3), (2, 32, 1000)])
+@pytest.mark.parametrize("chunk", [(2, 64, None, False), (2, 64, 5, True), (1, 32, 3, False),
+                                   (2, 32, 1000, False)])
 def test_the_one_pass_backward_matches_the_reference(rng, cin, cout, cg, co, n, h, wd, layout,
                                                      chunk):
     """Both gradients by blocks over every filter and channel, forced: each staging
-    (double-buffered or not, 64- or 32-pixel chunks), one share, a few or one a chunk
-    (many partial sums), octets past Cin, filter octets past Cout, bands wrapping, vector
-    and scalar copies (a plane not a multiple of 4, maps off 16 bytes), pixels past the
-    last chunk; outputs poisoned."""
+    (double-buffered or not, 64- or 32-pixel chunks), the gradients on the same warps or
+    on their own, one share, a few or one a chunk (many partial sums), octets past Cin,
+    filter octets past Cout, bands wrapping, vector and scalar copies (a plane not a
+    multiple of 4, maps off 16 bytes), pixels past the last chunk; outputs poisoned."""
     import cupy as cp
 
     from tensorconv import ops
     from tensorconv.ops import scc_fused
 
-    stages, bn, shares = chunk
+    stages, bn, shares, split = chunk
     if layout == "odd-plane":
         h, wd = h | 1, wd | 1
     geom = scc.scc_geometry(cin, cout, cg, co)
@@ -294,8 +295,9 @@ def test_the_one_pass_backward_matches_the_reference(rng, cin, cout, cg, co, n, 
         buf[1:] = cp.asarray(a).ravel()
         return buf[1:].reshape(a.shape)
 
-    plan = scc_fused.onepass_plan(geom, n * h * wd, stages=stages, bn=bn, shares=shares)
-    assert plan is not None
+    plan = scc_fused.onepass_plan(geom, n * h * wd, stages=stages, bn=bn, shares=shares,
+                                  split=split)
+    assert plan is not None and plan[0].split == split
     gx = on_gpu(np.full(x.shape, np.nan, np.float32))
     gw = cp.full(w.shape, cp.nan, cp.float32)
     scc_fused._run_onepass(on_gpu(x), on_gpu(gy), on_gpu(w), geom, gx, gw, plan)

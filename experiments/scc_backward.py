@@ -7,8 +7,8 @@ cg 2, co 50 %) at ``--batch`` (128) on 32x32 input, on random data:
   bands of window-sorted filters (input-centric: no atomics; deterministic), both
   gradients in one pass over gy and x where the library's automatic choice takes it
   (``ops.scc_conv2d_backward``); with ``--tune``, each GEMM on the FMA kernels or the
-  tensor cores (3xTF32, ``ops.scc_tc``) and the backward in one pass (the one-pass or the
-  fused kernel) or its two gradients apart as measured on
+  tensor cores (3xTF32, ``ops.scc_tc``) and the backward in one pass or its two
+  gradients apart as measured on
   this device first (:func:`tensorconv.tuning.scc_paths.tune`, its times kept as the
   ``*_fma_us`` / ``*_tc_us`` rows), else the FMA kernels' static choice;
 * ``ours-parts``: the same with the two gradients' kernels apart (kernel time only);
@@ -244,8 +244,6 @@ def main(argv=None) -> int:
                 for fam in ("fma", "tc"):
                     rs.add(case, "ours", f"{side}_{fam}_us", getattr(t, f"{side}_{fam}"), "us",
                            note="the tuner's graph-replay time of one GEMM")
-            if t.fused is not None:
-                rs.add(case, "ours", "fused_backward_us", t.fused, "us")
             if t.onepass is not None:
                 rs.add(case, "ours", "onepass_backward_us", t.onepass, "us")
         _check(cp, g, x, w, gy, rs, case)
@@ -317,8 +315,7 @@ def main(argv=None) -> int:
                                       "backward_speedup", "fwd_bwd_speedup", "atomics",
                                       "rel_err", "forward_fma_us", "forward_tc_us",
                                       "data_fma_us", "data_tc_us", "weight_fma_us",
-                                      "weight_tc_us", "fused_backward_us",
-                                      "onepass_backward_us"))
+                                      "weight_tc_us", "onepass_backward_us"))
     sections.append(("Notes", f"{args.model} DW+SCC cg{args.cg} co{args.co:g}, batch "
                               f"{args.batch}, 32x32 input, fp32 (TF32 off everywhere). Kernel "
                               f"times (fwd_bwd_graph_us) replay CUDA graphs; the others are eager "

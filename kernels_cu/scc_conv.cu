@@ -34,10 +34,10 @@
 //   map read once (below, before them).
 // scc_fwd_cyclic: the paper's per-thread forward, window starts from the channel-cyclic
 //   map in constant memory or computed.
-// scc_bwd_fused: both gradients in one pass over gy and x (below, at the end).
+// scc_bwd_onepass: both gradients in one pass over gy and x (below, at the end).
 //
 // Launch geometry and checks belong to tensorconv/ops/scc_conv.py (scc_fused.py for the
-// fused backward), tables and tile choices to tensorconv/ops/scc_tiles.py.
+// one-pass backward), tables and tile choices to tensorconv/ops/scc_tiles.py.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 
@@ -929,196 +929,19 @@ __global__ void __launch_bounds__(scc::WIDE) scc_bwd_filter_wide(
     }
 }
 
-// Both gradients in one pass over gy and x (path "fused"; the parts, tables and shares
-// come from tensorconv/ops/scc_fused.py, fused_parts).  Block (part, share) walks its share
-// of the pixels in chunks of FBN, staging the gy rows and the x band its part needs (the
-// next chunk's copies in flight), then
-//   (1) the input gradient of the part's channel octets: warp = octet, lane = FBN / 32
-//       pixels, the octet's entries (a filter meeting it and its 8 weights, zeros where a
-//       channel lies outside the window) from shared memory; each gx value written once;
-//   (2) its weight-gradient warp tiles (8 sorted filters x 8 band offsets, as
-//       scc_bwd_filter_wide's), FT a warp, 8 lanes a tile, summed in registers over the
-//       share and across the 8 lanes at the end.
-// The parts path (scc_bwd_data + scc_bwd_filter) reads gy twice and x as often.  At step s
-// a tile's lanes take pixels 8·((tile + s) mod 4) + lane: the warp's four tiles read four
-// different bank octets whatever their rows.
-namespace scc {
-constexpr int FBN = 64, FT = 4, FPART = 12;   // pixels a chunk; tiles a warp; part fields
-}
-
-namespace scc {
-// The fused backward's input gradient for one chunk: `tasks` warp tasks over the part's
-// channel octets (BN / (32·PXW) tasks an octet, each PXW pixels a lane of its share of the
-// chunk), channels from c_first; oct_ptr from the part's first octet.
-template <int PXW, bool VEC>
-__device__ __forceinline__ void fused_octets(float* __restrict__ gx, const float* cur,
-                                             const float* wd, const int* erow,
-                                             const int* __restrict__ oct_ptr, int e0,
-                                             int c_first, int tasks, int qc, int q_end,
-                                             int Cin, int P) {
-    constexpr int PER = FBN / (32 * PXW);      // tasks an octet
-    const int lane = threadIdx.x & 31;
-    for (int task = threadIdx.x >> 5; task < tasks; task += WARPS) {
-        const int o = task / PER, col = (task % PER) * 32 * PXW + lane * PXW;
-        const int ea = oct_ptr[o] - e0, eb = oct_ptr[o + 1] - e0;
-        float d[F][PXW] = {};
-#pragma unroll 4
-        for (int e = ea; e < eb; ++e) {
-            float g[PXW];
-            load_px<PXW>(g, cur + erow[e] + col);
-            const float4 wa = *reinterpret_cast<const float4*>(wd + 8 * e);
-            const float4 wb = *reinterpret_cast<const float4*>(wd + 8 * e + 4);
-            const float wv[F] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-            for (int j = 0; j < F; ++j)
-#pragma unroll
-                for (int i = 0; i < PXW; ++i) d[j][i] = fmaf(wv[j], g[i], d[j][i]);
-        }
-        // Every row of the octet at the same pixels: their offsets found once.
-        long long ob[PXW];
-        if constexpr (VEC) {
-            ob[0] = pixel_base(qc + col, q_end, Cin, P);
-#pragma unroll
-            for (int i = 1; i < PXW; ++i) ob[i] = ob[0] < 0 ? -1 : ob[0] + i;
-        } else {
-#pragma unroll
-            for (int i = 0; i < PXW; ++i) ob[i] = pixel_base(qc + col + i, q_end, Cin, P);
-        }
-        const int c0 = c_first + 8 * o;
-#pragma unroll
-        for (int j = 0; j < F; ++j) {
-            if (c0 + j >= Cin) break;
-            float* row = gx + (size_t)(c0 + j) * P;
-            if constexpr (VEC && PXW == 2) {
-                if (ob[0] >= 0)
-                    *reinterpret_cast<float2*>(row + ob[0]) = make_float2(d[j][0], d[j][1]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < PXW; ++i)
-                    if (ob[i] >= 0) row[ob[i]] = d[j][i];
-            }
-        }
-    }
-}
-}  // namespace scc
-
-template <bool VEC>
-__global__ void __launch_bounds__(scc::WIDE, 2) scc_bwd_fused(
-    const float* __restrict__ x,          // (N, Cin, P)
-    const float* __restrict__ gy,         // (N, Cout, P)
-    const float* __restrict__ w,          // (Cout, U)
-    const int* __restrict__ order,        // (Cout,) filters sorted by window start
-    const int* __restrict__ starts,       // (Cout,) the start of each sorted filter
-    const int* __restrict__ parts,        // (parts, FPART), fields below
-    const int* __restrict__ rows,         // each part's gy rows: filter ids
-    const int2* __restrict__ tiles,       // (tiles,) {fo, vt}
-    const int* __restrict__ oct_ptr,      // (octets + 1,) each channel octet's entries
-    const int* __restrict__ entry_row,    // (entries,) the gy row (of its part) of each
-    const int* __restrict__ entry_w,      // (entries, 8) weight index k·U + u, or -1
-    float* __restrict__ gx,               // (N, Cin, P)
-    float* __restrict__ partial,          // (shares, Cout, U)
-    int Cin, int Cout, int U, int P, int Q, int per_share)
-{
-    tc::wait_prior_grids();
-    using namespace scc;
-    constexpr int BN = FBN, PX = BN / 32, G = VEC ? 4 : 1;
-    // The part: gy rows (filters prow[r], r < gy_rows), the first of them its tiles'
-    // sorted filters from s_lo; x rows r < x_rows its band channels (c_lo + r) mod Cin
-    // (x_rows < 2 Cin); its tiles, its octets, where its rows and entries begin.
-    const int* pt = parts + blockIdx.x * FPART;
-    const int s_lo = pt[0], gy_rows = pt[2], c_lo = pt[3], x_rows = pt[4];
-    const int tile0 = pt[5], ntiles = pt[6], oct0 = pt[7], noct = pt[8];
-    const int* prow = rows + pt[9];
-    const int e0 = pt[10], ne = pt[11], nrows = gy_rows + x_rows;
-    extern __shared__ __align__(16) float smem[];
-    float* wd = smem;                                    // (ne, 8) the octets' weights
-    int* erow = reinterpret_cast<int*>(smem + 8 * ne);  // (ne,) their gy rows' offsets
-    float* bufs = smem + (9 * ne + 3) / 4 * 4;           // two (nrows, BN) chunks
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int q_begin = blockIdx.y * per_share, q_end = min(q_begin + per_share, Q);
-    auto stage = [&](int qc, int b) {
-        if (qc < q_end) {
-            float* dst = bufs + b * nrows * BN;
-            stage_pixels<BN, G>(dst, gy, gy_rows, [&](int r) { return prow[r]; }, qc, q_end,
-                                Cout, P);
-            stage_pixels<BN, G>(dst + gy_rows * BN, x, x_rows,
-                                [&](int r) { return wrap(c_lo + r, Cin); }, qc, q_end, Cin, P);
-        }
-        tdcx::cp_async_commit();
-    };
-    stage(q_begin, 0);
-    for (int i = threadIdx.x; i < 8 * ne; i += WIDE) {
-        const int widx = entry_w[8 * (size_t)e0 + i];
-        wd[i] = widx >= 0 ? w[widx] : 0.f;
-    }
-    for (int i = threadIdx.x; i < ne; i += WIDE) erow[i] = entry_row[e0 + i] * BN;
-
-    // This lane's weight-gradient tile: gy rows s0 - s_lo + j and x rows b0 - c_lo + v0 + v
-    // (the host stages every row a tile reads, past the last filter or the band too: those
-    // sums are discarded).
-    const int grp = lane >> 3, pl = lane & 7;
-    const bool active = warp * FT + grp < ntiles;       // uniform over the tile's lanes
-    const int2 tl = tiles[tile0 + (active ? warp * FT + grp : 0)];
-    const int s0 = tl.x * F, v0 = tl.y * F, b0 = starts[s0];
-    const int goff = (s0 - s_lo) * BN, xoff = (gy_rows + b0 - c_lo + v0) * BN;
-
-    float acc[64] = {};
-    int b = 0;
-    for (int qc = q_begin; qc < q_end; qc += BN, b ^= 1) {
-        stage(qc + BN, b ^ 1);
-        tdcx::cp_async_wait<1>();
-        __syncthreads();
-        const float* cur = bufs + b * nrows * BN;
-        if (2 * noct <= WARPS)          // two warps an octet, each half the chunk
-            fused_octets<PX / 2, VEC>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0, 2 * noct,
-                                      qc, q_end, Cin, P);
-        else
-            fused_octets<PX, VEC>(gx, cur, wd, erow, oct_ptr + oct0, e0, 8 * oct0, noct, qc,
-                                  q_end, Cin, P);
-#pragma unroll
-        for (int r = 0; r < BN / 32; ++r) {
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const int px = 32 * r + 8 * ((grp + s) & 3) + pl;
-                float g[F], xv[F];
-#pragma unroll
-                for (int j = 0; j < F; ++j) g[j] = cur[goff + j * BN + px];
-#pragma unroll
-                for (int v = 0; v < F; ++v) xv[v] = cur[xoff + v * BN + px];
-#pragma unroll
-                for (int j = 0; j < F; ++j)
-#pragma unroll
-                    for (int v = 0; v < F; ++v) acc[j * F + v] = fmaf(g[j], xv[v], acc[j * F + v]);
-            }
-        }
-        __syncthreads();                // this buffer is restaged two chunks on
-    }
-    tdcx::cp_async_wait<0>();
-    // Sum over the tile's 8 lanes (lane bits 4, 2, 1): lane pl keeps filter s0 + pl's
-    // band offsets v0 .. v0 + 7 in acc[0 .. 8).
-    halve<32, 4>(acc, lane);
-    halve<16, 2>(acc, lane);
-    halve<8, 1>(acc, lane);
-    if (!active || s0 + pl >= Cout) return;
-    const int k = order[s0 + pl], u0 = v0 - (starts[s0 + pl] - b0);
-    float* out = partial + ((size_t)blockIdx.y * Cout + k) * U;
-#pragma unroll
-    for (int v = 0; v < F; ++v)
-        if (u0 + v >= 0 && u0 + v < U) out[u0 + v] = acc[v];
-}
-
 // scc_bwd_onepass: both gradients of a whole layer in one pass.  A block stages a chunk of
 // BN pixels of every gy row (in sorted order) and every x channel, computes the chunk's
 // input gradient (each value written once) and adds the chunk into its weight-gradient
 // outputs, which stay in registers over its pixel share (the shares then summed in a
-// fixed order: deterministic, no atomics).  Unlike scc_bwd_fused's lane-per-pixel warp
-// tiles, whose every weight is summed over 8 lanes, a thread owns 4 sorted filters x 4
-// band offsets (offsets cq, cq + 8, cq + 16, cq + 24 of a 32-offset run: a warp's loads of
-// one x row meet 8 consecutive channels, 8 distinct bank groups), each read as a vector of
-// 4 pixels: 8 vector loads a 64 multiply-adds.  The input gradient takes 4 channels x 4
-// pixels a thread over its channel octet's (filter, weights) entries, every other entry
-// where a warp has more lanes than an octet has units (the halves then summed by a
-// shuffle).  Two blocks an SM, the next chunk's copies in flight (S = 2).
+// fixed order: deterministic, no atomics).  Unlike a lane-per-pixel warp tile (the wide
+// weight gradient's), whose every weight is summed over 8 lanes, a thread owns 4 sorted
+// filters x 4 band offsets (offsets cq, cq + 8, cq + 16, cq + 24 of a 32-offset run: a
+// warp's loads of one x row meet 8 consecutive channels, 8 distinct bank groups), each
+// read as a vector of 4 pixels: 8 vector loads a 64 multiply-adds.  The input gradient
+// takes 4 channels x 8 pixels a lane over every second or fourth entry of its channel
+// octet's (filter, 8 weights) list, the parities then summed by halving shuffles.  S = 2:
+// the next chunk's copies in flight; SPLIT: twice the threads, each gradient on its own
+// half (a block an SM).
 namespace scc {
 constexpr int OT = 256;                  // the one-pass block
 constexpr int OTILE = 16;                // threads a weight-gradient tile: 8 filters x 32 offsets
@@ -1398,11 +1221,6 @@ TC_I_SCC_BWD_FILTER_WIDE(1, false) TC_I_SCC_BWD_FILTER_WIDE(2, false)
 TC_I_SCC_BWD_FILTER_WIDE(2, true) TC_I_SCC_BWD_FILTER_WIDE(4, false)
 TC_I_SCC_BWD_FILTER_WIDE(4, true)
 #undef TC_I_SCC_BWD_FILTER_WIDE
-#define TC_I_SCC_BWD_FUSED(...) template __global__ void scc_bwd_fused<__VA_ARGS__>(const float*, \
-    const float*, const float*, const int*, const int*, const int*, const int*, const int2*, \
-    const int*, const int*, const int*, float*, float*, int, int, int, int, int, int);
-TC_I_SCC_BWD_FUSED(false) TC_I_SCC_BWD_FUSED(true)
-#undef TC_I_SCC_BWD_FUSED
 #define TC_I_SCC_BWD_ONEPASS(...) template __global__ void scc_bwd_onepass<__VA_ARGS__>( \
     const float*, const float*, const float*, const int*, const int*, const int2*, const int*, \
     const int*, const int*, float*, float*, int, int, int, int, int, int, int, int);

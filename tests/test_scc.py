@@ -468,93 +468,14 @@ def test_the_wide_weight_gradient_tiles_cover_every_weight_once():
         assert gy_rows == blocks[:, 1].max() and x_rows == blocks[:, 3].max()
 
 
-def emulate_fused(g, x, w, gy):
-    """``scc_bwd_fused`` in NumPy, from its tables alone: each part stages its gy rows and
-    its x band, computes its octets' input gradient from the entries and its tiles' weight
-    gradient; returns (gx, gw, how often each gx channel and each weight was written)."""
-    from tensorconv.ops import scc_fused, scc_tiles
-
-    f = scc_fused.fused_parts(g)
-    order, starts = scc_tiles.sorted_filters(g)
-    gx, gw = np.full(x.shape, np.nan), np.full(w.shape, np.nan)
-    wrote_x, wrote_w = np.zeros(g.cin, int), np.zeros(w.shape, int)
-    for s_lo, n_w, gy_rows, c_lo, x_rows, t0, nt, o0, no, r0, e0, ne in f.parts:
-        assert n_w % 8 == 0 and n_w <= gy_rows and x_rows < 2 * g.cin
-        rows_k = f.rows[r0:r0 + gy_rows]
-        assert np.array_equal(rows_k[:n_w], order[np.minimum(s_lo + np.arange(n_w),
-                                                                g.cout - 1)])
-        gys = gy[:, rows_k]                                   # the staged gy rows
-        xs = x[:, (c_lo + np.arange(x_rows)) % g.cin]         # the staged x band
-        wflat = np.concatenate([w.reshape(-1), [0.0]])
-        for o in range(o0, o0 + no):
-            assert e0 <= f.oct_ptr[o] and f.oct_ptr[o + 1] <= e0 + ne
-            acc = 0
-            for e in range(f.oct_ptr[o], f.oct_ptr[o + 1]):
-                wv = wflat[f.entry_w[e]]                       # -1: the appended zero
-                acc = acc + wv[None, :, None, None] * gys[:, f.entry_row[e]][:, None]
-            for j in range(8):
-                if 8 * o + j < g.cin:
-                    gx[:, 8 * o + j] = acc[:, j] if np.ndim(acc) else 0.0
-                    wrote_x[8 * o + j] += 1
-        for fo, vt in f.tiles[t0:t0 + nt]:
-            s0, v0 = 8 * fo, 8 * vt
-            b0 = starts[s0]
-            assert s0 - s_lo + 8 <= n_w and b0 - c_lo + v0 + 8 <= x_rows
-            for j in range(8):
-                if s0 + j >= g.cout:
-                    continue
-                for v in range(8):
-                    u = v0 + v - (starts[s0 + j] - b0)
-                    if 0 <= u < g.u:
-                        k = order[s0 + j]
-                        gw[k, u] = np.sum(gys[:, s0 - s_lo + j] * xs[:, b0 - c_lo + v0 + v])
-                        wrote_w[k, u] += 1
-    return gx, gw, wrote_x, wrote_w
-
-
-@pytest.mark.parametrize("args", [(64, 64, 2, 0.5), (64, 128, 2, 0.5), (128, 128, 2, 0.5),
-                                  (128, 256, 4, 0.5), (32, 64, 2, 0.25), (12, 20, 2, 0.5),
-                                  (40, 130, 4, 0.75), (96, 150, 2, 0.33), (8, 8, 8, 0.33),
-                                  (20, 7, 4, 0.0), (64, 64, 8, 0.33)])
-def test_the_fused_backward_tables_give_both_gradients(rng, args):
-    """The fused backward's parts: every input channel in one part's octets, every weight
-    in one part's tiles, each part staging the rows it reads; emulated from the tables
-    they give the reference's gradients."""
-    from tensorconv.ops import scc_fused
-
-    g = scc.scc_geometry(*args)
-    f = scc_fused.fused_parts(g)
-    assert f is not None, args
-    assert f.parts[:, 6].sum() == len(f.tiles) and f.parts[:, 8].sum() == -(-g.cin // 8)
-    x = rng.standard_normal((2, g.cin, 3, 2))
-    w = rng.standard_normal((g.cout, g.u))
-    gy = rng.standard_normal((2, g.cout, 3, 2))
-    gx, gw, wrote_x, wrote_w = emulate_fused(g, x, w, gy)
-    assert (wrote_x == 1).all() and (wrote_w == 1).all(), args
-    want_gx, want_gw = scc.scc_backward(x, w, gy, g)
-    np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
-
-
-def test_the_fused_backward_is_refused_where_it_has_no_parts():
-    """Tiny inputs (a band over twice the channels) have no parts: path='fused' says so,
-    'auto' takes the two kernels; the automatic choice takes one or two parts (gy staged
-    at most 1.5 times) and a chunk for every SM."""
+def test_the_backward_refuses_an_unknown_path():
     from tensorconv import ops
-    from tensorconv.ops import scc_fused
 
     g = scc.scc_geometry(8, 8, 2, 0.5)
-    assert scc_fused.fused_parts(g) is None and not scc_fused.fused_backward(g, 10 ** 6, 132)
     x = np.zeros((1, 8, 2, 2), np.float32)
-    with pytest.raises(ValueError, match="path='fused'.*use path='parts'"):
-        ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="fused")
-    with pytest.raises(ValueError, match="path"):
-        ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path="one")
-    for args, want in (((64, 64, 2, 0.5), True), ((64, 128, 2, 0.5), True),
-                       ((128, 128, 4, 0.5), True), ((128, 128, 2, 0.5), False),
-                       ((128, 256, 4, 0.5), False), ((512, 512, 2, 0.5), False)):
-        assert scc_fused.fused_backward(scc.scc_geometry(*args), 128 * 16 * 16, 132) == want
-    assert not scc_fused.fused_backward(scc.scc_geometry(64, 64, 2, 0.5), 128 * 4 * 4, 132)
+    for path in ("one", "fused"):
+        with pytest.raises(ValueError, match="path"):
+            ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path=path)
 
 
 def test_algorithm_1_finds_one_cycle_of_windows():
@@ -628,24 +549,22 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     scc_tc.forget_verdicts()
     assert scc_tc.verdict(g, 8192, 64, "weight") is None      # untuned
     t = PathTimes(forward_fma=10.0, forward_tc=12.0, data_fma=9.0, data_tc=8.0,
-                  weight_fma=20.0, weight_tc=15.0, fused=30.0)
+                  weight_fma=20.0, weight_tc=15.0, onepass=30.0)
     v = t.verdicts()
     assert [v[s]["tc"] for s in ("forward", "data", "weight")] == [False, True, True]
-    assert v["backward"] == {"path": "parts", "onepass_us": None, "fused_us": 30.0,
-                             "parts_us": 23.0}
-    assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "fused"
-    assert PathTimes(1, 2, 3, 4, 50, 60, 40, 35).verdicts()["backward"]["path"] == "onepass"
+    assert v["backward"] == {"path": "parts", "onepass_us": 30.0, "parts_us": 23.0}
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "onepass"
     assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
     for side, value in v.items():
         tunecache.store(scc_tc.decision_key(g, 8192, 64, side), value)
     scc_tc.forget_verdicts()
     assert [scc_tc.verdict(g, 8192, 64, s) for s in scc_tc.SIDES] == [False, True, True,
                                                                       "parts"]
-    # a backward verdict stored before the one-pass kernel still reads
+    # a backward verdict stored for the first fused kernel reads as the one-pass one
     tunecache.store(scc_tc.decision_key(g, 8192, 16, "backward"), {"fused": True})
     tunecache.store(scc_tc.decision_key(g, 4096, 16, "backward"), {"path": "sideways"})
     scc_tc.forget_verdicts()
-    assert scc_tc.verdict(g, 8192, 16, "backward") == "fused"
+    assert scc_tc.verdict(g, 8192, 16, "backward") == "onepass"
     assert scc_tc.verdict(g, 4096, 16, "backward") is None    # malformed: a miss
     assert scc_tc.verdict(g, 8192, 16, "weight") is None      # another plane: untuned
     tunecache.store(scc_tc.decision_key(g, 4096, 64, "data"), {"tc": "yes"})
@@ -653,44 +572,66 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     assert scc_tc.verdict(g, 4096, 64, "data") is None        # malformed: a miss
 
 
-@pytest.mark.parametrize("cin,cout,cg,co", [
-    (64, 128, 2, 0.5), (64, 64, 2, 0.33), (40, 20, 2, 0.25), (24, 36, 4, 0.5), (48, 100, 2, 0.75),
-    (8, 200, 2, 0.5), (12, 30, 3, 0.5), (16, 12, 2, 0.0), (128, 128, 2, 0.5), (60, 36, 3, 0.5)])
-def test_the_one_pass_items_hold_every_weight_once_on_its_window(cin, cout, cg, co):
-    """Emulates scc_bwd_onepass's weight-gradient items from its tables (4 sorted filters
-    x band offsets cq + 8·b of a 32-offset run an item): every (filter, weight) is written
-    by exactly one item, from the x channel of its window."""
+def emulate_onepass(g, x, w, gy):
+    """``scc_bwd_onepass`` in NumPy, from its tables alone: the input gradient of each
+    channel octet from its entries (filter rows in sorted order, 8 weights each, -1 for a
+    zero), the weight gradient of each item (4 sorted filters x band offsets cq + 8·b of a
+    32-offset run past the octet's first start); returns (gx, gw, how often each gx
+    channel and each weight was written)."""
     from tensorconv.ops import scc_fused
     from tensorconv.ops.scc_tiles import sorted_filters
 
-    g = scc.scc_geometry(cin, cout, cg, co)
     plan = scc_fused.onepass(g, 1, 32, 1 << 30)
     order, starts = sorted_filters(g)
-    count = np.zeros((cout, g.u), dtype=int)
+    gys = gy[:, order]                                        # staged rows, sorted order
+    gx, gw = np.full(x.shape, np.nan), np.full(w.shape, np.nan)
+    wrote_x, wrote_w = np.zeros(g.cin, int), np.zeros(w.shape, int)
+    wflat = np.concatenate([w.reshape(-1), [0.0]])
+    for o in range(len(plan.oct_ptr) - 1):
+        acc = np.zeros((x.shape[0], 8) + x.shape[2:])
+        for e in range(plan.oct_ptr[o], plan.oct_ptr[o + 1]):
+            acc += wflat[plan.entry_w[e]][None, :, None, None] * gys[:, plan.entry_row[e]][:, None]
+        for j in range(8):
+            if 8 * o + j < g.cin:
+                gx[:, 8 * o + j] = acc[:, j]
+                wrote_x[8 * o + j] += 1
     for item in range(scc_fused.ONEPASS_THREADS * plan.items):
         t = item // scc_fused.ONEPASS_TILE
         if t >= len(plan.tiles):
             continue
         fo, run = plan.tiles[t]
         s0, b0, v0 = 8 * fo + 4 * ((item >> 3) & 1), starts[8 * fo], 32 * run + (item & 7)
-        for s in range(s0, min(s0 + 4, cout)):
+        for s in range(s0, min(s0 + 4, g.cout)):
             for c in range(4):
                 u = v0 + 8 * c - (starts[s] - b0)
                 if 0 <= u < g.u:
-                    count[order[s], u] += 1
-                    assert (b0 + v0 + 8 * c) % cin == (g.starts()[order[s]] + u) % cin
-    assert (count == 1).all()
-    # the input gradient's entries: each octet's filters hold the weight of every channel
-    # of the octet inside their window
-    oct_ptr, filters, widx = scc_fused.octet_entries(g)
-    for o in range(len(oct_ptr) - 1):
-        for e in range(oct_ptr[o], oct_ptr[o + 1]):
-            for j in range(8):
-                c, k = 8 * o + j, filters[e]
-                u = (c - g.starts()[k]) % cin
-                assert widx[e, j] == (k * g.u + u if c < cin and u < g.u else -1)
-    assert scc_fused.onepass(scc.scc_geometry(256, 256, 2, 0.5), 1, 32, 1 << 30) is None
+                    gw[order[s], u] = np.sum(gys[:, s] * x[:, (b0 + v0 + 8 * c) % g.cin])
+                    wrote_w[order[s], u] += 1
+    return gx, gw, wrote_x, wrote_w
+
+
+@pytest.mark.parametrize("cin,cout,cg,co", [
+    (64, 128, 2, 0.5), (64, 64, 2, 0.33), (40, 20, 2, 0.25), (24, 36, 4, 0.5), (48, 100, 2, 0.75),
+    (8, 200, 2, 0.5), (12, 30, 3, 0.5), (16, 12, 2, 0.0), (128, 128, 2, 0.5), (60, 36, 3, 0.5),
+    (20, 7, 4, 0.0), (8, 8, 8, 0.33), (96, 100, 2, 0.33)])
+def test_the_one_pass_tables_give_both_gradients(rng, cin, cout, cg, co):
+    """Emulated from its tables, the one-pass backward writes every input channel and
+    every weight exactly once and gives the reference's gradients; it refuses a layer past
+    two items a thread and a shared memory too small for its chunk."""
+    from tensorconv.ops import scc_fused
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    x = rng.standard_normal((2, g.cin, 3, 2))
+    w = rng.standard_normal((g.cout, g.u))
+    gy = rng.standard_normal((2, g.cout, 3, 2))
+    gx, gw, wrote_x, wrote_w = emulate_onepass(g, x, w, gy)
+    assert (wrote_x == 1).all() and (wrote_w == 1).all()
+    want_gx, want_gw = scc.scc_backward(x, w, gy, g)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw, want_gw, rtol=1e-12, atol=1e-12)
     assert scc_fused.onepass(g, 2, 64, 1024) is None          # past the shared memory
+    for args in ((256, 256, 2, 0.5), (96, 150, 2, 0.33)):
+        assert scc_fused.onepass(scc.scc_geometry(*args), 1, 32, 1 << 30) is None
 
 
 def test_the_path_tuner_checks_its_arguments_before_touching_a_gpu():

@@ -90,10 +90,6 @@ def _wide_name(side: str, px: int, vec: bool) -> str:
     return f"{kernel}<{px}, {'true' if vec else 'false'}>"
 
 
-def _fused_name(vec: bool) -> str:
-    return f"scc_bwd_fused<{'true' if vec else 'false'}>"
-
-
 ONEPASS_SHAPES = ([(i, s, bn, False) for i in (1, 2) for s in (1, 2) for bn in (32, 64)]
                   + [(i, 2, 64, True) for i in (1, 2)])
 """scc_bwd_onepass's instances: (weight-gradient items a thread, staged chunks, pixels a
@@ -109,7 +105,7 @@ def _templated() -> list[str]:
     return ([f(t, r) for f in (_fwd_name, _data_name) for t in PIXEL_TILES for r in (0, 1)]
             + [_filter_name(t) for t in BAND_TILES]
             + [_wide_name(side, px, vec) for side in ("forward", "filter")
-               for px, vec in _WIDE] + list(_CYCLIC) + [_fused_name(v) for v in (True, False)]
+               for px, vec in _WIDE] + list(_CYCLIC)
             + [_onepass_name(*shape, v) for shape in ONEPASS_SHAPES for v in (True, False)])
 
 

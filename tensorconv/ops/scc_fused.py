@@ -1,22 +1,17 @@
 """The sliding-channel convolution's two gradients in one pass (``kernels_cu/scc_conv.cu``,
-``scc_bwd_onepass`` and ``scc_bwd_fused``): their tables, shares and launch, and the op.
+``scc_bwd_onepass``): its tables, plan and launch, and the backward op.
 
 The two-kernel backward (:func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_data`, then
 :func:`~tensorconv.ops.scc_conv.scc_conv2d_backward_weight`) reads gy twice and x once
-more.  Both kernels here stage each chunk of gy and x pixels once, compute the chunk's
-input gradient from it (each value written once) and add it into weight-gradient sums
-held in registers over a block's pixel share, the shares then reduced in a fixed order:
-deterministic, no atomics.
-
-* The one-pass kernel (:func:`onepass_plan`): a block stages every gy row and every x
-  channel of its chunk and owns every weight (4 sorted filters x 4 band offsets a
-  thread, read as vectors of 4 pixels), so gy and x are read once in all.  It takes the
-  layers whose weights and chunk fit a block: up to two items a thread (8,192 weights)
-  and the shared memory of the GPU.
-* The fused kernel (:func:`fused_parts`): the weight gradient's 8 x 8 warp tiles
-  (lane = pixel, summed over 8 lanes) split into parts of 32 a block, the channel
-  octets evenly; where several parts need the same gy rows they stage them again, which
-  is why its automatic choice keeps to one or two parts.
+more.  Here a block stages a chunk of pixels of every gy row and every x channel once,
+computes the chunk's input gradient from it (each value written once) and adds it into
+the layer's weight-gradient sums, held in registers over its pixel share (4 sorted
+filters x 4 band offsets a thread, read as vectors of 4 pixels); the shares are then
+reduced in a fixed order: deterministic, no atomics.  It takes the layers whose weights
+and chunk fit a block (up to two items a thread, 8,192 weights, and the GPU's shared
+memory): :func:`onepass_plan`.  (A first fused kernel, ``scc_bwd_fused``, over parts of
+8 x 8 lane-per-pixel warp tiles, was slower on every layer but one and is gone:
+``docs/notes/scc_conv.md``.)
 """
 
 from __future__ import annotations
@@ -33,61 +28,19 @@ from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 from tensorconv.ops.scc_checks import check_geom, check_weights, check_x_gy
 from tensorconv.ops.scc_conv import (
     FILE,
-    _fused_name,
     _onepass_name,
     _vec,
     scc_conv2d_backward_data,
     scc_conv2d_backward_weight,
 )
-from tensorconv.ops.scc_tiles import (
-    THREADS,
-    WARPS,
-    WIDE_SMEM,
-    F,
-    device_tables,
-    filter_tiles,
-    sorted_filters,
-)
+from tensorconv.ops.scc_tiles import F, device_tables, sorted_filters
 from tensorconv.reference import scc as reference
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["FusedParts", "OnePass", "fused_backward", "fused_parts", "fused_shares",
-           "octet_entries", "onepass", "onepass_plan", "scc_conv2d_backward"]
+__all__ = ["OnePass", "octet_entries", "onepass", "onepass_plan", "scc_conv2d_backward"]
 
-BACKWARD_PATHS = ("auto", "onepass", "fused", "parts", "tc")
-
-FUSED_BN = 64                    # scc::FBN: pixels a chunk of the fused backward
-FUSED_TILES = 4 * WARPS          # its weight-gradient warp tiles a block (scc::FT a warp)
-FUSED_FIELDS = 12                # scc::FPART: ints a part
-FUSED_SMEM = 100 * 1024          # its shared memory at most: two blocks still fit an SM
-
-
-@dataclass(frozen=True, eq=False)
-class FusedParts:
-    """The fused backward's work (``scc_bwd_fused``), split into parts, one a block row.
-
-    ``parts`` (parts, FUSED_FIELDS) int32, per part: first sorted filter of its
-    weight-gradient tiles (``s_lo``), their gy rows (whole octets), all its gy rows, first
-    band channel (``c_lo``), x rows, first tile, tiles, first channel octet, octets, where
-    its gy rows begin in ``rows``, first entry, entries.  ``rows``: each part's gy rows as
-    filter ids (its tiles' sorted filters first, the last repeated to a whole octet, then
-    the other filters its octets meet).  ``tiles``: :func:`filter_tiles`'s warp tiles.
-    ``oct_ptr`` (octets + 1,): the entries of each channel octet (8 channels); an entry is
-    a filter meeting the octet, ``entry_row`` its gy row in its part and ``entry_w``
-    (entries, 8) the weight index ``k·U + u`` of each of the octet's channels, -1 where
-    the channel lies outside the window.  ``smem``: bytes a block; ``gy_reads``: gy rows
-    staged over all parts / Cout."""
-
-    parts: np.ndarray
-    rows: np.ndarray
-    tiles: np.ndarray
-    oct_ptr: np.ndarray
-    entry_row: np.ndarray
-    entry_w: np.ndarray
-    smem: int
-    gy_reads: float
-
+BACKWARD_PATHS = ("auto", "onepass", "parts", "tc")
 
 @functools.lru_cache(maxsize=256)
 def octet_entries(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,95 +60,6 @@ def octet_entries(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray
     c = e_oct[:, None] * F + np.arange(F)                     # (entries, 8) channels
     uu = (c - geom.starts()[e_k][:, None]) % cin
     return oct_ptr, e_k, np.where((c < cin) & (uu < u), e_k[:, None] * u + uu, -1)
-
-
-@functools.lru_cache(maxsize=256)
-def fused_parts(geom: SCCGeometry) -> FusedParts | None:
-    """The fused backward's parts for ``geom``, or None where a filter octet alone has more
-    warp tiles than a block holds, or a part's band would span 2·Cin channels or more.
-    Parts take consecutive filter octets (at most :data:`FUSED_TILES` tiles, about equal)
-    and an equal share of the channel octets."""
-    tiles = filter_tiles(geom)[0]
-    order, starts = sorted_filters(geom)
-    octets = cdiv(geom.cout, F)
-    per = np.bincount(tiles[:, 0], minlength=octets)
-    if per.max() > FUSED_TILES:
-        return None
-    target = max(int(per.max()), cdiv(len(tiles), cdiv(len(tiles), FUSED_TILES)))
-    groups, cur, n = [], [], 0
-    for fo in range(octets):
-        if cur and n + per[fo] > target:
-            groups.append(cur)
-            cur, n = [], 0
-        cur.append(fo)
-        n += int(per[fo])
-    groups.append(cur)
-
-    cin = geom.cin
-    n_oct = cdiv(cin, F)
-    oct_ptr, e_k, entry_w = octet_entries(geom)
-
-    bounds = np.round(np.linspace(0, n_oct, len(groups) + 1)).astype(int)
-    first_tile = np.concatenate([[0], np.cumsum(per)])
-    fields, rows, entry_row, smem, gy_total = [], [], np.empty(len(e_k), np.int64), 0, 0
-    for p, fos in enumerate(groups):
-        s_lo = fos[0] * F
-        n_w = len(fos) * F
-        own = order[np.minimum(np.arange(s_lo, s_lo + n_w), geom.cout - 1)]
-        o0, o1 = bounds[p], bounds[p + 1]
-        e0, e1 = oct_ptr[o0], oct_ptr[o1]
-        extra = [k for k in dict.fromkeys(e_k[e0:e1].tolist()) if k not in set(own.tolist())]
-        part_rows = np.concatenate([own, np.asarray(extra, dtype=np.int64)])
-        row_of = {int(k): r for r, k in reversed(list(enumerate(part_rows)))}
-        entry_row[e0:e1] = [row_of[int(k)] for k in e_k[e0:e1]]
-        t0, t1 = first_tile[fos[0]], first_tile[fos[-1] + 1]
-        c_lo = int(starts[s_lo])
-        x_rows = int(max(starts[tiles[t, 0] * F] - c_lo + F * tiles[t, 1] + F
-                         for t in range(t0, t1)))
-        if x_rows >= 2 * cin:
-            return None
-        fields.append([s_lo, n_w, len(part_rows), c_lo, x_rows, t0, t1 - t0, o0, o1 - o0,
-                       sum(len(r) for r in rows), e0, e1 - e0])
-        rows.append(part_rows)
-        gy_total += len(part_rows)
-        smem = max(smem, 4 * (cdiv(9 * (e1 - e0), 4) * 4
-                              + 2 * (len(part_rows) + x_rows) * FUSED_BN))
-    i32 = np.int32
-    return FusedParts(parts=np.asarray(fields, dtype=i32), rows=np.concatenate(rows).astype(i32),
-                      tiles=tiles, oct_ptr=oct_ptr.astype(i32), entry_row=entry_row.astype(i32),
-                      entry_w=entry_w.astype(i32), smem=int(smem), gy_reads=gy_total / geom.cout)
-
-
-def fused_backward(geom: SCCGeometry, pixels: int, sm_count: int) -> bool:
-    """Whether the automatic choice takes the fused backward (``scc_bwd_fused``) for both
-    gradients: where it has at most two parts within :data:`FUSED_SMEM`, staging gy at
-    most 1.5 times in all, and a chunk for every SM.  Measured on the H100
-    (``docs/notes/scc_conv.md``): faster than the two kernels on every such layer timed
-    (1.37x on 64→64 at 32x32, cg 2), slower with four parts or more (gy staged twice)."""
-    f = fused_parts(geom)
-    return (f is not None and f.smem <= FUSED_SMEM and len(f.parts) <= 2
-            and f.gy_reads <= 1.5 and pixels >= sm_count * FUSED_BN)
-
-
-def fused_shares(geom: SCCGeometry, pixels: int, sm_count: int) -> tuple[int, int]:
-    """``(shares, per_share)`` of the fused backward: about two blocks an SM in all (what
-    fits at once), each share a whole number of chunks, at least four."""
-    parts = len(fused_parts(geom).parts)
-    shares = max(1, min(cdiv(2 * sm_count, parts), cdiv(pixels, 4 * FUSED_BN)))
-    per_share = cdiv(cdiv(pixels, shares), FUSED_BN) * FUSED_BN
-    return cdiv(pixels, per_share), per_share
-
-
-@functools.cache   # never evicted: captured CUDA graphs hold these addresses
-def fused_tables(geom: SCCGeometry, device: int) -> tuple:
-    """:func:`fused_parts`'s tables on GPU ``device``, made once: parts, rows, tiles,
-    oct_ptr, entry_row, entry_w."""
-    import cupy
-
-    f = fused_parts(geom)
-    with cupy.cuda.Device(device):
-        return tuple(cupy.asarray(a) for a in (f.parts, f.rows, f.tiles, f.oct_ptr,
-                                              f.entry_row, f.entry_w))
 
 
 ONEPASS_THREADS = 256             # scc::OT: the one-pass backward's block
@@ -328,19 +192,16 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     gy : array, (N, Cout, H, W), float32
     w : array, (Cout, U), float32
     geom : SCCGeometry
-    path : {"auto", "onepass", "fused", "parts", "tc"}
+    path : {"auto", "onepass", "parts", "tc"}
         The kernels (GPU): "onepass", one pass over gy and x for both gradients, a block
         over every filter and channel of its pixels (``scc_bwd_onepass``,
-        :func:`onepass_plan`; where a block holds the layer); "fused", one pass too, by
-        blocks over parts of the weight-gradient tiles and of the input channels
-        (``scc_bwd_fused``, :func:`fused_parts`); "parts",
-        :func:`scc_conv2d_backward_data` then :func:`scc_conv2d_backward_weight`, each
-        with its defaults (each following its stored verdict: the tensor cores or the
-        FMA kernels); "tc", the same two on the tensor cores at fp32 accuracy
-        (:mod:`~tensorconv.ops.scc_tc`); "auto" follows the layer's stored "backward"
-        verdict (:func:`~tensorconv.ops.scc_tc.verdict`), untuned the one-pass kernel
-        where it takes the layer, else the fused one where :func:`fused_backward` says,
-        else "parts".
+        :func:`onepass_plan`; where a block holds the layer, else a ValueError);
+        "parts", :func:`scc_conv2d_backward_data` then
+        :func:`scc_conv2d_backward_weight`, each with its defaults (each following its
+        stored verdict: the tensor cores or the FMA kernels); "tc", the same two on the
+        tensor cores at fp32 accuracy (:mod:`~tensorconv.ops.scc_tc`); "auto" follows
+        the layer's stored "backward" verdict (:func:`~tensorconv.ops.scc_tc.verdict`),
+        untuned the one-pass kernel where it takes the layer, else "parts".
     out_x : array, (N, Cin, H, W), float32, optional (GPU only)
     out_w : array, (Cout, U), float32, optional (GPU only)
 
@@ -354,18 +215,11 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     x, gy, xp = check_x_gy(x, gy, geom)
     w = check_weights(w, geom, xp)
     n, _, h, wd = x.shape
-    parts = fused_parts(geom)
-    fused_ok = parts is not None and parts.smem <= WIDE_SMEM
-    if path == "fused" and not fused_ok:
-        raise ValueError(f"path='fused': {geom} has no fused parts within {WIDE_SMEM} bytes "
-                         f"of shared memory (a window too wide for a block's tiles, or too "
-                         f"few channels); use path='parts'")
     if xp is np:
         no_out_on_cpu(out_x=out_x, out_w=out_w)
         gx, gw = reference.scc_backward(x, w, gy, geom)
         return gx.astype(np.float32), gw.astype(np.float32)
     q, p = n * h * wd, h * wd
-    sms = backend.device_facts().sm_count
     one = onepass_plan(geom, q)
     if path == "onepass" and one is None:
         raise ValueError(f"path='onepass': a block of this GPU cannot hold {geom}'s "
@@ -376,27 +230,11 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
         return (scc_conv2d_backward_data(gy, w, geom, path="tc", out=out_x),
                 scc_conv2d_backward_weight(x, gy, geom, path="tc", out=out_w))
     if path == "auto":
-        path = scc_tc.verdict(geom, q, p, "backward") or (
-            "onepass" if one is not None else "fused" if fused_backward(geom, q, sms)
-            else "parts")
-    if (path == "onepass" and one is None) or (path == "fused" and not fused_ok):
-        path = "parts"   # a verdict from another GPU, or edited by hand
-    if path == "parts":
+        path = scc_tc.verdict(geom, q, p, "backward") or "onepass"
+    if path == "parts" or one is None:    # also a verdict from another GPU
         return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
                 scc_conv2d_backward_weight(x, gy, geom, out=out_w))
     out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
     out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
-    if path == "onepass":
-        _run_onepass(x, gy, w, geom, out_x, out_w, one)
-        return out_x, out_w
-    shares, per_share = fused_shares(geom, q, sms)
-    partial = workspace(xp, shares * geom.cout * geom.u)   # graph-safe: no allocation
-    device = xp.cuda.runtime.getDevice()
-    i32 = np.int32
-    launch(cuda.kernel_ref(FILE, _fused_name(_vec(4, p, x, gy, out_x))),
-           (len(parts.parts), shares, 1), (THREADS,),
-           (x, gy, w, *device_tables(geom, device, "sorted"),
-            *fused_tables(geom, device), out_x, partial, i32(geom.cin),
-            i32(geom.cout), i32(geom.u), i32(p), i32(q), i32(per_share)), smem=parts.smem)
-    _igemm.reduce_flat(partial, out_w, shares, geom.cout * geom.u, sms)
+    _run_onepass(x, gy, w, geom, out_x, out_w, one)
     return out_x, out_w

@@ -93,15 +93,15 @@ def check_runs_here() -> None:
                          f"this GPU has {backend.device_facts().compute_capability}")
 
 
-BACKWARD_CHOICES = ("onepass", "fused", "parts")   # the "backward" verdict's values
+BACKWARD_CHOICES = ("onepass", "parts")   # the "backward" verdict's values
 
 
 def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
     """The tune-cache key of ``side``'s verdict for ``geom`` over ``pixels`` = N x H x W
     with planes of ``plane`` = H x W pixels: "forward", "data" or "weight" (``{"tc":
     bool}``: the tensor cores or the FMA kernels), or "backward" (``{"path": one of
-    BACKWARD_CHOICES}``: the one-pass or the fused FMA backward, or the two gradients
-    apart, each by its own verdict)."""
+    BACKWARD_CHOICES}``: the one-pass FMA backward, or the two gradients apart, each by
+    its own verdict)."""
     check_choice(side, "side", SIDES)
     problem = f"{geom.cin},{geom.cout},{geom.cg},{geom.co!r},{pixels},{plane}"
     return tunecache.make_key(f"scc_path:{side}", ("scc_conv.cu", FILE), problem)
@@ -117,7 +117,8 @@ def _decode_backward(v):
     if isinstance(v, dict) and v.get("path") in BACKWARD_CHOICES:
         return v["path"]
     if isinstance(v, dict) and "path" not in v and isinstance(v.get("fused"), bool):
-        return "fused" if v["fused"] else "parts"      # stored before the one-pass kernel
+        # stored for the first fused kernel, which the one-pass kernel replaced
+        return "onepass" if v["fused"] else "parts"
     raise ValueError(f"expected {{'path': one of {BACKWARD_CHOICES}, ...}}")
 
 

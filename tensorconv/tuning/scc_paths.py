@@ -1,6 +1,6 @@
 """Which kernels a sliding-channel layer runs, measured on this device: the FMA kernels of
 :mod:`~tensorconv.ops.scc_conv` or the tensor-core ones of :mod:`~tensorconv.ops.scc_tc`
-for each of its three GEMMs, and the one-pass or fused backward or the two gradients apart.
+for each of its three GEMMs, and the one-pass backward or the two gradients apart.
 
 :func:`tune` times every side both ways (CUDA-graph replay medians, random data of the
 layer's shape) and stores one verdict a side in the tune cache
@@ -25,8 +25,7 @@ __all__ = ["PathTimes", "tune"]
 @dataclass(frozen=True)
 class PathTimes:
     """One layer's measured times (µs, graph replays): each GEMM on the FMA kernels and on
-    the tensor cores, the fused FMA backward and the one-pass one (None where they
-    cannot take the layer)."""
+    the tensor cores, and the one-pass backward (None where it cannot take the layer)."""
 
     forward_fma: float
     forward_tc: float
@@ -34,21 +33,19 @@ class PathTimes:
     data_tc: float
     weight_fma: float
     weight_tc: float
-    fused: float | None
-    onepass: float | None = None
+    onepass: float | None
 
     def verdicts(self) -> dict:
-        """``{side: stored value}``: each GEMM on the faster family; the backward the
-        fastest of the one-pass kernel, the fused one and the faster input gradient plus
-        the faster weight gradient (``path``)."""
+        """``{side: stored value}``: each GEMM on the faster family; the backward in one
+        pass where it beats the faster input gradient plus the faster weight gradient
+        (``path``)."""
         out = {side: {"tc": getattr(self, f"{side}_tc") < getattr(self, f"{side}_fma"),
                       "tc_us": getattr(self, f"{side}_tc"),
                       "fma_us": getattr(self, f"{side}_fma")}
                for side in ("forward", "data", "weight")}
         parts = min(self.data_fma, self.data_tc) + min(self.weight_fma, self.weight_tc)
-        times = {"parts": parts, "fused": self.fused, "onepass": self.onepass}
-        best = min((t, k) for k, t in times.items() if t is not None)[1]
-        out["backward"] = {"path": best, "onepass_us": self.onepass, "fused_us": self.fused,
+        one = self.onepass is not None and self.onepass < parts
+        out["backward"] = {"path": "onepass" if one else "parts", "onepass_us": self.onepass,
                            "parts_us": parts}
         return out
 
@@ -85,16 +82,11 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
             gy, w, geom, path=fam, out=gx))
         times[f"weight_{fam}"] = t(lambda: scc_conv.scc_conv2d_backward_weight(
             x, gy, geom, path=fam, out=gw))
-    parts = scc_fused.fused_parts(geom)
-    fused = None
-    if parts is not None and parts.smem <= scc_fused.WIDE_SMEM:
-        fused = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="fused",
-                                                        out_x=gx, out_w=gw))
     onepass = None
     if scc_fused.onepass_plan(geom, n * h * wd) is not None:
         onepass = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="onepass",
                                                           out_x=gx, out_w=gw))
-    result = PathTimes(fused=fused, onepass=onepass, **times)
+    result = PathTimes(onepass=onepass, **times)
     for side, value in result.verdicts().items():
         tunecache.store(scc_tc.decision_key(geom, n * h * wd, h * wd, side), value)
     scc_tc.forget_verdicts()

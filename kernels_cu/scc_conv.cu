@@ -354,18 +354,26 @@ __global__ void __launch_bounds__(TY * TX, scc::min_blocks(TM * TN, TY * TX)) sc
         }
         xst.copy(xs[st], x, v0, P, band);
     };
+    // Each row's filter and bias, found once a block (a walking block stores many tiles of
+    // the same rows): two shared loads a row in the epilogue, not two dependent global
+    // ones and their 64-bit addresses.  Read after the ring's first barrier.
+    __shared__ int krow[BM];
+    __shared__ float brow[BM];
+    for (int r = tid; r < BM; r += T) {
+        const int si = i0 + r, k = si < Cout ? order[si] : -1;
+        krow[r] = k;
+        brow[r] = k >= 0 && bias != nullptr ? bias[k] : 0.f;
+    }
     float acc[TM][TN] = {};
     const auto store = [&](int pt) {
         const PixelOut<TN, TX> out(y, pt * BN, tx, Q, Cout, P);
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-            const int si = i0 + TM * ty + i;
-            if (si >= Cout) continue;
-            const int k = order[si];
-            const float bk = bias != nullptr ? bias[k] : 0.f;   // one load a row, not a value
+            const int k = krow[TM * ty + i];
+            if (k < 0) continue;
+            const float bk = brow[TM * ty + i];      // 0 without a bias
             out.store(y, k, P, [&](int j, size_t at) {
-                const float v = bias != nullptr ? acc[i][j] + bk : acc[i][j];
-                return tc::conv_epilogue(v, nullptr, k, nullptr, at, relu);
+                return tc::conv_epilogue(acc[i][j] + bk, nullptr, k, nullptr, at, relu);
             });
         }
     };

@@ -245,14 +245,22 @@ def roofline_floor_us(flops: float, min_bytes: float, ceilings: Ceilings) -> flo
 
 # --------------------------------------------------------------------------- environment
 
-def _git_commit() -> str:
-    """The source commit: ``TENSORCONV_COMMIT`` (set where the tree has no .git), else git's."""
+def _git_commit(where: Path | None = None) -> str:
+    """The source commit: ``TENSORCONV_COMMIT`` (set where the tree has no .git), else
+    git's, with ``+dirty`` where tracked files differ from it (a run on uncommitted
+    kernels must not carry a clean commit's name)."""
     if os.environ.get("TENSORCONV_COMMIT"):
         return os.environ["TENSORCONV_COMMIT"]
+    cwd = where or Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, cwd=Path(__file__).resolve().parent, timeout=5)
-        return out.stdout.strip() or "unknown"
+                             text=True, cwd=cwd, timeout=5)
+        commit = out.stdout.strip()
+        if not commit:
+            return "unknown"
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, cwd=cwd, timeout=10)
+        return commit + ("+dirty" if changed.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -70,3 +70,34 @@ def test_metric_sections_keep_the_order_asked_and_skip_absent_metrics():
     got = metric_sections(rows, ("y", "z", "x"))
     assert [m for m, _ in got] == ["y", "x"]
     assert got[0][1] == pivot_markdown(rows, "y")
+
+
+def test_the_commit_names_a_dirty_tree(tmp_path, monkeypatch):
+    """A results file names the commit it ran at, marked +dirty where tracked files were
+    changed after it (a run on uncommitted kernels), unmarked where only untracked files
+    are new; TENSORCONV_COMMIT wins where it is set."""
+    import shutil
+    import subprocess
+
+    from tensorconv import bench
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    monkeypatch.delenv("TENSORCONV_COMMIT", raising=False)
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "k.cu").write_text("a")
+    git("add", "k.cu")
+    git("commit", "-qm", "one")
+    clean = bench._git_commit(tmp_path)
+    assert clean != "unknown" and not clean.endswith("+dirty")
+    (tmp_path / "new.txt").write_text("untracked")
+    assert bench._git_commit(tmp_path) == clean
+    (tmp_path / "k.cu").write_text("b")
+    assert bench._git_commit(tmp_path) == clean + "+dirty"
+    monkeypatch.setenv("TENSORCONV_COMMIT", "abc1234")
+    assert bench._git_commit(tmp_path) == "abc1234"

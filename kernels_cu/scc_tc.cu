@@ -346,6 +346,275 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
         }
 }
 
+
+// ---- scc_tc_walk<MODE, MT, NT, KC, S>: the forward (MODE 0) and the input gradient
+// (MODE 1) by blocks that walk pixel tiles.  scc_tc above loads, splits and multiplies a
+// tile's weights for every pixel tile, and a short band (two to eight k8 steps) leaves
+// that fixed work most of a block's; here a block splits its BM rows' dense-masked weights
+// once, into shared memory in fragment order (each lane's big and small parts two 16-byte
+// loads a k8 step, no splitting in the loop), and then walks pixel tiles blockIdx.x, +
+// gridDim.x, ..., every chunk of KC band rows (MODE 1: filter-list entries) of every
+// tile one cp.async ring of S stages, so the next tile's copies fly over this tile's
+// products and stores.  Four warps side by side along BN = 32·NT pixels, each MT m16 tiles
+// x NT n8 tiles.  Each tile's pixel offsets are written by its last chunk's copier into
+// that chunk's stage, which the epilogue reads before the stage is reused.
+namespace scctc {
+constexpr int WALK_THREADS = 128;
+
+template <int MT, int NT, int KC, int S>
+struct Walk {
+    static constexpr int T = WALK_THREADS, BM = 16 * MT, BN = 32 * NT, LDN = BN + 8;
+    static constexpr int NV = BN / 4, VSTEP = T / NV;                 // 16-byte copies
+    static constexpr int SC = BN > T ? BN / T : 1;                    // scalar copies:
+    static constexpr int SCOLS = BN > T ? T : BN, SSTEP = T / SCOLS;  // columns, row step
+    static_assert(T % NV == 0 && KC % VSTEP == 0 && KC % SSTEP == 0 && KC % 8 == 0 &&
+                  S >= 2 && MT * NT <= 16, "walking tile shapes");
+};
+}  // namespace scctc
+
+template <int MODE, int MT, int NT, int KC, int S>
+__global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
+    const float* __restrict__ w,        // (Cout, U)
+    const float* __restrict__ src,      // MODE 0: x (N, Cin, P);  MODE 1: gy (N, Cout, P)
+    const int* __restrict__ order,      // (Cout,) filters sorted by window start
+    const int* __restrict__ starts,     // MODE 0: start of each sorted filter; MODE 1: of
+                                        //   each filter by id
+    const int* __restrict__ tile_ptr,   // MODE 1: (tiles + 1,) each channel tile's list
+    const int* __restrict__ tile_k,     //   and its filters
+    const float* __restrict__ bias,     // MODE 0: (Cout,) or nullptr
+    float* __restrict__ out,            // MODE 0: y (N, Cout, P);  MODE 1: gx (N, Cin, P)
+    int Cin, int Cout, int U, int P, int Q, int kmax, int relu)
+{
+    tc::wait_prior_grids();
+    using namespace scctc;
+    using Wk = Walk<MT, NT, KC, S>;
+    constexpr int BM = Wk::BM, BN = Wk::BN, LDN = Wk::LDN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, lg = lane >> 2, lt = lane & 3;
+    extern __shared__ __align__(16) float smem[];
+    float4* afrag = reinterpret_cast<float4*>(smem);               // kmax / 8 · MT · 2 · 32
+    float* ring = smem + kmax * BM * 2;                             // S stages of KC x LDN
+    long long* pbase = reinterpret_cast<long long*>(ring + S * KC * LDN);   // S x BN
+    int* rowk = reinterpret_cast<int*>(pbase + S * BN);             // BM: a row's channel
+    int* rowo = rowk + BM;                                          // BM: its window's place
+    float* rowb = reinterpret_cast<float*>(rowo + BM);              // BM: its bias
+
+    // The block's rows and the depth of its reduction (band channels or list entries).
+    const int m0 = blockIdx.y * BM;
+    int lo = 0, depth, e0 = 0;
+    if constexpr (MODE == 0) {
+        lo = starts[m0];
+        depth = starts[min(m0 + BM, Cout) - 1] - lo + U;
+    } else {
+        e0 = tile_ptr[blockIdx.y];
+        depth = tile_ptr[blockIdx.y + 1] - e0;
+    }
+    const int chunks = (depth + KC - 1) / KC;
+    const int Csrc = MODE == 0 ? Cin : Cout, Cdst = MODE == 0 ? Cout : Cin;
+
+    // Staging: a thread's pixel column (a run of 4 where 16-byte copies apply), first row
+    // and row step; its pixels' offsets in channel 0 found once a tile.
+    const bool vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+    const int col = vec ? 4 * (tid % Wk::NV) : tid % Wk::SCOLS;
+    const int row = vec ? tid / Wk::NV : tid / Wk::SCOLS;
+    long long base[Wk::SC], obase[Wk::SC];   // in src's channel 0, and in out's
+    const auto chan = [&](int v) -> int {
+        if (v >= depth) return -1;
+        if constexpr (MODE == 0) return wrap(lo + v, Cin);
+        else return __ldg(tile_k + e0 + v);
+    };
+    const int pixel_tiles = (Q + BN - 1) / BN;
+    const int walk = (int)blockIdx.x < pixel_tiles
+        ? (pixel_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    int ld_chunk = chunks, ld_tile = -1;
+    const auto load = [&](int st) {
+        if (ld_chunk == chunks) {
+            ld_chunk = 0;
+            const int q0 = ((int)blockIdx.x + ++ld_tile * (int)gridDim.x) * BN;
+#pragma unroll
+            for (int m = 0; m < Wk::SC; ++m) {
+                const int q = q0 + col + m * Wk::SCOLS;
+                const int n = q / P, p = q - n * P;
+                base[m] = q < Q ? (long long)n * Csrc * P + p : -1;
+                obase[m] = q < Q ? (long long)n * Cdst * P + p : -1;
+            }
+        }
+        float* xs = ring + st * KC * LDN;
+        const int v0 = KC * ld_chunk;
+        if (vec) {
+            const bool in = base[0] >= 0;
+            const float* px = src + (in ? base[0] : 0);
+#pragma unroll
+            for (int l = 0; l < KC / Wk::VSTEP; ++l) {
+                const int r = row + l * Wk::VSTEP, c = chan(v0 + r);
+                const bool ok = in && c >= 0;
+                tdcx::cp_async16(xs + r * LDN + col, ok ? px + (size_t)c * P : src, ok);
+            }
+        } else {
+#pragma unroll
+            for (int l = 0; l < KC / Wk::SSTEP; ++l) {
+                const int r = row + l * Wk::SSTEP, c = chan(v0 + r);
+#pragma unroll
+                for (int m = 0; m < Wk::SC; ++m) {
+                    const bool ok = c >= 0 && base[m] >= 0;
+                    tdcx::cp_async4(xs + r * LDN + col + m * Wk::SCOLS,
+                                    ok ? src + base[m] + (size_t)c * P : src, ok);
+                }
+            }
+        }
+        if (++ld_chunk == chunks && row == 0) {
+            // the tile's pixel offsets in the output's channel 0, for its epilogue
+            long long* pb = pbase + st * BN;
+            if (vec) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) pb[col + i] = obase[0] < 0 ? -1 : obase[0] + i;
+            } else {
+#pragma unroll
+                for (int m = 0; m < Wk::SC; ++m) pb[col + m * Wk::SCOLS] = obase[m];
+            }
+        }
+    };
+    const int items = walk * chunks;
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) {
+        if (st < items) load(st);
+        tdcx::cp_async_commit();
+    }
+
+    // The rows, then their weights split into fragment order, while the first copies fly.
+    for (int m = tid; m < BM; m += Wk::T) {
+        if constexpr (MODE == 0) {
+            const int si = m0 + m, k = si < Cout ? order[si] : -1;
+            rowk[m] = k;
+            rowo[m] = si < Cout ? starts[si] - lo : 0;
+            rowb[m] = k >= 0 && bias != nullptr ? bias[k] : 0.f;
+        } else {
+            rowk[m] = m0 + m < Cin ? m0 + m : -1;
+            rowo[m] = 0;
+            rowb[m] = 0.f;
+        }
+    }
+    __syncthreads();
+    // Value f of the fragment order: register e = f % 4 of lane (f / 4) % 32 of m tile
+    // (f / 128) % MT at k8 step f / 128 / MT.  Eight a thread are loaded before any is
+    // split and stored: one at a time, each global load's latency stood alone (a block
+    // fills once and walks only a few tiles, so this was a fifth of the kernel's time).
+    const auto frag_value = [&](int f) -> float {
+        const int e = f & 3, fl = (f >> 2) & 31, i = (f >> 7) % MT, s = (f >> 7) / MT;
+        const int m = 16 * i + (fl >> 2) + 8 * (e & 1), v = 8 * s + (fl & 3) + 4 * (e >> 1);
+        if (v >= depth || rowk[m] < 0) return 0.f;
+        if constexpr (MODE == 0) {
+            const int u = v - rowo[m];
+            return u >= 0 && u < U ? __ldg(w + (size_t)rowk[m] * U + u) : 0.f;
+        } else {
+            const int k = __ldg(tile_k + e0 + v);
+            int u = m0 + m - __ldg(starts + k);
+            u += u < 0 ? Cin : 0;
+            return u < U ? __ldg(w + (size_t)k * U + u) : 0.f;
+        }
+    };
+    constexpr int FB = 8;
+    const int total = chunks * KC / 8 * MT * 128;
+    for (int f0 = tid; f0 < total; f0 += FB * Wk::T) {
+        float a[FB];
+#pragma unroll
+        for (int r = 0; r < FB; ++r) a[r] = f0 + r * Wk::T < total ? frag_value(f0 + r * Wk::T) : 0.f;
+#pragma unroll
+        for (int r = 0; r < FB; ++r) {
+            const int f = f0 + r * Wk::T;
+            if (f >= total) break;
+            float small;
+            tf32x3::split(a[r], small);
+            float* at = reinterpret_cast<float*>(afrag + (f >> 2) / 32 * 64 + ((f >> 2) & 31));
+            at[f & 3] = a[r];
+            at[32 * 4 + (f & 3)] = small;
+        }
+    }
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    const bool pair = P % 2 == 0 && reinterpret_cast<unsigned long long>(out) % 8 == 0;
+    const int wcol = warp * 8 * NT;
+    int cp_chunk = 0;
+    for (int it = 0; it < items; ++it) {
+        tdcx::cp_async_wait<S - 2>();
+        __syncthreads();   // chunk `it` is in; every warp is done with the stage reloaded next
+        if (it + S - 1 < items) load((it + S - 1) % S);
+        tdcx::cp_async_commit();
+        const int st = it % S;
+        const float* xs = ring + st * KC * LDN;
+#pragma unroll
+        for (int kk = 0; kk < KC / 8; ++kk) {
+            unsigned bb[NT][2], bs[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float v = xs[(8 * kk + lt + 4 * h) * LDN + wcol + 8 * j + lg], sm;
+                    tf32x3::split(v, sm);
+                    bb[j][h] = __float_as_uint(v);
+                    bs[j][h] = __float_as_uint(sm);
+                }
+            const float4* af = afrag + (cp_chunk * (KC / 8) + kk) * MT * 64 + lane;
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const float4 big = af[i * 64], sml = af[i * 64 + 32];
+                const unsigned ab[4] = {__float_as_uint(big.x), __float_as_uint(big.y),
+                                        __float_as_uint(big.z), __float_as_uint(big.w)};
+                if constexpr (tf32x3::EXACT) {
+                    const unsigned as[4] = {__float_as_uint(sml.x), __float_as_uint(sml.y),
+                                            __float_as_uint(sml.z), __float_as_uint(sml.w)};
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) tf32x3::mma(acc[i][j], as, bb[j][0], bb[j][1]);
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) tf32x3::mma(acc[i][j], ab, bs[j][0], bs[j][1]);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
+            }
+        }
+        if (++cp_chunk < chunks) continue;
+        cp_chunk = 0;
+        // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
+        const long long* pb = pbase + st * BN;
+        long long b0[NT], b1[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            b0[j] = pb[wcol + 8 * j + 2 * lt];
+            b1[j] = pb[wcol + 8 * j + 2 * lt + 1];
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m = 16 * i + lg + 8 * h, k = rowk[m];
+                if (k >= 0) {
+                    const float bk = rowb[m];
+                    const size_t ro = (size_t)k * P;
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        float v0 = acc[i][j][2 * h] + bk, v1 = acc[i][j][2 * h + 1] + bk;
+                        if (relu) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+                        if (pair) {
+                            if (b0[j] >= 0)
+                                *reinterpret_cast<float2*>(out + b0[j] + ro) = make_float2(v0, v1);
+                        } else {
+                            if (b0[j] >= 0) out[b0[j] + ro] = v0;
+                            if (b1[j] >= 0) out[b1[j] + ro] = v1;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NT; ++j) acc[i][j][2 * h] = acc[i][j][2 * h + 1] = 0.f;
+            }
+    }
+    tdcx::cp_async_wait<0>();
+}
+
 // What CI's nvcc build type-checks: tensorconv.ops.scc_tc.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_TC(...) template __global__ void scc_tc<__VA_ARGS__>(const float*, const float*, \
@@ -358,4 +627,10 @@ TC_I_SCC_TC(1, 32, 128) TC_I_SCC_TC(1, 32, 64) TC_I_SCC_TC(1, 64, 128) TC_I_SCC_
 TC_I_SCC_TC(2, 128, 128) TC_I_SCC_TC(2, 128, 64) TC_I_SCC_TC(2, 16, 128) TC_I_SCC_TC(2, 16, 64)
 TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_TC(2, 64, 64)
 #undef TC_I_SCC_TC
+#define TC_I_SCC_WALK(...) template __global__ void scc_tc_walk<__VA_ARGS__>(const float*, \
+    const float*, const int*, const int*, const int*, const int*, const float*, float*, int, \
+    int, int, int, int, int, int);
+TC_I_SCC_WALK(0, 1, 4, 32, 3) TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 3)
+TC_I_SCC_WALK(1, 2, 4, 16, 4)
+#undef TC_I_SCC_WALK
 #endif

@@ -533,6 +533,40 @@ def test_the_tensor_core_tiles_fit_and_keep_the_dense_masked_waste_low():
     assert scc_tc.forward_tile(g, 32768, 132).rows == 32      # one group a tile: span = U
 
 
+def test_the_walking_tensor_core_plans_cover_their_reductions():
+    """scc_tc_walk's plans: instantiated, under their shared-memory cap, a depth of whole
+    chunks covering the longest band or filter list; none for small layers unless
+    forced, none where the rows of least work have no walking shape."""
+    from tensorconv.ops import scc_tc
+    from tensorconv.ops.scc_tiles import band_spans, data_tiles
+
+    names = set(scc_tc.instantiations())
+    seen = set()
+    for args in [(64, 128, 2, 0.5), (128, 256, 2, 0.5), (96, 150, 2, 0.33), (256, 200, 8, 0.25),
+                 (40, 130, 4, 0.75), (16, 7, 2, 0.0), (512, 512, 2, 0.5), (96, 192, 2, 0.25)]:
+        g = scc.scc_geometry(*args)
+        for q in (1, 338, 8192, 32768):
+            for mode in (0, 1):
+                plan = scc_tc.walk_plan(g, q, mode)
+                forced = scc_tc.walk_plan(g, q, mode, force=True)
+                big = q * g.cout * g.u >= scc_tc.MIN_WALK_MACS
+                assert (plan is not None) == (big and forced is not None)
+                if forced is None:
+                    continue
+                tile, depth = forced
+                seen.add((mode, tile.rows))
+                assert tile.name in names and tile.smem(depth) <= scc_tc.WALK_SMEM
+                longest = (int(np.max(band_spans(g, tile.rows))) if mode == 0
+                           else int(np.max(np.diff(data_tiles(g, tile.rows)[0]))))
+                kc = tile.shape[2]
+                assert depth % kc == 0 and depth - kc < longest <= depth
+    assert {r for _, r in seen} >= {16, 32}
+    tile, depth = scc_tc.walk_plan(scc.scc_geometry(128, 128, 2, 0.5), 32768, 0)
+    assert (tile.rows, depth) == (32, 64)                     # one window group a tile
+    with pytest.raises(ValueError, match="mode"):
+        scc_tc.walk_plan(scc.scc_geometry(64, 128, 2, 0.5), 8192, 2)
+
+
 def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monkeypatch,
                                                                            tmp_path):
     from tensorconv import tunecache

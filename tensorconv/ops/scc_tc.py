@@ -11,7 +11,12 @@ layers.  So ``"auto"`` follows a verdict measured on this device
 cache, keyed by the layer, the pixels, the plane and both sources) and, untuned, runs the
 FMA kernels.
 
-Each GEMM's block is BM (16-128) rows x BN (64 or 128) columns, 256 threads: rows are sorted
+The forward and the input gradient of layers with work enough (:data:`MIN_WALK_MACS`) run
+``scc_tc_walk``: a block of 128 threads splits its rows' weights once, into shared memory
+in fragment order, and walks pixel tiles with every chunk one ``cp.async`` ring
+(:class:`WalkTile`); the others, and every weight gradient, run ``scc_tc``.
+
+Each ``scc_tc`` block is BM (16-128) rows x BN (64 or 128) columns, 256 threads: rows are sorted
 filters (forward, weight gradient) or input channels (input gradient); columns are pixels,
 flat over the batch, or the weight gradient's band channels.  Rows take the size of least
 multiply-adds, dense-masked zeros counted (as the FMA kernels choose theirs); the input
@@ -34,10 +39,10 @@ from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, leas
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "check_runs_here", "data_plan", "decision_key",
-           "forget_verdicts", "forward_tile", "instantiations", "kernels", "run_backward_data",
-           "run_backward_weight", "run_forward", "runs_here", "takes", "verdict",
-           "weight_plan"]
+__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "WalkTile", "check_runs_here", "data_plan",
+           "decision_key", "forget_verdicts", "forward_tile", "instantiations", "kernels",
+           "run_backward_data", "run_backward_weight", "run_forward", "runs_here", "takes",
+           "verdict", "walk_plan", "weight_plan"]
 
 FILE = "scc_tc.cu"
 MODES = (0, 1, 2)                  # forward, input gradient, weight gradient
@@ -47,6 +52,14 @@ BK, THREADS, STAGES, LDK = 16, 256, 4, 20   # scctc:: constants of the .cu
 MIN_SLICES = 8                     # a reduction share is at least this many BK slices
 MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 SIDES = ("forward", "data", "weight", "backward")   # the verdicts: see decision_key
+WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
+WALK_SHAPES = {16: (1, 4, 32, 3), 32: (2, 4, 16, 4)}
+"""scc_tc_walk's (m16 tiles, n8 tiles a warp, chunk rows, ring stages) by block rows: four
+warps side by side along 32 x n8 tiles pixels.  Rows of 64 and 128 stay on scc_tc: four
+m16 tiles by two n8 tiles lost to it on every layer timed (docs/notes/scc_conv.md), four
+by four spilled."""
+MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
+WALK_SMEM = 113 * 1024     # two blocks an SM at least
 
 
 @dataclass(frozen=True)
@@ -70,9 +83,40 @@ class TcTile:
         return 4 * STAGES * (self.rows * LDK + b)
 
 
+@dataclass(frozen=True)
+class WalkTile:
+    """scc_tc_walk's block for GEMM ``mode`` (0 forward, 1 input gradient) over ``rows``
+    rows: :data:`WALK_SHAPES` ``[rows]``."""
+
+    mode: int
+    rows: int
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return WALK_SHAPES[self.rows]
+
+    @property
+    def cols(self) -> int:
+        """Pixels a tile: four warps of 8 x n8 tiles."""
+        return 32 * self.shape[1]
+
+    @property
+    def name(self) -> str:
+        return f"scc_tc_walk<{self.mode}, {', '.join(map(str, self.shape))}>"
+
+    def smem(self, depth: int) -> int:
+        """Dynamic shared-memory bytes over a reduction of ``depth`` rows (a multiple of
+        the chunk): the split weights (two floats a value), the ring, each stage's pixel
+        offsets (8 bytes a column) and three words a row (channel, window place, bias)."""
+        _, _, kc, stages = self.shape
+        return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
+                    + 2 * stages * self.cols + 3 * self.rows)
+
+
 def instantiations() -> list[str]:
     """The template instances CI's nvcc build compiles."""
-    return sorted(TcTile(m, r, c).name for m in MODES for r in ROWS for c in COLS)
+    return sorted([TcTile(m, r, c).name for m in MODES for r in ROWS for c in COLS]
+                  + [WalkTile(m, r).name for m in (0, 1) for r in WALK_SHAPES])
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
@@ -220,14 +264,73 @@ def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
     return TcTile(2, rows, cols), bands, splits, per_split
 
 
+def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *,
+              force: bool = False) -> tuple[WalkTile, int] | None:
+    """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0) or the input gradient
+    (1) over ``pixels`` = N x H x W, ``depth`` the longest reduction (band or filter list)
+    rounded up to whole chunks; None where the rows of least work have no walking shape,
+    the split weights would leave under two blocks an SM, or (unless ``force``) the layer
+    has under :data:`MIN_WALK_MACS` multiply-adds."""
+    if mode not in (0, 1):
+        raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
+    rows = _band_rows(geom, None) if mode == 0 else _data_rows(geom)
+    if rows not in WALK_SHAPES:
+        return None
+    if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
+        return None
+    tile = WalkTile(mode, rows)
+    if mode == 0:
+        longest = int(np.max(band_spans(geom, rows)))
+    else:
+        longest = max(int(np.max(np.diff(data_tiles(geom, rows)[0]))), 1)
+    depth = cdiv(longest, tile.shape[2]) * tile.shape[2]
+    return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
+
+
+def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
+    """Walking blocks a row tile: the GPU filled once (as many blocks an SM as the launch
+    bounds and ``smem`` allow), each walking every so-many-th of the pixel tiles."""
+    per_sm = max(1, min(WALK_BLOCKS_PER_SM, 228 * 1024 // (smem + 1024)))
+    sms = backend.device_facts().sm_count
+    return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
+
+
+def _run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: bool,
+              out) -> None:
+    tile, depth = plan
+    n, _, h, wd = src.shape
+    q, i32 = n * h * wd, np.int32
+    device = src.device.id
+    order, sorted_starts = device_tables(geom, device, "sorted")
+    if tile.mode == 0:
+        starts, tile_ptr, tile_k = sorted_starts, order, order
+        rows = cdiv(geom.cout, tile.rows)
+    else:
+        (starts,) = device_tables(geom, device, "starts")
+        tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
+        rows = cdiv(geom.cin, tile.rows)
+    smem = tile.smem(depth)
+    launch(cuda.kernel_ref(FILE, tile.name), (_walk_blocks(q, tile, rows, smem), rows, 1),
+           (WALK_THREADS,),
+           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth), i32(bool(relu))),
+           smem=smem)
+
+
 def _load(tile: TcTile):
     return cuda.kernel_ref(FILE, tile.name)
 
 
-def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out) -> None:
-    """``out`` = relu?(scc(x, w) + bias) on checked CuPy arrays."""
+def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out, *,
+                walk: bool | None = None) -> None:
+    """``out`` = relu?(scc(x, w) + bias) on checked CuPy arrays: scc_tc_walk where
+    :func:`walk_plan` has a plan (``walk`` True: wherever it has one, ignoring the size;
+    False: never), else scc_tc."""
     n, _, h, wd = x.shape
     q, i32 = n * h * wd, np.int32
+    if walk is not False and (plan := walk_plan(geom, q, 0, force=bool(walk))) is not None:
+        _run_walk(plan, x, w, geom, bias, relu, out)
+        return
     sms = backend.device_facts().sm_count
     tile = forward_tile(geom, q, sms)
     order, starts = device_tables(geom, x.device.id, "sorted")
@@ -238,10 +341,17 @@ def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out) -> None:
            smem=tile.smem)
 
 
-def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out) -> None:
-    """``out`` = the input gradient of checked CuPy arrays."""
+def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
+                      walk: bool | None = None) -> None:
+    """``out`` = the input gradient of checked CuPy arrays: scc_tc_walk (every block
+    holds its tile's whole filter list, so no shares) as :func:`run_forward` chooses it,
+    unless ``splits`` asks for shares; else scc_tc."""
     n, _, h, wd = gy.shape
     q, i32 = n * h * wd, np.int32
+    if (splits is None and walk is not False
+            and (plan := walk_plan(geom, q, 1, force=bool(walk))) is not None):
+        _run_walk(plan, gy, w, geom, None, False, out)
+        return
     sms = backend.device_facts().sm_count
     tile, splits, per_split = data_plan(geom, q, sms, splits)
     device = gy.device.id

@@ -462,6 +462,42 @@ def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, lay
     assert rel_err(gw.get(), gw_want) <= 1e-5
 
 
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("blocks", [None, 3])
+@pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
+                                            (256, 200, 8, 0.25), (64, 70, 2, 0.5),
+                                            (60, 90, 3, 0.75), (200, 64, 2, 0.0)])
+def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, layout, blocks,
+                                                             cin, cout, cg, co):
+    """scc_tc_walk, forced on (and scc_tc, forced off, the same arrays): the forward (bias,
+    ReLU) and the input gradient within fp32's 1e-5 of the float64 reference; blocks that
+    fill the GPU once or three blocks a row tile, each walking many pixel tiles (a last
+    one part full); 16-byte copies and 4-byte ones; outputs poisoned."""
+    import cupy as cp
+
+    from tensorconv.ops import scc_tc
+
+    if blocks is not None:
+        monkeypatch.setattr(scc_tc, "_walk_blocks", lambda *_: blocks)
+    n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x, w, b, gy = _layer_data(rng, geom, n, h, wd)
+    x64, w64, gy64 = (a.astype(np.float64) for a in (x, w, gy))
+    y_want = np.maximum(scc.scc_forward(x64, w64, geom, b.astype(np.float64)), 0)
+    gx_want, _ = scc.scc_backward(x64, w64, gy64, geom)
+    xg, gyg, wg, bg = _on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w), cp.asarray(b)
+    for walk in (True, False):
+        if walk:
+            assert scc_tc.walk_plan(geom, n * h * wd, 0, force=True) is not None
+            assert scc_tc.walk_plan(geom, n * h * wd, 1, force=True) is not None
+        y = _on_gpu(np.full(y_want.shape, np.nan, np.float32), layout)
+        scc_tc.run_forward(xg, wg, geom, bg, True, y, walk=walk)
+        assert rel_err(y.get(), y_want) <= 1e-5, walk
+        gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
+        scc_tc.run_backward_data(gyg, wg, geom, None, gx, walk=walk)
+        assert rel_err(gx.get(), gx_want) <= 1e-5, walk
+
+
 def test_the_tensor_core_gradients_are_deterministic_and_captured(rng):
     """path="tc": the same bits on every run (each value one block's sum, the shares added
     in order), eager and replayed from a CUDA graph."""

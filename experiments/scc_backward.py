@@ -241,9 +241,10 @@ def main(argv=None) -> int:
         if args.tune:
             t = scc_paths.tune(g, shape, repeat=10 if args.quick else 20)
             for side in ("forward", "data", "weight"):
-                for fam in ("fma", "tc"):
-                    rs.add(case, "ours", f"{side}_{fam}_us", getattr(t, f"{side}_{fam}"), "us",
-                           note="the tuner's graph-replay time of one GEMM")
+                for fam in ("fma", "tc", "walk"):
+                    if getattr(t, f"{side}_{fam}") is not None:
+                        rs.add(case, "ours", f"{side}_{fam}_us", getattr(t, f"{side}_{fam}"),
+                               "us", note="the tuner's graph-replay time of one GEMM")
             if t.onepass is not None:
                 rs.add(case, "ours", "onepass_backward_us", t.onepass, "us")
         _check(cp, g, x, w, gy, rs, case)
@@ -314,8 +315,9 @@ def main(argv=None) -> int:
                                       "backward_us", "forward_us", "fwd_bwd_us",
                                       "backward_speedup", "fwd_bwd_speedup", "atomics",
                                       "rel_err", "forward_fma_us", "forward_tc_us",
-                                      "data_fma_us", "data_tc_us", "weight_fma_us",
-                                      "weight_tc_us", "onepass_backward_us"))
+                                      "forward_walk_us", "data_fma_us", "data_tc_us",
+                                      "data_walk_us", "weight_fma_us", "weight_tc_us",
+                                      "weight_walk_us", "onepass_backward_us"))
     sections.append(("Notes", f"{args.model} DW+SCC cg{args.cg} co{args.co:g}, batch "
                               f"{args.batch}, 32x32 input, fp32 (TF32 off everywhere). Kernel "
                               f"times (fwd_bwd_graph_us) replay CUDA graphs; the others are eager "

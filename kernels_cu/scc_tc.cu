@@ -262,12 +262,7 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
     const int wm = warp % Sh::WARPS_M, wn = warp / Sh::WARPS_M;
     const int wrow = wm * Sh::MT * 16, wcol = wn * Sh::NT * 8;
     float acc[Sh::MT][Sh::NT][4];
-#pragma unroll
-    for (int i = 0; i < Sh::MT; ++i)
-#pragma unroll
-        for (int j = 0; j < Sh::NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    tf32x3::zero(acc);
     const int slices = r_begin < r_end ? (r_end - r_begin + BK - 1) / BK : 0;
     tdcx::cp_async_ring<STAGES>(
         slices, [&](int it, int st) { load(r_begin + it * BK, st); },
@@ -441,13 +436,18 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
         float* xs = ring + st * KC * LDN;
         const int v0 = KC * ld_chunk;
         if (vec) {
+            // each copy addressed from the tile's pixel by one 64-bit multiply-add
             const bool in = base[0] >= 0;
-            const float* px = src + (in ? base[0] : 0);
+            const unsigned long long px =
+                reinterpret_cast<unsigned long long>(src) + 4ull * (in ? base[0] : 0);
+            const unsigned pitch = 4u * (unsigned)P;
 #pragma unroll
             for (int l = 0; l < KC / Wk::VSTEP; ++l) {
                 const int r = row + l * Wk::VSTEP, c = chan(v0 + r);
                 const bool ok = in && c >= 0;
-                tdcx::cp_async16(xs + r * LDN + col, ok ? px + (size_t)c * P : src, ok);
+                const float* from =
+                    reinterpret_cast<const float*>(px + (unsigned long long)(unsigned)c * pitch);
+                tdcx::cp_async16(xs + r * LDN + col, ok ? from : src, ok);
             }
         } else {
 #pragma unroll
@@ -494,49 +494,52 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
         }
     }
     __syncthreads();
-    // Value f of the fragment order: register e = f % 4 of lane (f / 4) % 32 of m tile
-    // (f / 128) % MT at k8 step f / 128 / MT.  Eight a thread are loaded before any is
-    // split and stored: one at a time, each global load's latency stood alone (a block
-    // fills once and walks only a few tiles, so this was a fifth of the kernel's time).
-    const auto frag_value = [&](int f) -> float {
-        const int e = f & 3, fl = (f >> 2) & 31, i = (f >> 7) % MT, s = (f >> 7) / MT;
-        const int m = 16 * i + (fl >> 2) + 8 * (e & 1), v = 8 * s + (fl & 3) + 4 * (e >> 1);
-        if (v >= depth || rowk[m] < 0) return 0.f;
+    // Warp w fills fragments j = w, w + 4, ... (j = s·MT + i: m tile i of k8 step s); its
+    // m tile is fixed (4 % MT == 0), so a lane's two rows are looked up once.  A lane's
+    // four values of a fragment become one float4 of big parts and one of small parts,
+    // FB fragments' loads in flight at a time (one at a time, each load's latency stood
+    // alone: the fill was then a fifth of the kernel's time, a block walking few tiles).
+    static_assert(4 % MT == 0, "a warp's m tile is fixed through the fill");
+    const int fi = warp % MT, frow = 16 * fi + lg;   // the lane's rows frow, frow + 8
+    int fk[2], fo[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) fk[h] = rowk[frow + 8 * h], fo[h] = rowo[frow + 8 * h];
+    const auto frag_value = [&](int h, int v) -> float {
+        if (v >= depth || fk[h] < 0) return 0.f;
         if constexpr (MODE == 0) {
-            const int u = v - rowo[m];
-            return u >= 0 && u < U ? __ldg(w + (size_t)rowk[m] * U + u) : 0.f;
+            const int u = v - fo[h];
+            return u >= 0 && u < U ? __ldg(w + (size_t)fk[h] * U + u) : 0.f;
         } else {
             const int k = __ldg(tile_k + e0 + v);
-            int u = m0 + m - __ldg(starts + k);
+            int u = fk[h] - __ldg(starts + k);
             u += u < 0 ? Cin : 0;
             return u < U ? __ldg(w + (size_t)k * U + u) : 0.f;
         }
     };
-    constexpr int FB = 8;
-    const int total = chunks * KC / 8 * MT * 128;
-    for (int f0 = tid; f0 < total; f0 += FB * Wk::T) {
-        float a[FB];
+    constexpr int FB = 4, FSTEP = 4 / MT;
+    const int steps = chunks * KC / 8;
+    for (int s0 = warp / MT; s0 < steps; s0 += FB * FSTEP) {
+        float a[FB][4];
 #pragma unroll
-        for (int r = 0; r < FB; ++r) a[r] = f0 + r * Wk::T < total ? frag_value(f0 + r * Wk::T) : 0.f;
+        for (int r = 0; r < FB; ++r)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                a[r][e] = s0 + r * FSTEP < steps
+                    ? frag_value(e & 1, 8 * (s0 + r * FSTEP) + lt + 4 * (e >> 1)) : 0.f;
 #pragma unroll
         for (int r = 0; r < FB; ++r) {
-            const int f = f0 + r * Wk::T;
-            if (f >= total) break;
-            float small;
-            tf32x3::split(a[r], small);
-            float* at = reinterpret_cast<float*>(afrag + (f >> 2) / 32 * 64 + ((f >> 2) & 31));
-            at[f & 3] = a[r];
-            at[32 * 4 + (f & 3)] = small;
+            const int st = s0 + r * FSTEP;
+            if (st >= steps) break;
+            float sm[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tf32x3::split(a[r][e], sm[e]);
+            afrag[(st * MT + fi) * 64 + lane] = make_float4(a[r][0], a[r][1], a[r][2], a[r][3]);
+            afrag[(st * MT + fi) * 64 + 32 + lane] = make_float4(sm[0], sm[1], sm[2], sm[3]);
         }
     }
 
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    tf32x3::zero(acc);
     const bool pair = P % 2 == 0 && reinterpret_cast<unsigned long long>(out) % 8 == 0;
     const int wcol = warp * 8 * NT;
     int cp_chunk = 0;
@@ -615,6 +618,137 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
     tdcx::cp_async_wait<0>();
 }
 
+// ---- scc_tc_wgrad<MT, NT, KP, S>: the weight gradient, a block of four warps over BM =
+// 16·MT sorted filters x BN = 8·NT band channels and one pixel share, every warp the whole
+// BM x BN tile over its own k8 steps of each KP-pixel chunk (scc_tc's mode 2 gave a
+// 256-thread block of 32 x 64 outputs 16 x 16 a warp: every value split for one or two
+// products).  The chunks (gy rows of the filters, x rows of the band, KP pixels each) run
+// through one cp.async ring of S stages; at the end the four warps' sums are added in
+// warp order through shared memory and each (filter, weight) inside the window written
+// once: deterministic, the shares summed in order by conv2d_splitk_reduce.
+namespace scctc {
+template <int MT, int NT, int KP, int S>
+struct WGrad {
+    static constexpr int T = WALK_THREADS, BM = 16 * MT, BN = 8 * NT, ROWS = BM + BN;
+    static constexpr int LD = KP + 4;            // a staged row (== 4 mod 32: the fragment
+                                                 // reads of both operands conflict-free)
+    static constexpr int RUNS = KP / 4, VROWS = T / RUNS;   // 16-byte copies of a row
+    static constexpr int SROWS = T / KP;                    // 4-byte ones
+    static constexpr int RING = S * ROWS * LD, RED = 4 * BM * BN;
+    static_assert(KP % 32 == 0 && T % RUNS == 0 && T % KP == 0 && ROWS % VROWS == 0 &&
+                  ROWS % SROWS == 0 && MT * NT <= 16, "weight-gradient tile shapes");
+};
+}  // namespace scctc
+
+template <int MT, int NT, int KP, int S>
+__global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
+    const float* __restrict__ x,        // (N, Cin, P), P pixels a plane, Q = N·P
+    const float* __restrict__ gy,       // (N, Cout, P)
+    const int* __restrict__ order,      // (Cout,) the sorted filters' ids
+    const int* __restrict__ starts,     // (Cout,) their window starts
+    float* __restrict__ partial,        // (gridDim.z, Cout, U): a pixel share's sums each,
+                                        //   or the gradient itself for one share
+    int Cin, int Cout, int U, int P, int Q, int per_split)
+{
+    tc::wait_prior_grids();
+    using namespace scctc;
+    using G = WGrad<MT, NT, KP, S>;
+    constexpr int BM = G::BM, BN = G::BN, LD = G::LD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, lg = lane >> 2, lt = lane & 3;
+    const int m0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
+    const int lo = starts[m0], span = starts[min(m0 + BM, Cout) - 1] - lo + U;
+    if (v0 >= span) return;                 // the grid covers the widest band of any tile
+    const int q_begin = blockIdx.z * per_split, q_end = min(q_begin + per_split, Q);
+
+    extern __shared__ __align__(16) float smem[];
+    float* ring = smem;                                        // S x ROWS x LD (RED after)
+    int* rowc = reinterpret_cast<int*>(smem + (G::RING > G::RED ? G::RING : G::RED));
+    int* rowk = rowc + G::ROWS;                                // BM: each row's filter
+    int* rowo = rowk + BM;                                     // BM: its window's place
+    // Staged row r: gy row of sorted filter m0 + r (r < BM), else x row of band channel
+    // v0 + r - BM; its channel, or -1 for zeros.
+    for (int r = tid; r < G::ROWS; r += G::T) {
+        if (r < BM) {
+            const int si = m0 + r;
+            rowc[r] = si < Cout ? order[si] : -1;
+            rowk[r] = rowc[r];
+            rowo[r] = si < Cout ? starts[si] - lo : 0;
+        } else {
+            const int v = v0 + r - BM;
+            rowc[r] = v < span ? wrap(lo + v, Cin) : -1;
+        }
+    }
+    __syncthreads();
+
+    // A thread's pixel (run) of each chunk and its offsets in channel 0 of gy and x,
+    // carried from chunk to chunk.
+    const bool vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(x) % 16 == 0 &&
+                     reinterpret_cast<unsigned long long>(gy) % 16 == 0;
+    const int col = vec ? 4 * (tid % G::RUNS) : tid % KP;
+    const int row = vec ? tid / G::RUNS : tid / KP;
+    int q = q_begin + col, n = q / P, p = q - n * P;
+    const auto load = [&](int st) {
+        float* rs = ring + st * G::ROWS * LD;
+        const bool in = q < q_end;
+        const long long gb = (long long)n * Cout * P + p, xb = (long long)n * Cin * P + p;
+        if (vec) {
+#pragma unroll
+            for (int l = 0; l < G::ROWS / G::VROWS; ++l) {
+                const int r = row + l * G::VROWS, c = rowc[r];
+                const bool ok = in && c >= 0;
+                const float* from = r < BM ? gy + gb : x + xb;
+                tdcx::cp_async16(rs + r * LD + col, ok ? from + (size_t)c * P : x, ok);
+            }
+        } else {
+#pragma unroll 4
+            for (int l = 0; l < G::ROWS / G::SROWS; ++l) {
+                const int r = row + l * G::SROWS, c = rowc[r];
+                const bool ok = in && c >= 0;
+                const float* from = r < BM ? gy + gb : x + xb;
+                tdcx::cp_async4(rs + r * LD + col, ok ? from + (size_t)c * P : x, ok);
+            }
+        }
+        q += KP, p += KP;
+        while (p >= P) p -= P, ++n;          // into the next image(s)
+    };
+
+    float acc[MT][NT][4];
+    tf32x3::zero(acc);
+    const int chunks = q_begin < q_end ? (q_end - q_begin + KP - 1) / KP : 0;
+    tdcx::cp_async_ring<S>(chunks, [&](int, int st) { load(st); }, [&](int, int st) {
+        const float* gs = ring + st * G::ROWS * LD;
+        const float* xs = gs + BM * LD;
+#pragma unroll
+        for (int k8 = 8 * warp; k8 < KP; k8 += 32)
+            tf32x3::k8_product(
+                acc,
+                [&](int i, int e) { return gs[(16 * i + lg + 8 * (e & 1)) * LD + k8 + lt + 4 * (e >> 1)]; },
+                [&](int j, int h) { return xs[(8 * j + lg) * LD + k8 + lt + 4 * h]; });
+    });
+
+    // The four warps' sums, added in warp order; lane (g, t) holds rows g, g + 8 and
+    // columns 2t, 2t + 1 of each m16n8 tile.
+    __syncthreads();                         // every warp is done with the ring
+    float* red = smem;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<float2*>(red + (warp * BM + 16 * i + lg + 8 * h) * BN + 8 * j +
+                                           2 * lt) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+    __syncthreads();
+    for (int o = tid; o < BM * BN; o += G::T) {
+        const int m = o / BN, c = o - m * BN, k = rowk[m], u = v0 + c - rowo[m];
+        if (k < 0 || u < 0 || u >= U) continue;
+        float sum = red[o];
+#pragma unroll
+        for (int wq = 1; wq < 4; ++wq) sum += red[wq * BM * BN + o];
+        partial[((size_t)blockIdx.z * Cout + k) * U + u] = sum;
+    }
+}
+
 // What CI's nvcc build type-checks: tensorconv.ops.scc_tc.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SCC_TC(...) template __global__ void scc_tc<__VA_ARGS__>(const float*, const float*, \
@@ -633,4 +767,9 @@ TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_
 TC_I_SCC_WALK(0, 1, 4, 32, 3) TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 3)
 TC_I_SCC_WALK(1, 2, 4, 16, 4)
 #undef TC_I_SCC_WALK
+#define TC_I_SCC_WGRAD(...) template __global__ void scc_tc_wgrad<__VA_ARGS__>(const float*, \
+    const float*, const int*, const int*, float*, int, int, int, int, int, int);
+TC_I_SCC_WGRAD(2, 8, 32, 3) TC_I_SCC_WGRAD(1, 16, 32, 3) TC_I_SCC_WGRAD(4, 4, 32, 3)
+TC_I_SCC_WGRAD(1, 8, 32, 3) TC_I_SCC_WGRAD(2, 4, 32, 3)
+#undef TC_I_SCC_WGRAD
 #endif

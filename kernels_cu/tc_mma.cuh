@@ -43,6 +43,16 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// A warp's MT x NT m16n8 accumulator tiles set to zero.
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
 // One k step of 8 of a warp's MT x NT m16n8 tiles: acc[i][j] += A_i B_j.  a(i, e) is
 // register e of m tile i's A fragment (lane (g, t): row g + 8 (e & 1), column t + 4 (e >> 1)),
 // b(j, h) register h of n tile j's B fragment (row t + 4 h, column g), read from wherever

@@ -537,7 +537,7 @@ def test_the_walking_tensor_core_plans_cover_their_reductions():
     """scc_tc_walk's plans: instantiated, under their shared-memory cap, a depth of whole
     chunks covering the longest band or filter list; none for small layers unless
     forced, none where the rows of least work have no walking shape."""
-    from tensorconv.ops import scc_tc
+    from tensorconv.ops import scc_tc, scc_tc_walk
     from tensorconv.ops.scc_tiles import band_spans, data_tiles
 
     names = set(scc_tc.instantiations())
@@ -549,13 +549,13 @@ def test_the_walking_tensor_core_plans_cover_their_reductions():
             for mode in (0, 1):
                 plan = scc_tc.walk_plan(g, q, mode)
                 forced = scc_tc.walk_plan(g, q, mode, force=True)
-                big = q * g.cout * g.u >= scc_tc.MIN_WALK_MACS
+                big = q * g.cout * g.u >= scc_tc_walk.MIN_WALK_MACS
                 assert (plan is not None) == (big and forced is not None)
                 if forced is None:
                     continue
                 tile, depth = forced
                 seen.add((mode, tile.rows))
-                assert tile.name in names and tile.smem(depth) <= scc_tc.WALK_SMEM
+                assert tile.name in names and tile.smem(depth) <= scc_tc_walk.WALK_SMEM
                 longest = (int(np.max(band_spans(g, tile.rows))) if mode == 0
                            else int(np.max(np.diff(data_tiles(g, tile.rows)[0]))))
                 kc = tile.shape[2]
@@ -589,6 +589,18 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     assert v["backward"] == {"path": "parts", "onepass_us": 30.0, "parts_us": 23.0}
     assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "onepass"
     assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
+    walked = PathTimes(10, 12, 9, 8, 20, 15, 30, forward_walk=9.5, data_walk=None,
+                       weight_walk=16).verdicts()
+    assert [(walked[s]["tc"], walked[s]["walk"]) for s in ("forward", "data", "weight")] == [
+        (True, True), (True, False), (True, False)]
+    assert walked["backward"]["parts_us"] == 23.0
+    tunecache.store(scc_tc.decision_key(g, 8192, 16, "forward"), walked["forward"])
+    tunecache.store(scc_tc.decision_key(g, 8192, 16, "weight"), {"tc": False, "walk": 1})
+    scc_tc.forget_verdicts()
+    assert scc_tc.verdict(g, 8192, 16, "forward") is True
+    assert scc_tc.walk_verdict(g, 8192, 16, "forward") is True
+    assert scc_tc.walk_verdict(g, 8192, 64, "data") is None             # untuned
+    assert scc_tc.verdict(g, 8192, 16, "weight") is None                 # malformed: ignored
     for side, value in v.items():
         tunecache.store(scc_tc.decision_key(g, 8192, 64, side), value)
     scc_tc.forget_verdicts()

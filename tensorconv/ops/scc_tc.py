@@ -14,7 +14,8 @@ FMA kernels.
 The forward and the input gradient of layers with work enough (:data:`MIN_WALK_MACS`) run
 ``scc_tc_walk``: a block of 128 threads splits its rows' weights once, into shared memory
 in fragment order, and walks pixel tiles with every chunk one ``cp.async`` ring
-(:class:`WalkTile`); the others, and every weight gradient, run ``scc_tc``.
+and the weight gradient ``scc_tc_wgrad`` (:mod:`~tensorconv.ops.scc_tc_walk`); the others
+run ``scc_tc``.
 
 Each ``scc_tc`` block is BM (16-128) rows x BN (64 or 128) columns, 256 threads: rows are sorted
 filters (forward, weight gradient) or input channels (input gradient); columns are pixels,
@@ -33,16 +34,16 @@ import numpy as np
 
 from tensorconv import backend, cuda, precision, tunecache
 from tensorconv.checks import check_choice
-from tensorconv.ops import _igemm
+from tensorconv.ops import _igemm, scc_tc_walk
 from tensorconv.ops._launch import cdiv, launch, ptr
 from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, least_work
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "WalkTile", "check_runs_here", "data_plan",
+__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "check_runs_here", "data_plan",
            "decision_key", "forget_verdicts", "forward_tile", "instantiations", "kernels",
            "run_backward_data", "run_backward_weight", "run_forward", "runs_here", "takes",
-           "verdict", "walk_plan", "weight_plan"]
+           "verdict", "walk_plan", "walk_verdict", "weight_plan"]
 
 FILE = "scc_tc.cu"
 MODES = (0, 1, 2)                  # forward, input gradient, weight gradient
@@ -52,14 +53,6 @@ BK, THREADS, STAGES, LDK = 16, 256, 4, 20   # scctc:: constants of the .cu
 MIN_SLICES = 8                     # a reduction share is at least this many BK slices
 MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 SIDES = ("forward", "data", "weight", "backward")   # the verdicts: see decision_key
-WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
-WALK_SHAPES = {16: (1, 4, 32, 3), 32: (2, 4, 16, 4)}
-"""scc_tc_walk's (m16 tiles, n8 tiles a warp, chunk rows, ring stages) by block rows: four
-warps side by side along 32 x n8 tiles pixels.  Rows of 64 and 128 stay on scc_tc: four
-m16 tiles by two n8 tiles lost to it on every layer timed (docs/notes/scc_conv.md), four
-by four spilled."""
-MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
-WALK_SMEM = 113 * 1024     # two blocks an SM at least
 
 
 @dataclass(frozen=True)
@@ -83,40 +76,10 @@ class TcTile:
         return 4 * STAGES * (self.rows * LDK + b)
 
 
-@dataclass(frozen=True)
-class WalkTile:
-    """scc_tc_walk's block for GEMM ``mode`` (0 forward, 1 input gradient) over ``rows``
-    rows: :data:`WALK_SHAPES` ``[rows]``."""
-
-    mode: int
-    rows: int
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        return WALK_SHAPES[self.rows]
-
-    @property
-    def cols(self) -> int:
-        """Pixels a tile: four warps of 8 x n8 tiles."""
-        return 32 * self.shape[1]
-
-    @property
-    def name(self) -> str:
-        return f"scc_tc_walk<{self.mode}, {', '.join(map(str, self.shape))}>"
-
-    def smem(self, depth: int) -> int:
-        """Dynamic shared-memory bytes over a reduction of ``depth`` rows (a multiple of
-        the chunk): the split weights (two floats a value), the ring, each stage's pixel
-        offsets (8 bytes a column) and three words a row (channel, window place, bias)."""
-        _, _, kc, stages = self.shape
-        return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
-                    + 2 * stages * self.cols + 3 * self.rows)
-
-
 def instantiations() -> list[str]:
     """The template instances CI's nvcc build compiles."""
     return sorted([TcTile(m, r, c).name for m in MODES for r in ROWS for c in COLS]
-                  + [WalkTile(m, r).name for m in (0, 1) for r in WALK_SHAPES])
+                  + scc_tc_walk.instantiations())
 
 
 def kernels(*_) -> tuple[cuda.KernelRef, ...]:
@@ -152,9 +115,10 @@ def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
 
 
 def _decode_tc(v):
-    if not isinstance(v, dict) or not isinstance(v.get("tc"), bool):
-        raise ValueError("expected {'tc': bool, ...}")
-    return v["tc"]
+    if (not isinstance(v, dict) or not isinstance(v.get("tc"), bool)
+            or not isinstance(v.get("walk", False), bool)):
+        raise ValueError("expected {'tc': bool, 'walk': bool (optional), ...}")
+    return v["tc"], v.get("walk")
 
 
 def _decode_backward(v):
@@ -177,8 +141,20 @@ def verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool | str
     """The stored verdict of ``side`` (:func:`decision_key`): a bool (the tensor cores or
     not) for a GEMM, the path for "backward", None untuned; memoised
     (:func:`forget_verdicts` after storing new ones)."""
-    where = (str(tunecache.cache_path()), tunecache.device_name(), precision.current())
-    return _verdict(geom, pixels, plane, side, where)
+    v = _verdict(geom, pixels, plane, side, _where())
+    return v[0] if isinstance(v, tuple) else v
+
+
+def walk_verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool | None:
+    """Whether ``side``'s tensor-core GEMM runs the walking kernels
+    (:mod:`~tensorconv.ops.scc_tc_walk`) by its stored verdict; None untuned (or tuned
+    before they existed): then :func:`walk_plan`'s size rule decides."""
+    v = _verdict(geom, pixels, plane, side, _where())
+    return v[1] if isinstance(v, tuple) else None
+
+
+def _where() -> tuple:
+    return str(tunecache.cache_path()), tunecache.device_name(), precision.current()
 
 
 def forget_verdicts() -> None:
@@ -264,57 +240,13 @@ def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
     return TcTile(2, rows, cols), bands, splits, per_split
 
 
-def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *,
-              force: bool = False) -> tuple[WalkTile, int] | None:
-    """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0) or the input gradient
-    (1) over ``pixels`` = N x H x W, ``depth`` the longest reduction (band or filter list)
-    rounded up to whole chunks; None where the rows of least work have no walking shape,
-    the split weights would leave under two blocks an SM, or (unless ``force``) the layer
-    has under :data:`MIN_WALK_MACS` multiply-adds."""
+def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *, force: bool = False):
+    """:func:`scc_tc_walk.walk_plan <tensorconv.ops.scc_tc_walk.walk_plan>` for the forward
+    (``mode`` 0) or the input gradient (1) with this module's rows of least work."""
     if mode not in (0, 1):
         raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
     rows = _band_rows(geom, None) if mode == 0 else _data_rows(geom)
-    if rows not in WALK_SHAPES:
-        return None
-    if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
-        return None
-    tile = WalkTile(mode, rows)
-    if mode == 0:
-        longest = int(np.max(band_spans(geom, rows)))
-    else:
-        longest = max(int(np.max(np.diff(data_tiles(geom, rows)[0]))), 1)
-    depth = cdiv(longest, tile.shape[2]) * tile.shape[2]
-    return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
-
-
-def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
-    """Walking blocks a row tile: the GPU filled once (as many blocks an SM as the launch
-    bounds and ``smem`` allow), each walking every so-many-th of the pixel tiles."""
-    per_sm = max(1, min(WALK_BLOCKS_PER_SM, 228 * 1024 // (smem + 1024)))
-    sms = backend.device_facts().sm_count
-    return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
-
-
-def _run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: bool,
-              out) -> None:
-    tile, depth = plan
-    n, _, h, wd = src.shape
-    q, i32 = n * h * wd, np.int32
-    device = src.device.id
-    order, sorted_starts = device_tables(geom, device, "sorted")
-    if tile.mode == 0:
-        starts, tile_ptr, tile_k = sorted_starts, order, order
-        rows = cdiv(geom.cout, tile.rows)
-    else:
-        (starts,) = device_tables(geom, device, "starts")
-        tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
-        rows = cdiv(geom.cin, tile.rows)
-    smem = tile.smem(depth)
-    launch(cuda.kernel_ref(FILE, tile.name), (_walk_blocks(q, tile, rows, smem), rows, 1),
-           (WALK_THREADS,),
-           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, i32(geom.cin),
-            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth), i32(bool(relu))),
-           smem=smem)
+    return scc_tc_walk.walk_plan(geom, pixels, mode, rows, force=force)
 
 
 def _load(tile: TcTile):
@@ -325,11 +257,12 @@ def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out, *,
                 walk: bool | None = None) -> None:
     """``out`` = relu?(scc(x, w) + bias) on checked CuPy arrays: scc_tc_walk where
     :func:`walk_plan` has a plan (``walk`` True: wherever it has one, ignoring the size;
-    False: never), else scc_tc."""
+    False: never; None: as the stored verdict says, :func:`walk_verdict`), else scc_tc."""
     n, _, h, wd = x.shape
     q, i32 = n * h * wd, np.int32
+    walk = walk_verdict(geom, q, h * wd, "forward") if walk is None else walk
     if walk is not False and (plan := walk_plan(geom, q, 0, force=bool(walk))) is not None:
-        _run_walk(plan, x, w, geom, bias, relu, out)
+        scc_tc_walk.run_walk(plan, x, w, geom, bias, relu, out)
         return
     sms = backend.device_facts().sm_count
     tile = forward_tile(geom, q, sms)
@@ -348,9 +281,10 @@ def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
     unless ``splits`` asks for shares; else scc_tc."""
     n, _, h, wd = gy.shape
     q, i32 = n * h * wd, np.int32
+    walk = walk_verdict(geom, q, h * wd, "data") if walk is None else walk
     if (splits is None and walk is not False
             and (plan := walk_plan(geom, q, 1, force=bool(walk))) is not None):
-        _run_walk(plan, gy, w, geom, None, False, out)
+        scc_tc_walk.run_walk(plan, gy, w, geom, None, False, out)
         return
     sms = backend.device_facts().sm_count
     tile, splits, per_split = data_plan(geom, q, sms, splits)
@@ -370,11 +304,19 @@ def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
         _igemm.reduce_flat(partial, out, splits, size, sms)
 
 
-def run_backward_weight(x, gy, geom: SCCGeometry, splits: int | None, out) -> None:
-    """``out`` = the weight gradient of checked CuPy arrays."""
+def run_backward_weight(x, gy, geom: SCCGeometry, splits: int | None, out, *,
+                        walk: bool | None = None) -> None:
+    """``out`` = the weight gradient of checked CuPy arrays: scc_tc_wgrad where
+    :func:`~tensorconv.ops.scc_tc_walk.wgrad_plan` has a plan (``walk`` True: whatever
+    the size; False: never), else scc_tc's mode 2."""
     n, _, h, wd = x.shape
     q, i32 = n * h * wd, np.int32
     sms = backend.device_facts().sm_count
+    walk = walk_verdict(geom, q, h * wd, "weight") if walk is None else walk
+    plan = scc_tc_walk.wgrad_plan(geom, q, sms, splits, force=bool(walk))
+    if walk is not False and plan is not None:
+        scc_tc_walk.run_wgrad(plan, x, gy, geom, out)
+        return
     tile, bands, splits, per_split = weight_plan(geom, q, sms, splits)
     order, starts = device_tables(geom, x.device.id, "sorted")
     size = geom.cout * geom.u

@@ -1,8 +1,9 @@
 """Which kernels a sliding-channel layer runs, measured on this device: the FMA kernels of
-:mod:`~tensorconv.ops.scc_conv` or the tensor-core ones of :mod:`~tensorconv.ops.scc_tc`
-for each of its three GEMMs, and the one-pass backward or the two gradients apart.
+:mod:`~tensorconv.ops.scc_conv`, the tensor-core ones of :mod:`~tensorconv.ops.scc_tc` or
+their walking ones (:mod:`~tensorconv.ops.scc_tc_walk`, where they apply) for each of its
+three GEMMs, and the one-pass backward or the two gradients apart.
 
-:func:`tune` times every side both ways (CUDA-graph replay medians, random data of the
+:func:`tune` times every side every way (CUDA-graph replay medians, random data of the
 layer's shape) and stores one verdict a side in the tune cache
 (:func:`tensorconv.ops.scc_tc.decision_key`), which the ops' ``path="auto"`` then
 follows; an untuned layer runs the FMA kernels.  Nothing else writes these verdicts.
@@ -16,7 +17,7 @@ import numpy as np
 
 from tensorconv import backend, timing, tunecache
 from tensorconv.checks import check_int
-from tensorconv.ops import scc_conv, scc_fused, scc_tc
+from tensorconv.ops import scc_conv, scc_fused, scc_tc, scc_tc_walk
 from tensorconv.reference.scc import SCCGeometry
 
 __all__ = ["PathTimes", "tune"]
@@ -34,16 +35,25 @@ class PathTimes:
     weight_fma: float
     weight_tc: float
     onepass: float | None
+    forward_walk: float | None = None   # the walking tensor-core kernels, where they apply
+    data_walk: float | None = None
+    weight_walk: float | None = None
+
+    def best(self, side: str) -> tuple[str, float]:
+        """``side``'s fastest kernels ("fma", "tc" or "walk") and their time."""
+        times = {k: getattr(self, f"{side}_{k}") for k in ("fma", "tc", "walk")}
+        return min(((k, v) for k, v in times.items() if v is not None), key=lambda kv: kv[1])
 
     def verdicts(self) -> dict:
-        """``{side: stored value}``: each GEMM on the faster family; the backward in one
-        pass where it beats the faster input gradient plus the faster weight gradient
-        (``path``)."""
-        out = {side: {"tc": getattr(self, f"{side}_tc") < getattr(self, f"{side}_fma"),
-                      "tc_us": getattr(self, f"{side}_tc"),
-                      "fma_us": getattr(self, f"{side}_fma")}
-               for side in ("forward", "data", "weight")}
-        parts = min(self.data_fma, self.data_tc) + min(self.weight_fma, self.weight_tc)
+        """``{side: stored value}``: each GEMM on its fastest kernels (``tc``: the tensor
+        cores, ``walk``: their walking kernels); the backward in one pass where it beats
+        the fastest input gradient plus the fastest weight gradient (``path``)."""
+        out = {}
+        for side in ("forward", "data", "weight"):
+            best = self.best(side)[0]
+            out[side] = {"tc": best != "fma", "walk": best == "walk",
+                         **{f"{k}_us": getattr(self, f"{side}_{k}") for k in ("fma", "tc", "walk")}}
+        parts = self.best("data")[1] + self.best("weight")[1]
         one = self.onepass is not None and self.onepass < parts
         out["backward"] = {"path": "onepass" if one else "parts", "onepass_us": self.onepass,
                            "parts_us": parts}
@@ -75,13 +85,24 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
     def t(fn) -> float:
         return timing.time_graph(fn, repeat=repeat, calls_per_graph=5).median_us
 
-    times = {}
-    for fam in ("fma", "tc"):
-        times[f"forward_{fam}"] = t(lambda: scc_conv.scc_conv2d(x, w, geom, path=fam, out=y))
-        times[f"data_{fam}"] = t(lambda: scc_conv.scc_conv2d_backward_data(
-            gy, w, geom, path=fam, out=gx))
-        times[f"weight_{fam}"] = t(lambda: scc_conv.scc_conv2d_backward_weight(
-            x, gy, geom, path=fam, out=gw))
+    times = {"forward_fma": t(lambda: scc_conv.scc_conv2d(x, w, geom, path="fma", out=y)),
+             "data_fma": t(lambda: scc_conv.scc_conv2d_backward_data(gy, w, geom, path="fma",
+                                                                     out=gx)),
+             "weight_fma": t(lambda: scc_conv.scc_conv2d_backward_weight(x, gy, geom,
+                                                                         path="fma", out=gw))}
+    q = n * h * wd
+    walks = {"forward": scc_tc.walk_plan(geom, q, 0), "data": scc_tc.walk_plan(geom, q, 1),
+             "weight": scc_tc_walk.wgrad_plan(geom, q, backend.device_facts().sm_count)}
+    for walk, fam in ((False, "tc"), (True, "walk")):
+        if fam == "tc" or walks["forward"] is not None:
+            times[f"forward_{fam}"] = t(lambda: scc_tc.run_forward(x, w, geom, None, False, y,
+                                                                   walk=walk))
+        if fam == "tc" or walks["data"] is not None:
+            times[f"data_{fam}"] = t(lambda: scc_tc.run_backward_data(gy, w, geom, None, gx,
+                                                                      walk=walk))
+        if fam == "tc" or walks["weight"] is not None:
+            times[f"weight_{fam}"] = t(lambda: scc_tc.run_backward_weight(x, gy, geom, None,
+                                                                          gw, walk=walk))
     onepass = None
     if scc_fused.onepass_plan(geom, n * h * wd) is not None:
         onepass = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="onepass",

@@ -475,10 +475,10 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
     one part full); 16-byte copies and 4-byte ones; outputs poisoned."""
     import cupy as cp
 
-    from tensorconv.ops import scc_tc
+    from tensorconv.ops import scc_tc, scc_tc_walk
 
     if blocks is not None:
-        monkeypatch.setattr(scc_tc, "_walk_blocks", lambda *_: blocks)
+        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
     n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
     geom = scc.scc_geometry(cin, cout, cg, co)
     x, w, b, gy = _layer_data(rng, geom, n, h, wd)
@@ -496,6 +496,37 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
         gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
         scc_tc.run_backward_data(gyg, wg, geom, None, gx, walk=walk)
         assert rel_err(gx.get(), gx_want) <= 1e-5, walk
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (1, 16), (4, 4), (1, 8), (2, 4)])
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
+                                            (256, 200, 8, 0.25), (60, 90, 3, 0.75)])
+def test_the_tensor_core_weight_gradient_by_warp_shares_matches_the_reference(
+        rng, monkeypatch, shape, layout, cin, cout, cg, co):
+    """scc_tc_wgrad on every instantiated tile, forced: one pixel share (written in
+    place), the default and seven (a last one part full; chunks past the map zero), bands
+    over several column tiles, a last row tile part full; 16-byte and 4-byte copies;
+    within fp32's 1e-5 of the float64 reference, poisoned, and the same bits twice."""
+    import cupy as cp
+
+    from tensorconv.ops import scc_tc, scc_tc_walk
+
+    tile = scc_tc_walk.WGradTile(*shape)
+    monkeypatch.setattr(scc_tc_walk, "_wgrad_tile", lambda g: tile)
+    n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x, w, _, gy = _layer_data(rng, geom, n, h, wd)
+    _, gw_want = scc.scc_backward(x.astype(np.float64), w.astype(np.float64),
+                                  gy.astype(np.float64), geom)
+    xg, gyg = _on_gpu(x, layout), _on_gpu(gy, layout)
+    for splits in (1, None, 7):
+        gw = cp.full(w.shape, cp.nan, cp.float32)
+        scc_tc.run_backward_weight(xg, gyg, geom, splits, gw, walk=True)
+        assert rel_err(gw.get(), gw_want) <= 1e-5, splits
+        again = cp.full(w.shape, cp.nan, cp.float32)
+        scc_tc.run_backward_weight(xg, gyg, geom, splits, again, walk=True)
+        assert cp.array_equal(gw, again), splits
 
 
 def test_the_tensor_core_gradients_are_deterministic_and_captured(rng):

@@ -1,0 +1,212 @@
+"""The walking tensor-core SCC kernels of ``kernels_cu/scc_tc.cu`` (3xTF32, fp32 accuracy):
+their tiles, plans and launches, which :mod:`~tensorconv.ops.scc_tc` runs where they apply.
+
+``scc_tc_walk`` (the forward and the input gradient): a block of 128 threads splits its
+rows' dense-masked weights once, into shared memory in fragment order, then walks pixel
+tiles blockIdx.x, + gridDim.x, ... with every chunk of every tile one ``cp.async`` ring
+(:class:`WalkTile`, :func:`walk_plan`).  ``scc_tc_wgrad`` (the weight gradient): a block
+of four warps over a tile of sorted filters x band channels and one pixel share, every
+warp the whole tile over its own k8 steps, their sums added in warp order, the shares in
+share order: deterministic (:class:`WGradTile`, :func:`wgrad_plan`).  Both take layers
+of :data:`MIN_WALK_MACS` multiply-adds or more; ``scc_tc``'s kernels the smaller ones,
+where a few blocks' latency is the time (``docs/notes/scc_conv.md``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import cdiv, launch, ptr
+from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, least_work
+from tensorconv.reference.scc import SCCGeometry
+from tensorconv.scratch import workspace
+
+__all__ = ["MIN_WALK_MACS", "WALK_SHAPES", "WGRAD_SHAPES", "WGradTile", "WalkTile",
+           "instantiations", "run_walk", "run_wgrad", "walk_plan", "wgrad_plan"]
+
+FILE = "scc_tc.cu"
+WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
+WALK_SHAPES = {16: (1, 4, 32, 3), 32: (2, 4, 16, 4)}
+"""scc_tc_walk's (m16 tiles, n8 tiles a warp, chunk rows, ring stages) by block rows: four
+warps side by side along 32 x n8 tiles pixels.  Rows of 64 and 128 stay on scc_tc: four
+m16 tiles by two n8 tiles lost to it on every layer timed (docs/notes/scc_conv.md), four
+by four spilled."""
+WGRAD_SHAPES = ((2, 8), (1, 16), (4, 4), (1, 8), (2, 4))
+"""scc_tc_wgrad's (m16 tiles, n8 tiles), largest first: every warp the block's whole tile
+of (sorted filter, band channel) sums (32 x 64, 16 x 128, 64 x 32, 16 x 64, 32 x 32)
+over its own k8 steps."""
+WGRAD_KP, WGRAD_STAGES = 32, 3       # pixels a chunk (one k8 step a warp), ring stages
+WGRAD_BLOCKS_PER_SM = 3
+MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
+WALK_SMEM = 113 * 1024     # two blocks an SM at least
+
+
+@dataclass(frozen=True)
+class WalkTile:
+    """scc_tc_walk's block for GEMM ``mode`` (0 forward, 1 input gradient) over ``rows``
+    rows: :data:`WALK_SHAPES` ``[rows]``."""
+
+    mode: int
+    rows: int
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return WALK_SHAPES[self.rows]
+
+    @property
+    def cols(self) -> int:
+        """Pixels a tile: four warps of 8 x n8 tiles."""
+        return 32 * self.shape[1]
+
+    @property
+    def name(self) -> str:
+        return f"scc_tc_walk<{self.mode}, {', '.join(map(str, self.shape))}>"
+
+    def smem(self, depth: int) -> int:
+        """Dynamic shared-memory bytes over a reduction of ``depth`` rows (a multiple of
+        the chunk): the split weights (two floats a value), the ring, each stage's pixel
+        offsets (8 bytes a column) and three words a row (channel, window place, bias)."""
+        _, _, kc, stages = self.shape
+        return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
+                    + 2 * stages * self.cols + 3 * self.rows)
+
+
+@dataclass(frozen=True)
+class WGradTile:
+    """scc_tc_wgrad's block: ``mt`` m16 tiles of sorted filters x ``nt`` n8 tiles of band
+    channels, ``kp`` pixels a chunk."""
+
+    mt: int
+    nt: int
+    kp: int = WGRAD_KP
+
+    @property
+    def rows(self) -> int:
+        return 16 * self.mt
+
+    @property
+    def cols(self) -> int:
+        return 8 * self.nt
+
+    @property
+    def name(self) -> str:
+        return f"scc_tc_wgrad<{self.mt}, {self.nt}, {self.kp}, {WGRAD_STAGES}>"
+
+    @property
+    def smem(self) -> int:
+        """The ring (rows of kp + 4 words), or the four warps' sums after it, a word a
+        staged row (its channel) and two a filter row (its id, its window's place)."""
+        ring = WGRAD_STAGES * (self.rows + self.cols) * (self.kp + 4)
+        return 4 * (max(ring, 4 * self.rows * self.cols) + 3 * self.rows + self.cols)
+
+def instantiations() -> list[str]:
+    """The template instances of both kernels (part of :mod:`~tensorconv.ops.scc_tc`'s)."""
+    return ([WalkTile(m, r).name for m in (0, 1) for r in WALK_SHAPES]
+            + [WGradTile(mt, nt).name for mt, nt in WGRAD_SHAPES])
+
+
+def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
+              force: bool = False) -> tuple[WalkTile, int] | None:
+    """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0) or the input gradient
+    (1) over ``pixels`` = N x H x W with blocks of ``rows`` (the rows of least work,
+    :mod:`~tensorconv.ops.scc_tc` finds them), ``depth`` the longest reduction (band or
+    filter list) rounded up to whole chunks; None where ``rows`` has no walking shape, the
+    split weights would leave under two blocks an SM, or (unless ``force``) the layer has
+    under :data:`MIN_WALK_MACS` multiply-adds."""
+    if mode not in (0, 1):
+        raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
+    if rows not in WALK_SHAPES:
+        return None
+    if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
+        return None
+    tile = WalkTile(mode, rows)
+    if mode == 0:
+        longest = int(np.max(band_spans(geom, rows)))
+    else:
+        longest = max(int(np.max(np.diff(data_tiles(geom, rows)[0]))), 1)
+    depth = cdiv(longest, tile.shape[2]) * tile.shape[2]
+    return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
+
+
+def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
+    """Walking blocks a row tile: the GPU filled once (as many blocks an SM as the launch
+    bounds and ``smem`` allow), each walking every so-many-th of the pixel tiles."""
+    per_sm = max(1, min(WALK_BLOCKS_PER_SM, 228 * 1024 // (smem + 1024)))
+    sms = backend.device_facts().sm_count
+    return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
+
+
+def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: bool,
+             out) -> None:
+    """``out`` = the forward (``src`` x) or the input gradient (``src`` gy) of checked CuPy
+    arrays by scc_tc_walk on ``plan`` (:func:`walk_plan`)."""
+    tile, depth = plan
+    n, _, h, wd = src.shape
+    q, i32 = n * h * wd, np.int32
+    device = src.device.id
+    order, sorted_starts = device_tables(geom, device, "sorted")
+    if tile.mode == 0:
+        starts, tile_ptr, tile_k = sorted_starts, order, order
+        rows = cdiv(geom.cout, tile.rows)
+    else:
+        (starts,) = device_tables(geom, device, "starts")
+        tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
+        rows = cdiv(geom.cin, tile.rows)
+    smem = tile.smem(depth)
+    launch(cuda.kernel_ref(FILE, tile.name), (_walk_blocks(q, tile, rows, smem), rows, 1),
+           (WALK_THREADS,),
+           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, i32(geom.cin),
+            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth), i32(bool(relu))),
+           smem=smem)
+
+
+@functools.lru_cache(maxsize=256)
+def _wgrad_tile(geom: SCCGeometry) -> WGradTile:
+    costs = {}
+    for mt, nt in WGRAD_SHAPES:
+        t = WGradTile(mt, nt)
+        spans = band_spans(geom, t.rows)
+        costs[t] = float(np.sum(-(-spans // t.cols) * t.cols) * t.rows)
+    return least_work(costs)
+
+
+def wgrad_plan(geom: SCCGeometry, pixels: int, sm_count: int, splits: int | None = None,
+               *, force: bool = False) -> tuple[WGradTile, int, int, int] | None:
+    """``(tile, band tiles, splits, per_split)`` of scc_tc_wgrad: the tile of least
+    multiply-adds (dense-masked zeros counted); pixel shares (``splits``, by default
+    about :data:`WGRAD_BLOCKS_PER_SM` blocks an SM, each share at least four chunks),
+    ``per_split`` pixels a share, whole chunks.  None (unless ``force``) under
+    :data:`MIN_WALK_MACS` multiply-adds."""
+    if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
+        return None
+    tile = _wgrad_tile(geom)
+    spans = band_spans(geom, tile.rows)
+    bands = int(np.max(-(-spans // tile.cols)))
+    if splits is None:
+        blocks = int(np.sum(-(-spans // tile.cols)))
+        splits = max(1, min(cdiv(WGRAD_BLOCKS_PER_SM * sm_count, blocks),
+                            cdiv(pixels, 4 * tile.kp)))
+    per_split, splits = _igemm.split_depth(pixels, tile.kp, splits)
+    return tile, bands, splits, per_split
+
+
+def run_wgrad(plan: tuple[WGradTile, int, int, int], x, gy, geom: SCCGeometry, out) -> None:
+    """``out`` = the weight gradient of checked CuPy arrays by scc_tc_wgrad on ``plan``
+    (:func:`wgrad_plan`), the shares summed in order where there are several."""
+    tile, bands, splits, per_split = plan
+    n, _, h, wd = x.shape
+    i32 = np.int32
+    order, starts = device_tables(geom, x.device.id, "sorted")
+    size = geom.cout * geom.u
+    partial = out if splits == 1 else workspace(backend.array_module(x), splits * size)
+    launch(cuda.kernel_ref(FILE, tile.name), (bands, cdiv(geom.cout, tile.rows), splits),
+           (WALK_THREADS,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
+                             i32(geom.u), i32(h * wd), i32(n * h * wd), i32(per_split)),
+           smem=tile.smem)
+    if splits > 1:
+        _igemm.reduce_flat(partial, out, splits, size, backend.device_facts().sm_count)

@@ -421,9 +421,15 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
     const int walk = (int)blockIdx.x < pixel_tiles
         ? (pixel_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     int ld_chunk = chunks, ld_tile = -1;
+    // MODE 0's 16-byte copies: the channel of each of a thread's rows, carried from
+    // chunk to chunk (+KC, wrapped) instead of found from the band row each copy.
+    constexpr int VL = KC / Wk::VSTEP;
+    int vch[VL];
     const auto load = [&](int st) {
         if (ld_chunk == chunks) {
             ld_chunk = 0;
+#pragma unroll
+            for (int l = 0; l < VL; ++l) vch[l] = (lo + row + l * Wk::VSTEP) % Cin;
             const int q0 = ((int)blockIdx.x + ++ld_tile * (int)gridDim.x) * BN;
 #pragma unroll
             for (int m = 0; m < Wk::SC; ++m) {
@@ -442,8 +448,16 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
                 reinterpret_cast<unsigned long long>(src) + 4ull * (in ? base[0] : 0);
             const unsigned pitch = 4u * (unsigned)P;
 #pragma unroll
-            for (int l = 0; l < KC / Wk::VSTEP; ++l) {
-                const int r = row + l * Wk::VSTEP, c = chan(v0 + r);
+            for (int l = 0; l < VL; ++l) {
+                const int r = row + l * Wk::VSTEP;
+                int c;
+                if constexpr (MODE == 0) {
+                    c = v0 + r < depth ? vch[l] : -1;
+                    const int next = vch[l] + KC;
+                    vch[l] = next < Cin ? next : Cin >= KC ? next - Cin : next % Cin;
+                } else {
+                    c = chan(v0 + r);
+                }
                 const bool ok = in && c >= 0;
                 const float* from =
                     reinterpret_cast<const float*>(px + (unsigned long long)(unsigned)c * pitch);
@@ -681,23 +695,35 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
     __syncthreads();
 
     // A thread's pixel (run) of each chunk and its offsets in channel 0 of gy and x,
-    // carried from chunk to chunk.
+    // carried from chunk to chunk; the 16-byte form's rows are fixed for the launch, its
+    // first BM / VROWS copies gy rows and the rest x rows (row < VROWS, which divides BM),
+    // so each copy's row is one byte offset found once (the general form took about 40
+    // instructions a copy, two fifths of the kernel's).
     const bool vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(x) % 16 == 0 &&
                      reinterpret_cast<unsigned long long>(gy) % 16 == 0;
     const int col = vec ? 4 * (tid % G::RUNS) : tid % KP;
     const int row = vec ? tid / G::RUNS : tid / KP;
     int q = q_begin + col, n = q / P, p = q - n * P;
+    long long gb = (long long)n * Cout * P + p, xb = (long long)n * Cin * P + p;
+    constexpr int VC = G::ROWS / G::VROWS, VG = BM / G::VROWS;   // copies; gy ones
+    static_assert(BM % G::VROWS == 0, "a 16-byte copy's row is all gy or all x");
+    long long roff[VC];                    // byte offset of the copy's row, -1: zeros
+#pragma unroll
+    for (int l = 0; l < VC; ++l) {
+        const int c = vec ? rowc[row + l * G::VROWS] : -1;
+        roff[l] = c >= 0 ? 4ll * c * P : -1;
+    }
     const auto load = [&](int st) {
         float* rs = ring + st * G::ROWS * LD;
         const bool in = q < q_end;
-        const long long gb = (long long)n * Cout * P + p, xb = (long long)n * Cin * P + p;
         if (vec) {
+            const unsigned long long gp = reinterpret_cast<unsigned long long>(gy + gb);
+            const unsigned long long xp = reinterpret_cast<unsigned long long>(x + xb);
 #pragma unroll
-            for (int l = 0; l < G::ROWS / G::VROWS; ++l) {
-                const int r = row + l * G::VROWS, c = rowc[r];
-                const bool ok = in && c >= 0;
-                const float* from = r < BM ? gy + gb : x + xb;
-                tdcx::cp_async16(rs + r * LD + col, ok ? from + (size_t)c * P : x, ok);
+            for (int l = 0; l < VC; ++l) {
+                const bool ok = in && roff[l] >= 0;
+                const float* from = reinterpret_cast<const float*>((l < VG ? gp : xp) + roff[l]);
+                tdcx::cp_async16(rs + (row + l * G::VROWS) * LD + col, ok ? from : x, ok);
             }
         } else {
 #pragma unroll 4
@@ -708,8 +734,9 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
                 tdcx::cp_async4(rs + r * LD + col, ok ? from + (size_t)c * P : x, ok);
             }
         }
-        q += KP, p += KP;
-        while (p >= P) p -= P, ++n;          // into the next image(s)
+        q += KP, p += KP, gb += KP, xb += KP;
+        while (p >= P)                     // into the next image(s)
+            p -= P, ++n, gb += (long long)(Cout - 1) * P, xb += (long long)(Cin - 1) * P;
     };
 
     float acc[MT][NT][4];
@@ -769,7 +796,7 @@ TC_I_SCC_WALK(1, 2, 4, 16, 4)
 #undef TC_I_SCC_WALK
 #define TC_I_SCC_WGRAD(...) template __global__ void scc_tc_wgrad<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, float*, int, int, int, int, int, int);
-TC_I_SCC_WGRAD(2, 8, 32, 3) TC_I_SCC_WGRAD(1, 16, 32, 3) TC_I_SCC_WGRAD(4, 4, 32, 3)
-TC_I_SCC_WGRAD(1, 8, 32, 3) TC_I_SCC_WGRAD(2, 4, 32, 3)
+TC_I_SCC_WGRAD(2, 8, 64, 3) TC_I_SCC_WGRAD(1, 16, 64, 3) TC_I_SCC_WGRAD(4, 4, 64, 3)
+TC_I_SCC_WGRAD(1, 8, 64, 3) TC_I_SCC_WGRAD(2, 4, 64, 3)
 #undef TC_I_SCC_WGRAD
 #endif

@@ -40,8 +40,8 @@ WGRAD_SHAPES = ((2, 8), (1, 16), (4, 4), (1, 8), (2, 4))
 """scc_tc_wgrad's (m16 tiles, n8 tiles), largest first: every warp the block's whole tile
 of (sorted filter, band channel) sums (32 x 64, 16 x 128, 64 x 32, 16 x 64, 32 x 32)
 over its own k8 steps."""
-WGRAD_KP, WGRAD_STAGES = 32, 3       # pixels a chunk (one k8 step a warp), ring stages
-WGRAD_BLOCKS_PER_SM = 3
+WGRAD_KP, WGRAD_STAGES = 64, 3       # pixels a chunk (two k8 steps a warp), ring stages
+WGRAD_BLOCKS_PER_SM = 4              # at most; fewer where shared memory holds fewer
 MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
 WALK_SMEM = 113 * 1024     # two blocks an SM at least
 
@@ -179,7 +179,8 @@ def wgrad_plan(geom: SCCGeometry, pixels: int, sm_count: int, splits: int | None
                *, force: bool = False) -> tuple[WGradTile, int, int, int] | None:
     """``(tile, band tiles, splits, per_split)`` of scc_tc_wgrad: the tile of least
     multiply-adds (dense-masked zeros counted); pixel shares (``splits``, by default
-    about :data:`WGRAD_BLOCKS_PER_SM` blocks an SM, each share at least four chunks),
+    the GPU filled once: up to :data:`WGRAD_BLOCKS_PER_SM` blocks an SM, as many as
+    shared memory holds, each share at least four chunks),
     ``per_split`` pixels a share, whole chunks.  None (unless ``force``) under
     :data:`MIN_WALK_MACS` multiply-adds."""
     if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
@@ -189,8 +190,8 @@ def wgrad_plan(geom: SCCGeometry, pixels: int, sm_count: int, splits: int | None
     bands = int(np.max(-(-spans // tile.cols)))
     if splits is None:
         blocks = int(np.sum(-(-spans // tile.cols)))
-        splits = max(1, min(cdiv(WGRAD_BLOCKS_PER_SM * sm_count, blocks),
-                            cdiv(pixels, 4 * tile.kp)))
+        per_sm = max(1, min(WGRAD_BLOCKS_PER_SM, 228 * 1024 // (tile.smem + 1024)))
+        splits = max(1, min(cdiv(per_sm * sm_count, blocks), cdiv(pixels, 4 * tile.kp)))
     per_split, splits = _igemm.split_depth(pixels, tile.kp, splits)
     return tile, bands, splits, per_split
 

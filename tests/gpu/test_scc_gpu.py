@@ -466,13 +466,15 @@ def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, lay
 @pytest.mark.parametrize("blocks", [None, 3])
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (64, 70, 2, 0.5),
-                                            (60, 90, 3, 0.75), (200, 64, 2, 0.0)])
+                                            (60, 90, 3, 0.75), (200, 64, 2, 0.0),
+                                            (8, 48, 2, 0.5), (12, 40, 2, 0.5)])
 def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, layout, blocks,
                                                              cin, cout, cg, co):
     """scc_tc_walk, forced on (and scc_tc, forced off, the same arrays): the forward (bias,
     ReLU) and the input gradient within fp32's 1e-5 of the float64 reference; blocks that
     fill the GPU once or three blocks a row tile, each walking many pixel tiles (a last
-    one part full); 16-byte copies and 4-byte ones; outputs poisoned."""
+    one part full); 16-byte copies and 4-byte ones; fewer input channels than a chunk's
+    rows (the carried channels wrap more than once); outputs poisoned."""
     import cupy as cp
 
     from tensorconv.ops import scc_tc, scc_tc_walk
@@ -501,7 +503,8 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
 @pytest.mark.parametrize("shape", [(2, 8), (1, 16), (4, 4), (1, 8), (2, 4)])
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
-                                            (256, 200, 8, 0.25), (60, 90, 3, 0.75)])
+                                            (256, 200, 8, 0.25), (60, 90, 3, 0.75),
+                                            (8, 48, 2, 0.5)])
 def test_the_tensor_core_weight_gradient_by_warp_shares_matches_the_reference(
         rng, monkeypatch, shape, layout, cin, cout, cg, co):
     """scc_tc_wgrad on every instantiated tile, forced: one pixel share (written in

@@ -791,8 +791,9 @@ TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_
 #define TC_I_SCC_WALK(...) template __global__ void scc_tc_walk<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, const int*, const float*, float*, int, \
     int, int, int, int, int, int);
-TC_I_SCC_WALK(0, 1, 4, 32, 3) TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 3)
-TC_I_SCC_WALK(1, 2, 4, 16, 4)
+TC_I_SCC_WALK(0, 1, 4, 32, 2) TC_I_SCC_WALK(0, 1, 4, 16, 4) TC_I_SCC_WALK(0, 2, 4, 32, 2)
+TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 2) TC_I_SCC_WALK(1, 1, 4, 16, 4)
+TC_I_SCC_WALK(1, 2, 4, 32, 2) TC_I_SCC_WALK(1, 2, 4, 16, 4)
 #undef TC_I_SCC_WALK
 #define TC_I_SCC_WGRAD(...) template __global__ void scc_tc_wgrad<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, float*, int, int, int, int, int, int);

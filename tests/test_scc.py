@@ -560,6 +560,8 @@ def test_the_walking_tensor_core_plans_cover_their_reductions():
                            else int(np.max(np.diff(data_tiles(g, tile.rows)[0]))))
                 kc = tile.shape[2]
                 assert depth % kc == 0 and depth - kc < longest <= depth
+                least = min(-(-longest // c) * c for c, _ in scc_tc_walk.WALK_CHUNKS)
+                assert depth == least and (kc == 32 or -(-longest // 32) * 32 > depth)
     assert {r for _, r in seen} >= {16, 32}
     tile, depth = scc_tc.walk_plan(scc.scc_geometry(128, 128, 2, 0.5), 32768, 0)
     assert (tile.rows, depth) == (32, 64)                     # one window group a tile

@@ -26,16 +26,20 @@ from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, leas
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["MIN_WALK_MACS", "WALK_SHAPES", "WGRAD_SHAPES", "WGradTile", "WalkTile",
+__all__ = ["MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES", "WGradTile", "WalkTile",
            "instantiations", "run_walk", "run_wgrad", "walk_plan", "wgrad_plan"]
 
 FILE = "scc_tc.cu"
 WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
-WALK_SHAPES = {16: (1, 4, 32, 3), 32: (2, 4, 16, 4)}
-"""scc_tc_walk's (m16 tiles, n8 tiles a warp, chunk rows, ring stages) by block rows: four
-warps side by side along 32 x n8 tiles pixels.  Rows of 64 and 128 stay on scc_tc: four
-m16 tiles by two n8 tiles lost to it on every layer timed (docs/notes/scc_conv.md), four
-by four spilled."""
+WALK_SHAPES = {16: (1, 4), 32: (2, 4)}
+"""scc_tc_walk's (m16 tiles, n8 tiles a warp) by block rows: four warps side by side along
+32 x n8 tiles pixels.  Rows of 64 and 128 stay on scc_tc: four m16 tiles by two n8 tiles
+lost to it on every layer timed (docs/notes/scc_conv.md), four by four spilled."""
+WALK_CHUNKS = ((32, 2), (16, 4))
+"""scc_tc_walk's (chunk rows, ring stages), preferred first: a tile's reduction in 32-row
+chunks two deep where whole ones cover it with no more rows than 16-row chunks would
+(half the barriers and copy rounds, the same ring), else in 16-row chunks four deep.
+Each won where it is chosen on every layer timed (docs/notes/scc_conv.md)."""
 WGRAD_SHAPES = ((2, 8), (1, 16), (4, 4), (1, 8), (2, 4))
 """scc_tc_wgrad's (m16 tiles, n8 tiles), largest first: every warp the block's whole tile
 of (sorted filter, band channel) sums (32 x 64, 16 x 128, 64 x 32, 16 x 64, 32 x 32)
@@ -49,14 +53,16 @@ WALK_SMEM = 113 * 1024     # two blocks an SM at least
 @dataclass(frozen=True)
 class WalkTile:
     """scc_tc_walk's block for GEMM ``mode`` (0 forward, 1 input gradient) over ``rows``
-    rows: :data:`WALK_SHAPES` ``[rows]``."""
+    rows (:data:`WALK_SHAPES` ``[rows]``) in chunks of ``kc`` rows (:data:`WALK_CHUNKS`)."""
 
     mode: int
     rows: int
+    kc: int = WALK_CHUNKS[0][0]
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
-        return WALK_SHAPES[self.rows]
+        """(m16 tiles, n8 tiles a warp, chunk rows, ring stages): the template's."""
+        return (*WALK_SHAPES[self.rows], self.kc, dict(WALK_CHUNKS)[self.kc])
 
     @property
     def cols(self) -> int:
@@ -106,7 +112,8 @@ class WGradTile:
 
 def instantiations() -> list[str]:
     """The template instances of both kernels (part of :mod:`~tensorconv.ops.scc_tc`'s)."""
-    return ([WalkTile(m, r).name for m in (0, 1) for r in WALK_SHAPES]
+    return ([WalkTile(m, r, kc).name for m in (0, 1) for r in WALK_SHAPES
+             for kc, _ in WALK_CHUNKS]
             + [WGradTile(mt, nt).name for mt, nt in WGRAD_SHAPES])
 
 
@@ -115,21 +122,22 @@ def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
     """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0) or the input gradient
     (1) over ``pixels`` = N x H x W with blocks of ``rows`` (the rows of least work,
     :mod:`~tensorconv.ops.scc_tc` finds them), ``depth`` the longest reduction (band or
-    filter list) rounded up to whole chunks; None where ``rows`` has no walking shape, the
-    split weights would leave under two blocks an SM, or (unless ``force``) the layer has
-    under :data:`MIN_WALK_MACS` multiply-adds."""
+    filter list) rounded up to whole chunks (of the first of :data:`WALK_CHUNKS` that
+    rounds it up least); None where ``rows`` has no walking shape, the split weights would
+    leave under two blocks an SM, or (unless ``force``) the layer has under
+    :data:`MIN_WALK_MACS` multiply-adds."""
     if mode not in (0, 1):
         raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
     if rows not in WALK_SHAPES:
         return None
     if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
         return None
-    tile = WalkTile(mode, rows)
     if mode == 0:
         longest = int(np.max(band_spans(geom, rows)))
     else:
         longest = max(int(np.max(np.diff(data_tiles(geom, rows)[0]))), 1)
-    depth = cdiv(longest, tile.shape[2]) * tile.shape[2]
+    depth, kc = min((cdiv(longest, kc) * kc, i, kc) for i, (kc, _) in enumerate(WALK_CHUNKS))[::2]
+    tile = WalkTile(mode, rows, kc)
     return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
 
 

@@ -463,24 +463,28 @@ def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, lay
 
 
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
-@pytest.mark.parametrize("blocks", [None, 3])
+@pytest.mark.parametrize("blocks,chunk", [(None, None), (3, None), (None, 16), (3, 32)])
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (64, 70, 2, 0.5),
                                             (60, 90, 3, 0.75), (200, 64, 2, 0.0),
                                             (8, 48, 2, 0.5), (12, 40, 2, 0.5)])
 def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, layout, blocks,
-                                                             cin, cout, cg, co):
+                                                             chunk, cin, cout, cg, co):
     """scc_tc_walk, forced on (and scc_tc, forced off, the same arrays): the forward (bias,
     ReLU) and the input gradient within fp32's 1e-5 of the float64 reference; blocks that
     fill the GPU once or three blocks a row tile, each walking many pixel tiles (a last
-    one part full); 16-byte copies and 4-byte ones; fewer input channels than a chunk's
-    rows (the carried channels wrap more than once); outputs poisoned."""
+    one part full); the plan's chunks, or 16- or 32-row ones forced; 16-byte copies and
+    4-byte ones; fewer input channels than a chunk's rows (the carried channels wrap more
+    than once); outputs poisoned."""
     import cupy as cp
 
     from tensorconv.ops import scc_tc, scc_tc_walk
 
     if blocks is not None:
         monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
+    if chunk is not None:
+        chunks = tuple(c for c in scc_tc_walk.WALK_CHUNKS if c[0] == chunk)
+        monkeypatch.setattr(scc_tc_walk, "WALK_CHUNKS", chunks)
     n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
     geom = scc.scc_geometry(cin, cout, cg, co)
     x, w, b, gy = _layer_data(rng, geom, n, h, wd)
@@ -490,8 +494,9 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
     xg, gyg, wg, bg = _on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w), cp.asarray(b)
     for walk in (True, False):
         if walk:
-            assert scc_tc.walk_plan(geom, n * h * wd, 0, force=True) is not None
-            assert scc_tc.walk_plan(geom, n * h * wd, 1, force=True) is not None
+            for mode in (0, 1):
+                tile, _ = scc_tc.walk_plan(geom, n * h * wd, mode, force=True)
+                assert chunk is None or tile.kc == chunk
         y = _on_gpu(np.full(y_want.shape, np.nan, np.float32), layout)
         scc_tc.run_forward(xg, wg, geom, bg, True, y, walk=walk)
         assert rel_err(y.get(), y_want) <= 1e-5, walk

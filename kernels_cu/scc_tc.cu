@@ -798,6 +798,6 @@ TC_I_SCC_WALK(1, 2, 4, 32, 2) TC_I_SCC_WALK(1, 2, 4, 16, 4)
 #define TC_I_SCC_WGRAD(...) template __global__ void scc_tc_wgrad<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, float*, int, int, int, int, int, int);
 TC_I_SCC_WGRAD(2, 8, 64, 3) TC_I_SCC_WGRAD(1, 16, 64, 3) TC_I_SCC_WGRAD(4, 4, 64, 3)
-TC_I_SCC_WGRAD(1, 8, 64, 3) TC_I_SCC_WGRAD(2, 4, 64, 3)
+TC_I_SCC_WGRAD(1, 8, 64, 3) TC_I_SCC_WGRAD(2, 4, 32, 2)
 #undef TC_I_SCC_WGRAD
 #endif

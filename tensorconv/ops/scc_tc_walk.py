@@ -40,11 +40,12 @@ WALK_CHUNKS = ((32, 2), (16, 4))
 chunks two deep where whole ones cover it with no more rows than 16-row chunks would
 (half the barriers and copy rounds, the same ring), else in 16-row chunks four deep.
 Each won where it is chosen on every layer timed (docs/notes/scc_conv.md)."""
-WGRAD_SHAPES = ((2, 8), (1, 16), (4, 4), (1, 8), (2, 4))
-"""scc_tc_wgrad's (m16 tiles, n8 tiles), largest first: every warp the block's whole tile
-of (sorted filter, band channel) sums (32 x 64, 16 x 128, 64 x 32, 16 x 64, 32 x 32)
-over its own k8 steps."""
-WGRAD_KP, WGRAD_STAGES = 64, 3       # pixels a chunk (two k8 steps a warp), ring stages
+WGRAD_SHAPES = ((2, 8, 64, 3), (1, 16, 64, 3), (4, 4, 64, 3), (1, 8, 64, 3), (2, 4, 32, 2))
+"""scc_tc_wgrad's (m16 tiles, n8 tiles, pixels a chunk, ring stages), largest tile first:
+every warp the block's whole tile of (sorted filter, band channel) sums (32 x 64, 16 x 128,
+64 x 32, 16 x 64, 32 x 32) over its own k8 steps of each chunk.  Chunks of 64 pixels three
+deep, but 32 two deep for the smallest tile, whose blocks' copies and sums are the
+shortest (docs/notes/scc_conv.md)."""
 WGRAD_BLOCKS_PER_SM = 4              # at most; fewer where shared memory holds fewer
 MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
 WALK_SMEM = 113 * 1024     # two blocks an SM at least
@@ -85,11 +86,12 @@ class WalkTile:
 @dataclass(frozen=True)
 class WGradTile:
     """scc_tc_wgrad's block: ``mt`` m16 tiles of sorted filters x ``nt`` n8 tiles of band
-    channels, ``kp`` pixels a chunk."""
+    channels, ``kp`` pixels a chunk, a ring of ``stages`` chunks (:data:`WGRAD_SHAPES`)."""
 
     mt: int
     nt: int
-    kp: int = WGRAD_KP
+    kp: int = 64
+    stages: int = 3
 
     @property
     def rows(self) -> int:
@@ -101,20 +103,20 @@ class WGradTile:
 
     @property
     def name(self) -> str:
-        return f"scc_tc_wgrad<{self.mt}, {self.nt}, {self.kp}, {WGRAD_STAGES}>"
+        return f"scc_tc_wgrad<{self.mt}, {self.nt}, {self.kp}, {self.stages}>"
 
     @property
     def smem(self) -> int:
         """The ring (rows of kp + 4 words), or the four warps' sums after it, a word a
         staged row (its channel) and two a filter row (its id, its window's place)."""
-        ring = WGRAD_STAGES * (self.rows + self.cols) * (self.kp + 4)
+        ring = self.stages * (self.rows + self.cols) * (self.kp + 4)
         return 4 * (max(ring, 4 * self.rows * self.cols) + 3 * self.rows + self.cols)
 
 def instantiations() -> list[str]:
     """The template instances of both kernels (part of :mod:`~tensorconv.ops.scc_tc`'s)."""
     return ([WalkTile(m, r, kc).name for m in (0, 1) for r in WALK_SHAPES
              for kc, _ in WALK_CHUNKS]
-            + [WGradTile(mt, nt).name for mt, nt in WGRAD_SHAPES])
+            + [WGradTile(*shape).name for shape in WGRAD_SHAPES])
 
 
 def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
@@ -176,8 +178,8 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
 @functools.lru_cache(maxsize=256)
 def _wgrad_tile(geom: SCCGeometry) -> WGradTile:
     costs = {}
-    for mt, nt in WGRAD_SHAPES:
-        t = WGradTile(mt, nt)
+    for shape in WGRAD_SHAPES:
+        t = WGradTile(*shape)
         spans = band_spans(geom, t.rows)
         costs[t] = float(np.sum(-(-spans // t.cols) * t.cols) * t.rows)
     return least_work(costs)

@@ -505,17 +505,19 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
         assert rel_err(gx.get(), gx_want) <= 1e-5, walk
 
 
-@pytest.mark.parametrize("shape", [(2, 8), (1, 16), (4, 4), (1, 8), (2, 4)])
+@pytest.mark.parametrize("shape", [(2, 8, 64, 3), (1, 16, 64, 3), (4, 4, 64, 3),
+                                   (1, 8, 64, 3), (2, 4, 32, 2), (2, 4, 64, 3)])
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
                                             (256, 200, 8, 0.25), (60, 90, 3, 0.75),
                                             (8, 48, 2, 0.5)])
 def test_the_tensor_core_weight_gradient_by_warp_shares_matches_the_reference(
         rng, monkeypatch, shape, layout, cin, cout, cg, co):
-    """scc_tc_wgrad on every instantiated tile, forced: one pixel share (written in
-    place), the default and seven (a last one part full; chunks past the map zero), bands
-    over several column tiles, a last row tile part full; 16-byte and 4-byte copies;
-    within fp32's 1e-5 of the float64 reference, poisoned, and the same bits twice."""
+    """scc_tc_wgrad on every instantiated tile (and the smallest with 64-pixel chunks three
+    deep), forced: one pixel share (written in place), the default and seven (a last one
+    part full; chunks past the map zero), bands over several column tiles, a last row
+    tile part full; 16-byte and 4-byte copies; within fp32's 1e-5 of the float64
+    reference, poisoned, and the same bits twice."""
     import cupy as cp
 
     from tensorconv.ops import scc_tc, scc_tc_walk

@@ -12,6 +12,8 @@ cg 2, co 50 %) at ``--batch`` (128) on 32x32 input, on random data:
   this device first (:func:`tensorconv.tuning.scc_paths.tune`, its times kept as the
   ``*_fma_us`` / ``*_tc_us`` rows), else the FMA kernels' static choice;
 * ``ours-parts``: the same with the two gradients' kernels apart (kernel time only);
+* ``ours-uncarried``: ``ours`` with the weight gradient's pixel shares summed by a launch
+  of their own, not by the input gradient's (``carry=False``; kernel time only);
 * ``gather``: the same with the paper's input-centric input gradient, one thread per input
   value walking the channel map (the paper's DSXplore backward);
 * ``var``: the same with the paper's output-centric, atomic input gradient
@@ -149,14 +151,17 @@ def _graph_runners(cp, torch, g, x, w, gy):
     def ours(variant):
         def run():
             ops.scc_conv2d(x, w, g, out=y)
-            if variant in ("auto", "parts"):
-                ops.scc_conv2d_backward(x, gy, w, g, path=variant, out_x=gx, out_w=gw)
+            if variant in ("auto", "parts", "uncarried"):
+                ops.scc_conv2d_backward(x, gy, w, g, path="auto" if variant == "uncarried"
+                                        else variant, carry=variant != "uncarried",
+                                        out_x=gx, out_w=gw)
                 return
             ops.scc_conv2d_backward_data(gy, w, g, variant=variant, out=gx)
             ops.scc_conv2d_backward_weight(x, gy, g, out=gw)
         return run, "cupy"
 
-    run = {"ours": ours("auto"), "ours-parts": ours("parts"), "gather": ours("gather"),
+    run = {"ours": ours("auto"), "ours-parts": ours("parts"),
+           "ours-uncarried": ours("uncarried"), "gather": ours("gather"),
            "var": ours("output")}
     if torch is None:
         return run

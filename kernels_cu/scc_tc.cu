@@ -378,7 +378,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
     const int* __restrict__ tile_k,     //   and its filters
     const float* __restrict__ bias,     // MODE 0: (Cout,) or nullptr
     float* __restrict__ out,            // MODE 0: y (N, Cout, P);  MODE 1: gx (N, Cin, P)
-    int Cin, int Cout, int U, int P, int Q, int kmax, int relu)
+    const float* __restrict__ carry_src,  // another launch's split partials, carried
+    float* __restrict__ carry_out,      //   (tc::carried_split_sum), or carry_splits 0
+    int Cin, int Cout, int U, int P, int Q, int kmax, int relu, int carry_splits,
+    int carry_size)
 {
     tc::wait_prior_grids();
     using namespace scctc;
@@ -493,6 +496,12 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
         if (st < items) load(st);
         tdcx::cp_async_commit();
     }
+    // A carried split reduction (the input gradient carrying the weight gradient's shares),
+    // its loads' latency under the first copies'.
+    if (carry_splits > 0)
+        tc::carried_split_sum<Wk::T>(carry_src, carry_out, carry_splits, carry_size,
+                                     blockIdx.y * gridDim.x + blockIdx.x,
+                                     gridDim.x * gridDim.y);
 
     // The rows, then their weights split into fragment order, while the first copies fly.
     for (int m = tid; m < BM; m += Wk::T) {
@@ -789,8 +798,8 @@ TC_I_SCC_TC(2, 128, 128) TC_I_SCC_TC(2, 128, 64) TC_I_SCC_TC(2, 16, 128) TC_I_SC
 TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_TC(2, 64, 64)
 #undef TC_I_SCC_TC
 #define TC_I_SCC_WALK(...) template __global__ void scc_tc_walk<__VA_ARGS__>(const float*, \
-    const float*, const int*, const int*, const int*, const int*, const float*, float*, int, \
-    int, int, int, int, int, int);
+    const float*, const int*, const int*, const int*, const int*, const float*, float*, \
+    const float*, float*, int, int, int, int, int, int, int, int, int);
 TC_I_SCC_WALK(0, 1, 4, 32, 2) TC_I_SCC_WALK(0, 1, 4, 16, 4) TC_I_SCC_WALK(0, 2, 4, 32, 2)
 TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 2) TC_I_SCC_WALK(1, 1, 4, 16, 4)
 TC_I_SCC_WALK(1, 2, 4, 32, 2) TC_I_SCC_WALK(1, 2, 4, 16, 4)

@@ -16,6 +16,31 @@ __device__ __forceinline__ void wait_prior_grids() {
 #endif
 }
 
+// Another launch's split reduction, carried by this launch's blocks before their own work
+// (which saves the reduction a launch of its own): dst[v] = the sum of the `splits` arrays
+// of `size` floats laid end to end in `src`, values [b·per, (b+1)·per) in block b of
+// `blocks`, per = ceil(size / blocks) <= T (one pass; the caller checks).  A value's
+// `lanes` threads (a power of two up to 32, as many as fit) each add every lanes-th split
+// in order, then meet in a fixed xor tree, and its first thread writes it: the same order
+// every launch of the same grid.  Called by every thread of the block (shuffles).
+template <int T>
+__device__ __forceinline__ void carried_split_sum(const float* __restrict__ src,
+                                                  float* __restrict__ dst, int splits,
+                                                  int size, int block, int blocks) {
+    const int per = (size + blocks - 1) / blocks;
+    int lanes = 1;
+    while (lanes < 32 && 2 * lanes * per <= T) lanes *= 2;
+    const int li = threadIdx.x % lanes, v = block * per + threadIdx.x / lanes;
+    const bool mine = threadIdx.x / lanes < per && v < size;
+    float s = 0.f;
+    if (mine) {
+#pragma unroll 8
+        for (int z = li; z < splits; z += lanes) s += src[(size_t)z * size + v];
+    }
+    for (int o = lanes / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (mine && li == 0) dst[v] = s;
+}
+
 // Integer ceil-division, used for tile counts that must cover a ragged edge.
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

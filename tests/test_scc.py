@@ -476,6 +476,9 @@ def test_the_backward_refuses_an_unknown_path():
     for path in ("one", "fused"):
         with pytest.raises(ValueError, match="path"):
             ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, path=path)
+    for carry in ("yes", 1, None):
+        with pytest.raises(TypeError, match="carry"):
+            ops.scc_conv2d_backward(x, x, np.zeros((8, 4), np.float32), g, carry=carry)
 
 
 def test_algorithm_1_finds_one_cycle_of_windows():

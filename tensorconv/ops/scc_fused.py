@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tensorconv import backend, cuda
-from tensorconv.checks import check_choice, output_buffer
+from tensorconv.checks import check_bool, check_choice, output_buffer
 from tensorconv.ops import _igemm, scc_tc
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 from tensorconv.ops.scc_checks import check_geom, check_weights, check_x_gy
@@ -182,8 +182,27 @@ def _run_onepass(x, gy, w, geom: SCCGeometry, out_x, out_w, launch_plan) -> None
                        backend.device_facts().sm_count)
 
 
+def _parts(x, gy, w, geom: SCCGeometry, path: str, carry: bool, out_x, out_w):
+    """The two gradients by their own kernels (``path`` "tc": forced onto the tensor
+    cores; "auto": each following its verdict); on the walking tensor-core kernels, the
+    weight gradient's shares summed by the input gradient's launch where ``carry``
+    (:func:`~tensorconv.ops.scc_tc.run_backward`)."""
+    xp = backend.array_module(x)
+    n, _, h, wd = x.shape
+    q, p = n * h * wd, h * wd
+    out_x = output_buffer(xp, out_x, x.shape, "out_x")
+    out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
+    if path == "tc":
+        scc_tc.check_runs_here()
+    on_tc = path == "tc" or all(scc_tc.takes(geom, q, p, s) for s in ("data", "weight"))
+    if carry and on_tc and scc_tc.run_backward(x, gy, w, geom, out_x, out_w):
+        return out_x, out_w
+    return (scc_conv2d_backward_data(gy, w, geom, path=path, out=out_x),
+            scc_conv2d_backward_weight(x, gy, geom, path=path, out=out_w))
+
+
 def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_x=None,
-                        out_w=None):
+                        out_w=None, carry: bool = True):
     """Both gradients of :func:`scc_conv2d` (without ReLU), ``(gx, gw)``, deterministic.
 
     Parameters
@@ -202,6 +221,10 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
         tensor cores at fp32 accuracy (:mod:`~tensorconv.ops.scc_tc`); "auto" follows
         the layer's stored "backward" verdict (:func:`~tensorconv.ops.scc_tc.verdict`),
         untuned the one-pass kernel where it takes the layer, else "parts".
+    carry : bool
+        "parts" and "tc" where both gradients run the walking tensor-core kernels: the
+        weight gradient first, its pixel shares summed by the input gradient's launch
+        (:func:`~tensorconv.ops.scc_tc.run_backward`); False: by a launch of their own.
     out_x : array, (N, Cin, H, W), float32, optional (GPU only)
     out_w : array, (Cout, U), float32, optional (GPU only)
 
@@ -212,6 +235,7 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     """
     geom = check_geom(geom)
     check_choice(path, "path", BACKWARD_PATHS)
+    check_bool(carry, "carry")
     x, gy, xp = check_x_gy(x, gy, geom)
     w = check_weights(w, geom, xp)
     n, _, h, wd = x.shape
@@ -227,13 +251,11 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
                          f"tables and a chunk of every gy and x row past the shared "
                          f"memory); use path='parts'")
     if path == "tc":
-        return (scc_conv2d_backward_data(gy, w, geom, path="tc", out=out_x),
-                scc_conv2d_backward_weight(x, gy, geom, path="tc", out=out_w))
+        return _parts(x, gy, w, geom, "tc", carry, out_x, out_w)
     if path == "auto":
         path = scc_tc.verdict(geom, q, p, "backward") or "onepass"
     if path == "parts" or one is None:    # also a verdict from another GPU
-        return (scc_conv2d_backward_data(gy, w, geom, out=out_x),
-                scc_conv2d_backward_weight(x, gy, geom, out=out_w))
+        return _parts(x, gy, w, geom, "auto", carry, out_x, out_w)
     out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
     out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
     _run_onepass(x, gy, w, geom, out_x, out_w, one)

@@ -42,7 +42,8 @@ from tensorconv.scratch import workspace
 
 __all__ = ["ROWS", "COLS", "SIDES", "TcTile", "check_runs_here", "data_plan",
            "decision_key", "forget_verdicts", "forward_tile", "instantiations", "kernels",
-           "run_backward_data", "run_backward_weight", "run_forward", "runs_here", "takes",
+           "run_backward", "run_backward_data", "run_backward_weight", "run_forward",
+           "runs_here", "takes",
            "verdict", "walk_plan", "walk_verdict", "weight_plan"]
 
 FILE = "scc_tc.cu"
@@ -302,6 +303,30 @@ def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
            smem=tile.smem)
     if splits > 1:
         _igemm.reduce_flat(partial, out, splits, size, sms)
+
+
+def run_backward(x, gy, w, geom: SCCGeometry, out_x, out_w) -> bool:
+    """Both gradients of checked CuPy arrays on the walking kernels, the weight gradient
+    first and its shares summed by the input gradient's blocks before their own work (no
+    launch of their own: 2.5-3 µs of a 16x16 layer's graph, ``docs/notes/scc_conv.md``),
+    where both sides take the walking kernels as :func:`run_backward_data` and
+    :func:`run_backward_weight` choose them, the weight gradient has shares, and the input
+    gradient's grid can carry their sum (:func:`~tensorconv.ops.scc_tc_walk.carries`);
+    False, nothing launched, elsewhere."""
+    n, _, h, wd = x.shape
+    q, p = n * h * wd, h * wd
+    data, weight = walk_verdict(geom, q, p, "data"), walk_verdict(geom, q, p, "weight")
+    if data is False or weight is False:
+        return False
+    dplan = walk_plan(geom, q, 1, force=bool(data))
+    wplan = scc_tc_walk.wgrad_plan(geom, q, backend.device_facts().sm_count,
+                                   force=bool(weight))
+    if (dplan is None or wplan is None or wplan[2] == 1
+            or not scc_tc_walk.carries(dplan, geom, q, geom.cout * geom.u)):
+        return False
+    carry = scc_tc_walk.run_wgrad(wplan, x, gy, geom, out_w, reduce=False)
+    scc_tc_walk.run_walk(dplan, gy, w, geom, None, False, out_x, carry=carry)
+    return True
 
 
 def run_backward_weight(x, gy, geom: SCCGeometry, splits: int | None, out, *,

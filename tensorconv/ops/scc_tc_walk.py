@@ -27,7 +27,8 @@ from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
 __all__ = ["MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES", "WGradTile", "WalkTile",
-           "instantiations", "run_walk", "run_wgrad", "walk_plan", "wgrad_plan"]
+           "carries", "instantiations", "run_walk", "run_wgrad", "walk_grid", "walk_plan",
+           "wgrad_plan"]
 
 FILE = "scc_tc.cu"
 WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
@@ -151,10 +152,28 @@ def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
     return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
 
 
+def walk_grid(plan: tuple[WalkTile, int], geom: SCCGeometry, pixels: int) -> tuple[int, int]:
+    """scc_tc_walk's grid on ``plan`` over ``pixels``: (walking blocks a row tile, row
+    tiles)."""
+    tile, depth = plan
+    rows = cdiv(geom.cout if tile.mode == 0 else geom.cin, tile.rows)
+    return _walk_blocks(pixels, tile, rows, tile.smem(depth)), rows
+
+
+def carries(plan: tuple[WalkTile, int], geom: SCCGeometry, pixels: int, size: int) -> bool:
+    """Whether scc_tc_walk on ``plan`` can carry a split reduction of ``size`` values (a
+    weight gradient's shares, :func:`run_wgrad`): one pass of its blocks, a value or more
+    a thread."""
+    gx, gy = walk_grid(plan, geom, pixels)
+    return cdiv(size, gx * gy) <= WALK_THREADS
+
+
 def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: bool,
-             out) -> None:
+             out, carry: tuple | None = None) -> None:
     """``out`` = the forward (``src`` x) or the input gradient (``src`` gy) of checked CuPy
-    arrays by scc_tc_walk on ``plan`` (:func:`walk_plan`)."""
+    arrays by scc_tc_walk on ``plan`` (:func:`walk_plan`); ``carry``: another launch's
+    split reduction ``(partial, out, splits, size)`` (:func:`run_wgrad`'s) that its blocks
+    sum first (where :func:`carries`)."""
     tile, depth = plan
     n, _, h, wd = src.shape
     q, i32 = n * h * wd, np.int32
@@ -162,17 +181,17 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
     order, sorted_starts = device_tables(geom, device, "sorted")
     if tile.mode == 0:
         starts, tile_ptr, tile_k = sorted_starts, order, order
-        rows = cdiv(geom.cout, tile.rows)
     else:
         (starts,) = device_tables(geom, device, "starts")
         tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
-        rows = cdiv(geom.cin, tile.rows)
-    smem = tile.smem(depth)
-    launch(cuda.kernel_ref(FILE, tile.name), (_walk_blocks(q, tile, rows, smem), rows, 1),
-           (WALK_THREADS,),
-           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, i32(geom.cin),
-            i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth), i32(bool(relu))),
-           smem=smem)
+    if carry is not None and not carries(plan, geom, q, carry[3]):
+        raise ValueError(f"scc_tc_walk cannot carry a reduction of {carry[3]} values")
+    c_src, c_out, c_splits, c_size = carry or (None, None, 0, 0)
+    launch(cuda.kernel_ref(FILE, tile.name), (*walk_grid(plan, geom, q), 1), (WALK_THREADS,),
+           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, ptr(c_src), ptr(c_out),
+            i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth),
+            i32(bool(relu)), i32(c_splits), i32(c_size)),
+           smem=tile.smem(depth))
 
 
 @functools.lru_cache(maxsize=256)
@@ -206,9 +225,12 @@ def wgrad_plan(geom: SCCGeometry, pixels: int, sm_count: int, splits: int | None
     return tile, bands, splits, per_split
 
 
-def run_wgrad(plan: tuple[WGradTile, int, int, int], x, gy, geom: SCCGeometry, out) -> None:
+def run_wgrad(plan: tuple[WGradTile, int, int, int], x, gy, geom: SCCGeometry, out, *,
+              reduce: bool = True) -> tuple | None:
     """``out`` = the weight gradient of checked CuPy arrays by scc_tc_wgrad on ``plan``
-    (:func:`wgrad_plan`), the shares summed in order where there are several."""
+    (:func:`wgrad_plan`), the shares summed in order where there are several: by a second
+    launch, or (``reduce`` False) by whichever launch takes the returned ``(partial, out,
+    splits, size)`` (:func:`run_walk`'s ``carry``); None where there is one share."""
     tile, bands, splits, per_split = plan
     n, _, h, wd = x.shape
     i32 = np.int32
@@ -219,5 +241,9 @@ def run_wgrad(plan: tuple[WGradTile, int, int, int], x, gy, geom: SCCGeometry, o
            (WALK_THREADS,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
                              i32(geom.u), i32(h * wd), i32(n * h * wd), i32(per_split)),
            smem=tile.smem)
-    if splits > 1:
-        _igemm.reduce_flat(partial, out, splits, size, backend.device_facts().sm_count)
+    if splits == 1:
+        return None
+    if not reduce:
+        return partial, out, splits, size
+    _igemm.reduce_flat(partial, out, splits, size, backend.device_facts().sm_count)
+    return None

@@ -541,18 +541,26 @@ def test_the_tensor_core_weight_gradient_by_warp_shares_matches_the_reference(
 
 def test_the_tensor_core_gradients_are_deterministic_and_captured(rng):
     """path="tc": the same bits on every run (each value one block's sum, the shares added
-    in order), eager and replayed from a CUDA graph."""
+    in order), eager and replayed from a CUDA graph (programmatic edges too); the weight
+    gradient's shares summed by the input gradient's launch (carry) or by their own, both
+    within fp32's 1e-5 of the reference."""
     import cupy as cp
 
     from tensorconv import ops
-    from tensorconv.graph import CapturedGraph
+    from tensorconv.graph import CapturedGraph, supported
+    from tensorconv.ops import scc_tc
 
     geom = scc.scc_geometry(64, 96, 2, 0.5)
-    x = cp.asarray(rng.standard_normal((16, 64, 14, 14)).astype(np.float32))
-    gy = cp.asarray(rng.standard_normal((16, 96, 14, 14)).astype(np.float32))
-    w = cp.asarray(rng.standard_normal((96, 32)), cp.float32)
+    xs = rng.standard_normal((16, 64, 14, 14)).astype(np.float32)
+    gys = rng.standard_normal((16, 96, 14, 14)).astype(np.float32)
+    ws = rng.standard_normal((96, 32)).astype(np.float32)
+    want = scc.scc_backward(*(a.astype(np.float64) for a in (xs, ws, gys)), geom)
+    x, gy, w = cp.asarray(xs), cp.asarray(gys), cp.asarray(ws)
+    assert scc_tc.run_backward(x, gy, w, geom, cp.empty_like(x), cp.empty_like(w))
+    apart = ops.scc_conv2d_backward(x, gy, w, geom, path="tc", carry=False)
     first = [a.copy() for a in ops.scc_conv2d_backward(x, gy, w, geom, path="tc")]
-    assert all(bool(cp.isfinite(a).all()) for a in first)
+    for a, b, ref in zip(first, apart, want):
+        assert rel_err(a.get(), ref) <= 1e-5 and rel_err(b.get(), ref) <= 1e-5
     gx, gw = cp.empty_like(first[0]), cp.empty_like(first[1])
     stream = cp.cuda.Stream(non_blocking=True)
 
@@ -560,15 +568,66 @@ def test_the_tensor_core_gradients_are_deterministic_and_captured(rng):
         ops.scc_conv2d_backward(x, gy, w, geom, path="tc", out_x=gx, out_w=gw)
 
     run()
-    with stream:
-        graph = CapturedGraph(stream, run, programmatic=False)
-    for _ in range(3):
+    for programmatic in (False, supported()):   # programmatic: the training step's edges
         with stream:
-            gx.fill(cp.nan)
-            gw.fill(cp.nan)
-        graph.launch(stream)
-        stream.synchronize()
-        assert cp.array_equal(gx, first[0]) and cp.array_equal(gw, first[1])
+            run()
+            graph = CapturedGraph(stream, run, programmatic=programmatic)
+        for _ in range(3):
+            with stream:
+                gx.fill(cp.nan)
+                gw.fill(cp.nan)
+            graph.launch(stream)
+            stream.synchronize()
+            assert cp.array_equal(gx, first[0]) and cp.array_equal(gw, first[1])
+
+
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane"])
+@pytest.mark.parametrize("blocks", [None, 2, 5, 40])
+@pytest.mark.parametrize("cin,cout,cg,co", [(64, 96, 2, 0.5), (60, 90, 3, 0.75),
+                                            (96, 150, 2, 0.33), (12, 40, 2, 0.5)])
+def test_the_input_gradient_carries_the_weight_gradients_share_sums(
+        rng, monkeypatch, layout, blocks, cin, cout, cg, co):
+    """scc_tc_walk summing scc_tc_wgrad's pixel shares (a slice a block, 1 to 32 threads a
+    value, a last block part full): both gradients within fp32's 1e-5 of the float64
+    reference, poisoned (the weight gradient untouched until the carrying launch), the
+    same bits twice; a sum past the grid's one pass refused."""
+    import cupy as cp
+
+    from tensorconv import backend
+    from tensorconv.ops import scc_tc, scc_tc_walk
+
+    if blocks is not None:
+        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
+    n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x, w, _, gy = _layer_data(rng, geom, n, h, wd)
+    gx_want, gw_want = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
+    xg, gyg, wg = _on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w)
+    q, size = n * h * wd, geom.cout * geom.u
+    dplan = scc_tc.walk_plan(geom, q, 1, force=True)
+    sms = backend.device_facts().sm_count
+    gx, gw = cp.empty_like(xg), cp.empty_like(wg)
+    carried = []
+    for splits in (2, 7, 40):
+        wplan = scc_tc_walk.wgrad_plan(geom, q, sms, splits, force=True)
+        if not scc_tc_walk.carries(dplan, geom, q, size):
+            continue
+        outs = []
+        for _ in range(2):
+            gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
+            gw = cp.full(w.shape, cp.nan, cp.float32)
+            carry = scc_tc_walk.run_wgrad(wplan, xg, gyg, geom, gw, reduce=False)
+            assert carry is not None and carry[2] == wplan[2] and bool(cp.isnan(gw).all())
+            scc_tc_walk.run_walk(dplan, gyg, wg, geom, None, False, gx, carry=carry)
+            assert rel_err(gx.get(), gx_want) <= 1e-5 and rel_err(gw.get(), gw_want) <= 1e-5
+            outs.append((gx, gw))
+        assert all(cp.array_equal(a, b) for a, b in zip(*outs)), splits
+        carried.append(splits)
+    assert carried or blocks == 2               # two blocks a row tile hold few sums
+    if blocks == 2:
+        with pytest.raises(ValueError, match="cannot carry"):
+            scc_tc_walk.run_walk(dplan, gyg, wg, geom, None, False, gx,
+                                 carry=(gw, gw, 2, 1 << 20))
 
 
 def test_auto_follows_the_tuners_verdicts(rng, monkeypatch, tmp_path):

@@ -590,7 +590,8 @@ def test_the_input_gradient_carries_the_weight_gradients_share_sums(
     """scc_tc_walk summing scc_tc_wgrad's pixel shares (a slice a block, 1 to 32 threads a
     value, a last block part full): both gradients within fp32's 1e-5 of the float64
     reference, poisoned (the weight gradient untouched until the carrying launch), the
-    same bits twice; a sum past the grid's one pass refused."""
+    same bits twice; carried exactly where one pass of the grid holds the sums, a sum
+    past it refused."""
     import cupy as cp
 
     from tensorconv import backend
@@ -623,7 +624,9 @@ def test_the_input_gradient_carries_the_weight_gradients_share_sums(
             outs.append((gx, gw))
         assert all(cp.array_equal(a, b) for a, b in zip(*outs)), splits
         carried.append(splits)
-    assert carried or blocks == 2               # two blocks a row tile hold few sums
+    walking, rows = scc_tc_walk.walk_grid(dplan, geom, q)
+    assert bool(carried) == (walking * rows * scc_tc_walk.WALK_THREADS >= size)
+    assert carried or blocks != 40              # forty blocks a row tile carry every layer here
     if blocks == 2:
         with pytest.raises(ValueError, match="cannot carry"):
             scc_tc_walk.run_walk(dplan, gyg, wg, geom, None, False, gx,

@@ -15,7 +15,8 @@ The forward and the input gradient of layers with work enough (:data:`MIN_WALK_M
 ``scc_tc_walk``: a block of 128 threads splits its rows' weights once, into shared memory
 in fragment order, and walks pixel tiles with every chunk one ``cp.async`` ring
 and the weight gradient ``scc_tc_wgrad`` (:mod:`~tensorconv.ops.scc_tc_walk`); the others
-run ``scc_tc``.
+run ``scc_tc``.  Where both gradients walk, :func:`run_backward` has the input gradient's
+blocks sum the weight gradient's pixel shares (no launch of their own).
 
 Each ``scc_tc`` block is BM (16-128) rows x BN (64 or 128) columns, 256 threads: rows are sorted
 filters (forward, weight gradient) or input channels (input gradient); columns are pixels,

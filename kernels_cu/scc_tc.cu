@@ -353,8 +353,20 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
 // products and stores.  Four warps side by side along BN = 32·NT pixels, each MT m16 tiles
 // x NT n8 tiles.  Each tile's pixel offsets are written by its last chunk's copier into
 // that chunk's stage, which the epilogue reads before the stage is reused.
+//
+// MODE 2 is MODE 1 with the weight gradient in the same walk.  A channel tile's filter
+// list holds every filter whose window meets the tile, so each (filter k, weight u) is one
+// (list entry, tile channel) pair of exactly one channel tile: with the tile's BM x rows
+// staged beside its gy chunks (XB buffers, one a tile, loaded with the tile's first
+// chunk), a block also sums gw[k_e, c] = sum over its pixels of gy[k_e] x[c] for its
+// entries e and channels c, in registers over every tile it walks (hence at most WCH
+// chunks a tile).  Each warp owns one m16 tile of a chunk's entries over its own k8 steps
+// of the tile's pixels; at the end the warps' sums are added in warp order and the block
+// writes its walk's share, gw[blockIdx.x, k, u], for the pairs inside the windows; the
+// shares are summed in order by conv2d_splitk_reduce: deterministic, and gy read once.
 namespace scctc {
 constexpr int WALK_THREADS = 128;
+constexpr int WCH = 2;   // MODE 2: chunks a tile whose weight-gradient sums a warp holds
 
 template <int MT, int NT, int KC, int S>
 struct Walk {
@@ -362,8 +374,13 @@ struct Walk {
     static constexpr int NV = BN / 4, VSTEP = T / NV;                 // 16-byte copies
     static constexpr int SC = BN > T ? BN / T : 1;                    // scalar copies:
     static constexpr int SCOLS = BN > T ? T : BN, SSTEP = T / SCOLS;  // columns, row step
+    static constexpr int LDX = BN + 4;   // MODE 2's x rows (== 4 mod 32: B reads conflict-free)
+    static constexpr int WMW = KC / 16, WKW = 4 / WMW;   // MODE 2: warps along m, along k
     static_assert(T % NV == 0 && KC % VSTEP == 0 && KC % SSTEP == 0 && KC % 8 == 0 &&
-                  S >= 2 && MT * NT <= 16, "walking tile shapes");
+                  BM % VSTEP == 0 && BM % SSTEP == 0 && S >= 2 && MT * NT <= 16,
+                  "walking tile shapes");
+    static_assert((KC == 16 || KC == 32) && 4 * WCH * 16 * BM <= S * KC * LDN,
+                  "MODE 2: its warps' sums fit the ring");
 };
 }  // namespace scctc
 
@@ -377,9 +394,11 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
     const int* __restrict__ tile_ptr,   // MODE 1: (tiles + 1,) each channel tile's list
     const int* __restrict__ tile_k,     //   and its filters
     const float* __restrict__ bias,     // MODE 0: (Cout,) or nullptr
-    float* __restrict__ out,            // MODE 0: y (N, Cout, P);  MODE 1: gx (N, Cin, P)
+    float* __restrict__ out,            // MODE 0: y (N, Cout, P);  MODE 1, 2: gx (N, Cin, P)
     const float* __restrict__ carry_src,  // another launch's split partials, carried
     float* __restrict__ carry_out,      //   (tc::carried_split_sum), or carry_splits 0
+    const float* __restrict__ xin,      // MODE 2: x (N, Cin, P)
+    float* __restrict__ gw,             // MODE 2: (gridDim.x, Cout, U) a walk's sums each
     int Cin, int Cout, int U, int P, int Q, int kmax, int relu, int carry_splits,
     int carry_size)
 {
@@ -395,6 +414,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
     int* rowk = reinterpret_cast<int*>(pbase + S * BN);             // BM: a row's channel
     int* rowo = rowk + BM;                                          // BM: its window's place
     float* rowb = reinterpret_cast<float*>(rowo + BM);              // BM: its bias
+    float* xbuf = rowb + BM;                                        // MODE 2: XB x BM x LDX
 
     // The block's rows and the depth of its reduction (band channels or list entries).
     const int m0 = blockIdx.y * BM;
@@ -406,12 +426,19 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
         e0 = tile_ptr[blockIdx.y];
         depth = tile_ptr[blockIdx.y + 1] - e0;
     }
-    const int chunks = (depth + KC - 1) / KC;
+    // A channel tile no window meets (Cout under the cycle) still walks one chunk of
+    // zeros, so its gx is written (zero).
+    const int chunks = max((depth + KC - 1) / KC, 1);
     const int Csrc = MODE == 0 ? Cin : Cout, Cdst = MODE == 0 ? Cout : Cin;
+    // MODE 2: a tile's x rows stay until its last chunk is multiplied, and the tile XB
+    // later loads them with its first chunk, S - 1 chunks ahead: XB tiles of chunks cover
+    // that.  (The host sizes shared memory for its shortest list.)
+    const int XB = 1 + (S - 2 + chunks) / chunks;
 
     // Staging: a thread's pixel column (a run of 4 where 16-byte copies apply), first row
     // and row step; its pixels' offsets in channel 0 found once a tile.
-    const bool vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0;
+    const bool vec = P % 4 == 0 && reinterpret_cast<unsigned long long>(src) % 16 == 0 &&
+                     (MODE != 2 || reinterpret_cast<unsigned long long>(xin) % 16 == 0);
     const int col = vec ? 4 * (tid % Wk::NV) : tid % Wk::SCOLS;
     const int row = vec ? tid / Wk::NV : tid / Wk::SCOLS;
     long long base[Wk::SC], obase[Wk::SC];   // in src's channel 0, and in out's
@@ -440,6 +467,34 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
                 const int n = q / P, p = q - n * P;
                 base[m] = q < Q ? (long long)n * Csrc * P + p : -1;
                 obase[m] = q < Q ? (long long)n * Cdst * P + p : -1;
+            }
+            if constexpr (MODE == 2) {
+                // the tile's x rows (channels m0 ..), laid out as gx: obase addresses them
+                float* xd = xbuf + (ld_tile % XB) * BM * Wk::LDX;
+                if (vec) {
+                    const bool in = obase[0] >= 0;
+                    const unsigned long long px =
+                        reinterpret_cast<unsigned long long>(xin) + 4ull * (in ? obase[0] : 0);
+#pragma unroll
+                    for (int l = 0; l < BM / Wk::VSTEP; ++l) {
+                        const int r = row + l * Wk::VSTEP;
+                        const bool ok = in && m0 + r < Cin;
+                        const float* from = reinterpret_cast<const float*>(
+                            px + 4ull * (unsigned long long)(unsigned)(m0 + r) * (unsigned)P);
+                        tdcx::cp_async16(xd + r * Wk::LDX + col, ok ? from : xin, ok);
+                    }
+                } else {
+#pragma unroll
+                    for (int l = 0; l < BM / Wk::SSTEP; ++l) {
+                        const int r = row + l * Wk::SSTEP;
+#pragma unroll
+                        for (int m = 0; m < Wk::SC; ++m) {
+                            const bool ok = m0 + r < Cin && obase[m] >= 0;
+                            tdcx::cp_async4(xd + r * Wk::LDX + col + m * Wk::SCOLS,
+                                            ok ? xin + obase[m] + (size_t)(m0 + r) * P : xin, ok);
+                        }
+                    }
+                }
             }
         }
         float* xs = ring + st * KC * LDN;
@@ -563,9 +618,16 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
 
     float acc[MT][NT][4];
     tf32x3::zero(acc);
+    // MODE 2: the weight gradient's sums, warp (wm, wk) the m16 tile wm of each chunk's
+    // entries x the BM channels, over k8 steps wk, wk + WKW, ... of each tile
+    constexpr int GW = MODE == 2 ? WCH : 1, GN = BM / 8;
+    float gacc[GW][1][GN][4];
+#pragma unroll
+    for (int c = 0; c < GW; ++c) tf32x3::zero(gacc[c]);
+    const int wm = warp % Wk::WMW, wk = warp / Wk::WMW;
     const bool pair = P % 2 == 0 && reinterpret_cast<unsigned long long>(out) % 8 == 0;
     const int wcol = warp * 8 * NT;
-    int cp_chunk = 0;
+    int cp_chunk = 0, cp_tile = 0;
     for (int it = 0; it < items; ++it) {
         tdcx::cp_async_wait<S - 2>();
         __syncthreads();   // chunk `it` is in; every warp is done with the stage reloaded next
@@ -603,8 +665,25 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
                 for (int j = 0; j < NT; ++j) tf32x3::mma(acc[i][j], ab, bb[j][0], bb[j][1]);
             }
         }
+        if constexpr (MODE == 2) {
+            const float* xx = xbuf + (cp_tile % XB) * BM * Wk::LDX;
+            const float* gr = xs + (16 * wm + lg) * LDN + lt;
+#pragma unroll
+            for (int c = 0; c < WCH; ++c)
+                if (c == cp_chunk) {
+#pragma unroll
+                    for (int t = 0; t < BN / 8 / Wk::WKW; ++t) {
+                        const int k8 = 8 * (wk + t * Wk::WKW);
+                        tf32x3::k8_product(
+                            gacc[c],
+                            [&](int, int e) { return gr[8 * (e & 1) * LDN + k8 + 4 * (e >> 1)]; },
+                            [&](int j, int h) { return xx[(8 * j + lg) * Wk::LDX + k8 + lt + 4 * h]; });
+                    }
+                }
+        }
         if (++cp_chunk < chunks) continue;
         cp_chunk = 0;
+        ++cp_tile;
         // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
         const long long* pb = pbase + st * BN;
         long long b0[NT], b1[NT];
@@ -639,6 +718,36 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
             }
     }
     tdcx::cp_async_wait<0>();
+    if constexpr (MODE == 2) {
+        // The warps' sums through the ring, added in warp order; lane (g, t) holds rows
+        // g, g + 8 and columns 2t, 2t + 1 of each m16n8 tile.
+        __syncthreads();                     // every warp is done with the ring
+        float* red = ring;                   // [warp][chunk][16][BM]
+#pragma unroll
+        for (int c = 0; c < WCH; ++c)
+#pragma unroll
+            for (int j = 0; j < GN; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(red + ((warp * WCH + c) * 16 + lg + 8 * h) * BM +
+                                               8 * j + 2 * lt) =
+                        make_float2(gacc[c][0][j][2 * h], gacc[c][0][j][2 * h + 1]);
+        __syncthreads();
+        for (int o = tid; o < WCH * KC * BM; o += Wk::T) {
+            const int c = o / (KC * BM), r = (o / BM) % KC, m = o % BM, e = c * KC + r;
+            if (e >= depth || m0 + m >= Cin) continue;
+            const int k = __ldg(tile_k + e0 + e);
+            int u = m0 + m - __ldg(starts + k);
+            u += u < 0 ? Cin : 0;
+            if (u >= U) continue;
+            const int wr = r / 16;
+            float sum = 0.f;
+#pragma unroll
+            for (int q = 0; q < Wk::WKW; ++q)
+                sum += red[(((wr + q * Wk::WMW) * WCH + c) * 16 + r % 16) * BM + m];
+            gw[((size_t)blockIdx.x * Cout + k) * U + u] = sum;
+        }
+    }
 }
 
 // ---- scc_tc_wgrad<MT, NT, KP, S>: the weight gradient, a block of four warps over BM =
@@ -799,10 +908,11 @@ TC_I_SCC_TC(2, 32, 128) TC_I_SCC_TC(2, 32, 64) TC_I_SCC_TC(2, 64, 128) TC_I_SCC_
 #undef TC_I_SCC_TC
 #define TC_I_SCC_WALK(...) template __global__ void scc_tc_walk<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, const int*, const int*, const float*, float*, \
-    const float*, float*, int, int, int, int, int, int, int, int, int);
+    const float*, float*, const float*, float*, int, int, int, int, int, int, int, int, int);
 TC_I_SCC_WALK(0, 1, 4, 32, 2) TC_I_SCC_WALK(0, 1, 4, 16, 4) TC_I_SCC_WALK(0, 2, 4, 32, 2)
 TC_I_SCC_WALK(0, 2, 4, 16, 4) TC_I_SCC_WALK(1, 1, 4, 32, 2) TC_I_SCC_WALK(1, 1, 4, 16, 4)
-TC_I_SCC_WALK(1, 2, 4, 32, 2) TC_I_SCC_WALK(1, 2, 4, 16, 4)
+TC_I_SCC_WALK(1, 2, 4, 32, 2) TC_I_SCC_WALK(1, 2, 4, 16, 4) TC_I_SCC_WALK(2, 1, 4, 32, 2)
+TC_I_SCC_WALK(2, 1, 4, 16, 4) TC_I_SCC_WALK(2, 2, 4, 32, 2) TC_I_SCC_WALK(2, 2, 4, 16, 4)
 #undef TC_I_SCC_WALK
 #define TC_I_SCC_WGRAD(...) template __global__ void scc_tc_wgrad<__VA_ARGS__>(const float*, \
     const float*, const int*, const int*, float*, int, int, int, int, int, int);

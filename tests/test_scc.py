@@ -569,7 +569,47 @@ def test_the_walking_tensor_core_plans_cover_their_reductions():
     tile, depth = scc_tc.walk_plan(scc.scc_geometry(128, 128, 2, 0.5), 32768, 0)
     assert (tile.rows, depth) == (32, 64)                     # one window group a tile
     with pytest.raises(ValueError, match="mode"):
-        scc_tc.walk_plan(scc.scc_geometry(64, 128, 2, 0.5), 8192, 2)
+        scc_tc.walk_plan(scc.scc_geometry(64, 128, 2, 0.5), 8192, 3)
+
+
+def test_both_gradients_walk_where_a_warp_holds_every_chunks_sums():
+    """scc_tc_walk's mode 2 (both gradients in one walk): a plan where the longest filter
+    list fits BOTH_CHUNKS chunks (the chunk that pads it least among those), x buffers
+    enough for its shortest list's tiles (the kernel's XB), instantiated, under the cap;
+    none past BOTH_CHUNKS chunks."""
+    from tensorconv.ops import scc_tc, scc_tc_walk
+    from tensorconv.ops.scc_tiles import data_tiles
+
+    names = set(scc_tc.instantiations())
+    planned = 0
+    for args in [(64, 128, 2, 0.5), (128, 128, 2, 0.5), (64, 64, 2, 0.5), (32, 64, 2, 0.5),
+                 (128, 256, 2, 0.5), (96, 192, 2, 0.25), (60, 90, 3, 0.75), (64, 2, 4, 0.0),
+                 (256, 256, 2, 0.5)]:
+        g = scc.scc_geometry(*args)
+        plan = scc_tc.walk_plan(g, 32768, 2, force=True)
+        one = scc_tc.walk_plan(g, 32768, 1, force=True)
+        if one is None:
+            assert plan is None
+            continue
+        lists = np.diff(data_tiles(g, one[0].rows)[0])
+        longest = max(int(np.max(lists)), 1)
+        fits = [c for c, _ in scc_tc_walk.WALK_CHUNKS
+                if -(-longest // c) <= scc_tc_walk.BOTH_CHUNKS]
+        if not fits:
+            assert plan is None, args
+            continue
+        tile, depth = plan
+        planned += 1
+        kc, stages = tile.shape[2:]
+        assert tile.mode == 2 and tile.rows == one[0].rows and tile.name in names
+        assert depth == min(-(-longest // c) * c for c in fits) and depth // kc <= 2
+        fewest = max(1, -(-int(np.min(lists)) // kc))
+        assert tile.xbufs == 1 + -(-(stages - 1) // fewest)
+        alone = scc_tc_walk.WalkTile(1, tile.rows, kc).smem(depth)
+        assert tile.smem(depth) == alone + 4 * tile.xbufs * tile.rows * (tile.cols + 4)
+        assert tile.smem(depth) <= scc_tc_walk.WALK_SMEM
+    assert planned >= 5
+    assert scc_tc.walk_plan(scc.scc_geometry(128, 256, 2, 0.5), 32768, 2, force=True) is None
 
 
 def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monkeypatch,

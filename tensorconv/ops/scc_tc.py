@@ -244,9 +244,11 @@ def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
 
 def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *, force: bool = False):
     """:func:`scc_tc_walk.walk_plan <tensorconv.ops.scc_tc_walk.walk_plan>` for the forward
-    (``mode`` 0) or the input gradient (1) with this module's rows of least work."""
-    if mode not in (0, 1):
-        raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
+    (``mode`` 0), the input gradient (1) or both gradients (2) with this module's rows of
+    least work."""
+    if mode not in (0, 1, 2):
+        raise ValueError(f"mode must be 0 (forward), 1 (input gradient) or 2 (both "
+                         f"gradients), got {mode!r}")
     rows = _band_rows(geom, None) if mode == 0 else _data_rows(geom)
     return scc_tc_walk.walk_plan(geom, pixels, mode, rows, force=force)
 

@@ -1,10 +1,12 @@
 """The walking tensor-core SCC kernels of ``kernels_cu/scc_tc.cu`` (3xTF32, fp32 accuracy):
 their tiles, plans and launches, which :mod:`~tensorconv.ops.scc_tc` runs where they apply.
 
-``scc_tc_walk`` (the forward and the input gradient): a block of 128 threads splits its
-rows' dense-masked weights once, into shared memory in fragment order, then walks pixel
-tiles blockIdx.x, + gridDim.x, ... with every chunk of every tile one ``cp.async`` ring
-(:class:`WalkTile`, :func:`walk_plan`).  ``scc_tc_wgrad`` (the weight gradient): a block
+``scc_tc_walk`` (the forward, the input gradient, or both gradients): a block of 128
+threads splits its rows' dense-masked weights once, into shared memory in fragment order,
+then walks pixel tiles blockIdx.x, + gridDim.x, ... with every chunk of every tile one
+``cp.async`` ring (:class:`WalkTile`, :func:`walk_plan`); in mode 2 it also stages each
+tile's x rows and sums the weight gradient's pairs of its channel tile, one share a walk
+(:func:`run_both`: gy read once for both gradients).  ``scc_tc_wgrad`` (the weight gradient): a block
 of four warps over a tile of sorted filters x band channels and one pixel share, every
 warp the whole tile over its own k8 steps, their sums added in warp order, the shares in
 share order: deterministic (:class:`WGradTile`, :func:`wgrad_plan`).  Both take layers
@@ -26,9 +28,9 @@ from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, leas
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES", "WGradTile", "WalkTile",
-           "carries", "instantiations", "run_walk", "run_wgrad", "walk_grid", "walk_plan",
-           "wgrad_plan"]
+__all__ = ["BOTH_CHUNKS", "MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES",
+           "WGradTile", "WalkTile", "carries", "instantiations", "run_both", "run_walk",
+           "run_wgrad", "walk_grid", "walk_plan", "wgrad_plan"]
 
 FILE = "scc_tc.cu"
 WALK_THREADS, WALK_BLOCKS_PER_SM = 128, 4  # scctc::WALK_THREADS, scc_tc_walk's launch bounds
@@ -47,6 +49,9 @@ every warp the block's whole tile of (sorted filter, band channel) sums (32 x 64
 64 x 32, 16 x 64, 32 x 32) over its own k8 steps of each chunk.  Chunks of 64 pixels three
 deep, but 32 two deep for the smallest tile, whose blocks' copies and sums are the
 shortest (docs/notes/scc_conv.md)."""
+BOTH_CHUNKS = 2
+"""Mode 2's most chunks a tile (scctc::WCH): a warp holds its weight-gradient sums of each
+chunk in registers over the whole walk."""
 WGRAD_BLOCKS_PER_SM = 4              # at most; fewer where shared memory holds fewer
 MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
 WALK_SMEM = 113 * 1024     # two blocks an SM at least
@@ -54,12 +59,15 @@ WALK_SMEM = 113 * 1024     # two blocks an SM at least
 
 @dataclass(frozen=True)
 class WalkTile:
-    """scc_tc_walk's block for GEMM ``mode`` (0 forward, 1 input gradient) over ``rows``
-    rows (:data:`WALK_SHAPES` ``[rows]``) in chunks of ``kc`` rows (:data:`WALK_CHUNKS`)."""
+    """scc_tc_walk's block for ``mode`` (0 forward, 1 input gradient, 2 both gradients)
+    over ``rows`` rows (:data:`WALK_SHAPES` ``[rows]``) in chunks of ``kc`` rows
+    (:data:`WALK_CHUNKS`); mode 2 keeps ``xbufs`` tiles' x rows (the kernel's XB for the
+    layer's shortest filter list)."""
 
     mode: int
     rows: int
     kc: int = WALK_CHUNKS[0][0]
+    xbufs: int = 0
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -81,7 +89,8 @@ class WalkTile:
         offsets (8 bytes a column) and three words a row (channel, window place, bias)."""
         _, _, kc, stages = self.shape
         return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
-                    + 2 * stages * self.cols + 3 * self.rows)
+                    + 2 * stages * self.cols + 3 * self.rows
+                    + self.xbufs * self.rows * (self.cols + 4))
 
 
 @dataclass(frozen=True)
@@ -115,22 +124,24 @@ class WGradTile:
 
 def instantiations() -> list[str]:
     """The template instances of both kernels (part of :mod:`~tensorconv.ops.scc_tc`'s)."""
-    return ([WalkTile(m, r, kc).name for m in (0, 1) for r in WALK_SHAPES
+    return ([WalkTile(m, r, kc).name for m in (0, 1, 2) for r in WALK_SHAPES
              for kc, _ in WALK_CHUNKS]
             + [WGradTile(*shape).name for shape in WGRAD_SHAPES])
 
 
 def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
               force: bool = False) -> tuple[WalkTile, int] | None:
-    """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0) or the input gradient
-    (1) over ``pixels`` = N x H x W with blocks of ``rows`` (the rows of least work,
-    :mod:`~tensorconv.ops.scc_tc` finds them), ``depth`` the longest reduction (band or
-    filter list) rounded up to whole chunks (of the first of :data:`WALK_CHUNKS` that
-    rounds it up least); None where ``rows`` has no walking shape, the split weights would
-    leave under two blocks an SM, or (unless ``force``) the layer has under
-    :data:`MIN_WALK_MACS` multiply-adds."""
-    if mode not in (0, 1):
-        raise ValueError(f"mode must be 0 (forward) or 1 (input gradient), got {mode!r}")
+    """``(tile, depth)`` of scc_tc_walk for the forward (``mode`` 0), the input gradient
+    (1) or both gradients (2) over ``pixels`` = N x H x W with blocks of ``rows`` (the
+    rows of least work, :mod:`~tensorconv.ops.scc_tc` finds them), ``depth`` the longest
+    reduction (band or filter list) rounded up to whole chunks (of the first of
+    :data:`WALK_CHUNKS` that rounds it up least; in mode 2 of those that cover it in
+    :data:`BOTH_CHUNKS` chunks or fewer); None where ``rows`` has no walking shape, mode 2
+    no chunks, the split weights would leave under two blocks an SM, or (unless
+    ``force``) the layer has under :data:`MIN_WALK_MACS` multiply-adds."""
+    if mode not in (0, 1, 2):
+        raise ValueError(f"mode must be 0 (forward), 1 (input gradient) or 2 (both "
+                         f"gradients), got {mode!r}")
     if rows not in WALK_SHAPES:
         return None
     if not force and pixels * geom.cout * geom.u < MIN_WALK_MACS:
@@ -138,9 +149,19 @@ def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
     if mode == 0:
         longest = int(np.max(band_spans(geom, rows)))
     else:
-        longest = max(int(np.max(np.diff(data_tiles(geom, rows)[0]))), 1)
-    depth, kc = min((cdiv(longest, kc) * kc, i, kc) for i, (kc, _) in enumerate(WALK_CHUNKS))[::2]
-    tile = WalkTile(mode, rows, kc)
+        lists = np.diff(data_tiles(geom, rows)[0])
+        longest = max(int(np.max(lists)), 1)
+    chunks = [(cdiv(longest, kc) * kc, i, kc) for i, (kc, _) in enumerate(WALK_CHUNKS)
+              if mode != 2 or cdiv(longest, kc) <= BOTH_CHUNKS]
+    if not chunks:
+        return None
+    depth, _, kc = min(chunks)
+    xbufs = 0
+    if mode == 2:   # the kernel's XB for the shortest list (fewest chunks)
+        stages = dict(WALK_CHUNKS)[kc]
+        fewest = max(1, cdiv(int(np.min(lists)), kc))
+        xbufs = 1 + cdiv(stages - 1, fewest)
+    tile = WalkTile(mode, rows, kc, xbufs)
     return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
 
 
@@ -169,12 +190,15 @@ def carries(plan: tuple[WalkTile, int], geom: SCCGeometry, pixels: int, size: in
 
 
 def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: bool,
-             out, carry: tuple | None = None) -> None:
+             out, carry: tuple | None = None, *, x=None, gw=None) -> None:
     """``out`` = the forward (``src`` x) or the input gradient (``src`` gy) of checked CuPy
     arrays by scc_tc_walk on ``plan`` (:func:`walk_plan`); ``carry``: another launch's
     split reduction ``(partial, out, splits, size)`` (:func:`run_wgrad`'s) that its blocks
-    sum first (where :func:`carries`)."""
+    sum first (where :func:`carries`).  Mode 2 also takes ``x`` and writes each walk's
+    weight-gradient share to ``gw`` ((walks, Cout, U), :func:`run_both`)."""
     tile, depth = plan
+    if (tile.mode == 2) != (x is not None and gw is not None):
+        raise ValueError("scc_tc_walk takes x and gw in mode 2, and only there")
     n, _, h, wd = src.shape
     q, i32 = n * h * wd, np.int32
     device = src.device.id
@@ -189,9 +213,25 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
     c_src, c_out, c_splits, c_size = carry or (None, None, 0, 0)
     launch(cuda.kernel_ref(FILE, tile.name), (*walk_grid(plan, geom, q), 1), (WALK_THREADS,),
            (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, ptr(c_src), ptr(c_out),
-            i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth),
+            ptr(x), ptr(gw), i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth),
             i32(bool(relu)), i32(c_splits), i32(c_size)),
            smem=tile.smem(depth))
+
+
+def run_both(plan: tuple[WalkTile, int], x, gy, w, geom: SCCGeometry, out_x, out_w) -> None:
+    """``out_x``, ``out_w`` = both gradients of checked CuPy arrays by scc_tc_walk's mode 2
+    on ``plan`` (:func:`walk_plan`): gy read once; each walk's weight-gradient sums a
+    share, the shares summed in order by a second launch where there are several."""
+    tile, depth = plan
+    if tile.mode != 2:
+        raise ValueError(f"run_both takes a mode-2 plan, got mode {tile.mode}")
+    n, _, h, wd = gy.shape
+    walks, _ = walk_grid(plan, geom, n * h * wd)
+    size = geom.cout * geom.u
+    gw = out_w if walks == 1 else workspace(backend.array_module(gy), walks * size)
+    run_walk(plan, gy, w, geom, None, False, out_x, x=x, gw=gw)
+    if walks > 1:
+        _igemm.reduce_flat(gw, out_w, walks, size, backend.device_facts().sm_count)
 
 
 @functools.lru_cache(maxsize=256)

@@ -633,6 +633,50 @@ def test_the_input_gradient_carries_the_weight_gradients_share_sums(
                                  carry=(gw, gw, 2, 1 << 20))
 
 
+@pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
+@pytest.mark.parametrize("blocks,chunk", [(None, None), (3, None), (1, None), (None, 16)])
+@pytest.mark.parametrize("cin,cout,cg,co", [(64, 96, 2, 0.5), (60, 90, 3, 0.75),
+                                            (96, 150, 2, 0.33), (12, 40, 2, 0.5),
+                                            (130, 64, 2, 0.5), (64, 64, 2, 0.5),
+                                            (64, 2, 4, 0.0)])
+def test_both_gradients_in_one_walk_match_the_reference(rng, monkeypatch, layout, blocks,
+                                                        chunk, cin, cout, cg, co):
+    """scc_tc_walk's mode 2 (run_both): the input gradient and the weight gradient from
+    one walk over gy, within fp32's 1e-5 of the float64 reference; blocks that fill the
+    GPU once, three or one a channel tile (one: its share is the gradient, written in
+    place), each walking many pixel tiles, a last one part full; 16- and 32-row chunks
+    (one or two a tile, so two to four x buffers); 16-byte and 4-byte copies; a last
+    channel tile part full, and channel tiles no window meets (Cout under the cycle:
+    their gx zero); outputs poisoned; the same bits twice."""
+    import cupy as cp
+
+    from tensorconv.ops import scc_tc, scc_tc_walk
+
+    if blocks is not None:
+        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
+    if chunk is not None:
+        chunks = tuple(c for c in scc_tc_walk.WALK_CHUNKS if c[0] == chunk)
+        monkeypatch.setattr(scc_tc_walk, "WALK_CHUNKS", chunks)
+    n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
+    geom = scc.scc_geometry(cin, cout, cg, co)
+    x, w, _, gy = _layer_data(rng, geom, n, h, wd)
+    gx_want, gw_want = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
+    plan = scc_tc.walk_plan(geom, n * h * wd, 2, force=True)
+    if plan is None:   # a filter list longer than two chunks of the forced size
+        assert chunk == 16
+        return
+    assert chunk is None or plan[0].kc == chunk
+    xg, gyg, wg = _on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w)
+    outs = []
+    for _ in range(2):
+        gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
+        gw = cp.full(w.shape, cp.nan, cp.float32)
+        scc_tc_walk.run_both(plan, xg, gyg, wg, geom, gx, gw)
+        assert rel_err(gx.get(), gx_want) <= 1e-5 and rel_err(gw.get(), gw_want) <= 1e-5
+        outs.append((gx, gw))
+    assert all(cp.array_equal(a, b) for a, b in zip(*outs))
+
+
 def test_auto_follows_the_tuners_verdicts(rng, monkeypatch, tmp_path):
     """tuning.scc_paths.tune times both kernel families and stores a verdict a side; the
     ops' path="auto" then runs exactly what the verdict names (the same bits as forcing

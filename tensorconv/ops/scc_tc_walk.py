@@ -6,12 +6,12 @@ threads splits its rows' dense-masked weights once, into shared memory in fragme
 then walks pixel tiles blockIdx.x, + gridDim.x, ... with every chunk of every tile one
 ``cp.async`` ring (:class:`WalkTile`, :func:`walk_plan`); in mode 2 it also stages each
 tile's x rows and sums the weight gradient's pairs of its channel tile, one share a walk
-(:func:`run_both`: gy read once for both gradients).  ``scc_tc_wgrad`` (the weight gradient): a block
-of four warps over a tile of sorted filters x band channels and one pixel share, every
-warp the whole tile over its own k8 steps, their sums added in warp order, the shares in
-share order: deterministic (:class:`WGradTile`, :func:`wgrad_plan`).  Both take layers
-of :data:`MIN_WALK_MACS` multiply-adds or more; ``scc_tc``'s kernels the smaller ones,
-where a few blocks' latency is the time (``docs/notes/scc_conv.md``).
+(:func:`run_both`: gy read once for both gradients).  ``scc_tc_wgrad`` (the weight
+gradient): a block of four warps over a tile of sorted filters x band channels and one
+pixel share, every warp the whole tile over its own k8 steps, their sums added in warp
+order, the shares in share order: deterministic (:class:`WGradTile`, :func:`wgrad_plan`).
+Both take layers of :data:`MIN_WALK_MACS` multiply-adds or more; ``scc_tc``'s kernels the
+smaller ones, where a few blocks' latency is the time (``docs/notes/scc_conv.md``).
 """
 
 from __future__ import annotations
@@ -213,8 +213,8 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
     c_src, c_out, c_splits, c_size = carry or (None, None, 0, 0)
     launch(cuda.kernel_ref(FILE, tile.name), (*walk_grid(plan, geom, q), 1), (WALK_THREADS,),
            (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, ptr(c_src), ptr(c_out),
-            ptr(x), ptr(gw), i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q), i32(depth),
-            i32(bool(relu)), i32(c_splits), i32(c_size)),
+            ptr(x), ptr(gw), i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q),
+            i32(depth), i32(bool(relu)), i32(c_splits), i32(c_size)),
            smem=tile.smem(depth))
 
 

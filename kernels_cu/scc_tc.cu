@@ -366,6 +366,10 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
 // shares are summed in order by conv2d_splitk_reduce: deterministic, and gy read once.
 namespace scctc {
 constexpr int WALK_THREADS = 128;
+#ifndef WALK_NT2_BLOCKS
+#define WALK_NT2_BLOCKS 8
+#endif
+constexpr int WALK_MIN_BLOCKS_NT2 = WALK_NT2_BLOCKS;
 constexpr int WCH = 2;   // MODE 2: chunks a tile whose weight-gradient sums a warp holds
 
 template <int MT, int NT, int KC, int S>
@@ -385,7 +389,7 @@ struct Walk {
 }  // namespace scctc
 
 template <int MODE, int MT, int NT, int KC, int S>
-__global__ void __launch_bounds__(scctc::WALK_THREADS, 4) scc_tc_walk(
+__global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN_BLOCKS_NT2 : 4) scc_tc_walk(
     const float* __restrict__ w,        // (Cout, U)
     const float* __restrict__ src,      // MODE 0: x (N, Cin, P);  MODE 1: gy (N, Cout, P)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start

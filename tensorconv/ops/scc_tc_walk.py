@@ -80,6 +80,11 @@ class WalkTile:
         return 32 * self.shape[1]
 
     @property
+    def blocks_per_sm(self) -> int:
+        """The launch bounds' blocks an SM (scc_tc_walk's: eight for two n8 tiles a warp)."""
+        return 8 if self.shape[1] <= 2 else WALK_BLOCKS_PER_SM
+
+    @property
     def name(self) -> str:
         return f"scc_tc_walk<{self.mode}, {', '.join(map(str, self.shape))}>"
 
@@ -168,7 +173,7 @@ def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
 def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
     """Walking blocks a row tile: the GPU filled once (as many blocks an SM as the launch
     bounds and ``smem`` allow), each walking every so-many-th of the pixel tiles."""
-    per_sm = max(1, min(WALK_BLOCKS_PER_SM, 228 * 1024 // (smem + 1024)))
+    per_sm = max(1, min(tile.blocks_per_sm, 228 * 1024 // (smem + 1024)))
     sms = backend.device_facts().sm_count
     return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
 

@@ -651,6 +651,7 @@ def test_both_gradients_in_one_walk_match_the_reference(rng, monkeypatch, layout
     import cupy as cp
 
     from tensorconv.ops import scc_tc, scc_tc_walk
+    from tensorconv.ops.scc_tiles import data_tiles
 
     if blocks is not None:
         monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
@@ -662,8 +663,11 @@ def test_both_gradients_in_one_walk_match_the_reference(rng, monkeypatch, layout
     x, w, _, gy = _layer_data(rng, geom, n, h, wd)
     gx_want, gw_want = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
     plan = scc_tc.walk_plan(geom, n * h * wd, 2, force=True)
-    if plan is None:   # a filter list longer than two chunks of the forced size
-        assert chunk == 16
+    tile1, depth1 = scc_tc.walk_plan(geom, n * h * wd, 1, force=True)
+    kc = max(c for c, _ in scc_tc_walk.WALK_CHUNKS)
+    longest = int(np.max(np.diff(data_tiles(geom, tile1.rows)[0])))
+    assert (plan is None) == (longest > scc_tc_walk.BOTH_CHUNKS * kc)
+    if plan is None:   # a filter list longer than two chunks
         return
     assert chunk is None or plan[0].kc == chunk
     xg, gyg, wg = _on_gpu(x, layout), _on_gpu(gy, layout), cp.asarray(w)

@@ -631,9 +631,19 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
                   weight_fma=20.0, weight_tc=15.0, onepass=30.0)
     v = t.verdicts()
     assert [v[s]["tc"] for s in ("forward", "data", "weight")] == [False, True, True]
-    assert v["backward"] == {"path": "parts", "onepass_us": 30.0, "parts_us": 23.0}
+    assert v["backward"] == {"path": "parts", "onepass_us": 30.0, "parts_us": 23.0,
+                             "walk_us": None}
     assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "onepass"
     assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
+    # both gradients in one walk where it beats the others; the carried pair counts as
+    # the parts' time only where both gradients' fastest kernels walk
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40, both=39.0).verdicts()["backward"]["path"] == "walk"
+    assert PathTimes(1, 2, 3, 4, 5, 6, None, both=9.5).verdicts()["backward"]["path"] == "parts"
+    pair = PathTimes(1, 2, 30, 40, 50, 60, None, data_walk=20, weight_walk=25, carried=41,
+                     both=43).verdicts()["backward"]
+    assert pair == {"path": "parts", "parts_us": 41, "onepass_us": None, "walk_us": 43}
+    apart = PathTimes(1, 2, 30, 40, 50, 45, None, data_walk=20, carried=41, both=64)
+    assert apart.verdicts()["backward"]["parts_us"] == 65    # the weight gradient on scc_tc
     walked = PathTimes(10, 12, 9, 8, 20, 15, 30, forward_walk=9.5, data_walk=None,
                        weight_walk=16).verdicts()
     assert [(walked[s]["tc"], walked[s]["walk"]) for s in ("forward", "data", "weight")] == [

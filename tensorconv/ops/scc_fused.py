@@ -40,7 +40,7 @@ from tensorconv.scratch import workspace
 
 __all__ = ["OnePass", "octet_entries", "onepass", "onepass_plan", "scc_conv2d_backward"]
 
-BACKWARD_PATHS = ("auto", "onepass", "parts", "tc")
+BACKWARD_PATHS = ("auto", "onepass", "parts", "tc", "walk")
 
 @functools.lru_cache(maxsize=256)
 def octet_entries(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -211,16 +211,19 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
     gy : array, (N, Cout, H, W), float32
     w : array, (Cout, U), float32
     geom : SCCGeometry
-    path : {"auto", "onepass", "parts", "tc"}
+    path : {"auto", "onepass", "parts", "tc", "walk"}
         The kernels (GPU): "onepass", one pass over gy and x for both gradients, a block
         over every filter and channel of its pixels (``scc_bwd_onepass``,
         :func:`onepass_plan`; where a block holds the layer, else a ValueError);
         "parts", :func:`scc_conv2d_backward_data` then
         :func:`scc_conv2d_backward_weight`, each with its defaults (each following its
         stored verdict: the tensor cores or the FMA kernels); "tc", the same two on the
-        tensor cores at fp32 accuracy (:mod:`~tensorconv.ops.scc_tc`); "auto" follows
-        the layer's stored "backward" verdict (:func:`~tensorconv.ops.scc_tc.verdict`),
-        untuned the one-pass kernel where it takes the layer, else "parts".
+        tensor cores at fp32 accuracy (:mod:`~tensorconv.ops.scc_tc`); "walk", both on
+        the tensor cores in one walk over gy (:func:`~tensorconv.ops.scc_tc.run_both`;
+        where each channel tile's filter list fits two chunks, else a ValueError);
+        "auto" follows the layer's stored "backward" verdict
+        (:func:`~tensorconv.ops.scc_tc.verdict`), untuned the one-pass kernel where it
+        takes the layer, else "parts".
     carry : bool
         "parts" and "tc" where both gradients run the walking tensor-core kernels: the
         weight gradient first, its pixel shares summed by the input gradient's launch
@@ -254,6 +257,13 @@ def scc_conv2d_backward(x, gy, w, geom: SCCGeometry, *, path: str = "auto", out_
         return _parts(x, gy, w, geom, "tc", carry, out_x, out_w)
     if path == "auto":
         path = scc_tc.verdict(geom, q, p, "backward") or "onepass"
+        if path == "walk" and scc_tc.both_plan(geom, q) is None:   # another GPU's verdict
+            path = "parts"
+    if path == "walk":
+        out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")
+        out_w = output_buffer(xp, out_w, (geom.cout, geom.u), "out_w")
+        scc_tc.run_both(x, gy, w, geom, out_x, out_w)
+        return out_x, out_w
     if path == "parts" or one is None:    # also a verdict from another GPU
         return _parts(x, gy, w, geom, "auto", carry, out_x, out_w)
     out_x = output_buffer(xp, out_x, (n, geom.cin, h, wd), "out_x")

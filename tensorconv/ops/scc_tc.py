@@ -41,9 +41,9 @@ from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, leas
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "check_runs_here", "data_plan",
+__all__ = ["ROWS", "COLS", "SIDES", "TcTile", "both_plan", "check_runs_here", "data_plan",
            "decision_key", "forget_verdicts", "forward_tile", "instantiations", "kernels",
-           "run_backward", "run_backward_data", "run_backward_weight", "run_forward",
+           "run_backward", "run_backward_data", "run_backward_weight", "run_both", "run_forward",
            "runs_here", "takes",
            "verdict", "walk_plan", "walk_verdict", "weight_plan"]
 
@@ -102,15 +102,15 @@ def check_runs_here() -> None:
                          f"this GPU has {backend.device_facts().compute_capability}")
 
 
-BACKWARD_CHOICES = ("onepass", "parts")   # the "backward" verdict's values
+BACKWARD_CHOICES = ("onepass", "parts", "walk")   # the "backward" verdict's values
 
 
 def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
     """The tune-cache key of ``side``'s verdict for ``geom`` over ``pixels`` = N x H x W
     with planes of ``plane`` = H x W pixels: "forward", "data" or "weight" (``{"tc":
     bool}``: the tensor cores or the FMA kernels), or "backward" (``{"path": one of
-    BACKWARD_CHOICES}``: the one-pass FMA backward, or the two gradients apart, each by
-    its own verdict)."""
+    BACKWARD_CHOICES}``: the one-pass FMA backward, the two gradients apart, each by its
+    own verdict, or both in one tensor-core walk, :func:`run_both`)."""
     check_choice(side, "side", SIDES)
     problem = f"{geom.cin},{geom.cout},{geom.cg},{geom.co!r},{pixels},{plane}"
     return tunecache.make_key(f"scc_path:{side}", ("scc_conv.cu", FILE), problem)
@@ -330,6 +330,27 @@ def run_backward(x, gy, w, geom: SCCGeometry, out_x, out_w) -> bool:
     carry = scc_tc_walk.run_wgrad(wplan, x, gy, geom, out_w, reduce=False)
     scc_tc_walk.run_walk(dplan, gy, w, geom, None, False, out_x, carry=carry)
     return True
+
+
+def both_plan(geom: SCCGeometry, pixels: int):
+    """scc_tc_walk's mode-2 plan (both gradients in one walk) for ``geom`` over ``pixels``
+    = N x H x W, whatever the size; None where it has none (a filter list past
+    :data:`~tensorconv.ops.scc_tc_walk.BOTH_CHUNKS` chunks) or the GPU lacks the
+    kernels."""
+    return walk_plan(geom, pixels, 2, force=True) if runs_here() else None
+
+
+def run_both(x, gy, w, geom: SCCGeometry, out_x, out_w) -> None:
+    """Both gradients of checked CuPy arrays in one walk over gy
+    (:func:`~tensorconv.ops.scc_tc_walk.run_both`); ValueError where :func:`both_plan`
+    has no plan."""
+    n, _, h, wd = x.shape
+    plan = both_plan(geom, n * h * wd)
+    if plan is None:
+        raise ValueError(f"path='walk': {geom}'s filter lists are longer than "
+                         f"{scc_tc_walk.BOTH_CHUNKS} chunks of the walk (or this GPU lacks "
+                         f"tf32 mma.sync); use path='parts'")
+    scc_tc_walk.run_both(plan, x, gy, w, geom, out_x, out_w)
 
 
 def run_backward_weight(x, gy, geom: SCCGeometry, splits: int | None, out, *,

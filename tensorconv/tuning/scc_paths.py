@@ -1,7 +1,7 @@
 """Which kernels a sliding-channel layer runs, measured on this device: the FMA kernels of
 :mod:`~tensorconv.ops.scc_conv`, the tensor-core ones of :mod:`~tensorconv.ops.scc_tc` or
 their walking ones (:mod:`~tensorconv.ops.scc_tc_walk`, where they apply) for each of its
-three GEMMs, and the one-pass backward or the two gradients apart.
+three GEMMs, and the one-pass backward, the two gradients apart or both in one walk.
 
 :func:`tune` times every side every way (CUDA-graph replay medians, random data of the
 layer's shape) and stores one verdict a side in the tune cache
@@ -38,6 +38,8 @@ class PathTimes:
     forward_walk: float | None = None   # the walking tensor-core kernels, where they apply
     data_walk: float | None = None
     weight_walk: float | None = None
+    carried: float | None = None        # both walking gradients, the shares carried
+    both: float | None = None           # both gradients in one walk (scc_tc.run_both)
 
     def best(self, side: str) -> tuple[str, float]:
         """``side``'s fastest kernels ("fma", "tc" or "walk") and their time."""
@@ -46,17 +48,21 @@ class PathTimes:
 
     def verdicts(self) -> dict:
         """``{side: stored value}``: each GEMM on its fastest kernels (``tc``: the tensor
-        cores, ``walk``: their walking kernels); the backward in one pass where it beats
-        the fastest input gradient plus the fastest weight gradient (``path``)."""
+        cores, ``walk``: their walking kernels); the backward (``path``) by the fastest
+        of the one-pass kernel, the two gradients apart (the fastest input gradient plus
+        the fastest weight gradient, or, where both of those walk, their carried pair's
+        time if it was less) and both in one walk."""
         out = {}
         for side in ("forward", "data", "weight"):
             best = self.best(side)[0]
             out[side] = {"tc": best != "fma", "walk": best == "walk",
                          **{f"{k}_us": getattr(self, f"{side}_{k}") for k in ("fma", "tc", "walk")}}
         parts = self.best("data")[1] + self.best("weight")[1]
-        one = self.onepass is not None and self.onepass < parts
-        out["backward"] = {"path": "onepass" if one else "parts", "onepass_us": self.onepass,
-                           "parts_us": parts}
+        if self.carried is not None and self.best("data")[0] == self.best("weight")[0] == "walk":
+            parts = min(parts, self.carried)
+        ways = {"parts": parts, "onepass": self.onepass, "walk": self.both}
+        path = min((k for k, v in ways.items() if v is not None), key=lambda k: ways[k])
+        out["backward"] = {"path": path, **{f"{k}_us": v for k, v in ways.items()}}
         return out
 
 
@@ -107,6 +113,10 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
     if scc_fused.onepass_plan(geom, n * h * wd) is not None:
         onepass = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="onepass",
                                                           out_x=gx, out_w=gw))
+    if scc_tc.run_backward(x, gy, w, geom, gx, gw):   # where the walking pair carries
+        times["carried"] = t(lambda: scc_tc.run_backward(x, gy, w, geom, gx, gw))
+    if scc_tc.both_plan(geom, q) is not None:
+        times["both"] = t(lambda: scc_tc.run_both(x, gy, w, geom, gx, gw))
     result = PathTimes(onepass=onepass, **times)
     for side, value in result.verdicts().items():
         tunecache.store(scc_tc.decision_key(geom, n * h * wd, h * wd, side), value)

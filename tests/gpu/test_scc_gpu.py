@@ -681,6 +681,44 @@ def test_both_gradients_in_one_walk_match_the_reference(rng, monkeypatch, layout
     assert all(cp.array_equal(a, b) for a, b in zip(*outs))
 
 
+def test_the_walk_path_runs_both_gradients_in_one_walk_and_auto_follows_its_verdict(
+        rng, monkeypatch, tmp_path):
+    """ops.scc_conv2d_backward(path="walk"): scc_tc.run_both's bits, within fp32's 1e-5 of
+    the float64 reference; a clear ValueError where the filter lists are past two chunks;
+    a stored "walk" verdict makes "auto" run it, and "parts" or "onepass" verdicts what
+    they name."""
+    import cupy as cp
+
+    from tensorconv import ops, tunecache
+    from tensorconv.ops import scc_tc
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    scc_tc.forget_verdicts()
+    geom = scc.scc_geometry(64, 128, 2, 0.5)
+    x, w, _, gy = _layer_data(rng, geom, 6, 16, 16)
+    want = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
+    xg, gyg, wg = cp.asarray(x), cp.asarray(gy), cp.asarray(w)
+    gx, gw = cp.full(x.shape, cp.nan, cp.float32), cp.full(w.shape, cp.nan, cp.float32)
+    got = ops.scc_conv2d_backward(xg, gyg, wg, geom, path="walk", out_x=gx, out_w=gw)
+    assert got[0] is gx and got[1] is gw
+    assert rel_err(gx.get(), want[0]) <= 1e-5 and rel_err(gw.get(), want[1]) <= 1e-5
+    direct = (cp.empty_like(gx), cp.empty_like(gw))
+    scc_tc.run_both(xg, gyg, wg, geom, *direct)
+    assert cp.array_equal(direct[0], gx) and cp.array_equal(direct[1], gw)
+    for path in ("walk", "parts", "onepass"):
+        tunecache.store(scc_tc.decision_key(geom, 6 * 256, 256, "backward"), {"path": path})
+        scc_tc.forget_verdicts()
+        auto = ops.scc_conv2d_backward(xg, gyg, wg, geom)
+        named = ops.scc_conv2d_backward(xg, gyg, wg, geom, path=path)
+        assert all(cp.array_equal(a, b) for a, b in zip(auto, named)), path
+    scc_tc.forget_verdicts()
+    wide = scc.scc_geometry(96, 192, 2, 0.25)            # lists of 128 filters: no plan
+    x2, w2, _, gy2 = _layer_data(rng, wide, 2, 8, 8)
+    with pytest.raises(ValueError, match="walk"):
+        ops.scc_conv2d_backward(cp.asarray(x2), cp.asarray(gy2), cp.asarray(w2), wide,
+                                path="walk")
+
+
 def test_auto_follows_the_tuners_verdicts(rng, monkeypatch, tmp_path):
     """tuning.scc_paths.tune times both kernel families and stores a verdict a side; the
     ops' path="auto" then runs exactly what the verdict names (the same bits as forcing

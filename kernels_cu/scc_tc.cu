@@ -366,10 +366,6 @@ __global__ void __launch_bounds__(scctc::THREADS, BM >= 128 ? 1 : 2) scc_tc(
 // shares are summed in order by conv2d_splitk_reduce: deterministic, and gy read once.
 namespace scctc {
 constexpr int WALK_THREADS = 128;
-#ifndef WALK_NT2_BLOCKS
-#define WALK_NT2_BLOCKS 8
-#endif
-constexpr int WALK_MIN_BLOCKS_NT2 = WALK_NT2_BLOCKS;
 constexpr int WCH = 2;   // MODE 2: chunks a tile whose weight-gradient sums a warp holds
 
 template <int MT, int NT, int KC, int S>
@@ -379,17 +375,21 @@ struct Walk {
     static constexpr int SC = BN > T ? BN / T : 1;                    // scalar copies:
     static constexpr int SCOLS = BN > T ? T : BN, SSTEP = T / SCOLS;  // columns, row step
     static constexpr int LDX = BN + 4;   // MODE 2's x rows (== 4 mod 32: B reads conflict-free)
-    static constexpr int WMW = KC / 16, WKW = 4 / WMW;   // MODE 2: warps along m, along k
+    // MODE 2: a warp's m16 x n8 tiles of a chunk's weight-gradient sums, at most four
+    // (WCH x 4 x 4 registers): all KC / 16 m tiles where that fits, else one; the warps
+    // along m (WMW) and along the tile's k8 steps (WKW)
+    static constexpr int WMW = (KC / 16) * (BM / 8) <= 4 ? 1 : KC / 16, WKW = 4 / WMW;
+    static constexpr int GM = KC / 16 / WMW;
     static_assert(T % NV == 0 && KC % VSTEP == 0 && KC % SSTEP == 0 && KC % 8 == 0 &&
                   BM % VSTEP == 0 && BM % SSTEP == 0 && S >= 2 && MT * NT <= 16,
                   "walking tile shapes");
-    static_assert((KC == 16 || KC == 32) && 4 * WCH * 16 * BM <= S * KC * LDN,
-                  "MODE 2: its warps' sums fit the ring");
+    static_assert((KC == 16 || KC == 32) && GM * (BM / 8) <= 4 &&
+                  4 * WCH * 16 * GM * BM <= S * KC * LDN, "MODE 2: its warps' sums fit the ring");
 };
 }  // namespace scctc
 
 template <int MODE, int MT, int NT, int KC, int S>
-__global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN_BLOCKS_NT2 : 4) scc_tc_walk(
+__global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc_walk(
     const float* __restrict__ w,        // (Cout, U)
     const float* __restrict__ src,      // MODE 0: x (N, Cin, P);  MODE 1: gy (N, Cout, P)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start
@@ -622,10 +622,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN
 
     float acc[MT][NT][4];
     tf32x3::zero(acc);
-    // MODE 2: the weight gradient's sums, warp (wm, wk) the m16 tile wm of each chunk's
-    // entries x the BM channels, over k8 steps wk, wk + WKW, ... of each tile
-    constexpr int GW = MODE == 2 ? WCH : 1, GN = BM / 8;
-    float gacc[GW][1][GN][4];
+    // MODE 2: the weight gradient's sums, warp (wm, wk) the m16 tiles wm·GM .. of each
+    // chunk's entries x the BM channels, over k8 steps wk, wk + WKW, ... of each tile
+    constexpr int GW = MODE == 2 ? WCH : 1, GN = BM / 8, GM = Wk::GM;
+    float gacc[GW][GM][GN][4];
 #pragma unroll
     for (int c = 0; c < GW; ++c) tf32x3::zero(gacc[c]);
     const int wm = warp % Wk::WMW, wk = warp / Wk::WMW;
@@ -671,7 +671,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN
         }
         if constexpr (MODE == 2) {
             const float* xx = xbuf + (cp_tile % XB) * BM * Wk::LDX;
-            const float* gr = xs + (16 * wm + lg) * LDN + lt;
+            const float* gr = xs + (16 * GM * wm + lg) * LDN + lt;
 #pragma unroll
             for (int c = 0; c < WCH; ++c)
                 if (c == cp_chunk) {
@@ -680,7 +680,9 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN
                         const int k8 = 8 * (wk + t * Wk::WKW);
                         tf32x3::k8_product(
                             gacc[c],
-                            [&](int, int e) { return gr[8 * (e & 1) * LDN + k8 + 4 * (e >> 1)]; },
+                            [&](int i, int e) {
+                                return gr[(16 * i + 8 * (e & 1)) * LDN + k8 + 4 * (e >> 1)];
+                            },
                             [&](int j, int h) { return xx[(8 * j + lg) * Wk::LDX + k8 + lt + 4 * h]; });
                     }
                 }
@@ -726,16 +728,19 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN
         // The warps' sums through the ring, added in warp order; lane (g, t) holds rows
         // g, g + 8 and columns 2t, 2t + 1 of each m16n8 tile.
         __syncthreads();                     // every warp is done with the ring
-        float* red = ring;                   // [warp][chunk][16][BM]
+        float* red = ring;                   // [warp][chunk][16·GM][BM]
 #pragma unroll
         for (int c = 0; c < WCH; ++c)
 #pragma unroll
-            for (int j = 0; j < GN; ++j)
+            for (int i = 0; i < GM; ++i)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float2*>(red + ((warp * WCH + c) * 16 + lg + 8 * h) * BM +
-                                               8 * j + 2 * lt) =
-                        make_float2(gacc[c][0][j][2 * h], gacc[c][0][j][2 * h + 1]);
+                for (int j = 0; j < GN; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        *reinterpret_cast<float2*>(
+                            red + ((warp * WCH + c) * 16 * GM + 16 * i + lg + 8 * h) * BM +
+                            8 * j + 2 * lt) =
+                            make_float2(gacc[c][i][j][2 * h], gacc[c][i][j][2 * h + 1]);
         __syncthreads();
         for (int o = tid; o < WCH * KC * BM; o += Wk::T) {
             const int c = o / (KC * BM), r = (o / BM) % KC, m = o % BM, e = c * KC + r;
@@ -744,11 +749,11 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, NT <= 2 ? scctc::WALK_MIN
             int u = m0 + m - __ldg(starts + k);
             u += u < 0 ? Cin : 0;
             if (u >= U) continue;
-            const int wr = r / 16;
+            const int wr = r / (16 * GM), lr = r % (16 * GM);
             float sum = 0.f;
 #pragma unroll
             for (int q = 0; q < Wk::WKW; ++q)
-                sum += red[(((wr + q * Wk::WMW) * WCH + c) * 16 + r % 16) * BM + m];
+                sum += red[(((wr + q * Wk::WMW) * WCH + c) * 16 * GM + lr) * BM + m];
             gw[((size_t)blockIdx.x * Cout + k) * U + u] = sum;
         }
     }

@@ -81,8 +81,9 @@ class WalkTile:
 
     @property
     def blocks_per_sm(self) -> int:
-        """The launch bounds' blocks an SM (scc_tc_walk's: eight for two n8 tiles a warp)."""
-        return 8 if self.shape[1] <= 2 else WALK_BLOCKS_PER_SM
+        """The launch bounds' blocks an SM (scc_tc_walk's: three in mode 2, whose weight-
+        gradient sums take registers, else four)."""
+        return 3 if self.mode == 2 else WALK_BLOCKS_PER_SM
 
     @property
     def name(self) -> str:

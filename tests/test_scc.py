@@ -637,13 +637,21 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
     # both gradients in one walk where it beats the others; the carried pair counts as
     # the parts' time only where both gradients' fastest kernels walk
-    assert PathTimes(1, 2, 3, 4, 50, 60, 40, both=39.0).verdicts()["backward"]["path"] == "walk"
+    from tensorconv.tuning.scc_paths import BOTH_MARGIN
+
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40, both=38.0).verdicts()["backward"]["path"] == "walk"
     assert PathTimes(1, 2, 3, 4, 5, 6, None, both=9.5).verdicts()["backward"]["path"] == "parts"
+    close = 40.0 / (1 + BOTH_MARGIN) + 0.01                 # faster, but within the margin
+    assert PathTimes(1, 2, 3, 4, 50, 60, 40, both=close).verdicts()["backward"]["path"] == (
+        "onepass")
     pair = PathTimes(1, 2, 30, 40, 50, 60, None, data_walk=20, weight_walk=25, carried=41,
                      both=43).verdicts()["backward"]
     assert pair == {"path": "parts", "parts_us": 41, "onepass_us": None, "walk_us": 43}
     apart = PathTimes(1, 2, 30, 40, 50, 45, None, data_walk=20, carried=41, both=64)
     assert apart.verdicts()["backward"]["parts_us"] == 65    # the weight gradient on scc_tc
+    rowed = PathTimes(10, 12, 9, 8, 20, 15, 30, data_walk=7.0, data_rows=32).verdicts()
+    assert rowed["data"]["rows"] == 32 and rowed["data"]["walk"]
+    assert "rows" not in v["data"]
     walked = PathTimes(10, 12, 9, 8, 20, 15, 30, forward_walk=9.5, data_walk=None,
                        weight_walk=16).verdicts()
     assert [(walked[s]["tc"], walked[s]["walk"]) for s in ("forward", "data", "weight")] == [
@@ -671,6 +679,18 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     tunecache.store(scc_tc.decision_key(g, 4096, 64, "data"), {"tc": "yes"})
     scc_tc.forget_verdicts()
     assert scc_tc.verdict(g, 4096, 64, "data") is None        # malformed: a miss
+    # the input gradient's walking rows: stored, read back; untuned or malformed, the
+    # rows of least work
+    least = scc_tc._data_rows(g)
+    assert scc_tc.data_rows(g, 4096, 64) == least
+    other = 48 - least                                        # the other of 16 and 32
+    tunecache.store(scc_tc.decision_key(g, 2048, 64, "data"), rowed["data"] | {"rows": other})
+    tunecache.store(scc_tc.decision_key(g, 1024, 64, "data"), rowed["data"] | {"rows": 24})
+    scc_tc.forget_verdicts()
+    assert scc_tc.data_rows(g, 2048, 64) == other and scc_tc.verdict(g, 2048, 64, "data")
+    assert scc_tc.data_rows(g, 1024, 64) == least and scc_tc.verdict(g, 1024, 64, "data") is None
+    with pytest.raises(ValueError, match="mode 1"):
+        scc_tc.walk_plan(g, 8192, 0, rows=16)
 
 
 def emulate_onepass(g, x, w, gy):

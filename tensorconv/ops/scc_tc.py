@@ -42,6 +42,7 @@ from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
 __all__ = ["ROWS", "COLS", "SIDES", "TcTile", "both_plan", "check_runs_here", "data_plan",
+           "data_rows",
            "decision_key", "forget_verdicts", "forward_tile", "instantiations", "kernels",
            "run_backward", "run_backward_data", "run_backward_weight", "run_both", "run_forward",
            "runs_here", "takes",
@@ -108,7 +109,8 @@ BACKWARD_CHOICES = ("onepass", "parts", "walk")   # the "backward" verdict's val
 def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
     """The tune-cache key of ``side``'s verdict for ``geom`` over ``pixels`` = N x H x W
     with planes of ``plane`` = H x W pixels: "forward", "data" or "weight" (``{"tc":
-    bool}``: the tensor cores or the FMA kernels), or "backward" (``{"path": one of
+    bool}``: the tensor cores or the FMA kernels; ``"walk": bool``, their walking
+    kernels; "data" also ``"rows"``, the walk's block rows), or "backward" (``{"path": one of
     BACKWARD_CHOICES}``: the one-pass FMA backward, the two gradients apart, each by its
     own verdict, or both in one tensor-core walk, :func:`run_both`)."""
     check_choice(side, "side", SIDES)
@@ -118,9 +120,11 @@ def decision_key(geom: SCCGeometry, pixels: int, plane: int, side: str) -> str:
 
 def _decode_tc(v):
     if (not isinstance(v, dict) or not isinstance(v.get("tc"), bool)
-            or not isinstance(v.get("walk", False), bool)):
-        raise ValueError("expected {'tc': bool, 'walk': bool (optional), ...}")
-    return v["tc"], v.get("walk")
+            or not isinstance(v.get("walk", False), bool)
+            or v.get("rows") not in (None, *scc_tc_walk.WALK_SHAPES)):
+        raise ValueError("expected {'tc': bool, 'walk': bool (optional), 'rows': one of "
+                         f"{tuple(scc_tc_walk.WALK_SHAPES)} (optional), ...}}")
+    return v["tc"], v.get("walk"), v.get("rows")
 
 
 def _decode_backward(v):
@@ -153,6 +157,13 @@ def walk_verdict(geom: SCCGeometry, pixels: int, plane: int, side: str) -> bool 
     before they existed): then :func:`walk_plan`'s size rule decides."""
     v = _verdict(geom, pixels, plane, side, _where())
     return v[1] if isinstance(v, tuple) else None
+
+
+def data_rows(geom: SCCGeometry, pixels: int, plane: int) -> int:
+    """The input gradient's walking block rows: the stored "data" verdict's where it
+    names them (the tuner times each), else the rows of least work."""
+    v = _verdict(geom, pixels, plane, "data", _where())
+    return v[2] if isinstance(v, tuple) and v[2] is not None else _data_rows(geom)
 
 
 def _where() -> tuple:
@@ -242,14 +253,18 @@ def weight_plan(geom: SCCGeometry, pixels: int, sm_count: int,
     return TcTile(2, rows, cols), bands, splits, per_split
 
 
-def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *, force: bool = False):
+def walk_plan(geom: SCCGeometry, pixels: int, mode: int, *, force: bool = False,
+              rows: int | None = None):
     """:func:`scc_tc_walk.walk_plan <tensorconv.ops.scc_tc_walk.walk_plan>` for the forward
     (``mode`` 0), the input gradient (1) or both gradients (2) with this module's rows of
-    least work."""
+    least work, or the input gradient's on ``rows``."""
     if mode not in (0, 1, 2):
         raise ValueError(f"mode must be 0 (forward), 1 (input gradient) or 2 (both "
                          f"gradients), got {mode!r}")
-    rows = _band_rows(geom, None) if mode == 0 else _data_rows(geom)
+    if rows is not None and mode != 1:
+        raise ValueError("rows are chosen for the input gradient's walk (mode 1) only")
+    if rows is None:
+        rows = _band_rows(geom, None) if mode == 0 else _data_rows(geom)
     return scc_tc_walk.walk_plan(geom, pixels, mode, rows, force=force)
 
 
@@ -279,15 +294,17 @@ def run_forward(x, w, geom: SCCGeometry, bias, relu: bool, out, *,
 
 
 def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
-                      walk: bool | None = None) -> None:
+                      walk: bool | None = None, rows: int | None = None) -> None:
     """``out`` = the input gradient of checked CuPy arrays: scc_tc_walk (every block
-    holds its tile's whole filter list, so no shares) as :func:`run_forward` chooses it,
-    unless ``splits`` asks for shares; else scc_tc."""
+    holds its tile's whole filter list, so no shares) on ``rows`` (by default
+    :func:`data_rows`) as :func:`run_forward` chooses it, unless ``splits`` asks for
+    shares; else scc_tc."""
     n, _, h, wd = gy.shape
     q, i32 = n * h * wd, np.int32
     walk = walk_verdict(geom, q, h * wd, "data") if walk is None else walk
+    rows = data_rows(geom, q, h * wd) if rows is None else rows
     if (splits is None and walk is not False
-            and (plan := walk_plan(geom, q, 1, force=bool(walk))) is not None):
+            and (plan := walk_plan(geom, q, 1, force=bool(walk), rows=rows)) is not None):
         scc_tc_walk.run_walk(plan, gy, w, geom, None, False, out)
         return
     sms = backend.device_facts().sm_count
@@ -308,20 +325,23 @@ def run_backward_data(gy, w, geom: SCCGeometry, splits: int | None, out, *,
         _igemm.reduce_flat(partial, out, splits, size, sms)
 
 
-def run_backward(x, gy, w, geom: SCCGeometry, out_x, out_w) -> bool:
+def run_backward(x, gy, w, geom: SCCGeometry, out_x, out_w, *,
+                 rows: int | None = None) -> bool:
     """Both gradients of checked CuPy arrays on the walking kernels, the weight gradient
     first and its shares summed by the input gradient's blocks before their own work (no
     launch of their own: 2.5-3 µs of a 16x16 layer's graph, ``docs/notes/scc_conv.md``),
     where both sides take the walking kernels as :func:`run_backward_data` and
     :func:`run_backward_weight` choose them, the weight gradient has shares, and the input
     gradient's grid can carry their sum (:func:`~tensorconv.ops.scc_tc_walk.carries`);
-    False, nothing launched, elsewhere."""
+    False, nothing launched, elsewhere.  ``rows``: the input gradient's block rows (by
+    default :func:`data_rows`)."""
     n, _, h, wd = x.shape
     q, p = n * h * wd, h * wd
     data, weight = walk_verdict(geom, q, p, "data"), walk_verdict(geom, q, p, "weight")
     if data is False or weight is False:
         return False
-    dplan = walk_plan(geom, q, 1, force=bool(data))
+    rows = data_rows(geom, q, p) if rows is None else rows
+    dplan = walk_plan(geom, q, 1, force=bool(data), rows=rows)
     wplan = scc_tc_walk.wgrad_plan(geom, q, backend.device_facts().sm_count,
                                    force=bool(weight))
     if (dplan is None or wplan is None or wplan[2] == 1

@@ -20,7 +20,11 @@ from tensorconv.checks import check_int
 from tensorconv.ops import scc_conv, scc_fused, scc_tc, scc_tc_walk
 from tensorconv.reference.scc import SCCGeometry
 
-__all__ = ["PathTimes", "tune"]
+__all__ = ["BOTH_MARGIN", "PathTimes", "tune"]
+
+BOTH_MARGIN = 0.03
+"""How much faster (a fraction) both gradients in one walk must time than the other
+backward paths to be chosen."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class PathTimes:
     weight_walk: float | None = None
     carried: float | None = None        # both walking gradients, the shares carried
     both: float | None = None           # both gradients in one walk (scc_tc.run_both)
+    data_rows: int | None = None        # the input gradient's walk: its fastest block rows
 
     def best(self, side: str) -> tuple[str, float]:
         """``side``'s fastest kernels ("fma", "tc" or "walk") and their time."""
@@ -57,11 +62,18 @@ class PathTimes:
             best = self.best(side)[0]
             out[side] = {"tc": best != "fma", "walk": best == "walk",
                          **{f"{k}_us": getattr(self, f"{side}_{k}") for k in ("fma", "tc", "walk")}}
+        if self.data_rows is not None:
+            out["data"]["rows"] = self.data_rows
         parts = self.best("data")[1] + self.best("weight")[1]
         if self.carried is not None and self.best("data")[0] == self.best("weight")[0] == "walk":
             parts = min(parts, self.carried)
-        ways = {"parts": parts, "onepass": self.onepass, "walk": self.both}
+        ways = {"parts": parts, "onepass": self.onepass}
         path = min((k for k, v in ways.items() if v is not None), key=lambda k: ways[k])
+        # Both gradients in one walk only where it wins clearly: alone it can tie the
+        # others and still lose in the layer's graph (docs/notes/scc_conv.md).
+        if self.both is not None and self.both * (1 + BOTH_MARGIN) < ways[path]:
+            path = "walk"
+        ways["walk"] = self.both
         out["backward"] = {"path": path, **{f"{k}_us": v for k, v in ways.items()}}
         return out
 
@@ -103,9 +115,16 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
         if fam == "tc" or walks["forward"] is not None:
             times[f"forward_{fam}"] = t(lambda: scc_tc.run_forward(x, w, geom, None, False, y,
                                                                    walk=walk))
-        if fam == "tc" or walks["data"] is not None:
-            times[f"data_{fam}"] = t(lambda: scc_tc.run_backward_data(gy, w, geom, None, gx,
-                                                                      walk=walk))
+        if fam == "tc":
+            times["data_tc"] = t(lambda: scc_tc.run_backward_data(gy, w, geom, None, gx,
+                                                                  walk=False))
+        elif walks["data"] is not None:   # each block-row choice that has a plan
+            rows = {r: t(lambda r=r: scc_tc.run_backward_data(gy, w, geom, None, gx,
+                                                              walk=True, rows=r))
+                    for r in scc_tc_walk.WALK_SHAPES
+                    if scc_tc.walk_plan(geom, q, 1, force=True, rows=r) is not None}
+            times["data_rows"] = min(rows, key=rows.get)
+            times["data_walk"] = rows[times["data_rows"]]
         if fam == "tc" or walks["weight"] is not None:
             times[f"weight_{fam}"] = t(lambda: scc_tc.run_backward_weight(x, gy, geom, None,
                                                                           gw, walk=walk))
@@ -113,8 +132,9 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
     if scc_fused.onepass_plan(geom, n * h * wd) is not None:
         onepass = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="onepass",
                                                           out_x=gx, out_w=gw))
-    if scc_tc.run_backward(x, gy, w, geom, gx, gw):   # where the walking pair carries
-        times["carried"] = t(lambda: scc_tc.run_backward(x, gy, w, geom, gx, gw))
+    rows = times.get("data_rows")   # the rows just timed fastest, not yet stored
+    if scc_tc.run_backward(x, gy, w, geom, gx, gw, rows=rows):   # where the pair carries
+        times["carried"] = t(lambda: scc_tc.run_backward(x, gy, w, geom, gx, gw, rows=rows))
     if scc_tc.both_plan(geom, q) is not None:
         times["both"] = t(lambda: scc_tc.run_both(x, gy, w, geom, gx, gw))
     result = PathTimes(onepass=onepass, **times)

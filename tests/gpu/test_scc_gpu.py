@@ -503,6 +503,12 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
         gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
         scc_tc.run_backward_data(gyg, wg, geom, None, gx, walk=walk)
         assert rel_err(gx.get(), gx_want) <= 1e-5, walk
+    for rows in scc_tc_walk.WALK_SHAPES:        # the input gradient on either block rows
+        if scc_tc.walk_plan(geom, n * h * wd, 1, force=True, rows=rows) is None:
+            continue
+        gx = _on_gpu(np.full(x.shape, np.nan, np.float32), layout)
+        scc_tc.run_backward_data(gyg, wg, geom, None, gx, walk=True, rows=rows)
+        assert rel_err(gx.get(), gx_want) <= 1e-5, rows
 
 
 @pytest.mark.parametrize("shape", [(2, 8, 64, 3), (1, 16, 64, 3), (4, 4, 64, 3),

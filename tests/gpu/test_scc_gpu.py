@@ -473,9 +473,9 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
     """scc_tc_walk, forced on (and scc_tc, forced off, the same arrays): the forward (bias,
     ReLU) and the input gradient within fp32's 1e-5 of the float64 reference; blocks that
     fill the GPU once or three blocks a row tile, each walking many pixel tiles (a last
-    one part full); the plan's chunks, or 16- or 32-row ones forced; 16-byte copies and
-    4-byte ones; fewer input channels than a chunk's rows (the carried channels wrap more
-    than once); outputs poisoned."""
+    one part full); the plan's chunks, or 16- or 32-row ones forced; the input gradient
+    on blocks of 16 and of 32 rows; 16-byte copies and 4-byte ones; fewer input channels
+    than a chunk's rows (the carried channels wrap more than once); outputs poisoned."""
     import cupy as cp
 
     from tensorconv.ops import scc_tc, scc_tc_walk

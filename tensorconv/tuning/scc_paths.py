@@ -22,7 +22,7 @@ from tensorconv.reference.scc import SCCGeometry
 
 __all__ = ["BOTH_MARGIN", "PathTimes", "tune"]
 
-BOTH_MARGIN = 0.03
+BOTH_MARGIN = 0.05
 """How much faster (a fraction) both gradients in one walk must time than the other
 backward paths to be chosen."""
 

@@ -462,6 +462,18 @@ def test_the_tensor_core_kernels_on_every_tile(rng, monkeypatch, rows, cols, lay
     assert rel_err(gw.get(), gw_want) <= 1e-5
 
 
+def _force_walk(monkeypatch, blocks, chunk) -> None:
+    """scc_tc_walk's walking blocks a row tile (``blocks``) and chunk rows (``chunk``)
+    forced where not None."""
+    from tensorconv.ops import scc_tc_walk
+
+    if blocks is not None:
+        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
+    if chunk is not None:
+        chunks = tuple(c for c in scc_tc_walk.WALK_CHUNKS if c[0] == chunk)
+        monkeypatch.setattr(scc_tc_walk, "WALK_CHUNKS", chunks)
+
+
 @pytest.mark.parametrize("layout", ["aligned", "odd-plane", "off-16-bytes"])
 @pytest.mark.parametrize("blocks,chunk", [(None, None), (3, None), (None, 16), (3, 32)])
 @pytest.mark.parametrize("cin,cout,cg,co", [(96, 150, 2, 0.33), (130, 64, 2, 0.5),
@@ -480,11 +492,7 @@ def test_the_walking_tensor_core_kernels_match_the_reference(rng, monkeypatch, l
 
     from tensorconv.ops import scc_tc, scc_tc_walk
 
-    if blocks is not None:
-        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
-    if chunk is not None:
-        chunks = tuple(c for c in scc_tc_walk.WALK_CHUNKS if c[0] == chunk)
-        monkeypatch.setattr(scc_tc_walk, "WALK_CHUNKS", chunks)
+    _force_walk(monkeypatch, blocks, chunk)
     n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
     geom = scc.scc_geometry(cin, cout, cg, co)
     x, w, b, gy = _layer_data(rng, geom, n, h, wd)
@@ -659,17 +667,13 @@ def test_both_gradients_in_one_walk_match_the_reference(rng, monkeypatch, layout
     from tensorconv.ops import scc_tc, scc_tc_walk
     from tensorconv.ops.scc_tiles import data_tiles
 
-    if blocks is not None:
-        monkeypatch.setattr(scc_tc_walk, "_walk_blocks", lambda *_: blocks)
-    if chunk is not None:
-        chunks = tuple(c for c in scc_tc_walk.WALK_CHUNKS if c[0] == chunk)
-        monkeypatch.setattr(scc_tc_walk, "WALK_CHUNKS", chunks)
+    _force_walk(monkeypatch, blocks, chunk)
     n, h, wd = (5, 13, 13) if layout == "odd-plane" else (4, 12, 8)
     geom = scc.scc_geometry(cin, cout, cg, co)
     x, w, _, gy = _layer_data(rng, geom, n, h, wd)
     gx_want, gw_want = scc.scc_backward(*(a.astype(np.float64) for a in (x, w, gy)), geom)
     plan = scc_tc.walk_plan(geom, n * h * wd, 2, force=True)
-    tile1, depth1 = scc_tc.walk_plan(geom, n * h * wd, 1, force=True)
+    tile1, _ = scc_tc.walk_plan(geom, n * h * wd, 1, force=True)
     kc = max(c for c, _ in scc_tc_walk.WALK_CHUNKS)
     longest = int(np.max(np.diff(data_tiles(geom, tile1.rows)[0])))
     assert (plan is None) == (longest > scc_tc_walk.BOTH_CHUNKS * kc)

@@ -27,6 +27,16 @@
 // fp32 (<= 1e-5 relative).  Compiled for one tf32 pass (tensorconv.precision "tf32") it
 // rounds each value and takes one.
 //
+// On sm_90 the same tile runs on wgmma (template flag WG, built for sm_90a): the block's two
+// warpgroups compute the transpose, 64 of the 128 columns each as their M rows, with the
+// column operand (B) in registers, read from shared memory as mma.sync's B fragments are,
+// and the BM rows of A read by the tensor cores themselves through a matrix descriptor (A
+// stored K-major under the 64-byte swizzle: wg_a_word).  One slice's products stay in flight
+// while the next slice is loaded and multiplied (a WG_STAGES ring loading three slices
+// ahead), so the B fragments alternate between two register sets.  At fp32 accuracy A's
+// values are split in place by the threads that copied them, the remainders in a third part
+// of the stage, and each k step takes three wgmma's.
+//
 // Shared-memory layouts are chosen so that the fragment reads are conflict-free:
 // A is m-major with rows of BK + 4 words (lane (g, t) reads row g, column t: banks
 // 20g + t, all distinct); B is k-major with rows of 128 + 8 words in modes 0, 1 and 3
@@ -43,12 +53,16 @@
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 #include "tc_mma.cuh"
+#include "wgmma_tf32.cuh"
 
 namespace igtc {
 constexpr int BN = 128, BK = 16, THREADS = 256;
 constexpr int LDK = BK + 4;    // an m-major (or n-major) row: 20 words
 constexpr int LDN = BN + 8;    // a k-major row: 136 words (== 8 mod 32)
 constexpr int STAGES = 4;      // slices in flight: the dynamic shared memory is STAGES x (A + B)
+// The wgmma build loads three slices ahead too, and keeps one slice's products running
+// while the next is loaded: its ring has a stage more.
+constexpr int WG_STAGES = 5;
 
 template <int BM>
 struct Shape {
@@ -59,6 +73,15 @@ struct Shape {
     static constexpr int NB = BN * BK / THREADS;     // B values
     static_assert(MT >= 1 && NA >= 1 && BM * BK % THREADS == 0, "BM is 16, 32, 64 or 128");
 };
+
+// The wgmma build's A stage (BM rows of BK = 16 words): K-major core matrices under the
+// 64-byte swizzle, so that the A operand is read by wgmma straight from shared memory.
+// Row m sits at 64 m bytes, its 16-byte chunk c at chunk c ^ (m / 2 % 4): the two rows a
+// warp's copies write land on 32 distinct banks.  Eight-row groups are 512 bytes apart.
+__device__ __forceinline__ int wg_a_word(int m, int k) {
+    return m * BK + ((((k >> 2) ^ (m >> 1)) & 3) << 2) + (k & 3);
+}
+constexpr unsigned long long WG_SWIZZLE_64B = 2ull << 62;
 
 
 // Mode 3's phase a along one axis (stride s, padding pad, n input pixels, taps R): the
@@ -77,7 +100,7 @@ struct Phase {
 
 // KR, KS: the filter size fixed at compile time (0: taken at run time), which turns the
 // reduction index's divisions by R*S and S into multiplications.
-template <int MODE, int KR, int KS, int BM>
+template <int MODE, int KR, int KS, int BM, bool WG>
 __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm_tf32x3(
     const float* __restrict__ a_src,     // MODE 0, 1, 3: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1, 3: gy;  MODE 2: x
@@ -93,8 +116,9 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     using namespace igtc;
     using Sh = Shape<BM>;
     constexpr bool B_KMAJOR = MODE != 2;
-    constexpr int A_WORDS = BM * LDK, B_WORDS = B_KMAJOR ? BK * LDN : BN * LDK;
-    constexpr int STAGE_WORDS = A_WORDS + B_WORDS;
+    constexpr int A_WORDS = WG ? BM * BK : BM * LDK, B_WORDS = B_KMAJOR ? BK * LDN : BN * LDK;
+    // The wgmma build at fp32 accuracy keeps A's remainders in a third part of the stage.
+    constexpr int STAGE_WORDS = A_WORDS + B_WORDS + (WG && tf32x3::EXACT ? A_WORDS : 0);
 
     if (KR > 0) R = KR;
     if (KS > 0) S = KS;
@@ -178,37 +202,48 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     // One slice's operands go straight from global to shared memory (cp.async, zero-filled
     // outside the tensors), STAGES - 1 slices ahead of the one being multiplied: a
     // register-staged copy one slice ahead left the tensor cores waiting on the loads.
-    extern __shared__ __align__(16) float smem[];
+    extern __shared__ __align__(1024) float smem[];   // 512-byte swizzle atoms (WG)
+    constexpr int RING = WG ? WG_STAGES : STAGES;
     auto a_stage = [&](int st) { return smem + st * STAGE_WORDS; };
     auto b_stage = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS; };
+    auto a_small = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS + B_WORDS; };
     auto load = [&](int q0, int st) {
         float* as = a_stage(st);
         float* bs = b_stage(st);
         const int qa = q0 + ak;
-        // Mode 2 decodes its one reduction index (n, oh, ow) per slice.
+        const bool qa_ok = qa < q_end;
+        // A's element (m, qa) is a_src[a_base + m * a_step]: the reduction index is decoded
+        // once a slice (mode 2: its (n, oh, ow), also B's), not once an element.
         int n2 = 0, rem2 = 0;
-        if (MODE == 2 && qa < q_end) { n2 = qa / OHW; rem2 = qa - n2 * OHW; }
+        size_t a_base = 0;
+        int a_step = 0;
+        if (qa_ok) {
+            if (MODE == 0) {
+                a_base = (size_t)g * Kg * Q + qa;
+                a_step = Q;
+            } else if (MODE == 1) {
+                const int k = qa / RS, rs = qa - k * RS;
+                a_base = ((size_t)(g * Kg + k)) * Cg * RS + rs;
+                a_step = RS;
+            } else if (MODE == 3) {
+                int k, tr, ts;
+                tap_of(qa, k, tr, ts);
+                const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
+                a_base = ((size_t)(g * Kg + k)) * Cg * RS + r * S + s_;
+                a_step = RS;
+            } else {
+                n2 = qa / OHW;
+                rem2 = qa - n2 * OHW;
+                a_base = ((size_t)n2 * K + g * Kg) * OHW + rem2;
+                a_step = OHW;
+            }
+        }
 #pragma unroll
         for (int i = 0; i < Sh::NA; ++i) {
             const int ml = (tid + i * THREADS) / BK, m = m0 + ml;
-            const bool ok = m < M && qa < q_end;
-            size_t at = 0;
-            if (ok) {
-                if (MODE == 0) {
-                    at = ((size_t)(g * Kg + m)) * Q + qa;
-                } else if (MODE == 1) {
-                    const int k = qa / RS, rs = qa - k * RS;
-                    at = (((size_t)(g * Kg + k)) * Cg + m) * RS + rs;
-                } else if (MODE == 3) {
-                    int k, tr, ts;
-                    tap_of(qa, k, tr, ts);
-                    const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
-                    at = (((size_t)(g * Kg + k)) * Cg + m) * RS + r * S + s_;
-                } else {
-                    at = ((size_t)n2 * K + g * Kg + m) * OHW + rem2;
-                }
-            }
-            tdcx::cp_async4(as + ml * LDK + ak, a_src + at, ok);
+            const bool ok = m < M && qa_ok;
+            tdcx::cp_async4(as + (WG ? wg_a_word(ml, ak) : ml * LDK + ak),
+                            a_src + (ok ? a_base + (size_t)m * a_step : 0), ok);
         }
         if constexpr (MODE == 2) {
             const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
@@ -256,67 +291,165 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const int warp = tid >> 5, lane = tid & 31, lg = lane >> 2, lt = lane & 3;
     const int wm = warp % Sh::WARPS_M, wn = warp / Sh::WARPS_M;
     const int wrow = wm * Sh::MT * 16, wcol = wn * Sh::NT * 8;
-    float acc[Sh::MT][Sh::NT][4];
-#pragma unroll
-    for (int i = 0; i < Sh::MT; ++i)
-#pragma unroll
-        for (int j = 0; j < Sh::NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-
     const int slices = q_begin < q_end ? (q_end - q_begin + BK - 1) / BK : 0;
-    tdcx::cp_async_ring<STAGES>(
-        slices, [&](int it, int st) { load(q_begin + it * BK, st); },
-        [&](int, int st) {
+    // The wgmma build computes OUT's transpose, D[p][m] = sum_q B[q][p] A[m][q]: warpgroup
+    // wgi takes the tile's columns 64 wgi .. 64 wgi + 63 as its 64 rows, B from registers
+    // (warp w of the group its 16 rows wrow_t .. wrow_t + 15), A (BM x 16, K-major) through a
+    // descriptor as the BM-wide N operand.
+    const int wrow_t = 16 * warp;
+    float acc[WG ? 1 : Sh::MT][WG ? 1 : Sh::NT][4];
+    float wacc[WG ? BM / 2 : 1];
+    if constexpr (WG) {
+#pragma unroll
+        for (int i = 0; i < BM / 2; ++i) wacc[i] = 0.f;
+    } else {
+        tf32x3::zero(acc);
+    }
+    auto b_value = [&](const float* bs, int n, int k) {
+        return B_KMAJOR ? bs[k * LDN + n] : bs[n * LDK + k];
+    };
+
+    if constexpr (WG) {
+        // B's values are split (or rounded to tf32) as they are read, like the mma.sync
+        // build's; A's are split by the thread that copied them, once they land (one tf32
+        // pass: left as they are, the tensor core dropping their low mantissa bits).
+        auto landed = [&](int, int st) {
+            if constexpr (tf32x3::EXACT) {
+                float* as = a_stage(st);
+                float* al = a_small(st);
+#pragma unroll
+                for (int i = 0; i < Sh::NA; ++i) {
+                    const int o = wg_a_word((tid + i * THREADS) / BK, ak);
+                    float v = as[o], small;
+                    tf32x3::split(v, small);
+                    as[o] = v;
+                    al[o] = small;
+                }
+            }
+        };
+        // B's fragments alternate between two register sets: a slice's products read theirs
+        // until the next slice's wait, so the next slice fills the other set, and an empty
+        // asm after that wait uses the set once more: the compiler may not reuse its
+        // registers while the tensor cores still read them.
+        unsigned frag[2][2][BK / 8][4] = {};   // [set][big, small][k8][register]
+        auto product = [&](int st, unsigned (&cur)[2][BK / 8][4], const unsigned (&prev)[2][BK / 8][4]) {
             const float* as = a_stage(st);
             const float* bs = b_stage(st);
 #pragma unroll
-            for (int k8 = 0; k8 < BK; k8 += 8)
-                tf32x3::k8_product(
-                    acc,
-                    [&](int i, int e) {
-                        const int m = wrow + i * 16 + lg + 8 * (e & 1);
-                        return as[m * LDK + k8 + lt + 4 * (e >> 1)];
-                    },
-                    [&](int j, int h) {
-                        const int n = wcol + j * 8 + lg, k = k8 + lt + 4 * h;
-                        return B_KMAJOR ? bs[k * LDN + n] : bs[n * LDK + k];
-                    });
-        });
+            for (int kk = 0; kk < BK / 8; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float v = b_value(bs, wrow_t + lg + 8 * (e & 1), 8 * kk + lt + 4 * (e >> 1));
+                    float rest;
+                    tf32x3::split(v, rest);
+                    cur[0][kk][e] = __float_as_uint(v);
+                    cur[1][kk][e] = __float_as_uint(rest);
+                }
+            wg::fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 8; ++kk) {
+                const unsigned long long a_big = wg::desc(as + 8 * kk, 16, 512) | WG_SWIZZLE_64B;
+                if constexpr (tf32x3::EXACT) {   // the small products first, as k8_product
+                    wg::Tf32<BM>::mma(wacc, cur[1][kk], a_big);
+                    wg::Tf32<BM>::mma(wacc, cur[0][kk],
+                                      wg::desc(a_small(st) + 8 * kk, 16, 512) | WG_SWIZZLE_64B);
+                }
+                wg::Tf32<BM>::mma(wacc, cur[0][kk], a_big);
+            }
+            wg::commit();
+            wg::wait<1>();   // the previous slice's products are done: its stage is free
+#pragma unroll
+            for (int h = 0; h < (tf32x3::EXACT ? 2 : 1); ++h)
+#pragma unroll
+                for (int kk = 0; kk < BK / 8; ++kk)
+                    asm volatile("" ::"r"(prev[h][kk][0]), "r"(prev[h][kk][1]), "r"(prev[h][kk][2]),
+                                 "r"(prev[h][kk][3]));
+        };
+        tdcx::cp_async_ring<RING, true, RING - 2>(
+            slices, [&](int it, int st) { load(q_begin + it * BK, st); },
+            [&](int it, int st) {
+                if (it & 1)
+                    product(st, frag[1], frag[0]);
+                else
+                    product(st, frag[0], frag[1]);
+            },
+            landed);
+        wg::wait<0>();
+    } else {
+        tdcx::cp_async_ring<STAGES>(
+            slices, [&](int it, int st) { load(q_begin + it * BK, st); },
+            [&](int, int st) {
+                const float* as = a_stage(st);
+                const float* bs = b_stage(st);
+#pragma unroll
+                for (int k8 = 0; k8 < BK; k8 += 8)
+                    tf32x3::k8_product(
+                        acc,
+                        [&](int i, int e) {
+                            const int m = wrow + i * 16 + lg + 8 * (e & 1);
+                            return as[m * LDK + k8 + lt + 4 * (e >> 1)];
+                        },
+                        [&](int j, int h) {
+                            return b_value(bs, wcol + j * 8 + lg, k8 + lt + 4 * h);
+                        });
+            });
+    }
 
-    // ---- epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each tile
+    // ---- epilogue.  An output's offset is its column's part (image, pixel; or the split's
+    // partial tile) plus row * row_step, so the divisions are made once a column: a thread
+    // holds 2 (wgmma) or 2 NT columns, and many rows of each.
     const bool split = splits > 1;
     const int plane = MODE == 0 ? OHW : DGRAD ? HW : P;
     const int Ptot = MODE == 3 ? N * HW : P;   // the partial tiles' width
-#pragma unroll
-    for (int i = 0; i < Sh::MT; ++i)
+    const size_t row_step = split ? Ptot : plane;
+    auto column = [&](int pl) -> long long {   // -1: past the GEMM's columns
+        int p = p0 + pl;
+        if (p >= P) return -1;
+        if (MODE == 3) {   // the phase's pixel -> its place in the whole output
+            const int im = p / PH, rem = p - im * PH, jj = rem / cols_ph.count;
+            const int hh = ph_a - pad_h + stride_h * (rows_ph.first + jj);
+            const int ww = ph_b - pad_w + stride_w * (cols_ph.first + rem - jj * cols_ph.count);
+            p = im * HW + hh * W + ww;
+        }
+        if (split) return (long long)split_id * Mtot * Ptot + p;
+        const int img_p = p / plane;
+        return (long long)img_p * Mtot * plane + (p - img_p * plane);
+    };
+    auto emit = [&](int ml, long long col, float v) {
+        const int m = m0 + ml;
+        if (m >= M || col < 0) return;
+        const int row = (DGRAD ? g * Cg : g * Kg) + m;
+        const size_t o = (size_t)col + (size_t)row * row_step;
+        if (split)
+            partial[o] = v;
+        else
+            out[o] = MODE == 0 ? tc::conv_epilogue(v, bias, row, residual, o, relu) : v;
+    };
+    if constexpr (WG) {
+        // wacc[4 j + 2 h + e]: D row wrow_t + lg + 8 h (a column of OUT), D column
+        // 8 j + 2 lt + e (a row of OUT)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int m = m0 + wrow + i * 16 + lg + 8 * h;
-            if (m >= M) continue;
-            const int row = (DGRAD ? g * Cg : g * Kg) + m;
+            const long long col = column(wrow_t + lg + 8 * h);
 #pragma unroll
-            for (int j = 0; j < Sh::NT; ++j)
+            for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    int p = p0 + wcol + j * 8 + 2 * lt + e;
-                    if (p >= P) continue;
-                    if (MODE == 3) {   // the phase's pixel -> its place in the whole output
-                        const int im = p / PH, rem = p - im * PH, jj = rem / cols_ph.count;
-                        const int hh = ph_a - pad_h + stride_h * (rows_ph.first + jj);
-                        const int ww = ph_b - pad_w + stride_w * (cols_ph.first + rem - jj * cols_ph.count);
-                        p = im * HW + hh * W + ww;
-                    }
-                    const float v = acc[i][j][2 * h + e];
-                    if (split) {
-                        partial[((size_t)split_id * Mtot + row) * Ptot + p] = v;
-                    } else {
-                        const int img_p = p / plane;
-                        const size_t o = ((size_t)img_p * Mtot + row) * plane + (p - img_p * plane);
-                        out[o] = MODE == 0 ? tc::conv_epilogue(v, bias, row, residual, o, relu) : v;
-                    }
-                }
+                for (int e = 0; e < 2; ++e) emit(8 * j + 2 * lt + e, col, wacc[4 * j + 2 * h + e]);
         }
+    } else {
+        // lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each m16n8 tile
+#pragma unroll
+        for (int j = 0; j < Sh::NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const long long col = column(wcol + j * 8 + 2 * lt + e);
+#pragma unroll
+                for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        emit(wrow + i * 16 + lg + 8 * h, col, acc[i][j][2 * h + e]);
+            }
+    }
 }
 
 // What CI's nvcc build type-checks: tensorconv.ops.igemm_tf32x3.instantiations()
@@ -324,29 +457,53 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
 #define TC_I_CONV2D_IGEMM_TF32X3(...) template __global__ void conv2d_igemm_tf32x3<__VA_ARGS__>( \
     const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16)
-TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64)
-TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 16)
-TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 64)
-TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16)
-TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64)
-TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16)
-TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64)
-TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 16)
-TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 64)
-TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16)
-TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64)
-TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 16)
-TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 64)
-TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 16)
-TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 64)
-TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 16)
-TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 64)
-TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 16)
-TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 64)
-TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 16)
-TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 64)
-TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 128) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16)
-TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 128, false) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 16, false) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 32, false) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 64, false) TC_I_CONV2D_IGEMM_TF32X3(0, 1, 1, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128, false) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16, false) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32, false) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64, false) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128, false) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16, false) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32, false) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64, false) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 128, false) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 16, false) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 32, false) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 64, false) TC_I_CONV2D_IGEMM_TF32X3(1, 1, 1, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128, false) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16, false) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32, false) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64, false) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 128, false) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 16, false) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 32, false) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 64, false) TC_I_CONV2D_IGEMM_TF32X3(2, 0, 0, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 128, false) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 16, false) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 32, false) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 64, false) TC_I_CONV2D_IGEMM_TF32X3(2, 1, 1, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 128, false) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 16, false) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 32, false) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 64, false) TC_I_CONV2D_IGEMM_TF32X3(2, 3, 3, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 128, false) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 16, false) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 32, false) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 64, false) TC_I_CONV2D_IGEMM_TF32X3(3, 0, 0, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 128, false) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 16, false) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 32, false) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 64, false) TC_I_CONV2D_IGEMM_TF32X3(3, 1, 1, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 128, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 128, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32, true)
+TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64, true)
 #undef TC_I_CONV2D_IGEMM_TF32X3
 #endif

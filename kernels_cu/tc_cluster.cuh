@@ -52,24 +52,41 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 }
 // A block's pipeline over `slices` reduction slices through a STAGES-deep ring of
-// shared-memory stages: load(slice, stage) issues a slice's cp.async copies, STAGES - 1
-// slices ahead of compute(slice, stage), which runs once its copies have landed and every
-// warp is done with the stage they overwrite.  Every copy has landed when it returns.
-template <int STAGES, typename Load, typename Compute>
-__device__ __forceinline__ void cp_async_ring(int slices, Load load, Compute compute) {
+// shared-memory stages: load(slice, stage) issues a slice's cp.async copies, AHEAD slices
+// ahead of compute(slice, stage), which runs once its copies have landed and every warp is
+// done with the stage they overwrite (AHEAD = STAGES - 2: compute may leave its reads of a
+// stage in flight, asynchronous wgmma, until the next compute returns).  landed(slice, stage) runs in each thread
+// once its own copies of the slice are in, before the barrier that publishes them (a
+// thread may rewrite what it copied there).  ASYNC_PROXY: compute reads the stage through
+// the async proxy (wgmma's shared-memory operands), so each thread fences its writes into
+// that proxy before the barrier.  Every copy has landed when it returns.
+template <int STAGES, bool ASYNC_PROXY = false, int AHEAD = STAGES - 1, typename Load,
+          typename Compute, typename Landed>
+__device__ __forceinline__ void cp_async_ring(int slices, Load load, Compute compute,
+                                              Landed landed) {
+    static_assert(AHEAD < STAGES, "AHEAD is at most STAGES - 1");
 #pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
+    for (int st = 0; st < AHEAD; ++st) {
         if (st < slices) load(st, st);
         cp_async_commit();   // empty groups keep the wait count uniform
     }
     for (int it = 0; it < slices; ++it) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();   // slice `it` is in; every warp is done with slice it - 1's stage
-        if (it + STAGES - 1 < slices) load(it + STAGES - 1, (it + STAGES - 1) % STAGES);
+        cp_async_wait<AHEAD - 1>();
+        landed(it, it % STAGES);
+        if constexpr (ASYNC_PROXY)
+            TDCX_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
+        // slice `it` is in; every warp is done with slice it + AHEAD - STAGES's stage
+        __syncthreads();
+        if (it + AHEAD < slices) load(it + AHEAD, (it + AHEAD) % STAGES);
         cp_async_commit();
         compute(it, it % STAGES);
     }
     cp_async_wait<0>();
+}
+template <int STAGES, bool ASYNC_PROXY = false, int AHEAD = STAGES - 1, typename Load,
+          typename Compute>
+__device__ __forceinline__ void cp_async_ring(int slices, Load load, Compute compute) {
+    cp_async_ring<STAGES, ASYNC_PROXY, AHEAD>(slices, load, compute, [](int, int) {});
 }
 // A cluster-wide barrier whose release makes this block's shared-memory writes
 // visible to its peers.  The release compiles to a GPU-wide memory barrier

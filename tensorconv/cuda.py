@@ -85,12 +85,23 @@ def cuda_include_dirs() -> tuple[str, ...]:
     return tuple(dict.fromkeys(with_mma + plain))
 
 
-def compile_options(defines: dict | None = None, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """Options shared by every kernel: C++17, our header directory, the CUDA headers."""
+ARCH_SPECIFIC = "TC_ARCH_SPECIFIC"   # the define of a kernel built for the ``sm_XYa`` target
+
+
+def compile_options(defines: dict | None = None, extra: tuple[str, ...] = (),
+                    arch: str | None = None) -> tuple[str, ...]:
+    """Options shared by every kernel: C++17, our header directory, the CUDA headers; and
+    for a kernel whose defines hold :data:`ARCH_SPECIFIC`, the device's arch-specific
+    target (``-arch=sm_90a`` for ``arch="sm_90"``: wgmma), which NVRTC takes over CuPy's
+    own ``-arch``."""
     opts = ["-std=c++17", f"-I{kernel_dir()}"]
     opts += [f"-I{d}" for d in cuda_include_dirs()]
     for key, value in sorted((defines or {}).items()):
         opts.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    if ARCH_SPECIFIC in (defines or {}):
+        if arch is None:
+            raise ValueError(f"{ARCH_SPECIFIC} kernels need the device's arch")
+        opts.append(f"-arch={arch}a")
     return tuple(opts) + tuple(extra)
 
 
@@ -129,11 +140,16 @@ class KernelRef:
     defines: tuple = ()
 
 
-def kernel_ref(file: str, name: str, defines: dict | None = None) -> KernelRef:
+def kernel_ref(file: str, name: str, defines: dict | None = None, *,
+               arch_specific: bool = False) -> KernelRef:
     """The :class:`KernelRef` of ``name`` in ``file``; a file built on ``tc_mma.cuh`` also
-    takes the defines of the current :mod:`tensorconv.precision`."""
+    takes the defines of the current :mod:`tensorconv.precision`.  ``arch_specific``:
+    built for the device's ``sm_XYa`` target (instructions of that architecture alone,
+    such as sm_90's wgmma), which only that architecture runs."""
     if uses_tensor_cores(file):
         defines = {**precision.mma_defines(), **(defines or {})}
+    if arch_specific:
+        defines = {**(defines or {}), ARCH_SPECIFIC: 1}
     return KernelRef(file, name, tuple(sorted((defines or {}).items())))
 
 
@@ -168,7 +184,8 @@ def _module(directory: str, file: str, name_expression: str, defines: tuple,
     path = Path(directory) / file
     if not path.is_file():
         raise FileNotFoundError(f"kernel file {file!r} not found in {directory}")
-    return cupy.RawModule(code=path.read_text(), options=compile_options(dict(defines)),
+    options = compile_options(dict(defines), arch=backend.device_facts(device).arch)
+    return cupy.RawModule(code=path.read_text(), options=options,
                           backend=backend_name, name_expressions=[name_expression])
 
 
@@ -178,8 +195,8 @@ def _load(directory: str, file: str, name_expression: str, defines: tuple, backe
     """Compile (or fetch from CuPy's disk cache) one kernel; memoised per process."""
     cupy = backend.require_cuda(f"kernel {name_expression} from {file}")
     path = Path(directory) / file
-    options = compile_options(dict(defines))
     arch = backend.device_facts(device).arch
+    options = compile_options(dict(defines), arch=arch)
     try:
         module = _module(directory, file, name_expression, defines, backend_name, device)
         source = path.read_text()

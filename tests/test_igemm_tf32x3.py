@@ -55,6 +55,39 @@ def test_shared_memory_is_the_stage_ring():
         assert 2 * small <= facts.smem_per_sm and big <= facts.smem_per_block_optin
 
 
+def test_wgmma_tiles_sm90_only_and_their_stages():
+    """wgmma tiles are sm_90's default and candidates there alone; asked for elsewhere they
+    raise before any launch.  Their A stage is bm x 16 words (no padding: the swizzle keeps
+    the copies conflict-free), twice over at fp32 accuracy for the remainders."""
+    from tensorconv import precision
+
+    hopper, ampere = device_facts(), device_facts(compute_capability=(8, 0))
+    p = P(RESNET18_B128[0], 0)
+    assert igemm_tf32x3.default_tile(p, hopper).wgmma is True
+    assert igemm_tf32x3.default_tile(p, ampere).wgmma is False
+    assert {t.wgmma for t in igemm_tf32x3.candidates(p, hopper)} == {True, False}
+    assert {t.wgmma for t in igemm_tf32x3.candidates(p, ampere)} == {False}
+    assert igemm_tf32x3.resolve(igemm_tf32x3.Tile(64), hopper).wgmma is True
+    assert igemm_tf32x3.resolve(igemm_tf32x3.Tile(64, 1, False), hopper).wgmma is False
+    with pytest.raises(ValueError, match="sm_90"):
+        igemm_tf32x3.check_tile(igemm_tf32x3.Tile(64, 1, True), p, ampere)
+    with pytest.raises(ValueError, match="tile.wgmma"):
+        igemm_tf32x3.check_tile(igemm_tf32x3.Tile(64, 1, "yes"), p, hopper)
+    igemm_tf32x3.check_tile(igemm_tf32x3.Tile(64, 1, True), p, hopper)
+    b_words = 16 * 136
+    wg = igemm_tf32x3.Tile(64, 1, True)
+    assert wg.smem_bytes(p) == 4 * igemm_tf32x3.WG_STAGES * (2 * 64 * 16 + b_words)
+    with precision.using("tf32"):
+        assert wg.smem_bytes(p) == 4 * igemm_tf32x3.WG_STAGES * (64 * 16 + b_words)
+    # the kernel's 64-byte swizzle needs every stage part on a 512-byte boundary; two
+    # blocks of at most 64 rows fit an SM at fp32 accuracy (their launch bound)
+    for mode in (0, 2):
+        for bm in igemm_tf32x3.ROWS:
+            nbytes = igemm_tf32x3.Tile(bm, 1, True).smem_bytes(P(RESNET18_B128[0], mode))
+            assert nbytes % (4 * igemm_tf32x3.WG_STAGES * 128) == 0
+            assert nbytes * (2 if bm <= 64 else 1) <= hopper.smem_per_sm
+
+
 def test_choice_needs_tensor_cores_and_a_large_gemm():
     big = RESNET18_B128[0]
     assert direct_conv.choose_algorithm(big, 2, device_facts()) == "igemm_tf32x3"

@@ -18,6 +18,7 @@ gradients in their other two modes (:mod:`tensorconv.ops._igemm`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -271,8 +272,8 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
         raise ValueError(why)
     tile = tile or igemm_tf32x3.default_tile(p, facts)
     if splits is not None:
-        tile = igemm_tf32x3.Tile(tile.bm, int(splits))
-    igemm_tf32x3.check_tile(tile, p)
+        tile = dataclasses.replace(tile, splits=int(splits))
+    igemm_tf32x3.check_tile(tile, p, facts)
     igemm_tf32x3.run(p, a, b, bias, residual, out, tile, relu, xp)
 
 

@@ -2,8 +2,10 @@
 (``kernels_cu/igemm_tf32x3.cu``): the forward and both gradients of a training step.
 
 Same GEMM view, same arguments and same results (to fp32 rounding: <= 1e-5 relative) as
-``direct_conv``'s fp32 ``conv2d_igemm``, with 3xTF32 ``mma.sync`` products on BM x 128
-tiles instead of fp32 FMAs on 64 x 64 ones.  Under ``tensorconv.precision.using("tf32")``
+``direct_conv``'s fp32 ``conv2d_igemm``, with 3xTF32 tensor-core products on BM x 128
+tiles instead of fp32 FMAs on 64 x 64 ones: ``mma.sync`` on every tensor-core device, or
+on sm_90 wgmma (each warpgroup 64 of the 128 columns, the BM rows read by the tensor
+cores from shared memory; ``Tile.wgmma``).  Under ``tensorconv.precision.using("tf32")``
 it takes one tf32 pass (cuDNN's TF32 accuracy).  The public entry points are
 :func:`tensorconv.ops.conv2d`, :func:`~tensorconv.ops.conv2d_backward_data` and
 :func:`~tensorconv.ops.conv2d_backward_weight` with ``algorithm="igemm_tf32x3"`` (their
@@ -12,12 +14,13 @@ default where :func:`worth_it`); this module owns the tiles and the launch.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import cuda, precision
+from tensorconv import backend, cuda, precision
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import _igemm
@@ -27,10 +30,12 @@ from tensorconv.scratch import workspace
 FILE = "igemm_tf32x3.cu"
 MODES = (0, 1, 2, 3)                # _igemm's three, and 3: a strided data gradient by phase
 BN, BK, THREADS, STAGES = 128, 16, 256, 4
+WG_STAGES = 5                       # the wgmma build's ring (igemm_tf32x3.cu)
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
 AUTO_SPLITS = 64                    # the default split's cap (its tiles were measured under it)
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
+_WGMMA_ARCH = (9, 0)                # wgmma: sm_90a code runs on sm_90 alone
 _TAP_LIMIT = 1 << 15                # mode 2 packs (r * dil - pad, s * dil - pad) in 16 bits
 _INT32 = 1 << 31
 
@@ -75,17 +80,23 @@ def problem(geom: ConvGeometry, mode: int) -> Problem:
 
 @dataclass(frozen=True)
 class Tile:
-    """A block of ``bm`` x 128 outputs (256 threads) and the reduction split into
-    ``splits`` (at most; no split is left empty)."""
+    """A block of ``bm`` x 128 outputs (256 threads), the reduction split into ``splits``
+    (at most; no split is left empty), and the instructions: ``wgmma`` True (sm_90
+    only), False (``mma.sync``) or None, the device's default (:func:`resolve`)."""
 
     bm: int
     splits: int = 1
+    wgmma: bool | None = None
 
     def smem_bytes(self, p: Problem) -> int:
-        """Dynamic shared memory: STAGES slices of A (bm x 20 words) and B (16 x 136
-        words, or 128 x 20 in the weight gradient)."""
+        """Dynamic shared memory: STAGES (wgmma: WG_STAGES) slices of A (bm x 20 words;
+        under wgmma bm x 16, twice at the current precision "fp32": the values' tf32
+        parts and their remainders) and B (16 x 136 words, or 128 x 20 in the weight
+        gradient)."""
         b_words = BN * (BK + 4) if p.mode == 2 else BK * (BN + 8)
-        return 4 * STAGES * (self.bm * (BK + 4) + b_words)
+        exact = precision.current() == "fp32"
+        a_words = self.bm * BK * (2 if exact else 1) if self.wgmma else self.bm * (BK + 4)
+        return 4 * (WG_STAGES if self.wgmma else STAGES) * (a_words + b_words)
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         """(column tiles, groups x row tiles, splits)."""
@@ -118,6 +129,16 @@ def supported(p: Problem) -> str | None:
 def device_supported(facts: DeviceFacts) -> bool:
     """Whether the device has tf32 ``mma.sync`` (sm_80 and later)."""
     return tuple(facts.compute_capability) >= _MIN_COMPUTE_CAPABILITY
+
+
+def has_wgmma(facts: DeviceFacts) -> bool:
+    """Whether the device runs the wgmma build (sm_90: its ``sm_90a`` target)."""
+    return tuple(facts.compute_capability) == _WGMMA_ARCH
+
+
+def resolve(tile: Tile, facts: DeviceFacts) -> Tile:
+    """``tile`` with ``wgmma`` decided: None becomes :func:`has_wgmma`."""
+    return tile if tile.wgmma is not None else dataclasses.replace(tile, wgmma=has_wgmma(facts))
 
 
 def rows_for(m: int) -> int:
@@ -155,18 +176,19 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     bm = rows_for(p.gemm[0])
     if p.mode == 3:
         bm = min(bm, 64)
-    return Tile(bm, _splits_for(p, bm, facts))
+    return Tile(bm, _splits_for(p, bm, facts), has_wgmma(facts))
 
 
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     """Every block height up to the one that holds the rows, each with its heuristic split
-    and with none."""
+    and with none, on each instruction path the device has."""
     top = rows_for(p.gemm[0])
+    paths = (True, False) if has_wgmma(facts) else (False,)
     tiles = []
     for bm in ROWS:
         if bm <= top:
             for splits in dict.fromkeys((_splits_for(p, bm, facts), 1)):
-                tiles.append(Tile(bm, splits))
+                tiles += [Tile(bm, splits, wg) for wg in paths]
     return tiles
 
 
@@ -180,35 +202,44 @@ def worth_it(p: Problem, facts: DeviceFacts) -> bool:
             and m >= 16 and cols >= 32)
 
 
-def check_tile(tile: Tile, p: Problem) -> None:
-    """``ValueError`` naming what is wrong with ``tile`` for ``p``."""
+def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
+    """``ValueError`` naming what is wrong with ``tile`` for ``p`` (on ``facts``' device:
+    default, the current one)."""
     if not isinstance(tile, Tile):
         raise ValueError(f"tile {tile!r} is not an igemm_tf32x3.Tile")
     if tile.bm not in ROWS:
         raise ValueError(f"tile.bm must be one of {ROWS}, got {tile.bm}")
+    if tile.wgmma not in (None, True, False):
+        raise ValueError(f"tile.wgmma must be True, False or None, got {tile.wgmma!r}")
     _igemm.check_splits(tile.splits)
-    check_smem(tile, tile.smem_bytes(p))
+    facts = facts or backend.device_facts()
+    if tile.wgmma and not has_wgmma(facts):
+        raise ValueError(f"tile.wgmma=True needs an sm_90 device; {facts.name} is {facts.arch}")
+    check_smem(tile, resolve(tile, facts).smem_bytes(p), facts)
 
 
 def _fixed(geom: ConvGeometry) -> tuple[int, int]:
     return (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
 
 
-def _name(mode: int, kr: int, ks: int, bm: int) -> str:
-    return f"conv2d_igemm_tf32x3<{mode}, {kr}, {ks}, {bm}>"
+def _name(mode: int, kr: int, ks: int, bm: int, wgmma: bool) -> str:
+    return f"conv2d_igemm_tf32x3<{mode}, {kr}, {ks}, {bm}, {str(bool(wgmma)).lower()}>"
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
-    """The GEMM kernel of ``tile`` and the split reduction it may need."""
+    """The GEMM kernel of ``tile`` (``wgmma`` decided: :func:`resolve`) and the split
+    reduction it may need."""
     kr, ks = _fixed(p.geom)
-    return cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm)), _igemm.reduce_ref()
+    wg = bool(resolve(tile, backend.device_facts()).wgmma if tile.wgmma is None else tile.wgmma)
+    return (cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm, wg), arch_specific=wg),
+            _igemm.reduce_ref())
 
 
 def instantiations() -> list[str]:
-    """What CI's nvcc build type-checks: every mode, filter and block height."""
+    """What CI's nvcc build type-checks: every mode, filter, block height and path."""
     sizes = (0, 0), *_FIXED_FILTERS
-    return sorted(_name(mode, kr, ks, bm) for mode in MODES for kr, ks in sizes
-                  for bm in ROWS)
+    return sorted(_name(mode, kr, ks, bm, wg) for mode in MODES for kr, ks in sizes
+                  for bm in ROWS for wg in (False, True))
 
 
 def _geometry_ints(geom: ConvGeometry) -> tuple:
@@ -232,7 +263,8 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     reduce = (_igemm.reduce_config(p.geom, p.base_mode, splits, relu, _igemm.sm_count())
               if splits > 1 else None)
     kernel = cuda.load(ref)
-    smem = tile.smem_bytes(p)
+    with precision.using(precision_name):
+        smem = tile.smem_bytes(p)
     cuda.set_dynamic_smem(kernel, smem)
     return (kernel, grid, ints, smem, _igemm.workspace_floats(p.geom, p.base_mode, splits),
             reduce)
@@ -241,6 +273,7 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
 def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp) -> None:
     """Launch on checked arguments: ``a``, ``b`` the GEMM's operands (mode 0, 1: ``w`` and
     ``x`` / ``gy``; mode 2: ``gy`` and ``x``), ``bias``/``residual`` (mode 0) or None."""
+    tile = resolve(tile, backend.device_facts())
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
                                                        xp.cuda.runtime.getDevice())
     partial = workspace(xp, floats) if floats else NULL

@@ -1,5 +1,6 @@
 """The tensor-core implicit GEMM (forward, data and weight gradients) against the float64
-NumPy reference: every block height, split and mode, outputs poisoned."""
+NumPy reference: every block height, split, mode and instruction path (mma.sync, and
+wgmma where the device has it), outputs poisoned."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from tests.helpers import fp32_tol, random_conv_case, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 ALGO = "igemm_tf32x3"
+
+
+def _paths():
+    """The instruction paths this device runs: mma.sync, and wgmma on sm_90."""
+    from tensorconv import backend
+
+    return (False, True) if igemm_tf32x3.has_wgmma(backend.device_facts()) else (False,)
 
 
 def _run(mode, x, w, gy, kw, poisoned=True, **opts):
@@ -57,7 +65,8 @@ def test_random_shapes_every_mode(rng, mode, trial):
     x, w, gy = _arrays(rng, xs, ws, kw)
     bm = igemm_tf32x3.ROWS[trial % 4]
     splits = [1, int(rng.integers(2, 9)), None][trial % 3]
-    tile = igemm_tf32x3.Tile(bm, splits or 1) if splits else None
+    paths = _paths()
+    tile = igemm_tf32x3.Tile(bm, splits or 1, paths[trial // 3 % len(paths)]) if splits else None
     why = igemm_tf32x3.supported(igemm_tf32x3.problem(conv_geometry(xs, ws, **kw), mode))
     if why is not None:  # a strided, dilated data gradient: said, before any launch
         with pytest.raises(ValueError, match="dilated"):
@@ -84,8 +93,9 @@ LAYERS = [  # ResNet-style training layers at a small batch: 3x3, stride 2, 1x1 
 def test_network_layers_every_block_height(rng, mode, xs, ws, kw):
     x, w, gy = _arrays(rng, xs, ws, kw)
     for bm in igemm_tf32x3.ROWS:
-        got, want, terms = _run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, 3))
-        assert rel_err(got, want) <= fp32_tol(terms), (mode, bm)
+        for wg in _paths():
+            got, want, terms = _run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, 3, wg))
+            assert rel_err(got, want) <= fp32_tol(terms), (mode, bm, wg)
 
 
 def test_forward_epilogue_with_and_without_split(rng):
@@ -97,26 +107,52 @@ def test_forward_epilogue_with_and_without_split(rng):
     want = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
                                        b.astype(np.float64), padding=1) + res, 0)
     for splits in (1, 5):
-        out = cp.full(want.shape, cp.nan, cp.float32)
-        ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
-                   residual=cp.asarray(res), out=out, tile=igemm_tf32x3.Tile(64, splits))
-        assert rel_err(out.get(), want) <= 1e-5, splits
+        for wg in _paths():
+            out = cp.full(want.shape, cp.nan, cp.float32)
+            ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
+                       residual=cp.asarray(res), out=out, tile=igemm_tf32x3.Tile(64, splits, wg))
+            assert rel_err(out.get(), want) <= 1e-5, (splits, wg)
 
 
-def test_deterministic_and_tf32_is_one_pass(rng):
+@pytest.mark.parametrize("wg", [False, True])
+def test_deterministic_and_tf32_is_one_pass(rng, wg):
     """Replays give the same bits; under precision "tf32" the error is tf32's (well above
     the fp32 build's), so the one-pass build is what ran."""
+    if wg not in _paths():
+        pytest.skip("wgmma needs an sm_90 device")
     xs, ws, kw = (4, 64, 12, 12), (64, 64, 3, 3), dict(padding=1)
     x, w, gy = _arrays(rng, xs, ws, kw)
+    tile = igemm_tf32x3.Tile(64, 4, wg)
     for mode in (0, 1, 2):
-        a, want, terms = _run(mode, x, w, gy, kw, splits=4)
-        b, _, _ = _run(mode, x, w, gy, kw, splits=4)
+        a, want, terms = _run(mode, x, w, gy, kw, tile=tile)
+        b, _, _ = _run(mode, x, w, gy, kw, tile=tile)
         np.testing.assert_array_equal(a, b)
         exact = rel_err(a, want)
         with precision.using("tf32"):
-            one, _, _ = _run(mode, x, w, gy, kw, splits=4)
+            one, _, _ = _run(mode, x, w, gy, kw, tile=tile)
+            again, _, _ = _run(mode, x, w, gy, kw, tile=tile)
+        np.testing.assert_array_equal(one, again)
         rough = rel_err(one, want)
         assert exact <= fp32_tol(terms) and 3 * exact < rough <= 3e-3, (mode, exact, rough)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_wgmma_and_mma_sync_agree_at_tf32(rng, mode):
+    """At one tf32 pass on every block height, both paths are within tf32's error of the
+    reference (and of each other), outputs poisoned; a strided data gradient included."""
+    if True not in _paths():
+        pytest.skip("wgmma needs an sm_90 device")
+    for xs, ws, kw in (((3, 40, 13, 11), (72, 40, 3, 3), dict(padding=1)),
+                       ((2, 24, 15, 17), (40, 24, 3, 3), dict(stride=2, padding=1))):
+        x, w, gy = _arrays(rng, xs, ws, kw)
+        for bm in igemm_tf32x3.ROWS:
+            with precision.using("tf32"):
+                got = [_run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, s, wg))
+                       for wg in (False, True) for s in (1, 3)]
+            want = got[0][1]
+            for g, *_ in got:
+                assert rel_err(g, want) <= 3e-3, (mode, bm, xs)
+            assert rel_err(got[0][0], got[2][0]) <= 4e-3
 
 
 def test_default_choice_takes_large_layers():
@@ -156,7 +192,9 @@ def test_strided_data_gradient_by_phase(rng, xs, ws, kw):
     geom = conv_geometry(xs, ws, **kw)
     assert igemm_tf32x3.problem(geom, 1).mode == 3
     x, w, gy = _arrays(rng, xs, ws, kw)
-    for tile in (igemm_tf32x3.Tile(16, 1), igemm_tf32x3.Tile(64, 3), None):
+    tiles = [igemm_tf32x3.Tile(16, 1, wg) for wg in _paths()]
+    tiles += [igemm_tf32x3.Tile(64, 3, wg) for wg in _paths()] + [None]
+    for tile in tiles:
         got, want, terms = _run(1, x, w, gy, kw, tile=tile)
         assert rel_err(got, want) <= fp32_tol(terms), tile
 
@@ -168,7 +206,8 @@ def test_non_finite_inputs_reach_exactly_the_outputs_they_touch(rng):
     x, w, gy = _arrays(rng, xs, ws, kw)
     x[0, 3, 5, 5], x[1, 7, 0, 11] = np.inf, np.nan
     for mode in (0, 2):
-        got, want, terms = _run(mode, x, w, gy, kw, False, tile=igemm_tf32x3.Tile(32, 2))
-        bad = ~np.isfinite(want)   # a NaN left in the poisoned output shows up here too
-        assert bad.any() and (~np.isfinite(got) == bad).all(), mode
-        assert rel_err(got[~bad], want[~bad]) <= fp32_tol(terms)
+        for wg in _paths():
+            got, want, terms = _run(mode, x, w, gy, kw, False, tile=igemm_tf32x3.Tile(32, 2, wg))
+            bad = ~np.isfinite(want)   # a NaN left in the poisoned output shows up here too
+            assert bad.any() and (~np.isfinite(got) == bad).all(), (mode, wg)
+            assert rel_err(got[~bad], want[~bad]) <= fp32_tol(terms)

@@ -50,6 +50,19 @@ def test_compile_options_carry_defines_and_include_dirs():
     assert f"-I{cuda.kernel_dir()}" in opts
 
 
+def test_arch_specific_kernels_take_the_devices_a_target():
+    """A kernel on sm_90a instructions (wgmma) is built for the device's arch-specific
+    target; without the device's arch that cannot be said, and is refused."""
+    ref = cuda.kernel_ref("igemm_tf32x3.cu", "conv2d_igemm_tf32x3<0, 3, 3, 64, true>",
+                          arch_specific=True)
+    assert (cuda.ARCH_SPECIFIC, 1) in ref.defines
+    assert "-arch=sm_90a" in cuda.compile_options(dict(ref.defines), arch="sm_90")
+    plain = cuda.kernel_ref("igemm_tf32x3.cu", "conv2d_igemm_tf32x3<0, 3, 3, 64, false>")
+    assert not any(o.startswith("-arch") for o in cuda.compile_options(dict(plain.defines)))
+    with pytest.raises(ValueError, match="arch"):
+        cuda.compile_options(dict(ref.defines))
+
+
 def test_kernel_dir_override(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORCONV_KERNEL_DIR", str(tmp_path))
     assert cuda.kernel_dir() == tmp_path

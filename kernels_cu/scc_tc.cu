@@ -49,6 +49,10 @@ struct Shape {
     static_assert(MT >= 1 && NT >= 1 && NA >= 1 && NB >= 1, "BM 16-128, BN 64 or 128");
 };
 
+// A compile-time flag as a value, for generic lambdas' `if constexpr`.
+template <bool B>
+struct Flag { static constexpr bool value = B; };
+
 // v mod Cin for 0 <= v < 3 Cin (a band starts below Cin and spans less than 2 Cin).
 __device__ __forceinline__ int wrap(int v, int Cin) {
     v -= v >= Cin ? Cin : 0;
@@ -418,7 +422,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     int* rowk = reinterpret_cast<int*>(pbase + S * BN);             // BM: a row's channel
     int* rowo = rowk + BM;                                          // BM: its window's place
     float* rowb = reinterpret_cast<float*>(rowo + BM);              // BM: its bias
-    float* xbuf = rowb + BM;                                        // MODE 2: XB x BM x LDX
+    int* klist = reinterpret_cast<int*>(rowb + BM);                 // MODES 1, 2: kmax, the
+                                                                    //   tile's filter list
+    float* xbuf = reinterpret_cast<float*>(klist + (MODE == 0 ? 0 : kmax));   // MODE 2:
+                                                                    //   XB x BM x LDX
 
     // The block's rows and the depth of its reduction (band channels or list entries).
     const int m0 = blockIdx.y * BM;
@@ -446,31 +453,60 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     const int col = vec ? 4 * (tid % Wk::NV) : tid % Wk::SCOLS;
     const int row = vec ? tid / Wk::NV : tid / Wk::SCOLS;
     long long base[Wk::SC], obase[Wk::SC];   // in src's channel 0, and in out's
-    const auto chan = [&](int v) -> int {
-        if (v >= depth) return -1;
-        if constexpr (MODE == 0) return wrap(lo + v, Cin);
-        else return __ldg(tile_k + e0 + v);
+    // A row's channel: MODES 1 and 2 read the filter list from global memory for the
+    // copies issued before the block's first barrier, from its copy in shared memory
+    // (klist) after it.
+    const auto chan = [&](int v, auto listed) -> int {
+        if constexpr (MODE == 0) {
+            return v < depth ? wrap(lo + v, Cin) : -1;
+        } else if constexpr (decltype(listed)::value) {
+            return klist[v];
+        } else {
+            return v < depth ? __ldg(tile_k + e0 + v) : -1;
+        }
     };
     const int pixel_tiles = (Q + BN - 1) / BN;
     const int walk = (int)blockIdx.x < pixel_tiles
         ? (pixel_tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
-    int ld_chunk = chunks, ld_tile = -1;
+    int ld_chunk = chunks;
+    // The next tile's pixels (column col + m SCOLS), carried from tile to tile: q and its
+    // (image, pixel), advanced by the walk's stride without a division.
+    const int stride = (int)gridDim.x * BN, stride_n = stride / P, stride_p = stride - stride_n * P;
+    int tq[Wk::SC], tn[Wk::SC], tp[Wk::SC];
+#pragma unroll
+    for (int m = 0; m < Wk::SC; ++m) {
+        tq[m] = (int)blockIdx.x * BN + col + m * Wk::SCOLS;
+        tn[m] = tq[m] / P;
+        tp[m] = tq[m] - tn[m] * P;
+    }
     // MODE 0's 16-byte copies: the channel of each of a thread's rows, carried from
-    // chunk to chunk (+KC, wrapped) instead of found from the band row each copy.
+    // chunk to chunk (+KC, wrapped) and restarted each tile from the first row's, so no
+    // copy and no tile divides by Cin (steps reduced mod Cin once: one subtraction wraps).
     constexpr int VL = KC / Wk::VSTEP;
     int vch[VL];
-    const auto load = [&](int st) {
+    const int vch0 = MODE == 0 ? (lo + row) % Cin : 0;
+    const int vstep = Wk::VSTEP % Cin, kcstep = KC % Cin;
+    int ld_tile = -1;
+    const auto load = [&](int st, auto listed) {
         if (ld_chunk == chunks) {
             ld_chunk = 0;
+            ++ld_tile;
+            if constexpr (MODE == 0) {
+                vch[0] = vch0;
 #pragma unroll
-            for (int l = 0; l < VL; ++l) vch[l] = (lo + row + l * Wk::VSTEP) % Cin;
-            const int q0 = ((int)blockIdx.x + ++ld_tile * (int)gridDim.x) * BN;
+                for (int l = 1; l < VL; ++l) {
+                    const int c = vch[l - 1] + vstep;
+                    vch[l] = c >= Cin ? c - Cin : c;
+                }
+            }
 #pragma unroll
             for (int m = 0; m < Wk::SC; ++m) {
-                const int q = q0 + col + m * Wk::SCOLS;
-                const int n = q / P, p = q - n * P;
-                base[m] = q < Q ? (long long)n * Csrc * P + p : -1;
-                obase[m] = q < Q ? (long long)n * Cdst * P + p : -1;
+                base[m] = tq[m] < Q ? (long long)tn[m] * Csrc * P + tp[m] : -1;
+                obase[m] = tq[m] < Q ? (long long)tn[m] * Cdst * P + tp[m] : -1;
+                tq[m] += stride;
+                tn[m] += stride_n;
+                tp[m] += stride_p;
+                if (tp[m] >= P) tp[m] -= P, ++tn[m];
             }
             if constexpr (MODE == 2) {
                 // the tile's x rows (channels m0 ..), laid out as gx: obase addresses them
@@ -515,10 +551,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
                 int c;
                 if constexpr (MODE == 0) {
                     c = v0 + r < depth ? vch[l] : -1;
-                    const int next = vch[l] + KC;
-                    vch[l] = next < Cin ? next : Cin >= KC ? next - Cin : next % Cin;
+                    const int next = vch[l] + kcstep;
+                    vch[l] = next >= Cin ? next - Cin : next;
                 } else {
-                    c = chan(v0 + r);
+                    c = chan(v0 + r, listed);
                 }
                 const bool ok = in && c >= 0;
                 const float* from =
@@ -528,7 +564,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         } else {
 #pragma unroll
             for (int l = 0; l < KC / Wk::SSTEP; ++l) {
-                const int r = row + l * Wk::SSTEP, c = chan(v0 + r);
+                const int r = row + l * Wk::SSTEP, c = chan(v0 + r, listed);
 #pragma unroll
                 for (int m = 0; m < Wk::SC; ++m) {
                     const bool ok = c >= 0 && base[m] >= 0;
@@ -552,7 +588,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     const int items = walk * chunks;
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) {
-        if (st < items) load(st);
+        if (st < items) load(st, Flag<false>{});
         tdcx::cp_async_commit();
     }
     // A carried split reduction (the input gradient carrying the weight gradient's shares),
@@ -575,6 +611,8 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
             rowb[m] = 0.f;
         }
     }
+    if constexpr (MODE != 0)
+        for (int v = tid; v < kmax; v += Wk::T) klist[v] = v < depth ? __ldg(tile_k + e0 + v) : -1;
     __syncthreads();
     // Warp w fills fragments j = w, w + 4, ... (j = s·MT + i: m tile i of k8 step s); its
     // m tile is fixed (4 % MT == 0), so a lane's two rows are looked up once.  A lane's
@@ -592,7 +630,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
             const int u = v - fo[h];
             return u >= 0 && u < U ? __ldg(w + (size_t)fk[h] * U + u) : 0.f;
         } else {
-            const int k = __ldg(tile_k + e0 + v);
+            const int k = klist[v];   // v < depth: the entry, in shared memory since the barrier
             int u = fk[h] - __ldg(starts + k);
             u += u < 0 ? Cin : 0;
             return u < U ? __ldg(w + (size_t)k * U + u) : 0.f;
@@ -635,7 +673,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     for (int it = 0; it < items; ++it) {
         tdcx::cp_async_wait<S - 2>();
         __syncthreads();   // chunk `it` is in; every warp is done with the stage reloaded next
-        if (it + S - 1 < items) load((it + S - 1) % S);
+        if (it + S - 1 < items) load((it + S - 1) % S, Flag<true>{});
         tdcx::cp_async_commit();
         const int st = it % S;
         const float* xs = ring + st * KC * LDN;
@@ -708,8 +746,11 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
                     const size_t ro = (size_t)k * P;
 #pragma unroll
                     for (int j = 0; j < NT; ++j) {
-                        float v0 = acc[i][j][2 * h] + bk, v1 = acc[i][j][2 * h + 1] + bk;
-                        if (relu) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+                        float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                        if constexpr (MODE == 0) {   // the gradients have no epilogue
+                            v0 += bk, v1 += bk;
+                            if (relu) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+                        }
                         if (pair) {
                             if (b0[j] >= 0)
                                 *reinterpret_cast<float2*>(out + b0[j] + ro) = make_float2(v0, v1);

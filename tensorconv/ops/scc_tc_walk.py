@@ -92,10 +92,11 @@ class WalkTile:
     def smem(self, depth: int) -> int:
         """Dynamic shared-memory bytes over a reduction of ``depth`` rows (a multiple of
         the chunk): the split weights (two floats a value), the ring, each stage's pixel
-        offsets (8 bytes a column) and three words a row (channel, window place, bias)."""
+        offsets (8 bytes a column), three words a row (channel, window place, bias) and,
+        in modes 1 and 2, the filter list (a word an entry)."""
         _, _, kc, stages = self.shape
         return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
-                    + 2 * stages * self.cols + 3 * self.rows
+                    + 2 * stages * self.cols + 3 * self.rows + (depth if self.mode else 0)
                     + self.xbufs * self.rows * (self.cols + 4))
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -570,6 +572,28 @@ def test_the_walking_tensor_core_plans_cover_their_reductions():
     assert (tile.rows, depth) == (32, 64)                     # one window group a tile
     with pytest.raises(ValueError, match="mode"):
         scc_tc.walk_plan(scc.scc_geometry(64, 128, 2, 0.5), 8192, 3)
+
+
+def test_walking_kernels_ask_for_shared_memory_that_holds_their_planned_blocks(monkeypatch):
+    """The walks and the weight gradient plan one wave of so-many blocks an SM; the shared
+    memory they ask for lets an SM hold exactly that many (so blocks launched into the tail
+    of the kernel before cannot pile onto the SMs freed first), never less than the
+    kernel needs, on an H100's and an A100's shared memory."""
+    from tensorconv import backend
+    from tensorconv.ops import scc_tc_walk
+    from tests.helpers import device_facts
+
+    for per_sm_bytes, optin in ((228 * 1024, 227 * 1024), (164 * 1024, 163 * 1024)):
+        facts = dataclasses.replace(device_facts(optin), smem_per_sm=per_sm_bytes)
+        monkeypatch.setattr(backend, "device_facts", lambda *a, f=facts: f)
+        for smem in (0, 9_000, 18_688, 45_472, 49_856, 70_000, 113 * 1024):
+            for most in (1, 2, 3, 4, 5, 8):
+                per_sm = scc_tc_walk._per_sm(most, smem)
+                assert 1 <= per_sm <= most
+                pinned = scc_tc_walk._pinned_smem(smem, per_sm)
+                assert pinned == smem or (smem < pinned <= optin and pinned % 128 == 0)
+                held = per_sm_bytes // (pinned + scc_tc_walk.BLOCK_SMEM)
+                assert held == per_sm, (per_sm_bytes, smem, most, per_sm, pinned)
 
 
 def test_both_gradients_walk_where_a_warp_holds_every_chunks_sums():

@@ -55,6 +55,7 @@ chunk in registers over the whole walk."""
 WGRAD_BLOCKS_PER_SM = 4              # at most; fewer where shared memory holds fewer
 MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
 WALK_SMEM = 113 * 1024     # two blocks an SM at least
+BLOCK_SMEM = 1024          # shared memory the GPU keeps for each block (sm_80 and later)
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,27 @@ def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
     return (tile, depth) if tile.smem(depth) <= WALK_SMEM else None
 
 
+def _per_sm(most: int, smem: int) -> int:
+    """Blocks an SM planned for a kernel of ``smem`` bytes of dynamic shared memory: at
+    most ``most``, as many as the SM's shared memory holds."""
+    return max(1, min(most, backend.device_facts().smem_per_sm // (smem + BLOCK_SMEM)))
+
+
+def _pinned_smem(smem: int, per_sm: int) -> int:
+    """The dynamic shared memory to ask for so that an SM holds at most ``per_sm`` blocks
+    (``smem`` or more).  The walks and the weight gradient plan one wave of ``per_sm``
+    blocks an SM; launched early into the tail of the kernel before them (programmatic
+    edges, ``tc::launch_dependents``), their blocks would otherwise pile onto the SMs
+    freed first, as many as registers allow, and leave others short."""
+    facts = backend.device_facts()
+    need = cdiv(facts.smem_per_sm // (per_sm + 1) - BLOCK_SMEM + 1, 128) * 128
+    return max(smem, min(need, facts.smem_per_block_optin))
+
+
 def _walk_blocks(pixels: int, tile: WalkTile, rows: int, smem: int) -> int:
-    """Walking blocks a row tile: the GPU filled once (as many blocks an SM as the launch
-    bounds and ``smem`` allow), each walking every so-many-th of the pixel tiles."""
-    per_sm = max(1, min(tile.blocks_per_sm, 228 * 1024 // (smem + 1024)))
+    """Walking blocks a row tile: the GPU filled once (:func:`_per_sm` blocks an SM),
+    each walking every so-many-th of the pixel tiles."""
+    per_sm = _per_sm(tile.blocks_per_sm, smem)
     sms = backend.device_facts().sm_count
     return max(1, min(cdiv(pixels, tile.cols), cdiv(sms * per_sm, rows)))
 
@@ -222,7 +240,7 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
            (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, ptr(c_src), ptr(c_out),
             ptr(x), ptr(gw), i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q),
             i32(depth), i32(bool(relu)), i32(c_splits), i32(c_size)),
-           smem=tile.smem(depth))
+           smem=_pinned_smem(tile.smem(depth), _per_sm(tile.blocks_per_sm, tile.smem(depth))))
 
 
 def run_both(plan: tuple[WalkTile, int], x, gy, w, geom: SCCGeometry, out_x, out_w) -> None:
@@ -266,7 +284,7 @@ def wgrad_plan(geom: SCCGeometry, pixels: int, sm_count: int, splits: int | None
     bands = int(np.max(-(-spans // tile.cols)))
     if splits is None:
         blocks = int(np.sum(-(-spans // tile.cols)))
-        per_sm = max(1, min(WGRAD_BLOCKS_PER_SM, 228 * 1024 // (tile.smem + 1024)))
+        per_sm = _per_sm(WGRAD_BLOCKS_PER_SM, tile.smem)
         splits = max(1, min(cdiv(per_sm * sm_count, blocks), cdiv(pixels, 4 * tile.kp)))
     per_split, splits = _igemm.split_depth(pixels, tile.kp, splits)
     return tile, bands, splits, per_split
@@ -287,7 +305,7 @@ def run_wgrad(plan: tuple[WGradTile, int, int, int], x, gy, geom: SCCGeometry, o
     launch(cuda.kernel_ref(FILE, tile.name), (bands, cdiv(geom.cout, tile.rows), splits),
            (WALK_THREADS,), (x, gy, order, starts, partial, i32(geom.cin), i32(geom.cout),
                              i32(geom.u), i32(h * wd), i32(n * h * wd), i32(per_split)),
-           smem=tile.smem)
+           smem=_pinned_smem(tile.smem, _per_sm(WGRAD_BLOCKS_PER_SM, tile.smem)))
     if splits == 1:
         return None
     if not reduce:

@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     int Cin, int Cout, int U, int P, int Q, int kmax, int relu, int carry_splits,
     int carry_size)
 {
-    tc::tables_before_wait();
+    tc::wait_prior_grids();
     using namespace scctc;
     using Wk = Walk<MT, NT, KC, S>;
     constexpr int BM = Wk::BM, BN = Wk::BN, LDN = Wk::LDN;
@@ -437,22 +437,6 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         e0 = tile_ptr[blockIdx.y];
         depth = tile_ptr[blockIdx.y + 1] - e0;
     }
-    // The rows and the filter list come from the layer's fixed tables: read before the
-    // wait for the kernels before this one, under their last blocks (programmatic edges).
-    for (int m = tid; m < BM; m += Wk::T) {
-        if constexpr (MODE == 0) {
-            const int si = m0 + m;
-            rowk[m] = si < Cout ? order[si] : -1;
-            rowo[m] = si < Cout ? starts[si] - lo : 0;
-        } else {
-            rowk[m] = m0 + m < Cin ? m0 + m : -1;
-            rowo[m] = 0;
-            rowb[m] = 0.f;
-        }
-    }
-    if constexpr (MODE != 0)
-        for (int v = tid; v < kmax; v += Wk::T) klist[v] = v < depth ? __ldg(tile_k + e0 + v) : -1;
-    tc::wait_prior_grids();
     // A channel tile no window meets (Cout under the cycle) still walks one chunk of
     // zeros, so its gx is written (zero).
     const int chunks = max((depth + KC - 1) / KC, 1);
@@ -614,11 +598,21 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
                                      blockIdx.y * gridDim.x + blockIdx.x,
                                      gridDim.x * gridDim.y);
 
-    // The rows' bias (a parameter: after the wait), then their weights split into
-    // fragment order, while the first copies fly.
-    if constexpr (MODE == 0)
-        for (int m = tid; m < BM; m += Wk::T)   // this thread's rows above
-            rowb[m] = rowk[m] >= 0 && bias != nullptr ? bias[rowk[m]] : 0.f;
+    // The rows, then their weights split into fragment order, while the first copies fly.
+    for (int m = tid; m < BM; m += Wk::T) {
+        if constexpr (MODE == 0) {
+            const int si = m0 + m, k = si < Cout ? order[si] : -1;
+            rowk[m] = k;
+            rowo[m] = si < Cout ? starts[si] - lo : 0;
+            rowb[m] = k >= 0 && bias != nullptr ? bias[k] : 0.f;
+        } else {
+            rowk[m] = m0 + m < Cin ? m0 + m : -1;
+            rowo[m] = 0;
+            rowb[m] = 0.f;
+        }
+    }
+    if constexpr (MODE != 0)
+        for (int v = tid; v < kmax; v += Wk::T) klist[v] = v < depth ? __ldg(tile_k + e0 + v) : -1;
     __syncthreads();
     // Warp w fills fragments j = w, w + 4, ... (j = s·MT + i: m tile i of k8 step s); its
     // m tile is fixed (4 % MT == 0), so a lane's two rows are looked up once.  A lane's
@@ -682,7 +676,6 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         if (it + S - 1 < items) load((it + S - 1) % S, Flag<true>{});
         tdcx::cp_async_commit();
         const int st = it % S;
-        if (it + chunks == items) tc::launch_dependents();   // this block's last tile
         const float* xs = ring + st * KC * LDN;
 #pragma unroll
         for (int kk = 0; kk < KC / 8; ++kk) {
@@ -839,7 +832,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
                                         //   or the gradient itself for one share
     int Cin, int Cout, int U, int P, int Q, int per_split)
 {
-    tc::tables_before_wait();
+    tc::wait_prior_grids();
     using namespace scctc;
     using G = WGrad<MT, NT, KP, S>;
     constexpr int BM = G::BM, BN = G::BN, LD = G::LD;
@@ -867,9 +860,6 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
             rowc[r] = v < span ? wrap(lo + v, Cin) : -1;
         }
     }
-    // Everything above came from the layer's fixed tables, read under the last blocks of
-    // the kernels before this one (programmatic edges); x and gy only after the wait.
-    tc::wait_prior_grids();
     __syncthreads();
 
     // A thread's pixel (run) of each chunk and its offsets in channel 0 of gy and x,

@@ -8,31 +8,11 @@ namespace tc {
 // and flushed (tensorconv/graph.py), so every kernel calls this before it reads or writes
 // any global memory that earlier kernels write or read.  It returns once every earlier
 // kernel of the graph has finished and its writes are visible; in an ordinary launch it
-// returns at once.  What a kernel reads before it must be fixed for the graph's life
-// (a layer's index tables uploaded at planning, never a kernel's output).
+// returns at once.  No kernel lets its dependents launch earlier still (launch_dependents
+// right after this wait): the engines were slower that way (docs/notes/graph.md).
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// The first statement of a kernel that reads the layer's fixed tables before its
-// wait_prior_grids() (tensorconv.cuda.every_kernel_waits checks every kernel begins with
-// the wait or with this, and that this one waits later).
-__device__ __forceinline__ void tables_before_wait() {}
-
-// Let the next kernel of a programmatic edge launch before this one's blocks exit (once
-// every block has called this or exited): its blocks take what this grid leaves free and
-// run their table reads up to their own wait_prior_grids(), which still waits for this
-// whole grid.  The walking SCC kernels call it as a block starts its last tile, so the
-// next kernel fills their tail (its launch asking for shared memory that keeps its one
-// wave spread evenly: scc_tc_walk._pinned_smem).  Called right after the wait, the next
-// kernel's blocks sat waiting beside the whole walk and slowed it, and the SCC weight
-// gradient's dependents were slower for it (docs/notes/scc_conv.md); so were the
-// engines' kernels (docs/notes/graph.md).
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

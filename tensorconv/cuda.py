@@ -159,20 +159,12 @@ _WAITING_FUNCTIONS: set[int] = set()  # CUfunction handles of kernels that wait 
 def every_kernel_waits(source: str) -> bool:
     """Whether every kernel defined in ``source`` (a ``.cu`` file's text) calls
     ``tc::wait_prior_grids()`` before anything else, so it cannot touch memory an
-    earlier kernel still uses when launched early (:mod:`tensorconv.graph`), or begins
-    with ``tc::tables_before_wait();`` (it reads only the layer's fixed tables first) and
-    calls the wait after."""
+    earlier kernel still uses when launched early (:mod:`tensorconv.graph`)."""
     code = re.sub(r"//[^\n]*", "", source)
-    heads = [m.end() for m in
-             re.finditer(r'^(?:extern "C" )?__global__[^{;]*\{', code, re.MULTILINE)]
-
-    def waits(body: str) -> bool:
-        body = body.lstrip()
-        return body.startswith("tc::wait_prior_grids();") or (
-            body.startswith("tc::tables_before_wait();") and "tc::wait_prior_grids();" in body)
-
-    ends = heads[1:] + [len(code)]
-    return bool(heads) and all(waits(code[b:e]) for b, e in zip(heads, ends))
+    heads = re.finditer(r'^(?:extern "C" )?__global__[^{;]*\{', code, re.MULTILINE)
+    bodies = [m.end() for m in heads]
+    return bool(bodies) and all(code[b:].lstrip().startswith("tc::wait_prior_grids();")
+                                for b in bodies)
 
 
 def waits_for_prior_grids(function_handle: int) -> bool:

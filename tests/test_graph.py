@@ -34,13 +34,6 @@ def test_every_kernel_waits_reads_definitions_not_instantiations():
     missing = WAITS.replace("{ tc::wait_prior_grids(); }", "{}")
     assert not cuda.every_kernel_waits(missing)       # one kernel of two never waits
     assert not cuda.every_kernel_waits("__device__ float h(float v) { return v; }")  # no kernel
-    tables = WAITS.replace("    tc::wait_prior_grids();\n    y[0] = x[0];",
-                           "    tc::tables_before_wait();\n    int t = x[1];\n"
-                           "    tc::wait_prior_grids();\n    y[0] = x[0] + t;")
-    assert cuda.every_kernel_waits(tables)            # table reads, then the wait
-    never = tables.replace("    tc::wait_prior_grids();\n    y[0]", "    y[0]")
-    assert not cuda.every_kernel_waits(never)         # marked, but never waits
-    assert not cuda.every_kernel_waits(never + WAITS)  # a later kernel's wait is not its own
 
 
 def test_waits_for_prior_grids_knows_only_loaded_kernels():

@@ -182,9 +182,8 @@ def _per_sm(most: int, smem: int) -> int:
 def _pinned_smem(smem: int, per_sm: int) -> int:
     """The dynamic shared memory to ask for so that an SM holds at most ``per_sm`` blocks
     (``smem`` or more).  The walks and the weight gradient plan one wave of ``per_sm``
-    blocks an SM; launched early into the tail of the kernel before them (programmatic
-    edges, ``tc::launch_dependents``), their blocks would otherwise pile onto the SMs
-    freed first, as many as registers allow, and leave others short."""
+    blocks an SM; where registers would let an SM take more, the GPU may hand some SMs
+    more of the wave's blocks and others fewer (``docs/notes/scc_conv.md``)."""
     facts = backend.device_facts()
     need = cdiv(facts.smem_per_sm // (per_sm + 1) - BLOCK_SMEM + 1, 128) * 128
     return max(smem, min(need, facts.smem_per_block_optin))

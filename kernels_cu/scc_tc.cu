@@ -49,10 +49,6 @@ struct Shape {
     static_assert(MT >= 1 && NT >= 1 && NA >= 1 && NB >= 1, "BM 16-128, BN 64 or 128");
 };
 
-// A compile-time flag as a value, for generic lambdas' `if constexpr`.
-template <bool B>
-struct Flag { static constexpr bool value = B; };
-
 // v mod Cin for 0 <= v < 3 Cin (a band starts below Cin and spans less than 2 Cin).
 __device__ __forceinline__ int wrap(int v, int Cin) {
     v -= v >= Cin ? Cin : 0;
@@ -397,10 +393,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     const float* __restrict__ w,        // (Cout, U)
     const float* __restrict__ src,      // MODE 0: x (N, Cin, P);  MODE 1: gy (N, Cout, P)
     const int* __restrict__ order,      // (Cout,) filters sorted by window start
-    const int* __restrict__ starts,     // MODE 0: start of each sorted filter; MODE 1: of
-                                        //   each filter by id
-    const int* __restrict__ tile_ptr,   // MODE 1: (tiles + 1,) each channel tile's list
-    const int* __restrict__ tile_k,     //   and its filters
+    const int* __restrict__ starts,     // MODE 0: start of each sorted filter
+    const int* __restrict__ tile_len,   // MODES 1, 2: (tiles,) each channel tile's list
+    const int* __restrict__ tile_list,  //   length, and (tiles, kmax, 2) its (filter,
+                                        //   window start) pairs, (-1, 0) past the length
     const float* __restrict__ bias,     // MODE 0: (Cout,) or nullptr
     float* __restrict__ out,            // MODE 0: y (N, Cout, P);  MODE 1, 2: gx (N, Cin, P)
     const float* __restrict__ carry_src,  // another launch's split partials, carried
@@ -424,18 +420,31 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     float* rowb = reinterpret_cast<float*>(rowo + BM);              // BM: its bias
     int* klist = reinterpret_cast<int*>(rowb + BM);                 // MODES 1, 2: kmax, the
                                                                     //   tile's filter list
-    float* xbuf = reinterpret_cast<float*>(klist + (MODE == 0 ? 0 : kmax));   // MODE 2:
+    int* kstart = klist + (MODE == 0 ? 0 : kmax);                   //   and their starts
+    float* xbuf = reinterpret_cast<float*>(kstart + (MODE == 0 ? 0 : kmax));  // MODE 2:
                                                                     //   XB x BM x LDX
 
     // The block's rows and the depth of its reduction (band channels or list entries).
+    // Every table read the fill and the first copies need is issued here at once, none
+    // waiting on another (the block's start is a chain of round trips to memory: each one
+    // taken out is about half a microsecond of every block, docs/notes/scc_conv.md).
     const int m0 = blockIdx.y * BM;
-    int lo = 0, depth, e0 = 0;
+    const int2* list = reinterpret_cast<const int2*>(tile_list) + (long long)blockIdx.y * kmax;
+    int lo = 0, depth;
+    int my_k = -1, my_o = 0;             // MODE 0: row tid's sorted filter and its start
+    constexpr int KL = 8;                // MODES 1, 2: list entries tid + i·T a thread
+    int2 my_e[KL];                       //   reads (kmax <= KL·T: the host's plans)
     if constexpr (MODE == 0) {
         lo = starts[m0];
         depth = starts[min(m0 + BM, Cout) - 1] - lo + U;
+        if (tid < BM && m0 + tid < Cout) my_k = order[m0 + tid], my_o = starts[m0 + tid];
     } else {
-        e0 = tile_ptr[blockIdx.y];
-        depth = tile_ptr[blockIdx.y + 1] - e0;
+        depth = tile_len[blockIdx.y];
+#pragma unroll
+        for (int i = 0; i < KL; ++i) {
+            const int v = tid + i * WALK_THREADS;
+            my_e[i] = v < kmax ? __ldg(list + v) : make_int2(-1, 0);
+        }
     }
     // A channel tile no window meets (Cout under the cycle) still walks one chunk of
     // zeros, so its gx is written (zero).
@@ -453,16 +462,13 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     const int col = vec ? 4 * (tid % Wk::NV) : tid % Wk::SCOLS;
     const int row = vec ? tid / Wk::NV : tid / Wk::SCOLS;
     long long base[Wk::SC], obase[Wk::SC];   // in src's channel 0, and in out's
-    // A row's channel: MODES 1 and 2 read the filter list from global memory for the
-    // copies issued before the block's first barrier, from its copy in shared memory
-    // (klist) after it.
-    const auto chan = [&](int v, auto listed) -> int {
+    // A row's channel: MODES 1 and 2 read it from the list in shared memory (klist,
+    // filled before the block's first barrier, after which their copies begin).
+    const auto chan = [&](int v) -> int {
         if constexpr (MODE == 0) {
             return v < depth ? wrap(lo + v, Cin) : -1;
-        } else if constexpr (decltype(listed)::value) {
-            return klist[v];
         } else {
-            return v < depth ? __ldg(tile_k + e0 + v) : -1;
+            return klist[v];
         }
     };
     const int pixel_tiles = (Q + BN - 1) / BN;
@@ -487,7 +493,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     const int vch0 = MODE == 0 ? (lo + row) % Cin : 0;
     const int vstep = Wk::VSTEP % Cin, kcstep = KC % Cin;
     int ld_tile = -1;
-    const auto load = [&](int st, auto listed) {
+    const auto load = [&](int st) {
         if (ld_chunk == chunks) {
             ld_chunk = 0;
             ++ld_tile;
@@ -554,7 +560,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
                     const int next = vch[l] + kcstep;
                     vch[l] = next >= Cin ? next - Cin : next;
                 } else {
-                    c = chan(v0 + r, listed);
+                    c = chan(v0 + r);
                 }
                 const bool ok = in && c >= 0;
                 const float* from =
@@ -564,7 +570,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         } else {
 #pragma unroll
             for (int l = 0; l < KC / Wk::SSTEP; ++l) {
-                const int r = row + l * Wk::SSTEP, c = chan(v0 + r, listed);
+                const int r = row + l * Wk::SSTEP, c = chan(v0 + r);
 #pragma unroll
                 for (int m = 0; m < Wk::SC; ++m) {
                     const bool ok = c >= 0 && base[m] >= 0;
@@ -586,39 +592,54 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         }
     };
     const int items = walk * chunks;
+    // The first copies: MODE 0's here, under the rows' loads; the lists' after the
+    // barrier, from the list in shared memory (from global memory their entries would be
+    // one more round trip before the copies, and before the carried sum's loads).
+    const auto prologue = [&] {
 #pragma unroll
-    for (int st = 0; st < S - 1; ++st) {
-        if (st < items) load(st, Flag<false>{});
-        tdcx::cp_async_commit();
-    }
+        for (int st = 0; st < S - 1; ++st) {
+            if (st < items) load(st);
+            tdcx::cp_async_commit();
+        }
+    };
+    if constexpr (MODE == 0) prologue();
     // A carried split reduction (the input gradient carrying the weight gradient's shares),
-    // its loads' latency under the first copies'.
+    // its loads' latency under the tables'.
     if (carry_splits > 0)
         tc::carried_split_sum<Wk::T>(carry_src, carry_out, carry_splits, carry_size,
                                      blockIdx.y * gridDim.x + blockIdx.x,
                                      gridDim.x * gridDim.y);
 
     // The rows, then their weights split into fragment order, while the first copies fly.
-    for (int m = tid; m < BM; m += Wk::T) {
+    // A row's bias is read beside the fill's weights and stored after it (the main loop's
+    // first barrier publishes it before any epilogue).
+    static_assert(BM <= WALK_THREADS, "a thread a row");
+    float my_b = 0.f;
+    if (tid < BM) {
         if constexpr (MODE == 0) {
-            const int si = m0 + m, k = si < Cout ? order[si] : -1;
-            rowk[m] = k;
-            rowo[m] = si < Cout ? starts[si] - lo : 0;
-            rowb[m] = k >= 0 && bias != nullptr ? bias[k] : 0.f;
+            rowk[tid] = my_k;
+            rowo[tid] = m0 + tid < Cout ? my_o - lo : 0;
+            if (my_k >= 0 && bias != nullptr) my_b = __ldg(bias + my_k);
         } else {
-            rowk[m] = m0 + m < Cin ? m0 + m : -1;
-            rowo[m] = 0;
-            rowb[m] = 0.f;
+            rowk[tid] = m0 + tid < Cin ? m0 + tid : -1;
+            rowo[tid] = 0;
         }
     }
-    if constexpr (MODE != 0)
-        for (int v = tid; v < kmax; v += Wk::T) klist[v] = v < depth ? __ldg(tile_k + e0 + v) : -1;
+    if constexpr (MODE != 0) {
+#pragma unroll
+        for (int i = 0; i < KL; ++i) {
+            const int v = tid + i * WALK_THREADS;
+            if (v < kmax) klist[v] = v < depth ? my_e[i].x : -1, kstart[v] = my_e[i].y;
+        }
+    }
     __syncthreads();
+    if constexpr (MODE != 0) prologue();
     // Warp w fills fragments j = w, w + 4, ... (j = s·MT + i: m tile i of k8 step s); its
     // m tile is fixed (4 % MT == 0), so a lane's two rows are looked up once.  A lane's
     // four values of a fragment become one float4 of big parts and one of small parts,
     // FB fragments' loads in flight at a time (one at a time, each load's latency stood
-    // alone: the fill was then a fifth of the kernel's time, a block walking few tiles).
+    // alone: the fill was then a fifth of the kernel's time, a block walking few tiles),
+    // one load a value (MODES 1, 2: the entry's start is the list's, in shared memory).
     static_assert(4 % MT == 0, "a warp's m tile is fixed through the fill");
     const int fi = warp % MT, frow = 16 * fi + lg;   // the lane's rows frow, frow + 8
     int fk[2], fo[2];
@@ -631,12 +652,12 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
             return u >= 0 && u < U ? __ldg(w + (size_t)fk[h] * U + u) : 0.f;
         } else {
             const int k = klist[v];   // v < depth: the entry, in shared memory since the barrier
-            int u = fk[h] - __ldg(starts + k);
+            int u = fk[h] - kstart[v];
             u += u < 0 ? Cin : 0;
             return u < U ? __ldg(w + (size_t)k * U + u) : 0.f;
         }
     };
-    constexpr int FB = 4, FSTEP = 4 / MT;
+    constexpr int FB = MODE == 0 ? 4 : 8, FSTEP = 4 / MT;
     const int steps = chunks * KC / 8;
     for (int s0 = warp / MT; s0 < steps; s0 += FB * FSTEP) {
         float a[FB][4];
@@ -658,6 +679,8 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         }
     }
 
+    if (tid < BM) rowb[tid] = my_b;
+
     float acc[MT][NT][4];
     tf32x3::zero(acc);
     // MODE 2: the weight gradient's sums, warp (wm, wk) the m16 tiles wm·GM .. of each
@@ -673,7 +696,7 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
     for (int it = 0; it < items; ++it) {
         tdcx::cp_async_wait<S - 2>();
         __syncthreads();   // chunk `it` is in; every warp is done with the stage reloaded next
-        if (it + S - 1 < items) load((it + S - 1) % S, Flag<true>{});
+        if (it + S - 1 < items) load((it + S - 1) % S);
         tdcx::cp_async_commit();
         const int st = it % S;
         const float* xs = ring + st * KC * LDN;
@@ -786,8 +809,8 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, MODE == 2 ? 3 : 4) scc_tc
         for (int o = tid; o < WCH * KC * BM; o += Wk::T) {
             const int c = o / (KC * BM), r = (o / BM) % KC, m = o % BM, e = c * KC + r;
             if (e >= depth || m0 + m >= Cin) continue;
-            const int k = __ldg(tile_k + e0 + e);
-            int u = m0 + m - __ldg(starts + k);
+            const int k = klist[e];
+            int u = m0 + m - kstart[e];
             u += u < 0 ? Cin : 0;
             if (u >= U) continue;
             const int wr = r / (16 * GM), lr = r % (16 * GM);
@@ -838,6 +861,11 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
     constexpr int BM = G::BM, BN = G::BN, LD = G::LD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, lg = lane >> 2, lt = lane & 3;
     const int m0 = blockIdx.y * BM, v0 = blockIdx.x * BN;
+    // The band and thread tid's filter row read at once (one round trip, not two, before
+    // the first copies: the block's start is a chain of them, docs/notes/scc_conv.md).
+    static_assert(BM <= G::T, "a thread a filter row");
+    const bool frow = tid < BM && m0 + tid < Cout;
+    const int my_k = frow ? order[m0 + tid] : -1, my_s = frow ? starts[m0 + tid] : 0;
     const int lo = starts[m0], span = starts[min(m0 + BM, Cout) - 1] - lo + U;
     if (v0 >= span) return;                 // the grid covers the widest band of any tile
     const int q_begin = blockIdx.z * per_split, q_end = min(q_begin + per_split, Q);
@@ -849,16 +877,10 @@ __global__ void __launch_bounds__(scctc::WALK_THREADS, 2) scc_tc_wgrad(
     int* rowo = rowk + BM;                                     // BM: its window's place
     // Staged row r: gy row of sorted filter m0 + r (r < BM), else x row of band channel
     // v0 + r - BM; its channel, or -1 for zeros.
-    for (int r = tid; r < G::ROWS; r += G::T) {
-        if (r < BM) {
-            const int si = m0 + r;
-            rowc[r] = si < Cout ? order[si] : -1;
-            rowk[r] = rowc[r];
-            rowo[r] = si < Cout ? starts[si] - lo : 0;
-        } else {
-            const int v = v0 + r - BM;
-            rowc[r] = v < span ? wrap(lo + v, Cin) : -1;
-        }
+    if (tid < BM) rowc[tid] = rowk[tid] = my_k, rowo[tid] = frow ? my_s - lo : 0;
+    for (int r = BM + tid; r < G::ROWS; r += G::T) {
+        const int v = v0 + r - BM;
+        rowc[r] = v < span ? wrap(lo + v, Cin) : -1;
     }
     __syncthreads();
 

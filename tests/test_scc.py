@@ -285,6 +285,46 @@ def test_channel_tiles_give_the_input_gradient(rng, cin, cout, cg, co, rows):
     np.testing.assert_allclose(gx, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("rows", [32, 16])
+@pytest.mark.parametrize("cin,cout,cg,co", BAND_GRID)
+def test_padded_lists_hold_each_tiles_filters_and_their_starts(cin, cout, cg, co, rows):
+    """scc_tc_walk's lists: tile t's entries at t · stride, each (filter, its window
+    start) in the CSR table's order, (-1, 0) past its length; a stride under the longest
+    list is refused."""
+    from tensorconv.ops import scc_tiles
+
+    g = scc.scc_geometry(cin, cout, cg, co)
+    ptr, ks = scc_tiles.data_tiles(g, rows)
+    longest = int(np.max(np.diff(ptr)))
+    stride = longest + 5
+    lengths, pairs = scc_tiles.padded_lists(g, rows, stride)
+    assert lengths.dtype == pairs.dtype == np.int32 and pairs.shape == (ptr.size - 1, stride, 2)
+    for t in range(ptr.size - 1):
+        n = ptr[t + 1] - ptr[t]
+        assert lengths[t] == n
+        np.testing.assert_array_equal(pairs[t, :n, 0], ks[ptr[t]:ptr[t + 1]])
+        np.testing.assert_array_equal(pairs[t, :n, 1], g.starts()[ks[ptr[t]:ptr[t + 1]]])
+        assert np.all(pairs[t, n:, 0] == -1) and np.all(pairs[t, n:, 1] == 0)
+    if longest > 0:
+        with pytest.raises(ValueError, match="stride"):
+            scc_tiles.padded_lists(g, rows, longest - 1)
+
+
+def test_walking_input_gradients_take_lists_a_block_can_hold(monkeypatch):
+    """scc_tc_walk reads a list's entries eight a thread (its KL): a plan's depth never
+    passes :data:`~tensorconv.ops.scc_tc_walk.MAX_LIST`, even where shared memory would
+    hold a longer one (today's cap holds under 900 entries)."""
+    from tensorconv.ops import scc_tc_walk
+
+    monkeypatch.setattr(scc_tc_walk, "WALK_SMEM", 1 << 30)
+    g = scc.scc_geometry(4096, 4096, 2, 0.5)       # lists of 2,048
+    for rows in scc_tc_walk.WALK_SHAPES:
+        assert scc_tc_walk.walk_plan(g, 1 << 20, 1, rows, force=True) is None
+    g = scc.scc_geometry(512, 512, 2, 0.5)
+    plan = scc_tc_walk.walk_plan(g, 1 << 20, 1, 16, force=True)
+    assert plan is not None and plan[1] <= scc_tc_walk.MAX_LIST
+
+
 def test_each_layer_takes_the_tiles_of_least_work():
     """Small window groups take small row tiles (no dense-masked zeros), large ones the
     64-row tiles (32 for the weight gradient, its largest); every chosen tile is one the

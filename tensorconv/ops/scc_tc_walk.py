@@ -28,7 +28,7 @@ from tensorconv.ops.scc_tiles import band_spans, data_tiles, device_tables, leas
 from tensorconv.reference.scc import SCCGeometry
 from tensorconv.scratch import workspace
 
-__all__ = ["BOTH_CHUNKS", "MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES",
+__all__ = ["BOTH_CHUNKS", "MAX_LIST", "MIN_WALK_MACS", "WALK_CHUNKS", "WALK_SHAPES", "WGRAD_SHAPES",
            "WGradTile", "WalkTile", "carries", "instantiations", "run_both", "run_walk",
            "run_wgrad", "walk_grid", "walk_plan", "wgrad_plan"]
 
@@ -54,6 +54,7 @@ BOTH_CHUNKS = 2
 chunk in registers over the whole walk."""
 WGRAD_BLOCKS_PER_SM = 4              # at most; fewer where shared memory holds fewer
 MIN_WALK_MACS = 1 << 22    # below: scc_tc (a few blocks' latency; the walk's fill alone)
+MAX_LIST = 8 * WALK_THREADS  # a filter list's entries at most (scc_tc_walk's KL a thread)
 WALK_SMEM = 113 * 1024     # two blocks an SM at least
 BLOCK_SMEM = 1024          # shared memory the GPU keeps for each block (sm_80 and later)
 
@@ -94,10 +95,10 @@ class WalkTile:
         """Dynamic shared-memory bytes over a reduction of ``depth`` rows (a multiple of
         the chunk): the split weights (two floats a value), the ring, each stage's pixel
         offsets (8 bytes a column), three words a row (channel, window place, bias) and,
-        in modes 1 and 2, the filter list (a word an entry)."""
+        in modes 1 and 2, the filter list (two words an entry: filter, window start)."""
         _, _, kc, stages = self.shape
         return 4 * (depth * self.rows * 2 + stages * kc * (self.cols + 8)
-                    + 2 * stages * self.cols + 3 * self.rows + (depth if self.mode else 0)
+                    + 2 * stages * self.cols + 3 * self.rows + (2 * depth if self.mode else 0)
                     + self.xbufs * self.rows * (self.cols + 4))
 
 
@@ -160,7 +161,8 @@ def walk_plan(geom: SCCGeometry, pixels: int, mode: int, rows: int, *,
         lists = np.diff(data_tiles(geom, rows)[0])
         longest = max(int(np.max(lists)), 1)
     chunks = [(cdiv(longest, kc) * kc, i, kc) for i, (kc, _) in enumerate(WALK_CHUNKS)
-              if mode != 2 or cdiv(longest, kc) <= BOTH_CHUNKS]
+              if (mode != 2 or cdiv(longest, kc) <= BOTH_CHUNKS)
+              and (mode == 0 or cdiv(longest, kc) * kc <= MAX_LIST)]
     if not chunks:
         return None
     depth, _, kc = min(chunks)
@@ -230,15 +232,15 @@ def run_walk(plan: tuple[WalkTile, int], src, w, geom: SCCGeometry, bias, relu: 
     device = src.device.id
     order, sorted_starts = device_tables(geom, device, "sorted")
     if tile.mode == 0:
-        starts, tile_ptr, tile_k = sorted_starts, order, order
+        starts, lengths, lists = sorted_starts, order, order
     else:
-        (starts,) = device_tables(geom, device, "starts")
-        tile_ptr, tile_k = device_tables(geom, device, "tiles", tile.rows)
+        starts = sorted_starts
+        lengths, lists = device_tables(geom, device, "lists", tile.rows, depth)
     if carry is not None and not carries(plan, geom, q, carry[3]):
         raise ValueError(f"scc_tc_walk cannot carry a reduction of {carry[3]} values")
     c_src, c_out, c_splits, c_size = carry or (None, None, 0, 0)
     launch(cuda.kernel_ref(FILE, tile.name), (*walk_grid(plan, geom, q), 1), (WALK_THREADS,),
-           (w, src, order, starts, tile_ptr, tile_k, ptr(bias), out, ptr(c_src), ptr(c_out),
+           (w, src, order, starts, lengths, lists, ptr(bias), out, ptr(c_src), ptr(c_out),
             ptr(x), ptr(gw), i32(geom.cin), i32(geom.cout), i32(geom.u), i32(h * wd), i32(q),
             i32(depth), i32(bool(relu)), i32(c_splits), i32(c_size)),
            smem=_pinned_smem(tile.smem(depth), _per_sm(tile.blocks_per_sm, tile.smem(depth))))

@@ -76,16 +76,37 @@ def channel_map(geom: SCCGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ptr_, (widx[order] // geom.u).astype(np.int32), widx[order].astype(np.int32)
 
 
+def padded_lists(geom: SCCGeometry, rows: int, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`data_tiles`' filter lists padded to ``stride`` entries a tile: ``(lengths
+    (tiles,), pairs (tiles, stride, 2))``, int32, each entry (filter, its window start),
+    (-1, 0) past a list's length.  A block finds its list at ``tile · stride`` with no
+    read of a pointer first, and an entry's start beside its filter."""
+    ptr_, filters = data_tiles(geom, rows)
+    lengths = np.diff(ptr_).astype(np.int32)
+    if stride < int(lengths.max(initial=0)):
+        raise ValueError(f"stride {stride} is shorter than the longest filter list "
+                         f"({int(lengths.max())})")
+    pairs = np.zeros((lengths.size, stride, 2), dtype=np.int32)
+    pairs[..., 0] = -1
+    tile = np.repeat(np.arange(lengths.size), lengths)
+    at = np.arange(filters.size) - ptr_[tile]
+    pairs[tile, at, 0] = filters
+    pairs[tile, at, 1] = geom.starts()[filters]
+    return lengths, pairs
+
+
 @functools.cache   # never evicted: captured CUDA graphs hold these addresses
-def device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0):
+def device_tables(geom: SCCGeometry, device: int, which: str, rows: int = 0, stride: int = 0):
     """A table of ``geom`` on GPU ``device``, made once: ``"sorted"``, ``"starts"`` (the
-    window start of each filter), ``"tiles"`` (of ``rows`` channels), ``"map"`` or
-    ``"wgrad"`` (the wide weight gradient's tiles and blocks)."""
+    window start of each filter), ``"tiles"`` (of ``rows`` channels), ``"lists"`` (their
+    lists padded to ``stride``, :func:`padded_lists`), ``"map"`` or ``"wgrad"`` (the wide
+    weight gradient's tiles and blocks)."""
     import cupy
 
     host = {"sorted": lambda: sorted_filters(geom),
             "starts": lambda: (geom.starts().astype(np.int32),),
             "tiles": lambda: data_tiles(geom, rows),
+            "lists": lambda: padded_lists(geom, rows, stride),
             "map": lambda: channel_map(geom),
             "wgrad": lambda: filter_tiles(geom)[:2]}[which]()
     with cupy.cuda.Device(device):

@@ -252,6 +252,11 @@ def main(argv=None) -> int:
                                "us", note="the tuner's graph-replay time of one GEMM")
             if t.onepass is not None:
                 rs.add(case, "ours", "onepass_backward_us", t.onepass, "us")
+            for name in ("carried", "both", "carried_layer", "both_layer"):
+                if getattr(t, name) is not None:
+                    rs.add(case, "ours", f"{name}_us", getattr(t, name), "us",
+                           note="the tuner's graph-replay time: both gradients walking, "
+                                "carried or in one walk; _layer: after the forward")
         _check(cp, g, x, w, gy, rs, case)
         for impl, (fwd, bwd) in _runners(cp, torch, g, x, w, gy).items():
             fw = "torch" if impl == "torch-gpw" else "cupy"

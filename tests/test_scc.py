@@ -696,7 +696,7 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
     v = t.verdicts()
     assert [v[s]["tc"] for s in ("forward", "data", "weight")] == [False, True, True]
     assert v["backward"] == {"path": "parts", "onepass_us": 30.0, "parts_us": 23.0,
-                             "walk_us": None}
+                             "walk_us": None, "carried_layer_us": None, "both_layer_us": None}
     assert PathTimes(1, 2, 3, 4, 50, 60, 40).verdicts()["backward"]["path"] == "onepass"
     assert PathTimes(1, 2, 3, 4, 5, 6, None).verdicts()["backward"]["path"] == "parts"
     # both gradients in one walk where it beats the others; the carried pair counts as
@@ -710,7 +710,14 @@ def test_the_tensor_core_verdicts_are_keyed_read_and_refused_when_malformed(monk
         "onepass")
     pair = PathTimes(1, 2, 30, 40, 50, 60, None, data_walk=20, weight_walk=25, carried=41,
                      both=43).verdicts()["backward"]
-    assert pair == {"path": "parts", "parts_us": 41, "onepass_us": None, "walk_us": 43}
+    assert pair == {"path": "parts", "parts_us": 41, "onepass_us": None, "walk_us": 43,
+                    "carried_layer_us": None, "both_layer_us": None}
+    # against the carried pair, the times after the forward decide, whatever alone says
+    walks = dict(data_walk=20, weight_walk=25, carried=41)
+    assert PathTimes(1, 2, 30, 40, 50, 60, None, **walks, both=35, carried_layer=50,
+                     both_layer=53).verdicts()["backward"]["path"] == "parts"
+    assert PathTimes(1, 2, 30, 40, 50, 60, None, **walks, both=40.5, carried_layer=50,
+                     both_layer=49).verdicts()["backward"]["path"] == "walk"
     apart = PathTimes(1, 2, 30, 40, 50, 45, None, data_walk=20, carried=41, both=64)
     assert apart.verdicts()["backward"]["parts_us"] == 65    # the weight gradient on scc_tc
     rowed = PathTimes(10, 12, 9, 8, 20, 15, 30, data_walk=7.0, data_rows=32).verdicts()

@@ -44,6 +44,8 @@ class PathTimes:
     weight_walk: float | None = None
     carried: float | None = None        # both walking gradients, the shares carried
     both: float | None = None           # both gradients in one walk (scc_tc.run_both)
+    carried_layer: float | None = None  # those two after the fastest forward, in one graph
+    both_layer: float | None = None
     data_rows: int | None = None        # the input gradient's walk: its fastest block rows
 
     def best(self, side: str) -> tuple[str, float]:
@@ -69,13 +71,31 @@ class PathTimes:
             parts = min(parts, self.carried)
         ways = {"parts": parts, "onepass": self.onepass}
         path = min((k for k, v in ways.items() if v is not None), key=lambda k: ways[k])
-        # Both gradients in one walk only where it wins clearly: alone it can tie the
-        # others and still lose in the layer's graph (docs/notes/scc_conv.md).
-        if self.both is not None and self.both * (1 + BOTH_MARGIN) < ways[path]:
-            path = "walk"
+        # Both gradients in one walk against the carried pair: as they run, after the
+        # forward (alone one can win by 5 % and lose the layer by 8 %: docs/notes/
+        # scc_conv.md); against anything else, only where it wins clearly alone.
+        if self.both is not None:
+            if (path == "parts" and parts == self.carried
+                    and None not in (self.both_layer, self.carried_layer)):
+                wins = self.both_layer < self.carried_layer
+            else:
+                wins = self.both * (1 + BOTH_MARGIN) < ways[path]
+            if wins:
+                path = "walk"
         ways["walk"] = self.both
-        out["backward"] = {"path": path, **{f"{k}_us": v for k, v in ways.items()}}
+        out["backward"] = {"path": path, **{f"{k}_us": v for k, v in ways.items()},
+                           "carried_layer_us": self.carried_layer,
+                           "both_layer_us": self.both_layer}
         return out
+
+
+def _forward(times: dict, x, w, geom: SCCGeometry, y):
+    """The forward on the kernels ``times`` found fastest, as a callable."""
+    kind = min((k for k in ("fma", "tc", "walk") if times.get(f"forward_{k}") is not None),
+               key=lambda k: times[f"forward_{k}"])
+    if kind == "fma":
+        return lambda: scc_conv.scc_conv2d(x, w, geom, path="fma", out=y)
+    return lambda: scc_tc.run_forward(x, w, geom, None, False, y, walk=kind == "walk")
 
 
 def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTimes:
@@ -133,10 +153,16 @@ def tune(geom: SCCGeometry, shape, *, repeat: int = 20, seed: int = 0) -> PathTi
         onepass = t(lambda: scc_fused.scc_conv2d_backward(x, gy, w, geom, path="onepass",
                                                           out_x=gx, out_w=gw))
     rows = times.get("data_rows")   # the rows just timed fastest, not yet stored
-    if scc_tc.run_backward(x, gy, w, geom, gx, gw, rows=rows):   # where the pair carries
-        times["carried"] = t(lambda: scc_tc.run_backward(x, gy, w, geom, gx, gw, rows=rows))
+    carried = lambda: scc_tc.run_backward(x, gy, w, geom, gx, gw, rows=rows)  # noqa: E731
+    both = lambda: scc_tc.run_both(x, gy, w, geom, gx, gw)                    # noqa: E731
+    if carried():                   # where the pair carries
+        times["carried"] = t(carried)
     if scc_tc.both_plan(geom, q) is not None:
-        times["both"] = t(lambda: scc_tc.run_both(x, gy, w, geom, gx, gw))
+        times["both"] = t(both)
+    if "carried" in times and "both" in times:
+        forward = _forward(times, x, w, geom, y)
+        times["carried_layer"] = t(lambda: (forward(), carried()))
+        times["both_layer"] = t(lambda: (forward(), both()))
     result = PathTimes(onepass=onepass, **times)
     for side, value in result.verdicts().items():
         tunecache.store(scc_tc.decision_key(geom, n * h * wd, h * wd, side), value)

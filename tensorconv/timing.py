@@ -4,7 +4,10 @@ benchmarks time kernels.
 * :func:`time_events` — eager calls, one event pair around each; includes the
   Python and launch overhead a user pays when calling the op directly.
 * :func:`time_graph` — the calls captured once into a CUDA graph and replayed;
-  per-call time with launch overhead removed (the kernel-level figure).
+  per-call time with launch overhead removed (the kernel-level figure).  Each replay
+  is queued behind a short hold of the stream (``kernels_cu/timing_hold.cu``), so the
+  host's launch of the replay is not counted either (``hold_us=0`` counts it, as an
+  end-to-end latency would).
 
 Both warm up first and report the median over repeats with the spread.  The
 same helpers time PyTorch callables (cuDNN baselines, :mod:`tensorconv.bench`)
@@ -60,6 +63,9 @@ class _CupyClock:
         end.synchronize()
         return self.cp.cuda.get_elapsed_time(start, end)
 
+    def hold(self, ns: int) -> None:
+        _hold(self.cp, self.cp.cuda.get_current_stream(), ns)
+
     def capture(self, fn, calls: int, programmatic: bool):
         stream = self.cp.cuda.Stream(non_blocking=True)
         with stream:
@@ -88,6 +94,10 @@ class _TorchClock:
         end.synchronize()
         return start.elapsed_time(end)
 
+    def hold(self, ns: int) -> None:
+        cp = backend.require_cuda("GPU timing")
+        _hold(cp, cp.cuda.ExternalStream(self.torch.cuda.current_stream().cuda_stream), ns)
+
     def capture(self, fn, calls: int, programmatic: bool):
         if programmatic:
             raise ValueError("programmatic edges are ours: time PyTorch with programmatic=False")
@@ -103,6 +113,15 @@ class _TorchClock:
             for _ in range(calls):
                 fn()
         return _Replay(graph.replay, None)
+
+
+def _hold(cp, stream, ns: int) -> None:
+    """Queue ``tc_hold`` on ``stream``: it stays busy for ``ns`` nanoseconds."""
+    from tensorconv import cuda
+
+    kernel = cuda.get_kernel("timing_hold.cu", "tc_hold")
+    with stream:
+        kernel((1,), (1,), (np.uint64(ns),))
 
 
 class _Replay:
@@ -135,30 +154,47 @@ def time_events(fn, *, warmup: int = 10, repeat: int = 100, framework: str = "cu
     return Timing.from_samples(samples, "events")
 
 
+HOLD_US = 100.0
+"""How long :func:`time_graph` holds the stream before each replay's start event: longer
+than the host takes to record the event and launch the replay."""
+
+
 def time_graph(fn, *, warmup: int = 3, repeat: int = 30, calls_per_graph: int = 20,
-               framework: str = "cupy", programmatic: bool = False) -> Timing:
+               framework: str = "cupy", programmatic: bool = False,
+               hold_us: float = HOLD_US) -> Timing:
     """Per-call time of ``fn`` replayed from a CUDA graph of ``calls_per_graph`` calls.
 
     ``fn`` must not allocate device memory on the first call after its warm-up
     (pass preallocated outputs) and must not call cuBLAS under CuPy 14, which
     refuses cuBLAS during stream capture.  ``programmatic`` makes the graph's
     edges between our kernels programmatic, as the inference engine's are
-    (:mod:`tensorconv.graph`).
+    (:mod:`tensorconv.graph`).  ``hold_us``: the stream is held that long before each
+    replay's start event, so the replay is queued when the stream reaches it and the
+    host's launch of it is not timed (each sample waits for its replay, so without the
+    hold the stream is idle at the start event and the launch lands inside the
+    interval); 0 times the launch too.
     """
+    if not hold_us >= 0:
+        raise ValueError(f"hold_us must be >= 0, got {hold_us!r}")
     clock = _clock(framework)
     replay = clock.capture(fn, calls_per_graph, programmatic)
+    hold_ns = int(round(1e3 * hold_us))
+
+    def timed():
+        a, b = clock.event(), clock.event()
+        if hold_ns:
+            clock.hold(hold_ns)
+        clock.record(a)
+        replay.launch()
+        clock.record(b)
+        return a, b
 
     def once() -> float:
-        a, b = clock.event(), clock.event()
         if replay.stream is not None:
             with replay.stream:
-                clock.record(a)
-                replay.launch()
-                clock.record(b)
+                a, b = timed()
         else:
-            clock.record(a)
-            replay.launch()
-            clock.record(b)
+            a, b = timed()
         return 1e3 * clock.elapsed_ms(a, b) / calls_per_graph
 
     for _ in range(warmup):

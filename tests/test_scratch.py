@@ -64,6 +64,9 @@ def test_time_graph_drops_its_streams_buffer_once_timed(monkeypatch):
         def elapsed_ms(self, a, b):
             return 1.0
 
+        def hold(self, ns):
+            pass
+
         def capture(self, fn, calls, programmatic):
             with stream:
                 fn()

@@ -74,3 +74,34 @@ def test_timers_return_finite_positive_times():
     assert all(math.isfinite(v) and v > 0 for v in sync.values())
     with pytest.raises(ValueError, match="steps"):
         bench.sync_floor(steps=3)
+
+
+def test_the_hold_keeps_its_stream_busy_for_as_long_as_asked():
+    import cupy as cp
+
+    clock = timing._CupyClock()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record()
+    clock.hold(200_000)
+    b.record()
+    assert clock.elapsed_ms(a, b) >= 0.2
+
+
+def test_graph_times_leave_the_hosts_launch_of_each_replay_out():
+    """One empty kernel a replay: timed with the launch, the host's launch call lies
+    inside the interval; behind the hold, only the GPU's replay does."""
+    kernel = cuda.get_kernel("launch_floor.cu", "empty_kernel")
+    run = lambda: kernel((1,), (32,), ())                        # noqa: E731
+    plain = timing.time_graph(run, repeat=50, calls_per_graph=1, hold_us=0)
+    held = timing.time_graph(run, repeat=50, calls_per_graph=1)
+    assert held.median_us < plain.median_us
+
+
+def test_pytorch_graph_times_take_the_hold_too():
+    torch = pytest.importorskip("torch")
+    if not bench.torch_cudnn_available():
+        pytest.skip("PyTorch without CUDA")
+    a = torch.ones(1 << 16, device="cuda")
+    b = torch.empty_like(a)
+    t = timing.time_graph(lambda: b.copy_(a), repeat=5, calls_per_graph=2, framework="torch")
+    assert math.isfinite(t.median_us) and t.median_us > 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import backend
+from tensorconv import backend, cuda
 from tensorconv import graph as captured_graph
 from tensorconv.scratch import release_workspace
 
@@ -117,8 +117,6 @@ class _TorchClock:
 
 def _hold(cp, stream, ns: int) -> None:
     """Queue ``tc_hold`` on ``stream``: it stays busy for ``ns`` nanoseconds."""
-    from tensorconv import cuda
-
     kernel = cuda.get_kernel("timing_hold.cu", "tc_hold")
     with stream:
         kernel((1,), (1,), (np.uint64(ns),))

@@ -175,7 +175,8 @@ def test_tiled_op_modules_follow_the_skeleton(module):
 
 @pytest.mark.parametrize("file", sorted(p.name for p in KERNELS.glob("*.cu")))
 def test_every_kernel_file_has_an_op_module(file):
-    assert file in ops.FAMILIES or file == "launch_floor.cu"  # bench's launch floor only
+    # the launch floor (bench) and the graph timings' hold (timing) are measuring tools
+    assert file in ops.FAMILIES or file in ("launch_floor.cu", "timing_hold.cu")
 
 
 @pytest.mark.parametrize("module", ops.FAMILIES.values(), ids=lambda m: m.FILE)

@@ -112,21 +112,26 @@ def test_thin_layers_and_grey_stems_take_the_direct_forward():
     def choice(x, w, mode=0, **kw):
         return direct_conv.choose_algorithm(conv_geometry(x, w, padding=w[2] // 2, **kw),
                                             mode, facts)
-    # one input channel at a training batch: off the depthwise kernels (its weight
-    # gradient stays there), thin filters on the direct kernel, 64 on the tensor cores
+    # one input channel with many outputs: off the depthwise kernels (its weight gradient
+    # stays there), thin filters on the direct kernel, 64 on the tensor cores
     assert choice((128, 1, 32, 32), (16, 1, 3, 3)) == "direct"
     assert choice((128, 1, 32, 32), (32, 1, 3, 3)) == "direct"
     assert choice((128, 1, 32, 32), (64, 1, 3, 3)) == "igemm_tf32x3"
     assert choice((128, 1, 32, 32), (16, 1, 3, 3), mode=2) == "depthwise"
-    assert choice((16, 1, 32, 32), (4, 1, 3, 3)) == "direct"   # STEM_PIXELS exactly
-    assert choice((15, 1, 32, 32), (64, 1, 3, 3)) == "depthwise"
+    assert choice((64, 1, 32, 32), (4, 1, 3, 3)) == "direct"   # STEM_OUTPUTS exactly
+    assert choice((63, 1, 32, 32), (4, 1, 3, 3)) == "depthwise"
     assert choice((1, 1, 32, 32), (64, 1, 3, 3)) == "depthwise"
-    # 16 filters over a reduction of up to 100, 32 over up to 18, wider than 1x1
+    assert choice((16, 1, 32, 32), (64, 1, 3, 3)) == "direct"   # the GEMM would be fp32
+    # 16 filters over a reduction of up to 100, 32 over up to 18, wider than 1x1; any
+    # number over up to 100 where the tensor cores are not worth it
     assert choice((128, 3, 32, 32), (16, 3, 3, 3)) == "direct"
     assert choice((128, 4, 32, 32), (16, 4, 5, 5)) == "direct"
     assert choice((128, 16, 32, 32), (16, 16, 3, 3)) == "igemm_tf32x3"
     assert choice((128, 2, 32, 32), (32, 2, 3, 3)) == "direct"
     assert choice((128, 3, 32, 32), (32, 3, 3, 3)) == "igemm_tf32x3"
+    assert choice((1, 3, 32, 32), (64, 3, 3, 3)) == "direct"
+    assert choice((1, 16, 32, 32), (64, 16, 3, 3)) == "igemm"
+    assert choice((1, 16, 32, 32), (64, 16, 1, 1)) == "igemm"
     assert choice((128, 16, 32, 32), (16, 16, 1, 1)) == "igemm_tf32x3"
     assert choice((128, 8, 32, 32), (8, 8, 1, 1)) == "direct"   # under 16 filters: any q
     assert choice((128, 3, 32, 32), (16, 3, 3, 3), mode=1) != "direct"   # forward only

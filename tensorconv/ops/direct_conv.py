@@ -87,41 +87,47 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     return [default_tile(p, facts)]
 
 
-STEM_PIXELS = 1 << 14
-"""Output pixels (N x OH x OW) from which a one-channel forward (``C == groups == 1``:
-a stem on grey images) leaves the depthwise kernels, which run it as one channel times
-K filters, for the direct kernel or the implicit GEMM: on the H200 at 128 x 32 x 32 the
-depthwise forward took 1.1-4.7x their time (K 4-64), at batch 1 it won by 0.7 µs
-(``docs/notes/training_speed.md``)."""
+STEM_OUTPUTS = 1 << 18
+"""Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
+a stem on grey images) leaves the depthwise kernels, which run it as one channel times K
+filters, for the direct kernel or the implicit GEMM.  On the H200 (32x32 maps, K 4-64)
+the depthwise forward won below about this many (by up to 0.8 µs) and lost above it, by
+1.1-4.7x at batch 128 (``docs/notes/training_speed.md``)."""
 
 
-def _direct_wins(geom: ConvGeometry) -> bool:
-    """Whether the direct kernel is the forward's default: the groups' output channels
-    ``kg`` and reduction ``q = C/groups x R x S`` both thin (the grid of
-    ``docs/notes/training_speed.md``: ``kg`` under 16 at any ``q``; 16 with ``q`` up to
-    100, and 32 with ``q`` up to 18, for filters wider than 1x1, where the implicit GEMM's
-    16-deep slices and 64- or 128-wide tiles are mostly padding), on maps of 8x8 or more
-    or in groups (not a classifier's 1x1)."""
+def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
+    """Whether the direct kernel is the forward's default rather than ``gemm`` (the
+    implicit GEMM the layer would take).  Where the groups' output channels ``kg`` or the
+    reduction ``q = C/groups x R x S`` are thin, the GEMM's 16-deep slices and 64- or
+    128-wide tiles are mostly padding (the H200 grid of ``docs/notes/training_speed.md``):
+    ``kg`` under 16; and for filters wider than 1x1, ``kg`` 16 with ``q`` up to 100, ``kg``
+    32 with ``q`` up to 18, or any ``kg`` with ``q`` up to 100 where ``gemm`` is the fp32
+    ``"igemm"`` (a layer too small for the tensor cores).  Maps of 8x8 or more, or groups
+    (not a classifier's 1x1)."""
     if not (geom.groups > 1 or geom.oh * geom.ow >= 64):
         return False
     kg, q = geom.k // geom.groups, (geom.c // geom.groups) * geom.r * geom.s
-    return kg < 16 or (geom.r * geom.s > 1 and ((kg <= 16 and q <= 100) or (kg <= 32 and q <= 18)))
+    if kg < 16:
+        return True
+    return geom.r * geom.s > 1 and ((kg <= 16 and q <= 100) or (kg <= 32 and q <= 18)
+                                    or (gemm == "igemm" and q <= 100))
 
 
 def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
     """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
     current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`
-    (but a one-channel forward of :data:`STEM_PIXELS` output pixels or more); ``"direct"``
+    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more); ``"direct"``
     for another forward where :func:`_direct_wins`; else the tensor-core
     ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
-    stem = mode == 0 and geom.c == geom.groups == 1 and geom.n * geom.oh * geom.ow >= STEM_PIXELS
+    stem = (mode == 0 and geom.c == geom.groups == 1
+            and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS)
     if depthwise_conv.supported(geom) is None and not stem:
         return "depthwise"
-    if mode == 0 and _direct_wins(geom):
-        return "direct"
     facts = facts or backend.device_facts()
-    return ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
+    gemm = ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
             else "igemm")
+    return "direct" if mode == 0 and _direct_wins(geom, gemm) else gemm
+
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:

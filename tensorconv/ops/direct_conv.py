@@ -91,7 +91,7 @@ STEM_OUTPUTS = 1 << 18
 """Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
 a stem on grey images) leaves the depthwise kernels, which run it as one channel times K
 filters, for the direct kernel or the implicit GEMM.  On the H200 (32x32 maps, K 4-64)
-the depthwise forward won below about this many (by up to 0.8 µs) and lost above it, by
+the depthwise forward won below about this many (by up to 1.0 µs) and lost above it, by
 1.1-4.7x at batch 128 (``docs/notes/training_speed.md``)."""
 
 

@@ -38,6 +38,7 @@ from tensorconv.checks import (
 )
 from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3
 from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr
+from tensorconv.ops.conv_algorithm import choose_algorithm
 from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
@@ -85,49 +86,6 @@ def supported(p: Problem) -> str | None:
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     """The ``"direct"`` tiles: this kernel is not tuned, so its heuristic tile alone."""
     return [default_tile(p, facts)]
-
-
-STEM_OUTPUTS = 1 << 18
-"""Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
-a stem on grey images) leaves the depthwise kernels, which run it as one channel times K
-filters, for the direct kernel or the implicit GEMM.  On the H200 (32x32 maps, K 4-64)
-the depthwise forward won below about this many (by up to 1.0 µs) and lost above it, by
-1.1-4.7x at batch 128 (``docs/notes/training_speed.md``)."""
-
-
-def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
-    """Whether the direct kernel is the forward's default rather than ``gemm`` (the
-    implicit GEMM the layer would take).  Where the groups' output channels ``kg`` or the
-    reduction ``q = C/groups x R x S`` are thin, the GEMM's 16-deep slices and 64- or
-    128-wide tiles are mostly padding (the H200 grid of ``docs/notes/training_speed.md``):
-    ``kg`` under 16; and for filters wider than 1x1, ``kg`` 16 with ``q`` up to 100, ``kg``
-    32 with ``q`` up to 18, or any ``kg`` with ``q`` up to 100 where ``gemm`` is the fp32
-    ``"igemm"`` (a layer too small for the tensor cores).  Maps of 8x8 or more, or groups
-    (not a classifier's 1x1)."""
-    if not (geom.groups > 1 or geom.oh * geom.ow >= 64):
-        return False
-    kg, q = geom.k // geom.groups, (geom.c // geom.groups) * geom.r * geom.s
-    if kg < 16:
-        return True
-    return geom.r * geom.s > 1 and ((kg <= 16 and q <= 100) or (kg <= 32 and q <= 18)
-                                    or (gemm == "igemm" and q <= 100))
-
-
-def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
-    """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
-    current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`
-    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more); ``"direct"``
-    for another forward where :func:`_direct_wins`; else the tensor-core
-    ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
-    stem = (mode == 0 and geom.c == geom.groups == 1
-            and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS)
-    if depthwise_conv.supported(geom) is None and not stem:
-        return "depthwise"
-    facts = facts or backend.device_facts()
-    gemm = ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
-            else "igemm")
-    return "direct" if mode == 0 and _direct_wins(geom, gemm) else gemm
-
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:

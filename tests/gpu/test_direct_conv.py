@@ -173,3 +173,18 @@ def test_residual_epilogue(rng, algorithm, splits, k, groups):
     with pytest.raises(ValueError, match="residual has shape"):
         ops.conv2d(cp.asarray(x), cp.asarray(w), groups=groups, residual=cp.asarray(res),
                    out=out, algorithm=algorithm)
+
+
+@pytest.mark.parametrize("xs, ws, want", [
+    ((128, 1, 32, 32), (16, 1, 3, 3), "direct"),      # a grey stem at a training batch
+    ((16, 1, 32, 32), (64, 1, 3, 3), "direct"),       # too small for the tensor cores
+    ((4, 1, 30, 30), (8, 1, 3, 3), "depthwise"),      # under STEM_OUTPUTS
+    ((64, 3, 17, 19), (16, 3, 3, 3), "direct"),
+    ((2, 3, 33, 31), (64, 3, 5, 5), "direct"),
+])
+def test_thin_and_grey_forwards_take_their_measured_default(rng, xs, ws, want):
+    """The defaults ops.conv_algorithm measured for thin forwards, poisoned and checked."""
+    kw = {"padding": ws[2] // 2}
+    assert direct_conv.choose_algorithm(conv_geometry(xs, ws, **kw)) == want
+    _check(rng, xs, ws, kw, relu=True)
+

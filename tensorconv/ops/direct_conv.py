@@ -2,14 +2,14 @@
 
 The convolution every layer of the toolkit can fall back on: any filter, stride,
 padding, dilation and groups, any batch; the training loops run all three passes here.
-Four algorithms (:func:`choose_algorithm` picks):
+Four algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
 
 * ``"igemm_tf32x3"`` — the tensor-core implicit GEMM at fp32 accuracy
   (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
 * ``"igemm"`` — implicit GEMM with 64x64 fp32 register tiles and a split reduction for
   layers whose output is too small to fill the GPU (batch 1, deep layers).
 * ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the right shape
-  for thin grouped convolutions (forward only).
+  for thin grouped convolutions and thin reductions such as a stem's (forward only).
 * ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
 
 Bias, residual and ReLU are fused into the forward; the implicit GEMMs compute the

@@ -48,6 +48,16 @@
 // split order (deterministic) and runs the epilogue; with one split the epilogue (bias,
 // residual, ReLU: forward only) runs here.
 //
+// HALO (modes 0 and 1, filters of three taps or more): the block's 128 columns are whole
+// output planes (planes of at most 128 pixels) or whole rows of one plane, so the source
+// pixels they reach form a box per image and channel (Halo).  The reduction keeps its
+// order (A is copied as above), zero-padded to chunks of 16 channels x every tap; a chunk's
+// box is copied once, into a ring of two, with the chunk's first slice, and each slice
+// reads its B values from it: row q of the chunk at a table's offset (its channel's box,
+// moved to its tap), column n at the pixel's.  A 3x3 layer copies about a fifth of the B
+// values the gather copies, and copies, not products, bound the gather at one tf32 pass
+// (docs/notes/igemm_tf32x3.md).
+//
 // Launch geometry, the split and the checks belong to tensorconv/ops/igemm_tf32x3.py; what
 // was tried and how fast: docs/notes/igemm_tf32x3.md.
 #include "tc_cluster.cuh"
@@ -96,11 +106,38 @@ struct Phase {
         taps = a < R ? (R - a + s - 1) / s : 0;
     }
 };
+
+// The halo path's channel stride in shared memory: the smallest word count >= e that is
+// 8 mod 32, so that the fragment reads of four channels (lane t) and eight pixels (lane
+// g) fall on distinct banks.  tensorconv/ops/igemm_tf32x3.py sizes the ring with it.
+__device__ __forceinline__ int halo_stride(int e) { return (e + 23) / 32 * 32 + 8; }
+
+// The halo path's tile over an output plane of oh x ow pixels: ti whole planes (when a
+// plane has at most 128 pixels) or tr rows of one plane, and the source box they reach,
+// hr x hw pixels per image and channel, e words in all (the op caps e at 2 x THREADS).
+// sh, sw: the source pixels between adjacent outputs (mode 1: 1).
+struct Halo {
+    int ti, tr, hr, hw, e, cs, img0, row0;
+    __device__ Halo(int oh, int ow, int R, int S, int sh, int sw, int dh, int dw, int block) {
+        const int plane = oh * ow;
+        if (plane <= BN) { ti = BN / plane; tr = oh; } else { ti = 1; tr = BN / ow; }
+        hr = (tr - 1) * sh + (R - 1) * dh + 1;
+        hw = (ow - 1) * sw + (S - 1) * dw + 1;
+        e = ti * hr * hw;
+        cs = halo_stride(e);
+        const int tiles = (oh + tr - 1) / tr;   // tiles per image when ti == 1
+        img0 = ti > 1 ? block * ti : block / tiles;
+        row0 = ti > 1 ? 0 : (block - img0 * tiles) * tr;
+    }
+};
+constexpr int HALO_CHANNELS = BK;   // a chunk: one stage per tap
+constexpr int HALO_SLOTS = 2;       // boxes in flight (the op requires R * S >= the ring's lead)
+constexpr int HALO_POS = 2;         // box words a thread copies per channel, at most
 }  // namespace igtc
 
 // KR, KS: the filter size fixed at compile time (0: taken at run time), which turns the
 // reduction index's divisions by R*S and S into multiplications.
-template <int MODE, int KR, int KS, int BM, bool WG>
+template <int MODE, int KR, int KS, int BM, bool WG, bool HALO = false>
 __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm_tf32x3(
     const float* __restrict__ a_src,     // MODE 0, 1, 3: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1, 3: gy;  MODE 2: x
@@ -115,8 +152,10 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     tc::wait_prior_grids();
     using namespace igtc;
     using Sh = Shape<BM>;
+    static_assert(!HALO || MODE == 0 || MODE == 1, "the halo path: forward, stride-1 data gradient");
     constexpr bool B_KMAJOR = MODE != 2;
-    constexpr int A_WORDS = WG ? BM * BK : BM * LDK, B_WORDS = B_KMAJOR ? BK * LDN : BN * LDK;
+    constexpr int A_WORDS = WG ? BM * BK : BM * LDK;
+    constexpr int B_WORDS = HALO ? 0 : B_KMAJOR ? BK * LDN : BN * LDK;   // HALO: B is the box
     // The wgmma build at fp32 accuracy keeps A's remainders in a third part of the stage.
     constexpr int STAGE_WORDS = A_WORDS + B_WORDS + (WG && tf32x3::EXACT ? A_WORDS : 0);
 
@@ -134,8 +173,15 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const int PH = rows_ph.count * cols_ph.count, TAPS = rows_ph.taps * cols_ph.taps;
     const int M = DGRAD ? Cg : Kg;
     const int P = MODE == 0 ? N * OHW : MODE == 1 ? N * HW : MODE == 3 ? N * PH : Cg * RS;
-    const int Q = MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : MODE == 3 ? Kg * TAPS : N * OHW;
+    // The halo path reduces over chunks of 16 source channels (the last one zero-padded).
+    const int LIMC = MODE == 0 ? Cg : Kg;
+    const int Q = HALO ? (LIMC + HALO_CHANNELS - 1) / HALO_CHANNELS * HALO_CHANNELS * RS
+                : MODE == 0 ? Cg * RS : MODE == 1 ? Kg * RS : MODE == 3 ? Kg * TAPS : N * OHW;
     const int Mtot = DGRAD ? C : K;
+    // The halo path's output plane and tile (mode 1 is unstrided: one source pixel a step).
+    const int PHo = MODE == 0 ? OH : H, PWo = MODE == 0 ? OW : W;
+    const int hsh = MODE == 0 ? stride_h : 1, hsw = MODE == 0 ? stride_w : 1;
+    const Halo hal(PHo, PWo, R, S, hsh, hsw, dil_h, dil_w, blockIdx.x);
 
     const int g = blockIdx.y / m_tiles;
     const int m0 = (blockIdx.y % m_tiles) * BM;
@@ -164,7 +210,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     constexpr int B_COLS = 4;
     const int bc = tid % 32, br = tid / 32;
     int cpa[B_COLS], cpb[B_COLS], cbase[B_COLS];
-    if constexpr (MODE != 2) {
+    if constexpr (MODE != 2 && !HALO) {
         const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : PH;
         const int width = MODE == 0 ? OW : MODE == 1 ? W : cols_ph.count;
         const int src_c = MODE == 0 ? C : K, src_hw = MODE == 0 ? HW : OHW;
@@ -198,6 +244,26 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             btoff[i] = (g * Cg + c) * HW + bdr[i] * W + bds[i];
         }
     }
+    // The halo path: this thread copies box words tid + THREADS k of each channel; their
+    // source offsets (at the chunk's first channel: + channel x plane), -1 outside the
+    // tensor (zero-filled), are decoded once.
+    const int src_plane = MODE == 0 ? HW : OHW;
+    int hsrc[HALO ? HALO_POS : 1];
+    if constexpr (HALO) {
+        const int src_c = MODE == 0 ? C : K, src_h = MODE == 0 ? H : OH, src_w = MODE == 0 ? W : OW;
+        const int src_g = MODE == 0 ? g * Cg : g * Kg;
+        const int rb = MODE == 0 ? hal.row0 * stride_h - pad_h : hal.row0 + pad_h - (R - 1) * dil_h;
+        const int cb = MODE == 0 ? -pad_w : pad_w - (S - 1) * dil_w;
+        const int box = hal.hr * hal.hw;
+#pragma unroll
+        for (int k = 0; k < HALO_POS; ++k) {
+            const int pos = tid + k * THREADS, i = pos / box, y = (pos - i * box) / hal.hw;
+            const int ih = rb + y, iw = cb + (pos - i * box - y * hal.hw), img = hal.img0 + i;
+            const bool ok = pos < hal.e && img < N && (unsigned)ih < (unsigned)src_h
+                            && (unsigned)iw < (unsigned)src_w;
+            hsrc[k] = ok ? ((img * src_c + src_g) * src_h + ih) * src_w + iw : -1;
+        }
+    }
 
     // One slice's operands go straight from global to shared memory (cp.async, zero-filled
     // outside the tensors), STAGES - 1 slices ahead of the one being multiplied: a
@@ -207,20 +273,35 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     auto a_stage = [&](int st) { return smem + st * STAGE_WORDS; };
     auto b_stage = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS; };
     auto a_small = [&](int st) { return smem + st * STAGE_WORDS + A_WORDS + B_WORDS; };
+    auto halo_slot = [&](int chunk) {
+        return smem + RING * STAGE_WORDS + (chunk % HALO_SLOTS) * HALO_CHANNELS * hal.cs;
+    };
+    // The halo path's chunk: HALO_Q reduction rows, row ql at box offset ktab[ql] (its
+    // channel's box plus its tap's move), the same in every chunk; made here, published by
+    // the ring's first barrier.
+    const int HALO_Q = HALO_CHANNELS * RS;
+    int* ktab = reinterpret_cast<int*>(smem + RING * STAGE_WORDS + HALO_SLOTS * HALO_CHANNELS * hal.cs);
+    if constexpr (HALO) {
+        for (int ql = tid; ql < HALO_Q; ql += THREADS) {
+            const int ch = ql / RS, tap = ql - ch * RS, r = tap / S, s_ = tap - r * S;
+            ktab[ql] = ch * hal.cs + (MODE == 0 ? r * dil_h * hal.hw + s_ * dil_w
+                                                : (R - 1 - r) * dil_h * hal.hw + (S - 1 - s_) * dil_w);
+        }
+    }
     auto load = [&](int q0, int st) {
         float* as = a_stage(st);
-        float* bs = b_stage(st);
         const int qa = q0 + ak;
-        const bool qa_ok = qa < q_end;
+        // (the halo path's reduction is padded past the last channel: those q copy zeros)
+        const bool qa_ok = qa < q_end && (!HALO || qa < LIMC * RS);
         // A's element (m, qa) is a_src[a_base + m * a_step]: the reduction index is decoded
         // once a slice (mode 2: its (n, oh, ow), also B's), not once an element.
         int n2 = 0, rem2 = 0;
         size_t a_base = 0;
         int a_step = 0;
         if (qa_ok) {
-            if (MODE == 0) {
-                a_base = (size_t)g * Kg * Q + qa;
-                a_step = Q;
+            if (MODE == 0) {   // (w's rows are Cg * RS long: the halo path pads Q)
+                a_base = (size_t)g * Kg * Cg * RS + qa;
+                a_step = Cg * RS;
             } else if (MODE == 1) {
                 const int k = qa / RS, rs = qa - k * RS;
                 a_base = ((size_t)(g * Kg + k)) * Cg * RS + rs;
@@ -245,7 +326,24 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             tdcx::cp_async4(as + (WG ? wg_a_word(ml, ak) : ml * LDK + ak),
                             a_src + (ok ? a_base + (size_t)m * a_step : 0), ok);
         }
-        if constexpr (MODE == 2) {
+        if constexpr (HALO) {
+            const int chunk = q0 / HALO_Q;
+            if (q0 != chunk * HALO_Q) return;   // the chunk's box comes with its first slice
+            float* hs = halo_slot(chunk);
+            const int c0 = chunk * HALO_CHANNELS;
+#pragma unroll
+            for (int k = 0; k < HALO_POS; ++k) {
+                const int pos = tid + k * THREADS;
+                if (pos >= hal.e) continue;
+#pragma unroll
+                for (int ch = 0; ch < HALO_CHANNELS; ++ch) {
+                    const bool ok = hsrc[k] >= 0 && c0 + ch < LIMC;
+                    tdcx::cp_async4(hs + ch * hal.cs + pos,
+                                    ok ? b_src + hsrc[k] + (size_t)(c0 + ch) * src_plane : b_src, ok);
+                }
+            }
+        } else if constexpr (MODE == 2) {
+            float* bs = b_stage(st);
             const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
             const int ohs = oh * stride_h, ows = ow * stride_w;
             const float* corner = b_src + (size_t)n2 * C * HW + ohs * W + ows;
@@ -258,6 +356,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                                 ok ? corner + btoff[i] : b_src, ok);
             }
         } else {
+            float* bs = b_stage(st);
             const int lim_h = MODE == 0 ? H : OH, lim_w = MODE == 0 ? W : OW;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -308,6 +407,39 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     auto b_value = [&](const float* bs, int n, int k) {
         return B_KMAJOR ? bs[k * LDN + n] : bs[n * LDK + k];
     };
+    // The halo path: each fragment column's offset in the box (a column past the tile reads
+    // the box's first words, its products discarded by the epilogue) ...
+    constexpr int HCOLS = WG ? 2 : Sh::NT;
+    int hoff[HALO ? HCOLS : 1];
+    if constexpr (HALO) {
+        const int span = hal.tr * PWo;
+#pragma unroll
+        for (int j = 0; j < HCOLS; ++j) {
+            const int n = WG ? wrow_t + lg + 8 * j : wcol + 8 * j + lg;
+            const int i = n / span, rem = n - i * span, rr = rem / PWo, cc = rem - rr * PWo;
+            const bool ok = i < hal.ti && hal.img0 + i < N && hal.row0 + rr < PHo;
+            hoff[j] = ok ? (i * hal.hr + rr * hsh) * hal.hw + cc * hsw : 0;
+        }
+    }
+    // ... and slice `it`'s B: its stage, or its chunk's box (and the slice's first row in
+    // the chunk, bq).
+    auto b_of = [&](int it, int st, int& bq) -> const float* {
+        if constexpr (HALO) {
+            const int q0 = q_begin + it * BK, chunk = q0 / HALO_Q;
+            bq = q0 - chunk * HALO_Q;
+            return halo_slot(chunk);
+        } else {
+            bq = 0;
+            return b_stage(st);
+        }
+    };
+    // B's value at the slice's reduction row k, fragment column j (WG: half j), tile column n
+    auto b_frag = [&](const float* bs, int bq, int j, int n, int k) {
+        if constexpr (HALO)
+            return bs[ktab[bq + k] + hoff[j]];
+        else
+            return b_value(bs, n, k);
+    };
 
     if constexpr (WG) {
         // B's values are split (or rounded to tf32) as they are read, like the mma.sync
@@ -332,14 +464,17 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         // asm after that wait uses the set once more: the compiler may not reuse its
         // registers while the tensor cores still read them.
         unsigned frag[2][2][BK / 8][4] = {};   // [set][big, small][k8][register]
-        auto product = [&](int st, unsigned (&cur)[2][BK / 8][4], const unsigned (&prev)[2][BK / 8][4]) {
+        auto product = [&](int it, int st, unsigned (&cur)[2][BK / 8][4],
+                           const unsigned (&prev)[2][BK / 8][4]) {
             const float* as = a_stage(st);
-            const float* bs = b_stage(st);
+            int bq;
+            const float* bs = b_of(it, st, bq);
 #pragma unroll
             for (int kk = 0; kk < BK / 8; ++kk)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    float v = b_value(bs, wrow_t + lg + 8 * (e & 1), 8 * kk + lt + 4 * (e >> 1));
+                    float v = b_frag(bs, bq, e & 1, wrow_t + lg + 8 * (e & 1),
+                                     8 * kk + lt + 4 * (e >> 1));
                     float rest;
                     tf32x3::split(v, rest);
                     cur[0][kk][e] = __float_as_uint(v);
@@ -357,7 +492,14 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 wg::Tf32<BM>::mma(wacc, cur[0][kk], a_big);
             }
             wg::commit();
-            wg::wait<1>();   // the previous slice's products are done: its stage is free
+            // The previous slice's products are done: its stage is free.  The halo path waits
+            // for this slice's too: leaving them running gave wrong products (at fp32
+            // accuracy on most layers, at one tf32 pass on some data gradients), with or
+            // without asm fences pinning the fragments and accumulators (H200, 2026-11-29).
+            if constexpr (HALO)
+                wg::wait<0>();
+            else
+                wg::wait<1>();
 #pragma unroll
             for (int h = 0; h < (tf32x3::EXACT ? 2 : 1); ++h)
 #pragma unroll
@@ -369,18 +511,19 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             slices, [&](int it, int st) { load(q_begin + it * BK, st); },
             [&](int it, int st) {
                 if (it & 1)
-                    product(st, frag[1], frag[0]);
+                    product(it, st, frag[1], frag[0]);
                 else
-                    product(st, frag[0], frag[1]);
+                    product(it, st, frag[0], frag[1]);
             },
             landed);
         wg::wait<0>();
     } else {
         tdcx::cp_async_ring<STAGES>(
             slices, [&](int it, int st) { load(q_begin + it * BK, st); },
-            [&](int, int st) {
+            [&](int it, int st) {
                 const float* as = a_stage(st);
-                const float* bs = b_stage(st);
+                int bq;
+                const float* bs = b_of(it, st, bq);
 #pragma unroll
                 for (int k8 = 0; k8 < BK; k8 += 8)
                     tf32x3::k8_product(
@@ -390,7 +533,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                             return as[m * LDK + k8 + lt + 4 * (e >> 1)];
                         },
                         [&](int j, int h) {
-                            return b_value(bs, wcol + j * 8 + lg, k8 + lt + 4 * h);
+                            return b_frag(bs, bq, j, wcol + j * 8 + lg, k8 + lt + 4 * h);
                         });
             });
     }
@@ -404,7 +547,14 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const size_t row_step = split ? Ptot : plane;
     auto column = [&](int pl) -> long long {   // -1: past the GEMM's columns
         int p = p0 + pl;
-        if (p >= P) return -1;
+        if constexpr (HALO) {   // the tile's column -> its image, row and column
+            const int span = hal.tr * PWo, i = pl / span, rem = pl - i * span, rr = rem / PWo;
+            const int img = hal.img0 + i, row = hal.row0 + rr;
+            if (i >= hal.ti || img >= N || row >= PHo) return -1;
+            p = (img * PHo + row) * PWo + rem - rr * PWo;
+        } else if (p >= P) {
+            return -1;
+        }
         if (MODE == 3) {   // the phase's pixel -> its place in the whole output
             const int im = p / PH, rem = p - im * PH, jj = rem / cols_ph.count;
             const int hh = ph_a - pad_h + stride_h * (rows_ph.first + jj);
@@ -505,5 +655,21 @@ TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 128, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 
 TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 16, true)
 TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 32, true)
 TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64, false) TC_I_CONV2D_IGEMM_TF32X3(3, 3, 3, 64, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 64, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 128, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 16, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 32, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64, false, true) TC_I_CONV2D_IGEMM_TF32X3(0, 3, 3, 64, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 128, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 16, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 32, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 0, 0, 64, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 128, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 16, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 32, true, true)
+TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64, false, true) TC_I_CONV2D_IGEMM_TF32X3(1, 3, 3, 64, true, true)
 #undef TC_I_CONV2D_IGEMM_TF32X3
 #endif

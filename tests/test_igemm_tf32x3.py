@@ -170,3 +170,93 @@ def test_strided_data_gradient_runs_by_phase():
     assert igemm_tf32x3.problem(dilated, 1).mode == 1
     assert igemm_tf32x3.problem(conv_geometry((1, 8, 8, 8), (16, 8, 3, 3)), 1).mode == 1
     assert "stride > 1" in igemm_tf32x3.supported(igemm_tf32x3.Problem(dilated, 3))
+
+
+HALO_CASES = [  # (x shape, w shape, kwargs, mode): (images, rows, box rows, box cols, blocks)
+    ((128, 64, 32, 32), (64, 64, 3, 3), dict(padding=1), 0, (1, 4, 6, 34, 1024)),
+    ((128, 256, 8, 8), (256, 256, 3, 3), dict(padding=1), 1, (2, 8, 10, 10, 64)),
+    ((128, 512, 4, 4), (512, 512, 3, 3), dict(padding=1), 0, (8, 4, 6, 6, 16)),
+    ((3, 8, 14, 14), (8, 8, 3, 3), dict(padding=1), 0, (1, 9, 11, 16, 6)),
+    ((5, 8, 9, 9), (8, 8, 3, 3), dict(padding=1), 1, (1, 9, 11, 11, 5)),
+    ((2, 8, 15, 20), (8, 8, 5, 3), dict(stride=2, padding=(2, 1), dilation=(1, 2)), 0,
+     (1, 8, 19, 21, 2)),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw,mode,want", HALO_CASES)
+def test_halo_tile_covers_the_output_and_its_box(xs, ws, kw, mode, want):
+    geom = conv_geometry(xs, ws, **kw)
+    p = igemm_tf32x3.problem(geom, mode)
+    h = igemm_tf32x3.halo(p)
+    assert (h.images, h.rows, h.box_rows, h.box_cols, h.blocks) == want
+    oh, ow = (geom.oh, geom.ow) if mode == 0 else (geom.h, geom.w)
+    assert h.images * h.rows * ow <= 128                      # a block's columns
+    if h.images > 1:
+        assert h.rows == oh and h.blocks * h.images >= geom.n
+    else:
+        assert h.blocks == geom.n * -(-oh // h.rows)
+    assert h.stride >= h.words and h.stride % 32 == 8 and h.stride - h.words < 32
+    assert igemm_tf32x3.halo_supported(p) is None
+    tile = igemm_tf32x3.Tile(64, 3, True, halo=True)
+    assert tile.grid(p)[0] == h.blocks
+    depth, splits = tile.split(p)
+    assert depth % (16 * geom.r * geom.s) == 0 and splits <= 3
+
+
+def test_halo_limits_are_said():
+    def why(xs, ws, mode, **kw):
+        return igemm_tf32x3.halo_supported(igemm_tf32x3.problem(conv_geometry(xs, ws, **kw), mode))
+
+    assert "3 taps" in why((2, 8, 16, 16), (8, 8, 1, 1), 0)
+    assert "forward" in why((2, 8, 16, 16), (8, 8, 3, 3), 2, padding=1)
+    assert "forward" in why((2, 8, 16, 16), (8, 8, 3, 3), 1, stride=2, padding=1)  # by phase
+    assert "rows of at most 128" in why((1, 8, 8, 200), (8, 8, 3, 3), 0, padding=1)
+    assert "words a channel" in why((1, 3, 224, 224), (64, 3, 7, 7), 0, stride=2, padding=3)
+    assert why((1, 8, 8, 128), (8, 8, 3, 3), 0, padding=1) is None
+
+
+def test_halo_is_the_default_where_measured_faster():
+    """On wgmma: blocks of at most 64 rows and no split (ResNet-20's layers, ResNet-18's
+    first stage); not on 128-row blocks, splits, mma.sync, 1x1 filters or weight gradients."""
+    hopper, ampere = device_facts(), device_facts(compute_capability=(8, 0))
+    r20 = conv_geometry((128, 16, 32, 32), (16, 16, 3, 3), padding=1)
+    for mode in (0, 1):
+        tile = igemm_tf32x3.default_tile(P(r20, mode), hopper)
+        assert tile.halo and tile.bm == 16 and tile.splits == 1
+        assert tile in igemm_tf32x3.candidates(P(r20, mode), hopper)
+        assert not igemm_tf32x3.default_tile(P(r20, mode), ampere).halo
+        assert any(t.halo for t in igemm_tf32x3.candidates(P(r20, mode), ampere))
+    assert igemm_tf32x3.default_tile(P(RESNET18_B128[0], 0), hopper).halo     # 64 x 64
+    assert not igemm_tf32x3.default_tile(P(RESNET18_B128[2], 0), hopper).halo  # 128 rows
+    assert not igemm_tf32x3.default_tile(P(r20, 2), hopper).halo
+    assert not any(t.halo for t in igemm_tf32x3.candidates(P(r20, 2), hopper))
+    assert not igemm_tf32x3.halo_wins(P(r20, 0), igemm_tf32x3.Tile(16, 2, True))
+
+
+def test_halo_tiles_fit_and_say_why_not():
+    from tensorconv import precision
+
+    hopper = device_facts()
+    for geom in RESNET18_B128:
+        p = P(geom, 0)
+        if igemm_tf32x3.halo_supported(p) is not None:
+            continue
+        for bm in igemm_tf32x3.ROWS:
+            tile = igemm_tf32x3.Tile(bm, 1, True, halo=True)
+            h = igemm_tf32x3.halo(p)
+            fp32 = 4 * (igemm_tf32x3.WG_STAGES * bm * 16 * 2 + 2 * 16 * h.stride + 16 * 9)
+            assert tile.smem_bytes(p) == fp32
+            assert tile.smem_bytes(p) * (2 if bm <= 64 else 1) <= hopper.smem_per_sm
+            with precision.using("tf32"):
+                assert tile.smem_bytes(p) == fp32 - 4 * igemm_tf32x3.WG_STAGES * bm * 16
+            igemm_tf32x3.check_tile(tile, p, hopper)
+    one = P(conv_geometry((2, 8, 8, 8), (8, 8, 1, 1)), 0)
+    with pytest.raises(ValueError, match="tile.halo=True: the halo path needs"):
+        igemm_tf32x3.check_tile(igemm_tf32x3.Tile(16, 1, True, True), one, hopper)
+    with pytest.raises(ValueError, match="tile.halo must be"):
+        igemm_tf32x3.check_tile(igemm_tf32x3.Tile(16, 1, True, "yes"), one, hopper)
+    names = igemm_tf32x3.instantiations()
+    assert "conv2d_igemm_tf32x3<0, 3, 3, 64, true, true>" in names
+    assert "conv2d_igemm_tf32x3<1, 0, 0, 16, false, true>" in names
+    assert not any(n.startswith("conv2d_igemm_tf32x3<2,") and n.endswith("true, true>")
+                   for n in names)

@@ -256,9 +256,12 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
                          f"{facts.arch}")
     if (why := igemm_tf32x3.supported(p)) is not None:
         raise ValueError(why)
+    default = tile is None
     tile = tile or igemm_tf32x3.default_tile(p, facts)
     if splits is not None:
         tile = dataclasses.replace(tile, splits=int(splits))
+        if default:   # the default's halo choice depends on its split
+            tile = dataclasses.replace(tile, halo=igemm_tf32x3.halo_wins(p, tile))
     igemm_tf32x3.check_tile(tile, p, facts)
     igemm_tf32x3.run(p, a, b, bias, residual, out, tile, relu, xp)
 

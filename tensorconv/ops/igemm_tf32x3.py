@@ -38,6 +38,9 @@ _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 _WGMMA_ARCH = (9, 0)                # wgmma: sm_90a code runs on sm_90 alone
 _TAP_LIMIT = 1 << 15                # mode 2 packs (r * dil - pad, s * dil - pad) in 16 bits
 _INT32 = 1 << 31
+HALO_CHANNELS, HALO_SLOTS = 16, 2   # the halo path: channels a box holds, boxes in flight
+HALO_WORDS = 2 * THREADS            # a box's words per channel, at most (two copies a thread)
+_RING_LEAD = 3                      # slices the ring loads ahead (both paths)
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,70 @@ def problem(geom: ConvGeometry, mode: int) -> Problem:
 
 
 @dataclass(frozen=True)
+class Halo:
+    """The halo path's tile (``igemm_tf32x3.cu``'s ``Halo``): a block's 128 columns are
+    ``images`` whole output planes or ``rows`` rows of one, and the source pixels they reach
+    a box of ``box_rows`` x ``box_cols`` per image and channel, ``words`` in all, kept
+    ``stride`` words apart in shared memory; ``blocks`` such tiles cover the output."""
+
+    images: int
+    rows: int
+    box_rows: int
+    box_cols: int
+    blocks: int
+
+    @property
+    def words(self) -> int:
+        return self.images * self.box_rows * self.box_cols
+
+    @property
+    def stride(self) -> int:
+        """The smallest word count >= :attr:`words` that is 8 mod 32 (conflict-free
+        fragment reads)."""
+        return (self.words + 23) // 32 * 32 + 8
+
+
+def halo(p: Problem) -> Halo:
+    """The halo tile of ``p`` (forward or unstrided data gradient), as the kernel makes it."""
+    g = p.geom
+    oh, ow = (g.oh, g.ow) if p.mode == 0 else (g.h, g.w)
+    sh, sw = g.stride if p.mode == 0 else (1, 1)
+    (dh, dw), plane = g.dilation, oh * ow
+    images, rows = (BN // plane, oh) if plane <= BN else (1, BN // ow)
+    blocks = cdiv(g.n, images) if images > 1 else g.n * cdiv(oh, max(rows, 1))
+    return Halo(images, rows, (rows - 1) * sh + (g.r - 1) * dh + 1,
+                (ow - 1) * sw + (g.s - 1) * dw + 1, blocks)
+
+
+def halo_supported(p: Problem) -> str | None:
+    """Why the halo path cannot run ``p``, or None: it takes the forward and the unstrided
+    data gradient of a filter of three taps or more (the box ring's two slots stay ahead of
+    the slices only so), output rows of at most 128 pixels and boxes of at most
+    :data:`HALO_WORDS` words per channel."""
+    if p.mode not in (0, 1):
+        return "the halo path runs the forward and the unstrided data gradient only"
+    g = p.geom
+    if g.r * g.s < _RING_LEAD:
+        return f"the halo path needs a filter of {_RING_LEAD} taps or more, got {g.r}x{g.s}"
+    if (g.ow if p.mode == 0 else g.w) > BN:
+        return f"the halo path needs output rows of at most {BN} pixels"
+    if (words := halo(p).words) > HALO_WORDS:
+        return f"the halo path's box would take {words} words a channel (at most {HALO_WORDS})"
+    return None
+
+
+@dataclass(frozen=True)
 class Tile:
     """A block of ``bm`` x 128 outputs (256 threads), the reduction split into ``splits``
     (at most; no split is left empty), and the instructions: ``wgmma`` True (sm_90
-    only), False (``mma.sync``) or None, the device's default (:func:`resolve`)."""
+    only), False (``mma.sync``) or None, the device's default (:func:`resolve`).
+    ``halo``: B read from a box of source pixels copied once per 16 channels instead of
+    gathered per slice (:func:`halo_supported` says where it runs)."""
 
     bm: int
     splits: int = 1
     wgmma: bool | None = None
+    halo: bool = False
 
     def smem_bytes(self, p: Problem) -> int:
         """Dynamic shared memory: STAGES (wgmma: WG_STAGES) slices of A (bm x 20 words;
@@ -96,13 +155,26 @@ class Tile:
         b_words = BN * (BK + 4) if p.mode == 2 else BK * (BN + 8)
         exact = precision.current() == "fp32"
         a_words = self.bm * BK * (2 if exact else 1) if self.wgmma else self.bm * (BK + 4)
-        return 4 * (WG_STAGES if self.wgmma else STAGES) * (a_words + b_words)
+        ring = WG_STAGES if self.wgmma else STAGES
+        if self.halo:   # A's ring, the box ring, the chunk's row-offset table
+            chunk = HALO_CHANNELS * p.geom.r * p.geom.s
+            return 4 * (ring * a_words + HALO_SLOTS * HALO_CHANNELS * halo(p).stride + chunk)
+        return 4 * ring * (a_words + b_words)
+
+    def split(self, p: Problem) -> tuple[int, int]:
+        """(reduction length per split, splits): whole 16-deep slices, and on the halo
+        path whole chunks of 16 channels x every tap (its reduction zero-padded to them)."""
+        m, _, q = p.gemm
+        if not self.halo:
+            return _igemm.split_depth(q, BK, self.splits)
+        chunk = HALO_CHANNELS * p.geom.r * p.geom.s
+        return _igemm.split_depth(cdiv(q, chunk) * chunk, chunk, self.splits)
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         """(column tiles, groups x row tiles, splits)."""
         m, cols, q = p.gemm
-        return (cdiv(cols, BN), p.geom.groups * cdiv(m, self.bm),
-                p.phases * _igemm.split_depth(q, BK, self.splits)[1])
+        tiles = halo(p).blocks if self.halo else cdiv(cols, BN)
+        return (tiles, p.geom.groups * cdiv(m, self.bm), p.phases * self.split(p)[1])
 
     def blocks_per_sm(self) -> int:
         """Resident blocks per SM: 128-row blocks take up to 255 registers a thread."""
@@ -171,24 +243,38 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Rows: the smallest block height that holds a group's rows (at most 64 for the
     data gradient by phase, whose few blocks are better spread over more splits);
-    splits: :func:`_splits_for`.  Fitted to the ResNet-18/20 training layers at batch 128
-    (docs/notes/igemm_tf32x3.md)."""
+    splits: :func:`_splits_for`; the halo path on wgmma where :func:`halo_wins`.  Fitted
+    to the ResNet-18/20 training layers at batch 128 (docs/notes/igemm_tf32x3.md)."""
     bm = rows_for(p.gemm[0])
     if p.mode == 3:
         bm = min(bm, 64)
-    return Tile(bm, _splits_for(p, bm, facts), has_wgmma(facts))
+    tile = Tile(bm, _splits_for(p, bm, facts), has_wgmma(facts))
+    return dataclasses.replace(tile, halo=halo_wins(p, tile))
+
+
+def halo_wins(p: Problem, tile: Tile) -> bool:
+    """Whether ``tile`` (``wgmma`` decided) runs ``p`` faster on the halo path: on wgmma,
+    blocks of at most 64 rows and no split.  Measured on the H200 (3x3, batch 8-128,
+    planes 4-56): such tiles 1.05-1.17x faster (ResNet-20's layers, ResNet-18's first
+    stage, a 56x56 layer); 128-row blocks 0.95-1.00x (one block an SM, and the halo
+    path waits for each slice's products); 5-way splits 0.72-0.82x (whole 16-channel
+    chunks split fewer ways).  ``mma.sync`` was not measured: it keeps the gather."""
+    return (bool(tile.wgmma) and tile.bm <= 64 and tile.splits == 1
+            and halo_supported(p) is None)
 
 
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     """Every block height up to the one that holds the rows, each with its heuristic split
-    and with none, on each instruction path the device has."""
+    and with none, on each instruction path the device has, gathering B and (where
+    :func:`halo_supported`) from the halo box."""
     top = rows_for(p.gemm[0])
     paths = (True, False) if has_wgmma(facts) else (False,)
+    halos = (False, True) if halo_supported(p) is None else (False,)
     tiles = []
     for bm in ROWS:
         if bm <= top:
             for splits in dict.fromkeys((_splits_for(p, bm, facts), 1)):
-                tiles += [Tile(bm, splits, wg) for wg in paths]
+                tiles += [Tile(bm, splits, wg, h) for wg in paths for h in halos]
     return tiles
 
 
@@ -211,6 +297,10 @@ def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None
         raise ValueError(f"tile.bm must be one of {ROWS}, got {tile.bm}")
     if tile.wgmma not in (None, True, False):
         raise ValueError(f"tile.wgmma must be True, False or None, got {tile.wgmma!r}")
+    if tile.halo not in (True, False):
+        raise ValueError(f"tile.halo must be True or False, got {tile.halo!r}")
+    if tile.halo and (why := halo_supported(p)) is not None:
+        raise ValueError(f"tile.halo=True: {why}")
     _igemm.check_splits(tile.splits)
     facts = facts or backend.device_facts()
     if tile.wgmma and not has_wgmma(facts):
@@ -222,8 +312,9 @@ def _fixed(geom: ConvGeometry) -> tuple[int, int]:
     return (geom.r, geom.s) if (geom.r, geom.s) in _FIXED_FILTERS else (0, 0)
 
 
-def _name(mode: int, kr: int, ks: int, bm: int, wgmma: bool) -> str:
-    return f"conv2d_igemm_tf32x3<{mode}, {kr}, {ks}, {bm}, {str(bool(wgmma)).lower()}>"
+def _name(mode: int, kr: int, ks: int, bm: int, wgmma: bool, halo: bool = False) -> str:
+    flags = str(bool(wgmma)).lower() + (", true" if halo else "")
+    return f"conv2d_igemm_tf32x3<{mode}, {kr}, {ks}, {bm}, {flags}>"
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
@@ -231,15 +322,19 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
     reduction it may need."""
     kr, ks = _fixed(p.geom)
     wg = bool(resolve(tile, backend.device_facts()).wgmma if tile.wgmma is None else tile.wgmma)
-    return (cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm, wg), arch_specific=wg),
-            _igemm.reduce_ref())
+    return (cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm, wg, tile.halo),
+                            arch_specific=wg), _igemm.reduce_ref())
 
 
 def instantiations() -> list[str]:
-    """What CI's nvcc build type-checks: every mode, filter, block height and path."""
+    """What CI's nvcc build type-checks: every mode, filter, block height and path, and
+    the halo path's (modes 0 and 1, filters of three taps or more)."""
     sizes = (0, 0), *_FIXED_FILTERS
-    return sorted(_name(mode, kr, ks, bm, wg) for mode in MODES for kr, ks in sizes
-                  for bm in ROWS for wg in (False, True))
+    plain = [_name(mode, kr, ks, bm, wg) for mode in MODES for kr, ks in sizes
+             for bm in ROWS for wg in (False, True)]
+    halos = [_name(mode, kr, ks, bm, wg, True) for mode in (0, 1) for kr, ks in sizes
+             if kr * ks != 1 for bm in ROWS for wg in (False, True)]
+    return sorted(plain + halos)
 
 
 def _geometry_ints(geom: ConvGeometry) -> tuple:
@@ -256,7 +351,7 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     (a training step launches hundreds; per call only the pointers are new)."""
     i32 = np.int32
     m, _, q = p.gemm
-    q_per_split, splits = _igemm.split_depth(q, BK, tile.splits)
+    q_per_split, splits = tile.split(p)
     ref, _ = kernels(p, tile)
     grid = tile.grid(p)
     ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu))

@@ -177,6 +177,89 @@ def test_bad_options_raise_before_launch(rng):
     assert bool(cp.isnan(out).all())
 
 
+def _halo_case(rng, mode):
+    """A random convolution the halo path takes in ``mode``: planes under and over 128
+    pixels (whole planes or rows a block, last tile short), channels off the 16-channel
+    chunk, strided and dilated forwards, groups."""
+    while True:
+        xs, ws, kw = random_conv_case(rng, max_hw=40, max_channels=40)
+        if mode == 1:
+            kw = {**kw, "stride": 1}
+        try:
+            geom = conv_geometry(xs, ws, **kw)
+        except ValueError:
+            continue
+        if igemm_tf32x3.halo_supported(igemm_tf32x3.problem(geom, mode)) is None:
+            return xs, ws, kw
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("trial", sweep(24, 8))
+def test_halo_path_random_shapes(rng, mode, trial):
+    """The halo path against the float64 reference on random shapes, every block height,
+    split and instruction path, at fp32 accuracy and at one tf32 pass, outputs poisoned."""
+    xs, ws, kw = _halo_case(rng, mode)
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    bm = igemm_tf32x3.ROWS[trial % 4]
+    splits = [1, int(rng.integers(2, 6))][trial % 2]
+    wg = _paths()[trial // 2 % len(_paths())]
+    tile = igemm_tf32x3.Tile(bm, splits, wg, halo=True)
+    got, want, terms = _run(mode, x, w, gy, kw, tile=tile)
+    assert rel_err(got, want) <= fp32_tol(terms), (mode, xs, ws, kw, tile)
+    with precision.using("tf32"):
+        one, _, _ = _run(mode, x, w, gy, kw, tile=tile)
+    assert rel_err(one, want) <= 3e-3, (mode, xs, ws, kw, tile)
+
+
+HALO_LAYERS = [  # every halo tile shape: rows of a large plane, whole planes, 2 x 2 planes
+    ((3, 20, 32, 32), (24, 20, 3, 3), dict(padding=1)),
+    ((5, 40, 8, 8), (36, 40, 3, 3), dict(padding=1)),
+    ((9, 33, 4, 4), (17, 33, 3, 3), dict(padding=1)),
+    ((33, 16, 2, 2), (16, 16, 3, 3), dict(padding=1)),
+    ((2, 16, 14, 14), (32, 16, 3, 3), dict(padding=1)),
+    ((2, 8, 23, 31), (8, 8, 5, 5), dict(padding=2, dilation=(2, 1))),
+]
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("xs,ws,kw", HALO_LAYERS)
+def test_halo_path_layers_match_the_gather(rng, mode, xs, ws, kw):
+    """The halo path and the gather agree within fp32's error on each tile shape, both
+    against the reference; bias, residual and ReLU in the forward's epilogue."""
+    x, w, gy = _arrays(rng, xs, ws, kw)
+    for bm in (16, 64, 128):
+        for wg in _paths():
+            got, want, terms = _run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, 2, wg, True))
+            plain, _, _ = _run(mode, x, w, gy, kw, tile=igemm_tf32x3.Tile(bm, 2, wg))
+            assert rel_err(got, want) <= fp32_tol(terms), (mode, bm, wg)
+            assert rel_err(got, plain) <= 2 * fp32_tol(terms), (mode, bm, wg)
+
+
+def test_halo_path_epilogue_and_bad_tiles(rng):
+    import cupy as cp
+
+    x, w, _ = _arrays(rng, (3, 24, 9, 11), (40, 24, 3, 3), dict(padding=1))
+    b = rng.standard_normal(40).astype(np.float32)
+    res = rng.standard_normal((3, 40, 9, 11)).astype(np.float32)
+    want = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                       b.astype(np.float64), padding=1) + res, 0)
+    for splits in (1, 2):
+        for wg in _paths():
+            out = cp.full(want.shape, cp.nan, cp.float32)
+            ops.conv2d(cp.asarray(x), cp.asarray(w), cp.asarray(b), padding=1, relu=True,
+                       residual=cp.asarray(res), out=out,
+                       tile=igemm_tf32x3.Tile(32, splits, wg, halo=True))
+            assert rel_err(out.get(), want) <= 1e-5, (splits, wg)
+    out = cp.full((3, 40, 9, 11), cp.nan, cp.float32)
+    with pytest.raises(ValueError, match="tile.halo=True: .*three taps|3 taps"):
+        ops.conv2d(cp.asarray(x), cp.asarray(w[:, :, :1, :1]), out=out,
+                   tile=igemm_tf32x3.Tile(32, 1, None, halo=True))
+    with pytest.raises(ValueError, match="tile.halo=True: .*forward"):
+        ops.conv2d_backward_weight(cp.asarray(x), cp.asarray(res), w.shape, padding=1,
+                                   tile=igemm_tf32x3.Tile(32, 1, None, halo=True))
+    assert bool(cp.isnan(out).all())
+
+
 STRIDED = [  # the data gradient by phase (mode 3)
     ((2, 24, 15, 17), (40, 24, 3, 3), dict(stride=2, padding=1)),
     ((2, 24, 16, 16), (40, 24, 1, 1), dict(stride=2)),  # three phases of four have no tap

@@ -461,8 +461,12 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         };
         // B's fragments alternate between two register sets: a slice's products read theirs
         // until the next slice's wait, so the next slice fills the other set, and an empty
-        // asm after that wait uses the set once more: the compiler may not reuse its
-        // registers while the tensor cores still read them.
+        // asm after that wait uses the set once more, for the C++ compiler.  ptxas never
+        // sees that use (an empty asm leaves no PTX) and treats a wgmma's registers as free
+        // once it issues: the sets stay apart, and untouched until their wait, only as its
+        // allocation has it.  The SASS of the gather build shows them so; the halo path's
+        // showed them merged and rewritten by the next slice's copies, hence its wait<0>
+        // (docs/notes/igemm_tf32x3.md).  The GPU tests run every instantiation.
         unsigned frag[2][2][BK / 8][4] = {};   // [set][big, small][k8][register]
         auto product = [&](int it, int st, unsigned (&cur)[2][BK / 8][4],
                            const unsigned (&prev)[2][BK / 8][4]) {
@@ -493,9 +497,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             }
             wg::commit();
             // The previous slice's products are done: its stage is free.  The halo path waits
-            // for this slice's too: leaving them running gave wrong products (at fp32
-            // accuracy on most layers, at one tf32 pass on some data gradients), with or
-            // without asm fences pinning the fragments and accumulators (H200, 2026-11-29).
+            // for this slice's too: with them running, ptxas gave the next slice's copies the
+            // registers they read (the SASS; wrong products on the H200, 2026-11-29).
             if constexpr (HALO)
                 wg::wait<0>();
             else

@@ -65,3 +65,73 @@ def test_tiles_and_default():
     small = conv_geometry((2, 8, 5, 5), (4, 8, 3, 3), 1, 1)
     assert all(t.wn == 1 for t in winograd.candidates(small, facts))
     assert winograd.default_tile(small, facts) == winograd.Tile(1, 1, 4)
+
+
+def test_transform_is_g_w_gt_without_an_upload_or_a_gemm(rng):
+    """The adds-and-halvings transform equals G g G^T computed by einsum in float64, bit for
+    bit after the cast (what a captured training step can hold)."""
+    w = (rng.standard_normal((7, 5, 3, 3)) * 10.0 ** rng.integers(-3, 4, (7, 5, 1, 1)))
+    w = w.astype(np.float32)
+    want = np.einsum("ir,ncrs,js->ncij", winograd._G, w.astype(np.float64), winograd._G)
+    np.testing.assert_array_equal(winograd.transform_weights(w), want.astype(np.float32))
+
+
+def test_batch_tile_is_the_measured_fastest_and_a_candidate():
+    facts = device_facts()
+    measured = {(16, 32): winograd.Tile(2, 2, 16), (32, 16): winograd.Tile(2, 4, 8),
+                (64, 8): winograd.Tile(1, 4, 4)}   # ResNet-20's layers at batch 128 (H200)
+    for (c, hw), tile in measured.items():
+        geom = conv_geometry((128, c, hw, hw), (c, c, 3, 3), 1, 1)
+        assert winograd.batch_tile(geom, facts) == tile
+    for c, h, w, pad in ((16, 7, 5, 1), (48, 56, 56, 1), (24, 3, 40, 0), (64, 2, 2, 2),
+                         (20, 130, 9, 1)):
+        geom = conv_geometry((64, c, h, w), (c, c, 3, 3), 1, pad)
+        assert winograd.batch_tile(geom, facts) in winograd.candidates(geom, facts), geom
+
+
+def test_passes_winograd_runs_and_says_why_not():
+    def why(xs, ws, mode, **kw):
+        return winograd.pass_supported(conv_geometry(xs, ws, **kw), mode)
+
+    assert why((2, 8, 9, 9), (8, 8, 3, 3), 0, padding=1) is None
+    assert why((2, 8, 9, 9), (8, 8, 3, 3), 1, padding=2) is None
+    assert "stride-1 data gradient only" in why((2, 8, 9, 9), (8, 8, 3, 3), 2, padding=1)
+    assert "3x3 filters at stride 1" in why((2, 8, 9, 9), (8, 8, 3, 3), 0, stride=2)
+    assert "3x3 filters at stride 1" in why((2, 8, 9, 9), (8, 8, 5, 5), 0, padding=2)
+    assert "dilation nor groups" in why((2, 8, 9, 9), (8, 4, 3, 3), 0, groups=2)
+    assert "padding <= 2" in why((2, 8, 9, 9), (8, 8, 3, 3), 1, padding=3)
+    geom = conv_geometry((2, 8, 9, 9), (8, 8, 3, 3), 1, 1)
+    with pytest.raises(ValueError, match="tile and splits"):
+        winograd.check_pass(geom, 0, None, 2)
+    with pytest.raises(ValueError, match="tile and splits"):
+        winograd.check_pass(geom, 1, winograd.Tile(1, 1, 4), None)
+    winograd.check_pass(geom, 1, None, None)
+
+
+def test_default_choice_takes_thin_training_layers(monkeypatch):
+    """ResNet-20's stride-1 3x3 layers at batch 128 (forward and data gradient) on a tensor-
+    core device; not ResNet-18's, small batches, weight gradients, stems, strided layers."""
+    from tensorconv import backend
+    from tensorconv.ops import conv_algorithm, direct_conv
+
+    hopper, turing = device_facts(), device_facts(compute_capability=(7, 5))
+    choose = conv_algorithm.choose_algorithm
+    for c, hw in ((16, 32), (32, 16), (64, 8)):
+        geom = conv_geometry((128, c, hw, hw), (c, c, 3, 3), 1, 1)
+        assert choose(geom, 0, hopper) == choose(geom, 1, hopper) == "winograd"
+        assert choose(geom, 2, hopper) != "winograd"
+        assert choose(geom, 0, turing) != "winograd"
+        small = conv_geometry((8, c, hw, hw), (c, c, 3, 3), 1, 1)
+        assert choose(small, 0, hopper) != "winograd"
+    others = [((128, 64, 32, 32), (64, 64, 3, 3), 1, 1),     # 4.8 G multiply-adds
+              ((128, 256, 8, 8), (256, 256, 3, 3), 1, 1),
+              ((128, 3, 32, 32), (16, 3, 3, 3), 1, 1),       # a stem
+              ((128, 16, 32, 32), (32, 16, 3, 3), 2, 1)]     # strided
+    for xs, ws, stride, pad in others:
+        geom = conv_geometry(xs, ws, stride, pad)
+        assert choose(geom, 0, hopper) != "winograd" and choose(geom, 1, hopper) != "winograd"
+    monkeypatch.setattr(backend, "device_facts", lambda *a: hopper)
+    geom = conv_geometry((128, 16, 32, 32), (16, 16, 3, 3), 1, 1)
+    fwd, = direct_conv.kernels(geom, "winograd", mode=0)
+    dgrad, = direct_conv.kernels(geom, "winograd", mode=1)
+    assert fwd.file == dgrad.file == winograd.FILE and fwd.name == "winograd_f2x2_3x3_tf32x3<2, 2>"

@@ -19,7 +19,13 @@ from tensorconv.engine.fold import folded
 from tensorconv.engine.plan import Plan, Pointwise, Step
 from tensorconv.engine.registry import conv_planner, plan_conv
 from tensorconv.nn import layers as L
-from tensorconv.ops import core_conv, direct_conv, pointwise_conv, tucker_core_cluster
+from tensorconv.ops import (
+    core_conv,
+    direct_conv,
+    pointwise_conv,
+    tucker_core_cluster,
+    winograd_conv,
+)
 from tensorconv.tuning import oracle
 
 CORE_FILES = tuple(k.FILE for k in core_conv.KERNELS.values())
@@ -48,6 +54,8 @@ def _general_step(plan, x, w, b, geom, relu, residual, out) -> Step:
     """The implicit GEMM (or the direct kernel) — or, for a stride-1 1x1 convolution where
     the choice found it faster, the batch-1 pointwise kernel on its best tile."""
     algorithm = direct_conv.choose_algorithm(geom)
+    if algorithm == "winograd":   # its weights packed here: nothing allocates in the graph
+        return _winograd_step(plan, x, w, b, geom, relu, residual, out)
     conv = (geom.stride, geom.padding, geom.dilation, geom.groups)
     general = Step(lambda: direct_conv.conv2d(x, w, b, *conv, relu=relu, residual=residual,
                                               out=out, algorithm=algorithm),
@@ -70,6 +78,18 @@ def _general_step(plan, x, w, b, geom, relu, residual, out) -> Step:
         f"{geom}|res{residual is not None}|{algorithm}", tiles=lambda: tiles, launch=launch,
         parts=lambda: [general], decode=lambda v: pointwise_conv.Tile(*v), allowed=tiles)
     return launch(choice.tile) if choice.fused else general
+
+
+def _winograd_step(plan, x, w, b, geom, relu, residual, out) -> Step:
+    """The default's Winograd forward (a training-sized batch of a thin 3x3 layer) on
+    weights packed once, at plan time, and its batch tile."""
+    packed = plan.keep(winograd_conv.pack_weights(w))
+    tile = winograd_conv.tuned_tile(geom) or winograd_conv.batch_tile(geom, backend.device_facts())
+    return Step(lambda: winograd_conv.winograd_conv2d(x, w, geom.padding, bias=b, relu=relu,
+                                                      residual=residual, tile=tile,
+                                                      packed=packed, out=out),
+                f"conv {tuple(w.shape)} on {tuple(x.shape)} winograd {tile}",
+                winograd_conv.kernels(geom, tile))
 
 
 def _core_step(plan, x, w, b, geom, relu, residual, out, general: Step) -> Step | None:

@@ -1,16 +1,18 @@
 """Which algorithm a dense convolution pass runs by default (``ops.conv2d`` and its
 gradients, :mod:`tensorconv.ops.direct_conv`): the depthwise kernels, the direct kernel,
 the tensor-core implicit GEMM at fp32 accuracy or the fp32 one, by the layer's shape and
-the device; the thresholds are measured (``docs/notes/training_speed.md``)."""
+the device, or Winograd's F(2x2, 3x3) on a training batch of thin 3x3 layers; the
+thresholds are measured (``docs/notes/training_speed.md``)."""
 
 from __future__ import annotations
 
 from tensorconv import backend
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops import depthwise_conv, igemm_tf32x3
+from tensorconv.ops import depthwise_conv, igemm_tf32x3, winograd_conv
+from tensorconv.ops._launch import has_tf32_mma
 
-__all__ = ["STEM_OUTPUTS", "choose_algorithm"]
+__all__ = ["STEM_OUTPUTS", "WINOGRAD_BATCH", "WINOGRAD_MACS", "choose_algorithm"]
 
 STEM_OUTPUTS = 1 << 18
 """Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
@@ -18,6 +20,24 @@ a stem on grey images) leaves the depthwise kernels, which run it as one channel
 filters, for the direct kernel or the implicit GEMM.  On the H200 (32x32 maps, K 4-64)
 the depthwise forward won below about this many (by up to 1.0 µs) and lost above it, by
 1.1-4.7x at batch 128 (``docs/notes/training_speed.md``)."""
+
+
+WINOGRAD_BATCH = 64
+WINOGRAD_MACS = 1 << 30
+"""Winograd's F(2x2, 3x3) is the default forward and stride-1 data gradient of a 3x3 layer
+of 16-64 input and output channels from a batch of :data:`WINOGRAD_BATCH` images, up to
+:data:`WINOGRAD_MACS` multiply-adds.  On the H200 at batch 128 it ran ResNet-20's three
+layer shapes (0.3 G multiply-adds each) 1.24-1.49x faster than the tensor-core implicit
+GEMM (fp32 and tf32) and ResNet-18's (4.8 G) 0.91x and slower; the threshold between, and
+smaller batches, are not measured (``docs/notes/training_speed.md``)."""
+
+
+def _winograd_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
+    """Whether ``mode`` of ``geom`` defaults to Winograd (:data:`WINOGRAD_MACS`)."""
+    macs = geom.n * geom.oh * geom.ow * geom.k * geom.c * geom.r * geom.s
+    return (winograd_conv.pass_supported(geom, mode) is None and has_tf32_mma(facts)
+            and geom.n >= WINOGRAD_BATCH and 16 <= min(geom.c, geom.k)
+            and max(geom.c, geom.k) <= 64 and macs <= WINOGRAD_MACS)
 
 
 def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
@@ -41,14 +61,17 @@ def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
 def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
     """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
     current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`
-    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more); ``"direct"``
-    for another forward where :func:`_direct_wins`; else the tensor-core
+    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more);
+    ``"winograd"`` for a forward or data gradient where :data:`WINOGRAD_MACS` says;
+    ``"direct"`` for another forward where :func:`_direct_wins`; else the tensor-core
     ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
     stem = (mode == 0 and geom.c == geom.groups == 1
             and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS)
     if depthwise_conv.supported(geom) is None and not stem:
         return "depthwise"
     facts = facts or backend.device_facts()
+    if _winograd_wins(geom, mode, facts):
+        return "winograd"
     gemm = ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
             else "igemm")
     return "direct" if mode == 0 and _direct_wins(geom, gemm) else gemm

@@ -2,7 +2,7 @@
 
 The convolution every layer of the toolkit can fall back on: any filter, stride,
 padding, dilation and groups, any batch; the training loops run all three passes here.
-Four algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
+Five algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
 
 * ``"igemm_tf32x3"`` — the tensor-core implicit GEMM at fp32 accuracy
   (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
@@ -11,6 +11,8 @@ Four algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
 * ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the right shape
   for thin grouped convolutions and thin reductions such as a stem's (forward only).
 * ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
+* ``"winograd"`` — F(2x2, 3x3) (:mod:`tensorconv.ops.winograd_conv`), the forward and the
+  stride-1 data gradient of a thin 3x3 layer on a training batch.
 
 Bias, residual and ReLU are fused into the forward; the implicit GEMMs compute the
 gradients in their other two modes (:mod:`tensorconv.ops._igemm`).
@@ -36,16 +38,16 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3
+from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3, winograd_conv
 from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr
 from tensorconv.ops.conv_algorithm import choose_algorithm
 from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
-FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE)  # every kernel file a call may run
+FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE)  # a call may run
 Problem = ConvGeometry
-ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise")
-GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise")   # "direct" is forward only
+ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise", "winograd")
+GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise", "winograd")   # no "direct"
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
@@ -156,6 +158,8 @@ def kernels(geom: ConvGeometry, algorithm: str, tile=None,
     kr, ks = _fixed(geom)
     if algorithm == "depthwise":
         return depthwise_conv.kernels(geom, mode)
+    if algorithm == "winograd":
+        return winograd_conv.pass_kernels(geom, mode)
     if algorithm == "direct":
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
@@ -231,6 +235,8 @@ def _check_gemm_options(algorithm, tile, splits, geom, mode):
     _igemm.check_splits(splits)
     if algorithm == "depthwise":
         depthwise_conv.check_options(geom, mode, tile, splits)
+    if algorithm == "winograd":
+        winograd_conv.check_pass(geom, mode, tile, splits)
     if algorithm is None:
         algorithm = "direct" if isinstance(tile, Tile) else (
             "igemm_tf32x3" if isinstance(tile, igemm_tf32x3.Tile) else None)
@@ -243,6 +249,9 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
     facts = backend.device_facts()
     if algorithm == "depthwise":
         depthwise_conv.run_gemm_order(mode, a, b, bias, residual, out, geom, relu, splits)
+        return
+    if algorithm == "winograd":
+        winograd_conv.run_pass(mode, a, b, bias, residual, out, geom, relu)
         return
     if algorithm == "igemm":
         if tile is not None:
@@ -289,10 +298,10 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
         Added before the ReLU (a ResNet block's shortcut).
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
-    algorithm : {"igemm_tf32x3", "igemm", "direct", "depthwise"}, optional
+    algorithm : {"igemm_tf32x3", "igemm", "direct", "depthwise", "winograd"}, optional
         Default: :func:`choose_algorithm` (``"depthwise"`` for a depthwise layer it takes,
         the tensor-core implicit GEMM at fp32 accuracy for large layers on sm_80+, the fp32
-        one otherwise, ``"direct"`` for thin groups).
+        one otherwise, ``"direct"`` for thin groups, Winograd for thin 3x3 training layers).
     tile : Tile or igemm_tf32x3.Tile, optional
         Overrides the ``"direct"`` or ``"igemm_tf32x3"`` heuristic tile (for tuning); its
         type picks the algorithm when ``algorithm`` is not given.

@@ -19,7 +19,7 @@ import numpy as np
 
 from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
-from tensorconv.checks import ConvGeometry
+from tensorconv.checks import ConvGeometry, conv_geometry
 from tensorconv.ops._launch import (
     b_fragments,
     cdiv,
@@ -38,7 +38,8 @@ WARP_TILES_M = (1, 2)         # WM: 16-tile rows per warp (16 or 32 Winograd til
 WARP_TILES_N = (1, 2, 4)      # WN: 8-channel tiles per warp (= per block)
 TILE_WIDTHS = (2, 4, 8, 16, 32)
 
-# G of F(2x2, 3x3): U = G g G^T maps a 3x3 filter to its 4x4 transformed tile.
+# G of F(2x2, 3x3): U = G g G^T maps a 3x3 filter to its 4x4 transformed tile
+# (transform_weights applies it as adds and halvings).
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
 
@@ -124,6 +125,65 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     return Tile(1, wn, 4 if winograd_tiles(p)[1] > 2 else 2)
 
 
+def batch_tile(p: Problem, facts: DeviceFacts) -> Tile:
+    """The tile for a batch of many images (a training step's layer): a block a whole row
+    of Winograd tiles wide (a power of two, 2-32), 32 tiles where the plane has the rows
+    for them, and :func:`default_tile`'s channel tiles.  On ResNet-20's three layer shapes
+    at batch 128 (H200) it is the fastest of the candidates (docs/notes/training_speed.md)."""
+    tiles_h, tiles_w = winograd_tiles(p)
+    tbw = min(TILE_WIDTHS[-1], 1 << max(1, (tiles_w - 1).bit_length()))
+    wm = 2 if 32 // tbw <= tiles_h else 1
+    return Tile(wm, default_tile(p, facts).wn, tbw)
+
+
+def pass_supported(geom: ConvGeometry, mode: int) -> str | None:
+    """Why :func:`run_pass` cannot run ``mode`` of ``geom`` (on the geometry alone), or
+    None: the forward and the data gradient of a 3x3, stride-1, undilated, ungrouped
+    convolution (the data gradient needs padding <= 2: it runs as a forward with padding
+    2 - padding)."""
+    if mode not in (0, 1):
+        return "winograd runs the forward and the stride-1 data gradient only"
+    if (geom.r, geom.s) != (3, 3) or geom.stride != (1, 1):
+        return f"winograd takes 3x3 filters at stride 1, not {geom.r}x{geom.s} at {geom.stride}"
+    if geom.dilation != (1, 1) or geom.groups != 1:
+        return "winograd supports neither dilation nor groups"
+    if mode == 1 and max(geom.padding) > 2:
+        return f"winograd's data gradient needs padding <= 2, got {geom.padding}"
+    return None
+
+
+def check_pass(geom: ConvGeometry, mode: int, tile, splits) -> None:
+    """``ValueError`` where ``ops.conv2d``'s ``algorithm="winograd"`` cannot run ``mode``
+    of ``geom`` or is given a tile or a split (it takes its own tile, and has no split)."""
+    if (why := pass_supported(geom, mode)) is not None:
+        raise ValueError(why)
+    if tile is not None or splits is not None:
+        raise ValueError("tile and splits do not apply to algorithm='winograd'")
+
+
+def run_pass(mode: int, w, src, bias, residual, out, geom: ConvGeometry, relu: bool) -> None:
+    """``ops.conv2d``'s forward (mode 0, ``src`` is x) or stride-1 data gradient (mode 1,
+    ``src`` is gy: the forward of gy with w's filters flipped and transposed, padding
+    2 - padding) on checked arguments, into ``out``, on the tuned tile or
+    :func:`batch_tile`; the weights transformed and packed on the device each call."""
+    xp = backend.array_module(src)
+    if mode == 1:
+        w = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        geom = conv_geometry(tuple(src.shape), w.shape, 1, (2 - geom.padding[0],
+                                                            2 - geom.padding[1]))
+    tile = tuned_tile(geom) or batch_tile(geom, backend.device_facts())
+    check_tile(tile, geom)
+    run(src, pack_weights(w, xp), out, geom, tile, (bias, residual, bool(relu)))
+
+
+def pass_kernels(geom: ConvGeometry, mode: int) -> tuple[cuda.KernelRef, ...]:
+    """The kernels :func:`run_pass` launches for ``mode`` of ``geom``."""
+    if mode == 1:
+        geom = conv_geometry((geom.n, geom.k, geom.oh, geom.ow), (geom.c, geom.k, 3, 3), 1,
+                             (2 - geom.padding[0], 2 - geom.padding[1]))
+    return kernels(geom, tuned_tile(geom) or batch_tile(geom, backend.device_facts()))
+
+
 def tile_key(p: Problem) -> str:
     """The tune-cache key of the timed best tile for ``p``."""
     return tunecache.make_key("winograd_tile", FILE, p)
@@ -161,9 +221,14 @@ def transform_weights(w, xp=None):
     array, (N, C, 4, 4), float32: point ``(i, j)`` of filter ``(n, c)``.
     """
     xp = xp or backend.array_module(w)
-    g = xp.asarray(_G)
-    u = xp.einsum("ir,ncrs,js->ncij", g, xp.asarray(w, dtype=xp.float64), g)
-    return u.astype(xp.float32)
+    g = xp.asarray(w, dtype=xp.float64)
+
+    def rows(a0, a1, a2, axis):   # G's rows (1, 0, 0), (1, 1, 1)/2, (1, -1, 1)/2, (0, 0, 1)
+        return xp.stack([a0, (a0 + a1 + a2) * 0.5, (a0 - a1 + a2) * 0.5, a2], axis=axis)
+
+    # elementwise kernels only (no upload of G, no GEMM): a captured training step holds it
+    t = rows(g[:, :, 0], g[:, :, 1], g[:, :, 2], 2)          # (N, C, 4, 3): G g
+    return rows(t[..., 0], t[..., 1], t[..., 2], 3).astype(xp.float32)
 
 
 def pack_weights(w, xp=None):

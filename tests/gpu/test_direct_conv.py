@@ -123,7 +123,11 @@ def test_bad_input_on_gpu_leaves_output_untouched(rng):
     with pytest.raises(ValueError, match="tile.tk"):
         ops.conv2d(x, w, padding=1, out=out, tile=direct_conv.Tile(8, 8, 3, 1))
     with pytest.raises(ValueError, match="algorithm must be"):
-        ops.conv2d(x, w, padding=1, out=out, algorithm="winograd")
+        ops.conv2d(x, w, padding=1, out=out, algorithm="fft")
+    with pytest.raises(ValueError, match="stride-1 data gradient only"):
+        ops.conv2d_backward_weight(x, out, w.shape, padding=1, algorithm="winograd")
+    with pytest.raises(ValueError, match="tile and splits"):
+        ops.conv2d(x, w, padding=1, out=out, algorithm="winograd", splits=2)
     with pytest.raises(ValueError, match="splits must be"):
         ops.conv2d(x, w, padding=1, out=out, splits=0)
     with pytest.raises(ValueError, match="tile applies"):

@@ -19,8 +19,8 @@
 // block reads all of its channels' weights, and stored split they were twice the bytes.
 // At the end the 16 points of every (tile, channel) meet in shared memory for the output
 // transform and the epilogue (bias, residual, ReLU; its operands loaded at the start).
-// The Python op (tensorconv/ops/winograd_conv.py) checks the arguments, packs the weights and
-// picks the tile (WM, WN, tbw).
+// The Python op (tensorconv/ops/winograd_conv.py) checks the arguments, packs the weights
+// (winograd_pack_weights below, on the device) and picks the tile (WM, WN, tbw).
 #include "tc_common.cuh"
 #include "tc_mma.cuh"
 
@@ -263,6 +263,52 @@ __global__ void __launch_bounds__(WINO_THREADS, 1) winograd_f2x2_3x3_tf32x3(
             v += res_pre[r][e];
             y[at] = relu ? fmaxf(v, 0.f) : v;
         }
+    }
+}
+
+// Row i of G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]] applied to (a, b, c),
+// in fp64 and in the order of winograd_conv.transform_weights (the host path), so both
+// round to the same floats.
+__device__ __forceinline__ double wino_g_row(int i, double a, double b, double c) {
+    return i == 0 ? a
+         : i == 1 ? __dmul_rn(__dadd_rn(__dadd_rn(a, b), c), 0.5)
+         : i == 2 ? __dmul_rn(__dadd_rn(__dsub_rn(a, b), c), 0.5)
+                  : c;
+}
+
+// The weight operand of winograd_f2x2_3x3_tf32x3 made on the device in one launch, which a
+// training step affords (the array transform is some twenty small kernels): U = G f G^T of
+// every filter f in mma B-fragment order, unsplit, zero past nf filters and cf channels,
+//     packed[n8][c8][p][lane] = (U[8 n8 + g][8 c8 + t][p], U[8 n8 + g][8 c8 + t + 4][p])
+// for lane = 4 g + t and point p = 4 i + j.  flip == 0: f = w, (nf, cf, 3, 3).  flip == 1:
+// the data gradient's filters, f[n][c][r][s] = w[c][n][2 - r][2 - s], w being (cf, nf, 3, 3).
+__global__ void winograd_pack_weights(const float* __restrict__ w, float2* __restrict__ packed,
+                                      int nf, int cf, int flip)
+{
+    tc::wait_prior_grids();
+    const int c8s = (cf + 7) / 8;
+    const int total = (nf + 7) / 8 * c8s * 16 * 32;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+        const int lane = e % 32, p = e / 32 % 16, c8 = e / 512 % c8s, n8 = e / 512 / c8s;
+        const int n = 8 * n8 + lane / 4, i = p / 4, j = p % 4;
+        float v[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int c = 8 * c8 + lane % 4 + 4 * h;
+            v[h] = 0.f;
+            if (n >= nf || c >= cf) continue;
+            const float* f = flip ? w + ((size_t)c * nf + n) * 9 : w + ((size_t)n * cf + c) * 9;
+            double gf[3];   // (G f)[i][s]
+#pragma unroll
+            for (int s = 0; s < 3; ++s) {
+                double a[3];
+#pragma unroll
+                for (int r = 0; r < 3; ++r) a[r] = flip ? f[(2 - r) * 3 + 2 - s] : f[r * 3 + s];
+                gf[s] = wino_g_row(i, a[0], a[1], a[2]);
+            }
+            v[h] = __double2float_rn(wino_g_row(j, gf[0], gf[1], gf[2]));
+        }
+        packed[e] = make_float2(v[0], v[1]);
     }
 }
 

@@ -135,3 +135,18 @@ def test_default_choice_takes_thin_training_layers(monkeypatch):
     fwd, = direct_conv.kernels(geom, "winograd", mode=0)
     dgrad, = direct_conv.kernels(geom, "winograd", mode=1)
     assert fwd.file == dgrad.file == winograd.FILE and fwd.name == "winograd_f2x2_3x3_tf32x3<2, 2>"
+
+
+def test_flipped_packing_is_the_data_gradients_filters(rng):
+    """``flip=True`` packs w transposed and turned 180 degrees: the forward of gy with them
+    (padding 2 - p) is the stride-1 data gradient."""
+    w = rng.standard_normal((6, 11, 3, 3)).astype(np.float32)
+    flipped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    np.testing.assert_array_equal(winograd.pack_weights(w, flip=True),
+                                  winograd.pack_weights(flipped))
+    assert winograd.pack_weights(w, flip=True).shape == (2, 1, 16, 32, 2)
+    gy = rng.standard_normal((2, 6, 7, 5))
+    for pad in (0, 1, 2):
+        gx_shape = (2, 11, 7 + 2 - 2 * pad, 5 + 2 - 2 * pad)
+        want = reference.conv2d_backward_data(gy, w.astype(np.float64), gx_shape, padding=pad)
+        assert rel_err(_winograd_conv(gy, flipped, 2 - pad), want) <= 1e-6

@@ -34,6 +34,7 @@ from tensorconv.ops._launch import (
 FILE = "winograd_conv.cu"
 Problem = ConvGeometry
 THREADS = 256                 # the kernel's WINO_THREADS: 8 warps, two points each
+PACK_NAME = "winograd_pack_weights"   # pack_weights' kernel on the GPU
 WARP_TILES_M = (1, 2)         # WM: 16-tile rows per warp (16 or 32 Winograd tiles per block)
 WARP_TILES_N = (1, 2, 4)      # WN: 8-channel tiles per warp (= per block)
 TILE_WIDTHS = (2, 4, 8, 16, 32)
@@ -165,15 +166,15 @@ def run_pass(mode: int, w, src, bias, residual, out, geom: ConvGeometry, relu: b
     """``ops.conv2d``'s forward (mode 0, ``src`` is x) or stride-1 data gradient (mode 1,
     ``src`` is gy: the forward of gy with w's filters flipped and transposed, padding
     2 - padding) on checked arguments, into ``out``, on the tuned tile or
-    :func:`batch_tile`; the weights transformed and packed on the device each call."""
+    :func:`batch_tile`; the weights transformed and packed on the device each call (one
+    launch of :func:`pack_weights`' kernel)."""
     xp = backend.array_module(src)
     if mode == 1:
-        w = xp.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        geom = conv_geometry(tuple(src.shape), w.shape, 1, (2 - geom.padding[0],
-                                                            2 - geom.padding[1]))
+        geom = conv_geometry(tuple(src.shape), (geom.c, geom.k, 3, 3), 1,
+                             (2 - geom.padding[0], 2 - geom.padding[1]))
     tile = tuned_tile(geom) or batch_tile(geom, backend.device_facts())
     check_tile(tile, geom)
-    run(src, pack_weights(w, xp), out, geom, tile, (bias, residual, bool(relu)))
+    run(src, pack_weights(w, xp, flip=mode == 1), out, geom, tile, (bias, residual, bool(relu)))
 
 
 def pass_kernels(geom: ConvGeometry, mode: int) -> tuple[cuda.KernelRef, ...]:
@@ -231,11 +232,30 @@ def transform_weights(w, xp=None):
     return rows(t[..., 0], t[..., 1], t[..., 2], 3).astype(xp.float32)
 
 
-def pack_weights(w, xp=None):
+def pack_weights(w, xp=None, *, flip: bool = False):
     """The kernel's weight operand: :func:`transform_weights` in mma B-fragment order,
     unsplit (the kernel splits them as it loads them, which halves the bytes every block
-    reads), shape ``(ceil(N/8), ceil(C/8), 16, 32, 2)``."""
-    return b_fragments(transform_weights(w, xp), xp, split=False)
+    reads), shape ``(ceil(N/8), ceil(C/8), 16, 32, 2)``; on the GPU one launch of
+    ``winograd_pack_weights`` (the same bits), which a captured training step affords.
+
+    Parameters
+    ----------
+    w : array, (N, C, 3, 3), float32 (C-contiguous on the GPU)
+    flip : bool
+        Pack the data gradient's filters instead, ``w`` transposed to (C, N) and turned
+        180 degrees: the forward of gy with them is the stride-1 data gradient.
+    """
+    xp = xp or backend.array_module(w)
+    nf, cf = (w.shape[1], w.shape[0]) if flip else (w.shape[0], w.shape[1])
+    if xp is np:
+        if flip:
+            w = np.ascontiguousarray(np.asarray(w).transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        return b_fragments(transform_weights(w, xp), xp, split=False)
+    packed = xp.empty((cdiv(nf, 8), cdiv(cf, 8), 16, 32, 2), xp.float32)
+    pairs = packed.size // 2
+    launch(cuda.kernel_ref(FILE, PACK_NAME), (min(cdiv(pairs, THREADS), 4096),), (THREADS,),
+           (w, packed, np.int32(nf), np.int32(cf), np.int32(flip)))
+    return packed
 
 
 def packed_shape(p: Problem) -> tuple[int, ...]:

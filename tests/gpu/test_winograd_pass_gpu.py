@@ -94,3 +94,18 @@ def test_captured_replay_gives_the_eager_bits(rng):
         stream.synchronize()
     np.testing.assert_array_equal(y.get(), eager_y.get())
     np.testing.assert_array_equal(gx.get(), eager_gx.get())
+
+
+@pytest.mark.parametrize("n,c", [(1, 1), (6, 11), (16, 16), (40, 70), (64, 3)])
+def test_device_packing_gives_the_host_packings_bits(rng, n, c):
+    """``winograd_pack_weights`` (one launch) against the host transform and fragment order,
+    bit for bit, forward and flipped (the data gradient's filters), zeros past the edges."""
+    import cupy as cp
+
+    from tensorconv.ops import winograd_conv as winograd
+
+    w = (rng.standard_normal((n, c, 3, 3)) * 10.0 ** rng.integers(-3, 4, (n, c, 1, 1)))
+    w = w.astype(np.float32)
+    for flip in (False, True):
+        got = winograd.pack_weights(cp.asarray(w), flip=flip).get()
+        np.testing.assert_array_equal(got, winograd.pack_weights(w, flip=flip))

@@ -132,9 +132,10 @@ def test_default_choice_takes_thin_training_layers(monkeypatch):
         assert choose(geom, 0, hopper) != "winograd" and choose(geom, 1, hopper) != "winograd"
     monkeypatch.setattr(backend, "device_facts", lambda *a: hopper)
     geom = conv_geometry((128, 16, 32, 32), (16, 16, 3, 3), 1, 1)
-    fwd, = direct_conv.kernels(geom, "winograd", mode=0)
-    dgrad, = direct_conv.kernels(geom, "winograd", mode=1)
-    assert fwd.file == dgrad.file == winograd.FILE and fwd.name == "winograd_f2x2_3x3_tf32x3<2, 2>"
+    pack, fwd = direct_conv.kernels(geom, "winograd", mode=0)
+    assert direct_conv.kernels(geom, "winograd", mode=1) == (pack, fwd)   # same shape
+    assert pack.file == fwd.file == winograd.FILE and pack.name == winograd.PACK_NAME
+    assert fwd.name == "winograd_f2x2_3x3_tf32x3<2, 2>"
 
 
 def test_flipped_packing_is_the_data_gradients_filters(rng):

@@ -12,12 +12,13 @@ times all of its few tiles.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorconv import backend, cuda, tunecache
+from tensorconv import backend, cuda, precision, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry, conv_geometry
 from tensorconv.ops._launch import (
@@ -162,27 +163,72 @@ def check_pass(geom: ConvGeometry, mode: int, tile, splits) -> None:
         raise ValueError("tile and splits do not apply to algorithm='winograd'")
 
 
+def pass_geometry(geom: ConvGeometry, mode: int) -> ConvGeometry:
+    """The forward :func:`run_pass` runs for ``mode`` of ``geom``: ``geom`` itself, or for
+    the data gradient the forward of gy (N, K, OH, OW) with w's filters flipped and
+    transposed, at padding ``2 - padding``."""
+    if mode == 0:
+        return geom
+    return conv_geometry((geom.n, geom.k, geom.oh, geom.ow), (geom.c, geom.k, 3, 3), 1,
+                         (2 - geom.padding[0], 2 - geom.padding[1]))
+
+
 def run_pass(mode: int, w, src, bias, residual, out, geom: ConvGeometry, relu: bool) -> None:
     """``ops.conv2d``'s forward (mode 0, ``src`` is x) or stride-1 data gradient (mode 1,
-    ``src`` is gy: the forward of gy with w's filters flipped and transposed, padding
-    2 - padding) on checked arguments, into ``out``, on the tuned tile or
-    :func:`batch_tile`; the weights transformed and packed on the device each call (one
-    launch of :func:`pack_weights`' kernel)."""
+    ``src`` is gy: :func:`pass_geometry`) on checked arguments, into ``out``, on
+    :func:`batch_tile` (a heuristic, as the implicit GEMMs' defaults are: a tile tuned
+    later in the process would not be seen by a cached launch); the weights transformed
+    and packed on the device each call, by one launch of :func:`pack_weights`' kernel."""
     xp = backend.array_module(src)
-    if mode == 1:
-        geom = conv_geometry(tuple(src.shape), (geom.c, geom.k, 3, 3), 1,
-                             (2 - geom.padding[0], 2 - geom.padding[1]))
-    tile = tuned_tile(geom) or batch_tile(geom, backend.device_facts())
-    check_tile(tile, geom)
-    run(src, pack_weights(w, xp, flip=mode == 1), out, geom, tile, (bias, residual, bool(relu)))
+    pack, conv = _pass_config(geom, mode, precision.current(), xp.cuda.runtime.getDevice())
+    packed = _pack_into(xp, w, pack)
+    kernel, grid, ints, smem = conv
+    kernel(grid, (THREADS, 1, 1), (src, packed, out, *epilogue_args((bias, residual, relu)))
+           + ints, shared_mem=smem)
 
 
 def pass_kernels(geom: ConvGeometry, mode: int) -> tuple[cuda.KernelRef, ...]:
-    """The kernels :func:`run_pass` launches for ``mode`` of ``geom``."""
-    if mode == 1:
-        geom = conv_geometry((geom.n, geom.k, geom.oh, geom.ow), (geom.c, geom.k, 3, 3), 1,
-                             (2 - geom.padding[0], 2 - geom.padding[1]))
-    return kernels(geom, tuned_tile(geom) or batch_tile(geom, backend.device_facts()))
+    """The kernels :func:`run_pass` launches for ``mode`` of ``geom`` (the packing's and
+    the convolution's)."""
+    p = pass_geometry(geom, mode)
+    return (cuda.kernel_ref(FILE, PACK_NAME),
+            *kernels(p, batch_tile(p, backend.device_facts())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pass_config(geom: ConvGeometry, mode: int, precision_name: str, device: int):
+    """:func:`run_pass`'s two launches but for their pointers, cached: a training step runs
+    some forty, and working out the geometry, tile and kernels took ~0.1 ms a call on the
+    host.  ``precision_name`` and ``device`` key the kernels built for them."""
+    del precision_name, device   # the memo's key: kernel_ref and load read them
+    p = pass_geometry(geom, mode)
+    tile = batch_tile(p, backend.device_facts())
+    check_tile(tile, p)
+    kernel = cuda.load(kernels(p, tile)[0])
+    smem = tile.smem_bytes(p)
+    cuda.set_dynamic_smem(kernel, smem)
+    tiles_h, tiles_w = winograd_tiles(p)
+    ints = tuple(np.int32(v) for v in (
+        p.c, p.h, p.w, p.k, p.oh, p.ow, p.padding[0], p.padding[1], tiles_h, tiles_w,
+        tile.tbw, cdiv(tiles_w, tile.tbw), cdiv(p.k, 8 * tile.wn)))
+    return _pack_config(p.k, p.c, mode == 1), (kernel, tile.grid(p), ints, smem)
+
+
+def _pack_config(nf: int, cf: int, flip: bool):
+    """The packing kernel's launch for ``nf`` x ``cf`` filters: (kernel, packed shape,
+    grid, integer arguments)."""
+    shape = (cdiv(nf, 8), cdiv(cf, 8), 16, 32, 2)
+    pairs = shape[0] * shape[1] * 16 * 32
+    return (cuda.load(cuda.kernel_ref(FILE, PACK_NAME)), shape,
+            (min(cdiv(pairs, THREADS), 4096),), (np.int32(nf), np.int32(cf), np.int32(flip)))
+
+
+def _pack_into(xp, w, config):
+    """A new packed-weights array made from ``w`` by one launch of ``config``."""
+    kernel, shape, grid, ints = config
+    packed = xp.empty(shape, xp.float32)
+    kernel(grid, (THREADS, 1, 1), (w, packed) + ints)
+    return packed
 
 
 def tile_key(p: Problem) -> str:
@@ -251,11 +297,7 @@ def pack_weights(w, xp=None, *, flip: bool = False):
         if flip:
             w = np.ascontiguousarray(np.asarray(w).transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
         return b_fragments(transform_weights(w, xp), xp, split=False)
-    packed = xp.empty((cdiv(nf, 8), cdiv(cf, 8), 16, 32, 2), xp.float32)
-    pairs = packed.size // 2
-    launch(cuda.kernel_ref(FILE, PACK_NAME), (min(cdiv(pairs, THREADS), 4096),), (THREADS,),
-           (w, packed, np.int32(nf), np.int32(cf), np.int32(flip)))
-    return packed
+    return _pack_into(xp, w, _pack_config(nf, cf, flip))
 
 
 def packed_shape(p: Problem) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from tensorconv.ops import (
                             cp_conv,
                             depthwise_conv,
                             direct_conv,
+                            direct_wgrad,
                             dropout,
                             igemm_tf32x3,
                             pointwise_conv,
@@ -73,14 +74,14 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
-                                depthwise_conv, direct_conv, dropout, igemm_tf32x3,
-                                pointwise_conv, pointwise_pair, pool, scc_conv, scc_tc, sgd,
-                                sparse_blocks_tc, sparse_conv, tensorcore_conv,
+                                depthwise_conv, direct_conv, direct_wgrad, dropout,
+                                igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
+                                scc_tc, sgd, sparse_blocks_tc, sparse_conv, tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
-           "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "dropout",
+           "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
            "scc_tc", "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",

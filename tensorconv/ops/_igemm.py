@@ -19,7 +19,7 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops._launch import NULL, cdiv, launch
+from tensorconv.ops._launch import NULL, cdiv
 
 MODES = (0, 1, 2)
 MODE_NAMES = {0: "forward", 1: "data gradient", 2: "weight gradient"}
@@ -93,9 +93,17 @@ def reduce_blocks(total: int, splits: int, sm_count: int) -> int:
 def reduce_flat(partial, out, splits: int, size: int, sm_count: int) -> None:
     """``out`` = the sum of ``splits`` partial arrays of ``size`` floats each, laid end to
     end in ``partial``, in split order (deterministic), no epilogue."""
+    kernel, grid, ints = reduce_flat_config(splits, size, sm_count)
+    kernel(grid, (256, 1, 1), (partial, NULL, NULL, out) + ints)
+
+
+@functools.lru_cache(maxsize=4096)
+def reduce_flat_config(splits: int, size: int, sm_count: int):
+    """(kernel, grid, integer arguments) of :func:`reduce_flat`, for a caller that caches
+    its launches; the pointer arguments are (partial, NULL, NULL, out)."""
     i32 = np.int32
-    launch(reduce_ref(), (reduce_blocks(size, splits, sm_count), 1, 1), (256,),
-           (partial, NULL, NULL, out, i32(splits), i32(1), i32(size), i32(size), i32(0)))
+    return (cuda.load(reduce_ref()), (reduce_blocks(size, splits, sm_count), 1, 1),
+            (i32(splits), i32(1), i32(size), i32(size), i32(0)))
 
 
 def workspace_floats(geom: ConvGeometry, mode: int, splits: int) -> int:

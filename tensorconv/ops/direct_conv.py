@@ -8,8 +8,9 @@ Five algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
   (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
 * ``"igemm"`` — implicit GEMM with 64x64 fp32 register tiles and a split reduction for
   layers whose output is too small to fill the GPU (batch 1, deep layers).
-* ``"direct"`` — one output pixel per thread, ``tk`` channels per thread; the right shape
-  for thin grouped convolutions and thin reductions such as a stem's (forward only).
+* ``"direct"`` — the forward: one output pixel per thread, ``tk`` channels per thread,
+  for thin grouped convolutions and thin reductions such as a stem's; the weight gradient:
+  :mod:`tensorconv.ops.direct_wgrad` (staged chunks, FMA sums), for thin layers.
 * ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
 * ``"winograd"`` — F(2x2, 3x3) (:mod:`tensorconv.ops.winograd_conv`), the forward and the
   stride-1 data gradient of a thin 3x3 layer on a training batch.
@@ -38,16 +39,17 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops import _igemm, depthwise_conv, igemm_tf32x3, winograd_conv
+from tensorconv.ops import _igemm, depthwise_conv, direct_wgrad, igemm_tf32x3, winograd_conv
 from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr
 from tensorconv.ops.conv_algorithm import choose_algorithm
 from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
-FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE)  # a call may run
+FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE,
+         direct_wgrad.FILE)   # every kernel file a call may run
 Problem = ConvGeometry
 ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise", "winograd")
-GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise", "winograd")   # no "direct"
+GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise", "winograd", "direct")
 _TK_CHOICES = (16, 8, 4, 2, 1)      # instantiated in direct_conv.cu
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _SMEM_BUDGET = 48 * 1024            # the default per-block limit: no opt-in needed
@@ -59,9 +61,8 @@ _IG_THREADS = 256
 @dataclass(frozen=True)
 class Tile:
     """The ``"direct"`` algorithm's block: a ``th x tw`` output tile (one thread per pixel),
-    ``tk`` channels per thread, ``cc`` input channels staged at a time.  (``"igemm"`` has no
-    tile to choose: its block rows follow the GEMM's rows, :func:`igemm_rows`, and its
-    reduction split the grid's size, :func:`igemm_splits`.)"""
+    ``tk`` channels per thread, ``cc`` input channels staged at a time.  (``"igemm"`` has
+    no tile: :func:`igemm_rows` and :func:`igemm_splits` follow the GEMM's sizes.)"""
 
     th: int
     tw: int
@@ -94,7 +95,6 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Pick a ``"direct"`` tile for ``p``: fill the output width, ~128 threads, the widest
     ``tk`` (most weight reuse) that still gives two blocks per SM, and the most staged
     channels ``cc`` that fit the 48 KiB default shared-memory limit."""
-    sm_count = facts.sm_count
     tw = min(32, max(4, next_pow2(p.ow)))
     th = min(max(1, 128 // tw), next_pow2(p.oh))
     kg = p.k // p.groups
@@ -104,7 +104,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
         if cand > 1 and cand >= 2 * kg:
             continue  # more than half the accumulators would be idle
         tk = cand
-        if spatial * cdiv(kg, cand) >= 2 * sm_count:
+        if spatial * cdiv(kg, cand) >= 2 * facts.sm_count:
             break
     per_channel = Tile(th, tw, tk, 1).smem_bytes(p)
     cc = max(1, min(p.c // p.groups, _MAX_STAGE_CHANNELS, _SMEM_BUDGET // per_channel))
@@ -151,15 +151,15 @@ def _igemm_name(mode: int, kr: int, ks: int, tm: int) -> str:
 
 def kernels(geom: ConvGeometry, algorithm: str, tile=None,
             mode: int = 0) -> tuple[cuda.KernelRef, ...]:
-    """The kernels a launch runs: ``"direct"`` on ``tile`` (default: :func:`default_tile`),
-    or an implicit GEMM (``"igemm"``, ``"igemm_tf32x3"`` on ``tile``, default its
-    ``default_tile``) in ``mode`` (0 forward, 1 data gradient, 2 weight gradient) with
-    the split reduction it may need."""
+    """The kernels a launch of ``algorithm`` on ``tile`` (default: its default tile) runs in
+    ``mode`` (0 forward, 1 data gradient, 2 weight gradient), split reduction included."""
     kr, ks = _fixed(geom)
     if algorithm == "depthwise":
         return depthwise_conv.kernels(geom, mode)
     if algorithm == "winograd":
         return winograd_conv.pass_kernels(geom, mode)
+    if algorithm == "direct" and mode == 2:
+        return direct_wgrad.kernels(geom, tile)
     if algorithm == "direct":
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
@@ -237,22 +237,24 @@ def _check_gemm_options(algorithm, tile, splits, geom, mode):
         depthwise_conv.check_options(geom, mode, tile, splits)
     if algorithm == "winograd":
         winograd_conv.check_pass(geom, mode, tile, splits)
+    if algorithm == "direct":   # the forward's tile is checked where it runs
+        direct_wgrad.check_options(geom, mode, tile, splits)
     if algorithm is None:
-        algorithm = "direct" if isinstance(tile, Tile) else (
+        algorithm = "direct" if isinstance(tile, (Tile, direct_wgrad.Tile)) else (
             "igemm_tf32x3" if isinstance(tile, igemm_tf32x3.Tile) else None)
     return algorithm
 
 
 def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, relu, xp):
-    """Launch ``mode``'s implicit GEMM on ``algorithm`` (``"igemm"`` or ``"igemm_tf32x3"``)
-    after checking ``tile`` and ``splits`` against it."""
+    """Launch ``mode`` on ``algorithm`` after checking ``tile`` and ``splits`` against it."""
     facts = backend.device_facts()
     if algorithm == "depthwise":
-        depthwise_conv.run_gemm_order(mode, a, b, bias, residual, out, geom, relu, splits)
-        return
+        return depthwise_conv.run_gemm_order(mode, a, b, bias, residual, out, geom, relu, splits)
     if algorithm == "winograd":
-        winograd_conv.run_pass(mode, a, b, bias, residual, out, geom, relu)
-        return
+        return winograd_conv.run_pass(mode, a, b, bias, residual, out, geom, relu)
+    if algorithm == "direct":   # the weight gradient's (a, b = gy, x); checked options
+        tile = direct_wgrad.check_options(geom, 2, tile, splits)
+        return direct_wgrad.run(b, a, out, geom, tile, xp)
     if algorithm == "igemm":
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' or 'igemm_tf32x3' only")
@@ -359,7 +361,7 @@ def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups
     x_shape : tuple (N, C, H, W)
     out : array, (N, C, H, W), float32, optional (GPU only)
     algorithm, tile, splits
-        As for :func:`conv2d` (mode 1 of :func:`choose_algorithm`; no ``"direct"``).
+        As for :func:`conv2d` (mode 1 of :func:`choose_algorithm`; not ``"direct"``).
 
     Returns
     -------
@@ -394,7 +396,8 @@ def conv2d_backward_weight(x, gy, w_shape, stride=1, padding=0, dilation=1, grou
     w_shape : tuple (K, C // groups, R, S)
     out : array, (K, C // groups, R, S), float32, optional (GPU only)
     algorithm, tile, splits
-        As for :func:`conv2d` (mode 2 of :func:`choose_algorithm`; no ``"direct"``).
+        As for :func:`conv2d` (mode 2 of :func:`choose_algorithm`); ``"direct"`` is
+        :mod:`~tensorconv.ops.direct_wgrad` (``tile`` a ``direct_wgrad.Tile``).
 
     Returns
     -------

@@ -5,7 +5,8 @@
 // dozen rows and a few hundred columns over N*OH*OW (131,072 for ResNet-20's first stage at
 // batch 128).  The implicit GEMM gathers every x value once per tap into its column tiles
 // and, with 16 rows, fills a quarter of a 64-row wgmma; here a block stages a chunk of x
-// (its rows with their halo, zeros outside the image) and of gy in shared memory once, and
+// (its rows with their halo, zeros outside the image) and of gy in shared memory once, by
+// cp.async into two stages (the next chunk lands while this one is multiplied), and
 // each thread keeps TK filters x TC channels x R*S taps of sums in registers, reading x
 // from the staged chunk at every tap.  The products are plain fp32 FMAs: exact fp32, no
 // split operands.
@@ -20,6 +21,7 @@
 // Launch geometry (rows, splits, the staged planes' strides) belongs to
 // tensorconv/ops/direct_wgrad.py; this file holds device code only.
 #include "tc_common.cuh"
+#include "tc_cluster.cuh"
 
 namespace dwg {
 constexpr int THREADS = 256, WARPS = 8;
@@ -28,8 +30,8 @@ constexpr int BK = 4 * TK, BC = 8 * TC;    // a block's: 16 x 16
 }
 
 // grid (cdiv(K, BK), cdiv(C, BC), splits); dynamic shared memory
-// max(BC * xplane + BK * gplane, BK * BC * R * S) floats, xplane >= in_rows * in_w and
-// gplane >= rows * OW both odd (the lanes of a load then hit distinct banks).
+// max(2 * (BC * xplane + BK * gplane), BK * BC * R * S) floats (two stages), xplane >=
+// in_rows * in_w and gplane >= rows * OW both odd (the lanes of a load hit distinct banks).
 template <int R, int S>
 __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
     const float* __restrict__ x,     // (N, C, H, W)
@@ -42,15 +44,12 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
     using namespace dwg;
     constexpr int RS = R * S;
     tc::wait_prior_grids();
-    extern __shared__ float smem[];
-    float* xs = smem;                    // [BC][xplane]: in_rows x in_w
-    float* gs = smem + BC * xplane;      // [BK][gplane]: rows x OW
+    extern __shared__ float smem[];   // two stages of [BC][xplane] x, then [BK][gplane] gy
     const int k0 = blockIdx.x * BK, c0 = blockIdx.y * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kg = lane / 8, cg = lane % 8;
     const int q0 = blockIdx.z * chunks_per_split;
     const int q1 = min(N * row_blocks, q0 + chunks_per_split);
-    const int in_plane = in_rows * in_w;
 
     float acc[TK][TC][RS];
 #pragma unroll
@@ -60,26 +59,37 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
 #pragma unroll
             for (int t = 0; t < RS; ++t) acc[j][i][t] = 0.f;
 
-    for (int q = q0; q < q1; ++q) {
-        const int n = q / row_blocks, oy0 = (q - n * row_blocks) * rows;
+    // Chunk q0 + i lands in stage i % 2 by cp.async (zeros outside the image and past K
+    // and C) while the warps multiply chunk q0 + i - 1 out of the other stage.
+    const int stage_floats = BC * xplane + BK * gplane;
+    auto load = [&](int i, int st) {
+        const int q = q0 + i, n = q / row_blocks, oy0 = (q - n * row_blocks) * rows;
         const int rows_here = min(rows, OH - oy0), iy0 = oy0 * sh - ph;
-        __syncthreads();   // every warp is done with the previous chunk
-        for (int e = threadIdx.x; e < BC * in_plane; e += THREADS) {
-            const int c = e / in_plane, rem = e - c * in_plane;
-            const int iy = rem / in_w, ix = rem - iy * in_w;
-            const int yy = iy0 + iy, xx = ix - pw;
-            float v = 0.f;
-            if (c0 + c < C && (unsigned)yy < (unsigned)H && (unsigned)xx < (unsigned)W)
-                v = __ldg(x + (((size_t)n * C + c0 + c) * H + yy) * W + xx);
-            xs[c * xplane + rem] = v;
+        float* xs = smem + st * stage_floats;
+        float* gs = xs + BC * xplane;
+        for (int row = warp; row < BC * in_rows; row += WARPS) {   // one staged x row a warp
+            const int c = row / in_rows, iy = row - c * in_rows, yy = iy0 + iy;
+            const bool live = c0 + c < C && (unsigned)yy < (unsigned)H;
+            const float* src = x + (((size_t)n * C + (live ? c0 + c : 0)) * H + (live ? yy : 0)) * W;
+            for (int ix = lane; ix < in_w; ix += 32) {
+                const int xx = ix - pw;
+                const bool ok = live && (unsigned)xx < (unsigned)W;
+                tdcx::cp_async4(xs + c * xplane + iy * in_w + ix, ok ? src + xx : x, ok);
+            }
         }
         const int pixels = rows_here * OW;
-        for (int e = threadIdx.x; e < BK * pixels; e += THREADS) {
-            const int k = e / pixels, p = e - k * pixels;
-            gs[k * gplane + p] = k0 + k < K
-                ? __ldg(gy + (((size_t)n * K + k0 + k) * OH + oy0) * OW + p) : 0.f;
+        for (int k = warp; k < BK; k += WARPS) {                  // one filter's rows a warp
+            const bool live = k0 + k < K;
+            const float* src = gy + (((size_t)n * K + (live ? k0 + k : 0)) * OH + oy0) * OW;
+            for (int p = lane; p < pixels; p += 32)
+                tdcx::cp_async4(gs + k * gplane + p, live ? src + p : gy, live);
         }
-        __syncthreads();
+    };
+    auto compute = [&](int i, int st) {
+        const int q = q0 + i, n = q / row_blocks, oy0 = (q - n * row_blocks) * rows;
+        const int rows_here = min(rows, OH - oy0);
+        const float* xs = smem + st * stage_floats;
+        const float* gs = xs + BC * xplane;
         for (int oy = 0; oy < rows_here; ++oy) {
             for (int ox = warp; ox < OW; ox += WARPS) {
                 const int p = oy * OW + ox, xb = oy * sh * in_w + ox * sw;
@@ -87,8 +97,8 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
 #pragma unroll
                 for (int j = 0; j < TK; ++j) g[j] = gs[(kg * TK + j) * gplane + p];
 #pragma unroll
-                for (int i = 0; i < TC; ++i) {
-                    const float* xc = xs + (cg * TC + i) * xplane + xb;
+                for (int i2 = 0; i2 < TC; ++i2) {
+                    const float* xc = xs + (cg * TC + i2) * xplane + xb;
 #pragma unroll
                     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -96,15 +106,16 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
                             const float v = xc[r * dh * in_w + s * dw];
 #pragma unroll
                             for (int j = 0; j < TK; ++j)
-                                acc[j][i][r * S + s] = fmaf(g[j], v, acc[j][i][r * S + s]);
+                                acc[j][i2][r * S + s] = fmaf(g[j], v, acc[j][i2][r * S + s]);
                         }
                 }
             }
         }
-    }
+    };
+    tdcx::cp_async_ring<2>(max(0, q1 - q0), load, compute);
 
     // The warps' sums, added in warp order into the staging space (deterministic).
-    __syncthreads();
+    __syncthreads();   // every warp is done with the last chunk
     float* red = smem;   // [BK][BC][RS]
     for (int w = 0; w < WARPS; ++w) {
         if (warp == w) {

@@ -3,7 +3,8 @@
 A 3x3 (or 1x1) layer of a few dozen channels has a weight gradient of a few thousand values
 summed over every pixel of the batch.  The implicit GEMM gathers each input value once per
 tap and leaves most of a tensor-core tile idle on so few rows; this kernel stages a chunk of
-rows of x (with its halo) and of gy in shared memory once and keeps 4 filters x 2 channels
+rows of x (with its halo) and of gy in shared memory once (two stages: the next chunk
+lands while this one is multiplied) and keeps 4 filters x 2 channels
 x R*S sums a thread in registers, in plain fp32 FMAs (exact fp32, deterministic: the
 warps' and the splits' sums are added in a fixed order).
 
@@ -34,7 +35,7 @@ THREADS = 256
 BK = BC = 16                 # a block's filters and channels (the kernel's dwg::BK, BC)
 FILTERS = ((1, 1), (3, 3))   # the filter sizes the kernel is built for
 PIXELS = 256                 # output pixels a chunk aims at (a warp takes every 8th column)
-BLOCKS_PER_SM = 4            # the default split's target: two waves of two blocks an SM
+BLOCKS_PER_SM = 2            # the default split's target: one wave (122 registers a thread)
 _MAX_VALUES = 1 << 31        # int indices inside an image plane and of the flat output
 
 
@@ -64,9 +65,10 @@ class Tile:
         return per, cdiv(chunks, per)
 
     def smem_bytes(self, p: Problem) -> int:
-        """The staged chunk, or the warps' sums where those are larger."""
+        """Two stages of a chunk (one lands while the other is multiplied), or the warps'
+        sums where those are larger."""
         _, _, xplane, gplane = self.staged(p)
-        return 4 * max(BC * xplane + BK * gplane, BK * BC * p.r * p.s)
+        return 4 * max(2 * (BC * xplane + BK * gplane), BK * BC * p.r * p.s)
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         """(filter tiles, channel tiles, runs)."""

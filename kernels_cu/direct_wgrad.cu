@@ -41,9 +41,9 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
     int dh, int dw, int rows, int row_blocks, int chunks_per_split, int in_rows, int in_w,
     int xplane, int gplane)
 {
+    tc::wait_prior_grids();
     using namespace dwg;
     constexpr int RS = R * S;
-    tc::wait_prior_grids();
     extern __shared__ float smem[];   // two stages of [BC][xplane] x, then [BK][gplane] gy
     const int k0 = blockIdx.x * BK, c0 = blockIdx.y * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

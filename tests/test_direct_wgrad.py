@@ -124,3 +124,21 @@ def test_direct_conv_takes_direct_for_the_weight_gradient_only():
                                    algorithm="direct")
     got = ops.conv2d_backward_weight(x, gy, w.shape, padding=1, algorithm="direct")
     assert got.shape == w.shape   # the CPU path: the reference
+
+
+def test_the_default_takes_thin_3x3_weight_gradients_on_a_batch(monkeypatch):
+    from tensorconv.ops.conv_algorithm import choose_algorithm
+
+    hopper, volta = device_facts(), device_facts(compute_capability=(7, 0))
+    thin = conv_geometry((128, 16, 32, 32), (16, 16, 3, 3), 1, 1)
+    stem = conv_geometry((128, 3, 32, 32), (16, 3, 3, 3), 1, 1)
+    assert choose_algorithm(thin, 2, hopper) == choose_algorithm(stem, 2, hopper) == "direct"
+    assert choose_algorithm(thin, 2, volta) != "direct"
+    assert choose_algorithm(thin, 0, hopper) != "direct"
+    assert choose_algorithm(thin, 1, hopper) != "direct"
+    for xs, ws, stride in [((128, 16, 32, 32), (32, 16, 3, 3), 2),   # 32 filters
+                           ((128, 32, 16, 16), (32, 32, 3, 3), 1),
+                           ((32, 16, 32, 32), (16, 16, 3, 3), 1),    # 32,768 pixels
+                           ((128, 16, 32, 32), (16, 16, 1, 1), 1)]:  # 1x1: not measured
+        geom = conv_geometry(xs, ws, stride, ws[2] // 2)
+        assert choose_algorithm(geom, 2, hopper) != "direct", geom

@@ -157,7 +157,9 @@ def test_cpu_path_takes_the_options_and_checks_them():
     y = direct_conv.conv2d(x, w, padding=1, algorithm="igemm_tf32x3")
     assert y.shape == (1, 16, 5, 5) and y[0, 0, 2, 2] == 36
     with pytest.raises(ValueError, match="algorithm must be"):
-        direct_conv.conv2d_backward_weight(x, y, w.shape, padding=1, algorithm="direct")
+        direct_conv.conv2d_backward_weight(x, y, w.shape, padding=1, algorithm="fft")
+    with pytest.raises(ValueError, match="weight gradient only"):
+        direct_conv.conv2d_backward_data(y, w, x.shape, padding=1, algorithm="direct")
 
 
 def test_strided_data_gradient_runs_by_phase():

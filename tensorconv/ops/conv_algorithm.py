@@ -9,10 +9,11 @@ from __future__ import annotations
 from tensorconv import backend
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops import depthwise_conv, igemm_tf32x3, winograd_conv
+from tensorconv.ops import depthwise_conv, direct_wgrad, igemm_tf32x3, winograd_conv
 from tensorconv.ops._launch import has_tf32_mma
 
-__all__ = ["STEM_OUTPUTS", "WINOGRAD_BATCH", "WINOGRAD_MACS", "choose_algorithm"]
+__all__ = ["STEM_OUTPUTS", "WGRAD_DIRECT_CHANNELS", "WGRAD_DIRECT_PIXELS", "WINOGRAD_BATCH",
+           "WINOGRAD_MACS", "choose_algorithm"]
 
 STEM_OUTPUTS = 1 << 18
 """Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
@@ -40,6 +41,25 @@ def _winograd_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
             and max(geom.c, geom.k) <= 64 and macs <= WINOGRAD_MACS)
 
 
+WGRAD_DIRECT_CHANNELS = 16
+WGRAD_DIRECT_PIXELS = 1 << 16
+"""The weight gradient of an ungrouped 3x3 layer of at most :data:`WGRAD_DIRECT_CHANNELS`
+input and output channels over :data:`WGRAD_DIRECT_PIXELS` output pixels (N x OH x OW) or
+more runs on :mod:`~tensorconv.ops.direct_wgrad` (sm_80+).  On the H200 (graph replays,
+batch 128): ResNet-20's 16 -> 16 layer at 32x32 47.7 µs against 94.1 on the tensor-core
+GEMM (89.3 at tf32) and 81.9 on cuDNN fp32; a 3 -> 16 stem 47.3 against 93.4; the 16 -> 16
+layer at batch 256 88.0 against 183.3.  With 32 or more channels it lost (16 -> 32 stride
+2: 47.0 against 31.9; 32 -> 32: 57.2 against 46.3); smaller batches are not measured
+(``docs/notes/training_speed.md``)."""
+
+
+def _direct_wgrad_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
+    """Whether ``mode`` of ``geom`` defaults to the direct weight gradient."""
+    return (mode == 2 and direct_wgrad.supported(geom) is None and (geom.r, geom.s) == (3, 3)
+            and max(geom.c, geom.k) <= WGRAD_DIRECT_CHANNELS and has_tf32_mma(facts)
+            and geom.n * geom.oh * geom.ow >= WGRAD_DIRECT_PIXELS)
+
+
 def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
     """Whether the direct kernel is the forward's default rather than ``gemm`` (the
     implicit GEMM the layer would take).  Where the groups' output channels ``kg`` or the
@@ -63,7 +83,8 @@ def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | Non
     current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`
     (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more);
     ``"winograd"`` for a forward or data gradient where :data:`WINOGRAD_MACS` says;
-    ``"direct"`` for another forward where :func:`_direct_wins`; else the tensor-core
+    ``"direct"`` for another forward where :func:`_direct_wins` and for a thin weight
+    gradient where :data:`WGRAD_DIRECT_PIXELS` says; else the tensor-core
     ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
     stem = (mode == 0 and geom.c == geom.groups == 1
             and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS)
@@ -72,6 +93,8 @@ def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | Non
     facts = facts or backend.device_facts()
     if _winograd_wins(geom, mode, facts):
         return "winograd"
+    if _direct_wgrad_wins(geom, mode, facts):
+        return "direct"
     gemm = ("igemm_tf32x3" if igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, mode), facts)
             else "igemm")
     return "direct" if mode == 0 and _direct_wins(geom, gemm) else gemm

@@ -26,7 +26,7 @@ from tensorconv import backend, cuda
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import _igemm
-from tensorconv.ops._launch import NULL, cdiv, check_smem
+from tensorconv.ops._launch import NULL, cdiv, check_smem, has_tf32_mma
 from tensorconv.scratch import workspace
 
 FILE = "direct_wgrad.cu"
@@ -176,7 +176,11 @@ def _config(p: Problem, tile: Tile, device: int):
 def run(x, gy, out, p: Problem, tile: Tile | None, xp) -> None:
     """``out`` (K, C, R, S) = the weight gradient of ``p`` from checked ``x``, ``gy``, on
     ``tile`` (default :func:`default_tile`)."""
-    tile = tile or default_tile(p, backend.device_facts())
+    facts = backend.device_facts()
+    if not has_tf32_mma(facts):   # its copies are cp.async
+        raise ValueError(f"algorithm='direct' for the weight gradient needs sm_80 or later; "
+                         f"{facts.name} is {facts.arch}")
+    tile = tile or default_tile(p, facts)
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, xp.cuda.runtime.getDevice())
     partial = workspace(xp, floats) if floats else out
     kernel(grid, (THREADS, 1, 1), (x, gy, partial) + ints, shared_mem=smem)

@@ -92,3 +92,16 @@ def test_bad_options_raise_before_a_launch(rng):
                                    tile=ops.direct_conv.Tile(8, 8, 1, 1))
     with pytest.raises(ValueError, match="rows"):
         ops.conv2d_backward_weight(x, gy, (8, 8, 3, 3), padding=1, tile=dw.Tile(9, 1))
+
+
+def test_the_default_at_a_training_batch_matches_the_gemm(rng):
+    import cupy as cp
+
+    xs, ws = (128, 16, 32, 32), (16, 16, 3, 3)
+    geom = conv_geometry(xs, ws, 1, 1)
+    assert ops.direct_conv.choose_algorithm(geom, 2) == "direct"
+    x = cp.asarray(rng.standard_normal(xs).astype(np.float32))
+    gy = cp.asarray(rng.standard_normal(geom.output_shape).astype(np.float32))
+    got = ops.conv2d_backward_weight(x, gy, ws, padding=1)
+    ref = ops.conv2d_backward_weight(x, gy, ws, padding=1, algorithm="igemm_tf32x3")
+    assert rel_err(got.get(), ref.get()) <= 2 * fp32_tol(128 * 32 * 32)

@@ -29,10 +29,11 @@ constexpr int TK = 4, TC = 2;              // a thread's filters and channels
 constexpr int BK = 4 * TK, BC = 8 * TC;    // a block's: 16 x 16
 }
 
-// grid (cdiv(K, BK), cdiv(C, BC), splits); dynamic shared memory
+// UNIT: stride 1 and dilation 1 along rows (sw == dw == 1), which the sliding window
+// below needs.  grid (cdiv(K, BK), cdiv(C, BC), splits); dynamic shared memory
 // max(2 * (BC * xplane + BK * gplane), BK * BC * R * S) floats (two stages), xplane >=
 // in_rows * in_w and gplane >= rows * OW both odd (the lanes of a load hit distinct banks).
-template <int R, int S>
+template <int R, int S, bool UNIT>
 __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
     const float* __restrict__ x,     // (N, C, H, W)
     const float* __restrict__ gy,    // (N, K, OH, OW)
@@ -90,24 +91,69 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
         const int rows_here = min(rows, OH - oy0);
         const float* xs = smem + st * stage_floats;
         const float* gs = xs + BC * xplane;
-        for (int oy = 0; oy < rows_here; ++oy) {
-            for (int ox = warp; ox < OW; ox += WARPS) {
-                const int p = oy * OW + ox, xb = oy * sh * in_w + ox * sw;
-                float g[TK];
+        if constexpr (UNIT) {
+            // A warp walks whole rows; each new pixel loads one column of its window (R
+            // values a channel) and reuses the S - 1 columns before it, which sit in
+            // registers at compile-time slots (the loop is unrolled by S).
+            for (int oy = warp; oy < rows_here; oy += WARPS) {
+                const float* row[TC];
 #pragma unroll
-                for (int j = 0; j < TK; ++j) g[j] = gs[(kg * TK + j) * gplane + p];
+                for (int i2 = 0; i2 < TC; ++i2)
+                    row[i2] = xs + (cg * TC + i2) * xplane + oy * sh * in_w;
+                const float* grow = gs + kg * TK * gplane + oy * OW;
+                float win[TC][R][S];
 #pragma unroll
-                for (int i2 = 0; i2 < TC; ++i2) {
-                    const float* xc = xs + (cg * TC + i2) * xplane + xb;
+                for (int i2 = 0; i2 < TC; ++i2)
 #pragma unroll
                     for (int r = 0; r < R; ++r)
 #pragma unroll
-                        for (int s = 0; s < S; ++s) {
-                            const float v = xc[r * dh * in_w + s * dw];
+                        for (int s = 0; s + 1 < S; ++s) win[i2][r][s] = row[i2][r * dh * in_w + s];
+                for (int ox0 = 0; ox0 < OW; ox0 += S) {
 #pragma unroll
-                            for (int j = 0; j < TK; ++j)
-                                acc[j][i2][r * S + s] = fmaf(g[j], v, acc[j][i2][r * S + s]);
-                        }
+                    for (int u = 0; u < S; ++u) {
+                        const int ox = ox0 + u;
+                        if (ox >= OW) break;
+#pragma unroll
+                        for (int i2 = 0; i2 < TC; ++i2)
+#pragma unroll
+                            for (int r = 0; r < R; ++r)
+                                win[i2][r][(u + S - 1) % S] = row[i2][r * dh * in_w + ox + S - 1];
+                        float g[TK];
+#pragma unroll
+                        for (int j = 0; j < TK; ++j) g[j] = grow[j * gplane + ox];
+#pragma unroll
+                        for (int i2 = 0; i2 < TC; ++i2)
+#pragma unroll
+                            for (int r = 0; r < R; ++r)
+#pragma unroll
+                                for (int s = 0; s < S; ++s)
+#pragma unroll
+                                    for (int j = 0; j < TK; ++j)
+                                        acc[j][i2][r * S + s] = fmaf(
+                                            g[j], win[i2][r][(u + s) % S], acc[j][i2][r * S + s]);
+                    }
+                }
+            }
+        } else {   // any stride: a warp takes every 8th column of each row
+            for (int oy = 0; oy < rows_here; ++oy) {
+                for (int ox = warp; ox < OW; ox += WARPS) {
+                    const int p = oy * OW + ox, xb = oy * sh * in_w + ox * sw;
+                    float g[TK];
+#pragma unroll
+                    for (int j = 0; j < TK; ++j) g[j] = gs[(kg * TK + j) * gplane + p];
+#pragma unroll
+                    for (int i2 = 0; i2 < TC; ++i2) {
+                        const float* xc = xs + (cg * TC + i2) * xplane + xb;
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+#pragma unroll
+                            for (int s = 0; s < S; ++s) {
+                                const float v = xc[r * dh * in_w + s * dw];
+#pragma unroll
+                                for (int j = 0; j < TK; ++j)
+                                    acc[j][i2][r * S + s] = fmaf(g[j], v, acc[j][i2][r * S + s]);
+                            }
+                    }
                 }
             }
         }
@@ -144,6 +190,7 @@ __global__ void __launch_bounds__(dwg::THREADS) conv2d_wgrad_direct(
 #define TC_I_CONV2D_WGRAD_DIRECT(...) template __global__ void conv2d_wgrad_direct<__VA_ARGS__>( \
     const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, int, int, int, int, int, int);
-TC_I_CONV2D_WGRAD_DIRECT(1, 1) TC_I_CONV2D_WGRAD_DIRECT(3, 3)
+TC_I_CONV2D_WGRAD_DIRECT(1, 1, false) TC_I_CONV2D_WGRAD_DIRECT(1, 1, true)
+TC_I_CONV2D_WGRAD_DIRECT(3, 3, false) TC_I_CONV2D_WGRAD_DIRECT(3, 3, true)
 #undef TC_I_CONV2D_WGRAD_DIRECT
 #endif

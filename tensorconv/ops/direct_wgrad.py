@@ -5,7 +5,8 @@ summed over every pixel of the batch.  The implicit GEMM gathers each input valu
 tap and leaves most of a tensor-core tile idle on so few rows; this kernel stages a chunk of
 rows of x (with its halo) and of gy in shared memory once (two stages: the next chunk
 lands while this one is multiplied) and keeps 4 filters x 2 channels
-x R*S sums a thread in registers, in plain fp32 FMAs (exact fp32, deterministic: the
+x R*S sums a thread in registers (at stride 1 along rows a warp walks each row, reusing
+the last S - 1 columns' values), in plain fp32 FMAs (exact fp32, deterministic: the
 warps' and the splits' sums are added in a fixed order).
 
 It runs as ``ops.conv2d_backward_weight(..., algorithm="direct")`` (``tile`` a
@@ -136,20 +137,25 @@ def check_options(p: Problem, mode: int, tile=None, splits=None) -> Tile | None:
     return tile
 
 
-def _name(r: int, s: int) -> str:
-    return f"conv2d_wgrad_direct<{r}, {s}>"
+def _unit(p: Problem) -> bool:
+    """Stride and dilation 1 along rows: the kernel's sliding window applies."""
+    return p.stride[1] == p.dilation[1] == 1
+
+
+def _name(r: int, s: int, unit: bool) -> str:
+    return f"conv2d_wgrad_direct<{r}, {s}, {str(unit).lower()}>"
 
 
 def kernels(p: Problem, tile: Tile | None = None) -> tuple[cuda.KernelRef, ...]:
     """The kernel, and the split reduction where the runs are more than one."""
     tile = tile or default_tile(p, backend.device_facts())
-    ref = cuda.kernel_ref(FILE, _name(p.r, p.s))
+    ref = cuda.kernel_ref(FILE, _name(p.r, p.s, _unit(p)))
     return (ref, _igemm.reduce_ref()) if tile.split(p)[1] > 1 else (ref,)
 
 
 def instantiations() -> list[str]:
-    """Every filter size the kernel is built for."""
-    return sorted(_name(r, s) for r, s in FILTERS)
+    """Every filter size the kernel is built for, with and without the sliding window."""
+    return sorted(_name(r, s, unit) for r, s in FILTERS for unit in (False, True))
 
 
 @functools.lru_cache(maxsize=1024)

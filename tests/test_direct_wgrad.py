@@ -136,9 +136,11 @@ def test_the_default_takes_thin_3x3_weight_gradients_on_a_batch(monkeypatch):
     assert choose_algorithm(thin, 2, volta) != "direct"
     assert choose_algorithm(thin, 0, hopper) != "direct"
     assert choose_algorithm(thin, 1, hopper) != "direct"
+    for xs, ws in [((32, 16, 32, 32), (16, 16, 3, 3)), ((128, 16, 32, 32), (16, 16, 1, 1))]:
+        assert choose_algorithm(conv_geometry(xs, ws, 1, ws[2] // 2), 2, hopper) == "direct"
     for xs, ws, stride in [((128, 16, 32, 32), (32, 16, 3, 3), 2),   # 32 filters
                            ((128, 32, 16, 16), (32, 32, 3, 3), 1),
-                           ((32, 16, 32, 32), (16, 16, 3, 3), 1),    # 32,768 pixels
-                           ((128, 16, 32, 32), (16, 16, 1, 1), 1)]:  # 1x1: not measured
+                           ((128, 16, 32, 32), (16, 16, 3, 3), 2),   # strided: not measured
+                           ((8, 16, 32, 32), (16, 16, 3, 3), 1)]:    # 8,192 pixels
         geom = conv_geometry(xs, ws, stride, ws[2] // 2)
         assert choose_algorithm(geom, 2, hopper) != "direct", geom

@@ -42,20 +42,22 @@ def _winograd_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
 
 
 WGRAD_DIRECT_CHANNELS = 16
-WGRAD_DIRECT_PIXELS = 1 << 16
-"""The weight gradient of an ungrouped 3x3 layer of at most :data:`WGRAD_DIRECT_CHANNELS`
-input and output channels over :data:`WGRAD_DIRECT_PIXELS` output pixels (N x OH x OW) or
-more runs on :mod:`~tensorconv.ops.direct_wgrad` (sm_80+).  On the H200 (graph replays,
-batch 128): ResNet-20's 16 -> 16 layer at 32x32 47.7 µs against 94.1 on the tensor-core
-GEMM (89.3 at tf32) and 81.9 on cuDNN fp32; a 3 -> 16 stem 47.3 against 93.4; the 16 -> 16
-layer at batch 256 88.0 against 183.3.  With 32 or more channels it lost (16 -> 32 stride
-2: 47.0 against 31.9; 32 -> 32: 57.2 against 46.3); smaller batches are not measured
-(``docs/notes/training_speed.md``)."""
+WGRAD_DIRECT_PIXELS = 1 << 15
+"""The weight gradient of an ungrouped stride-1, undilated 3x3 or 1x1 layer of at most
+:data:`WGRAD_DIRECT_CHANNELS` input and output channels over :data:`WGRAD_DIRECT_PIXELS`
+output pixels (N x OH x OW) or more runs on :mod:`~tensorconv.ops.direct_wgrad` (sm_80+).
+On the H200 (graph replays, 32x32 planes): 16 -> 16 3x3 at batch 128 40.5 µs against 93.8
+on the tensor-core GEMM (88.9 at tf32) and 82.0 on cuDNN fp32; batch 256 74.5 against
+183.1; batch 32 17.9 against 27.2, batch 8 17.3 against 10.4 (so the pixel floor); a
+3 -> 16 stem 40.2 against 93.5; 16 -> 16 1x1 22.0 against 96.6.  With 32 or more
+channels it lost (32 -> 32 at 16x16: 49.0 against 46.3; 16 -> 32 stride 2: 46.8 against
+32.2) (``docs/notes/training_speed.md``)."""
 
 
 def _direct_wgrad_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
     """Whether ``mode`` of ``geom`` defaults to the direct weight gradient."""
-    return (mode == 2 and direct_wgrad.supported(geom) is None and (geom.r, geom.s) == (3, 3)
+    return (mode == 2 and direct_wgrad.supported(geom) is None
+            and geom.stride == geom.dilation == (1, 1)
             and max(geom.c, geom.k) <= WGRAD_DIRECT_CHANNELS and has_tf32_mma(facts)
             and geom.n * geom.oh * geom.ow >= WGRAD_DIRECT_PIXELS)
 

@@ -3,9 +3,12 @@ every convolution of ResNet-20 and ResNet-18 (CIFAR-style), ours against cuDNN, 
 
 Ours: ``ops.conv2d``, ``ops.conv2d_backward_data`` and ``ops.conv2d_backward_weight`` (the
 kernels the autograd runs on the GPU) on their default algorithm ("ours": the tensor-core 3xTF32
-implicit GEMM where it is chosen: wgmma on sm_90), on the fp32 FMA implicit GEMM alone
-("ours-igemm-fp32"), under ``precision.using("tf32")`` ("ours-tf32"), and on sm_90 the same two
-on ``mma.sync`` tiles instead of wgmma ("ours-mma-sync", "ours-mma-sync-tf32").  cuDNN:
+implicit GEMM where it is chosen, wgmma on sm_90; Winograd for thin 3x3 forwards and data
+gradients and the direct FMA kernel for the thinnest weight gradients at a training batch),
+on the fp32 FMA implicit GEMM alone ("ours-igemm-fp32"), under ``precision.using("tf32")``
+("ours-tf32"), and on sm_90 the same two on ``mma.sync`` tiles instead of wgmma
+("ours-mma-sync", "ours-mma-sync-tf32"; a pass whose default is not the implicit GEMM keeps
+its default there).  cuDNN:
 ``torch.nn.functional.conv2d`` and ``torch.nn.grad.conv2d_input`` / ``conv2d_weight`` with
 autotuning on, TF32 off ("cudnn-fp32") and on ("cudnn-tf32").  Each pass is timed as a CUDA
 graph of ten calls (kernel time, no host launch cost: eager calls of small layers measured

@@ -5,9 +5,12 @@ The ``"winograd"`` variant of :func:`tensorconv.ops.core_conv2d`: each 2x2 outpu
 is ``A^T [(G g G^T) . (B^T d B)] A``, the channel sums of the 16 transformed points are 16
 GEMMs on ``mma.sync`` tf32 tiles with every operand split into two tf32 parts (3xTF32),
 so the result keeps fp32 accuracy with 2.25x fewer multiplies than the direct
-convolution.  It pays off where a dense 3x3 layer has many channels on a large plane (a
-ResNet's first stage).  The tuner (:func:`tensorconv.tuning.oracle.tune_winograd_tile`)
-times all of its few tiles.
+convolution.  At batch 1 it pays off where a dense 3x3 layer has many channels on a large
+plane (a ResNet's first stage); on a training batch, for thin layers (16-64 channels),
+where ``ops.conv2d`` and its stride-1 data gradient take it by default
+(:func:`run_pass`, ``algorithm="winograd"``; the rule is
+:data:`tensorconv.ops.conv_algorithm.WINOGRAD_MACS`).  The tuner
+(:func:`tensorconv.tuning.oracle.tune_winograd_tile`) times all of its few tiles.
 """
 
 from __future__ import annotations

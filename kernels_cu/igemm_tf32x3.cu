@@ -31,9 +31,11 @@
 // warpgroups compute the transpose, 64 of the 128 columns each as their M rows, with the
 // column operand (B) in registers, read from shared memory as mma.sync's B fragments are,
 // and the BM rows of A read by the tensor cores themselves through a matrix descriptor (A
-// stored K-major under the 64-byte swizzle: wg_a_word).  One slice's products stay in flight
-// while the next slice is loaded and multiplied (a WG_STAGES ring loading three slices
-// ahead), so the B fragments alternate between two register sets.  At fp32 accuracy A's
+// stored K-major under the 64-byte swizzle: wg_a_word).  At one tf32 pass the gathered B is
+// stored the same way and read through a descriptor as well (B_DESC: no fragments in
+// registers).  One slice's products stay in flight while the next slice is loaded and
+// multiplied (a WG_STAGES ring loading three slices ahead), so where B comes from
+// registers its fragments alternate between two register sets.  At fp32 accuracy A's
 // values are split in place by the threads that copied them, the remainders in a third part
 // of the stage, and each k step takes three wgmma's.
 //
@@ -154,10 +156,18 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     using Sh = Shape<BM>;
     static_assert(!HALO || MODE == 0 || MODE == 1, "the halo path: forward, stride-1 data gradient");
     constexpr bool B_KMAJOR = MODE != 2;
+    // The wgmma build at one tf32 pass reads B through a descriptor too (B_DESC): the
+    // copies store it K-major, as A is (each element is copied on its own, so its place in
+    // shared memory is free; in modes 0, 1 and 3 a warp's 32 pixels then write 8 banks
+    // 4-way, which still beats the fragment reads).  At fp32 accuracy B would need a split
+    // in place (a second remainder stage, eight more values a thread before each barrier):
+    // that cost more than the fragments it saves.  The halo path reads B from its box.
+    constexpr bool B_DESC = WG && !HALO && !tf32x3::EXACT;
     constexpr int A_WORDS = WG ? BM * BK : BM * LDK;
-    constexpr int B_WORDS = HALO ? 0 : B_KMAJOR ? BK * LDN : BN * LDK;   // HALO: B is the box
-    // The wgmma build at fp32 accuracy keeps A's remainders in a third part of the stage.
-    constexpr int STAGE_WORDS = A_WORDS + B_WORDS + (WG && tf32x3::EXACT ? A_WORDS : 0);
+    constexpr int B_WORDS = HALO ? 0 : B_DESC ? BN * BK : B_KMAJOR ? BK * LDN : BN * LDK;   // HALO: B is the box
+    // The wgmma build at fp32 accuracy keeps A's remainders after them.
+    constexpr int SMALL_WORDS = WG && tf32x3::EXACT ? A_WORDS : 0;
+    constexpr int STAGE_WORDS = A_WORDS + B_WORDS + SMALL_WORDS;
 
     if (KR > 0) R = KR;
     if (KS > 0) S = KS;
@@ -352,7 +362,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             for (int i = 0; i < Sh::NB; ++i) {
                 const int ih = ohs + bdr[i], iw = ows + bds[i];
                 const bool ok = q_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                tdcx::cp_async4(bs + ((tid + i * THREADS) / BK) * LDK + ak,
+                const int n = (tid + i * THREADS) / BK;
+                tdcx::cp_async4(bs + (B_DESC ? wg_a_word(n, ak) : n * LDK + ak),
                                 ok ? corner + btoff[i] : b_src, ok);
             }
         } else {
@@ -381,7 +392,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     const int ih = cpa[j] + dr, iw = cpb[j] + ds;
                     const bool ok = q_ok && (unsigned)ih < (unsigned)lim_h
                                     && (unsigned)iw < (unsigned)lim_w;
-                    tdcx::cp_async4(bs + kl * LDN + bc + 32 * j, ok ? b_src + cbase[j] + qoff : b_src, ok);
+                    tdcx::cp_async4(bs + (B_DESC ? wg_a_word(bc + 32 * j, kl) : kl * LDN + bc + 32 * j),
+                                    ok ? b_src + cbase[j] + qoff : b_src, ok);
                 }
             }
         }
@@ -444,7 +456,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     if constexpr (WG) {
         // B's values are split (or rounded to tf32) as they are read, like the mma.sync
         // build's; A's are split by the thread that copied them, once they land (one tf32
-        // pass: left as they are, the tensor core dropping their low mantissa bits).
+        // pass: left as they are, the tensor core dropping their low mantissa bits, and
+        // B_DESC's too).
         auto landed = [&](int, int st) {
             if constexpr (tf32x3::EXACT) {
                 float* as = a_stage(st);
@@ -458,6 +471,20 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     al[o] = small;
                 }
             }
+        };
+        // B_DESC: warpgroup wgi's 64 rows of the transpose are B's rows 64 wgi ... 64 wgi + 63,
+        // K-major under the 64-byte swizzle like A; no fragments live in registers, so a
+        // slice's products stay in flight without the register sets below.
+        auto product_ss = [&](int st) {
+            const int wrow0 = 64 * (warp / 4) * BK;
+            wg::fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 8; ++kk)
+                wg::Tf32<BM>::mma(wacc,
+                                  wg::desc(b_stage(st) + wrow0 + 8 * kk, 16, 512) | WG_SWIZZLE_64B,
+                                  wg::desc(a_stage(st) + 8 * kk, 16, 512) | WG_SWIZZLE_64B);
+            wg::commit();
+            wg::wait<1>();   // the previous slice's products are done: its stage is free
         };
         // B's fragments alternate between two register sets: a slice's products read theirs
         // until the next slice's wait, so the next slice fills the other set, and an empty
@@ -513,7 +540,9 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         tdcx::cp_async_ring<RING, true, RING - 2>(
             slices, [&](int it, int st) { load(q_begin + it * BK, st); },
             [&](int it, int st) {
-                if (it & 1)
+                if constexpr (B_DESC)
+                    product_ss(st);
+                else if (it & 1)
                     product(it, st, frag[1], frag[0]);
                 else
                     product(it, st, frag[0], frag[1]);

@@ -1,12 +1,14 @@
 // wgmma (sm_90a) with tf32 operands: D[64 x N] += A[64 x 8] B[8 x N] for one warpgroup (four
-// consecutive warps from a warp index divisible by 4), A from registers, B from shared
-// memory through a matrix descriptor, the accumulators in fp32 registers.
+// consecutive warps from a warp index divisible by 4), A from registers or (the second
+// overload) from shared memory, B from shared memory, through matrix descriptors, the
+// accumulators in fp32 registers.
 //
 // A fragment of warp w (rows 16 w .. 16 w + 15), lane (g, t) = (lane / 4, lane % 4): a[0] row g,
 // column t; a[1] row g + 8, column t; a[2] row g, column t + 4; a[3] row g + 8, column t + 4
 // (the layout of mma.sync m16n8k8's A).  Accumulators: d[4 j + e] is row g + 8 (e >> 1),
-// column 8 j + 2 t + (e & 1) of the warp's 16 rows.  tf32 B must be K-major in shared
-// memory (tf32 has no transposed form): see wg::desc.
+// column 8 j + 2 t + (e & 1) of the warp's 16 rows.  tf32 operands in shared memory must be
+// K-major (tf32 has no transposed form): see wg::desc.  From shared memory, the tensor cores
+// read an fp32 word's tf32 bits (its low 13 mantissa bits dropped, not rounded).
 //
 // A wgmma reads its A registers (and its accumulators) until a wait covers its group, and
 // neither the compiler nor ptxas keeps them from being rewritten before that: a caller that
@@ -65,6 +67,15 @@ struct Tf32<8> {
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)));
     }
+    // A from shared memory too (K-major, `a` its descriptor, as b's)
+    __device__ __forceinline__ static void mma(float (&d)[4], unsigned long long a, unsigned long long b) {
+        WG_SM90A(asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3}, "
+            "%4, %5, 1, 1, 1;\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(a), "l"(b)));
+    }
 };
 
 template <>
@@ -77,6 +88,16 @@ struct Tf32<16> {
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
               "+f"(d[6]), "+f"(d[7])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)));
+    }
+    // A from shared memory too (K-major, `a` its descriptor, as b's)
+    __device__ __forceinline__ static void mma(float (&d)[8], unsigned long long a, unsigned long long b) {
+        WG_SM90A(asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+            "%8, %9, 1, 1, 1;\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7])
+            : "l"(a), "l"(b)));
     }
 };
 
@@ -91,6 +112,17 @@ struct Tf32<32> {
               "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
               "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)));
+    }
+    // A from shared memory too (K-major, `a` its descriptor, as b's)
+    __device__ __forceinline__ static void mma(float (&d)[16], unsigned long long a, unsigned long long b) {
+        WG_SM90A(asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+            "%16, %17, 1, 1, 1;\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(a), "l"(b)));
     }
 };
 
@@ -108,6 +140,20 @@ struct Tf32<64> {
               "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
               "+f"(d[30]), "+f"(d[31])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)));
+    }
+    // A from shared memory too (K-major, `a` its descriptor, as b's)
+    __device__ __forceinline__ static void mma(float (&d)[32], unsigned long long a, unsigned long long b) {
+        WG_SM90A(asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "%32, %33, 1, 1, 1;\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b)));
     }
 };
 
@@ -130,6 +176,25 @@ struct Tf32<128> {
               "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
               "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)));
+    }
+    // A from shared memory too (K-major, `a` its descriptor, as b's)
+    __device__ __forceinline__ static void mma(float (&d)[64], unsigned long long a, unsigned long long b) {
+        WG_SM90A(asm volatile(
+            "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, 1, 1, 1;\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+              "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+              "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+              "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+              "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+              "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+              "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+              "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+              "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b)));
     }
 };
 

@@ -2,9 +2,12 @@
 
 ``"fp32"`` (the default): every product is split into three tf32 products
 (3xTF32, ``kernels_cu/tc_mma.cuh``), so results match fp32 (<= 1e-5 relative).
-``"tf32"``: one tf32 product, operands rounded to the nearest tf32, the accuracy of
-cuDNN's TF32 mode (PyTorch's default for convolutions, ~1e-3 relative): a third of
-the tensor-core work and no remainders to make or move.
+``"tf32"``: one tf32 product, the accuracy of cuDNN's TF32 mode (PyTorch's default for
+convolutions, ~1e-3 relative): a third of the tensor-core work and no remainders to
+make or move.  Operands read from registers are rounded to the nearest tf32; those the
+wgmma kernels read from shared memory (the implicit GEMM's weights and gathered
+operands on sm_90) are truncated by the tensor cores, which leaves about 1.7x the
+rounding's error (8e-4 against 5e-4 on a weight gradient).
 
 The setting is a context (like ``decimal.localcontext``), read whenever a kernel is
 fetched: ::

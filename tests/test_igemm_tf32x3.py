@@ -58,7 +58,8 @@ def test_shared_memory_is_the_stage_ring():
 def test_wgmma_tiles_sm90_only_and_their_stages():
     """wgmma tiles are sm_90's default and candidates there alone; asked for elsewhere they
     raise before any launch.  Their A stage is bm x 16 words (no padding: the swizzle keeps
-    the copies conflict-free), twice over at fp32 accuracy for the remainders."""
+    the copies conflict-free), twice over at fp32 accuracy for the remainders; at one tf32
+    pass a gathered B is stored as A is, 128 x 16 words."""
     from tensorconv import precision
 
     hopper, ampere = device_facts(), device_facts(compute_capability=(8, 0))
@@ -77,8 +78,13 @@ def test_wgmma_tiles_sm90_only_and_their_stages():
     b_words = 16 * 136
     wg = igemm_tf32x3.Tile(64, 1, True)
     assert wg.smem_bytes(p) == 4 * igemm_tf32x3.WG_STAGES * (2 * 64 * 16 + b_words)
-    with precision.using("tf32"):
-        assert wg.smem_bytes(p) == 4 * igemm_tf32x3.WG_STAGES * (64 * 16 + b_words)
+    with precision.using("tf32"):   # one pass: B stored as A is (128 x 16), no remainders
+        assert wg.smem_bytes(p) == 4 * igemm_tf32x3.WG_STAGES * (64 * 16 + 128 * 16)
+        assert wg.smem_bytes(P(RESNET18_B128[0], 2)) == wg.smem_bytes(p)
+        assert igemm_tf32x3.Tile(64, 1, False).smem_bytes(p) == (
+            4 * igemm_tf32x3.STAGES * (64 * 20 + b_words))
+        halo = igemm_tf32x3.Tile(64, 1, True, True)
+        assert halo.smem_bytes(p) < wg.smem_bytes(p)   # B is the box there
     # the kernel's 64-byte swizzle needs every stage part on a 512-byte boundary; two
     # blocks of at most 64 rows fit an SM at fp32 accuracy (their launch bound)
     for mode in (0, 2):

@@ -151,9 +151,13 @@ class Tile:
         """Dynamic shared memory: STAGES (wgmma: WG_STAGES) slices of A (bm x 20 words;
         under wgmma bm x 16, twice at the current precision "fp32": the values' tf32
         parts and their remainders) and B (16 x 136 words, or 128 x 20 in the weight
-        gradient)."""
-        b_words = BN * (BK + 4) if p.mode == 2 else BK * (BN + 8)
+        gradient; the wgmma build at "tf32" stores a gathered B as A, 128 x 16)."""
         exact = precision.current() == "fp32"
+        b_words = BK * (BN + 8)
+        if self.wgmma and not exact:
+            b_words = BN * BK
+        elif p.mode == 2:
+            b_words = BN * (BK + 4)
         a_words = self.bm * BK * (2 if exact else 1) if self.wgmma else self.bm * (BK + 4)
         ring = WG_STAGES if self.wgmma else STAGES
         if self.halo:   # A's ring, the box ring, the chunk's row-offset table

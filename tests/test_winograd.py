@@ -95,7 +95,9 @@ def test_passes_winograd_runs_and_says_why_not():
 
     assert why((2, 8, 9, 9), (8, 8, 3, 3), 0, padding=1) is None
     assert why((2, 8, 9, 9), (8, 8, 3, 3), 1, padding=2) is None
-    assert "stride-1 data gradient only" in why((2, 8, 9, 9), (8, 8, 3, 3), 2, padding=1)
+    assert why((2, 8, 9, 9), (8, 8, 3, 3), 2, padding=1) is None   # winograd_wgrad
+    assert "3x3 filters at stride 1" in why((2, 8, 9, 9), (8, 8, 3, 3), 2, stride=2)
+    assert "modes 0, 1 and 2" in why((2, 8, 9, 9), (8, 8, 3, 3), 3, padding=1)
     assert "3x3 filters at stride 1" in why((2, 8, 9, 9), (8, 8, 3, 3), 0, stride=2)
     assert "3x3 filters at stride 1" in why((2, 8, 9, 9), (8, 8, 5, 5), 0, padding=2)
     assert "dilation nor groups" in why((2, 8, 9, 9), (8, 4, 3, 3), 0, groups=2)

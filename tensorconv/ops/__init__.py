@@ -43,6 +43,7 @@ from tensorconv.ops import (
                             tucker_layer,
                             tucker_tail,
                             winograd_conv,
+                            winograd_wgrad,
 )
 from tensorconv.ops.augment import gather_augment
 from tensorconv.ops.batchnorm import batch_norm_apply, batch_norm_backward, batch_norm_forward
@@ -78,14 +79,15 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
                                 igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
                                 scc_tc, sgd, sparse_blocks_tc, sparse_conv, tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
-                                tucker_layer, tucker_tail, winograd_conv)}
+                                tucker_layer, tucker_tail, winograd_conv,
+                                winograd_wgrad)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
            "scc_tc", "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
-           "tucker_layer", "tucker_tail", "winograd_conv", "batch_norm_apply",
+           "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "batch_norm_apply",
            "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",
            "conv1x1_pair", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
            "conv2d_maxpool", "core_conv2d", "cp_conv2d", "depthwise_conv2d",

@@ -1,19 +1,21 @@
 """Which algorithm a dense convolution pass runs by default (``ops.conv2d`` and its
 gradients, :mod:`tensorconv.ops.direct_conv`): the depthwise kernels, the direct kernel,
 the tensor-core implicit GEMM at fp32 accuracy or the fp32 one, by the layer's shape and
-the device, or Winograd's F(2x2, 3x3) on a training batch of thin 3x3 layers; the
-thresholds are measured (``docs/notes/training_speed.md``)."""
+the device, or Winograd's F(2x2, 3x3) on a training batch (thin 3x3 layers' forward and
+data gradient, deep ones' weight gradient); the thresholds are measured
+(``docs/notes/training_speed.md``)."""
 
 from __future__ import annotations
 
-from tensorconv import backend
+from tensorconv import backend, precision
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import depthwise_conv, direct_wgrad, igemm_tf32x3, winograd_conv
 from tensorconv.ops._launch import has_tf32_mma
 
 __all__ = ["STEM_OUTPUTS", "WGRAD_DIRECT_CHANNELS", "WGRAD_DIRECT_PIXELS", "WINOGRAD_BATCH",
-           "WINOGRAD_MACS", "choose_algorithm"]
+           "WINOGRAD_MACS", "WINOGRAD_WGRAD_CHANNELS", "WINOGRAD_WGRAD_FLOATS",
+           "WINOGRAD_WGRAD_MACS", "WINOGRAD_WGRAD_TILES", "choose_algorithm"]
 
 STEM_OUTPUTS = 1 << 18
 """Output values (N x K x OH x OW) from which a one-channel forward (``C == groups == 1``:
@@ -33,8 +35,40 @@ GEMM (fp32 and tf32) and ResNet-18's (4.8 G) 0.91x and slower; the threshold bet
 smaller batches, are not measured (``docs/notes/training_speed.md``)."""
 
 
+WINOGRAD_WGRAD_CHANNELS = {"fp32": 128, "tf32": 256}
+WINOGRAD_WGRAD_TILES = {"fp32": 512, "tf32": 1024}
+WINOGRAD_WGRAD_MACS = 1 << 30
+WINOGRAD_WGRAD_FLOATS = 1 << 28
+"""Winograd's weight gradient (:mod:`~tensorconv.ops.winograd_wgrad`) is the default for a
+3x3 stride-1 layer of at least :data:`WINOGRAD_WGRAD_CHANNELS` input and output channels
+(by the current precision), :data:`WINOGRAD_WGRAD_TILES` 2x2 output tiles (N x TH x TW:
+its 16 GEMMs' reduction) and :data:`WINOGRAD_WGRAD_MACS` multiply-adds, whose transforms
+take at most :data:`WINOGRAD_WGRAD_FLOATS` floats (1 GiB of scratch).  On the H200 (graph
+replays, against the tensor-core implicit GEMM) at fp32: 128 -> 128 at 16x16, batch 128
+1.30x faster; 256 at 8x8 1.53x (batch 256 1.71x); 512 at 4x4 1.33x; batch 32: 128 at
+16x16 1.09x, 256 at 8x8 1.19x, at 14x14 1.38x, 512 at 4x4 (128 tiles) 0.88x; 64 channels
+0.94-1.01x at 32x32, 0.99x at 8x8, 0.97x 64 -> 128; 8 images of 512 at 7x7 0.75x.  At
+one tf32 pass the GEMM it saves is cheaper: 256 at 8x8 1.21x (batch 256 1.41x), at 14x14
+1.11x; 512 at 4x4 1.03x, 128 at 16x16 0.91x (``docs/notes/training_speed.md``)."""
+
+
+def _winograd_wgrad_wins(geom: ConvGeometry, facts: DeviceFacts) -> bool:
+    """Whether the weight gradient of ``geom`` defaults to Winograd."""
+    if winograd_conv.pass_supported(geom, 2) is not None or not has_tf32_mma(facts):
+        return False
+    tiles = geom.n * -(-geom.oh // 2) * -(-geom.ow // 2)
+    macs = geom.n * geom.oh * geom.ow * geom.k * geom.c * 9
+    prec = precision.current()
+    return (min(geom.c, geom.k) >= WINOGRAD_WGRAD_CHANNELS[prec]
+            and tiles >= WINOGRAD_WGRAD_TILES[prec] and macs >= WINOGRAD_WGRAD_MACS
+            and 16 * tiles * (geom.c + geom.k) <= WINOGRAD_WGRAD_FLOATS)
+
+
 def _winograd_wins(geom: ConvGeometry, mode: int, facts: DeviceFacts) -> bool:
-    """Whether ``mode`` of ``geom`` defaults to Winograd (:data:`WINOGRAD_MACS`)."""
+    """Whether ``mode`` of ``geom`` defaults to Winograd (:data:`WINOGRAD_MACS`; the
+    weight gradient: :data:`WINOGRAD_WGRAD_CHANNELS`)."""
+    if mode == 2:
+        return _winograd_wgrad_wins(geom, facts)
     macs = geom.n * geom.oh * geom.ow * geom.k * geom.c * geom.r * geom.s
     return (winograd_conv.pass_supported(geom, mode) is None and has_tf32_mma(facts)
             and geom.n >= WINOGRAD_BATCH and 16 <= min(geom.c, geom.k)

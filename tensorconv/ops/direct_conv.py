@@ -12,8 +12,8 @@ Five algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
   for thin grouped convolutions and thin reductions such as a stem's; the weight gradient:
   :mod:`tensorconv.ops.direct_wgrad` (staged chunks, FMA sums), for thin layers.
 * ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
-* ``"winograd"`` — F(2x2, 3x3) (:mod:`tensorconv.ops.winograd_conv`), the forward and the
-  stride-1 data gradient of a thin 3x3 layer on a training batch.
+* ``"winograd"`` — F(2x2, 3x3) (:mod:`tensorconv.ops.winograd_conv`), every stride-1 3x3
+  pass: thin layers' forward and data gradient, deep layers' weight gradient.
 
 Bias, residual and ReLU are fused into the forward; the implicit GEMMs compute the
 gradients in their other two modes (:mod:`tensorconv.ops._igemm`).
@@ -46,7 +46,7 @@ from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
 FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE,
-         direct_wgrad.FILE)   # every kernel file a call may run
+         winograd_conv.winograd_wgrad.FILE, direct_wgrad.FILE)   # every kernel file a call may run
 Problem = ConvGeometry
 ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise", "winograd")
 GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise", "winograd", "direct")

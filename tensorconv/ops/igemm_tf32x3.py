@@ -330,6 +330,11 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
                             arch_specific=wg), _igemm.reduce_ref())
 
 
+def workspace_floats(p: Problem, tile: Tile) -> int:
+    """Floats of the partial tiles ``tile``'s split of ``p`` needs (0 without a split)."""
+    return _igemm.workspace_floats(p.geom, p.base_mode, tile.split(p)[1])
+
+
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: every mode, filter, block height and path, and
     the halo path's (modes 0 and 1, filters of three taps or more)."""
@@ -369,13 +374,17 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
             reduce)
 
 
-def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp) -> None:
+def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp,
+        partial=None) -> None:
     """Launch on checked arguments: ``a``, ``b`` the GEMM's operands (mode 0, 1: ``w`` and
-    ``x`` / ``gy``; mode 2: ``gy`` and ``x``), ``bias``/``residual`` (mode 0) or None."""
+    ``x`` / ``gy``; mode 2: ``gy`` and ``x``), ``bias``/``residual`` (mode 0) or None;
+    ``partial``: the split's :func:`workspace_floats` floats, for a caller whose own
+    operands sit in the stream's scratch buffer (default: that buffer)."""
     tile = resolve(tile, backend.device_facts())
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
                                                        xp.cuda.runtime.getDevice())
-    partial = workspace(xp, floats) if floats else NULL
+    if partial is None:
+        partial = workspace(xp, floats) if floats else NULL
     bias = NULL if bias is None else bias
     residual = NULL if residual is None else residual
     kernel(grid, (THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints, shared_mem=smem)

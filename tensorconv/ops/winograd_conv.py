@@ -9,7 +9,8 @@ convolution.  At batch 1 it pays off where a dense 3x3 layer has many channels o
 plane (a ResNet's first stage); on a training batch, for thin layers (16-64 channels),
 where ``ops.conv2d`` and its stride-1 data gradient take it by default
 (:func:`run_pass`, ``algorithm="winograd"``; the rule is
-:data:`tensorconv.ops.conv_algorithm.WINOGRAD_MACS`).  The tuner
+:data:`tensorconv.ops.conv_algorithm.WINOGRAD_MACS`).  The weight gradient's Winograd
+(16 GEMMs over the tiles) is :mod:`tensorconv.ops.winograd_wgrad`.  The tuner
 (:func:`tensorconv.tuning.oracle.tune_winograd_tile`) times all of its few tiles.
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 from tensorconv import backend, cuda, precision, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry, conv_geometry
+from tensorconv.ops import winograd_wgrad
 from tensorconv.ops._launch import (
     b_fragments,
     cdiv,
@@ -145,9 +147,11 @@ def pass_supported(geom: ConvGeometry, mode: int) -> str | None:
     """Why :func:`run_pass` cannot run ``mode`` of ``geom`` (on the geometry alone), or
     None: the forward and the data gradient of a 3x3, stride-1, undilated, ungrouped
     convolution (the data gradient needs padding <= 2: it runs as a forward with padding
-    2 - padding)."""
+    2 - padding); the weight gradient where :func:`winograd_wgrad.supported`."""
+    if mode == 2:
+        return winograd_wgrad.supported(geom)
     if mode not in (0, 1):
-        return "winograd runs the forward and the stride-1 data gradient only"
+        return f"winograd runs modes 0, 1 and 2, not {mode}"
     if (geom.r, geom.s) != (3, 3) or geom.stride != (1, 1):
         return f"winograd takes 3x3 filters at stride 1, not {geom.r}x{geom.s} at {geom.stride}"
     if geom.dilation != (1, 1) or geom.groups != 1:
@@ -181,8 +185,12 @@ def run_pass(mode: int, w, src, bias, residual, out, geom: ConvGeometry, relu: b
     ``src`` is gy: :func:`pass_geometry`) on checked arguments, into ``out``, on
     :func:`batch_tile` (a heuristic, as the implicit GEMMs' defaults are: a tile tuned
     later in the process would not be seen by a cached launch); the weights transformed
-    and packed on the device each call, by one launch of :func:`pack_weights`' kernel."""
+    and packed on the device each call, by one launch of :func:`pack_weights`' kernel.
+    Mode 2 (``w`` is gy, ``src`` x, the implicit GEMMs' operand order) is
+    :func:`winograd_wgrad.run`."""
     xp = backend.array_module(src)
+    if mode == 2:
+        return winograd_wgrad.run(src, w, out, geom, xp)
     pack, conv = _pass_config(geom, mode, precision.current(), xp.cuda.runtime.getDevice())
     packed = _pack_into(xp, w, pack)
     kernel, grid, ints, smem = conv
@@ -192,7 +200,9 @@ def run_pass(mode: int, w, src, bias, residual, out, geom: ConvGeometry, relu: b
 
 def pass_kernels(geom: ConvGeometry, mode: int) -> tuple[cuda.KernelRef, ...]:
     """The kernels :func:`run_pass` launches for ``mode`` of ``geom`` (the packing's and
-    the convolution's)."""
+    the convolution's; the weight gradient's transforms and GEMM)."""
+    if mode == 2:
+        return winograd_wgrad.kernels(geom)
     p = pass_geometry(geom, mode)
     return (cuda.kernel_ref(FILE, PACK_NAME),
             *kernels(p, batch_tile(p, backend.device_facts())))

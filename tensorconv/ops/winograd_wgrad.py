@@ -72,14 +72,6 @@ def gemm_problem(p: Problem) -> igemm_tf32x3.Problem:
     return igemm_tf32x3.problem(geom, 2)
 
 
-def workspace_floats(p: Problem) -> int:
-    """Floats of U, V, M and the GEMM's split partial tiles."""
-    th, tw = tiles(p)
-    g = gemm_problem(p)
-    split = igemm_tf32x3.workspace_floats(g, igemm_tf32x3.default_tile(g, backend.device_facts()))
-    return POINTS * (p.n * th * tw * (p.c + p.k) + p.k * p.c) + split
-
-
 # --------------------------------------------------------------------------- reference
 
 def _patches(a, size: int, step: int, th: int, tw: int, pad: tuple[int, int]):

@@ -4,7 +4,8 @@ every convolution of ResNet-20 and ResNet-18 (CIFAR-style), ours against cuDNN, 
 Ours: ``ops.conv2d``, ``ops.conv2d_backward_data`` and ``ops.conv2d_backward_weight`` (the
 kernels the autograd runs on the GPU) on their default algorithm ("ours": the tensor-core 3xTF32
 implicit GEMM where it is chosen, wgmma on sm_90; Winograd for thin 3x3 forwards and data
-gradients and the direct FMA kernel for the thinnest weight gradients at a training batch),
+gradients and for deep weight gradients, the direct FMA kernel for the thinnest weight
+gradients, at a training batch),
 on the fp32 FMA implicit GEMM alone ("ours-igemm-fp32"), under ``precision.using("tf32")``
 ("ours-tf32"), and on sm_90 the same two on ``mma.sync`` tiles instead of wgmma
 ("ours-mma-sync", "ours-mma-sync-tf32"; a pass whose default is not the implicit GEMM keeps

@@ -4,13 +4,17 @@
 // Forward:  bn_partial_sums  (grid C x chunks)  -> per-chunk sum and sum of squares
 //           bn_finalize      (one thread/channel) -> mean, invstd, running stats
 //           bn_apply         (grid-stride)        -> y = (x - mean) * invstd * gamma + beta
+//                                                    (+ residual: a residual block's sum)
 // Backward: bn_backward_sums (grid C x chunks)  -> per-chunk sum(gy), sum(gy * xhat)
 //           bn_backward_data (grid C x chunks)  -> gx; chunk 0 also writes dgamma, dbeta
 // A channel's N x HW values are walked as one flat run of units (4 values, a float4, where
 // HW is a multiple of 4 and the arrays are 16-byte aligned; else 1), split into chunks of
 // equal length: a 4x4 map keeps every thread of a block busy as a 32x32 one does.
 // A ReLU after the normalisation is fused: bn_apply takes `relu`, and the
-// backward kernels take the forward output `y` and drop gy where y <= 0.
+// backward kernels take the forward output `y` and drop gy where y <= 0.  So is a residual
+// block's shortcut sum before that ReLU: bn_apply adds `residual`, and bn_backward_data
+// writes the masked gy (the shortcut's gradient) where asked, so that neither the sum nor
+// the mask is a pass of its own.
 // Partial sums are in double and combined in a fixed order: the result does not
 // depend on scheduling (no atomics), and large means do not cancel.
 #include "tc_common.cuh"
@@ -126,9 +130,10 @@ __device__ void backward_sums(const float* __restrict__ x, const float* __restri
 
 template <int V>
 __device__ void backward_data(const float* __restrict__ x, const float* __restrict__ gy,
-                              const float* __restrict__ y, float* __restrict__ gx, float m,
-                              float is, float scale, float mg, float mgx, int C, int HW, int c,
-                              int u0, int u1, const Units& un) {
+                              const float* __restrict__ y, float* __restrict__ gx,
+                              float* __restrict__ gy_out, float m, float is, float scale,
+                              float mg, float mgx, int C, int HW, int c, int u0, int u1,
+                              const Units& un) {
     for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
         const size_t at = un.offset(u, C, HW, c, V);
         float xv[V], g[V], out[V];
@@ -136,14 +141,15 @@ __device__ void backward_data(const float* __restrict__ x, const float* __restri
 #pragma unroll
         for (int j = 0; j < V; ++j) out[j] = scale * (g[j] - mg - (xv[j] - m) * is * mgx);
         store<V>(gx + at, out);
+        if (gy_out != nullptr) store<V>(gy_out + at, g);
     }
 }
 
 template <int V>
 __device__ void apply(const float* __restrict__ x, const float* __restrict__ mean,
                       const float* __restrict__ invstd, const float* __restrict__ gamma,
-                      const float* __restrict__ beta, float* __restrict__ y, int C, int HW,
-                      size_t units, int relu) {
+                      const float* __restrict__ beta, const float* __restrict__ residual,
+                      float* __restrict__ y, int C, int HW, size_t units, int relu) {
     const int U = HW / V;
     const bool narrow = units < (1ull << 31);   // 32-bit index arithmetic
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < units;
@@ -151,10 +157,15 @@ __device__ void apply(const float* __restrict__ x, const float* __restrict__ mea
         const int c = narrow ? (int)(((unsigned)e / (unsigned)U) % (unsigned)C)
                              : (int)((e / U) % C);
         const float a = invstd[c] * gamma[c], b = beta[c] - mean[c] * a;
-        float v[V];
+        float v[V], r[V];
         load<V>(x + e * V, v);
+        if (residual != nullptr) load<V>(residual + e * V, r);
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = relu ? fmaxf(fmaf(v[j], a, b), 0.f) : fmaf(v[j], a, b);
+        for (int j = 0; j < V; ++j) {
+            float t = fmaf(v[j], a, b);
+            if (residual != nullptr) t += r[j];
+            v[j] = relu ? fmaxf(t, 0.f) : t;
+        }
         store<V>(y + e * V, v);
     }
 }
@@ -206,12 +217,13 @@ extern "C" __global__ void bn_finalize(
 extern "C" __global__ void bn_apply(
     const float* __restrict__ x, const float* __restrict__ mean,
     const float* __restrict__ invstd, const float* __restrict__ gamma,
-    const float* __restrict__ beta, float* __restrict__ y, int C, int HW, int vec,
-    size_t units, int relu)
+    const float* __restrict__ beta,
+    const float* __restrict__ residual,  // added before the ReLU, or nullptr
+    float* __restrict__ y, int C, int HW, int vec, size_t units, int relu)
 {
     tc::wait_prior_grids();
-    if (vec == 4) bn::apply<4>(x, mean, invstd, gamma, beta, y, C, HW, units, relu);
-    else bn::apply<1>(x, mean, invstd, gamma, beta, y, C, HW, units, relu);
+    if (vec == 4) bn::apply<4>(x, mean, invstd, gamma, beta, residual, y, C, HW, units, relu);
+    else bn::apply<1>(x, mean, invstd, gamma, beta, residual, y, C, HW, units, relu);
 }
 
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
@@ -241,8 +253,9 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  const float* __restrict__ gamma, const double* __restrict__ partial,
                  int chunks, float* __restrict__ gx, float* __restrict__ dgamma,
-                 float* __restrict__ dbeta, int N, int C, int HW, int vec, int per_chunk,
-                 unsigned long long fd_u)
+                 float* __restrict__ dbeta,
+                 float* __restrict__ gy_out,  // the masked gy (a shortcut's gradient), or nullptr
+                 int N, int C, int HW, int vec, int per_chunk, unsigned long long fd_u)
 {
     tc::wait_prior_grids();
     const int c = blockIdx.x, chunk = blockIdx.y;
@@ -260,6 +273,8 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
     }
     const bn::Units un(HW / vec, fd_u);
     const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
-    if (vec == 4) bn::backward_data<4>(x, gy, y, gx, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
-    else bn::backward_data<1>(x, gy, y, gx, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
+    if (vec == 4)
+        bn::backward_data<4>(x, gy, y, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
+    else
+        bn::backward_data<1>(x, gy, y, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
 }

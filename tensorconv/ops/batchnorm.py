@@ -1,10 +1,11 @@
 """Batch normalisation for training (``kernels_cu/batchnorm.cu``).
 
-On CuPy float32 arrays the training-mode forward is three launches and the
-backward two; everything else (NumPy, other dtypes, evaluation mode) runs the
-reference formulas with the array module of the input.  The kernels loop over their
-share of the data (no launch shape to choose): a channel's values as one flat run split
-into equal chunks, in float4 units where the planes allow.
+On CuPy float32 arrays the training-mode forward is three launches and the backward two,
+a residual block's shortcut sum (and its gradient) made inside them; everything else
+(NumPy, other dtypes, evaluation mode) runs the reference formulas with the array module
+of the input.  The kernels loop over their share of the data (no launch shape to choose):
+a channel's values as one flat run split into equal chunks, in float4 units where the
+planes allow.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from tensorconv import backend, cuda, reference
 from tensorconv.checks import check_array, check_bools, check_real
-from tensorconv.ops._launch import cdiv, launch, round_up
+from tensorconv.ops._launch import cdiv, launch, ptr, round_up
 from tensorconv.reference.norm import synced_sums
 
 FILE = "batchnorm.cu"
@@ -91,29 +92,46 @@ def _units_args(n: int, hw: int, vec: int, c: int):
     return chunks, (np.int32(vec), np.int32(per // vec), fd_u)
 
 
+def _check_residual(residual, x, xp) -> tuple:
+    """``(residual,)`` after checking it has ``x``'s shape, dtype and array module; ``()``
+    for None (no shortcut sum)."""
+    if residual is None:
+        return ()
+    check_array(residual, "residual", ndim=4, xp=xp)
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype.name} must have "
+                         f"x's shape and dtype, {tuple(x.shape)} {x.dtype.name}")
+    return (residual,)
+
+
 def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: bool,
                        momentum: float = 0.1, eps: float = 1e-5, relu: bool = False,
-                       group=None):
+                       group=None, residual=None):
     """Batch norm of ``x`` (N, C, H, W); see :func:`tensorconv.reference.batch_norm_forward`.
 
     Returns ``(y, mean, invstd)``; in training the running statistics are
-    updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.  ``group`` (a
-    communicator, :mod:`tensorconv.distributed`): in training, the statistics of every
-    rank's batch together (synchronised batch norm; every rank's ``x`` of one shape), the
-    kernels' per-chunk sums all-reduced between the two launches that use them.
+    updated in place.  ``relu`` applies ``max(y, 0)`` in the same pass.  ``residual``
+    (``x``'s shape and dtype): ``relu?(batch_norm(x) + residual)``, a residual block's
+    output, the sum made in the same pass.  ``group`` (a communicator,
+    :mod:`tensorconv.distributed`): in training, the statistics of every rank's batch
+    together (synchronised batch norm; every rank's ``x`` of one shape), the kernels'
+    per-chunk sums all-reduced between the two launches that use them.
     """
     check_bools(training=training, relu=relu)
     check_real(momentum, "momentum", low=0.0, high=1.0)
     check_real(eps, "eps", low=0.0, low_open=True)
     xp = _check(x, gamma, beta, running_mean, running_var)
+    res = _check_residual(residual, x, xp)
     group = _group(group, training)
     n, c, h, w = x.shape
     if training and n * h * w < 2:
         raise ValueError("batch norm needs more than one value per channel in training")
-    if not (training and _kernel_path(xp, x, gamma, beta, running_mean, running_var)):
+    if not (training and _kernel_path(xp, x, gamma, beta, running_mean, running_var, *res)):
         y, mean, invstd = reference.batch_norm_forward(x, gamma, beta, running_mean, running_var,
                                                        training=training, momentum=momentum,
                                                        eps=eps, group=group)
+        if residual is not None:
+            y = y + residual
         return (xp.maximum(y, 0) if relu else y), mean, invstd
     chunks, unit_args = _units_args(n, h * w, _vec(h * w, x), c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
@@ -129,43 +147,49 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
         partial, i32(chunks), i32(c), i32(count), mean, invstd, running_mean, running_var,
         np.float32(momentum), np.float32(eps)))
     y = xp.empty_like(x)
-    batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=y)
+    batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=y, residual=residual)
     return y, mean, invstd
 
 
-def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=None):
-    """``relu?((x - mean) * invstd * gamma + beta)`` per channel, one launch (GPU float32).
+def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=None,
+                     residual=None):
+    """``relu?((x - mean) * invstd * gamma + beta + residual)`` per channel, one launch
+    (GPU float32).
 
     Parameters
     ----------
     x, out : CuPy float32 (N, C, H, W), C-contiguous
     mean, invstd, gamma, beta : CuPy float32 (C,)
+    residual : CuPy float32 (N, C, H, W), C-contiguous, optional
     """
     check_bools(relu=relu)
     xp = _check(x, gamma, beta)
-    if not _kernel_path(xp, x, mean, invstd, gamma, beta):
+    res = _check_residual(residual, x, xp)
+    if not _kernel_path(xp, x, mean, invstd, gamma, beta, *res):
         raise TypeError("batch_norm_apply needs C-contiguous CuPy float32 arrays")
     out = xp.empty_like(x) if out is None else out
     if out.shape != x.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {tuple(x.shape)}")
     n, c, h, w = x.shape
-    vec = _vec(h * w, x, out)
+    vec = _vec(h * w, x, out, *res)
     units = x.size // vec
     blocks = min(cdiv(units, THREADS), 16 * backend.device_facts().sm_count)
     launch(cuda.kernel_ref(FILE, "bn_apply"), (blocks,), (THREADS,), (
-        x, mean, invstd, gamma, beta, out, np.int32(c), np.int32(h * w), np.int32(vec),
-        np.uint64(units), np.int32(relu)))
+        x, mean, invstd, gamma, beta, ptr(residual), out, np.int32(c), np.int32(h * w),
+        np.int32(vec), np.uint64(units), np.int32(relu)))
     return out
 
 
-def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, group=None):
-    """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`.
+def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, group=None,
+                        residual_grad: bool = False):
+    """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`, and with
+    ``residual_grad`` the residual's gradient fourth (``gy`` where the ReLU passed it).
 
     ``y``: the forward output when it had a fused ReLU (``gy`` is dropped where ``y <= 0``).
     ``group``: the forward's (synchronised batch norm); see
     :func:`tensorconv.reference.batch_norm_backward` for what ``dgamma``, ``dbeta`` are then.
     """
-    check_bools(training=training)
+    check_bools(training=training, residual_grad=residual_grad)
     xp = _check(x, gamma)
     group = _group(group, training)
     if gy.shape != x.shape or (y is not None and y.shape != x.shape):
@@ -174,11 +198,14 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, g
     if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma, *masks)):
         if y is not None:
             gy = gy * (y > 0)
-        return reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training,
-                                             group=group)
+        grads = reference.batch_norm_backward(x, gy, mean, invstd, gamma, training=training,
+                                              group=group)
+        return grads + (gy,) if residual_grad else grads
     n, c, h, w = x.shape
     gx = xp.empty_like(x)
-    vec = _vec(h * w, x, gy, gx, *(() if y is None else (y,)))
+    # the shortcut's gradient: gy itself without a ReLU, else the kernel's masked copy
+    g_res = (xp.empty_like(gy) if y is not None else gy) if residual_grad else None
+    vec = _vec(h * w, x, gy, gx, *masks, *(() if g_res is None else (g_res,)))
     chunks, unit_args = _units_args(n, h * w, vec, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
@@ -192,6 +219,6 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, g
         partial *= 1.0 / group.size
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
     launch(cuda.kernel_ref(FILE, "bn_backward_data"), (c, chunks), (THREADS,), (
-        x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta, i32(n), i32(c),
-        i32(h * w)) + unit_args)
-    return gx, dgamma, dbeta
+        x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta,
+        ptr(g_res if y is not None else None), i32(n), i32(c), i32(h * w)) + unit_args)
+    return (gx, dgamma, dbeta, g_res) if residual_grad else (gx, dgamma, dbeta)

@@ -26,18 +26,22 @@ def _on_gpu(a, misaligned: bool):
     return view
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("shape,misaligned", [
     ((128, 16, 32, 32), False), ((128, 16, 32, 32), True), ((3, 5, 7, 9), False),
     ((1, 64, 7, 7), False), ((37, 3, 1, 2), False), ((16, 512, 4, 4), False),
     ((5, 7, 2, 2), True), ((2, 2, 257, 257), False),   # a plane past FastDiv's 2**16
     ((300, 2, 1, 1), False)])
-def test_batch_norm_kernels(rng, shape, misaligned, relu):
+def test_batch_norm_kernels(rng, shape, misaligned, relu, residual):
+    """Forward and backward against float64, with the fused ReLU and a residual block's
+    shortcut sum (whose gradient, the masked gy, must be exactly gy where y > 0)."""
     import cupy as cp
 
     c = shape[1]
     x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)  # a large mean: no cancellation
     gy = rng.standard_normal(shape).astype(np.float32)
+    r = rng.standard_normal(shape).astype(np.float32) if residual else None
     gamma = rng.random(c).astype(np.float32) + 0.5
     beta = rng.standard_normal(c).astype(np.float32)
     rm, rv = rng.standard_normal(c).astype(np.float32), rng.random(c).astype(np.float32) + 0.5
@@ -48,22 +52,75 @@ def test_batch_norm_kernels(rng, shape, misaligned, relu):
     rm_d, rv_d = cp.asarray(rm), cp.asarray(rv)
     y, mean, invstd = ops.batch_norm_forward(_on_gpu(x, misaligned), cp.asarray(gamma),
                                              cp.asarray(beta), rm_d, rv_d, training=True,
-                                             relu=relu)
+                                             relu=relu,
+                                             residual=None if r is None else _on_gpu(r, misaligned))
+    if residual:
+        y_ref = y_ref + r
     if relu:
         y_ref = np.maximum(y_ref, 0)
     assert rel_err(y.get(), y_ref) < 1e-5
     assert rel_err(rm_d.get(), rm_ref) < 1e-6 and rel_err(rv_d.get(), rv_ref) < 1e-6
-    gx, dg, db = ops.batch_norm_backward(_on_gpu(x, misaligned), _on_gpu(gy, misaligned),
-                                         mean, invstd,
-                                         cp.asarray(gamma), training=True,
-                                         y=y if relu else None)
+    grads = ops.batch_norm_backward(_on_gpu(x, misaligned), _on_gpu(gy, misaligned),
+                                    mean, invstd, cp.asarray(gamma), training=True,
+                                    y=y if relu else None, residual_grad=residual)
+    assert len(grads) == 3 + residual
+    gx, dg, db = grads[:3]
     # the mask comes from the kernel's own output: the forward was checked above
     gy_ref = gy.astype(np.float64) * (y.get() > 0) if relu else gy.astype(np.float64)
+    if residual:
+        np.testing.assert_array_equal(grads[3].get(), gy_ref.astype(np.float32))
     gx_ref, dg_ref, db_ref = reference.batch_norm_backward(
         x.astype(np.float64), gy_ref, mean_ref, invstd_ref,
         gamma.astype(np.float64), training=True)
     assert rel_err(gx.get(), gx_ref) < 1e-4
     assert rel_err(dg.get(), dg_ref) < 1e-5 and rel_err(db.get(), db_ref) < 1e-5
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm_apply_with_a_residual_writes_every_output(rng, relu):
+    """``batch_norm_apply(residual=)`` into a NaN-poisoned ``out``: every value written,
+    equal to the affine map, the sum and the ReLU done apart (one rounding each)."""
+    import cupy as cp
+
+    n, c, h, w = 3, 5, 7, 9
+    x, r = (cp.asarray(rng.standard_normal((n, c, h, w)).astype(np.float32)) for _ in range(2))
+    mean, gamma, beta = (cp.asarray(rng.standard_normal(c).astype(np.float32)) for _ in range(3))
+    invstd = cp.asarray(rng.random(c).astype(np.float32) + 0.5)
+    out = cp.full(x.shape, np.nan, np.float32)
+    ops.batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=out, residual=r)
+    alone = ops.batch_norm_apply(x, mean, invstd, gamma, beta)
+    want = alone + r
+    if relu:
+        want = cp.maximum(want, 0)
+    np.testing.assert_array_equal(out.get(), want.get())
+    with pytest.raises(ValueError, match="residual"):
+        ops.batch_norm_apply(x, mean, invstd, gamma, beta, residual=r[:, :4])
+
+
+def test_batch_norm_node_with_a_residual_matches_add_and_relu_on_gpu(rng):
+    """The one-node residual block output (kernels) against batch norm, Add and ReLU as
+    separate nodes on the GPU: values and every gradient bit for bit."""
+    import cupy as cp
+
+    from tensorconv.autograd import Tensor
+    from tensorconv.autograd import functions as F
+
+    shape, c = (8, 16, 8, 8), 16
+    arrays = [rng.standard_normal(shape).astype(np.float32), rng.random(c).astype(np.float32)
+              + 0.5, rng.standard_normal(c).astype(np.float32),
+              rng.standard_normal(shape).astype(np.float32)]
+    gy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+
+    def run(one_node):
+        ts = [Tensor(cp.asarray(a), True) for a in arrays]
+        stats = (cp.zeros(c, cp.float32), cp.ones(c, cp.float32))
+        y = (F.batch_norm2d(*ts[:3], *stats, training=True, relu=True, residual=ts[3])
+             if one_node else F.relu(F.batch_norm2d(*ts[:3], *stats, training=True) + ts[3]))
+        y.backward(gy)
+        return [y.data.get()] + [t.grad.get() for t in ts]
+
+    for one, sep in zip(run(True), run(False)):
+        np.testing.assert_array_equal(one, sep)
 
 
 def test_batch_norm_bad_input():

@@ -18,10 +18,11 @@ class BatchNorm2d(Function):
     every rank's batch together (synchronised batch norm).
 
     With a ``residual`` input, ``relu?(batch_norm(x) + residual)`` (a residual block's
-    output) in one node: the normalised values and their sum with the residual are made in
-    the output's memory, so neither outlives the forward pass as a tensor of its own (a
-    separate Add and ReLU would keep both until the backward pass).  Values and gradients
-    are those of the separate nodes, bit for bit.
+    output) in one node: the sum and the ReLU are made in the normalisation's own pass (on
+    the GPU in its kernel), so neither the normalised values nor their sum outlives the
+    forward pass as a tensor of its own, and the backward pass reads the ReLU's mask off
+    the output (a separate Add and ReLU would keep both, and a mask, until then).  Values
+    and gradients are those of the separate nodes, bit for bit.
     """
 
     def __init__(self, running_mean, running_var, training, momentum=0.1, eps=1e-5, relu=False,
@@ -37,27 +38,19 @@ class BatchNorm2d(Function):
         if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
             raise ValueError(f"batch_norm2d: residual {tuple(residual.shape)} {residual.dtype} "
                              f"must match x {tuple(x.shape)} {x.dtype}")
-        fused_relu = self.relu and residual is None   # else the ReLU follows the sum
         y, self.mean, self.invstd = batchnorm.batch_norm_forward(
             x, gamma, beta, self.running_mean, self.running_var, training=self.training,
-            momentum=self.momentum, eps=self.eps, relu=fused_relu, group=self.group)
+            momentum=self.momentum, eps=self.eps, relu=self.relu, group=self.group,
+            residual=residual)
         self.x, self.gamma = x, gamma
-        self.y = y if fused_relu else None
-        self.mask, self.with_residual = None, residual is not None
-        if residual is not None:
-            y += residual
-            if self.relu:
-                self.mask = y > 0
-                y *= self.mask
+        self.y = y if self.relu else None      # the ReLU's mask, read where it is needed
+        self.with_residual = residual is not None
         return y
 
     def backward(self, gy):
-        if self.mask is not None:
-            gy = gy * self.mask
-        gx, ggamma, gbeta = batchnorm.batch_norm_backward(
+        return batchnorm.batch_norm_backward(
             self.x, gy, self.mean, self.invstd, self.gamma, training=self.training, y=self.y,
-            group=self.group)
-        return (gx, ggamma, gbeta, gy) if self.with_residual else (gx, ggamma, gbeta)
+            group=self.group, residual_grad=self.with_residual)
 
 
 def batch_norm2d(x, gamma, beta, running_mean, running_var, *, training: bool,

@@ -42,8 +42,18 @@ class KernelCompileError(RuntimeError):
 
 def kernel_dir() -> Path:
     """Directory holding the ``.cu`` sources (``TENSORCONV_KERNEL_DIR`` wins)."""
-    override = os.environ.get("TENSORCONV_KERNEL_DIR")
-    return Path(override) if override else _REPO_KERNEL_DIR
+    return Path(_kernel_dir_str())
+
+
+def _kernel_dir_str() -> str:
+    """:func:`kernel_dir` as a string: every launch looks its kernel up by it, and a
+    ``Path`` made each time cost more than the look-up itself."""
+    return _kernel_dir_name(os.environ.get("TENSORCONV_KERNEL_DIR"))
+
+
+@functools.cache
+def _kernel_dir_name(override: str | None) -> str:
+    return str(Path(override) if override else _REPO_KERNEL_DIR)
 
 
 def _candidate_cuda_roots():
@@ -120,7 +130,7 @@ def _includes(directory: str, file: str) -> frozenset:
 
 def includes(file: str) -> frozenset:
     """The local headers ``kernels_cu/<file>`` includes, directly or through other headers."""
-    return _includes(str(kernel_dir()), file)
+    return _includes(_kernel_dir_str(), file)
 
 
 def uses_tensor_cores(file: str) -> bool:
@@ -224,7 +234,7 @@ def load(ref: KernelRef, backend_name: str = "nvrtc"):
         Call it as ``kernel(grid, block, args, shared_mem=...)``.
     """
     cupy = backend.require_cuda(f"kernel {ref.name} from {ref.file}")
-    return _load(str(kernel_dir()), ref.file, ref.name, ref.defines, backend_name,
+    return _load(_kernel_dir_str(), ref.file, ref.name, ref.defines, backend_name,
                  cupy.cuda.runtime.getDevice())
 
 

@@ -2,17 +2,20 @@
 // tensor, in a few launches instead of a dozen element-wise passes.
 //
 // Forward:  bn_partial_sums  (grid C x chunks)  -> per-chunk sum and sum of squares
-//           bn_finalize      (one thread/channel) -> mean, invstd, running stats
-//           bn_apply         (grid-stride)        -> y = (x - mean) * invstd * gamma + beta
-//                                                    (+ residual: a residual block's sum)
+//           bn_normalize     (grid C x chunks)  -> y = (x - mean) * invstd * gamma + beta
+//                                                  (+ residual: a residual block's sum);
+//                                                  every block adds its channel's few
+//                                                  partials itself, chunk 0's also writes
+//                                                  mean, invstd and the running statistics
+// bn_apply (grid-stride) is the same map with the statistics given (the inference engine).
 // Backward: bn_backward_sums (grid C x chunks)  -> per-chunk sum(gy), sum(gy * xhat)
 //           bn_backward_data (grid C x chunks)  -> gx; chunk 0 also writes dgamma, dbeta
 // A channel's N x HW values are walked as one flat run of units (4 values, a float4, where
 // HW is a multiple of 4 and the arrays are 16-byte aligned; else 1), split into chunks of
 // equal length: a 4x4 map keeps every thread of a block busy as a 32x32 one does.
-// A ReLU after the normalisation is fused: bn_apply takes `relu`, and the
+// A ReLU after the normalisation is fused: the forward kernels take `relu`, and the
 // backward kernels take the forward output `y` and drop gy where y <= 0.  So is a residual
-// block's shortcut sum before that ReLU: bn_apply adds `residual`, and bn_backward_data
+// block's shortcut sum before that ReLU: the forward adds `residual`, and bn_backward_data
 // writes the masked gy (the shortcut's gradient) where asked, so that neither the sum nor
 // the mask is a pass of its own.
 // Partial sums are in double and combined in a fixed order: the result does not
@@ -145,6 +148,46 @@ __device__ void backward_data(const float* __restrict__ x, const float* __restri
     }
 }
 
+// y = relu?(x * a + b + r) on V values (r: the residual's, when there is one).
+template <int V>
+__device__ __forceinline__ void affine(float (&v)[V], const float (&r)[V], bool residual,
+                                       float a, float b, int relu) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        float t = fmaf(v[j], a, b);
+        if (residual) t += r[j];
+        v[j] = relu ? fmaxf(t, 0.f) : t;
+    }
+}
+
+// Channel c's mean and invstd from its chunks' (sum, sum of squares), added in chunk order.
+__device__ __forceinline__ void statistics(const double* __restrict__ partial, int chunks,
+                                           int C, int c, int count, float eps, double& m,
+                                           double& var) {
+    double s = 0.0, ss = 0.0;
+    for (int j = 0; j < chunks; ++j) {
+        s += partial[((size_t)j * C + c) * 2];
+        ss += partial[((size_t)j * C + c) * 2 + 1];
+    }
+    m = s / count;
+    var = fmax(ss / count - m * m, 0.0);  // biased: what normalises the batch
+}
+
+// Channel c's units [u0, u1) through the affine map (a, b), the residual and the ReLU.
+template <int V>
+__device__ void normalize(const float* __restrict__ x, const float* __restrict__ residual,
+                          float* __restrict__ y, float a, float b, int relu, int C, int HW,
+                          int c, int u0, int u1, const Units& un) {
+    for (int u = u0 + threadIdx.x; u < u1; u += THREADS) {
+        const size_t at = un.offset(u, C, HW, c, V);
+        float v[V], r[V];
+        load<V>(x + at, v);
+        if (residual != nullptr) load<V>(residual + at, r);
+        affine<V>(v, r, residual != nullptr, a, b, relu);
+        store<V>(y + at, v);
+    }
+}
+
 template <int V>
 __device__ void apply(const float* __restrict__ x, const float* __restrict__ mean,
                       const float* __restrict__ invstd, const float* __restrict__ gamma,
@@ -160,12 +203,7 @@ __device__ void apply(const float* __restrict__ x, const float* __restrict__ mea
         float v[V], r[V];
         load<V>(x + e * V, v);
         if (residual != nullptr) load<V>(residual + e * V, r);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            float t = fmaf(v[j], a, b);
-            if (residual != nullptr) t += r[j];
-            v[j] = relu ? fmaxf(t, 0.f) : t;
-        }
+        affine<V>(v, r, residual != nullptr, a, b, relu);
         store<V>(y + e * V, v);
     }
 }
@@ -189,27 +227,35 @@ bn_partial_sums(const float* __restrict__ x, double* __restrict__ partial,  // (
     }
 }
 
-extern "C" __global__ void bn_finalize(
-    const double* __restrict__ partial, int chunks, int C, int count,
-    float* __restrict__ mean, float* __restrict__ invstd,
-    float* __restrict__ running_mean, float* __restrict__ running_var,
-    float momentum, float eps)
+// The forward's second launch, on the partials of the first (summed across ranks first
+// when synchronised): mean, invstd and the running statistics (chunk 0's block), then the
+// block's units normalised.
+extern "C" __global__ void __launch_bounds__(bn::THREADS)
+bn_normalize(const float* __restrict__ x, const double* __restrict__ partial, int chunks,
+             int count, const float* __restrict__ gamma, const float* __restrict__ beta,
+             const float* __restrict__ residual,  // added before the ReLU, or nullptr
+             float* __restrict__ mean, float* __restrict__ invstd,
+             float* __restrict__ running_mean, float* __restrict__ running_var,
+             float momentum, float eps, float* __restrict__ y, int relu, int N, int C, int HW,
+             int vec, int per_chunk, unsigned long long fd_u)
 {
     tc::wait_prior_grids();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double s = 0.0, ss = 0.0;
-    for (int j = 0; j < chunks; ++j) {
-        s += partial[((size_t)j * C + c) * 2];
-        ss += partial[((size_t)j * C + c) * 2 + 1];
+    const int c = blockIdx.x, chunk = blockIdx.y;
+    double m, var;
+    bn::statistics(partial, chunks, C, c, count, eps, m, var);
+    const float mf = (float)m, is = (float)(1.0 / sqrt(var + eps));
+    if (chunk == 0 && threadIdx.x == 0) {
+        mean[c] = mf;
+        invstd[c] = is;
+        running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
+        running_var[c] = (float)((1.0 - momentum) * running_var[c] +
+                                 momentum * var * count / (count - 1));
     }
-    const double m = s / count;
-    const double var = fmax(ss / count - m * m, 0.0);  // biased: what normalises the batch
-    mean[c] = (float)m;
-    invstd[c] = (float)(1.0 / sqrt(var + eps));
-    running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
-    running_var[c] = (float)((1.0 - momentum) * running_var[c] +
-                             momentum * var * count / (count - 1));
+    const float a = is * gamma[c], b = beta[c] - mf * a;
+    const bn::Units un(HW / vec, fd_u);
+    const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
+    if (vec == 4) bn::normalize<4>(x, residual, y, a, b, relu, C, HW, c, u0, u1, un);
+    else bn::normalize<1>(x, residual, y, a, b, relu, C, HW, c, u0, u1, un);
 }
 
 // Also the inference engine's stand-alone BN (+ ReLU) where BN cannot be folded

@@ -1,6 +1,6 @@
 """Batch normalisation for training (``kernels_cu/batchnorm.cu``).
 
-On CuPy float32 arrays the training-mode forward is three launches and the backward two,
+On CuPy float32 arrays the training-mode forward is two launches and the backward two,
 a residual block's shortcut sum (and its gradient) made inside them; everything else
 (NumPy, other dtypes, evaluation mode) runs the reference formulas with the array module
 of the input.  The kernels loop over their share of the data (no launch shape to choose):
@@ -19,7 +19,7 @@ from tensorconv.reference.norm import synced_sums
 
 FILE = "batchnorm.cu"
 THREADS = 256
-KERNELS = ("bn_partial_sums", "bn_finalize", "bn_apply", "bn_backward_sums", "bn_backward_data")
+KERNELS = ("bn_partial_sums", "bn_normalize", "bn_apply", "bn_backward_sums", "bn_backward_data")
 
 
 def kernels() -> tuple[cuda.KernelRef, ...]:
@@ -133,21 +133,24 @@ def batch_norm_forward(x, gamma, beta, running_mean, running_var, *, training: b
         if residual is not None:
             y = y + residual
         return (xp.maximum(y, 0) if relu else y), mean, invstd
-    chunks, unit_args = _units_args(n, h * w, _vec(h * w, x), c)
+    y = xp.empty_like(x)
+    # one chunking for both launches; each reads in the widest units its arrays allow
+    chunks, sum_args = _units_args(n, h * w, _vec(h * w, x), c)
+    _, norm_args = _units_args(n, h * w, _vec(h * w, x, y, *res), c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
     launch(cuda.kernel_ref(FILE, "bn_partial_sums"), (c, chunks), (THREADS,),
-           (x, partial, i32(n), i32(c), i32(h * w)) + unit_args)
+           (x, partial, i32(n), i32(c), i32(h * w)) + sum_args)
     count = n * h * w
     if group is not None:   # every rank's chunks line up (one shape): sum them elementwise
         synced_sums(partial, group)
         count *= group.size
     mean, invstd = xp.empty(c, np.float32), xp.empty(c, np.float32)
-    launch(cuda.kernel_ref(FILE, "bn_finalize"), (cdiv(c, 128),), (128,), (
-        partial, i32(chunks), i32(c), i32(count), mean, invstd, running_mean, running_var,
-        np.float32(momentum), np.float32(eps)))
-    y = xp.empty_like(x)
-    batch_norm_apply(x, mean, invstd, gamma, beta, relu=relu, out=y, residual=residual)
+    # the statistics made where they are used: no launch of their own between the two
+    launch(cuda.kernel_ref(FILE, "bn_normalize"), (c, chunks), (THREADS,), (
+        x, partial, i32(chunks), i32(count), gamma, beta, ptr(residual), mean, invstd,
+        running_mean, running_var, np.float32(momentum), np.float32(eps), y, i32(relu),
+        i32(n), i32(c), i32(h * w)) + norm_args)
     return y, mean, invstd
 
 

@@ -34,6 +34,7 @@ from tensorconv.ops import (
                             scc_conv,
                             scc_tc,
                             sgd,
+                            softmax_xent,
                             sparse_blocks_tc,
                             sparse_conv,
                             tensorcore_conv,
@@ -64,6 +65,7 @@ from tensorconv.ops.scc_conv import (
 )
 from tensorconv.ops.scc_fused import scc_conv2d_backward
 from tensorconv.ops.sgd import sgd_multi_tensor
+from tensorconv.ops.softmax_xent import softmax_xent_backward, softmax_xent_forward
 from tensorconv.ops.sparse_conv import sparse_conv2d
 from tensorconv.ops.tensorcore_conv import tc_conv2d
 from tensorconv.ops.tucker_core_cluster import cluster_conv2d
@@ -77,22 +79,24 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
                                 depthwise_conv, direct_conv, direct_wgrad, dropout,
                                 igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
-                                scc_tc, sgd, sparse_blocks_tc, sparse_conv, tensorcore_conv,
-                                tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
+                                scc_tc, sgd, softmax_xent, sparse_blocks_tc, sparse_conv,
+                                tensorcore_conv, tucker_core_cluster, tucker_core_tdc,
+                                tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv,
                                 winograd_wgrad)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
-           "scc_tc", "sgd", "sparse_blocks_tc", "sparse_conv", "tensorcore_conv",
-           "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
+           "scc_tc", "sgd", "softmax_xent", "sparse_blocks_tc", "sparse_conv",
+           "tensorcore_conv", "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
            "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "batch_norm_apply",
            "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",
            "conv1x1_pair", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
            "conv2d_maxpool", "core_conv2d", "cp_conv2d", "depthwise_conv2d",
            "dropout_backward", "dropout_forward", "gap_linear", "gather_augment",
            "pool2d", "scc_conv2d", "scc_conv2d_backward", "scc_conv2d_backward_data",
-           "scc_conv2d_backward_weight", "sgd_multi_tensor", "sparse_conv2d",
+           "scc_conv2d_backward_weight", "sgd_multi_tensor", "softmax_xent_backward",
+           "softmax_xent_forward", "sparse_conv2d",
            "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d",
            "tucker_tail_conv2d", "winograd_conv2d"]

@@ -11,6 +11,8 @@ blocks), it times
 
 * ``tiled RBxPX`` (``ckCK`` where a stage holds other than 8 channels): the tiled remainder
   (``sparse_csr_tiled``) on each tile of ``sparse_conv.REMAINDER_TILES``;
+* ``pointwise WARPSxRWxPX`` (1x1 layers): the unstaged 1x1 remainder (``sparse_csr_pointwise``)
+  on each tile of ``sparse_conv.POINTWISE_TILES``;
 * ``rule``: what the library runs (``remainder="auto"``), ``rule by phase`` (even strides):
   its tile with the input's lines staged by column phase (``sparse_conv.column_phases``)
   rather than in order, ``rows``: the one-thread-per-pixel row kernel;
@@ -50,13 +52,33 @@ LAYERS = [(64, 64, 3, 1, 32), (128, 64, 3, 2, 32), (128, 128, 3, 1, 16), (128, 6
           (512, 256, 3, 2, 8), (512, 512, 3, 1, 4), (512, 256, 1, 2, 8),
           (64, 64, 3, 1, 56), (128, 64, 3, 2, 56), (128, 128, 3, 1, 28),
           (256, 128, 3, 2, 28), (256, 256, 3, 1, 14), (512, 256, 3, 2, 14),
-          (512, 512, 3, 1, 7)]
+          (512, 512, 3, 1, 7),
+          # ResNet-50's (ImageNet) and GoogLeNet's (CIFAR) 1x1 layers: deep, narrow, strided
+          (256, 64, 1, 1, 56), (64, 256, 1, 1, 56), (512, 256, 1, 2, 56), (128, 512, 1, 1, 28),
+          (256, 1024, 1, 1, 14), (2048, 1024, 1, 2, 14), (512, 2048, 1, 1, 7),
+          (192, 480, 1, 1, 16), (48, 832, 1, 1, 4), (384, 832, 1, 1, 4)]
 QUICK = [(16, 8, 3, 1, 12), (24, 16, 3, 2, 14), (20, 8, 1, 1, 16)]
 
 
 def label(tile) -> str:
     """``tiled RBxPX``, with ``ckCK`` where a stage holds other than 8 channels."""
     return f"tiled {tile.rb}x{tile.px}" + (f" ck{tile.ck}" if tile.ck != 8 else "")
+
+
+def rule_label(geom) -> str:
+    """The kernel and tile ``remainder="auto"`` runs on ``geom``, as the variants name it."""
+    kind = sparse_conv.choose_remainder(geom)
+    if kind == "tiled":
+        return label(sparse_conv.default_remainder_tile(geom))
+    if kind == "pointwise":
+        return pointwise_label(sparse_conv.default_pointwise_tile(
+            geom, backend.device_facts().sm_count))
+    return "rows"
+
+
+def pointwise_label(tile) -> str:
+    """``pointwise WARPSxRWxPX``."""
+    return f"pointwise {tile.warps}x{tile.rw}x{tile.px}"
 
 
 def _case(k, c, r, stride, size) -> str:
@@ -84,6 +106,9 @@ def _variants(cp, x, w, geom, torch) -> dict:
             remainder_phases=phases) or out
     for tile in sparse_conv.REMAINDER_TILES:
         runs[label(tile)] = sparse("tiled", tile)
+    if geom.r * geom.s == 1:
+        for tile in sparse_conv.POINTWISE_TILES:
+            runs[pointwise_label(tile)] = sparse("pointwise", tile)
     runs["ours-dense"] = lambda: ops.conv2d(x, wd, None, geom.stride, geom.padding, out=out)
     if torch is not None:
         xt, wt = torch.from_dlpack(x), torch.from_dlpack(wd)
@@ -96,6 +121,8 @@ def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--ratio", type=float, default=8.0, help="1 / density of the kernels")
+    p.add_argument("--filter", type=int, default=None, metavar="R",
+                   help="only the layers of R x R filters (default: every layer)")
     args = p.parse_args(argv)
     cp = backend.require_cuda(NAME)
     torch = cudnn_fp32()
@@ -103,6 +130,11 @@ def main(argv=None) -> int:
     rs = ResultSet(NAME, env)
     rng = np.random.default_rng(0)
     layers, batch = (QUICK, 2) if args.quick else (LAYERS, args.batch)
+    if args.filter is not None:
+        layers = [layer for layer in layers if layer[2] == args.filter]
+        if not layers:
+            raise SystemExit(f"--filter {args.filter}: no layer has {args.filter} x "
+                             f"{args.filter} filters")
     reps = dict(repeat=5 if args.quick else 10, calls_per_graph=5)
     from tqdm import tqdm
 
@@ -114,8 +146,7 @@ def main(argv=None) -> int:
         w *= rng.random(w.shape) < 1.0 / args.ratio
         geom = conv_geometry(x.shape, w.shape, stride, r // 2)
         want = ops.conv2d(x, cp.asarray(w), None, stride, r // 2)
-        tile = sparse_conv.default_remainder_tile(geom)
-        rule = label(tile) if sparse_conv.choose_remainder(geom) == "tiled" else "rows"
+        rule = rule_label(geom)
         for variant, fn in _variants(cp, x, w, geom, torch).items():
             try:
                 got = fn()
@@ -132,7 +163,7 @@ def main(argv=None) -> int:
                    if variant == "rule" else "")
         lat = rs.values("latency_us")
         ours = [v for (cs, var), v in lat.items() if cs == case and
-                (var.startswith("tiled") or var.startswith("rule") or var == "rows")]
+                (var.startswith(("tiled", "rule", "pointwise")) or var == "rows")]
         rs.add(case, "best/rule", "ratio", min(ours) / lat[(case, "rule")], "x")
         for base in ("cudnn-fp32", "ours-dense"):
             if (case, base) in lat:

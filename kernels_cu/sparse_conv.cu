@@ -25,10 +25,14 @@
 // load), each lane keeping PX pixels 32 apart in the tile for each of its rows.  Every
 // staged input value serves all RB rows; every tap loaded serves PX multiply-adds a lane.
 //
+// sparse_csr_pointwise: the remainder of a 1x1 filter, nothing staged: WARPS warps share
+// a tile of 32·PX pixels, each warp RW rows, each lane reading its pixels' input values
+// straight from global memory (L1-cached) at every tap.
+//
 // sparse_csr_rows: the same remainder one thread per output pixel of one row (the
 // row-wise direct sparse convolution, Escoin-style).
 //
-// Both end with the epilogue (bias, residual, ReLU) of every row: they run last, after
+// All three end with the epilogue (bias, residual, ReLU) of every row: they run last, after
 // the blocks (y zeroed first), or alone, writing y, when there is no block.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
@@ -475,6 +479,89 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     }
 }
 
+template <int WARPS, int RW, int PX>
+__global__ void __launch_bounds__(32 * WARPS) sparse_csr_pointwise(
+    const float* __restrict__ x,          // (N, C, H, W)
+    const int2* __restrict__ slot_tab,    // (shares, slots): each row slot's (first tap,
+                                          // count) in a share's channels, both even
+    const float4* __restrict__ taps,      // two taps each: weight, c·H·W (as bits), ...;
+                                          // a run padded by a zero weight at offset 0
+    const int* __restrict__ row_of,       // (slots,): each slot's output row, or -1
+    const float* __restrict__ bias,       // (K,) or nullptr
+    const float* __restrict__ residual,   // like y, or nullptr
+    float* __restrict__ y,                // (N, K, OH, OW)
+    float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
+    int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
+    int slots, int accumulate, int relu)
+{
+    tc::wait_prior_grids();
+    // A 1x1 filter reads one input position a pixel, the same for every channel, so a
+    // tap is only a channel offset and a pixel is wholly inside the image or wholly in
+    // the padding.  Nothing is staged: each lane reads its pixels' values straight from
+    // global memory (the block's warps share its pixels, so the L1 serves the rows after
+    // the first) and keeps PX pixels 32 apart of each of its RW rows: no barrier, no
+    // staging table, many warps' loads in flight, where a strided or narrow 1x1 layer's
+    // chunks compute too little to hide the tiled kernel's copy round trips.  With
+    // blockIdx.z > 0 the channels are shared among blocks (few pixels, deep layers), each
+    // share's sums going to its partial output, added in a fixed order afterwards.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int OHW = OH * OW, HW = H * W;
+    const int Q = N * OHW, share = blockIdx.z;
+    const int q0 = blockIdx.x * 32 * PX + lane;
+    const float* base[PX];
+    bool inside[PX];
+#pragma unroll
+    for (int j = 0; j < PX; ++j) {
+        const int q = q0 + 32 * j;
+        const int n = q / OHW, p = q - n * OHW, oh = p / OW, ow = p - oh * OW;
+        const int ih = oh * sh - ph, iw = ow * sw - pw;
+        inside[j] = q < Q && ih >= 0 && ih < H && iw >= 0 && iw < W;
+        // outside: any in-bounds address (image 0's pixel 0); the sum is dropped below
+        base[j] = inside[j] ? x + (size_t)n * C * HW + ih * W + iw : x;
+    }
+    float acc[RW][PX];
+#pragma unroll
+    for (int i = 0; i < RW; ++i)
+#pragma unroll
+        for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
+    const int slot0 = (blockIdx.y * WARPS + warp) * RW;
+    const int2* tab = slot_tab + (size_t)share * slots + slot0;
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+        const int2 st = tab[i];
+        const float4* p = taps + (st.x >> 1);
+        const float4* end = p + (st.y >> 1);
+#pragma unroll 4
+        for (; p < end; ++p) {
+            const float4 t = __ldg(p);
+            const int a = __float_as_int(t.y), b = __float_as_int(t.w);
+#pragma unroll
+            for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, __ldg(base[j] + a), acc[i][j]);
+#pragma unroll
+            for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.z, __ldg(base[j] + b), acc[i][j]);
+        }
+    }
+    // A row's 32 consecutive pixels a warp store: coalesced whatever row the slot holds.
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+        const int k = row_of[slot0 + i];
+        if (k < 0) continue;
+#pragma unroll
+        for (int j = 0; j < PX; ++j) {
+            const int q = q0 + 32 * j;
+            if (q >= Q) continue;
+            const int n = q / OHW, p = q - n * OHW;
+            const size_t at = ((size_t)n * K + k) * OHW + p;
+            float v = inside[j] ? acc[i][j] : 0.f;
+            if (accumulate && share == 0) v += y[at];
+            if (partial != nullptr)
+                partial[((size_t)share * K + k) * Q + q] = v;
+            else
+                y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
+        }
+    }
+}
+
 template <int PIX>
 __global__ void __launch_bounds__(PIX) sparse_csr_rows(
     const float* __restrict__ x,        // (N, C, H, W)
@@ -538,8 +625,20 @@ TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_
 TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
 TC_I_SPARSE_CSR_TILED(32, 4, 16) TC_I_SPARSE_CSR_TILED(32, 2, 16) TC_I_SPARSE_CSR_TILED(16, 4, 16)
 TC_I_SPARSE_CSR_TILED(64, 1, 32) TC_I_SPARSE_CSR_TILED(32, 2, 32) TC_I_SPARSE_CSR_TILED(16, 4, 32)
+#define TC_I_SPARSE_CSR_POINTWISE(...) template __global__ void sparse_csr_pointwise<__VA_ARGS__>( \
+    const float*, const int2*, const float4*, const int*, const float*, const float*, float*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+#define TC_I_SPARSE_CSR_POINTWISE_PX(w, r) TC_I_SPARSE_CSR_POINTWISE(w, r, 1) \
+    TC_I_SPARSE_CSR_POINTWISE(w, r, 2) TC_I_SPARSE_CSR_POINTWISE(w, r, 4)
+TC_I_SPARSE_CSR_POINTWISE_PX(4, 1) TC_I_SPARSE_CSR_POINTWISE_PX(4, 2)
+TC_I_SPARSE_CSR_POINTWISE_PX(4, 4) TC_I_SPARSE_CSR_POINTWISE_PX(8, 1)
+TC_I_SPARSE_CSR_POINTWISE_PX(8, 2) TC_I_SPARSE_CSR_POINTWISE_PX(8, 4)
+TC_I_SPARSE_CSR_POINTWISE_PX(16, 1) TC_I_SPARSE_CSR_POINTWISE_PX(16, 2)
+TC_I_SPARSE_CSR_POINTWISE_PX(16, 4)
 #undef TC_I_SPARSE_BLOCK_GEMM
 #undef TC_I_SPARSE_CSR_ROWS
 #undef TC_I_SPARSE_BLOCK_TABLE
 #undef TC_I_SPARSE_CSR_TILED
+#undef TC_I_SPARSE_CSR_POINTWISE
+#undef TC_I_SPARSE_CSR_POINTWISE_PX
 #endif

@@ -287,12 +287,12 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((256, 256, 3, 3), 1, 14, "tiled"),
                                                     ((128, 64, 3, 3), 2, 32, "tiled"),
                                                     ((512, 256, 3, 3), 2, 14, "tiled"),
-                                                    ((128, 64, 1, 1), 1, 32, "tiled"),
-                                                    ((128, 512, 1, 1), 1, 8, "rows"),
-                                                    ((128, 64, 1, 1), 2, 32, "tiled"),
-                                                    ((256, 128, 1, 1), 2, 16, "rows"),
-                                                    ((512, 256, 1, 1), 2, 8, "rows"),
-                                                    ((256, 128, 1, 1), 2, 56, "tiled")])
+                                                    ((128, 64, 1, 1), 1, 32, "pointwise"),
+                                                    ((128, 512, 1, 1), 1, 8, "pointwise"),
+                                                    ((128, 64, 1, 1), 2, 32, "pointwise"),
+                                                    ((256, 128, 1, 1), 2, 16, "pointwise"),
+                                                    ((512, 256, 1, 1), 2, 8, "pointwise"),
+                                                    ((256, 128, 1, 1), 2, 56, "pointwise")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want
@@ -411,3 +411,77 @@ def _emulate_table(table, packed, xcols):
         for s in table.red_idx[table.red_ptr[k]:table.red_ptr[k + 1]]:
             out[k] += partial[s]
     return out
+
+
+def _emulate_pointwise(x, packed, geom, tile, shares):
+    """The unstaged 1x1 kernel's arithmetic in NumPy, through its tables: each share's
+    partial sums of each slot's taps (weight, channel offset c·H·W), read at every pixel's
+    one input position, then the shares added in order."""
+    weights = sc.pack_weights(packed, (geom.h, geom.w), np)
+    slot_tab, taps, row_of = sc.pointwise_tables(weights, tile, shares, np)
+    assert row_of.size % tile.rb == 0 and sorted(row_of[row_of >= 0]) == list(range(geom.k))
+    assert slot_tab.shape == (shares, row_of.size, 2) and (slot_tab % 2 == 0).all()
+    data, off = taps[:, 0].astype(np.float64), taps[:, 1].view(np.int32)
+    hw = geom.h * geom.w
+    bounds = sc.share_bounds(geom.c, shares)
+    (sh, sw), (ph, pw) = geom.stride, geom.padding
+    flat = x.reshape(geom.n, -1).astype(np.float64)
+    partial = np.zeros((shares,) + geom.output_shape)
+    ih = np.arange(geom.oh) * sh - ph
+    iw = np.arange(geom.ow) * sw - pw
+    inside = ((ih >= 0) & (ih < geom.h))[:, None] & ((iw >= 0) & (iw < geom.w))[None, :]
+    pos = np.clip(ih, 0, geom.h - 1)[:, None] * geom.w + np.clip(iw, 0, geom.w - 1)[None, :]
+    for share in range(shares):
+        for slot, k in enumerate(row_of):
+            first, count = slot_tab[share, slot]
+            if k < 0:
+                assert count == 0
+                continue
+            for t in range(first, first + count):
+                if data[t]:                        # a padding tap reads channel 0, times 0
+                    assert bounds[share] <= off[t] // hw < bounds[share + 1]
+                partial[share, :, k] += data[t] * flat[:, off[t] + pos]
+    return np.where(inside, partial.sum(0), 0.0)
+
+
+@pytest.mark.parametrize("tile", sc.POINTWISE_TILES, ids=str)
+@pytest.mark.parametrize("x_shape,k,stride,padding,shares", [((2, 9, 6, 7), 21, 1, 0, 1),
+                                                             ((3, 13, 9, 8), 70, 2, 0, 3),
+                                                             ((1, 5, 5, 5), 3, 1, 1, 2),
+                                                             ((2, 4, 7, 9), 40, 3, 1, 1)])
+def test_the_pointwise_tables_compute_the_convolution(rng, tile, x_shape, k, stride, padding,
+                                                      shares):
+    """Every run even, empty slots none, each row once, each share's taps in its
+    channels; strides and padding (a padded pixel reads nothing)."""
+    shape = (k, x_shape[1], 1, 1)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    w[::5] = 0                                                       # empty rows
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    geom = conv_geometry(x_shape, shape, stride, padding)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
+    np.testing.assert_allclose(_emulate_pointwise(x, packed, geom, tile, shares), want,
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_the_pointwise_remainder_is_refused_for_wider_filters(rng):
+    w, packed = _packed(rng)
+    x = rng.standard_normal((2, 6, 9, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match="remainder='pointwise' needs a 1x1 filter, got 3x3"):
+        ops.sparse_conv2d(x, packed, remainder="pointwise")
+
+
+@pytest.mark.parametrize("q,k,c", [(32 * 32 * 32, 128, 64), (32 * 8 * 8, 256, 128),
+                                   (32 * 4 * 4, 512, 256), (32 * 4 * 4, 48, 832), (1, 8, 8)])
+def test_pointwise_shares_give_every_sm_its_warps(q, k, c):
+    """Channels shared only where the blocks alone leave SMs short of warps, each share at
+    least 32 channels, and only as many shares as bring the warps up."""
+    geom = conv_geometry((q, c, 1, 1), (k, c, 1, 1), 1, 0)
+    for tile in sc.POINTWISE_TILES:
+        shares = sc.pointwise_shares(geom, tile, 132)
+        alone = sc.pointwise_warps(geom, tile)
+        assert 1 <= shares <= max(1, c // 32)
+        if alone >= 16 * 132:
+            assert shares == 1
+        elif shares > 1:
+            assert sc.pointwise_warps(geom, tile, shares - 1) < 16 * 132

@@ -54,19 +54,26 @@ from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-
     table_span,
 )
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
+    POINTWISE_TILES,
     REMAINDER_TILES,
+    PointwiseTile,
     RemainderGeometry,
     RemainderTile,
     balanced_rows,
     bank_conflicts,
     column_phases,
+    default_pointwise_tile,
     default_remainder_tile,
     lane_words,
     merged_rows,
+    pointwise_shares,
+    pointwise_tables,
+    pointwise_warps,
     remainder_geometry,
     remainder_shares,
     remainder_smem,
     remainder_tables,
+    share_bounds,
     split_rows,
     tile_shape,
     tiled_launch,
@@ -80,8 +87,9 @@ INT32_MAX = 2 ** 31 - 1
 CSR_PIXELS = (128, 256)
 
 
-REMAINDERS = ("auto", "rows", "tiled")   # one thread per pixel of a row, or the shared-
-# memory tiled kernel (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
+REMAINDERS = ("auto", "rows", "tiled", "pointwise")   # one thread per pixel of a row, the
+# shared-memory tiled kernel, or (1x1 filters) the unstaged one (docs/notes/sparse_conv.md
+# compares them); "auto": choose_remainder
 
 
 def supported(geom: ConvGeometry) -> str | None:
@@ -148,15 +156,18 @@ def _tiled_name(t: RemainderTile) -> str:
     return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}>"
 
 
+def _pointwise_name(t: PointwiseTile) -> str:
+    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}>"
+
+
 def choose_remainder(geom: ConvGeometry) -> str:
-    """``"tiled"`` where each staged input value serves several taps or rows: every filter
-    wider than 1x1, and 1x1 filters on outputs of 16 columns or more (strided ones stage
-    only the pixels read, 32 channels at a time).  Else ``"rows"``: 1x1 filters on narrow
-    outputs, where a tile's stages hold few pixels (trained ResNet-18 masks, H100: 256 x
-    128 1x1 stride 2 on 16 x 16, 16.6 us by rows against 18.9 tiled, 11.4 against 17.7
-    re-pruned; ``docs/notes/sparse_conv.md``)."""
+    """``"pointwise"`` for 1x1 filters: nothing staged, the input read through the L1 by
+    blocks of 8 or 16 warps sharing their pixels (trained ResNet-18-8x and GoogLeNet-8x
+    1x1 layers, H200, batch 32: 1.4-3.8x faster than the tiled or row kernels;
+    ``docs/notes/sparse_conv.md``).  ``"tiled"`` for every wider filter, where each staged
+    input value serves several taps as well as several rows."""
     if geom.r * geom.s == 1:
-        return "tiled" if geom.ow >= 16 else "rows"
+        return "pointwise"
     return "tiled"
 
 
@@ -168,6 +179,11 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     sm_count = backend.device_facts().sm_count
+    if remainder == "pointwise":
+        tile = default_pointwise_tile(geom, sm_count)
+        ref = cuda.kernel_ref(FILE, _pointwise_name(tile))
+        return (ref, _igemm.reduce_ref()) if pointwise_shares(geom, tile, sm_count) > 1 \
+            else (ref,)
     tile = default_remainder_tile(geom)
     shares = remainder_shares(geom, tile, remainder_geometry(geom, tile), sm_count)[0]
     ref = cuda.kernel_ref(FILE, _tiled_name(tile))
@@ -184,7 +200,8 @@ def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto") -> tuple:
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: every GEMM tile and remainder kernel."""
     return sorted(sparse_blocks.instantiations() + [_csr_name(p) for p in CSR_PIXELS]
-                  + [_tiled_name(t) for t in REMAINDER_TILES])
+                  + [_tiled_name(t) for t in REMAINDER_TILES]
+                  + [_pointwise_name(t) for t in POINTWISE_TILES])
 
 
 def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
@@ -207,9 +224,11 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
     remainder : {"auto", "rows", "tiled"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
-        sparse convolution), or shared-memory tiles over rows and pixels (an error where
-        the densest rows' taps do not fit shared memory); "auto" picks by
-        :func:`choose_remainder`, "rows" where the tiled kernel does not fit.
+        sparse convolution), shared-memory tiles over rows and pixels (an error where
+        the densest rows' taps do not fit shared memory), or, for a 1x1 filter only,
+        tiles over rows and pixels that read the input straight from global memory;
+        "auto" picks by :func:`choose_remainder`, "rows" where the tiled kernel does not
+        fit.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -229,6 +248,8 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     residual = check_residual(residual, geom.output_shape, xp)
     if (why := supported(geom)) is not None:
         raise ValueError(why)
+    if remainder == "pointwise" and geom.r * geom.s != 1:
+        raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
     if xp is np:
         no_out_on_cpu(out=out)
         y = reference.sparse_conv2d(x, packed, bias, geom.stride, geom.padding, relu=relu,
@@ -248,12 +269,13 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
 
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
-        remainder_tile: RemainderTile | None = None,
+        remainder_tile: RemainderTile | PointwiseTile | None = None,
         remainder_phases: int = 1) -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
-    ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`;
-    ``remainder_phases``: its staged lines' column phases, 1 (in order) or
-    :func:`column_phases`)."""
+    ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`,
+    or the pointwise one's, default :func:`default_pointwise_tile`;
+    ``remainder_phases``: the tiled remainder's staged lines' column phases, 1 (in order)
+    or :func:`column_phases`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow
@@ -265,6 +287,10 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if pieces and not weights.remainder_nnz and bias is None and residual is None and not relu:
         return    # the blocks wrote every row; an empty remainder would only copy y onto itself
     auto = remainder == "auto"
+    if remainder == "pointwise" or auto and choose_remainder(geom) == "pointwise":
+        _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
+                          remainder_tile)
+        return
     tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
         if remainder == "tiled" or \
         (auto and choose_remainder(geom) == "tiled") else None
@@ -296,4 +322,30 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if partial is not None:
         kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu),
                                                    backend.device_facts().sm_count)
+        kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)
+
+
+def _launch_pointwise(x, weights: SparseWeights, out, geom: ConvGeometry, bias, residual,
+                      relu, accumulate: bool, tile: PointwiseTile | None = None) -> None:
+    """``sparse_csr_pointwise`` on a 1x1 filter (checked by the caller), its channels shared
+    among blocks where :func:`pointwise_shares` says, the shares then added in order."""
+    sm_count = backend.device_facts().sm_count
+    if tile is None:
+        tile = default_pointwise_tile(geom, sm_count)
+    elif tile not in POINTWISE_TILES:
+        raise ValueError(f"remainder_tile must be one of {POINTWISE_TILES}, got {tile!r}")
+    shares = pointwise_shares(geom, tile, sm_count)
+    xp = backend.array_module(x)
+    tables = pointwise_tables(weights, tile, shares, xp)
+    slots = int(tables.row_of.size)
+    q = geom.n * geom.oh * geom.ow
+    partial = workspace(xp, shares * geom.k * q) if shares > 1 else None
+    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
+            *geom.padding, slots, accumulate, bool(relu))
+    launch(cuda.kernel_ref(FILE, _pointwise_name(tile)),
+           (cdiv(q, 32 * tile.px), slots // tile.rb, shares), (32 * tile.warps,),
+           (x, tables.slot_tab, tables.taps, tables.row_of, ptr(bias), ptr(residual), out,
+            ptr(partial), *(np.int32(v) for v in ints)))
+    if partial is not None:
+        kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu), sm_count)
         kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)

@@ -61,8 +61,11 @@ def test_random_layers_match_the_dense_reference(rng, trial):
     n, h = int(rng.integers(1, 4)), int(rng.integers(r, 20))
     print(f"K={k} C={c} R={r} stride={stride} pad={padding} density={density} "
           f"blocks={len(packed.layout.blocks)} N={n} H={h}")
+    remainder = sc.REMAINDERS[trial // 2 % 4]
+    if remainder == "pointwise" and r != 1:
+        remainder = "tiled"
     _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
-           remainder=sc.REMAINDERS[trial // 2 % 3])
+           remainder=remainder)
 
 
 @pytest.mark.parametrize("tile", sc.TILES, ids=str)
@@ -105,7 +108,8 @@ def test_edge_layouts(rng, layout):
     w, packed = _edge_layout(rng, layout)
     for stride in (1, 2):
         for remainder in sc.REMAINDERS:
-            _check(rng, w, packed, (3, 8, 10, 10), stride, 1, remainder=remainder)
+            if remainder != "pointwise":                     # a 3x3 kernel
+                _check(rng, w, packed, (3, 8, 10, 10), stride, 1, remainder=remainder)
 
 
 def test_a_zero_kernel_gives_bias_residual_relu(rng):
@@ -397,3 +401,45 @@ def test_the_block_table_stores_straight_into_the_output_where_no_row_is_shared(
         assert all(r.name != sc.sparse_blocks.REDUCE for r in sc.layer_kernels(table, geom))
         _check(rng, w, packed, (2, 6, 11, 9), stride, 1, pieces=table)        # poisoned out
         _check(rng, w, packed, (2, 6, 11, 9), stride, 1, pieces=table, epilogue=False)
+
+
+@pytest.mark.parametrize("tile", sc.POINTWISE_TILES, ids=str)
+def test_every_pointwise_tile_on_1x1_layers(rng, tile):
+    """The unstaged 1x1 remainder, each tile forced: strides 1-3, padding (a padded pixel's
+    output is the epilogue of 0), pixels past the output in the last tile, batches, rows
+    past the last slot group, channels shared among blocks (96 and 200 channels on a few
+    pixels); outputs poisoned."""
+    import cupy as cp
+
+    shared = 0
+    for x_shape, k, stride, padding in [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 13, 13), 70, 2, 0),
+                                        ((2, 9, 12, 20), 5, 2, 1), ((1, 40, 9, 18), 64, 3, 0),
+                                        ((5, 7, 3, 2), 130, 1, 1), ((2, 96, 5, 5), 24, 1, 0),
+                                        ((1, 200, 6, 6), 9, 2, 1)]:
+        shape = (k, x_shape[1], 1, 1)
+        w = (rng.standard_normal(shape) * (rng.random(shape) < 0.25)).astype(np.float32)
+        packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+        geom = conv_geometry(x_shape, shape, stride, padding)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride,
+                                padding)
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        xd, weights = cp.asarray(x), sc.pack_weights(packed, (geom.h, geom.w), cp)
+        sc.run(xd, weights, out, geom, (), remainder="pointwise", remainder_tile=tile)
+        assert rel_err(out.get(), want) <= 1e-5, (x_shape, k, stride, padding)
+        shared += sc.pointwise_shares(geom, tile, backend.device_facts().sm_count) > 1
+    assert shared >= 1
+
+
+@pytest.mark.parametrize("nblocks,c", [(1, 33), (3, 33), (2, 70)])
+def test_the_pointwise_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nblocks, c):
+    """Blocks sharing rows with the remainder (the remainder adds into their output, its
+    first channel share where there are two), bias, residual and ReLU, through the op;
+    outputs poisoned."""
+    w, packed = _case(rng, 90, c, 1, 0.2, nblocks)
+    for stride, padding in ((1, 0), (2, 0), (2, 1)):
+        geom = conv_geometry((3, c, 11, 12), w.shape, stride, padding)
+        tile = sc.default_pointwise_tile(geom, backend.device_facts().sm_count)
+        assert sc.pointwise_shares(geom, tile, backend.device_facts().sm_count) == \
+            (2 if c == 70 else 1)
+        _check(rng, w, packed, (3, c, 11, 12), stride, padding, remainder="pointwise")

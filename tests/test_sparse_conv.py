@@ -292,7 +292,8 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((128, 64, 1, 1), 2, 32, "pointwise"),
                                                     ((256, 128, 1, 1), 2, 16, "pointwise"),
                                                     ((512, 256, 1, 1), 2, 8, "pointwise"),
-                                                    ((256, 128, 1, 1), 2, 56, "pointwise")])
+                                                    ((256, 128, 1, 1), 2, 56, "tiled"),
+                                                    ((256, 128, 1, 1), 1, 56, "pointwise")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want

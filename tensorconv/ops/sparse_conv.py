@@ -163,7 +163,7 @@ def _pointwise_name(t: PointwiseTile) -> str:
 def choose_remainder(geom: ConvGeometry) -> str:
     """``"pointwise"`` for 1x1 filters: nothing staged, the input read through the L1 by
     blocks of 8 or 16 warps sharing their pixels (H200, batch 32: trained ResNet-18-8x and
-    GoogLeNet-8x 1x1 layers 1.4-3.8x faster than on the tiled or row kernels; random 8x
+    GoogLeNet-8x 1x1 layers 1.4-4.4x faster than on the tiled or row kernels; random 8x
     masks on ResNet-50's and GoogLeNet's shapes up to 2x; ``docs/notes/sparse_conv.md``),
     except a strided one whose input passes :data:`_POINTWISE_STRIDED_BYTES` (ResNet-50's
     at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading every other

@@ -61,8 +61,10 @@ QUICK = [(16, 8, 3, 1, 12), (24, 16, 3, 2, 14), (20, 8, 1, 1, 16)]
 
 
 def label(tile) -> str:
-    """``tiled RBxPX``, with ``ckCK`` where a stage holds other than 8 channels."""
-    return f"tiled {tile.rb}x{tile.px}" + (f" ck{tile.ck}" if tile.ck != 8 else "")
+    """``tiled RBxPX``, with ``ckCK`` where a stage holds other than 8 channels and
+    ``wWARPS`` where a block has other than 4 warps."""
+    return f"tiled {tile.rb}x{tile.px}" + (f" ck{tile.ck}" if tile.ck != 8 else "") + \
+        (f" w{tile.warps}" if tile.warps != 4 else "")
 
 
 def rule_label(geom) -> str:

@@ -17,10 +17,10 @@
 // block's rows and of its columns storing its sums in rows of its own (slots);
 // sparse_block_reduce adds each output channel's slots in a fixed order.
 //
-// sparse_csr_tiled: the remainder, tiled.  A thread block (four warps) owns RB rows and a
+// sparse_csr_tiled: the remainder, tiled.  A thread block (WARPS warps) owns RB rows and a
 // tile of 32·PX output pixels (NB images x TH x TW, powers of two); the input under the
 // tile streams through shared memory CK channels at a time (two stages, 16-byte cp.async
-// where rows allow), and each warp walks its own RB / 4 rows' nonzeros in the chunk (taps:
+// where rows allow), and each warp walks its own RB / WARPS rows' nonzeros in the chunk (taps:
 // each nonzero's weight and byte offset in the staged chunk, two to a 16-byte broadcast
 // load), each lane keeping PX pixels 32 apart in the tile for each of its rows.  Every
 // staged input value serves all RB rows; every tap loaded serves PX multiply-adds a lane.
@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(256) sparse_block_reduce(
     }
 }
 
-template <int RB, int PX, int CK>
-__global__ void __launch_bounds__(128) sparse_csr_tiled(
+template <int RB, int PX, int CK, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
     const int2* __restrict__ row_tab,     // (groups, chunks, RB + 1): row slot RB·g + i's
                                           // taps in chunk j, (start, count) from the (g, j)
@@ -334,11 +334,12 @@ __global__ void __launch_bounds__(128) sparse_csr_tiled(
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
     int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
-    // Four warps, each owning RB / 4 of the block's rows over all of the tile's 32·PX
+    // WARPS warps, each owning RB / WARPS of the block's rows over all of the tile's 32·PX
     // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
-    // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.
-    constexpr int RW = RB / 4;             // 128 threads (REMAINDER_THREADS in sparse_tiles.py)
-    static_assert(RB % 4 == 0 && PX >= 1, "four warps of whole rows");
+    // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.  More
+    // warps a block: each staged chunk serves more rows.
+    constexpr int RW = RB / WARPS;         // 32·WARPS threads (RemainderGeometry.threads)
+    static_assert(RB % WARPS == 0 && PX >= 1, "whole rows a warp");
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int lw = __ffs(TW) - 1, lhw = lw + __ffs(TH) - 1;
     const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;
@@ -618,13 +619,16 @@ TC_I_SPARSE_BLOCK_TABLE(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, int, int, int, int, int, int, int);
-TC_I_SPARSE_CSR_TILED(64, 4, 8) TC_I_SPARSE_CSR_TILED(64, 2, 8) TC_I_SPARSE_CSR_TILED(64, 1, 8)
-TC_I_SPARSE_CSR_TILED(32, 8, 8) TC_I_SPARSE_CSR_TILED(32, 4, 8) TC_I_SPARSE_CSR_TILED(32, 2, 8)
-TC_I_SPARSE_CSR_TILED(32, 1, 8) TC_I_SPARSE_CSR_TILED(16, 8, 8) TC_I_SPARSE_CSR_TILED(16, 4, 8)
-TC_I_SPARSE_CSR_TILED(16, 2, 8) TC_I_SPARSE_CSR_TILED(16, 1, 8) TC_I_SPARSE_CSR_TILED(8, 8, 8)
-TC_I_SPARSE_CSR_TILED(8, 4, 8) TC_I_SPARSE_CSR_TILED(8, 2, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8)
-TC_I_SPARSE_CSR_TILED(32, 4, 16) TC_I_SPARSE_CSR_TILED(32, 2, 16) TC_I_SPARSE_CSR_TILED(16, 4, 16)
-TC_I_SPARSE_CSR_TILED(64, 1, 32) TC_I_SPARSE_CSR_TILED(32, 2, 32) TC_I_SPARSE_CSR_TILED(16, 4, 32)
+TC_I_SPARSE_CSR_TILED(64, 4, 8, 4) TC_I_SPARSE_CSR_TILED(64, 2, 8, 4) TC_I_SPARSE_CSR_TILED(64, 1, 8, 4)
+TC_I_SPARSE_CSR_TILED(32, 8, 8, 4) TC_I_SPARSE_CSR_TILED(32, 4, 8, 4) TC_I_SPARSE_CSR_TILED(32, 2, 8, 4)
+TC_I_SPARSE_CSR_TILED(32, 1, 8, 4) TC_I_SPARSE_CSR_TILED(16, 8, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 8, 4)
+TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4) TC_I_SPARSE_CSR_TILED(8, 8, 8, 4)
+TC_I_SPARSE_CSR_TILED(8, 4, 8, 4) TC_I_SPARSE_CSR_TILED(8, 2, 8, 4) TC_I_SPARSE_CSR_TILED(8, 1, 8, 4)
+TC_I_SPARSE_CSR_TILED(32, 4, 16, 4) TC_I_SPARSE_CSR_TILED(32, 2, 16, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)
+TC_I_SPARSE_CSR_TILED(64, 1, 32, 4) TC_I_SPARSE_CSR_TILED(32, 2, 32, 4) TC_I_SPARSE_CSR_TILED(16, 4, 32, 4)
+TC_I_SPARSE_CSR_TILED(64, 2, 8, 8) TC_I_SPARSE_CSR_TILED(32, 2, 8, 8) TC_I_SPARSE_CSR_TILED(64, 4, 8, 8)
+TC_I_SPARSE_CSR_TILED(128, 2, 8, 16) TC_I_SPARSE_CSR_TILED(64, 2, 8, 16) TC_I_SPARSE_CSR_TILED(128, 1, 8, 16)
+TC_I_SPARSE_CSR_TILED(64, 8, 8, 8) TC_I_SPARSE_CSR_TILED(128, 4, 8, 16)
 #define TC_I_SPARSE_CSR_POINTWISE(...) template __global__ void sparse_csr_pointwise<__VA_ARGS__>( \
     const float*, const int2*, const float4*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);

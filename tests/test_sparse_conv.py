@@ -203,20 +203,22 @@ def test_column_phases_make_a_strided_tiles_reads_conflict_free(x_shape, w_shape
     assert sc.column_phases(odd) == 1
 
 
-@pytest.mark.parametrize("k,rb", [(64, 16), (21, 8), (21, 32), (130, 64), (3, 16)])
-def test_balanced_rows_give_each_warp_about_the_same_nonzeros(rng, k, rb):
+@pytest.mark.parametrize("k,rb,warps", [(64, 16, 4), (21, 8, 4), (21, 32, 4), (130, 64, 4),
+                                        (3, 16, 4), (130, 64, 8), (300, 128, 16), (21, 32, 8)])
+def test_balanced_rows_give_each_warp_about_the_same_nonzeros(rng, k, rb, warps):
     """Every row in one slot, empty slots -1; no warp's nonzeros past the lightest's by more
     than the longest row (longest first to the least loaded); skewed rows in order are
     worse than balanced."""
     counts = (rng.pareto(1.5, k) * 20).astype(np.int64)
-    slots = sc.balanced_rows(counts, rb)
-    assert slots.shape == (4 * -(-k // rb) * (rb // 4),)
+    slots = sc.balanced_rows(counts, rb, warps)
+    rw = rb // warps
+    assert slots.shape == (-(-k // rb) * rb,)
     assert sorted(slots[slots >= 0]) == list(range(k)) and (slots[slots < 0] == -1).all()
-    loads = np.where(slots >= 0, counts[slots], 0).reshape(-1, rb // 4).sum(1)
+    loads = np.where(slots >= 0, counts[slots], 0).reshape(-1, rw).sum(1)
     assert loads.max() - loads.min() <= counts.max()
-    in_order = np.pad(counts, (0, slots.size - k)).reshape(-1, rb // 4).sum(1)
+    in_order = np.pad(counts, (0, slots.size - k)).reshape(-1, rw).sum(1)
     assert loads.max() <= in_order.max()
-    assert np.array_equal(sc.balanced_rows(counts, rb), slots)       # deterministic
+    assert np.array_equal(sc.balanced_rows(counts, rb, warps), slots)   # deterministic
 
 
 @pytest.mark.parametrize("tile", sc.REMAINDER_TILES, ids=str)

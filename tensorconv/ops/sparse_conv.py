@@ -153,7 +153,7 @@ def _csr_name(pix: int) -> str:
 
 
 def _tiled_name(t: RemainderTile) -> str:
-    return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}>"
+    return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}, {t.warps}>"
 
 
 def _pointwise_name(t: PointwiseTile) -> str:

@@ -43,22 +43,26 @@ def merged_rows(rows: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class RemainderTile:
-    """The tiled remainder kernel's template: ``rb`` rows per thread block (four warps of
-    ``rb // 4`` rows each), ``px`` pixels per thread (a tile of ``32 * px`` pixels),
-    ``ck`` input channels per shared-memory stage."""
+    """The tiled remainder kernel's template: ``rb`` rows per thread block (``warps``
+    warps of ``rb // warps`` rows each), ``px`` pixels per thread (a tile of ``32 * px``
+    pixels), ``ck`` input channels per shared-memory stage."""
 
     rb: int
     px: int
     ck: int
+    warps: int = 4
 
 
 # At most 64 accumulators a thread; 8-channel stages, and a few of 16 or 32 channels
-# (fewer barriers and copy round trips: deep 1x1 layers, whose chunks compute little).
+# (fewer barriers and copy round trips: deep 1x1 layers, whose chunks compute little);
+# blocks of 8 or 16 warps, each staged chunk serving more rows.
 REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (64, 32, 16, 8) for px in (8, 4, 2, 1)
                         if rb * px <= 256) + tuple(
     RemainderTile(rb, px, ck) for rb, px, ck in ((32, 4, 16), (32, 2, 16), (16, 4, 16),
-                                                 (64, 1, 32), (32, 2, 32), (16, 4, 32)))
-REMAINDER_THREADS = 128          # the kernel's four warps (its __launch_bounds__)
+                                                 (64, 1, 32), (32, 2, 32), (16, 4, 32))) + tuple(
+    RemainderTile(rb, px, 8, w) for rb, px, w in ((64, 2, 8), (32, 2, 8), (64, 4, 8),
+                                                  (128, 2, 16), (64, 2, 16), (128, 1, 16),
+                                                  (64, 8, 8), (128, 4, 16)))
 _STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
                                  # stages holds
 
@@ -107,7 +111,7 @@ class RemainderGeometry:
         return (s % self.phases) * (self.pitch // self.phases) + s // self.phases
 
     def threads(self, tile: RemainderTile) -> int:
-        return REMAINDER_THREADS
+        return 32 * tile.warps
 
     def stage_floats(self, tile: RemainderTile) -> int:
         """One stage's floats, rounded up to 16 bytes (the taps' stage follows)."""
@@ -265,17 +269,18 @@ def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
     return fitted(rb, px)
 
 
-def balanced_rows(counts, rb: int) -> np.ndarray:
+def balanced_rows(counts, rb: int, warps: int = 4) -> np.ndarray:
     """The kernel's row slots: ``(groups * rb,)`` int64, the kernel row each slot of a
-    group of ``rb`` rows computes (``-1``: none), so that its four warps (``rb // 4``
-    slots each) get about the same number of nonzeros, ``counts`` ``(K,)`` a row's.  The
-    warps of a block meet at every channel chunk, so the block runs at its busiest warp's
-    pace: trained masks leave rows 40-50 % apart in nonzeros (coefficient of variation on
-    ResNet-18-8x), and rows in order leave a block's warps 65-78 % busy.  Longest first to
-    the least loaded warp with a free slot (ties: the lowest warp), deterministic."""
+    group of ``rb`` rows computes (``-1``: none), so that its ``warps`` warps (``rb //
+    warps`` slots each) get about the same number of nonzeros, ``counts`` ``(K,)`` a
+    row's.  The warps of a block meet at every channel chunk, so the block runs at its
+    busiest warp's pace: trained masks leave rows 40-50 % apart in nonzeros (coefficient
+    of variation on ResNet-18-8x), and rows in order leave a block's warps 65-78 % busy.
+    Longest first to the least loaded warp with a free slot (ties: the lowest warp),
+    deterministic."""
     counts = np.asarray(counts, np.int64)
-    k, rw = counts.size, rb // 4
-    warps = 4 * cdiv(k, rb)
+    k, rw = counts.size, rb // warps
+    warps = warps * cdiv(k, rb)
     order = np.argsort(-counts, kind="stable")
     load = np.zeros(warps, np.int64)
     filled = np.zeros(warps, np.int64)
@@ -321,7 +326,7 @@ def remainder_tables(weights, tile: RemainderTile, g: RemainderGeometry, xp
         cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
         ch, tap_r, tap_s = cols // (r * s), (cols % (r * s)) // s, cols % s
         chunks, groups = cdiv(c, ck), cdiv(k, rb)
-        row_of = balanced_rows(np.diff(indptr), rb)
+        row_of = balanced_rows(np.diff(indptr), rb, tile.warps)
         slot_of = np.empty(k, np.int64)
         slot_of[row_of[row_of >= 0]] = np.flatnonzero(row_of >= 0)
         rows = slot_of[np.repeat(np.arange(k), np.diff(indptr))]    # each nonzero's slot
@@ -444,7 +449,7 @@ def pointwise_tables(weights, tile: PointwiseTile, shares: int, xp) -> Pointwise
         indptr = backend.to_host(weights.indptr).astype(np.int64)
         nnz = int(indptr[-1])
         counts = np.diff(indptr)
-        row_of = balanced_rows(counts, tile.rb)
+        row_of = balanced_rows(counts, tile.rb, tile.warps)
         slots = row_of.size
         cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
         row = np.repeat(np.arange(k), counts)

@@ -244,7 +244,7 @@ def test_remainder_geometry_stays_within_the_block_limits():
             assert g.nb * g.th * g.tw == 32 * tile.px
             for v in (g.nb, g.th, g.tw):
                 assert v & (v - 1) == 0            # the kernel's bit fields
-            assert g.threads(tile) == 128 and tile.rb % 4 == 0
+            assert g.threads(tile) == 32 * tile.warps <= 1024 and tile.rb % tile.warps == 0
             assert g.pitch >= g.iwt + (3 if g.vec == 4 else 0) and g.pitch % g.vec == 0
             if tile.px > 1:                         # chosen within the stage limit
                 assert g.smem_bytes(tile) <= 2 * 24 * 1024 + 2 * 4 * 32 * 4
@@ -302,15 +302,20 @@ def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, 
 
 
 @pytest.mark.parametrize("w_shape,stride,hw,want", [((64, 64, 3, 3), 1, 32, (16, 8, 8)),
-                                                    ((256, 256, 3, 3), 1, 8, (32, 4, 8)),
-                                                    ((512, 512, 3, 3), 1, 4, (16, 4, 8)),
-                                                    ((128, 64, 3, 3), 2, 32, (32, 2, 8)),
-                                                    ((256, 128, 3, 3), 2, 16, (16, 2, 8)),
+                                                    ((256, 256, 3, 3), 1, 8, (128, 4, 8, 16)),
+                                                    ((512, 512, 3, 3), 1, 4, (128, 2, 8, 16)),
+                                                    ((256, 256, 3, 3), 1, 14, (128, 4, 8, 16)),
+                                                    ((64, 64, 3, 3), 1, 8, (32, 4, 8)),
+                                                    ((128, 128, 3, 3), 1, 28, (32, 4, 8)),
+                                                    ((128, 64, 3, 3), 2, 32, (64, 2, 8, 16)),
+                                                    ((256, 128, 3, 3), 2, 16, (64, 2, 8, 16)),
+                                                    ((32, 64, 3, 3), 2, 32, (32, 2, 8)),
                                                     ((128, 64, 1, 1), 2, 32, (64, 1, 32)),
                                                     ((8, 64, 3, 3), 2, 32, (8, 2, 8))])
 def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want):
-    """Strided: 32 rows a block unless that alone brings in chunk shares (256x128 on 16x16:
-    16); strided 1x1: 64 rows and 32-channel stages; 32 rows for 4 pixels on 8x8 maps."""
+    """Strided, 64 rows or more: 16 warps of 4 rows; fewer, 32 rows a block; strided 1x1:
+    64 rows and 32-channel stages; stride 1 from 128 rows on maps of 16 columns or fewer:
+    16 warps of 8 rows; else 32 rows for 4 pixels on 8x8 maps."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.default_remainder_tile(geom) == sc.RemainderTile(*want)
 

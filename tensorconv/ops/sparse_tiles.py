@@ -214,26 +214,31 @@ def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeomet
 
 
 def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
-    """A measured rule (H100, random 8x masks at batch 32, every tile timed on ResNet-18's
-    CIFAR and ImageNet shapes by ``experiments/bench_sparse_tiles``:
-    ``docs/notes/sparse_conv.md``).  Strided: 32 rows a block, 2 pixels a thread (16 rows
-    where 32 would leave too few blocks and bring in chunk shares that 16 do not); a
-    strided 1x1 filter (a few taps a row per chunk) 64 rows, 1 pixel and 32-channel
-    stages.  Stride 1, by the tile's width: 32 or 64 columns, 8 pixels, or 4 where that
-    covers fewer padded pixels; 16 columns, 8 where that leaves 512 blocks or more, else
-    4; 8 columns, 8 from 512 input channels (its chunks then split among blocks), else 4;
-    narrower, 4.  4 pixels on a tile 8, 32 or 64 columns wide take 32 rows a block.  A
-    tile whose stage would pass :data:`_STAGE_BYTES` takes half the pixels.  16 rows a
-    block otherwise, 8 where the kernel has fewer than 16."""
+    """A measured rule (random 8x masks at batch 32, every tile timed on ResNet-18's CIFAR
+    and ImageNet shapes by ``experiments/bench_sparse_tiles``, first on the H100, the 8-
+    and 16-warp tiles on the H200 and on ResNet-18-8x's trained masks too:
+    ``docs/notes/sparse_conv.md``).  Strided: 16 warps of 4 rows, 2 pixels a thread, from
+    64 rows (a staged chunk then serves 64 rows; 1.03-1.43x the four-warp tiles);
+    fewer rows, 32 rows a block and 2 pixels (16 rows where 32 would leave too few blocks
+    and bring in chunk shares that 16 do not); a strided 1x1 filter (a few taps a row
+    per chunk) 64 rows, 1 pixel and 32-channel stages.  Stride 1, from 128 rows on a tile
+    16 columns wide or narrower (maps of 16 columns or fewer): 16 warps of 8 rows, 4
+    pixels (2 on 4 columns): 1.08-1.46x the four-warp tiles.  Otherwise by the tile's
+    width: 32 or 64 columns, 8 pixels, or 4 where that covers fewer padded pixels; 16
+    columns, 8 where that leaves 512 blocks or more, else 4; 8 columns, 8 from 512 input
+    channels (its chunks then split among blocks), else 4; narrower, 4.  4 pixels on a
+    tile 8, 32 or 64 columns wide take 32 rows a block.  A tile whose stage would pass
+    :data:`_STAGE_BYTES` takes half the pixels.  16 rows a block otherwise, 8 where the
+    kernel has fewer than 16."""
     vec = 4 if geom.w % 4 == 0 else 1
 
-    def fitted(rb, px, ck=8):             # half the pixels while a stage is too big
+    def fitted(rb, px, ck=8, warps=4):    # half the pixels while a stage is too big
         while px > 1:
-            tile = RemainderTile(rb, px, ck)
+            tile = RemainderTile(rb, px, ck, warps)
             if 4 * remainder_geometry(geom, tile, vec).stage_floats(tile) <= _STAGE_BYTES:
                 break
             px //= 2
-        return RemainderTile(rb, px, ck)
+        return RemainderTile(rb, px, ck, warps)
 
     def shared(tile):                     # blocks too few: chunks shared, partials summed
         return remainder_shares(geom, tile, remainder_geometry(geom, tile, vec))[0] > 1
@@ -244,6 +249,8 @@ def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
             return fitted(8, 2)
         if geom.r * geom.s == 1:
             return fitted(64, 1, 32)
+        if geom.k >= 64:
+            return fitted(64, 2, 8, 16)
         wide, narrow = fitted(32, 2), fitted(16, 2)
         if shared(wide) and not shared(narrow):
             return narrow
@@ -255,6 +262,8 @@ def default_remainder_tile(geom: ConvGeometry) -> RemainderTile:
 
     rb = 8 if small else 16
     tw8 = tile_shape(geom, 8)[2]
+    if geom.k >= 128 and tw8 <= 16:
+        return fitted(128, 4 if tw8 >= 8 else 2, 8, 16)
     if tw8 >= 32:
         px = 8 if covered(8) <= 1.05 * covered(4) else 4
     elif tw8 == 16:

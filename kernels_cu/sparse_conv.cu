@@ -601,48 +601,59 @@ __global__ void __launch_bounds__(PIX) sparse_csr_rows(
 #define TC_I_SPARSE_BLOCK_GEMM(...) template __global__ void sparse_block_gemm<__VA_ARGS__>( \
     const float*, const float*, const int*, const int4*, float*, int, int, int, int, int, int, \
     int, int, int, int, int, int, int);
+TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4) TC_I_SPARSE_BLOCK_GEMM(16, 128, 16, 2, 4)
+TC_I_SPARSE_BLOCK_GEMM(32, 128, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4)
+TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 4) TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4)
+TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
+#undef TC_I_SPARSE_BLOCK_GEMM
+#define TC_I_SPARSE_BLOCK_TABLE(...) template __global__ void sparse_block_table<__VA_ARGS__>( \
+    const float*, const float*, const int4*, const int4*, const int*, float*, int, int, int, int, \
+    int, int, int, int, int, int, int);
+TC_I_SPARSE_BLOCK_TABLE(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(32, 128, 16, 4, 4)
+TC_I_SPARSE_BLOCK_TABLE(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 8, 4)
+#undef TC_I_SPARSE_BLOCK_TABLE
+#define TC_I_SPARSE_CSR_POINTWISE(...) template __global__ void sparse_csr_pointwise<__VA_ARGS__>( \
+    const float*, const int2*, const float4*, const int*, const float*, const float*, float*, \
+    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+TC_I_SPARSE_CSR_POINTWISE(16, 1, 1) TC_I_SPARSE_CSR_POINTWISE(16, 1, 2)
+TC_I_SPARSE_CSR_POINTWISE(16, 1, 4) TC_I_SPARSE_CSR_POINTWISE(16, 2, 1)
+TC_I_SPARSE_CSR_POINTWISE(16, 2, 2) TC_I_SPARSE_CSR_POINTWISE(16, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(16, 4, 1) TC_I_SPARSE_CSR_POINTWISE(16, 4, 2)
+TC_I_SPARSE_CSR_POINTWISE(16, 4, 4) TC_I_SPARSE_CSR_POINTWISE(4, 1, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 1, 2) TC_I_SPARSE_CSR_POINTWISE(4, 1, 4)
+TC_I_SPARSE_CSR_POINTWISE(4, 2, 1) TC_I_SPARSE_CSR_POINTWISE(4, 2, 2)
+TC_I_SPARSE_CSR_POINTWISE(4, 2, 4) TC_I_SPARSE_CSR_POINTWISE(4, 4, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 4, 2) TC_I_SPARSE_CSR_POINTWISE(4, 4, 4)
+TC_I_SPARSE_CSR_POINTWISE(8, 1, 1) TC_I_SPARSE_CSR_POINTWISE(8, 1, 2)
+TC_I_SPARSE_CSR_POINTWISE(8, 1, 4) TC_I_SPARSE_CSR_POINTWISE(8, 2, 1)
+TC_I_SPARSE_CSR_POINTWISE(8, 2, 2) TC_I_SPARSE_CSR_POINTWISE(8, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(8, 4, 1) TC_I_SPARSE_CSR_POINTWISE(8, 4, 2)
+TC_I_SPARSE_CSR_POINTWISE(8, 4, 4)
+#undef TC_I_SPARSE_CSR_POINTWISE
 #define TC_I_SPARSE_CSR_ROWS(...) template __global__ void sparse_csr_rows<__VA_ARGS__>( \
     const float*, const int*, const int*, const float*, const int*, const int*, const int*, \
     const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, \
     int, int);
-TC_I_SPARSE_BLOCK_GEMM(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(32, 128, 16, 4, 4)
-TC_I_SPARSE_BLOCK_GEMM(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_GEMM(64, 128, 16, 8, 4)
-TC_I_SPARSE_BLOCK_GEMM(64, 64, 16, 4, 4) TC_I_SPARSE_BLOCK_GEMM(8, 128, 16, 1, 4)
-TC_I_SPARSE_BLOCK_GEMM(128, 64, 16, 8, 4)
 TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
-#define TC_I_SPARSE_BLOCK_TABLE(...) template __global__ void sparse_block_table<__VA_ARGS__>( \
-    const float*, const float*, const int4*, const int4*, const int*, float*, int, int, int, int, \
-    int, int, int, int, int, int, int);
-TC_I_SPARSE_BLOCK_TABLE(32, 128, 16, 4, 4) TC_I_SPARSE_BLOCK_TABLE(32, 64, 16, 2, 4)
-TC_I_SPARSE_BLOCK_TABLE(16, 128, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 8, 4)
+#undef TC_I_SPARSE_CSR_ROWS
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
-    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int);
-TC_I_SPARSE_CSR_TILED(64, 4, 8, 4) TC_I_SPARSE_CSR_TILED(64, 2, 8, 4) TC_I_SPARSE_CSR_TILED(64, 1, 8, 4)
-TC_I_SPARSE_CSR_TILED(32, 8, 8, 4) TC_I_SPARSE_CSR_TILED(32, 4, 8, 4) TC_I_SPARSE_CSR_TILED(32, 2, 8, 4)
-TC_I_SPARSE_CSR_TILED(32, 1, 8, 4) TC_I_SPARSE_CSR_TILED(16, 8, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 8, 4)
-TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4) TC_I_SPARSE_CSR_TILED(8, 8, 8, 4)
-TC_I_SPARSE_CSR_TILED(8, 4, 8, 4) TC_I_SPARSE_CSR_TILED(8, 2, 8, 4) TC_I_SPARSE_CSR_TILED(8, 1, 8, 4)
-TC_I_SPARSE_CSR_TILED(32, 4, 16, 4) TC_I_SPARSE_CSR_TILED(32, 2, 16, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)
-TC_I_SPARSE_CSR_TILED(64, 1, 32, 4) TC_I_SPARSE_CSR_TILED(32, 2, 32, 4) TC_I_SPARSE_CSR_TILED(16, 4, 32, 4)
-TC_I_SPARSE_CSR_TILED(64, 2, 8, 8) TC_I_SPARSE_CSR_TILED(32, 2, 8, 8) TC_I_SPARSE_CSR_TILED(64, 4, 8, 8)
-TC_I_SPARSE_CSR_TILED(128, 2, 8, 16) TC_I_SPARSE_CSR_TILED(64, 2, 8, 16) TC_I_SPARSE_CSR_TILED(128, 1, 8, 16)
-TC_I_SPARSE_CSR_TILED(64, 8, 8, 8) TC_I_SPARSE_CSR_TILED(128, 4, 8, 16)
-#define TC_I_SPARSE_CSR_POINTWISE(...) template __global__ void sparse_csr_pointwise<__VA_ARGS__>( \
-    const float*, const int2*, const float4*, const int*, const float*, const float*, float*, \
-    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-#define TC_I_SPARSE_CSR_POINTWISE_PX(w, r) TC_I_SPARSE_CSR_POINTWISE(w, r, 1) \
-    TC_I_SPARSE_CSR_POINTWISE(w, r, 2) TC_I_SPARSE_CSR_POINTWISE(w, r, 4)
-TC_I_SPARSE_CSR_POINTWISE_PX(4, 1) TC_I_SPARSE_CSR_POINTWISE_PX(4, 2)
-TC_I_SPARSE_CSR_POINTWISE_PX(4, 4) TC_I_SPARSE_CSR_POINTWISE_PX(8, 1)
-TC_I_SPARSE_CSR_POINTWISE_PX(8, 2) TC_I_SPARSE_CSR_POINTWISE_PX(8, 4)
-TC_I_SPARSE_CSR_POINTWISE_PX(16, 1) TC_I_SPARSE_CSR_POINTWISE_PX(16, 2)
-TC_I_SPARSE_CSR_POINTWISE_PX(16, 4)
-#undef TC_I_SPARSE_BLOCK_GEMM
-#undef TC_I_SPARSE_CSR_ROWS
-#undef TC_I_SPARSE_BLOCK_TABLE
+    float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int, int);
+TC_I_SPARSE_CSR_TILED(128, 1, 8, 16) TC_I_SPARSE_CSR_TILED(128, 2, 8, 16)
+TC_I_SPARSE_CSR_TILED(128, 4, 8, 16) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4)
+TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)
+TC_I_SPARSE_CSR_TILED(16, 4, 32, 4) TC_I_SPARSE_CSR_TILED(16, 4, 8, 4)
+TC_I_SPARSE_CSR_TILED(16, 8, 8, 4) TC_I_SPARSE_CSR_TILED(32, 1, 8, 4)
+TC_I_SPARSE_CSR_TILED(32, 2, 16, 4) TC_I_SPARSE_CSR_TILED(32, 2, 32, 4)
+TC_I_SPARSE_CSR_TILED(32, 2, 8, 4) TC_I_SPARSE_CSR_TILED(32, 2, 8, 8)
+TC_I_SPARSE_CSR_TILED(32, 4, 16, 4) TC_I_SPARSE_CSR_TILED(32, 4, 8, 4)
+TC_I_SPARSE_CSR_TILED(32, 8, 8, 4) TC_I_SPARSE_CSR_TILED(64, 1, 32, 4)
+TC_I_SPARSE_CSR_TILED(64, 1, 8, 4) TC_I_SPARSE_CSR_TILED(64, 2, 8, 16)
+TC_I_SPARSE_CSR_TILED(64, 2, 8, 4) TC_I_SPARSE_CSR_TILED(64, 2, 8, 8)
+TC_I_SPARSE_CSR_TILED(64, 4, 8, 4) TC_I_SPARSE_CSR_TILED(64, 4, 8, 8)
+TC_I_SPARSE_CSR_TILED(64, 8, 8, 8) TC_I_SPARSE_CSR_TILED(8, 1, 8, 4)
+TC_I_SPARSE_CSR_TILED(8, 2, 8, 4) TC_I_SPARSE_CSR_TILED(8, 4, 8, 4)
+TC_I_SPARSE_CSR_TILED(8, 8, 8, 4)
 #undef TC_I_SPARSE_CSR_TILED
-#undef TC_I_SPARSE_CSR_POINTWISE
-#undef TC_I_SPARSE_CSR_POINTWISE_PX
 #endif

@@ -1,0 +1,134 @@
+"""The unstaged 1x1 remainder kernel's shapes (``sparse_csr_pointwise`` in
+``kernels_cu/sparse_conv.cu``): its template tiles (warps a block, rows a warp, pixels a
+lane), the channel shares that give a launch enough warps, the measured rule that picks a
+tile, and the per-layer tables it walks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from tensorconv import backend
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops._launch import cdiv
+from tensorconv.ops.sparse_tiles import balanced_rows
+
+
+@dataclass(frozen=True)
+class PointwiseTile:
+    """The unstaged 1x1 remainder kernel's template (``sparse_csr_pointwise``): ``warps``
+    warps a block sharing its ``32 * px`` pixels (``px`` a lane), ``rw`` row slots a
+    warp (``warps * rw`` a block)."""
+
+    warps: int
+    rw: int
+    px: int
+
+    @property
+    def rb(self) -> int:
+        return self.warps * self.rw
+
+
+POINTWISE_TILES = tuple(PointwiseTile(w, rw, px) for w in (4, 8, 16) for rw in (1, 2, 4)
+                        for px in (1, 2, 4))
+_POINTWISE_WARPS = 16      # warps an SM the rule asks of a launch
+_SHARE_CHANNELS = 32       # the fewest channels a share of a pointwise launch walks
+
+
+def pointwise_warps(geom: ConvGeometry, tile: PointwiseTile, shares: int = 1) -> int:
+    """The warps a pointwise launch of ``tile`` runs on ``geom``."""
+    q = geom.n * geom.oh * geom.ow
+    return tile.warps * cdiv(q, 32 * tile.px) * cdiv(geom.k, tile.rb) * shares
+
+
+def pointwise_shares(geom: ConvGeometry, tile: PointwiseTile, sm_count: int = 132) -> int:
+    """The channel shares of a pointwise launch: where its blocks give an SM under
+    ``_POINTWISE_WARPS`` warps, the channels split among blocks (at least
+    ``_SHARE_CHANNELS`` a share) until they do, into partial outputs added afterwards in
+    a fixed order (deterministic)."""
+    want = _POINTWISE_WARPS * sm_count
+    have = pointwise_warps(geom, tile)
+    if have >= want:
+        return 1
+    return max(1, min(cdiv(want, have), geom.c // _SHARE_CHANNELS))
+
+
+def default_pointwise_tile(geom: ConvGeometry, sm_count: int = 132) -> PointwiseTile:
+    """A measured rule (H200, 27 trained 1x1 layers of ResNet-18-8x and GoogLeNet-8x at
+    batch 32, every tile timed: ``docs/notes/sparse_conv.md``).  Among the tiles of 8 or
+    16 warps that leave at most a fifth of a launch's row slots empty, those that give
+    every SM ``_RULE_WARPS`` warps (channel shares counted); of those, the most rows a
+    block (each input value the block reads then serves more rows: fewer passes over the
+    input), then the most pixels a lane.  Where none does, the tile with the most warps
+    (then the most a block)."""
+    k = geom.k
+    cand = [t for t in POINTWISE_TILES if t.warps >= 8 and cdiv(k, t.rb) * t.rb <= 1.2 * k]
+    cand = cand or [t for t in POINTWISE_TILES if t.rb <= max(4, k)]
+
+    def launched(t):
+        return pointwise_warps(geom, t, pointwise_shares(geom, t, sm_count))
+
+    fits = [t for t in cand if launched(t) >= _RULE_WARPS * sm_count]
+    if not fits:
+        return max(cand, key=lambda t: (launched(t), t.warps, t.rb))
+    return max(fits, key=lambda t: (t.rb, t.px))
+
+
+_RULE_WARPS = 32
+
+
+class PointwiseTables(NamedTuple):
+    """The unstaged 1x1 remainder's tables (:func:`pointwise_tables`)."""
+
+    slot_tab: object
+    taps: object
+    row_of: object
+
+
+def share_bounds(c: int, shares: int) -> np.ndarray:
+    """``(shares + 1,)`` int64: the first channel of each share of ``c`` channels split as
+    evenly as whole channels allow, then ``c``."""
+    return np.arange(shares + 1, dtype=np.int64) * c // shares
+
+
+def pointwise_tables(weights, tile: PointwiseTile, shares: int, xp) -> PointwiseTables:
+    """``sparse_csr_pointwise``'s tables for ``weights`` (a 1x1 kernel's
+    :class:`~tensorconv.ops.sparse_conv.SparseWeights`), made once per block of rows and
+    channel shares: the row slots of :func:`balanced_rows` (``row_of`` ``(slots,)``
+    int32, each slot's kernel row or -1); each slot's nonzeros, share by share
+    (:func:`share_bounds`), as ``taps`` ``(n, 2)`` float32, the weight and (its int32
+    bits) the channel's offset ``c·H·W``, each (share, slot) run padded to an even length
+    by a zero weight at offset 0; ``slot_tab`` ``(shares, slots, 2)`` int32, each run's
+    (first tap, count), both even."""
+    key = ("pointwise", tile.rb, shares)
+    if key not in weights.staged:
+        k, c = weights.shape[:2]
+        indptr = backend.to_host(weights.indptr).astype(np.int64)
+        nnz = int(indptr[-1])
+        counts = np.diff(indptr)
+        row_of = balanced_rows(counts, tile.rb, tile.warps)
+        slots = row_of.size
+        cols = backend.to_host(weights.indices)[:nnz].astype(np.int64)
+        row = np.repeat(np.arange(k), counts)
+        slot_of = np.empty(k, np.int64)
+        slot_of[row_of[row_of >= 0]] = np.flatnonzero(row_of >= 0)
+        share = np.searchsorted(share_bounds(c, shares), cols, side="right") - 1
+        cell = share * slots + slot_of[row]                 # each nonzero's (share, slot)
+        run = np.bincount(cell, minlength=shares * slots)
+        padded = run + run % 2
+        starts = np.cumsum(padded) - padded
+        order = np.lexsort((cols, cell))
+        rank = np.arange(nnz) - (np.cumsum(run) - run)[cell[order]]
+        taps = np.zeros((max(int(padded.sum()), 2), 2), np.float32)
+        if nnz:
+            at = starts[cell[order]] + rank
+            taps[at, 0] = backend.to_host(weights.data)[:nnz][order]
+            offsets = backend.to_host(weights.col_off)[cols[order]]
+            taps[at, 1] = offsets.astype(np.int32).view(np.float32)
+        slot_tab = np.stack([starts, padded], 1).reshape(shares, slots, 2)
+        weights.staged[key] = PointwiseTables(xp.asarray(slot_tab, np.int32),
+                                              xp.asarray(taps), xp.asarray(row_of, np.int32))
+    return weights.staged[key]

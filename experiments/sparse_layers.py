@@ -13,7 +13,9 @@ the same K x CRS shapes) — runs as:
 * ``ours``: Algorithm 1 at each threshold of ``--t2`` (the paper's 4, 8, 12, 16) and no
   blocks at all (``no-blocks``: every nonzero in the remainder), the sparse kernels on
   each layout (the remainder's kernel chosen as the library chooses it,
-  ``sparse_conv.choose_remainder``), the fastest kept (as the engine's choice does);
+  ``sparse_conv.choose_remainder``, on its rule's tile), the fastest kept, then the
+  remainder's other tiles (``sparse_conv.remainder_tiles``) timed on that layout (as the
+  engine's tuned plan does);
 * ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
@@ -194,16 +196,16 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
         if not err <= tol:
             raise RuntimeError(f"{case} {variant}: rel_err {err:.2e} against the dense kernel")
 
-    def run_layout(packed, remainder="auto"):
+    def run_layout(packed, remainder="auto", tile=None):
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
         fn = lambda: sparse_conv.run(x, weights, out, geom, pieces,  # noqa: E731
-                                     remainder=remainder)
+                                     remainder=remainder, remainder_tile=tile)
         fn()
         return fn
 
     pattern = kernel_matrix(w) != 0
-    best, with_blocks, plain_us = None, [], []
+    best, with_blocks, plain_us, layouts = None, [], [], {}
     for t2 in args.t2:
         found = extract_blocks(pattern, w.shape, t2=t2, min_gain=args.min_gain)
         tag = f"t2={t2}"
@@ -211,7 +213,7 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
         rs.add(case, tag, "in_blocks", found.in_blocks, "1")
         rs.add(case, tag, "fill", found.fill, "1")
         rs.add(case, tag, "alg1_s", found.seconds, "s", note="target <= 5 s per layer")
-        packed = pack(w, found.layout)
+        packed = layouts[t2] = pack(w, found.layout)
         fn = run_layout(packed)
         check(f"ours {tag}", out)
         us = timing.time_graph(fn).median_us
@@ -222,22 +224,33 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
             plain_us.append((t2, us))
         if best is None or us < best[1]:
             best = (t2, us)
-    plain = pack(w, layout_from_pattern(pattern, w.shape))
+    plain = layouts[0] = pack(w, layout_from_pattern(pattern, w.shape))
     fn = run_layout(plain)
     check("ours no-blocks", out)
-    us = timing.time_graph(fn).median_us
-    rs.add(case, "no-blocks", "latency_us", us, "us")
-    if us < best[1]:
-        best = (0, us)
+    plain_time = timing.time_graph(fn).median_us
+    rs.add(case, "no-blocks", "latency_us", plain_time, "us")
+    if plain_time < best[1]:
+        best = (0, plain_time)
+    # as the engine's tuned plan: the remainder's other tiles on the fastest layout
+    tiles = sparse_conv.remainder_tiles(geom, backend.device_facts().sm_count)
+    best_tile = tiles[0]
+    for tile in tiles[1:]:
+        fn = run_layout(layouts[best[0]], tile=tile)
+        check(f"ours {sparse_conv.tile_name(tile)}", out)
+        us = timing.time_graph(fn).median_us
+        if us < best[1]:
+            best, best_tile = (best[0], us), tile
+    layout = f"t2={best[0]}" if best[0] else "no blocks"
     rs.add(case, "ours", "latency_us", best[1], "us",
-           note=f"fastest: t2={best[0]}" if best[0] else "fastest: no blocks")
+           note=f"fastest: {layout}, remainder on {sparse_conv.tile_name(best_tile)}")
     rs.add(case, "ours", "t2", best[0], "1", note="0: no blocks")
 
     # tf32: only the blocks' table changes (the remainder has no tf32 path), so layouts
     # without blocks keep their fp32 times.
-    best_tf32 = min([(0, us)] + plain_us, key=lambda p: p[1])
+    no_blocks = [] if layouts[best[0]].layout.blocks else [best]
+    best_tf32 = min([(0, plain_time)] + plain_us + no_blocks, key=lambda p: p[1])
     for t2, packed in with_blocks:
-        fn = run_layout(packed)
+        fn = run_layout(packed, tile=best_tile)
 
         def run(fn=fn):      # the kernel is fetched at each launch: tf32 must hold there
             with precision.using("tf32"):

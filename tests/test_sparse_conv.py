@@ -320,6 +320,25 @@ def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want)
     assert sc.default_remainder_tile(geom) == sc.RemainderTile(*want)
 
 
+@pytest.mark.parametrize("w_shape,stride,hw", [((128, 64, 1, 1), 2, 32), ((48, 832, 1, 1), 1, 4),
+                                               ((256, 128, 1, 1), 2, 56),
+                                               ((128, 64, 3, 3), 2, 32), ((64, 64, 3, 3), 1, 32)])
+def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape, stride, hw):
+    """The rule's tile first; every pointwise tile, each once, where the remainder is the
+    pointwise kernel; the tiled rule's tile alone elsewhere; each named by its kernel."""
+    geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
+    tiles = sc.remainder_tiles(geom, 132)
+    if sc.choose_remainder(geom) == "pointwise":
+        assert tiles[0] == sc.default_pointwise_tile(geom, 132)
+        assert sorted(tiles, key=repr) == sorted(sc.POINTWISE_TILES, key=repr)
+    else:
+        assert tiles == (sc.default_remainder_tile(geom),)
+    names = [sc.tile_name(t) for t in tiles]
+    assert len(set(names)) == len(tiles) and set(names) <= set(sc.instantiations())
+    with pytest.raises(TypeError, match="tile must be"):
+        sc.tile_name((16, 2, 4))
+
+
 @pytest.mark.parametrize("shape,x_shape,blocks,span", [((40, 6, 3, 3), (2, 6, 9, 9), 3, None),
                                                        ((70, 5, 3, 3), (1, 5, 4, 4), 4, 16),
                                                        ((300, 4, 3, 3), (2, 4, 6, 5), 3, 7),

@@ -7,15 +7,17 @@ folded kernel keeps the layer's layouts.  Which launch sequence runs is one choi
 threshold t2, the paper's "run all reorganisations and keep the fastest") against the
 dense convolution of the folded kernel (:mod:`tensorconv.engine.dense`), for a layer
 pruned too little to gain.  Untuned and unstored, the sparse kernels run on the layer's
-first layout.  The key holds every layout's digest: the sizes alone do not say how a
-pruned layer runs.
+first layout.  Where the remainder's kernel has several tiles
+(:func:`tensorconv.ops.sparse_conv.remainder_tiles`), a tuned plan also times each on
+the fastest layout.  The key holds every layout's digest: the sizes alone do not say how
+a pruned layer runs.
 """
 
 from __future__ import annotations
 
 import functools
 
-from tensorconv import backend
+from tensorconv import backend, cuda, timing
 from tensorconv.blocksparse import pack
 from tensorconv.checks import conv_geometry
 from tensorconv.engine.choice import plan_one_launch_or_parts
@@ -41,23 +43,46 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     folded = [pack(w, v.layout) for v in m.variants]   # the same zeros: one scale per row
     facts = backend.device_facts()
     pieces = [sparse_conv.default_pieces(v, geom, facts) for v in folded]
+    tiles = sparse_conv.remainder_tiles(geom, facts.sm_count)
     out = plan.alloc(geom.output_shape)
 
     @functools.cache
-    def launch(i: int) -> Step:
-        weights = plan.keep(sparse_conv.pack_weights(folded[i], (geom.h, geom.w), plan.xp))
-        lay = folded[i].layout
-        return Step(lambda: sparse_conv.run(x, weights, out, geom, pieces[i],
-                                            (bd, residual, bool(relu))),
+    def weights(i: int):
+        return plan.keep(sparse_conv.pack_weights(folded[i], (geom.h, geom.w), plan.xp))
+
+    @functools.cache
+    def launch(choice: tuple[int, int]) -> Step:
+        i, j = choice
+        lay, tile = folded[i].layout, tiles[j]
+        return Step(lambda: sparse_conv.run(x, weights(i), out, geom, pieces[i],
+                                            (bd, residual, bool(relu)), remainder_tile=tile),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
-                    f"{lay.indices.size} in the remainder",
-                    sparse_conv.layer_kernels(pieces[i], geom))
+                    f"{lay.indices.size} in the remainder on {sparse_conv.tile_name(tile)}",
+                    sparse_conv.layer_kernels(pieces[i], geom, tile=tile))
+
+    def candidates() -> list[tuple[int, int]]:
+        """Every layout on the rule's tile; then, where the remainder has other tiles,
+        each of them on the fastest layout (timing every pair would multiply the two)."""
+        first = [(i, 0) for i in range(len(folded))]
+        if len(tiles) == 1:
+            return first
+        if len(first) > 1:
+            cuda.compile_all([k for c in first for k in launch(c).kernels],
+                             desc="compiling the sparse kernels")
+        best = min(first, key=lambda c: timing.time_graph(launch(c).run, repeat=10).median_us)
+        return first + [(best[0], j) for j in range(1, len(tiles))]
+
+    names = [sparse_conv.tile_name(t) for t in tiles]
+
+    def decode(stored) -> tuple[int, int]:
+        i, name = stored
+        return int(i), names.index(name)    # ValueError on a tile not timed here: a miss
 
     digests = ",".join(v.layout.digest() for v in folded)
     return plan_one_launch_or_parts(
         plan, "sparse_conv", SPARSE_FILES, f"{geom}|res{residual is not None}|{digests}",
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
-        tiles=lambda: list(range(len(folded))), decode=int, encode=int, default=0,
-        allowed=range(len(folded)),
-        candidate_kernels=lambda: [k for p in pieces
-                                   for k in sparse_conv.layer_kernels(p, geom)])
+        tiles=candidates, decode=decode, encode=lambda c: [c[0], names[c[1]]],
+        default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(tiles))},
+        candidate_kernels=lambda: [k for p in pieces for t in tiles
+                                   for k in sparse_conv.layer_kernels(p, geom, tile=t)])

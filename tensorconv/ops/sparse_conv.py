@@ -180,29 +180,56 @@ def choose_remainder(geom: ConvGeometry) -> str:
 _POINTWISE_STRIDED_BYTES = 16 << 20
 
 
-def remainder_kernels(geom: ConvGeometry, remainder: str = "auto") -> tuple:
+def remainder_tiles(geom: ConvGeometry, sm_count: int = 132) -> tuple:
+    """The automatic remainder's tiles a tuned plan times on ``geom`` (on a GPU of
+    ``sm_count`` SMs), its rule's first.
+
+    Every pointwise tile where :func:`choose_remainder` picks that kernel: its rule is
+    1.16x the fastest tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers,
+    and a 1x1 layer's tiles cost little to time.  Elsewhere the rule's tile alone
+    (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
+    layers; H200, ``docs/notes/sparse_conv.md``)."""
+    if choose_remainder(geom) == "pointwise":
+        first = default_pointwise_tile(geom, sm_count)
+        return (first,) + tuple(t for t in POINTWISE_TILES if t != first)
+    return (default_remainder_tile(geom),)
+
+
+def tile_name(tile: RemainderTile | PointwiseTile) -> str:
+    """The kernel that runs a remainder ``tile`` (tiled or pointwise)."""
+    if isinstance(tile, PointwiseTile):
+        return _pointwise_name(tile)
+    if isinstance(tile, RemainderTile):
+        return _tiled_name(tile)
+    raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
+
+
+def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
+                      tile: RemainderTile | PointwiseTile | None = None) -> tuple:
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
-    :func:`choose_remainder`)."""
+    :func:`choose_remainder`) on ``tile`` (default: the rule's)."""
     if remainder == "auto":
         remainder = choose_remainder(geom)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
-        tile = default_pointwise_tile(geom, sm_count)
+        tile = tile or default_pointwise_tile(geom, sm_count)
         ref = cuda.kernel_ref(FILE, _pointwise_name(tile))
         return (ref, _igemm.reduce_ref()) if pointwise_shares(geom, tile, sm_count) > 1 \
             else (ref,)
-    tile = default_remainder_tile(geom)
+    tile = tile or default_remainder_tile(geom)
     shares = remainder_shares(geom, tile, remainder_geometry(geom, tile), sm_count)[0]
     ref = cuda.kernel_ref(FILE, _tiled_name(tile))
     return (ref, _igemm.reduce_ref()) if shares > 1 else (ref,)
 
 
-def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto") -> tuple:
-    """Every kernel a layer of ``pieces`` launches on ``geom`` (an automatic remainder that
-    falls back to ``"rows"`` for want of shared memory launches the row kernel instead)."""
-    refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder))
+def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto",
+                  tile: RemainderTile | PointwiseTile | None = None) -> tuple:
+    """Every kernel a layer of ``pieces`` launches on ``geom`` with the remainder on
+    ``tile`` (an automatic remainder that falls back to ``"rows"`` for want of shared
+    memory launches the row kernel instead)."""
+    refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder, tile))
     return tuple(sorted(refs, key=lambda r: r.name))
 
 

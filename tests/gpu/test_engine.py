@@ -337,6 +337,7 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
     matches the model; the tuned choices are stored, one per layer."""
     from tensorconv.compress import prune
     from tensorconv.compress.sparse import sparsify
+    from tensorconv.ops import sparse_conv
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     model = get_model("resnet20", in_channels=1)
@@ -352,6 +353,12 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
         verdicts = [v for k, v in stored.items() if k.startswith("sparse_conv|")]
         assert len(verdicts) == len(masks)
         assert sparse_steps == sum(v["fused"] for v in verdicts)
+        # each verdict names its layout and the remainder's kernel, and the steps run them
+        names = set(sparse_conv.instantiations())
+        assert all(v["tile"][0] in (0, 1) and v["tile"][1] in names for v in verdicts)
+        ran = [s.label.rsplit(" on ", 1)[1] for s in engine.plan.steps
+               if s.label.startswith("sparse conv")]
+        assert sorted(ran) == sorted(v["tile"][1] for v in verdicts if v["fused"])
     else:
         assert sparse_steps == len(masks)
 

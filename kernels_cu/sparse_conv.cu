@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
     int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int phases,
-    int chunks,
+    int rphases, int chunks,
     int per_share, int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
@@ -324,6 +324,9 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // so that a 1x1 strided layer stages only the pixels it reads.  With phases > 1 (the
     // horizontal stride, word copies) a line holds `phases` runs of PITCH / phases words,
     // column u at run u % phases, word u / phases: a strided tile's reads are consecutive.
+    // With rphases > 1 (the vertical stride) a channel's lines hold its input rows by row
+    // phase (rows q, q + rphases, ... for each q in turn), so that output rows next to
+    // each other read lines next to each other, PITCH (odd) words apart: both bank parities.
     // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
     // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
     // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
@@ -360,8 +363,9 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // l and of 32·j do not overlap (powers of two), so its word is word(l) + word(32·j): a
     // per-thread base and PX offsets shared by the warp.
     const int col_read = phases > 1 ? 1 : sw / cstep, run = PITCH / phases;
+    const int row_read = rphases > 1 ? 1 : sh / rstep;
     auto word = [&](int p) {
-        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * (sh / rstep)) * PITCH
+        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * row_read) * PITCH
             + (p & (TW - 1)) * col_read;
     };
     const int tbase = 4 * (word(lane) + lead);
@@ -377,7 +381,13 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     for (int e = tid; e < items; e += blockDim.x) {
         const int line = e / per_line, w = (e - line * per_line) * vec;
         const int col = phases > 1 ? (w % run) * phases + w / run : w;
-        const int bc = line / IHT, row = line - bc * IHT;
+        const int bc = line / IHT;
+        int row = line - bc * IHT;                       // the line's input row, in order
+        if (rphases > 1) {                               // or by phase: find the line's
+            int q = 0;
+            for (int n_q; row >= (n_q = (IHT - q + rphases - 1) / rphases); ++q) row -= n_q;
+            row = row * rphases + q;
+        }
         const int b = bc / CK, c = bc - b * CK;
         const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
         const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
@@ -639,7 +649,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(128, 1, 8, 16) TC_I_SPARSE_CSR_TILED(128, 2, 8, 16)
 TC_I_SPARSE_CSR_TILED(128, 4, 8, 16) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4)
 TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)

@@ -97,10 +97,10 @@ def test_bad_input_is_refused_by_name(rng):
             ops.sparse_conv2d(**call)
 
 
-def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1):
+def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1, row_phases=None):
     """The tiled remainder kernel's arithmetic in NumPy: its geometry, staging and tables."""
     tile = tile or sc.default_remainder_tile(geom)
-    g = sc.remainder_geometry(geom, tile, vec=vec, phases=phases)
+    g = sc.remainder_geometry(geom, tile, vec=vec, phases=phases, row_phases=row_phases)
     assert g.pitch % g.phases == 0 and (g.phases == 1 or g.vec == 1)
     weights = sc.pack_weights(packed, (geom.h, geom.w), np)
     row_tab, taps, row_of, longest = sc.remainder_tables(weights, tile, g, np)
@@ -133,8 +133,8 @@ def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1):
                     run = g.pitch // g.phases            # a line's words: its phases' runs
                     line_cols = cols + np.concatenate(
                         [ph + g.phases * g.cstep * np.arange(run) for ph in range(g.phases)])
-                    xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck,
-                              ih0 + big:ih0 + big + g.iht * g.rstep:g.rstep][..., line_cols]
+                    lines = ih0 + big + g.rstep * g.line_rows()   # in order or by phase
+                    xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck][:, :, lines][..., line_cols]
                     xs = xs.ravel()
                     for slot, k in enumerate(row_of):
                         if k < 0:
@@ -175,8 +175,40 @@ def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, sh
     geom = conv_geometry(x_shape, shape, stride, pad)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, pad)
     for phases in {1, stride if shape[3] > 1 else 1}:   # lines in order, and by phase
-        np.testing.assert_allclose(_emulate_tiled(x, packed, geom, vec, phases=phases), want,
-                                   rtol=1e-9, atol=1e-9)
+        for rows in (False, True):                       # rows in order, and by phase
+            np.testing.assert_allclose(
+                _emulate_tiled(x, packed, geom, vec, phases=phases, row_phases=rows), want,
+                rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,tile,vec,phased", [
+    ((32, 64, 32, 32), (128, 64, 3, 3), 2, (64, 2, 8, 16), 1, True),
+    ((32, 128, 28, 28), (256, 128, 3, 3), 2, (64, 2, 8, 16), 1, True),
+    ((32, 64, 32, 32), (128, 64, 3, 3), 2, (64, 2, 8, 16), 4, False),
+    ((32, 128, 16, 16), (256, 128, 3, 3), 2, (64, 2, 8, 16), 1, False),
+    ((2, 8, 30, 90), (16, 8, 5, 5), 3, (32, 2, 8, 4), 1, False),
+    ((4, 64, 16, 16), (64, 64, 3, 3), 1, (16, 8, 8, 4), 1, False)])
+def test_row_phases_spread_a_strided_tiles_reads_where_they_can(x_shape, w_shape, stride,
+                                                                tile, vec, phased):
+    """Staged by row phase only where that takes bank conflicts off (16-wide tiles at
+    stride 2 copied a word at a time: an odd pitch, 2 -> 1; 16-byte copies keep the pitch
+    even, and every lane then reads words of one parity), each tap row of each output row
+    on the line holding its input row; otherwise, or told not to, in order."""
+    geom = conv_geometry(x_shape, w_shape, stride, w_shape[2] // 2)
+    tile = sc.RemainderTile(*tile)
+    g, flat = (sc.remainder_geometry(geom, tile, vec, row_phases=b) for b in (None, False))
+    conflicts = lambda g: sc.bank_conflicts(  # noqa: E731
+        g.pitch, g.tw, g.th, g.read_stride(geom), tile.ck * g.iht)
+    assert flat.rphases == 1 and (g.rphases > 1) == phased
+    if phased:
+        assert conflicts(g) < conflicts(flat) and g.pitch % 2 == 1
+    else:
+        assert g == flat
+    rows = g.line_rows()
+    assert sorted(rows) == list(range(g.iht))
+    for i in range(min(g.th, geom.oh)):
+        for r in range(geom.r):
+            assert rows[g.row_line(r) + i * g.read_stride(geom)[0]] == i * stride + r
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride", [((2, 8, 32, 32), (16, 8, 3, 3), 2),

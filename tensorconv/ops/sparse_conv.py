@@ -348,8 +348,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
             *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, g.phases,
-            chunks,
-            per_share, cdiv(geom.ow, g.tw), tables.longest, bool(pieces), bool(relu))
+            g.rphases, chunks, per_share, cdiv(geom.ow, g.tw), tables.longest, bool(pieces),
+            bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
            (g.threads(tile),), (x, tables.row_tab, tables.taps, tables.row_of, ptr(bias),

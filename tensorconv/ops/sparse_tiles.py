@@ -1,14 +1,13 @@
 """The sparse kernels' shapes (``kernels_cu/sparse_conv.cu``): how a dense block's rows
-split into the block GEMM's pieces, and the tiled remainder kernel's (``sparse_csr_tiled``)
-template tiles, how a tile's thread block covers an output and stages its input (images,
-rows, columns, the shared-memory row pitch), and the per-layer tables it walks.  Chosen by
-the work and the block limits, not searched.
+split into the block GEMM's pieces; for the tiled remainder kernel (``sparse_csr_tiled``),
+the measured rule that picks its tile, the channel shares, the rows balanced over its
+warps and the per-layer tables it walks (its tiles and staging:
+:mod:`tensorconv.ops.sparse_staging`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -16,6 +15,18 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops._launch import cdiv
+from tensorconv.ops.sparse_staging import (  # noqa: F401  (re-exported)
+    _STAGE_BYTES,
+    REMAINDER_TILES,
+    ROW_PHASES,
+    RemainderGeometry,
+    RemainderTile,
+    bank_conflicts,
+    column_phases,
+    lane_words,
+    remainder_geometry,
+    tile_shape,
+)
 
 
 def split_rows(rows: int) -> list[tuple[int, int]]:
@@ -41,158 +52,6 @@ def merged_rows(rows: int) -> list[tuple[int, int]]:
     return ([(0, head)] if head else []) + ([(head, rows)] if rows > head else [])
 
 
-@dataclass(frozen=True)
-class RemainderTile:
-    """The tiled remainder kernel's template: ``rb`` rows per thread block (``warps``
-    warps of ``rb // warps`` rows each), ``px`` pixels per thread (a tile of ``32 * px``
-    pixels), ``ck`` input channels per shared-memory stage."""
-
-    rb: int
-    px: int
-    ck: int
-    warps: int = 4
-
-
-# At most 64 accumulators a thread; 8-channel stages, and a few of 16 or 32 channels
-# (fewer barriers and copy round trips: deep 1x1 layers, whose chunks compute little);
-# blocks of 8 or 16 warps, each staged chunk serving more rows.
-REMAINDER_TILES = tuple(RemainderTile(rb, px, 8) for rb in (64, 32, 16, 8) for px in (8, 4, 2, 1)
-                        if rb * px <= 256) + tuple(
-    RemainderTile(rb, px, ck) for rb, px, ck in ((32, 4, 16), (32, 2, 16), (16, 4, 16),
-                                                 (64, 1, 32), (32, 2, 32), (16, 4, 32))) + tuple(
-    RemainderTile(rb, px, 8, w) for rb, px, w in ((64, 2, 8), (32, 2, 8), (64, 4, 8),
-                                                  (128, 2, 16), (64, 2, 16), (128, 1, 16),
-                                                  (64, 8, 8), (128, 4, 16)))
-_STAGE_BYTES = 24 * 1024         # the most shared memory one of a remainder block's two
-                                 # stages holds
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-@dataclass(frozen=True)
-class RemainderGeometry:
-    """How the tiled remainder kernel covers an output: ``nb`` images x ``th`` x ``tw``
-    pixels per thread block (powers of two, ``32 * px`` in all), the staged input
-    ``iht`` rows per channel of which a tile's taps read ``iwt`` columns, the rows
-    ``pitch`` floats apart in shared memory, copied ``vec`` floats at a time (4: 16-byte
-    copies, the line starting up to 3 columns early at a multiple of 4); ``rstep`` and
-    ``cstep`` the input rows and columns between staged ones (the stride where the filter
-    is one tap high or wide, which then stages only the pixels it reads; else 1);
-    ``phases`` > 1 (the horizontal stride, word copies): each line staged as that many
-    runs of ``pitch // phases`` words, input column ``u`` of the line at
-    ``(u % phases) * (pitch // phases) + u // phases``, so that a strided tile reads
-    consecutive words (a warp's 32 reads on 32 banks, not every other one)."""
-
-    nb: int
-    th: int
-    tw: int
-    iht: int
-    iwt: int
-    pitch: int
-    vec: int = 1
-    rstep: int = 1
-    cstep: int = 1
-    phases: int = 1
-
-    def read_stride(self, geom: ConvGeometry) -> tuple[int, int]:
-        """The stride of a tile's reads in the staged lines: the convolution's, or 1 where
-        the lines were staged at the stride (a filter one tap high or wide) or by column
-        phase."""
-        return (geom.stride[0] // self.rstep,
-                1 if self.phases > 1 else geom.stride[1] // self.cstep)
-
-    def column_word(self, s):
-        """The staged word, in its line, of tap column ``s`` (an int or an int array) of a
-        tile's first output column (past the line's ``lead`` columns)."""
-        if self.phases == 1:
-            return s
-        return (s % self.phases) * (self.pitch // self.phases) + s // self.phases
-
-    def threads(self, tile: RemainderTile) -> int:
-        return 32 * tile.warps
-
-    def stage_floats(self, tile: RemainderTile) -> int:
-        """One stage's floats, rounded up to 16 bytes (the taps' stage follows)."""
-        return 4 * cdiv(self.nb * tile.ck * self.iht * self.pitch, 4)
-
-    def smem_bytes(self, tile: RemainderTile) -> int:
-        """The input's two stages (:func:`remainder_smem` adds the taps')."""
-        return 2 * 4 * self.stage_floats(tile)
-
-    def grid(self, geom: ConvGeometry, tile: RemainderTile) -> tuple[int, int, int]:
-        return (cdiv(geom.oh, self.th) * cdiv(geom.ow, self.tw), cdiv(geom.k, tile.rb),
-                cdiv(geom.n, self.nb))
-
-
-def lane_words(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> list[int]:
-    """The staged word each lane of a warp reads for one tap (pixel l of the tile:
-    column l % tw, row l // tw % th, image l // (tw·th))."""
-    sh, sw = stride
-    return [((lane // (tw * th)) * rows_per_image + (lane // tw) % th * sh) * pitch
-            + lane % tw * sw for lane in range(32)]
-
-
-def bank_conflicts(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> int:
-    """The most distinct words one shared-memory bank serves at once when a warp reads
-    one tap (:func:`lane_words`)."""
-    words = {}
-    for word in lane_words(pitch, tw, th, stride, rows_per_image):
-        words.setdefault(word % 32, set()).add(word)
-    return max(len(v) for v in words.values())
-
-
-def tile_shape(geom: ConvGeometry, px: int) -> tuple[int, int, int]:
-    """``(nb, th, tw)``: the output's width rounded up to a power of two (at most 64 and
-    the tile), then its height, then images, ``32 * px`` pixels in all."""
-    pixels = 32 * px
-    tw = min(64, _pow2(geom.ow), pixels)
-    th = min(_pow2(geom.oh), pixels // tw)
-    return pixels // (tw * th), th, tw
-
-
-def column_phases(geom: ConvGeometry) -> int:
-    """The column phases a by-phase staging of ``geom`` uses (:class:`RemainderGeometry`):
-    its horizontal stride where that is even and the filter more than one tap wide (an odd
-    stride's reads in order already fall on distinct banks), else 1.  Not the default:
-    on the H100 its word copies cost more than the bank conflicts they remove (ResNet-18's
-    strided layers 1.0-1.9x slower by phase, ``docs/notes/sparse_conv.md``); a tile's
-    lines are staged in order unless ``phases`` says otherwise."""
-    return geom.stride[1] if geom.stride[1] % 2 == 0 and geom.s > 1 else 1
-
-
-def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None = None,
-                       phases: int = 1) -> RemainderGeometry:
-    """The tile of :func:`tile_shape` and its staging: ``vec`` 4 (16-byte copies) where the
-    input's rows are a multiple of 4 floats, else 1; ``phases`` (1, or the horizontal
-    stride of a filter wider than a tap: :func:`column_phases`) the runs a line is staged
-    in (word copies where above 1); the row pitch the least, from the columns a line
-    needs up, that spreads a warp's reads over the most banks and keeps a stage within
-    :data:`_STAGE_BYTES` (where one does)."""
-    vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
-    if vec not in (1, 4) or vec == 4 and geom.w % 4:
-        raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
-                         f"got {vec} for width {geom.w}")
-    if phases != 1 and (phases != geom.stride[1] or geom.s == 1):
-        raise ValueError(f"phases must be 1, or the horizontal stride {geom.stride[1]} for a "
-                         f"filter wider than 1 tap, got {phases}")
-    nb, th, tw = tile_shape(geom, tile.px)
-    rstep = geom.stride[0] if geom.r == 1 else 1
-    cstep = geom.stride[1] if geom.s == 1 else 1
-    if cstep > 1 or phases > 1:
-        vec = 1                    # every other column: no 16-byte runs
-    iwt = (tw - 1) * geom.stride[1] // cstep + geom.s
-    iht = (th - 1) * geom.stride[0] // rstep + geom.r
-    need = vec * cdiv(iwt + 3 if vec == 4 else iwt, vec)
-    step = phases * vec
-    need = step * cdiv(need, step)
-    read = (geom.stride[0] // rstep, 1 if phases > 1 else geom.stride[1] // cstep)
-    fits = [p for p in range(need, need + 32 * step, step)
-            if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
-    pitch = min(fits or [need], key=lambda p: (
-        bank_conflicts(p, tw, th, read, tile.ck * iht), p))
-    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep, phases)
 
 
 def remainder_shares(geom: ConvGeometry, tile: RemainderTile, g: RemainderGeometry,
@@ -326,7 +185,7 @@ def remainder_tables(weights, tile: RemainderTile, g: RemainderGeometry, xp
     2) int32, each slot's (start, length) from its segment's start (empty slots: none),
     the last entry the segment's (first, length), all even; ``longest`` the longest
     segment (at least 2)."""
-    key = (tile, g.iht, g.pitch, g.phases)
+    key = (tile, g.iht, g.pitch, g.phases, g.rphases)
     if key not in weights.staged:
         k, c, r, s = weights.shape
         rb, ck = tile.rb, tile.ck
@@ -357,7 +216,8 @@ def remainder_tables(weights, tile: RemainderTile, g: RemainderGeometry, xp
         at = starts[ordered_cells] + rank                 # each nonzero's slot
         taps = np.zeros((max(int(ends[-1]) if ends.size else 0, 2), 2), np.float32)
         taps[at, 0] = backend.to_host(weights.data)[:nnz][order]
-        offset = 4 * ((ch % ck) * g.iht * g.pitch + tap_r * g.pitch + g.column_word(tap_s))
+        offset = 4 * ((ch % ck) * g.iht * g.pitch + g.row_line(tap_r) * g.pitch
+                      + g.column_word(tap_s))
         taps[at, 1] = offset[order].astype(np.int32).view(np.float32)
         longest = int(seg_len.max()) if seg_len.size else 0
         weights.staged[key] = RemainderTables(
@@ -390,20 +250,22 @@ class TiledLaunch(NamedTuple):
 
 
 def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None,
-                 phases: int = 1) -> TiledLaunch:
+                 phases: int = 1, row_phases: bool | None = None,
+                 vec: int | None = None) -> TiledLaunch:
     """The tiled remainder's launch on ``geom`` for input ``x`` (a device array) and
     ``weights`` (its tables made once per weights and staging shape): ``tile``, default
     :func:`default_remainder_tile`; ``phases`` the staged lines' column phases (1: in
-    order; :func:`column_phases`: by phase); 16-byte copies of the input where its rows
-    are a multiple of 4 floats and it starts on 16 bytes (and lines are staged in
-    order)."""
+    order; :func:`column_phases`: by phase); ``row_phases`` as
+    :func:`remainder_geometry`; 16-byte copies of the input where its rows are a multiple
+    of 4 floats and it starts on 16 bytes (and lines are staged in order), unless ``vec``
+    is 1."""
     if tile is None:
         tile = default_remainder_tile(geom)
     elif tile not in REMAINDER_TILES:
         raise ValueError(f"remainder_tile must be one of {REMAINDER_TILES}, got {tile!r}")
     sm_count = backend.device_facts().sm_count
-    vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
-    g = remainder_geometry(geom, tile, vec=vec, phases=phases)
+    vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 and vec != 1 else 1
+    g = remainder_geometry(geom, tile, vec=vec, phases=phases, row_phases=row_phases)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
     tables = remainder_tables(weights, tile, g, backend.array_module(x))
     smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), tables.longest)

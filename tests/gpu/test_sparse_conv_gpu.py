@@ -194,15 +194,17 @@ def test_every_remainder_tile_on_every_kind_of_map(rng, tile):
 
 @pytest.mark.parametrize("x_shape,r,stride", [((3, 11, 16, 16), 3, 2), ((2, 9, 13, 29), 3, 2),
                                               ((2, 7, 21, 40), 5, 4), ((5, 9, 8, 8), 3, 2),
-                                              ((1, 10, 15, 33), 5, 3)])
+                                              ((1, 10, 15, 33), 5, 3), ((3, 11, 31, 31), 3, 2),
+                                              ((2, 5, 27, 30), 3, 2)])
 def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride):
     """Strided filters wider than a tap, their lines staged in order (16-byte copies where
     aligned) and by column phase (word copies, consecutive reads), on every tile that
-    fits; outputs poisoned."""
+    fits; 16-wide tiles on rows not a multiple of 4 floats (word copies) by row phase as
+    well; outputs poisoned."""
     import cupy as cp
 
     packed, geom, x, want = _remainder_case(rng, 37, x_shape, r, stride, 0.2)
-    ran = 0
+    ran = by_row = 0
     xd, weights = cp.asarray(x), sc.pack_weights(packed, (geom.h, geom.w), cp)
     optin = backend.device_facts().smem_per_block_optin
     for tile in (sc.RemainderTile(32, 2, 8), sc.RemainderTile(16, 4, 8),
@@ -215,7 +217,9 @@ def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride
                    remainder_phases=phases)
             assert rel_err(out.get(), want) <= 1e-5, (tile, phases)
             ran += 1
+            by_row += sc.tiled_launch(xd, weights, geom, tile, phases).g.rphases > 1
     assert ran >= 4                      # a wide stage may pass the limit on some tiles
+    assert by_row >= (x_shape[3] in (31, 30))   # 16-wide tiles, word copies: by row phase
 
 
 @pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])

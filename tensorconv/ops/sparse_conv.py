@@ -306,12 +306,12 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
         remainder_tile: RemainderTile | PointwiseTile | None = None,
-        remainder_phases: int = 1) -> None:
+        remainder_phases: int | None = None) -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
     ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`,
     or the pointwise one's, default :func:`default_pointwise_tile`;
     ``remainder_phases``: the tiled remainder's staged lines' column phases, 1 (in order)
-    or :func:`column_phases`)."""
+    or :func:`column_phases`; default as :func:`tiled_launch`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow

@@ -250,21 +250,29 @@ class TiledLaunch(NamedTuple):
 
 
 def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = None,
-                 phases: int = 1, row_phases: bool | None = None,
+                 phases: int | None = None, row_phases: bool | None = None,
                  vec: int | None = None) -> TiledLaunch:
     """The tiled remainder's launch on ``geom`` for input ``x`` (a device array) and
     ``weights`` (its tables made once per weights and staging shape): ``tile``, default
     :func:`default_remainder_tile`; ``phases`` the staged lines' column phases (1: in
-    order; :func:`column_phases`: by phase); ``row_phases`` as
-    :func:`remainder_geometry`; 16-byte copies of the input where its rows are a multiple
-    of 4 floats and it starts on 16 bytes (and lines are staged in order), unless ``vec``
-    is 1."""
+    order; :func:`column_phases`: by phase; default: by phase where the input is copied a
+    word at a time anyway); ``row_phases`` as :func:`remainder_geometry`; 16-byte copies
+    of the input where its rows are a multiple of 4 floats and it starts on 16 bytes (and
+    lines are staged in column order), unless ``vec`` is 1.
+
+    Staging by phase takes a strided tile's bank conflicts off but needs word copies.  On
+    the H200 (ResNet-18-8x's strided 3x3 layers, trained masks, batch 32) where the
+    copies could be 16 bytes, by column phase was 0.95-1.0x the time pruned and
+    1.09-1.16x re-pruned on 32x32 to 8x8 inputs; where they were words already (a 14x14
+    input) it took 23 % off (``docs/notes/sparse_conv.md``)."""
     if tile is None:
         tile = default_remainder_tile(geom)
     elif tile not in REMAINDER_TILES:
         raise ValueError(f"remainder_tile must be one of {REMAINDER_TILES}, got {tile!r}")
     sm_count = backend.device_facts().sm_count
     vec = 4 if geom.w % 4 == 0 and x.data.ptr % 16 == 0 and vec != 1 else 1
+    if phases is None:
+        phases = column_phases(geom) if vec == 1 else 1
     g = remainder_geometry(geom, tile, vec=vec, phases=phases, row_phases=row_phases)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
     tables = remainder_tables(weights, tile, g, backend.array_module(x))

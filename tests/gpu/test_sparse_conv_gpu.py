@@ -220,6 +220,9 @@ def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride
             by_row += sc.tiled_launch(xd, weights, geom, tile, phases).g.rphases > 1
     assert ran >= 4                      # a wide stage may pass the limit on some tiles
     assert by_row >= (x_shape[3] in (31, 30))   # 16-wide tiles, word copies: by row phase
+    # by default, by column phase where the copies are words anyway
+    auto = sc.tiled_launch(xd, weights, geom, sc.RemainderTile(32, 2, 8)).g
+    assert auto.phases == (sc.column_phases(geom) if geom.w % 4 else 1)
 
 
 @pytest.mark.parametrize("w_in,stride,padding", [(12, 1, 1), (16, 2, 1), (20, 1, 2), (8, 2, 0)])

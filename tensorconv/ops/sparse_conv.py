@@ -182,17 +182,33 @@ _POINTWISE_STRIDED_BYTES = 16 << 20
 
 def remainder_tiles(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     """The automatic remainder's tiles a tuned plan times on ``geom`` (on a GPU of
-    ``sm_count`` SMs), its rule's first.
+    ``sm_count`` SMs), the rule's first (:func:`choose_remainder`'s kernel on its tile).
 
-    Every pointwise tile where :func:`choose_remainder` picks that kernel: its rule is
+    A 1x1 filter: every pointwise tile and the tiled rule's tile.  The pointwise rule is
     1.16x the fastest tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers,
-    and a 1x1 layer's tiles cost little to time.  Elsewhere the rule's tile alone
+    the byte bound between the two kernels rests on two shapes, and a 1x1 layer's tiles
+    cost little to time.  A wider filter: the tiled rule's tile alone
     (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
     layers; H200, ``docs/notes/sparse_conv.md``)."""
-    if choose_remainder(geom) == "pointwise":
-        first = default_pointwise_tile(geom, sm_count)
-        return (first,) + tuple(t for t in POINTWISE_TILES if t != first)
-    return (default_remainder_tile(geom),)
+    tiled = default_remainder_tile(geom)
+    if geom.r * geom.s != 1:
+        return (tiled,)
+    first = default_pointwise_tile(geom, sm_count)
+    pointwise = (first,) + tuple(t for t in POINTWISE_TILES if t != first)
+    return pointwise + (tiled,) if choose_remainder(geom) == "pointwise" else \
+        (tiled,) + pointwise
+
+
+def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
+                   tile: RemainderTile | PointwiseTile | None = None) -> str:
+    """The kernel the remainder of ``geom`` runs on: ``remainder`` unless ``"auto"``; then
+    the kernel of ``tile`` where one is given, else :func:`choose_remainder`'s."""
+    if remainder == "auto":
+        remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
+            "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
+    if remainder == "pointwise" and geom.r * geom.s != 1:
+        raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
+    return remainder
 
 
 def tile_name(tile: RemainderTile | PointwiseTile) -> str:
@@ -208,8 +224,7 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
                       tile: RemainderTile | PointwiseTile | None = None) -> tuple:
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
     :func:`choose_remainder`) on ``tile`` (default: the rule's)."""
-    if remainder == "auto":
-        remainder = choose_remainder(geom)
+    remainder = remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     sm_count = backend.device_facts().sm_count
@@ -284,8 +299,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     residual = check_residual(residual, geom.output_shape, xp)
     if (why := supported(geom)) is not None:
         raise ValueError(why)
-    if remainder == "pointwise" and geom.r * geom.s != 1:
-        raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
+    remainder_kind(geom, remainder)              # a pointwise remainder needs a 1x1 filter
     if xp is np:
         no_out_on_cpu(out=out)
         y = reference.sparse_conv2d(x, packed, bias, geom.stride, geom.padding, relu=relu,
@@ -322,14 +336,13 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
     if pieces and not weights.remainder_nnz and bias is None and residual is None and not relu:
         return    # the blocks wrote every row; an empty remainder would only copy y onto itself
-    auto = remainder == "auto"
-    if remainder == "pointwise" or auto and choose_remainder(geom) == "pointwise":
+    auto, kind = remainder == "auto", remainder_kind(geom, remainder, remainder_tile)
+    if kind == "pointwise":
         _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
                           remainder_tile)
         return
     tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
-        if remainder == "tiled" or \
-        (auto and choose_remainder(geom) == "tiled") else None
+        if kind == "tiled" else None
     if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if not auto:
             raise ValueError(f"the tiled remainder needs {tiled.smem} bytes of shared memory "

@@ -105,7 +105,7 @@ def _variants(cp, x, w, geom, torch) -> dict:
         rule_tile = sparse_conv.default_remainder_tile(geom)   # its lines by column phase
         runs["rule by phase"] = lambda: sparse_conv.run(  # noqa: E731
             x, weights, out, geom, (), remainder="tiled", remainder_tile=rule_tile,
-            remainder_phases=phases) or out
+            remainder_staging=sparse_conv.Staging(phases, True)) or out
     for tile in sparse_conv.REMAINDER_TILES:
         runs[label(tile)] = sparse("tiled", tile)
     if geom.r * geom.s == 1:

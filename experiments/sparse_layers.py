@@ -14,8 +14,8 @@ the same K x CRS shapes) — runs as:
   blocks at all (``no-blocks``: every nonzero in the remainder), the sparse kernels on
   each layout (the remainder's kernel chosen as the library chooses it,
   ``sparse_conv.choose_remainder``, on its rule's tile), the fastest kept, then the
-  remainder's other tiles (``sparse_conv.remainder_tiles``) timed on that layout (as the
-  engine's tuned plan does);
+  remainder's other tiles and stagings (``sparse_conv.remainder_choices``) timed on that
+  layout (as the engine's tuned plan does);
 * ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
@@ -196,11 +196,12 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
         if not err <= tol:
             raise RuntimeError(f"{case} {variant}: rel_err {err:.2e} against the dense kernel")
 
-    def run_layout(packed, remainder="auto", tile=None):
+    def run_layout(packed, remainder="auto", choice=(None, None)):
         weights = sparse_conv.pack_weights(packed, (geom.h, geom.w), cp)
         pieces = sparse_conv.default_pieces(packed, geom, backend.device_facts())
         fn = lambda: sparse_conv.run(x, weights, out, geom, pieces,  # noqa: E731
-                                     remainder=remainder, remainder_tile=tile)
+                                     remainder=remainder, remainder_tile=choice[0],
+                                     remainder_staging=choice[1])
         fn()
         return fn
 
@@ -232,17 +233,17 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     if plain_time < best[1]:
         best = (0, plain_time)
     # as the engine's tuned plan: the remainder's other tiles on the fastest layout
-    tiles = sparse_conv.remainder_tiles(geom, backend.device_facts().sm_count)
-    best_tile = tiles[0]
-    for tile in tiles[1:]:
-        fn = run_layout(layouts[best[0]], tile=tile)
-        check(f"ours {sparse_conv.tile_name(tile)}", out)
+    choices = sparse_conv.remainder_choices(geom, backend.device_facts().sm_count)
+    best_choice = choices[0]
+    for choice in choices[1:]:
+        fn = run_layout(layouts[best[0]], choice=choice)
+        check(f"ours {sparse_conv.choice_name(*choice)}", out)
         us = timing.time_graph(fn).median_us
         if us < best[1]:
-            best, best_tile = (best[0], us), tile
+            best, best_choice = (best[0], us), choice
     layout = f"t2={best[0]}" if best[0] else "no blocks"
     rs.add(case, "ours", "latency_us", best[1], "us",
-           note=f"fastest: {layout}, remainder on {sparse_conv.tile_name(best_tile)}")
+           note=f"fastest: {layout}, remainder on {sparse_conv.choice_name(*best_choice)}")
     rs.add(case, "ours", "t2", best[0], "1", note="0: no blocks")
 
     # tf32: only the blocks' table changes (the remainder has no tf32 path), so layouts
@@ -250,7 +251,7 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     no_blocks = [] if layouts[best[0]].layout.blocks else [best]
     best_tf32 = min([(0, plain_time)] + plain_us + no_blocks, key=lambda p: p[1])
     for t2, packed in with_blocks:
-        fn = run_layout(packed, tile=best_tile)
+        fn = run_layout(packed, choice=best_choice)
 
         def run(fn=fn):      # the kernel is fetched at each launch: tf32 must hold there
             with precision.using("tf32"):

@@ -356,26 +356,30 @@ def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want)
                                                ((256, 128, 1, 1), 2, 56),
                                                ((128, 64, 3, 3), 2, 32), ((64, 64, 3, 3), 1, 32)])
 def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape, stride, hw):
-    """The rule's tile first; on a 1x1 filter every pointwise tile and the tiled rule's,
-    each once; the tiled rule's tile alone elsewhere; each named by its kernel, and each
-    runs its own kernel under remainder="auto"."""
+    """The rules' choice first; on a 1x1 filter every pointwise tile and the tiled rule's,
+    each once; on a wider one the tiled rule's tile on every staging (strided: by column
+    phase where even, word copies); each named apart, and each runs its own kernel under
+    remainder="auto"."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
-    tiles = sc.remainder_tiles(geom, 132)
+    choices = sc.remainder_choices(geom, 132)
     tiled = sc.default_remainder_tile(geom)
     if w_shape[2] == 1:
         first = sc.default_pointwise_tile(geom, 132) \
             if sc.choose_remainder(geom) == "pointwise" else tiled
-        assert tiles[0] == first
-        assert sorted(tiles, key=repr) == sorted(sc.POINTWISE_TILES + (tiled,), key=repr)
+        assert choices[0] == (first, None)
+        assert sorted(choices, key=repr) == \
+            sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,)], key=repr)
     else:
-        assert tiles == (tiled,)
-    assert [sc.remainder_kind(geom, "auto", t) for t in tiles] == \
-        ["pointwise" if isinstance(t, sc.PointwiseTile) else "tiled" for t in tiles]
+        want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
+        assert choices == tuple((tiled, st) for st in want)
+    names = [sc.choice_name(*c) for c in choices]
+    assert len(set(names)) == len(choices)
+    assert {n.split(" (")[0] for n in names} <= set(sc.instantiations())
+    assert [sc.remainder_kind(geom, "auto", t) for t, _ in choices] == \
+        ["pointwise" if isinstance(t, sc.PointwiseTile) else "tiled" for t, _ in choices]
     assert sc.remainder_kind(geom) == sc.choose_remainder(geom)
-    names = [sc.tile_name(t) for t in tiles]
-    assert len(set(names)) == len(tiles) and set(names) <= set(sc.instantiations())
     with pytest.raises(TypeError, match="tile must be"):
-        sc.tile_name((16, 2, 4))
+        sc.choice_name((16, 2, 4))
 
 
 @pytest.mark.parametrize("shape,x_shape,blocks,span", [((40, 6, 3, 3), (2, 6, 9, 9), 3, None),

@@ -7,8 +7,8 @@ folded kernel keeps the layer's layouts.  Which launch sequence runs is one choi
 threshold t2, the paper's "run all reorganisations and keep the fastest") against the
 dense convolution of the folded kernel (:mod:`tensorconv.engine.dense`), for a layer
 pruned too little to gain.  Untuned and unstored, the sparse kernels run on the layer's
-first layout.  Where the remainder's kernel has several tiles
-(:func:`tensorconv.ops.sparse_conv.remainder_tiles`), a tuned plan also times each on
+first layout.  Where the remainder's kernel has several tiles or stagings
+(:func:`tensorconv.ops.sparse_conv.remainder_choices`), a tuned plan also times each on
 the fastest layout.  The key holds every layout's digest: the sizes alone do not say how
 a pruned layer runs.
 """
@@ -43,7 +43,7 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     folded = [pack(w, v.layout) for v in m.variants]   # the same zeros: one scale per row
     facts = backend.device_facts()
     pieces = [sparse_conv.default_pieces(v, geom, facts) for v in folded]
-    tiles = sparse_conv.remainder_tiles(geom, facts.sm_count)
+    tiles = sparse_conv.remainder_choices(geom, facts.sm_count)    # (tile, staging)
     out = plan.alloc(geom.output_shape)
 
     @functools.cache
@@ -53,16 +53,18 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     @functools.cache
     def launch(choice: tuple[int, int]) -> Step:
         i, j = choice
-        lay, tile = folded[i].layout, tiles[j]
+        lay, (tile, staging) = folded[i].layout, tiles[j]
         return Step(lambda: sparse_conv.run(x, weights(i), out, geom, pieces[i],
-                                            (bd, residual, bool(relu)), remainder_tile=tile),
+                                            (bd, residual, bool(relu)), remainder_tile=tile,
+                                            remainder_staging=staging),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
-                    f"{lay.indices.size} in the remainder on {sparse_conv.tile_name(tile)}",
+                    f"{lay.indices.size} in the remainder on {names[j]}",
                     sparse_conv.layer_kernels(pieces[i], geom, tile=tile))
 
     def candidates() -> list[tuple[int, int]]:
-        """Every layout on the rule's tile; then, where the remainder has other tiles,
-        each of them on the fastest layout (timing every pair would multiply the two)."""
+        """Every layout on the rules' tile and staging; then, where the remainder has
+        others, each of them on the fastest layout (timing every pair would multiply
+        the two)."""
         first = [(i, 0) for i in range(len(folded))]
         if len(tiles) == 1:
             return first
@@ -72,7 +74,7 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         best = min(first, key=lambda c: timing.time_graph(launch(c).run, repeat=10).median_us)
         return first + [(best[0], j) for j in range(1, len(tiles))]
 
-    names = [sparse_conv.tile_name(t) for t in tiles]
+    names = [sparse_conv.choice_name(*t) for t in tiles]
 
     def decode(stored) -> tuple[int, int]:
         i, name = stored
@@ -84,5 +86,5 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
         tiles=candidates, decode=decode, encode=lambda c: [c[0], names[c[1]]],
         default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(tiles))},
-        candidate_kernels=lambda: [k for p in pieces for t in tiles
+        candidate_kernels=lambda: [k for p in pieces for t, _ in tiles
                                    for k in sparse_conv.layer_kernels(p, geom, tile=t)])

@@ -66,6 +66,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     REMAINDER_TILES,
     RemainderGeometry,
     RemainderTile,
+    Staging,
     balanced_rows,
     bank_conflicts,
     column_phases,
@@ -77,6 +78,7 @@ from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles,
     remainder_smem,
     remainder_tables,
     split_rows,
+    stagings,
     tile_shape,
     tiled_launch,
 )
@@ -180,23 +182,40 @@ def choose_remainder(geom: ConvGeometry) -> str:
 _POINTWISE_STRIDED_BYTES = 16 << 20
 
 
-def remainder_tiles(geom: ConvGeometry, sm_count: int = 132) -> tuple:
-    """The automatic remainder's tiles a tuned plan times on ``geom`` (on a GPU of
-    ``sm_count`` SMs), the rule's first (:func:`choose_remainder`'s kernel on its tile).
+def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
+    """The automatic remainder's ``(tile, staging)`` pairs a tuned plan times on ``geom``
+    (on a GPU of ``sm_count`` SMs), the rules' first (:func:`choose_remainder`'s kernel on
+    its tile, staged by default).
 
-    A 1x1 filter: every pointwise tile and the tiled rule's tile.  The pointwise rule is
-    1.16x the fastest tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers,
-    the byte bound between the two kernels rests on two shapes, and a 1x1 layer's tiles
-    cost little to time.  A wider filter: the tiled rule's tile alone
+    A 1x1 filter: every pointwise tile (staging None) and the tiled rule's tile.  The
+    pointwise rule is 1.16x the fastest tile in geometric mean and 1.49x at worst on 27
+    trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
+    1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile
     (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
-    layers; H200, ``docs/notes/sparse_conv.md``)."""
+    layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``)."""
     tiled = default_remainder_tile(geom)
     if geom.r * geom.s != 1:
-        return (tiled,)
+        return tuple((tiled, st) for st in stagings(geom))
     first = default_pointwise_tile(geom, sm_count)
-    pointwise = (first,) + tuple(t for t in POINTWISE_TILES if t != first)
-    return pointwise + (tiled,) if choose_remainder(geom) == "pointwise" else \
-        (tiled,) + pointwise
+    pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
+                                                          if t != first))
+    return pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else \
+        ((tiled, None),) + pointwise
+
+
+def choice_name(tile: RemainderTile | PointwiseTile, staging: Staging | None = None) -> str:
+    """The kernel that runs a remainder ``tile`` (tiled or pointwise), and its staging
+    where not the default."""
+    if isinstance(tile, PointwiseTile):
+        name = _pointwise_name(tile)
+    elif isinstance(tile, RemainderTile):
+        name = _tiled_name(tile)
+    else:
+        raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
+    if staging is None:
+        return name
+    how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
+    return f"{name} ({how}{', word copies' if staging.words else ''})"
 
 
 def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
@@ -209,15 +228,6 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
     return remainder
-
-
-def tile_name(tile: RemainderTile | PointwiseTile) -> str:
-    """The kernel that runs a remainder ``tile`` (tiled or pointwise)."""
-    if isinstance(tile, PointwiseTile):
-        return _pointwise_name(tile)
-    if isinstance(tile, RemainderTile):
-        return _tiled_name(tile)
-    raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
 
 
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
@@ -320,12 +330,12 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
 def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         epilogue=(None, None, False), remainder: str = "auto",
         remainder_tile: RemainderTile | PointwiseTile | None = None,
-        remainder_phases: int | None = None) -> None:
+        remainder_staging: Staging | None = None) -> None:
     """The launch sequence on checked arguments (``epilogue``: bias, residual, relu;
     ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`,
     or the pointwise one's, default :func:`default_pointwise_tile`;
-    ``remainder_phases``: the tiled remainder's staged lines' column phases, 1 (in order)
-    or :func:`column_phases`; default as :func:`tiled_launch`)."""
+    ``remainder_staging``: how the tiled remainder stages its input, default as
+    :func:`tiled_launch`)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow
@@ -341,7 +351,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
                           remainder_tile)
         return
-    tiled = tiled_launch(x, weights, geom, remainder_tile, remainder_phases) \
+    st = remainder_staging
+    tiled = tiled_launch(x, weights, geom, remainder_tile, None if st is None else st.phases,
+                         vec=1 if st is not None and st.words else None) \
         if kind == "tiled" else None
     if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if not auto:

@@ -7,6 +7,7 @@ Chosen by the work, the block limits and the banks a warp's reads fall on, not s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -195,3 +196,28 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None 
 
 
 ROW_PHASES = True    # stage a strided tile's lines by row phase where it spreads the reads
+
+
+class Staging(NamedTuple):
+    """How the tiled remainder stages its input's lines: ``phases`` column phases (1: in
+    order; :func:`column_phases`: by phase, word copies), ``words`` word copies even where
+    16-byte ones would do (the lines then by row phase where that spreads a tile's reads,
+    as :func:`remainder_geometry` always chooses)."""
+
+    phases: int = 1
+    words: bool = False
+
+
+def stagings(geom: ConvGeometry) -> tuple:
+    """The tiled remainder's stagings of ``geom`` a tuned plan times: the default (None:
+    by column phase where the input is copied a word at a time anyway, else in order
+    with 16-byte copies), then, for a strided filter wider than a tap, by column phase and
+    a word at a time in order (by row phase where that helps).  On the H200 each won
+    on some of ResNet-18-8x's strided 3x3 layers and lost on others by up to 1.16x
+    (``results/runs/sparse_staging_phases_h200.csv``)."""
+    out = [None]
+    if geom.r * geom.s > 1 and geom.stride != (1, 1):
+        if column_phases(geom) > 1:
+            out.append(Staging(column_phases(geom), True))
+        out.append(Staging(1, True))
+    return tuple(out)

@@ -21,10 +21,12 @@ from tensorconv.ops.sparse_staging import (  # noqa: F401  (re-exported)
     ROW_PHASES,
     RemainderGeometry,
     RemainderTile,
+    Staging,
     bank_conflicts,
     column_phases,
     lane_words,
     remainder_geometry,
+    stagings,
     tile_shape,
 )
 

@@ -198,9 +198,9 @@ def test_every_remainder_tile_on_every_kind_of_map(rng, tile):
                                               ((2, 5, 27, 30), 3, 2)])
 def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride):
     """Strided filters wider than a tap, their lines staged in order (16-byte copies where
-    aligned) and by column phase (word copies, consecutive reads), on every tile that
-    fits; 16-wide tiles on rows not a multiple of 4 floats (word copies) by row phase as
-    well; outputs poisoned."""
+    aligned, or word copies), and by column phase (word copies, consecutive reads), on
+    every tile that fits; 16-wide tiles copied a word at a time by row phase as well;
+    outputs poisoned."""
     import cupy as cp
 
     packed, geom, x, want = _remainder_case(rng, 37, x_shape, r, stride, 0.2)
@@ -209,16 +209,18 @@ def test_the_tiled_remainder_in_order_or_by_column_phase(rng, x_shape, r, stride
     optin = backend.device_facts().smem_per_block_optin
     for tile in (sc.RemainderTile(32, 2, 8), sc.RemainderTile(16, 4, 8),
                  sc.RemainderTile(64, 1, 32), sc.RemainderTile(8, 8, 8)):
-        for phases in (1, stride):
-            if sc.tiled_launch(xd, weights, geom, tile, phases).smem > optin:
+        for staging in (sc.Staging(1), sc.Staging(stride, True), sc.Staging(1, True)):
+            launch = sc.tiled_launch(xd, weights, geom, tile, staging.phases,
+                                     vec=1 if staging.words else None)
+            if launch.smem > optin:
                 continue
             out = cp.full(geom.output_shape, cp.nan, cp.float32)
             sc.run(xd, weights, out, geom, (), remainder="tiled", remainder_tile=tile,
-                   remainder_phases=phases)
-            assert rel_err(out.get(), want) <= 1e-5, (tile, phases)
+                   remainder_staging=staging)
+            assert rel_err(out.get(), want) <= 1e-5, (tile, staging)
             ran += 1
-            by_row += sc.tiled_launch(xd, weights, geom, tile, phases).g.rphases > 1
-    assert ran >= 4                      # a wide stage may pass the limit on some tiles
+            by_row += launch.g.rphases > 1
+    assert ran >= 6                      # a wide stage may pass the limit on some tiles
     assert by_row >= (x_shape[3] in (31, 30))   # 16-wide tiles, word copies: by row phase
     # by default, by column phase where the copies are words anyway
     auto = sc.tiled_launch(xd, weights, geom, sc.RemainderTile(32, 2, 8)).g

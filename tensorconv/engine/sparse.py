@@ -43,7 +43,7 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     folded = [pack(w, v.layout) for v in m.variants]   # the same zeros: one scale per row
     facts = backend.device_facts()
     pieces = [sparse_conv.default_pieces(v, geom, facts) for v in folded]
-    tiles = sparse_conv.remainder_choices(geom, facts.sm_count)    # (tile, staging)
+    choices = sparse_conv.remainder_choices(geom, facts.sm_count)    # (tile, staging)
     out = plan.alloc(geom.output_shape)
 
     @functools.cache
@@ -53,7 +53,7 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     @functools.cache
     def launch(choice: tuple[int, int]) -> Step:
         i, j = choice
-        lay, (tile, staging) = folded[i].layout, tiles[j]
+        lay, (tile, staging) = folded[i].layout, choices[j]
         return Step(lambda: sparse_conv.run(x, weights(i), out, geom, pieces[i],
                                             (bd, residual, bool(relu)), remainder_tile=tile,
                                             remainder_staging=staging),
@@ -66,15 +66,17 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         others, each of them on the fastest layout (timing every pair would multiply
         the two)."""
         first = [(i, 0) for i in range(len(folded))]
-        if len(tiles) == 1:
+        if len(choices) == 1:
             return first
+        best = first[0]
         if len(first) > 1:
             cuda.compile_all([k for c in first for k in launch(c).kernels],
                              desc="compiling the sparse kernels")
-        best = min(first, key=lambda c: timing.time_graph(launch(c).run, repeat=10).median_us)
-        return first + [(best[0], j) for j in range(1, len(tiles))]
+            best = min(first,
+                       key=lambda c: timing.time_graph(launch(c).run, repeat=10).median_us)
+        return first + [(best[0], j) for j in range(1, len(choices))]
 
-    names = [sparse_conv.choice_name(*t) for t in tiles]
+    names = [sparse_conv.choice_name(*c) for c in choices]
 
     def decode(stored) -> tuple[int, int]:
         i, name = stored
@@ -85,6 +87,6 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         plan, "sparse_conv", SPARSE_FILES, f"{geom}|res{residual is not None}|{digests}",
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
         tiles=candidates, decode=decode, encode=lambda c: [c[0], names[c[1]]],
-        default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(tiles))},
-        candidate_kernels=lambda: [k for p in pieces for t, _ in tiles
+        default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(choices))},
+        candidate_kernels=lambda: [k for p in pieces for t, _ in choices
                                    for k in sparse_conv.layer_kernels(p, geom, tile=t)])

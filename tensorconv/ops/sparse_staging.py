@@ -213,7 +213,7 @@ def stagings(geom: ConvGeometry) -> tuple:
     by column phase where the input is copied a word at a time anyway, else in order
     with 16-byte copies), then, for a strided filter wider than a tap, by column phase and
     a word at a time in order (by row phase where that helps).  On the H200 each won
-    on some of ResNet-18-8x's strided 3x3 layers and lost on others by up to 1.16x
+    on some of ResNet-18-8x's strided 3x3 layers and lost on others by up to 1.22x
     (``results/runs/sparse_staging_phases_h200.csv``)."""
     out = [None]
     if geom.r * geom.s > 1 and geom.stride != (1, 1):

@@ -90,7 +90,19 @@ def test_bad_input_is_refused_by_name(rng):
                              (dict(packed=w), TypeError, "packed must be a BlockSparse"),
                              (dict(bias=np.ones(3, np.float32)), ValueError, "bias has 3"),
                              (dict(relu="yes"), TypeError, "relu must be"),
-                             (dict(x=x.astype(np.float64)), TypeError, "x must be float32")):
+                             (dict(x=x.astype(np.float64)), TypeError, "x must be float32"),
+                             (dict(remainder_tile=sc.PointwiseTile(16, 2, 4)), ValueError,
+                              "remainder='pointwise' needs a 1x1 filter, got 3x3"),
+                             (dict(remainder_tile=sc.RemainderTile(7, 1, 8)), ValueError,
+                              "remainder_tile must be one of the tiled"),
+                             (dict(remainder="rows", remainder_tile=sc.RemainderTile(32, 2, 8)),
+                              ValueError, "remainder_tile must be None for remainder='rows'"),
+                             (dict(remainder_staging=(2, True)), TypeError,
+                              "remainder_staging must be a Staging"),
+                             (dict(remainder_staging=sc.Staging(2)), ValueError,
+                              "remainder_staging.phases must be 1, or the horizontal stride 1"),
+                             (dict(remainder="rows", remainder_staging=sc.Staging()), ValueError,
+                              "applies to the tiled remainder only")):
         call = dict(x=x, packed=packed)
         call.update(kwargs)
         with pytest.raises(exc, match=msg):

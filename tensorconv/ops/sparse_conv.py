@@ -62,6 +62,19 @@ from tensorconv.ops.sparse_pointwise import (  # noqa: F401  (the 1x1 remainder'
     pointwise_warps,
     share_bounds,
 )
+from tensorconv.ops.sparse_remainder import (  # noqa: F401  (the remainder's choice, re-exported)
+    _POINTWISE_STRIDED_BYTES,
+    CSR_PIXELS,
+    REMAINDERS,
+    _csr_name,
+    _pointwise_name,
+    _tiled_name,
+    check_remainder_choice,
+    choice_name,
+    choose_remainder,
+    remainder_choices,
+    remainder_kind,
+)
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
     RemainderGeometry,
@@ -87,13 +100,6 @@ from tensorconv.scratch import workspace
 FILE = "sparse_conv.cu"
 INT32_MAX = 2 ** 31 - 1
 
-
-CSR_PIXELS = (128, 256)
-
-
-REMAINDERS = ("auto", "rows", "tiled", "pointwise")   # one thread per pixel of a row, the
-# shared-memory tiled kernel, or (1x1 filters) the unstaged one (docs/notes/sparse_conv.md
-# compares them); "auto": choose_remainder
 
 
 def supported(geom: ConvGeometry) -> str | None:
@@ -152,84 +158,6 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
         dev(off, i32), dev(r, i32), dev(s, i32), int(lay.indptr[-1]))
 
 
-def _csr_name(pix: int) -> str:
-    return f"sparse_csr_rows<{pix}>"
-
-
-def _tiled_name(t: RemainderTile) -> str:
-    return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}, {t.warps}>"
-
-
-def _pointwise_name(t: PointwiseTile) -> str:
-    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}>"
-
-
-def choose_remainder(geom: ConvGeometry) -> str:
-    """``"pointwise"`` for 1x1 filters: nothing staged, the input read through the L1 by
-    blocks of 8 or 16 warps sharing their pixels (H200, batch 32: trained ResNet-18-8x and
-    GoogLeNet-8x 1x1 layers 1.4-4.4x faster than on the tiled or row kernels; random 8x
-    masks on ResNet-50's and GoogLeNet's shapes up to 2x; ``docs/notes/sparse_conv.md``),
-    except a strided one whose input passes :data:`_POINTWISE_STRIDED_BYTES` (ResNet-50's
-    at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading every other
-    word of more lines than the L1 keeps).  ``"tiled"`` for every wider filter, where each
-    staged input value serves several taps as well as several rows."""
-    if geom.r * geom.s == 1:
-        big = 4 * geom.n * geom.c * geom.h * geom.w > _POINTWISE_STRIDED_BYTES
-        return "tiled" if geom.stride != (1, 1) and big else "pointwise"
-    return "tiled"
-
-
-_POINTWISE_STRIDED_BYTES = 16 << 20
-
-
-def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
-    """The automatic remainder's ``(tile, staging)`` pairs a tuned plan times on ``geom``
-    (on a GPU of ``sm_count`` SMs), the rules' first (:func:`choose_remainder`'s kernel on
-    its tile, staged by default).
-
-    A 1x1 filter: every pointwise tile (staging None) and the tiled rule's tile.  The
-    pointwise rule is 1.16x the fastest tile in geometric mean and 1.49x at worst on 27
-    trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
-    1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile
-    (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
-    layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``)."""
-    tiled = default_remainder_tile(geom)
-    if geom.r * geom.s != 1:
-        return tuple((tiled, st) for st in stagings(geom))
-    first = default_pointwise_tile(geom, sm_count)
-    pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
-                                                          if t != first))
-    return pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else \
-        ((tiled, None),) + pointwise
-
-
-def choice_name(tile: RemainderTile | PointwiseTile, staging: Staging | None = None) -> str:
-    """The kernel that runs a remainder ``tile`` (tiled or pointwise), and its staging
-    where not the default."""
-    if isinstance(tile, PointwiseTile):
-        name = _pointwise_name(tile)
-    elif isinstance(tile, RemainderTile):
-        name = _tiled_name(tile)
-    else:
-        raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
-    if staging is None:
-        return name
-    how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
-    return f"{name} ({how}{', word copies' if staging.words else ''})"
-
-
-def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
-                   tile: RemainderTile | PointwiseTile | None = None) -> str:
-    """The kernel the remainder of ``geom`` runs on: ``remainder`` unless ``"auto"``; then
-    the kernel of ``tile`` where one is given, else :func:`choose_remainder`'s."""
-    if remainder == "auto":
-        remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
-            "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
-    if remainder == "pointwise" and geom.r * geom.s != 1:
-        raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
-    return remainder
-
-
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
                       tile: RemainderTile | PointwiseTile | None = None) -> tuple:
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
@@ -267,7 +195,7 @@ def instantiations() -> list[str]:
 
 def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, relu=False,
                   residual=None, pieces=None, weights=None, remainder: str = "auto",
-                  out=None):
+                  remainder_tile=None, remainder_staging=None, out=None):
     """``relu?(conv(x, w) + bias + residual)`` with ``w`` block-sparse (fp32, NCHW).
 
     Parameters
@@ -283,13 +211,21 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece; a table must be :func:`block_table` of ``packed``'s layout.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"auto", "rows", "tiled"}
+    remainder : {"auto", "rows", "tiled", "pointwise"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
         sparse convolution), shared-memory tiles over rows and pixels (an error where
         the densest rows' taps do not fit shared memory), or, for a 1x1 filter only,
         tiles over rows and pixels that read the input straight from global memory;
-        "auto" picks by :func:`choose_remainder`, "rows" where the tiled kernel does not
-        fit.
+        "auto" picks by :func:`choose_remainder` (or by ``remainder_tile``'s kernel),
+        "rows" where the tiled kernel does not fit.
+    remainder_tile : RemainderTile or PointwiseTile, optional
+        The tiled or pointwise kernel's tile (one of :data:`REMAINDER_TILES` or
+        :data:`POINTWISE_TILES`); default the rule's (:func:`default_remainder_tile`,
+        :func:`default_pointwise_tile`).  :func:`remainder_choices` lists what a tuned
+        plan times.
+    remainder_staging : Staging, optional
+        How the tiled kernel stages its input (column phases, word copies); default as
+        :func:`tiled_launch`.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -309,7 +245,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
     residual = check_residual(residual, geom.output_shape, xp)
     if (why := supported(geom)) is not None:
         raise ValueError(why)
-    remainder_kind(geom, remainder)              # a pointwise remainder needs a 1x1 filter
+    check_remainder_choice(geom, remainder, remainder_tile, remainder_staging)
     if xp is np:
         no_out_on_cpu(out=out)
         y = reference.sparse_conv2d(x, packed, bias, geom.stride, geom.padding, relu=relu,
@@ -323,7 +259,10 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
             weights.hw != (geom.h, geom.w):
         raise ValueError("weights must be pack_weights(packed, (H, W), xp) of this input size")
     out = output_buffer(xp, out, geom.output_shape)
-    run(x, weights, out, geom, pieces, (bias, residual, bool(relu)), remainder)
+    if remainder == "auto" and isinstance(remainder_tile, RemainderTile):
+        remainder = "tiled"      # a tile asked for runs or is refused, never swapped for rows
+    run(x, weights, out, geom, pieces, (bias, residual, bool(relu)), remainder,
+        remainder_tile, remainder_staging)
     return out
 
 
@@ -343,23 +282,25 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
             i32(geom.oh), i32(geom.ow), i32(geom.stride[0]), i32(geom.stride[1]),
             i32(geom.padding[0]), i32(geom.padding[1]), i32(q))
     tables = (weights.col_off, weights.col_r, weights.col_s)
+    # the blocks may write every row: an empty remainder would only copy y onto itself
+    needed = not pieces or weights.remainder_nnz or bias is not None or \
+        residual is not None or relu
+    kind, st = remainder_kind(geom, remainder, remainder_tile), remainder_staging
+    tiled = tiled_launch(x, weights, geom, remainder_tile, None if st is None else st.phases,
+                         vec=1 if st is not None and st.words else None) \
+        if kind == "tiled" and needed else None
+    if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
+        if remainder != "auto":    # before any launch
+            raise ValueError(f"the tiled remainder needs {tiled.smem} bytes of shared memory "
+                             f"for this kernel (its densest rows); use remainder='rows'")
+        tiled = None
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
-    if pieces and not weights.remainder_nnz and bias is None and residual is None and not relu:
-        return    # the blocks wrote every row; an empty remainder would only copy y onto itself
-    auto, kind = remainder == "auto", remainder_kind(geom, remainder, remainder_tile)
+    if not needed:
+        return
     if kind == "pointwise":
         _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
                           remainder_tile)
         return
-    st = remainder_staging
-    tiled = tiled_launch(x, weights, geom, remainder_tile, None if st is None else st.phases,
-                         vec=1 if st is not None and st.words else None) \
-        if kind == "tiled" else None
-    if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
-        if not auto:
-            raise ValueError(f"the tiled remainder needs {tiled.smem} bytes of shared memory "
-                             f"for this kernel (its densest rows); use remainder='rows'")
-        tiled = None
     if tiled is None:
         pix = CSR_PIXELS[0]
         launch(cuda.kernel_ref(FILE, _csr_name(pix)), (cdiv(q, pix), geom.k, 1), (pix,),

@@ -452,3 +452,35 @@ def test_the_pointwise_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nb
         assert sc.pointwise_shares(geom, tile, backend.device_facts().sm_count) == \
             (2 if c == 70 else 1)
         _check(rng, w, packed, (3, c, 11, 12), stride, padding, remainder="pointwise")
+
+
+@pytest.mark.parametrize("x_shape,r,stride", [((3, 20, 16, 16), 1, 2), ((2, 9, 31, 31), 3, 2),
+                                              ((2, 40, 7, 9), 1, 1), ((1, 6, 20, 24), 3, 2)])
+def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
+    """sparse_conv2d on every (tile, staging) a tuned plan times for the layer, each
+    against float64 with the output poisoned; a forced tiled tile whose densest rows do
+    not fit is refused before any launch (the output stays poisoned)."""
+    import cupy as cp
+
+    packed, geom, x, want = _remainder_case(rng, 40, x_shape, r, stride, 0.3)
+    xd = cp.asarray(x)
+    bias = rng.standard_normal(geom.k).astype(np.float32)
+    want = np.maximum(want + bias[None, :, None, None], 0)
+    choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
+    assert len(choices) == (28 if r == 1 else 3)   # 1x1: 27 pointwise and the tiled rule's
+    for tile, staging in choices:
+        out = cp.full(geom.output_shape, cp.nan, cp.float32)
+        ops.sparse_conv2d(xd, packed, cp.asarray(bias), stride, r // 2, relu=True,
+                          remainder_tile=tile, remainder_staging=staging, out=out)
+        assert rel_err(out.get(), want) <= 1e-5, (tile, staging)
+    dense = np.ones((64, 512, 3, 3), np.float32)   # a chunk's taps: 64 rows x 288 (337 KiB)
+    big = bs.pack(dense, bs.layout_from_pattern(bs.kernel_matrix(dense) != 0, dense.shape))
+    xb = cp.ones((1, 512, 8, 8), cp.float32)
+    out = cp.full((1, 64, 8, 8), cp.nan, cp.float32)
+    tile = sc.RemainderTile(64, 1, 32)
+    weights = sc.pack_weights(big, (8, 8), cp)
+    assert sc.tiled_launch(xb, weights, conv_geometry(xb.shape, dense.shape, 1, 1), tile).smem \
+        > backend.device_facts().smem_per_block_optin
+    with pytest.raises(ValueError, match="shared memory"):
+        ops.sparse_conv2d(xb, big, None, 1, 1, remainder_tile=tile, weights=weights, out=out)
+    assert bool(cp.isnan(out).all())

@@ -1,0 +1,129 @@
+"""Which kernel, tile and staging run a sparse layer's remainder (``kernels_cu/sparse_conv.cu``):
+the kernels' names, the measured rule that picks the kernel, the choices a tuned plan
+times, and the checks of a caller's choice.
+"""
+
+from __future__ import annotations
+
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
+from tensorconv.ops.sparse_staging import (
+    REMAINDER_TILES,
+    RemainderTile,
+    Staging,
+    stagings,
+)
+from tensorconv.ops.sparse_tiles import default_remainder_tile
+
+CSR_PIXELS = (128, 256)
+
+
+REMAINDERS = ("auto", "rows", "tiled", "pointwise")   # one thread per pixel of a row, the
+# shared-memory tiled kernel, or (1x1 filters) the unstaged one (docs/notes/sparse_conv.md
+# compares them); "auto": choose_remainder
+
+
+def _csr_name(pix: int) -> str:
+    return f"sparse_csr_rows<{pix}>"
+
+
+def _tiled_name(t: RemainderTile) -> str:
+    return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}, {t.warps}>"
+
+
+def _pointwise_name(t: PointwiseTile) -> str:
+    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}>"
+
+
+def choose_remainder(geom: ConvGeometry) -> str:
+    """``"pointwise"`` for 1x1 filters: nothing staged, the input read through the L1 by
+    blocks of 8 or 16 warps sharing their pixels (H200, batch 32: trained ResNet-18-8x and
+    GoogLeNet-8x 1x1 layers 1.4-4.4x faster than on the tiled or row kernels; random 8x
+    masks on ResNet-50's and GoogLeNet's shapes up to 2x; ``docs/notes/sparse_conv.md``),
+    except a strided one whose input passes :data:`_POINTWISE_STRIDED_BYTES` (ResNet-50's
+    at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading every other
+    word of more lines than the L1 keeps).  ``"tiled"`` for every wider filter, where each
+    staged input value serves several taps as well as several rows."""
+    if geom.r * geom.s == 1:
+        big = 4 * geom.n * geom.c * geom.h * geom.w > _POINTWISE_STRIDED_BYTES
+        return "tiled" if geom.stride != (1, 1) and big else "pointwise"
+    return "tiled"
+
+
+_POINTWISE_STRIDED_BYTES = 16 << 20
+
+
+def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
+    """The automatic remainder's ``(tile, staging)`` pairs a tuned plan times on ``geom``
+    (on a GPU of ``sm_count`` SMs), the rules' first (:func:`choose_remainder`'s kernel on
+    its tile, staged by default).
+
+    A 1x1 filter: every pointwise tile (staging None) and the tiled rule's tile.  The
+    pointwise rule is 1.16x the fastest tile in geometric mean and 1.49x at worst on 27
+    trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
+    1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile
+    (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
+    layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``)."""
+    tiled = default_remainder_tile(geom)
+    if geom.r * geom.s != 1:
+        return tuple((tiled, st) for st in stagings(geom))
+    first = default_pointwise_tile(geom, sm_count)
+    pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
+                                                          if t != first))
+    return pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else \
+        ((tiled, None),) + pointwise
+
+
+def choice_name(tile: RemainderTile | PointwiseTile, staging: Staging | None = None) -> str:
+    """The kernel that runs a remainder ``tile`` (tiled or pointwise), and its staging
+    where not the default."""
+    if isinstance(tile, PointwiseTile):
+        name = _pointwise_name(tile)
+    elif isinstance(tile, RemainderTile):
+        name = _tiled_name(tile)
+    else:
+        raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
+    if staging is None:
+        return name
+    how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
+    return f"{name} ({how}{', word copies' if staging.words else ''})"
+
+
+def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
+                   tile: RemainderTile | PointwiseTile | None = None) -> str:
+    """The kernel the remainder of ``geom`` runs on: ``remainder`` unless ``"auto"``; then
+    the kernel of ``tile`` where one is given, else :func:`choose_remainder`'s."""
+    if remainder == "auto":
+        remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
+            "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
+    if remainder == "pointwise" and geom.r * geom.s != 1:
+        raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
+    return remainder
+
+
+def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=None,
+                           staging=None) -> str:
+    """The kernel a caller's ``remainder``, ``remainder_tile`` and ``remainder_staging``
+    run on ``geom`` (:func:`remainder_kind`), or a clear error naming the argument: a tile
+    of another kernel or not instantiated, a staging for another kernel than the tiled
+    one or with column phases other than 1 or the horizontal stride of a wider filter."""
+    kind = remainder_kind(geom, remainder, tile)
+    tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": ()}[kind]
+    if tile is not None and tile not in tiles:
+        raise ValueError(f"remainder_tile must be one of the {kind} remainder's tiles "
+                         f"{tiles}, got {tile!r}" if tiles else
+                         f"remainder_tile must be None for remainder={kind!r}, got {tile!r}")
+    if staging is None:
+        return kind
+    if not isinstance(staging, Staging):
+        raise TypeError(f"remainder_staging must be a Staging or None, got {staging!r}")
+    if kind != "tiled":
+        raise ValueError(f"remainder_staging applies to the tiled remainder only, not to "
+                         f"remainder={kind!r}")
+    if staging.phases != 1 and (staging.phases != geom.stride[1] or geom.s == 1):
+        raise ValueError(f"remainder_staging.phases must be 1, or the horizontal stride "
+                         f"{geom.stride[1]} for a filter wider than 1 tap, got "
+                         f"{staging.phases}")
+    if not isinstance(staging.words, bool):
+        raise TypeError(f"remainder_staging.words must be a bool, got {staging.words!r}")
+    return kind

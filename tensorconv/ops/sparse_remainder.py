@@ -43,7 +43,10 @@ def choose_remainder(geom: ConvGeometry) -> str:
     except a strided one whose input passes :data:`_POINTWISE_STRIDED_BYTES` (ResNet-50's
     at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading every other
     word of more lines than the L1 keeps).  ``"tiled"`` for every wider filter, where each
-    staged input value serves several taps as well as several rows."""
+    staged input value serves several taps as well as several rows.  The bound rests on
+    those two shapes: ResNet-18's strided shortcut on a 56x56 input (25.7 MB) ran 1.65x
+    faster on the pointwise kernel, so a tuned plan times both on every 1x1 layer
+    (:func:`remainder_choices`)."""
     if geom.r * geom.s == 1:
         big = 4 * geom.n * geom.c * geom.h * geom.w > _POINTWISE_STRIDED_BYTES
         return "tiled" if geom.stride != (1, 1) and big else "pointwise"

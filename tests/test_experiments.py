@@ -118,7 +118,11 @@ def test_sparse_layers_quick(tmp_path):
     rows = results.read_csv(tmp_path / "sparse_layers.csv")
     errs = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "rel_err"}
     fp32 = [v for (_, variant), v in errs.items() if not variant.startswith("ours-tf32")]
-    assert len(fp32) == 3 * 5 and max(fp32) <= 1e-5   # 2 thresholds, no blocks, rows, cusparse
+    # the remainder's other choices on the fastest layout: the strided layer's two stagings
+    others = [k for k in errs if k[1].startswith("ours sparse_csr")]
+    assert len(others) == 2 and all("s2" in case for case, _ in others)
+    assert len(fp32) == 3 * 5 + 2 and max(fp32) <= 1e-5   # 2 thresholds, no blocks, rows,
+    # cusparse
     # tf32: each layout with blocks again, at tf32's accuracy
     blocks = {(r["case"], f"ours-tf32 {r['variant']}") for r in rows
               if r["metric"] == "blocks" and r["value"] > 0}
@@ -129,10 +133,13 @@ def test_sparse_layers_quick(tmp_path):
             "t2=8"} <= variants
     lat = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "latency_us"}
     plain = {(r["case"], r["variant"]) for r in rows if r["metric"] == "blocks" and not r["value"]}
+    kept = {r["case"]: int(r["value"]) for r in rows if r["metric"] == "t2"}
     for c in {c for c, v in lat if v == "ours"}:   # layouts without blocks: one time for both
+        ours_plain = kept[c] == 0 or (c, f"t2={kept[c]}") in plain
         assert lat[c, "ours-tf32"] == min([lat[c, "no-blocks"]] + [
             lat[k] for k in plain if k[0] == c] + [lat[k] for k in lat if k[0] == c and
-                                                  k[1].endswith(" tf32")])
+                                                  k[1].endswith(" tf32")]
+            + ([lat[c, "ours"]] if ours_plain else []))
     assert (tmp_path / "sparse_layers.png").stat().st_size > 0
     # In two calls: the first stops after one layer, the second keeps it and times the rest.
     first, second = tmp_path / "a", tmp_path / "b"

@@ -110,11 +110,8 @@ def main(argv=None) -> int:
            note=f"p10 {t_eager.p10_us:.0f} p90 {t_eager.p90_us:.0f}")
 
     if args.profile:
-        with engine.stream:
-            for i, launch in enumerate(engine.plan.steps):
-                t = timing.time_graph(launch, repeat=20)
-                rs.add(f"{i:02d} {getattr(launch, 'label', '')}", "ours-graph", "step_us",
-                       t.median_us, "us")
+        for i, (label, us) in enumerate(engine.profile()):
+            rs.add(f"{i:02d} {label}", "ours-graph", "step_us", us, "us")
 
     if bench.torch_cudnn_available():
         import torch

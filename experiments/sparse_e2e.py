@@ -19,10 +19,11 @@ and the CIFAR-style ResNet-18's fit the ImageNet one layer by layer):
 * ``cudnn-fp32`` / ``cudnn-tf32``: the unpruned model in PyTorch (cuDNN autotuned), as a
   CUDA graph.
 
-Each output is checked against its own model's forward first; times are CUDA-graph replay
-medians, side by side in one process.  Paper (P100): 1.75-4.03x over cuDNN (each model's
-beside ours), 1.39-3.52x over TVM.  Targets (issue 23, ResNet-18-8x): >= 2.5x over cuDNN
-fp32, >= 1.5x over our dense engine.
+With ``--profile``, each launch of our two engines is also timed alone (``step_us``), which
+says where a model's time goes.  Each output is checked against its own model's forward
+first; times are CUDA-graph replay medians, side by side in one process.  Paper (P100):
+1.75-4.03x over cuDNN (each model's beside ours), 1.39-3.52x over TVM.  Targets (issue
+23, ResNet-18-8x): >= 2.5x over cuDNN fp32, >= 1.5x over our dense engine.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def _args(argv):
                         "one model need distinct labels")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
+    p.add_argument("--profile", action="store_true",
+                   help="also time each launch of our engines alone (metric step_us: what "
+                        "each layer costs, not a breakdown of the graph's time)")
     p.add_argument("--no-tune", dest="tune", action="store_false",
                    help="run each layer's first layout untimed (default: time and keep the "
                         "fastest)")
@@ -158,6 +162,8 @@ def main(argv=None) -> int:
             rs.add(case, "ours-sparse", "batch_us", engine.time(**reps).median_us, "us",
                    note=f"one CUDA graph of {engine.launches} launches; {sparse} of "
                         f"{len(report)} pruned layers on the sparse kernels")
+            if args.profile:
+                add_profile(rs, case, "ours-sparse", engine)
             del engine
         engine = InferenceEngine(dense, shape, tune=args.tune)
         with no_grad():
@@ -167,6 +173,8 @@ def main(argv=None) -> int:
             rs.add(case, "ours-dense", "rel_err", err, "1")
             rs.add(case, "ours-dense", "batch_us", us, "us",
                    note=f"one CUDA graph of {engine.launches} launches")
+        if args.profile:
+            add_profile(rs, f"{name}-{ratio:g}x", "ours-dense", engine)
         del engine
         if torch is not None:
             net = to_torch(dense).cuda().eval()
@@ -197,6 +205,13 @@ def main(argv=None) -> int:
     return write_report(args, rs, batch)
 
 
+def add_profile(rs: ResultSet, case: str, variant: str, engine) -> None:
+    """Each launch of ``engine`` timed alone, as rows ``"{case} NN {label}"``."""
+    for i, (label, us) in enumerate(engine.profile()):
+        rs.add(f"{case} {i:02d} {label}", variant, "step_us", us, "us",
+               note="this launch alone, from a CUDA graph of its own")
+
+
 def write_report(args, rs: ResultSet, batch: int) -> int:
     """Write the CSV, the markdown (each case's pruning as its run recorded it) and the plot."""
     paths = outputs(NAME, args.out)
@@ -204,7 +219,8 @@ def write_report(args, rs: ResultSet, batch: int) -> int:
     rows = read_csv(paths["csv"])
     sources = [f"{r['case']}: {r['value']:g} {r['note']}" for r in rows
                if r["metric"] == "sparse_layers"]
-    sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err"))
+    sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err",
+                                      "step_us"))
     sections.append(("Notes", f"Batch {batch}, 3 x 32 x 32 (ImageNet models 3 x 224 x 224), "
                               f"fp32, random weights. "
                               f"Layers on the sparse kernels (as each run recorded them): "

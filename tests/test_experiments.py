@@ -180,12 +180,17 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
                                        for n, c in prune_candidates(net).items()})
     assert sparse_e2e.main(["--quick", "--models", "resnet18", "--out", str(tmp_path), "--t2",
                             "8", "--masks", f"resnet18:a={tmp_path / 'm.npz'}",
-                            f"resnet18:b={tmp_path / 'half.npz'}"]) == 0
+                            f"resnet18:b={tmp_path / 'half.npz'}", "--profile"]) == 0
     rows = results.read_csv(tmp_path / "sparse_e2e.csv")
     lat = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "batch_us"}
     for case in ("resnet18-8x a", "resnet18-8x b"):         # each set beside one dense timing
         assert (case, "ours-sparse") in lat and (case, "ours-dense") in lat
+        steps = [r for r in rows if r["metric"] == "step_us" and r["case"].startswith(case)]
+        assert steps and all(r["variant"] == "ours-sparse" and r["value"] > 0 for r in steps)
+        assert any("sparse conv" in r["case"] for r in steps)
         assert any(r["case"] == case and r["metric"] == "speedup" for r in rows)
+    assert any(r["metric"] == "step_us" and r["variant"] == "ours-dense" for r in rows)
+    assert "## step_us" in (tmp_path / "sparse_e2e.md").read_text()
     assert lat[("resnet18-8x a", "ours-dense")] == lat[("resnet18-8x b", "ours-dense")]
     with pytest.raises(SystemExit):
         sparse_e2e.main(["--masks", "resnet18"])

@@ -112,6 +112,21 @@ class InferenceEngine:
         with self.stream:
             return timing.time_events(self.replay, **kwargs)
 
+    def profile(self, repeat: int = 20) -> list[tuple[str, float]]:
+        """Each launch of the plan timed alone: ``[(label, median µs), ...]`` in plan order.
+
+        Each step is replayed from a CUDA graph of its own (:func:`tensorconv.timing.time_graph`)
+        on the engine's buffers, so the times add up to more than :meth:`time` (one graph,
+        each launch overlapping the drain of the one before) and each step reads its input
+        hot in L2.  What a launch costs relative to the others, not a breakdown of the
+        graph's own time.
+        """
+        if not (is_int(repeat) and repeat >= 1):
+            raise ValueError(f"repeat must be a positive int, got {repeat!r}")
+        with self.stream:
+            return [(step.label, timing.time_graph(step, repeat=repeat).median_us)
+                    for step in self.plan.steps]
+
     def __call__(self, x, copy: bool = True):
         x = backend.as_array(x, "x")
         if tuple(x.shape) != self.input_shape:

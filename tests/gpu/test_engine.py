@@ -88,6 +88,20 @@ def test_engine_bad_input():
         engine(np.zeros((1, 1, 28, 28), np.float32))
 
 
+def test_engine_profile_times_every_launch_and_leaves_the_output_alone(rng):
+    model = get_model("small_cnn")
+    x, ref = _input_and_reference(model, (2, 1, 28, 28), rng)
+    engine = InferenceEngine(model, (2, 1, 28, 28))
+    out = engine(x)
+    steps = engine.profile(repeat=3)
+    assert [label for label, _ in steps] == [s.label for s in engine.plan.steps]
+    assert len(steps) == engine.launches and all(us > 0 for _, us in steps)
+    assert rel_err(engine(x).get(), ref) < 1e-5 and rel_err(out.get(), ref) < 1e-5
+    for bad in (0, 2.5, "3"):
+        with pytest.raises(ValueError, match="repeat must be"):
+            engine.profile(repeat=bad)
+
+
 def _input_and_reference(model, shape, rng):
     """Put ``model`` on the GPU with randomised BN in eval mode; a random input and its output."""
     import cupy as cp

@@ -331,14 +331,14 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // so that they do not share banks).
     // Shared memory: two stages of the input (NB images of IMG words); two stages of the
     // chunk's taps (the block's rows' nonzeros in it, at most max_segment); the block's row
-    // table of its share's chunks; the staging table (an int a staged vector).  The next chunk's copies
+    // table of its share's chunks; the staging table (two ints a staged vector).  The next chunk's copies
     // are in flight while this one is computed, and the compute loop reads shared memory
     // only.
     extern __shared__ __align__(16) float xs[];
     const int IMG = CK * IHT * PITCH + ipad, stage_size = (NB * IMG + 3) & ~3;
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
-    int* table = reinterpret_cast<int*>(rows_s + per_share * (RB + 1));
+    int2* table = rows_s + per_share * (RB + 1);
     // WARPS warps, each owning RB / WARPS of the block's rows over all of the tile's 32·PX
     // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
     // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.  More
@@ -359,8 +359,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // before iw0, so every vector lies wholly inside the image or wholly outside; `lead`
     // columns come first, and each thread's reads start past them.
     const int lead = vec == 4 ? (iw0 & 3) : 0, col0 = iw0 - lead;
-    const int per_line = PITCH / vec, per_image = CK * IHT * per_line;
-    const int items = NB * per_image, HW = H * W;
+    const int per_line = PITCH / vec, items = NB * CK * IHT * per_line, HW = H * W;
     // Pixel p of the tile (column p % TW, row p / TW % TH, image p / (TW·TH)) reads staged
     // word `word(p)` plus its tap's offset.  Lane l's j-th pixel is l + 32·j; the fields of
     // l and of 32·j do not overlap (powers of two), so its word is word(l) + word(32·j): a
@@ -376,11 +375,13 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
 #pragma unroll
     for (int j = 0; j < PX; ++j) joff[j] = 4 * word(32 * j);
 
-    // The block's row table (of its share's chunks), and its staging table, made once: for
-    // each staged vector its offset in x at chunk 0, or -1 for padding; a chunk then copies
-    // vector e from x + c0·H·W + table[e] with no index arithmetic.
+    // The block's row table (of its share's chunks: chunk j's at rows_at + j·(RB + 1)), and
+    // its staging table, made once: for each staged vector its offset in x at chunk 0, or
+    // -1 for padding, and its first word in a stage; a chunk then copies vector e from
+    // x + c0·H·W + table[e].x to table[e].y with no index arithmetic.
     const int2* my_rows = row_tab + ((size_t)blockIdx.y * chunks + c_begin) * (RB + 1);
     for (int i = tid; i < (c_end - c_begin) * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
+    const int2* rows_at = rows_s - c_begin * (RB + 1);
     for (int e = tid; e < items; e += blockDim.x) {
         const int line = e / per_line, w = (e - line * per_line) * vec;
         const int col = phases > 1 ? (w % run) * phases + w / run : w;
@@ -394,37 +395,34 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
         const int b = bc / CK, c = bc - b * CK;
         const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
         const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
-        table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
+        table[e] = make_int2(ok ? ((n * C + c) * H + ih) * W + iw : -1, vec * e + b * ipad);
     }
     __syncthreads();
 
     // Every vector of a chunk as a cp.async copy that zero-fills the padding (and, in a
     // last chunk short of CK channels, the channels past C), and the chunk's taps.
-    auto at = [&](int e) {                               // staged vector e's first word
-        return ipad ? vec * e + e / per_image * ipad : vec * e;
-    };
     auto stage = [&](int chunk, float* buf) {
         const int c0 = chunk * CK;
         const float* src = x + (size_t)c0 * HW;
         if (c0 + CK <= C && vec == 4) {
             for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                tdcx::cp_async16(buf + at(e), src + max(off, 0), off >= 0);
+                const int2 t = table[e];
+                tdcx::cp_async16(buf + t.y, src + max(t.x, 0), t.x >= 0);
             }
         } else if (c0 + CK <= C) {
             for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                tdcx::cp_async4(buf + at(e), src + max(off, 0), off >= 0);
+                const int2 t = table[e];
+                tdcx::cp_async4(buf + t.y, src + max(t.x, 0), t.x >= 0);
             }
         } else {                                         // the last chunk, short of CK
             for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                const bool in = off >= 0 && (off / HW) % C + c0 < C;
-                if (vec == 4) tdcx::cp_async16(buf + at(e), in ? src + off : x, in);
-                else tdcx::cp_async4(buf + at(e), in ? src + off : x, in);
+                const int2 t = table[e];
+                const bool in = t.x >= 0 && (t.x / HW) % C + c0 < C;
+                if (vec == 4) tdcx::cp_async16(buf + t.y, in ? src + t.x : x, in);
+                else tdcx::cp_async4(buf + t.y, in ? src + t.x : x, in);
             }
         }
-        const int2 seg = rows_s[(chunk - c_begin) * (RB + 1) + RB];
+        const int2 seg = rows_at[chunk * (RB + 1) + RB];
         float* tbuf = reinterpret_cast<float*>(tap_stage + (chunk & 1) * max_segment);
         const float* tsrc = reinterpret_cast<const float*>(taps + seg.x);
         for (int i = tid; i < seg.y / 2; i += blockDim.x)
@@ -451,7 +449,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
         __syncthreads();
         const char* cur = reinterpret_cast<const char*>(xs + (chunk & 1) * stage_size) + tbase;
         const float4* tp = reinterpret_cast<const float4*>(tap_stage + (chunk & 1) * max_segment);
-        const int2* rp = rows_s + (chunk - c_begin) * (RB + 1) + warp * RW;
+        const int2* rp = rows_at + chunk * (RB + 1) + warp * RW;
 #pragma unroll
         for (int i = 0; i < RW; ++i) {
             const int2 sc = rp[i];                       // rows past K have none

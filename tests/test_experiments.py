@@ -186,8 +186,8 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
     for case in ("resnet18-8x a", "resnet18-8x b"):         # each set beside one dense timing
         assert (case, "ours-sparse") in lat and (case, "ours-dense") in lat
         steps = [r for r in rows if r["metric"] == "step_us" and r["case"].startswith(case)]
-        assert steps and all(r["variant"] == "ours-sparse" and r["value"] > 0 for r in steps)
-        assert any("sparse conv" in r["case"] for r in steps)
+        assert len(steps) >= 10, steps        # a launch a layer or so: which kernel, any
+        assert all(r["variant"] == "ours-sparse" and r["value"] > 0 for r in steps), steps
         assert any(r["case"] == case and r["metric"] == "speedup" for r in rows)
     assert any(r["metric"] == "step_us" and r["variant"] == "ours-dense" for r in rows)
     assert "## step_us" in (tmp_path / "sparse_e2e.md").read_text()

@@ -232,10 +232,11 @@ def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
                    max_segment: int) -> int:
     """Shared-memory bytes of a tiled remainder block: two input stages, two tap stages
     of ``max_segment`` (weight, offset) slots, the block's row table of the ``chunks`` it
-    walks (its share's), its staging table (an int a staged vector)."""
+    walks (its share's), its staging table (two ints a staged vector: where from, where
+    to)."""
     items = g.nb * tile.ck * g.iht * g.pitch // g.vec
     return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + 2 * chunks * (tile.rb + 1)
-                + items)
+                + 2 * items)
 
 
 class TiledLaunch(NamedTuple):

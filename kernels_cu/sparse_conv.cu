@@ -314,8 +314,8 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     float* __restrict__ y,                // (N, K, OH, OW)
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int PITCH, int ipad, int vec, int rstep, int cstep,
-    int phases, int rphases, int chunks,
+    int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int phases,
+    int rphases, int chunks,
     int per_share, int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
@@ -327,18 +327,16 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // With rphases > 1 (the vertical stride) a channel's lines hold its input rows by row
     // phase (rows q, q + rphases, ... for each q in turn), so that output rows next to
     // each other read lines next to each other, PITCH (odd) words apart: both bank parities.
-    // An image's CK·IHT lines are followed by ipad words (where a warp's pixels span images,
-    // so that they do not share banks).
-    // Shared memory: two stages of the input (NB images of IMG words); two stages of the
-    // chunk's taps (the block's rows' nonzeros in it, at most max_segment); the block's row
-    // table of its share's chunks; the staging table (two ints a staged vector).  The next chunk's copies
+    // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
+    // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
+    // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
     // are in flight while this one is computed, and the compute loop reads shared memory
     // only.
     extern __shared__ __align__(16) float xs[];
-    const int IMG = CK * IHT * PITCH + ipad, stage_size = (NB * IMG + 3) & ~3;
+    const int stage_size = (NB * CK * IHT * PITCH + 3) & ~3;
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
-    int2* table = rows_s + per_share * (RB + 1);
+    int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
     // WARPS warps, each owning RB / WARPS of the block's rows over all of the tile's 32·PX
     // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
     // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.  More
@@ -367,7 +365,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     const int col_read = phases > 1 ? 1 : sw / cstep, run = PITCH / phases;
     const int row_read = rphases > 1 ? 1 : sh / rstep;
     auto word = [&](int p) {
-        return (p >> lhw) * IMG + ((p >> lw) & (TH - 1)) * row_read * PITCH
+        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * row_read) * PITCH
             + (p & (TW - 1)) * col_read;
     };
     const int tbase = 4 * (word(lane) + lead);
@@ -375,13 +373,11 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
 #pragma unroll
     for (int j = 0; j < PX; ++j) joff[j] = 4 * word(32 * j);
 
-    // The block's row table (of its share's chunks: chunk j's at rows_at + j·(RB + 1)), and
-    // its staging table, made once: for each staged vector its offset in x at chunk 0, or
-    // -1 for padding, and its first word in a stage; a chunk then copies vector e from
-    // x + c0·H·W + table[e].x to table[e].y with no index arithmetic.
-    const int2* my_rows = row_tab + ((size_t)blockIdx.y * chunks + c_begin) * (RB + 1);
-    for (int i = tid; i < (c_end - c_begin) * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
-    const int2* rows_at = rows_s - c_begin * (RB + 1);
+    // The block's row table, and its staging table, made once: for each staged vector its
+    // offset in x at chunk 0, or -1 for padding; a chunk then copies vector e from
+    // x + c0·H·W + table[e] with no index arithmetic.
+    const int2* my_rows = row_tab + (size_t)blockIdx.y * chunks * (RB + 1);
+    for (int i = tid; i < chunks * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
     for (int e = tid; e < items; e += blockDim.x) {
         const int line = e / per_line, w = (e - line * per_line) * vec;
         const int col = phases > 1 ? (w % run) * phases + w / run : w;
@@ -395,7 +391,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
         const int b = bc / CK, c = bc - b * CK;
         const int n = n0 + b, ih = ih0 + row * rstep, iw = col0 + col * cstep;
         const bool ok = n < N && c < C && ih >= 0 && ih < H && iw >= 0 && iw + vec <= W;
-        table[e] = make_int2(ok ? ((n * C + c) * H + ih) * W + iw : -1, vec * e + b * ipad);
+        table[e] = ok ? ((n * C + c) * H + ih) * W + iw : -1;
     }
     __syncthreads();
 
@@ -406,23 +402,23 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
         const float* src = x + (size_t)c0 * HW;
         if (c0 + CK <= C && vec == 4) {
             for (int e = tid; e < items; e += blockDim.x) {
-                const int2 t = table[e];
-                tdcx::cp_async16(buf + t.y, src + max(t.x, 0), t.x >= 0);
+                const int off = table[e];
+                tdcx::cp_async16(buf + 4 * e, src + max(off, 0), off >= 0);
             }
         } else if (c0 + CK <= C) {
             for (int e = tid; e < items; e += blockDim.x) {
-                const int2 t = table[e];
-                tdcx::cp_async4(buf + t.y, src + max(t.x, 0), t.x >= 0);
+                const int off = table[e];
+                tdcx::cp_async4(buf + e, src + max(off, 0), off >= 0);
             }
         } else {                                         // the last chunk, short of CK
             for (int e = tid; e < items; e += blockDim.x) {
-                const int2 t = table[e];
-                const bool in = t.x >= 0 && (t.x / HW) % C + c0 < C;
-                if (vec == 4) tdcx::cp_async16(buf + t.y, in ? src + t.x : x, in);
-                else tdcx::cp_async4(buf + t.y, in ? src + t.x : x, in);
+                const int off = table[e];
+                const bool in = off >= 0 && (off / HW) % C + c0 < C;
+                if (vec == 4) tdcx::cp_async16(buf + 4 * e, in ? src + off : x, in);
+                else tdcx::cp_async4(buf + e, in ? src + off : x, in);
             }
         }
-        const int2 seg = rows_at[chunk * (RB + 1) + RB];
+        const int2 seg = rows_s[chunk * (RB + 1) + RB];
         float* tbuf = reinterpret_cast<float*>(tap_stage + (chunk & 1) * max_segment);
         const float* tsrc = reinterpret_cast<const float*>(taps + seg.x);
         for (int i = tid; i < seg.y / 2; i += blockDim.x)
@@ -449,7 +445,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
         __syncthreads();
         const char* cur = reinterpret_cast<const char*>(xs + (chunk & 1) * stage_size) + tbase;
         const float4* tp = reinterpret_cast<const float4*>(tap_stage + (chunk & 1) * max_segment);
-        const int2* rp = rows_at + chunk * (RB + 1) + warp * RW;
+        const int2* rp = rows_s + chunk * (RB + 1) + warp * RW;
 #pragma unroll
         for (int i = 0; i < RW; ++i) {
             const int2 sc = rp[i];                       // rows past K have none
@@ -653,7 +649,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(128, 1, 8, 16) TC_I_SPARSE_CSR_TILED(128, 2, 8, 16)
 TC_I_SPARSE_CSR_TILED(128, 4, 8, 16) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4)
 TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)

@@ -314,8 +314,8 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     float* __restrict__ y,                // (N, K, OH, OW)
     float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int sh, int sw, int ph, int pw,
-    int NB, int TH, int TW, int IHT, int PITCH, int vec, int rstep, int cstep, int phases,
-    int rphases, int chunks,
+    int NB, int TH, int TW, int IHT, int PITCH, int ipad, int vec, int rstep, int cstep,
+    int phases, int rphases, int chunks,
     int per_share, int tiles_w, int max_segment, int accumulate, int relu)
 {
     tc::wait_prior_grids();
@@ -327,13 +327,15 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     // With rphases > 1 (the vertical stride) a channel's lines hold its input rows by row
     // phase (rows q, q + rphases, ... for each q in turn), so that output rows next to
     // each other read lines next to each other, PITCH (odd) words apart: both bank parities.
-    // Shared memory: two stages of the input (NB, CK, IHT, PITCH); two stages of the chunk's
+    // An image's CK·IHT lines are followed by ipad words where a warp's pixels span images,
+    // so that two images' reads do not fall on the same banks.
+    // Shared memory: two stages of the input (NB images of IMG words); two stages of the chunk's
     // taps (the block's rows' nonzeros in it, at most max_segment); the block's row table
     // of every chunk; the staging table (an int a staged vector).  The next chunk's copies
     // are in flight while this one is computed, and the compute loop reads shared memory
     // only.
     extern __shared__ __align__(16) float xs[];
-    const int stage_size = (NB * CK * IHT * PITCH + 3) & ~3;
+    const int IMG = CK * IHT * PITCH + ipad, stage_size = (NB * IMG + 3) & ~3;
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
     int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
@@ -365,7 +367,7 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
     const int col_read = phases > 1 ? 1 : sw / cstep, run = PITCH / phases;
     const int row_read = rphases > 1 ? 1 : sh / rstep;
     auto word = [&](int p) {
-        return ((p >> lhw) * CK * IHT + ((p >> lw) & (TH - 1)) * row_read) * PITCH
+        return (p >> lhw) * IMG + ((p >> lw) & (TH - 1)) * row_read * PITCH
             + (p & (TW - 1)) * col_read;
     };
     const int tbase = 4 * (word(lane) + lead);
@@ -397,25 +399,33 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
 
     // Every vector of a chunk as a cp.async copy that zero-fills the padding (and, in a
     // last chunk short of CK channels, the channels past C), and the chunk's taps.
+    // Padded apart, the images are staged one at a time (per_image vectors from vector
+    // b·per_image of the table, to word b·IMG), which keeps the table an int a vector and
+    // the loop free of divisions; unpadded, the stage is one run of every vector.
+    const int images = ipad > 0 ? NB : 1, per_image = items / images;
     auto stage = [&](int chunk, float* buf) {
         const int c0 = chunk * CK;
         const float* src = x + (size_t)c0 * HW;
-        if (c0 + CK <= C && vec == 4) {
-            for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                tdcx::cp_async16(buf + 4 * e, src + max(off, 0), off >= 0);
-            }
-        } else if (c0 + CK <= C) {
-            for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                tdcx::cp_async4(buf + e, src + max(off, 0), off >= 0);
-            }
-        } else {                                         // the last chunk, short of CK
-            for (int e = tid; e < items; e += blockDim.x) {
-                const int off = table[e];
-                const bool in = off >= 0 && (off / HW) % C + c0 < C;
-                if (vec == 4) tdcx::cp_async16(buf + 4 * e, in ? src + off : x, in);
-                else tdcx::cp_async4(buf + e, in ? src + off : x, in);
+        for (int b = 0; b < images; ++b) {
+            const int* tb = table + b * per_image;
+            float* dst = buf + b * IMG;
+            if (c0 + CK <= C && vec == 4) {
+                for (int e = tid; e < per_image; e += blockDim.x) {
+                    const int off = tb[e];
+                    tdcx::cp_async16(dst + 4 * e, src + max(off, 0), off >= 0);
+                }
+            } else if (c0 + CK <= C) {
+                for (int e = tid; e < per_image; e += blockDim.x) {
+                    const int off = tb[e];
+                    tdcx::cp_async4(dst + e, src + max(off, 0), off >= 0);
+                }
+            } else {                                     // the last chunk, short of CK
+                for (int e = tid; e < per_image; e += blockDim.x) {
+                    const int off = tb[e];
+                    const bool in = off >= 0 && (off / HW) % C + c0 < C;
+                    if (vec == 4) tdcx::cp_async16(dst + 4 * e, in ? src + off : x, in);
+                    else tdcx::cp_async4(dst + e, in ? src + off : x, in);
+                }
             }
         }
         const int2 seg = rows_s[chunk * (RB + 1) + RB];
@@ -649,7 +659,7 @@ TC_I_SPARSE_CSR_ROWS(128) TC_I_SPARSE_CSR_ROWS(256)
 #define TC_I_SPARSE_CSR_TILED(...) template __global__ void sparse_csr_tiled<__VA_ARGS__>( \
     const float*, const int2*, const float2*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int, int);
 TC_I_SPARSE_CSR_TILED(128, 1, 8, 16) TC_I_SPARSE_CSR_TILED(128, 2, 8, 16)
 TC_I_SPARSE_CSR_TILED(128, 4, 8, 16) TC_I_SPARSE_CSR_TILED(16, 1, 8, 4)
 TC_I_SPARSE_CSR_TILED(16, 2, 8, 4) TC_I_SPARSE_CSR_TILED(16, 4, 16, 4)

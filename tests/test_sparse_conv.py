@@ -128,12 +128,13 @@ def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1, row_phases=None):
     y = np.zeros(geom.output_shape)
     rows_per_image = tile.ck * g.iht
     rsh, rsw = g.read_stride(geom)
+    assert g.image_words(tile) == rows_per_image * g.pitch + g.ipad and g.ipad % g.vec == 0
 
     def word(p):                                      # the kernel's word(p)
-        return ((p // (g.tw * g.th)) * rows_per_image + (p // g.tw) % g.th * rsh) * g.pitch \
+        return p // (g.tw * g.th) * g.image_words(tile) + (p // g.tw) % g.th * rsh * g.pitch \
             + p % g.tw * rsw
 
-    assert sc.lane_words(g.pitch, g.tw, g.th, (rsh, rsw), rows_per_image) == \
+    assert sc.lane_words(g.pitch, g.tw, g.th, (rsh, rsw), rows_per_image, g.ipad) == \
         [word(p) for p in range(32)]
     for n0 in range(0, geom.n, g.nb):
         for oh0 in range(0, geom.oh, g.th):
@@ -147,7 +148,8 @@ def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1, row_phases=None):
                         [ph + g.phases * g.cstep * np.arange(run) for ph in range(g.phases)])
                     lines = ih0 + big + g.rstep * g.line_rows()   # in order or by phase
                     xs = xpad[n0:n0 + g.nb, c0:c0 + tile.ck][:, :, lines][..., line_cols]
-                    xs = xs.ravel()
+                    pad = np.full((g.nb, g.ipad), np.nan)    # never read
+                    xs = np.concatenate([xs.reshape(g.nb, -1), pad], axis=1).ravel()
                     for slot, k in enumerate(row_of):
                         if k < 0:
                             continue
@@ -177,7 +179,13 @@ def _emulate_tiled(x, packed, geom, vec, tile=None, phases=1, row_phases=None):
                                                        ((20, 9, 1, 1), (3, 9, 8, 12), 2, 4),
                                                        ((7, 5, 1, 1), (2, 5, 9, 7), 3, 1),
                                                        ((6, 4, 3, 3), (1, 4, 3, 70), 1, 1),
-                                                       ((6, 4, 3, 3), (1, 4, 5, 136), 2, 4)])
+                                                       ((6, 4, 3, 3), (1, 4, 5, 136), 2, 4),
+                                                       # warps over several images, padded
+                                                       ((6, 11, 3, 3), (5, 11, 4, 4), 1, 4),
+                                                       ((6, 11, 3, 3), (5, 11, 4, 3), 1, 1),
+                                                       ((6, 11, 3, 3), (9, 11, 2, 2), 1, 1),
+                                                       ((8, 6, 3, 3), (7, 6, 7, 7), 2, 1),
+                                                       ((8, 6, 3, 3), (7, 6, 8, 8), 2, 4)])
 def test_the_tiled_remainder_tables_and_geometry_compute_the_convolution(rng, shape, x_shape,
                                                                          stride, vec):
     w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
@@ -297,15 +305,22 @@ def test_remainder_geometry_stays_within_the_block_limits():
 @pytest.mark.parametrize("x_shape,stride,worst", [((32, 64, 32, 32), 1, 1),
                                                   ((32, 64, 16, 16), 1, 1),
                                                   ((32, 64, 8, 8), 1, 1),
-                                                  ((32, 64, 4, 4), 1, 2),
+                                                  ((32, 64, 4, 4), 1, 1),
+                                                  ((32, 512, 4, 4), 1, 1),
+                                                  ((32, 256, 8, 8), 2, 2),   # even banks
+                                                  ((32, 64, 2, 2), 1, 2),
                                                   ((32, 64, 32, 32), 2, 2)])
 def test_the_remainder_pitch_spreads_a_warps_reads_over_the_banks(x_shape, stride, worst):
     geom = conv_geometry(x_shape, (64, x_shape[1], 3, 3), stride, 1)
     tile = sc.default_remainder_tile(geom)
     g = sc.remainder_geometry(geom, tile)
-    got = sc.bank_conflicts(g.pitch, g.tw, g.th, geom.stride, tile.ck * g.iht)
+    got = sc.bank_conflicts(g.pitch, g.tw, g.th, g.read_stride(geom), tile.ck * g.iht, g.ipad)
     assert got == worst
-    assert got <= sc.bank_conflicts(g.iwt, g.tw, g.th, geom.stride, tile.ck * g.iht)
+    assert got <= sc.bank_conflicts(g.iwt, g.tw, g.th, g.read_stride(geom), tile.ck * g.iht)
+    # images padded apart only where a warp's pixels span several
+    assert (g.ipad > 0) == (g.nb > 1 and g.tw * g.th < 32 and
+                            sc.bank_conflicts(g.pitch, g.tw, g.th, g.read_stride(geom),
+                                              tile.ck * g.iht) > got)
 
 
 @pytest.mark.parametrize("x_shape,k", [((32, 512, 4, 4), 512), ((32, 256, 8, 8), 256),

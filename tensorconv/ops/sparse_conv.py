@@ -313,9 +313,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     size = geom.k * q
     partial = workspace(backend.array_module(x), shares * size) if shares > 1 else None
     ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.vec, g.rstep, g.cstep, g.phases,
-            g.rphases, chunks, per_share, cdiv(geom.ow, g.tw), tables.longest, bool(pieces),
-            bool(relu))
+            *geom.padding, g.nb, g.th, g.tw, g.iht, g.pitch, g.ipad, g.vec,
+            g.rstep, g.cstep, g.phases, g.rphases, chunks, per_share, cdiv(geom.ow, g.tw),
+            tables.longest, bool(pieces), bool(relu))
     gx, gy, gz = g.grid(geom, tile)
     launch(cuda.kernel_ref(FILE, _tiled_name(tile)), (gx, gy, gz * shares),
            (g.threads(tile),), (x, tables.row_tab, tables.taps, tables.row_of, ptr(bias),

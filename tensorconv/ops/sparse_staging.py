@@ -61,7 +61,10 @@ class RemainderGeometry:
     > 1 (the vertical stride): a channel's lines staged by row phase, the input rows ``q``,
     ``q + rphases``, ... of each phase ``q`` in turn (:meth:`line_rows`), so that output
     rows next to each other read lines next to each other: an odd pitch then puts them on
-    banks of both parities (whole lines move: the copies stay 16 bytes)."""
+    banks of both parities (whole lines move: the copies stay 16 bytes); ``ipad`` words
+    after each image's lines in a stage, where a warp's pixels span images: with 8-channel
+    stages and 16-byte copies an image's lines take a multiple of 32 words, so without it
+    two images' pixels fall on the same banks."""
 
     nb: int
     th: int
@@ -74,6 +77,11 @@ class RemainderGeometry:
     cstep: int = 1
     phases: int = 1
     rphases: int = 1
+    ipad: int = 0
+
+    def image_words(self, tile: RemainderTile) -> int:
+        """The words between two images' staged lines in a stage."""
+        return tile.ck * self.iht * self.pitch + self.ipad
 
     def read_stride(self, geom: ConvGeometry) -> tuple[int, int]:
         """The stride of a tile's reads in the staged lines: the convolution's, or 1 where
@@ -109,7 +117,7 @@ class RemainderGeometry:
 
     def stage_floats(self, tile: RemainderTile) -> int:
         """One stage's floats, rounded up to 16 bytes (the taps' stage follows)."""
-        return 4 * cdiv(self.nb * tile.ck * self.iht * self.pitch, 4)
+        return 4 * cdiv(self.nb * self.image_words(tile), 4)
 
     def smem_bytes(self, tile: RemainderTile) -> int:
         """The input's two stages (:func:`remainder_smem` adds the taps')."""
@@ -120,19 +128,23 @@ class RemainderGeometry:
                 cdiv(geom.n, self.nb))
 
 
-def lane_words(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> list[int]:
+def lane_words(pitch: int, tw: int, th: int, stride, rows_per_image: int,
+               image_pad: int = 0) -> list[int]:
     """The staged word each lane of a warp reads for one tap (pixel l of the tile:
-    column l % tw, row l // tw % th, image l // (tw·th))."""
+    column l % tw, row l // tw % th, image l // (tw·th); images ``rows_per_image *
+    pitch + image_pad`` words apart)."""
     sh, sw = stride
-    return [((lane // (tw * th)) * rows_per_image + (lane // tw) % th * sh) * pitch
-            + lane % tw * sw for lane in range(32)]
+    image = rows_per_image * pitch + image_pad
+    return [lane // (tw * th) * image + (lane // tw) % th * sh * pitch + lane % tw * sw
+            for lane in range(32)]
 
 
-def bank_conflicts(pitch: int, tw: int, th: int, stride, rows_per_image: int) -> int:
+def bank_conflicts(pitch: int, tw: int, th: int, stride, rows_per_image: int,
+                   image_pad: int = 0) -> int:
     """The most distinct words one shared-memory bank serves at once when a warp reads
     one tap (:func:`lane_words`)."""
     words = {}
-    for word in lane_words(pitch, tw, th, stride, rows_per_image):
+    for word in lane_words(pitch, tw, th, stride, rows_per_image, image_pad):
         words.setdefault(word % 32, set()).add(word)
     return max(len(v) for v in words.values())
 
@@ -165,7 +177,9 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None 
     needs up, that spreads a warp's reads over the most banks and keeps a stage within
     :data:`_STAGE_BYTES` (where one does); a filter more than a tap high with a vertical
     stride has its lines staged by row phase where that spreads the reads over more banks
-    still (``row_phases``: default :data:`ROW_PHASES`; False: in order)."""
+    still (``row_phases``: default :data:`ROW_PHASES`; False: in order); where a warp's
+    pixels span images, the least padding after each image's lines (a multiple of
+    ``vec``) that spreads them further."""
     vec = (4 if geom.w % 4 == 0 else 1) if vec is None else vec
     if vec not in (1, 4) or vec == 4 and geom.w % 4:
         raise ValueError(f"vec must be 1, or 4 where the input's width is a multiple of 4, "
@@ -186,13 +200,14 @@ def remainder_geometry(geom: ConvGeometry, tile: RemainderTile, vec: int | None 
     sw = 1 if phases > 1 else geom.stride[1] // cstep
     by_row = ROW_PHASES if row_phases is None else row_phases
     rphases = (1, geom.stride[0]) if by_row and geom.r > 1 and geom.stride[0] > 1 else (1,)
-    fits = [p for p in range(need, need + 32 * step, step)
-            if 4 * nb * tile.ck * iht * p <= _STAGE_BYTES]
-    _, rp, pitch = min(
+    pads = range(0, 32, vec) if nb > 1 and tw * th < 32 else (0,)
+    fits = [(p, pad) for p in range(need, need + 32 * step, step) for pad in pads
+            if 4 * nb * (tile.ck * iht * p + pad) <= _STAGE_BYTES]
+    _, rp, pitch, pad = min(
         (bank_conflicts(p, tw, th, (1 if rp > 1 else geom.stride[0] // rstep, sw),
-                        tile.ck * iht), rp, p)
-        for rp in rphases for p in fits or [need])
-    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep, phases, rp)
+                        tile.ck * iht, pad), rp, p, pad)
+        for rp in rphases for p, pad in fits or [(need, 0)])
+    return RemainderGeometry(nb, th, tw, iht, iwt, pitch, vec, rstep, cstep, phases, rp, pad)
 
 
 ROW_PHASES = True    # stage a strided tile's lines by row phase where it spreads the reads

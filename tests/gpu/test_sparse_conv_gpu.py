@@ -266,6 +266,37 @@ def test_the_tiled_remainder_with_its_chunks_shared_among_blocks(rng, hw, k, nbl
         _check(rng, w, packed, (2, c) + hw, stride, 1, epilogue=False)
 
 
+@pytest.mark.parametrize("x_shape,k,stride,tile,staging", [
+    ((32, 64, 4, 4), 256, 1, None, None),
+    ((32, 64, 4, 4), 256, 1, sc.RemainderTile(128, 4, 8, 16), None),
+    ((32, 40, 8, 7), 256, 2, sc.RemainderTile(64, 2, 8, 16), sc.Staging(1, True)),
+    ((9, 24, 4, 3), 40, 1, None, None), ((33, 20, 2, 2), 24, 1, None, None),
+    ((7, 19, 3, 4), 16, 1, sc.RemainderTile(16, 4, 8), None)])
+def test_the_tiled_remainder_pads_images_apart_where_a_warp_spans_several(rng, x_shape, k,
+                                                                          stride, tile, staging):
+    """Small maps: a warp's pixels span images, whose staged lines are padded apart (16-byte
+    and word copies, chunks shared among blocks or not, a last image group short of
+    images), outputs poisoned."""
+    import cupy as cp
+
+    w, packed = _case(rng, k, x_shape[1], 3, 0.15, 0)
+    geom = conv_geometry(x_shape, w.shape, stride, 1)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    xd = cp.asarray(x)
+    launch = sc.tiled_launch(xd, sc.pack_weights(packed, x_shape[2:], cp), geom, tile,
+                             None if staging is None else staging.phases,
+                             vec=1 if staging is not None and staging.words else None)
+    g = launch.g
+    assert g.nb > 1 and g.tw * g.th < 32 and g.ipad > 0
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, 1)
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    ops.sparse_conv2d(xd, packed, None, stride, 1, remainder_tile=tile,
+                      remainder_staging=staging, out=out)
+    assert np.isfinite(out.get()).all() and rel_err(out.get(), want) <= 1e-5
+    if tile is None and staging is None:
+        _check(rng, w, packed, x_shape, stride, 1)
+
+
 def test_the_automatic_remainder_is_the_chosen_kernel_and_falls_back_to_rows(rng):
     import cupy as cp
 

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(256) sparse_block_reduce(
 }
 
 template <int RB, int PX, int CK, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS) sparse_csr_tiled(
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 16 ? 2 : 0) sparse_csr_tiled(
     const float* __restrict__ x,          // (N, C, H, W)
     const int2* __restrict__ row_tab,     // (groups, chunks, RB + 1): row slot RB·g + i's
                                           // taps in chunk j, (start, count) from the (g, j)

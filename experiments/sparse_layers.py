@@ -20,8 +20,8 @@ the same K x CRS shapes) — runs as:
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
   without building the im2col (eager, CUDA events: cuSPARSE does not capture);
-* ``ours-dense``: our dense convolution of the unpruned kernel (the engine's tuned core
-  kernel, else the implicit GEMM);
+* ``ours-dense``: our dense convolution of the unpruned kernel, planned alone by the tuned
+  engine (the kernel a dense model runs it on; its label in the note);
 * ``cudnn-fp32`` / ``cudnn-tf32``: PyTorch's cuDNN on the unpruned kernel
   (``cudnn.benchmark``);
 * ``ours-tf32``: ``ours`` under ``precision.using("tf32")`` (the dense blocks' table in one
@@ -42,6 +42,7 @@ layers and times the rest, one table in the end.  The paper's ranges (P100, ResN
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -64,10 +65,10 @@ from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
 from tensorconv.compress.prune import keep_count, load_masks, prune_candidates, top_magnitude
 from tensorconv.decomp.blocks import extract_blocks
+from tensorconv.engine import InferenceEngine
 from tensorconv.nn import get_model
-from tensorconv.ops import core_conv, sparse_conv
+from tensorconv.ops import sparse_conv
 from tensorconv.results import ResultSet, metric_sections, read_csv, write_markdown
-from tensorconv.tuning import oracle
 
 NAME = "sparse_layers"
 # the speed-ups recorded per layer (baseline / ours) and summarised over the layers
@@ -173,6 +174,23 @@ def _from_columns(y, geom):
 def _im2col_conv(x, w, geom):
     """The convolution as one GEMM on the explicit im2col, in ``x``'s dtype."""
     return _from_columns(w.reshape(geom.k, -1) @ _im2col(x, geom), geom)
+
+
+def dense_layer(conv, x) -> tuple[str, float, float]:
+    """The unpruned layer ``conv`` on ``x`` as the tuned engine plans it alone (the kernel
+    a dense model would run it on): its launch's label, median µs (alone, from a CUDA
+    graph) and relative error against :func:`tensorconv.ops.conv2d`."""
+    import cupy as cp
+
+    layer = copy.deepcopy(conv).to("gpu").eval()
+    engine = InferenceEngine(layer, tuple(x.shape), tune=True)
+    if engine.launches != 1:
+        raise RuntimeError(f"a lone convolution planned as {engine.launches} launches")
+    got = engine(x)
+    want = ops.conv2d(x, layer.weight.data, None if layer.bias is None else layer.bias.data,
+                      layer.stride, layer.padding)
+    (label, us), = engine.profile()
+    return label, us, float(cp.linalg.norm(got - want) / cp.linalg.norm(want))
 
 
 def measure(rs, name, conv, x_shape, w, args, torch, label=""):
@@ -282,19 +300,10 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
            note="im2col and SpMM, eager")
 
     full = cp.asarray(conv.weight.data)
-    if core_conv.supported(geom, "cluster") is None:
-        variant, tile = oracle.tune_core(x, full, geom)
-        packed = core_conv.KERNELS[variant].pack_weights(full)
-        dense = lambda: ops.core_conv2d(x, full, geom.stride, geom.padding,  # noqa: E731
-                                        variant=variant, tile=tile, packed=packed, out=out)
-    else:
-        dense = lambda: ops.conv2d(x, full, None, geom.stride, geom.padding, out=out)  # noqa: E731
-    dense()
-    err = float(cp.linalg.norm(out - ops.conv2d(x, full, None, geom.stride, geom.padding))
-                / cp.linalg.norm(out))
+    label, dense_us, err = dense_layer(conv, x)
     rs.add(case, "ours-dense", "rel_err_unpruned", err, "1")
-    rs.add(case, "ours-dense", "latency_us", timing.time_graph(dense).median_us, "us",
-           note="the unpruned kernel")
+    rs.add(case, "ours-dense", "latency_us", dense_us, "us",
+           note=f"the unpruned kernel as the tuned engine plans it: {label}")
 
     if torch is not None:
         xt, wt = torch.from_dlpack(x), torch.from_dlpack(full)

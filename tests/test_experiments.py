@@ -131,6 +131,10 @@ def test_sparse_layers_quick(tmp_path):
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
     assert {"ours", "ours-tf32", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4",
             "t2=8"} <= variants
+    dense = [r for r in rows if r["variant"] == "ours-dense"]
+    assert all("as the tuned engine plans it: " in r["note"] for r in dense
+               if r["metric"] == "latency_us")
+    assert all(r["value"] <= 1e-5 for r in dense if r["metric"] == "rel_err_unpruned")
     lat = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "latency_us"}
     plain = {(r["case"], r["variant"]) for r in rows if r["metric"] == "blocks" and not r["value"]}
     kept = {r["case"]: int(r["value"]) for r in rows if r["metric"] == "t2"}

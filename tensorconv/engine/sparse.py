@@ -4,7 +4,8 @@ The batch norm after the layer folds in as a per-row scale, which keeps every ze
 folded kernel keeps the layer's layouts.  Which launch sequence runs is one choice
 (:func:`tensorconv.engine.choice.one_launch_or_parts`): the sparse kernels
 (:mod:`tensorconv.ops.sparse_conv`) on each of the layer's layouts (Algorithm 1 at each
-threshold t2, the paper's "run all reorganisations and keep the fastest") against the
+threshold t2, and no blocks at all: the paper's "run all reorganisations and keep the
+fastest", :func:`tensorconv.compress.sparse.sparsify`) against the
 dense convolution of the folded kernel (:mod:`tensorconv.engine.dense`), for a layer
 pruned too little to gain.  Untuned and unstored, the sparse kernels run on the layer's
 first layout.  Where the remainder's kernel has several tiles or stagings

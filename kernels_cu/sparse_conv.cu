@@ -332,9 +332,9 @@ sparse_csr_tiled(
     // so that two images' reads do not fall on the same banks.
     // Shared memory: two stages of the input (NB images of IMG words); two stages of the
     // chunk's taps (the block's rows' nonzeros in it, at most max_segment); the block's row
-    // table of every chunk; the staging table (an int a staged vector).  The next chunk's
-    // copies are in flight while this one is computed, and the compute loop reads shared
-    // memory only.
+    // table of its share's chunks; the staging table (an int a staged vector).  The next
+    // chunk's copies are in flight while this one is computed, and the compute loop reads
+    // shared memory only.
     // Two blocks an SM for 16 warps with 32 accumulators a thread (at most 64 registers, a
     // few spilled): measured faster than one block of 92-96 registers (1.09-1.31x on
     // ResNet-18-8x's layers, H200), which the compiler otherwise picks for some builds.
@@ -342,7 +342,7 @@ sparse_csr_tiled(
     const int IMG = CK * IHT * PITCH + ipad, stage_size = (NB * IMG + 3) & ~3;
     float2* tap_stage = reinterpret_cast<float2*>(xs + 2 * stage_size);
     int2* rows_s = reinterpret_cast<int2*>(tap_stage + 2 * max_segment);
-    int* table = reinterpret_cast<int*>(rows_s + chunks * (RB + 1));
+    int* table = reinterpret_cast<int*>(rows_s + per_share * (RB + 1));
     // WARPS warps, each owning RB / WARPS of the block's rows over all of the tile's 32·PX
     // pixels (NB images x TH x TW, powers of two): a tap's weight and offset are loaded
     // once for PX multiply-adds a lane, and a warp walks only its own rows' taps.  More
@@ -352,12 +352,14 @@ sparse_csr_tiled(
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int lw = __ffs(TW) - 1, lhw = lw + __ffs(TH) - 1;
     const int th_i = blockIdx.x / tiles_w, tw_i = blockIdx.x - th_i * tiles_w;
-    // blockIdx.z: (share of the channel chunks, image group).  Where the blocks alone
-    // leave SMs short of threads, shares of the chunks sum into partial outputs that
-    // conv2d_splitk_reduce adds in a fixed order, with the epilogue.
-    const int groups_n = (N + NB - 1) / NB, share = blockIdx.z / groups_n;
+    // blockIdx.z: (image group, share of the channel chunks), a tile's shares next to each
+    // other (they stage the same input).  Where the blocks alone leave SMs short of
+    // threads, shares of the chunks sum into partial outputs that conv2d_splitk_reduce
+    // adds in a fixed order, with the epilogue.
+    const int shares = (chunks + per_share - 1) / per_share;
+    const int group = blockIdx.z / shares, share = blockIdx.z - group * shares;
     const int c_begin = share * per_share, c_end = min(chunks, c_begin + per_share);
-    const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = (blockIdx.z - share * groups_n) * NB;
+    const int oh0 = th_i * TH, ow0 = tw_i * TW, n0 = group * NB;
     const int ih0 = oh0 * sh - ph, iw0 = ow0 * sw - pw;
     // 16-byte copies (vec = 4, W % 4 == 0): a staged line starts at the multiple of 4 at or
     // before iw0, so every vector lies wholly inside the image or wholly outside; `lead`
@@ -379,11 +381,12 @@ sparse_csr_tiled(
 #pragma unroll
     for (int j = 0; j < PX; ++j) joff[j] = 4 * word(32 * j);
 
-    // The block's row table, and its staging table, made once: for each staged vector its
-    // offset in x at chunk 0, or -1 for padding; a chunk then copies vector e from
-    // x + c0·H·W + table[e] with no index arithmetic.
-    const int2* my_rows = row_tab + (size_t)blockIdx.y * chunks * (RB + 1);
-    for (int i = tid; i < chunks * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
+    // The block's row table (its share's chunks: chunk c at (c - c_begin)·(RB + 1)), and
+    // its staging table, made once: for each staged vector its offset in x at chunk 0, or
+    // -1 for padding; a chunk then copies vector e from x + c0·H·W + table[e] with no
+    // index arithmetic.
+    const int2* my_rows = row_tab + ((size_t)blockIdx.y * chunks + c_begin) * (RB + 1);
+    for (int i = tid; i < (c_end - c_begin) * (RB + 1); i += blockDim.x) rows_s[i] = my_rows[i];
     for (int e = tid; e < items; e += blockDim.x) {
         const int line = e / per_line, w = (e - line * per_line) * vec;
         const int col = phases > 1 ? (w % run) * phases + w / run : w;
@@ -434,7 +437,7 @@ sparse_csr_tiled(
         else
             for (int b = 0; b < NB; ++b)
                 copy(src, c0, table + b * per_image, buf + b * IMG, per_image);
-        const int2 seg = rows_s[chunk * (RB + 1) + RB];
+        const int2 seg = rows_s[(chunk - c_begin) * (RB + 1) + RB];
         float* tbuf = reinterpret_cast<float*>(tap_stage + (chunk & 1) * max_segment);
         const float* tsrc = reinterpret_cast<const float*>(taps + seg.x);
         for (int i = tid; i < seg.y / 2; i += blockDim.x)
@@ -461,7 +464,7 @@ sparse_csr_tiled(
         __syncthreads();
         const char* cur = reinterpret_cast<const char*>(xs + (chunk & 1) * stage_size) + tbase;
         const float4* tp = reinterpret_cast<const float4*>(tap_stage + (chunk & 1) * max_segment);
-        const int2* rp = rows_s + chunk * (RB + 1) + warp * RW;
+        const int2* rp = rows_s + (chunk - c_begin) * (RB + 1) + warp * RW;
 #pragma unroll
         for (int i = 0; i < RW; ++i) {
             const int2 sc = rp[i];                       // rows past K have none

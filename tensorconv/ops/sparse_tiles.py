@@ -231,8 +231,8 @@ def remainder_tables(weights, tile: RemainderTile, g: RemainderGeometry, xp
 def remainder_smem(g: RemainderGeometry, tile: RemainderTile, chunks: int,
                    max_segment: int) -> int:
     """Shared-memory bytes of a tiled remainder block: two input stages, two tap stages
-    of ``max_segment`` (weight, offset) slots, the block's row table of every chunk, its
-    staging table (an int a staged vector)."""
+    of ``max_segment`` (weight, offset) slots, the block's row table of the ``chunks`` it
+    walks (its share's), its staging table (an int a staged vector)."""
     items = g.nb * tile.ck * g.iht * g.pitch // g.vec
     return 4 * (2 * g.stage_floats(tile) + 4 * max_segment + 2 * chunks * (tile.rb + 1)
                 + items)
@@ -278,6 +278,6 @@ def tiled_launch(x, weights, geom: ConvGeometry, tile: RemainderTile | None = No
     g = remainder_geometry(geom, tile, vec=vec, phases=phases, row_phases=row_phases)
     shares, per_share = remainder_shares(geom, tile, g, sm_count)
     tables = remainder_tables(weights, tile, g, backend.array_module(x))
-    smem = remainder_smem(g, tile, cdiv(geom.c, tile.ck), tables.longest)
+    smem = remainder_smem(g, tile, per_share, tables.longest)
     return TiledLaunch(tile, g, shares, per_share, tables, smem)
 

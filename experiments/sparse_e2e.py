@@ -20,13 +20,18 @@ and the CIFAR-style ResNet-18's fit the ImageNet one layer by layer):
   CUDA graph.
 
 With ``--profile``, each launch of our two engines is also timed alone (``step_us``), which
-says where a model's time goes.  Each output is checked against its own model's forward
-first; times are CUDA-graph replay medians, side by side in one process.  Paper (P100):
+says where a model's time goes.  The rows so far are kept in ``sparse_e2e.partial.csv``
+after each model (a call cut short keeps its models: ``--merge`` it); ``--time-budget``
+starts no model after that many seconds and the report names those left.  Each output is
+checked against its own model's forward first; times are CUDA-graph replay medians, side
+by side in one process.  Paper (P100):
 1.75-4.03x over cuDNN (each model's beside ours), 1.39-3.52x over TVM.  Targets (issue
 23, ResNet-18-8x): >= 2.5x over cuDNN fp32, >= 1.5x over our dense engine.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -39,6 +44,7 @@ from experiments._common import (
     merged_rows,
     outputs,
     parser,
+    partial_csv,
     preload,
     pyplot,
     rel_norm,
@@ -77,6 +83,9 @@ def _args(argv):
                         "one model need distinct labels")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--t2", type=int, nargs="+", default=[4, 8, 12, 16])
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds for this call: no model is started after them (the report "
+                        "says which are left; run them with --merge)")
     p.add_argument("--profile", action="store_true",
                    help="also time each launch of our engines alone (metric step_us: what "
                         "each layer costs, not a breakdown of the graph's time)")
@@ -87,8 +96,11 @@ def _args(argv):
                              "models timed in separate calls)", nothing="time nothing")
     args = p.parse_args(argv)
     check_report_only(p, args, [flag for flag, v in (("--models", args.models),
-                                                     ("--masks", args.masks)) if v],
-                      "times nothing")
+                                                     ("--masks", args.masks),
+                                                     ("--time-budget", args.time_budget))
+                                 if v is not None and v != []], "times nothing")
+    if args.time_budget is not None and args.time_budget < 0:
+        p.error(f"--time-budget must be >= 0 seconds, got {args.time_budget:g}")
     if args.models is None:
         args.models = list(CIFAR)
     masks: dict = {}
@@ -139,7 +151,13 @@ def main(argv=None) -> int:
     reps = dict(repeat=10 if args.quick else 50)
     from tqdm import tqdm
 
+    partial = partial_csv(NAME, args.out)
+    start, left = time.perf_counter(), []
     for name in tqdm(args.models, desc="timing pruned models end to end", unit="model"):
+        if name != args.models[0] and args.time_budget is not None and \
+                time.perf_counter() - start > args.time_budget:      # the first always runs
+            left.append(name)
+            continue
         ratio = RATIOS[name]
         size, classes = INPUTS.get(name, (32, 10))
         shape = (batch, 3, size, size)
@@ -202,7 +220,10 @@ def main(argv=None) -> int:
                 rs.add(case, f"{base}/ours-sparse", "speedup",
                        lat[(case, base)] / lat[(case, "ours-sparse")], "x", note=target,
                        paper_value=PAPER_X[name] if base == "cudnn-fp32" else None)
-    return write_report(args, rs, batch)
+        rs.write_csv(partial)        # a call cut short keeps its models (--merge it)
+    code = write_report(args, rs, batch, left)
+    partial.unlink(missing_ok=True)
+    return code
 
 
 def add_profile(rs: ResultSet, case: str, variant: str, engine) -> None:
@@ -212,8 +233,9 @@ def add_profile(rs: ResultSet, case: str, variant: str, engine) -> None:
                note="this launch alone, from a CUDA graph of its own")
 
 
-def write_report(args, rs: ResultSet, batch: int) -> int:
-    """Write the CSV, the markdown (each case's pruning as its run recorded it) and the plot."""
+def write_report(args, rs: ResultSet, batch: int, left=()) -> int:
+    """Write the CSV, the markdown (each case's pruning as its run recorded it, the
+    ``left`` models a time budget left untimed) and the plot."""
     paths = outputs(NAME, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
@@ -221,8 +243,9 @@ def write_report(args, rs: ResultSet, batch: int) -> int:
                if r["metric"] == "sparse_layers"]
     sections = metric_sections(rows, ("batch_us", "speedup", "sparse_layers", "rel_err",
                                       "step_us"))
-    sections.append(("Notes", f"Batch {batch}, 3 x 32 x 32 (ImageNet models 3 x 224 x 224), "
-                              f"fp32, random weights. "
+    untimed = f"Partial: {', '.join(left)} not timed (run again with --merge). " if left else ""
+    sections.append(("Notes", f"{untimed}Batch {batch}, 3 x 32 x 32 (ImageNet models "
+                              f"3 x 224 x 224), fp32, random weights. "
                               f"Layers on the sparse kernels (as each run recorded them): "
                               f"{'; '.join(sources)}. Algorithm 1 at t2 in "
                               f"{args.t2}. Paper: {PAPER}."))

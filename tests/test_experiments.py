@@ -174,6 +174,7 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
     args = ["--quick", "--models", "resnet18", "vgg16", "--out", str(tmp_path), "--t2", "8",
             "--masks", f"resnet18={tmp_path / 'm.npz'}"]
     assert sparse_e2e.main(args) == 0
+    assert not (tmp_path / "sparse_e2e.partial.csv").exists()     # removed once written
     rows = results.read_csv(tmp_path / "sparse_e2e.csv")
     errs = [r["value"] for r in rows if r["metric"] == "rel_err" and "tf32" not in r["variant"]]
     assert len(errs) >= 4 and max(errs) <= 1e-4
@@ -205,6 +206,36 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
         sparse_e2e.main(["--quick", "--models", "vgg16", "--out", str(tmp_path),
                          "--masks", f"vgg16={tmp_path / 'm.npz'}"])
     assert (tmp_path / "sparse_e2e.png").stat().st_size > 0
+
+
+@pytest.mark.gpu
+def test_sparse_e2e_time_budget_leaves_models_to_merge(tmp_path):
+    """A spent budget starts no further model (the first always runs) and the report names
+    those left; a second call --merge'd with the first gives both."""
+    pytest.importorskip("mtkahypar")
+    from experiments import sparse_e2e
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    quick = ["--quick", "--t2", "8", "--time-budget", "0"]
+    assert sparse_e2e.main(quick + ["--models", "resnet18", "vgg16", "--out", str(first)]) == 0
+    cases = {r["case"] for r in results.read_csv(first / "sparse_e2e.csv")}
+    assert cases == {"resnet18-8x"}
+    assert "Partial: vgg16 not timed" in (first / "sparse_e2e.md").read_text()
+    assert not (first / "sparse_e2e.partial.csv").exists()
+    assert sparse_e2e.main(quick + ["--models", "vgg16", "--out", str(second), "--merge",
+                                    str(first / "sparse_e2e.csv")]) == 0
+    rows = results.read_csv(second / "sparse_e2e.csv")
+    assert {r["case"] for r in rows} == {"resnet18-8x", "vgg16-4x"}
+    assert "Partial" not in (second / "sparse_e2e.md").read_text()
+
+
+def test_sparse_e2e_refuses_a_negative_budget_or_one_for_a_report():
+    from experiments import sparse_e2e
+
+    with pytest.raises(SystemExit):
+        sparse_e2e.main(["--time-budget", "-1"])
+    with pytest.raises(SystemExit):
+        sparse_e2e.main(["--report-only", "--merge", "x.csv", "--time-budget", "5"])
 
 
 def test_sparse_layers_transplant_trained_masks_onto_imagenet_shapes(tmp_path):

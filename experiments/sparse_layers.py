@@ -26,7 +26,8 @@ the same K x CRS shapes) — runs as:
   (``cudnn.benchmark``);
 * ``ours-tf32``: ``ours`` under ``precision.using("tf32")`` (the dense blocks' table in one
   tf32 pass on the tensor cores, the remainder as in fp32), the fastest of the same
-  layouts, against ``cudnn-tf32``.
+  layouts and of the remainder on the tensor cores in one tf32 pass without blocks
+  (``sparse_tc_remainder``), against ``cudnn-tf32``.
 
 Every output is checked first against the pruned kernel's convolution in float64 (one
 GEMM on the explicit im2col): at most 1e-5 relative error, 3e-3 for tf32.  The rows so far
@@ -281,8 +282,23 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
         rs.add(case, f"t2={t2} tf32", "latency_us", t, "us")
         if t < best_tf32[1]:
             best_tf32 = (t2, t)
-    rs.add(case, "ours-tf32", "latency_us", best_tf32[1], "us",
-           note=f"fastest: t2={best_tf32[0]}" if best_tf32[0] else "fastest: no blocks")
+    # and the remainder on the tensor cores, which pays at one tf32 pass, without blocks
+    plain_weights = sparse_conv.pack_weights(plain, (geom.h, geom.w), cp)
+    with precision.using("tf32"):
+        tc_choices = [c for c in sparse_conv.remainder_choices(geom) if c not in choices]
+    tf32_note = f"t2={best_tf32[0]}" if best_tf32[0] else "no blocks"
+    for choice in tc_choices:
+        def run_tc(tile=choice[0]):
+            with precision.using("tf32"):
+                sparse_conv.run(x, plain_weights, out, geom, (), remainder_tile=tile)
+
+        run_tc()
+        check(f"ours-tf32 {sparse_conv.choice_name(*choice)}", out, tol=3e-3)
+        t = timing.time_graph(run_tc).median_us
+        if t < best_tf32[1]:
+            best_tf32 = (0, t)
+            tf32_note = f"no blocks, remainder on {sparse_conv.choice_name(*choice)}"
+    rs.add(case, "ours-tf32", "latency_us", best_tf32[1], "us", note=f"fastest: {tf32_note}")
 
     fn = run_layout(plain, "rows")
     check("csr-rows", out)

@@ -11,7 +11,8 @@ from tensorconv import cuda, ops, precision, tunecache
 from tests import cu_instances
 
 MMA_FILES = ("conv_maxpool.cu", "igemm_tf32x3.cu", "pointwise_pair.cu", "scc_tc.cu",
-             "sparse_blocks_tc.cu", "tucker_core_tf32x3.cu", "tucker_tail.cu", "winograd_conv.cu")
+             "sparse_blocks_tc.cu", "sparse_tc_remainder.cu", "tucker_core_tf32x3.cu",
+             "tucker_tail.cu", "winograd_conv.cu")
 
 
 def test_check_and_context_nest_and_restore():

@@ -26,9 +26,9 @@ from tensorconv.engine.dense import DENSE_FILES, plan_folded_conv2d
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.plan import Plan, Step
 from tensorconv.nn.sparse import SparseConv2d
-from tensorconv.ops import sparse_conv
+from tensorconv.ops import sparse_conv, sparse_tc_remainder
 
-SPARSE_FILES = (sparse_conv.FILE,) + DENSE_FILES
+SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE) + DENSE_FILES
 
 
 def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):

@@ -37,6 +37,7 @@ from tensorconv.ops import (
                             softmax_xent,
                             sparse_blocks_tc,
                             sparse_conv,
+                            sparse_tc_remainder,
                             tensorcore_conv,
                             tucker_core_cluster,
                             tucker_core_tdc,
@@ -80,8 +81,8 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
                                 depthwise_conv, direct_conv, direct_wgrad, dropout,
                                 igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
                                 scc_tc, sgd, softmax_xent, sparse_blocks_tc, sparse_conv,
-                                tensorcore_conv, tucker_core_cluster, tucker_core_tdc,
-                                tucker_core_tf32x3,
+                                sparse_tc_remainder, tensorcore_conv, tucker_core_cluster,
+                                tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv,
                                 winograd_wgrad)}
 
@@ -89,7 +90,8 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
            "scc_tc", "sgd", "softmax_xent", "sparse_blocks_tc", "sparse_conv",
-           "tensorcore_conv", "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
+           "sparse_tc_remainder", "tensorcore_conv", "tucker_core_cluster", "tucker_core_tdc",
+           "tucker_core_tf32x3",
            "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "batch_norm_apply",
            "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",
            "conv1x1_pair", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",

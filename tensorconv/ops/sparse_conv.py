@@ -35,6 +35,7 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops import _igemm, sparse_blocks
+from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
     SPLITS,
@@ -165,6 +166,9 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
     remainder = remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
+    if remainder == "tc":
+        p = stc.Problem(geom)
+        return stc.kernels(p, tile or stc.default_tile(p, None))
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
         tile = tile or default_pointwise_tile(geom, sm_count)
@@ -211,18 +215,20 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece; a table must be :func:`block_table` of ``packed``'s layout.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"auto", "rows", "tiled", "pointwise"}
+    remainder : {"auto", "rows", "tiled", "pointwise", "tc"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
         sparse convolution), shared-memory tiles over rows and pixels (an error where
-        the densest rows' taps do not fit shared memory), or, for a 1x1 filter only,
-        tiles over rows and pixels that read the input straight from global memory;
-        "auto" picks by :func:`choose_remainder` (or by ``remainder_tile``'s kernel),
-        "rows" where the tiled kernel does not fit.
-    remainder_tile : RemainderTile or PointwiseTile, optional
-        The tiled or pointwise kernel's tile (one of :data:`REMAINDER_TILES` or
-        :data:`POINTWISE_TILES`); default the rule's (:func:`default_remainder_tile`,
-        :func:`default_pointwise_tile`).  :func:`remainder_choices` lists what a tuned
-        plan times.
+        the densest rows' taps do not fit shared memory), for a 1x1 filter only, tiles
+        over rows and pixels that read the input straight from global memory, or the
+        tensor cores (:mod:`tensorconv.ops.sparse_tc_remainder`: 3xTF32, one tf32 pass
+        under ``precision.using("tf32")``); "auto" picks by :func:`choose_remainder` (or
+        by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
+    remainder_tile : RemainderTile, PointwiseTile or sparse_tc_remainder.Tile, optional
+        The tiled, pointwise or tensor-core kernel's tile (one of :data:`REMAINDER_TILES`,
+        :data:`POINTWISE_TILES` or ``sparse_tc_remainder.TILES``); default the rule's
+        (:func:`default_remainder_tile`, :func:`default_pointwise_tile`,
+        ``sparse_tc_remainder.default_tile``).  :func:`remainder_choices` lists what a
+        tuned plan times.
     remainder_staging : Staging, optional
         How the tiled kernel stages its input (column phases, word copies); default as
         :func:`tiled_launch`.
@@ -259,8 +265,9 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
             weights.hw != (geom.h, geom.w):
         raise ValueError("weights must be pack_weights(packed, (H, W), xp) of this input size")
     out = output_buffer(xp, out, geom.output_shape)
-    if remainder == "auto" and isinstance(remainder_tile, RemainderTile):
-        remainder = "tiled"      # a tile asked for runs or is refused, never swapped for rows
+    if remainder == "auto" and isinstance(remainder_tile, (RemainderTile, stc.Tile)):
+        # a tile asked for runs or is refused, never swapped for rows
+        remainder = remainder_kind(geom, remainder, remainder_tile)
     run(x, weights, out, geom, pieces, (bias, residual, bool(relu)), remainder,
         remainder_tile, remainder_staging)
     return out
@@ -289,9 +296,11 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     tiled = tiled_launch(x, weights, geom, remainder_tile, None if st is None else st.phases,
                          vec=1 if st is not None and st.words else None) \
         if kind == "tiled" and needed else None
+    if kind == "tc" and needed:
+        tiled = stc.tc_launch(x, weights, geom, remainder_tile)
     if tiled is not None and tiled.smem > backend.device_facts().smem_per_block_optin:
         if remainder != "auto":    # before any launch
-            raise ValueError(f"the tiled remainder needs {tiled.smem} bytes of shared memory "
+            raise ValueError(f"the {kind} remainder needs {tiled.smem} bytes of shared memory "
                              f"for this kernel (its densest rows); use remainder='rows'")
         tiled = None
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
@@ -300,6 +309,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if kind == "pointwise":
         _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
                           remainder_tile)
+        return
+    if kind == "tc" and tiled is not None:
+        stc.run_tc(x, out, geom, tiled, bias, residual, bool(relu), bool(pieces))
         return
     if tiled is None:
         pix = CSR_PIXELS[0]

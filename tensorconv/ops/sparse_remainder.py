@@ -5,7 +5,9 @@ times, and the checks of a caller's choice.
 
 from __future__ import annotations
 
+from tensorconv import precision
 from tensorconv.checks import ConvGeometry
+from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
 from tensorconv.ops.sparse_staging import (
     REMAINDER_TILES,
@@ -18,9 +20,9 @@ from tensorconv.ops.sparse_tiles import default_remainder_tile
 CSR_PIXELS = (128, 256)
 
 
-REMAINDERS = ("auto", "rows", "tiled", "pointwise")   # one thread per pixel of a row, the
-# shared-memory tiled kernel, or (1x1 filters) the unstaged one (docs/notes/sparse_conv.md
-# compares them); "auto": choose_remainder
+REMAINDERS = ("auto", "rows", "tiled", "pointwise", "tc")   # one thread per pixel of a row,
+# the shared-memory tiled kernel, (1x1 filters) the unstaged one, or the tensor cores
+# (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
 
 
 def _csr_name(pix: int) -> str:
@@ -66,41 +68,52 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
     1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile
     (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
-    layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``)."""
+    layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
+    ``precision.using("tf32")``, then every tile of the tensor-core remainder
+    (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.1-1.6x the tiled kernel on trained
+    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed)."""
     tiled = default_remainder_tile(geom)
+    tc = ()
+    if precision.current() == "tf32":
+        tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
     if geom.r * geom.s != 1:
-        return tuple((tiled, st) for st in stagings(geom))
+        return tuple((tiled, st) for st in stagings(geom)) + tc
     first = default_pointwise_tile(geom, sm_count)
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
-    return pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else \
-        ((tiled, None),) + pointwise
+    return (pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else
+            ((tiled, None),) + pointwise) + tc
 
 
-def choice_name(tile: RemainderTile | PointwiseTile, staging: Staging | None = None) -> str:
-    """The kernel that runs a remainder ``tile`` (tiled or pointwise), and its staging
-    where not the default."""
+def choice_name(tile, staging: Staging | None = None) -> str:
+    """The kernel that runs a remainder ``tile`` (tiled, pointwise or tensor-core), and
+    its staging where not the default."""
     if isinstance(tile, PointwiseTile):
         name = _pointwise_name(tile)
     elif isinstance(tile, RemainderTile):
         name = _tiled_name(tile)
+    elif isinstance(tile, stc.Tile):
+        name = stc.name(tile)
     else:
-        raise TypeError(f"tile must be a RemainderTile or a PointwiseTile, got {tile!r}")
+        raise TypeError(f"tile must be a RemainderTile, a PointwiseTile or a "
+                        f"sparse_tc_remainder.Tile, got {tile!r}")
     if staging is None:
         return name
     how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
     return f"{name} ({how}{', word copies' if staging.words else ''})"
 
 
-def remainder_kind(geom: ConvGeometry, remainder: str = "auto",
-                   tile: RemainderTile | PointwiseTile | None = None) -> str:
+def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> str:
     """The kernel the remainder of ``geom`` runs on: ``remainder`` unless ``"auto"``; then
     the kernel of ``tile`` where one is given, else :func:`choose_remainder`'s."""
     if remainder == "auto":
         remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
+            "tc" if isinstance(tile, stc.Tile) else \
             "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
+    if remainder == "tc" and (why := stc.supported(stc.Problem(geom))) is not None:
+        raise ValueError(f"remainder='tc': {why}")
     return remainder
 
 
@@ -111,7 +124,8 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
     of another kernel or not instantiated, a staging for another kernel than the tiled
     one or with column phases other than 1 or the horizontal stride of a wider filter."""
     kind = remainder_kind(geom, remainder, tile)
-    tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": ()}[kind]
+    tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": (),
+             "tc": stc.TILES}[kind]
     if tile is not None and tile not in tiles:
         raise ValueError(f"remainder_tile must be one of the {kind} remainder's tiles "
                          f"{tiles}, got {tile!r}" if tiles else

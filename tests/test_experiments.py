@@ -126,11 +126,15 @@ def test_sparse_layers_quick(tmp_path):
     # tf32: each layout with blocks again, at tf32's accuracy
     blocks = {(r["case"], f"ours-tf32 {r['variant']}") for r in rows
               if r["metric"] == "blocks" and r["value"] > 0}
-    assert {k for k in errs if k[1].startswith("ours-tf32")} == blocks
+    assert {k for k in errs if k[1].startswith("ours-tf32") and "tc_remainder" not in k[1]} \
+        == blocks
     assert all(errs[k] <= 3e-3 for k in blocks)
+    # and every tile of the remainder on the tensor cores, without blocks, on every layer
+    tc = {k for k in errs if k[1].startswith("ours-tf32 sparse_tc_remainder")}
+    assert {c for c, _ in tc} == {c for c, _ in errs} and all(errs[k] <= 3e-3 for k in tc)
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
     assert {"ours", "ours-tf32", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4",
-            "t2=8"} <= variants
+            "t2=8", "tc-remainder tf32"} <= variants
     dense = [r for r in rows if r["variant"] == "ours-dense"]
     assert all("as the tuned engine plans it: " in r["note"] for r in dense
                if r["metric"] == "latency_us")

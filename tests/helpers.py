@@ -107,3 +107,54 @@ def sweep(n: int, quick, slow_mark=None):
 
     keep = set(range(quick)) if isinstance(quick, int) else set(quick)
     return [t if t in keep else pytest.param(t, marks=pytest.mark.slow) for t in range(n)]
+
+
+def random_sparse_layer(rng, k: int, c: int, r: int, density: float, nblocks: int = 0, *,
+                        empty_row: bool = False):
+    """A (k, c, r, r) float32 kernel with about ``density`` of its weights nonzero (row
+    ``k // 2`` all zero with ``empty_row``) and a layout of ``nblocks`` random dense
+    blocks (rows and columns drawn at random, overlaps allowed): ``(w, packed, layout)``."""
+    from tensorconv import blocksparse as bs
+
+    shape = (k, c, r, r)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
+    if empty_row:
+        w[k // 2] = 0
+    cols = c * r * r
+    blocks = []
+    for _ in range(nblocks):
+        rows = np.unique(rng.integers(0, k, rng.integers(1, k + 1)))
+        bc = np.unique(rng.integers(0, cols, rng.integers(1, cols + 1)))
+        blocks.append((rows, bc))
+    layout = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks)
+    return w, bs.pack(w, layout), layout
+
+
+def check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, *, epilogue: bool,
+                        tol: float = 1e-5, **kwargs):
+    """``ops.sparse_conv2d`` of a random input (with a random bias and residual and ReLU
+    where ``epilogue``) into a NaN-poisoned output, against the float64 reference:
+    finite, and within ``tol`` relative error.  ``kwargs`` go to ``sparse_conv2d``.
+    Returns the geometry."""
+    import cupy as cp
+
+    from tensorconv import ops, reference
+    from tensorconv.checks import conv_geometry
+
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    geom = conv_geometry(x_shape, w.shape, stride, padding)
+    b = rng.standard_normal(geom.k).astype(np.float32) if epilogue else None
+    res = rng.standard_normal(geom.output_shape).astype(np.float32) if epilogue else None
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                            None if b is None else b.astype(np.float64), stride, padding)
+    if epilogue:
+        want = np.maximum(want + res, 0)
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    ops.sparse_conv2d(cp.asarray(x), packed, None if b is None else cp.asarray(b), stride,
+                      padding, relu=epilogue, residual=None if res is None else cp.asarray(res),
+                      out=out, **kwargs)
+    got = out.get()
+    assert np.isfinite(got).all(), (x_shape, kwargs)
+    err = rel_err(got, want)
+    assert err <= tol, (x_shape, kwargs, err)
+    return geom

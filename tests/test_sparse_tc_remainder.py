@@ -13,7 +13,7 @@ from tensorconv import precision, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_tc_remainder as stc
-from tests.helpers import rel_err
+from tests.helpers import random_sparse_layer, rel_err
 
 
 def walk(x, weights, geom, tile):
@@ -75,16 +75,7 @@ def walk(x, weights, geom, tile):
 
 
 def _layer(rng, k, c, r, density, nblocks=0):
-    shape = (k, c, r, r)
-    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
-    w[k // 2] = 0                                           # an empty row
-    blocks = []
-    for _ in range(nblocks):
-        rows = np.unique(rng.integers(0, k, rng.integers(1, k + 1)))
-        cols = np.unique(rng.integers(0, c * r * r, rng.integers(1, c * r * r + 1)))
-        blocks.append((rows, cols))
-    layout = bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks)
-    return w, bs.pack(w, layout), layout
+    return random_sparse_layer(rng, k, c, r, density, nblocks, empty_row=True)
 
 
 @pytest.mark.parametrize("tile", stc.TILES, ids=str)

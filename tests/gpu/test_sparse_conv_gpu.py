@@ -12,43 +12,20 @@ from tensorconv import blocksparse as bs
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_blocks_tc
 from tensorconv.ops import sparse_conv as sc
-from tests.helpers import rel_err, sweep
+from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
 
 
 def _case(rng, k, c, r, density, nblocks):
-    shape = (k, c, r, r)
-    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
-    cols = c * r * r
-    blocks = []
-    for _ in range(nblocks):
-        rows = np.unique(rng.integers(0, k, rng.integers(1, k + 1)))
-        bc = np.unique(rng.integers(0, cols, rng.integers(1, cols + 1)))
-        blocks.append((rows, bc))
-    return w, bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
+    w, packed, _ = random_sparse_layer(rng, k, c, r, density, nblocks)
+    return w, packed
 
 
 def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=None,
            remainder="tiled"):
-    import cupy as cp
-
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    k = w.shape[0]
-    geom = conv_geometry(x_shape, w.shape, stride, padding)
-    b = rng.standard_normal(k).astype(np.float32) if epilogue else None
-    res = rng.standard_normal(geom.output_shape).astype(np.float32) if epilogue else None
-    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
-                            None if b is None else b.astype(np.float64), stride, padding)
-    if epilogue:
-        want = np.maximum(want + res, 0)
-    out = cp.full(geom.output_shape, cp.nan, cp.float32)
-    ops.sparse_conv2d(cp.asarray(x), packed, None if b is None else cp.asarray(b), stride,
-                      padding, relu=epilogue, residual=None if res is None else cp.asarray(res),
-                      pieces=pieces, remainder=remainder, out=out)
-    got = out.get()
-    assert np.isfinite(got).all()
-    assert rel_err(got, want) <= 1e-5
+    check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=epilogue,
+                        pieces=pieces, remainder=remainder)
 
 
 @pytest.mark.parametrize("trial", sweep(24, 8))

@@ -6,52 +6,27 @@ blocks' rows to add to, the epilogue, chunks shared among blocks; at fp32 accura
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tensorconv import backend, ops, precision, reference
-from tensorconv import blocksparse as bs
+from tensorconv import backend, precision
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_tc_remainder as stc
-from tests.helpers import rel_err
+from tests.helpers import check_sparse_conv2d, random_sparse_layer
 
 pytestmark = pytest.mark.gpu
 
 
 def _kernel(rng, k, c, r, density, nblocks=0):
-    shape = (k, c, r, r)
-    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
-    w[k // 2] = 0                                           # an empty row
-    blocks = []
-    for _ in range(nblocks):
-        rows = np.unique(rng.integers(0, k, rng.integers(1, k + 1)))
-        cols = np.unique(rng.integers(0, c * r * r, rng.integers(1, c * r * r + 1)))
-        blocks.append((rows, cols))
-    return w, bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape, blocks))
+    w, packed, _ = random_sparse_layer(rng, k, c, r, density, nblocks, empty_row=True)
+    return w, packed
 
 
 def _run(rng, w, packed, x_shape, stride, padding, tile, *, epilogue, tf32=False):
-    import cupy as cp
-
-    x = rng.standard_normal(x_shape).astype(np.float32)
-    geom = conv_geometry(x_shape, w.shape, stride, padding)
-    b = rng.standard_normal(geom.k).astype(np.float32) if epilogue else None
-    res = rng.standard_normal(geom.output_shape).astype(np.float32) if epilogue else None
-    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
-                            None if b is None else b.astype(np.float64), stride, padding)
-    if epilogue:
-        want = np.maximum(want + res, 0)
-    out = cp.full(geom.output_shape, cp.nan, cp.float32)
     with precision.using("tf32" if tf32 else "fp32"):
-        ops.sparse_conv2d(cp.asarray(x), packed, None if b is None else cp.asarray(b), stride,
-                          padding, relu=epilogue,
-                          residual=None if res is None else cp.asarray(res),
-                          remainder="tc", remainder_tile=tile, out=out)
-    got = out.get()
-    assert np.isfinite(got).all(), (x_shape, tile)
-    assert rel_err(got, want) <= (3e-3 if tf32 else 1e-5), (x_shape, tile, rel_err(got, want))
-    return geom
+        return check_sparse_conv2d(rng, w, packed, x_shape, stride, padding,
+                                   epilogue=epilogue, tol=3e-3 if tf32 else 1e-5,
+                                   remainder="tc", remainder_tile=tile)
 
 
 @pytest.mark.parametrize("tile", stc.TILES, ids=str)

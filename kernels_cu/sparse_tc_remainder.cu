@@ -19,9 +19,11 @@
 // The records are read from global memory (L2, and the L1 for the block's other pixel
 // warps) one k step ahead, not staged: shared memory holds two input stages only, so
 // more blocks run an SM (measured faster: docs/notes/sparse_conv.md).  Where the blocks
-// alone leave SMs short of threads, shares of the channel chunks sum into partial outputs
-// that conv2d_splitk_reduce adds in a fixed order, with the epilogue.  The results pass
-// through shared memory so that a warp stores 32 consecutive pixels of one row.
+// alone leave a wave of the GPU short, shares of the channel chunks sum into partial
+// outputs laid out like the output, which sparse_tc_remainder_sum adds in a fixed order
+// with the epilogue: an elementwise pass (the prototype's took 7.1 µs where
+// conv2d_splitk_reduce, which transposes, took 10.9 on one layer's 4 shares).  The results
+// pass through shared memory so that a warp stores 32 consecutive pixels of one row.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
 #include "tc_mma.cuh"
@@ -37,7 +39,7 @@ sparse_tc_remainder(
     const int* __restrict__ row_of,       // (groups * 16 * MT,): a slot's row, or -1
     const float* __restrict__ bias, const float* __restrict__ residual,
     float* __restrict__ y,                // (N, K, OH, OW)
-    float* __restrict__ partial,          // (shares, K, N·OH·OW), or nullptr: one share
+    float* __restrict__ partial,          // (shares, N, K, OH, OW), or nullptr: one share
     int N, int C, int H, int W, int K, int OH, int OW, int ph, int pw,
     int CK, int CH, int IMG, int PITCH, int IHT, int IWT, int NB, int lth, int ltw,
     int tiles_w, int tiles_h, int chunks, int per_share, int groups, int stage_words,
@@ -187,10 +189,26 @@ sparse_tc_remainder(
             float v = xs[i * ldp + q];
             if (accumulate && share == 0) v += y[at];
             if (partial != nullptr)
-                partial[((size_t)share * K + k) * q_all + ((size_t)n * OH + oh) * OW + ow] = v;
+                partial[(size_t)share * K * q_all + at] = v;
             else
                 y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
         }
+    }
+}
+
+// y = relu?(sum of the `shares` partial outputs in share order + bias + residual), every
+// output value of y (N, K, OH, OW) (`size` of them, `plane` = OH·OW) by a grid-stride loop.
+__global__ void sparse_tc_remainder_sum(const float* __restrict__ partial,
+                                        const float* __restrict__ bias,
+                                        const float* __restrict__ residual, float* __restrict__ y,
+                                        int shares, long long size, int plane, int K, int relu)
+{
+    tc::wait_prior_grids();
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < size;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = 0.f;
+        for (int z = 0; z < shares; ++z) v += partial[z * size + i];
+        y[i] = tc::conv_epilogue(v, bias, (int)(i / plane % K), residual, (size_t)i, relu);
     }
 }
 

@@ -143,6 +143,16 @@ def has_clusters(facts) -> bool:
     return facts.compute_capability >= (9, 0)
 
 
+def resident_blocks(threads: int, regs: int, smem: int, facts) -> int:
+    """Blocks of ``threads`` threads, ``regs`` registers a thread and ``smem`` bytes of
+    shared memory that one SM of ``facts`` holds at once (at most 32)."""
+    warps = cdiv(threads, 32)
+    by_regs = facts.regs_per_sm // (warps * 32 * max(regs, 1))
+    by_smem = facts.smem_per_sm // smem if smem else 32
+    by_threads = facts.max_threads_per_sm // (warps * 32)
+    return max(0, min(by_regs, by_smem, by_threads, 32))
+
+
 def has_tf32_mma(facts) -> bool:
     """Whether the device has tf32 tensor cores (sm_80 and newer)."""
     return facts.compute_capability >= (8, 0)

@@ -22,7 +22,7 @@ import numpy as np
 from tensorconv import cuda
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops._launch import cdiv, check_smem, conv_op, crsn, launch
+from tensorconv.ops._launch import cdiv, check_smem, conv_op, crsn, launch, resident_blocks
 
 FILE = "tucker_core_tdc.cu"
 Problem = ConvGeometry
@@ -86,12 +86,8 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 def occupancy(threads: int, regs: int, smem: int, facts: DeviceFacts) -> float:
     """Fraction of the SM's thread slots that resident blocks of this shape fill (eq. 14)."""
-    warps = cdiv(threads, 32)
-    by_regs = facts.regs_per_sm // (warps * 32 * max(regs, 1))
-    by_smem = facts.smem_per_sm // smem if smem else 32
-    by_threads = facts.max_threads_per_sm // (warps * 32)
-    blocks = max(0, min(by_regs, by_smem, by_threads, 32))
-    return blocks * warps * 32 / facts.max_threads_per_sm
+    return resident_blocks(threads, regs, smem, facts) * cdiv(threads, 32) * 32 \
+        / facts.max_threads_per_sm
 
 
 def memory_volume(p: Problem, t: Tile) -> float:

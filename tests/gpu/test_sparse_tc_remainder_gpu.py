@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tensorconv import backend, precision
+from tensorconv import backend, cuda, precision
 from tensorconv.checks import conv_geometry
-from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_tc_remainder as stc
 from tests.helpers import check_sparse_conv2d, random_sparse_layer
 
@@ -57,7 +56,8 @@ def test_the_tc_remainder_with_its_chunks_shared_among_blocks(rng, hw, k, nblock
     tile = stc.default_tile(stc.Problem(conv_geometry((2, c) + hw, w.shape, 1, 1)), None)
     geom = _run(rng, w, packed, (2, c) + hw, 1, 1, tile, epilogue=True)
     g = stc.tc_geometry(geom, tile)
-    assert sc.remainder_shares(geom, tile, g, backend.device_facts().sm_count)[0] > 1
+    regs = cuda.load(stc.kernels(stc.Problem(geom), tile)[0]).num_regs
+    assert stc.tc_shares(geom, tile, g, regs, backend.device_facts())[0] > 1
     _run(rng, w, packed, (2, c) + hw, 1, 1, tile, epilogue=False, tf32=True)
 
 

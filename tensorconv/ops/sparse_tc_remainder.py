@@ -8,7 +8,7 @@ of input channels the host lists the columns ``(c, r, s)`` any of those rows use
 a k step, and the warp multiplies them as dense m16n8k8 tiles: the zeros cost nothing on
 the tensor cores, and one gathered input value serves 16 or 32 rows.  At 8x the rows of a
 group share about one column in eight, so a product does ~100-160 useful multiply-adds.
-It pays at one tf32 pass (``tensorconv.precision.using("tf32")``: 1.03-1.27x the tiled
+It pays at one tf32 pass (``tensorconv.precision.using("tf32")``: 1.08-1.33x the tiled
 kernel on ResNet-18-8x's pruned 3x3 layers, H200); at fp32 accuracy (3xTF32) the three
 passes leave it at 0.6-1.06x of the tiled kernel (``docs/notes/sparse_conv.md``), so tuned
 plans time it under tf32 only.  :mod:`tensorconv.ops.sparse_conv` runs it as the

@@ -15,6 +15,7 @@ import contextlib
 import threading
 import weakref
 
+from tensorconv.autograd import side_stream
 from tensorconv.autograd.tensor import Tensor, as_tensor
 
 _state = threading.local()
@@ -123,6 +124,9 @@ def backward(root: Tensor, grad, on_leaf_done=None) -> None:
             if on_leaf_done is not None:
                 on_leaf_done(root)
         return
+    if on_leaf_done is not None and side_stream.active() is not None:
+        raise ValueError("on_leaf_done cannot be used inside side_stream.weight_gradients_on: "
+                         "a leaf's gradient may still be running on the side stream")
     root._pending = grad
     xp = root.xp
     order = _topological_order(root)
@@ -170,6 +174,8 @@ def _run_backward(fn, xp) -> None:
             raise RuntimeError(f"{type(fn).__name__}.backward returned a gradient of shape "
                                f"{g.shape} for an input of shape {t.shape}")
         if t.creator is None:  # a leaf: keep the gradient
+            if t.grad is not None:
+                side_stream.settle()    # its first gradient may still be on the side stream
             t.grad = g if t.grad is None else t.grad + g
         else:
             t._pending = g if t._pending is None else t._pending + g

@@ -41,7 +41,7 @@ import numpy as np
 
 from tensorconv import backend
 from tensorconv import graph as captured_graph
-from tensorconv.autograd import Tensor
+from tensorconv.autograd import Tensor, side_stream
 from tensorconv.autograd import functions as F
 from tensorconv.checks import check_bool
 from tensorconv.ops.sgd import PointerTables
@@ -84,6 +84,11 @@ class CapturedStep:
     strict : bool
         Raise :class:`CaptureError` when the step cannot be captured (after running it
         eagerly); otherwise go on eagerly and keep the reason in :attr:`failure`.
+    overlap : bool
+        Run the convolutions' weight gradients on a second stream, beside the rest of the
+        backward pass (:mod:`tensorconv.autograd.side_stream`; the same results bit for
+        bit).  Not with ``reducer``, whose all-reduces read each gradient as soon as it is
+        final: there it is off.
 
     Attributes
     ----------
@@ -93,6 +98,8 @@ class CapturedStep:
         Times the step was captured (1, plus one per change of what the graphs point at).
     kernels : int
         Kernel launches in one replayed step.
+    forked : int
+        Weight gradients a step runs on the second stream (0 without ``overlap``).
     failure : str or None
         Why the step could not be captured (calls then run eagerly), or None.
 
@@ -105,7 +112,8 @@ class CapturedStep:
     """
 
     def __init__(self, model, optimizer, x, y, *, loss_fn=None, reducer=None,
-                 after_backward=None, after_step=None, strict: bool = False):
+                 after_backward=None, after_step=None, strict: bool = False,
+                 overlap: bool = True):
         xp = backend.require_cuda("CapturedStep")
         if not backend.is_cupy_array(x) or x.ndim != 4 or x.dtype != np.float32 \
                 or not x.flags.c_contiguous:
@@ -129,6 +137,9 @@ class CapturedStep:
         self.failure = None
         self.programmatic = captured_graph.supported()
         self._stream = xp.cuda.Stream(non_blocking=True)
+        self._side = (xp.cuda.Stream(non_blocking=True)
+                      if check_bool(overlap, "overlap") and reducer is None else None)
+        self.forked = 0
         self._lr = xp.zeros(1, np.float32)
         self._graphs = None       # (forward-backward, update)
         self._signed = None
@@ -146,9 +157,13 @@ class CapturedStep:
         if self._graphs is not None:
             self.xp.cuda.get_current_stream().synchronize()
             self._stream.synchronize()
+            if self._side is not None:
+                self._side.synchronize()
         self._graphs = self._signed = self._out = self._tables = None
         self._pools = None
         release_workspace(self._stream)
+        if self._side is not None:
+            release_workspace(self._side)
 
     def __del__(self):
         if getattr(self, "_stream", None) is not None:
@@ -175,7 +190,9 @@ class CapturedStep:
         correct = (logits.data.argmax(axis=1) == self.y).sum()
         self.optimizer.zero_grad()
         if self.reducer is None:
-            loss.backward()
+            with side_stream.weight_gradients_on(self._side) as forks:
+                loss.backward()
+            self.forked = forks()
         else:   # each bucket all-reduced as soon as the backward pass has finished it
             self.reducer.backward(loss)
         if self.after_backward is not None:

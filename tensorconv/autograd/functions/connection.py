@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorconv import backend, ops
+from tensorconv.autograd import side_stream
 from tensorconv.autograd.function import Function
 from tensorconv.autograd.functions.windows import scatter_windows, windows
 from tensorconv.checks import check_conv_args
@@ -88,9 +89,14 @@ class Conv2d(Function):
         if self.on_gpu:
             gy = gy if gy.flags.c_contiguous else gy.copy()
             conv = (geom.stride, geom.padding, geom.dilation, geom.groups)
+            # issued first: inside side_stream.weight_gradients_on it runs on the side
+            # stream, beside the data gradient and the rest of the backward pass
+            leaf = getattr(self, "inputs", None) is not None and self.inputs[1].creator is None
+            gw = (side_stream.on_side(
+                lambda: ops.conv2d_backward_weight(x, gy, w.shape, *conv), x, gy, when=leaf)
+                if self.wants(1) else None)
             # the first layer's input (the images) needs no gradient: skip its kernel
             gx = ops.conv2d_backward_data(gy, w, x.shape, *conv) if self.wants(0) else None
-            gw = ops.conv2d_backward_weight(x, gy, w.shape, *conv) if self.wants(1) else None
             return (gx, gw, gb) if self.has_bias else (gx, gw)
         xp = backend.array_module(gy)
         g = geom.groups

@@ -1,0 +1,116 @@
+"""Weight gradients on a second stream, so that they overlap the rest of the backward pass.
+
+A convolution's weight gradient is read by nothing until the optimiser's update: the
+backward pass goes on from its data gradient.  Inside :func:`weight_gradients_on`,
+:class:`~tensorconv.autograd.functions.connection.Conv2d` issues its weight gradient on the
+given stream, forked from the current one after the output gradient is made, and the
+current stream waits for all of them when the block ends.  A kernel of 64-132 blocks (the
+deep layers' at batch 128) then shares the GPU with the data gradients and batch norms the
+main stream runs meanwhile.  Captured into a CUDA graph (:class:`tensorconv.nn.CapturedStep`)
+the fork and the join become the graph's edges.
+
+The results are the same bit for bit: the same kernels on the same values, only in
+another order in time.  The arrays a forked kernel reads (the layer's input and output
+gradient) are held until the join, so that no allocation on the main stream reuses their
+memory while the forked kernel may still be reading it.
+
+Not for a backward pass whose gradients are read before it ends (a data-parallel
+reducer's ``on_leaf_done`` sends each gradient as soon as it is final): there the weight
+gradient would not be ready on the stream that reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from tensorconv import backend
+
+_state = threading.local()
+
+
+class _Fork:
+    """The stream weight gradients go to, and what its kernels read until the join."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.held: list = []
+        self.forks = 0
+
+    def run(self, fn, *reads):
+        """``fn()`` on this stream once the current stream's work so far is done; ``reads``
+        (the arrays ``fn`` reads) are held until the join."""
+        cp = backend.require_cuda("a weight gradient on a side stream")
+        self.stream.wait_event(cp.cuda.get_current_stream().record())
+        with self.stream:
+            out = fn()
+        self.held.append(reads)
+        self.forks += 1
+        return out
+
+
+def active():
+    """The active fork (inside :func:`weight_gradients_on`), or None."""
+    return getattr(_state, "fork", None)
+
+
+def on_side(fn, *reads, when: bool = True):
+    """``fn()`` on the side stream if one is active and ``when`` (``reads`` held until the
+    join), else ``fn()`` on the current stream.  ``when`` is False for a gradient that a
+    function on the main stream will read during the backward pass (a weight that is not a
+    leaf: its creator's backward consumes it)."""
+    fork = active()
+    return fn() if fork is None or not when else fork.run(fn, *reads)
+
+
+def settle() -> None:
+    """Make the current stream wait for what the side stream has run so far (before the
+    main stream reads a forked gradient: a leaf's second gradient added to its first)."""
+    fork = active()
+    if fork is not None and fork.forks:
+        cp = backend.require_cuda("a side stream's join")
+        cp.cuda.get_current_stream().wait_event(fork.stream.record())
+
+
+@contextlib.contextmanager
+def weight_gradients_on(stream):
+    """Within the block, convolutions' weight gradients run on ``stream``; at its end the
+    current stream waits for them.
+
+    Parameters
+    ----------
+    stream : cupy.cuda.Stream or None
+        Not the current stream.  None: the block changes nothing.
+
+    Yields
+    ------
+    int-returning callable
+        ``forks()``: how many weight gradients went to ``stream`` so far.
+    """
+    if stream is None:
+        yield lambda: 0
+        return
+    cp = backend.require_cuda("weight gradients on a side stream")
+    if not isinstance(stream, cp.cuda.Stream):
+        raise TypeError(f"stream must be a cupy.cuda.Stream, got {type(stream).__name__}")
+    if stream.ptr == cp.cuda.get_current_stream().ptr:
+        raise ValueError("stream must not be the current stream (nothing would overlap)")
+    if active() is not None:
+        raise RuntimeError("weight_gradients_on is already active in this thread")
+    fork = _state.fork = _Fork(stream)
+    try:
+        yield lambda: fork.forks
+    except BaseException:
+        with contextlib.suppress(Exception):   # the block's own error is the one to see
+            _join(cp, fork)
+        raise
+    else:
+        _join(cp, fork)
+    finally:
+        _state.fork = None
+        fork.held.clear()
+
+
+def _join(cp, fork) -> None:
+    if fork.forks:
+        cp.cuda.get_current_stream().wait_event(fork.stream.record())

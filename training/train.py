@@ -30,6 +30,7 @@ from tensorconv.compress.separable import POINTWISE, separable
 from tensorconv.nn import MODELS, get_model
 from tensorconv.nn.captured import CapturedStep
 from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from tensorconv.nn.precompile import compile_training
 from training import checkpoint as ckpt
 from training.admm_prune import ADMMPrune
 from training.admm_tucker import ADMMTucker
@@ -277,6 +278,11 @@ def _capture_blocker(device: str) -> str | None:
     return None
 
 
+def _share(cfg, parallel) -> int:
+    """The images of a global batch this process trains on."""
+    return cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
+
+
 def _stepper(cfg, device, model, opt, batches, x_shape, after_backward, masked, reducer):
     """The run's :class:`CapturedStep`, or None for eager steps (``cfg.capture``)."""
     if cfg.capture == "off":
@@ -355,7 +361,10 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     if cfg.cp_rank:  # a resumed run loads its factors: no need to decompose again
         cpize(model, cfg.cp_rank,
               decompose=not (checkpoint is not None and Path(checkpoint).exists()))
-    if device == "gpu":
+    if device == "gpu":   # the step's kernels built in parallel, not one by one in step 1
+        compile_training(model, (_share(cfg, parallel),) + train_set.images.shape[1:],
+                         label_dtype=train_set.labels.dtype,
+                         augment=cfg.augment if cfg.device_data else None)
         model.to("gpu")
     xp = model.xp
     admm = (ADMMTucker(model, cfg.admm_ranks, cfg.admm_rho, cfg.admm_rho_growth)
@@ -398,7 +407,7 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
     batches = (DeviceBatches(train_set, xp, cfg.batch_size, cfg.augment, fill, rows)
                if cfg.device_data else None)
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
-    share = cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
+    share = _share(cfg, parallel)
     after_backward = _after_backward(opt, admm, masked, cfg.clip_grad)
     stepper = _stepper(cfg, device, model, opt, batches,
                        (share,) + train_set.images.shape[1:], after_backward, masked, reducer)

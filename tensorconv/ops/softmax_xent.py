@@ -21,19 +21,19 @@ from tensorconv.reference import loss as ref
 FILE = "softmax_xent.cu"
 THREADS = 256
 ROWS = THREADS // 32          # rows a block of xent_rows takes: one warp each
-_LABELS = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+LABEL_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
 
 
 def kernels(label_dtype=np.int64) -> tuple[cuda.KernelRef, ...]:
     """The kernels a forward and backward pass with labels of ``label_dtype`` launch."""
-    t = _LABELS[np.dtype(label_dtype)]
+    t = LABEL_TYPES[np.dtype(label_dtype)]
     return (cuda.kernel_ref(FILE, f"xent_rows<{t}>"), cuda.kernel_ref(FILE, "xent_mean"),
             cuda.kernel_ref(FILE, f"xent_grad<{t}>"))
 
 
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: both templates for both label types."""
-    return sorted(f"{k}<{t}>" for k in ("xent_rows", "xent_grad") for t in _LABELS.values())
+    return sorted(f"{k}<{t}>" for k in ("xent_rows", "xent_grad") for t in LABEL_TYPES.values())
 
 
 def _checked(logits, labels, name: str = "logits"):
@@ -54,7 +54,7 @@ def _checked(logits, labels, name: str = "logits"):
     if labels.ndim != 1 or labels.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},) ({name} has {n} rows), got "
                          f"{tuple(labels.shape)}")
-    fast = (xp is not np and logits.dtype == np.float32 and labels.dtype in _LABELS
+    fast = (xp is not np and logits.dtype == np.float32 and labels.dtype in LABEL_TYPES
             and logits.flags.c_contiguous and labels.flags.c_contiguous)
     return logits, labels, xp, fast
 

@@ -74,9 +74,12 @@ def test_a_weight_read_twice_or_computed_gets_the_same_gradient(case):
 
 
 def test_a_forked_gradient_reads_arrays_the_main_stream_has_let_go(rng):
-    """The main stream is held busy while the side stream's weight gradient waits behind it;
-    the layer's input and output gradient are dropped on the host and their memory handed
-    out again at once: the gradient must still be that of the original values."""
+    """The side stream is held busy, so the forked weight gradient starts late; meanwhile
+    the main stream runs the data gradient, the layer's input and output gradient are
+    dropped on the host and their memory is handed out at once and filled with NaN.  The
+    gradient must still be that of the original values (the fork holds them).  An earlier
+    form held the main stream instead, and passed with nothing held: the forked kernel
+    had finished before the NaN fills ran."""
     import cupy as cp
 
     from tensorconv.timing import _hold
@@ -91,11 +94,13 @@ def test_a_forked_gradient_reads_arrays_the_main_stream_has_let_go(rng):
         w = Tensor(cp.asarray(ws), requires_grad=True)
         out = F.conv2d(x, w, padding=1)
         gy = cp.asarray(gys)
+        cp.cuda.Device().synchronize()
+        if stream is not None:
+            _hold(cp, stream, 5_000_000)     # 5 ms before the fork's kernel can start
         with side_stream.weight_gradients_on(stream):
-            _hold(cp, cp.cuda.get_current_stream(), 2_000_000)   # 2 ms
             out.backward(gy)
             del out, gy, x
-            junk = [cp.full((16, 32, 16, 16), np.nan, np.float32) for _ in range(8)]
+            junk = [cp.full((16, 32, 16, 16), np.nan, np.float32) for _ in range(16)]
         del junk
         got = w.grad.get()
         if want is None:

@@ -4,10 +4,11 @@ A convolution's weight gradient is read by nothing until the optimiser's update:
 backward pass goes on from its data gradient.  Inside :func:`weight_gradients_on`,
 :class:`~tensorconv.autograd.functions.connection.Conv2d` issues its weight gradient on the
 given stream, forked from the current one after the output gradient is made, and the
-current stream waits for all of them when the block ends.  A kernel of 64-132 blocks (the
-deep layers' at batch 128) then shares the GPU with the data gradients and batch norms the
-main stream runs meanwhile.  Captured into a CUDA graph (:class:`tensorconv.nn.CapturedStep`)
-the fork and the join become the graph's edges.
+current stream waits for all of them when the block ends.  The weight gradients then share
+the GPU with the data gradients and batch norms the main stream runs meanwhile, filling
+what a lone kernel leaves idle (ResNet-18's captured step at batch 128 ran 1.10x faster
+on an H200: ``docs/notes/training_speed.md``).  Captured into a CUDA graph
+(:class:`tensorconv.nn.CapturedStep`) the fork and the join become the graph's edges.
 
 The results are the same bit for bit: the same kernels on the same values, only in
 another order in time.  The arrays a forked kernel reads (the layer's input and output

@@ -1,8 +1,9 @@
 """Compile a training step's kernels before its first step, on a pool of threads.
 
 A training step fetches each kernel the first time it launches it, so on a machine with an
-empty CuPy kernel cache the first step compiles some forty to a hundred kernels one after
-another (ResNet-20's first epoch took 37 s on an H200, against 1.15 s for the next).  Here
+empty CuPy kernel cache the first step compiles every kernel it needs one after another
+(ResNet-20's first epoch on Fashion-MNIST took 37 s on an H200, against 1.15 s for the
+next).  Here
 the model is run once on the CPU at batch 1 to learn each convolution's and linear layer's
 input shape; at the training batch each gets the kernels its forward, data gradient (where
 its input needs one) and weight gradient would launch

@@ -70,7 +70,7 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
     layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
-    (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.03-1.27x the tiled kernel on trained
+    (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
     pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed)."""
     tiled = default_remainder_tile(geom)
     tc = ()

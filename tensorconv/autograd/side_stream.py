@@ -13,7 +13,11 @@ on an H200: ``docs/notes/training_speed.md``).  Captured into a CUDA graph
 The results are the same bit for bit: the same kernels on the same values, only in
 another order in time.  The arrays a forked kernel reads (the layer's input and output
 gradient) are held until the join, so that no allocation on the main stream reuses their
-memory while the forked kernel may still be reading it.
+memory while the forked kernel may still be reading it.  That is the cost: each
+convolution's output gradient lives until the join, the end of the backward pass, instead
+of until its layer's gradients are made (the inputs live that long anyway: the backward
+pass keeps every function until it ends), so the peak memory of the backward pass grows by
+up to the convolutions' output sizes.
 
 Not for a backward pass whose gradients are read before it ends (a data-parallel
 reducer's ``on_leaf_done`` sends each gradient as soon as it is final): there the weight

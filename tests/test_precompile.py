@@ -50,3 +50,26 @@ def test_a_bad_batch_shape_is_said(bad):
     model = get_model("small_cnn", in_channels=1, num_classes=10, seed=0)
     with pytest.raises((ValueError, TypeError), match="batch_shape"):
         training_kernels(model, bad)
+
+
+def test_a_model_of_the_same_structure_is_not_walked_twice(monkeypatch):
+    from tensorconv import cuda
+    from tensorconv.nn import precompile
+
+    monkeypatch.setattr(backend, "device_facts", lambda *a: device_facts())
+    built, walks = [], []
+    monkeypatch.setattr(cuda, "compile_all", lambda refs, desc: built.append(len(refs)) or 7)
+    walk = precompile.layer_inputs
+    monkeypatch.setattr(precompile, "layer_inputs", lambda *a: walks.append(1) or walk(*a))
+    monkeypatch.setattr(precompile, "_DONE", set())
+    first = get_model("resnet20", in_channels=1, num_classes=10, seed=0)
+    again = get_model("resnet20", in_channels=1, num_classes=10, seed=1)   # other weights
+    assert precompile.compile_training(first, (64, 1, 32, 32), augment=True) == 7
+    assert precompile.compile_training(again, (64, 1, 32, 32), augment=True) == 0
+    assert len(walks) == len(built) == 1
+    # another batch, other options or another model: walked and compiled again
+    precompile.compile_training(again, (32, 1, 32, 32), augment=True)
+    precompile.compile_training(again, (32, 1, 32, 32), augment=False)
+    precompile.compile_training(get_model("resnet18", in_channels=1, num_classes=10),
+                                (32, 1, 32, 32), augment=False)
+    assert len(walks) == len(built) == 4

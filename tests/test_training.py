@@ -388,7 +388,9 @@ def test_admm_state_keeps_its_arrays_and_the_values_of_the_rule_it_replaced(rng)
 def test_admm_and_clipping_no_longer_stop_a_capture():
     """Only the CPU keeps a run's step from a CUDA graph now; ADMM and clipping run in the
     same hook the eager step runs."""
-    assert train_mod._capture_blocker("gpu") is None
-    assert "CPU" in train_mod._capture_blocker("cpu")
+    from training.steps import capture_blocker
+
+    assert capture_blocker("gpu") is None
+    assert "CPU" in capture_blocker("cpu")
     with pytest.raises(ValueError, match="cannot capture its step: it trains on the CPU"):
         train(_cfg(capture="on", admm_prune_ratio=4.0, clip_grad=1.0), progress=False)

@@ -28,10 +28,10 @@ from tensorconv.compress import cpize, tuckerize
 from tensorconv.compress.prune import load_masks, magnitude_masks
 from tensorconv.compress.separable import POINTWISE, separable
 from tensorconv.nn import MODELS, get_model
-from tensorconv.nn.captured import CapturedStep
-from tensorconv.nn.optim import SGD, clip_grad_norm, cosine_lr, step_lr
+from tensorconv.nn.optim import SGD, cosine_lr, step_lr
 from tensorconv.nn.precompile import compile_training
 from training import checkpoint as ckpt
+from training import steps
 from training.admm_prune import ADMMPrune
 from training.admm_tucker import ADMMTucker
 from training.device_data import DeviceBatches
@@ -236,68 +236,9 @@ def _restore(path: Path, cfg: TrainConfig, model, opt):
     return meta
 
 
-def _after_backward(opt, admm, masked, clip_grad):
-    """What changes the gradients between the backward pass and the update, in this order
-    (the ADMM penalty, the masks, the clipping), as one call; None where nothing does.  Both
-    the eager and the captured step run it (it reads nothing on the host)."""
-    hooks = [h for h in (admm and admm.after_backward, masked and masked.after_backward) if h]
-    if clip_grad:
-        hooks.append(lambda: clip_grad_norm(opt.params, clip_grad))
-    if not hooks:
-        return None
-
-    def run():
-        for hook in hooks:
-            hook()
-    return run
-
-
-def _eager_step(model, opt, x, y, reducer, after_backward, masked):
-    """One training step through the autograd, as written; returns (loss, correct) on the
-    device (0-d arrays)."""
-    logits = model(x)
-    loss = F.softmax_cross_entropy(logits, y, check=False)
-    opt.zero_grad()
-    if reducer is None:
-        loss.backward()
-    else:   # each bucket averaged over the ranks as the backward pass finishes it
-        reducer.backward(loss)
-    if after_backward is not None:
-        after_backward()
-    opt.step()
-    if masked is not None:
-        masked.after_step()
-    return loss.data.reshape(()), (logits.data.argmax(axis=1) == y).sum()
-
-
-def _capture_blocker(device: str) -> str | None:
-    """Why this run cannot replay a captured step, or None.  (ADMM's targets and penalty
-    and the clipping's scale live on the device, so neither stops a capture.)"""
-    if device != "gpu":
-        return "it trains on the CPU"
-    return None
-
-
 def _share(cfg, parallel) -> int:
     """The images of a global batch this process trains on."""
     return cfg.batch_size if parallel is None else parallel.check_batch(cfg.batch_size)
-
-
-def _stepper(cfg, device, model, opt, batches, x_shape, after_backward, masked, reducer):
-    """The run's :class:`CapturedStep`, or None for eager steps (``cfg.capture``)."""
-    if cfg.capture == "off":
-        return None
-    blocker = _capture_blocker(device)
-    if blocker is not None:
-        if cfg.capture == "on":
-            raise ValueError(f"capture='on', but this run cannot capture its step: {blocker}")
-        return None
-    xp = model.xp
-    x, y = ((batches.x, batches.y) if batches is not None else
-            (xp.empty(x_shape, np.float32), xp.empty(x_shape[0], np.int64)))
-    return CapturedStep(model, opt, x, y, strict=cfg.capture == "on", reducer=reducer,
-                        after_backward=after_backward,
-                        after_step=masked.after_step if masked else None)
 
 
 def train(cfg: TrainConfig, checkpoint: str | Path | None = None, *, stop_after: int | None = None,
@@ -408,8 +349,8 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
                if cfg.device_data else None)
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     share = _share(cfg, parallel)
-    after_backward = _after_backward(opt, admm, masked, cfg.clip_grad)
-    stepper = _stepper(cfg, device, model, opt, batches,
+    after_backward = steps.after_backward_hooks(opt, admm, masked, cfg.clip_grad)
+    stepper = steps.stepper(cfg, device, model, opt, batches,
                        (share,) + train_set.images.shape[1:], after_backward, masked, reducer)
     warned = False
     for epoch in range(start_epoch, end_epoch):
@@ -446,7 +387,7 @@ def _train(cfg: TrainConfig, checkpoint, stop_after, progress, log_every, parall
                     warnings.warn(f"training eagerly: {stepper.failure}", RuntimeWarning,
                                   stacklevel=2)
             else:
-                loss_d, right_d = _eager_step(model, opt, Tensor(xb), y, reducer,
+                loss_d, right_d = steps.eager_step(model, opt, Tensor(xb), y, reducer,
                                               after_backward, masked)
             step_loss[i] = loss_d
             step_right[i] = right_d

@@ -234,12 +234,12 @@ def test_admm_and_clipping_are_captured_with_the_step(rng):
     into the arrays the graphs read: no new capture)."""
     from tensorconv.nn.captured import CapturedStep
     from training.admm_prune import ADMMPrune
-    from training.train import _after_backward
+    from training.steps import after_backward_hooks
 
     eager, capt = _setup("resnet20", 16, 16), _setup("resnet20", 16, 16)
     ae, ac = ADMMPrune(eager[0], 4.0, 0.05, 2.0), ADMMPrune(capt[0], 4.0, 0.05, 2.0)
     # a bound the random batches' gradients pass, so that the scaling runs
-    he, hc = (_after_backward(o, a, None, 0.05) for o, a in ((eager[1], ae), (capt[1], ac)))
+    he, hc = (after_backward_hooks(o, a, None, 0.05) for o, a in ((eager[1], ae), (capt[1], ac)))
     step = CapturedStep(*capt, strict=True, after_backward=hc)
     for i, (xb, yb) in enumerate(_batches(rng, 6, 16, 16)):
         if i == 3:

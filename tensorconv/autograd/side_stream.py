@@ -35,19 +35,25 @@ _state = threading.local()
 
 
 class _Fork:
-    """The stream weight gradients go to, and what its kernels read until the join."""
+    """The streams weight gradients go to (in turn), and what their kernels read until the
+    join."""
 
-    def __init__(self, stream):
-        self.stream = stream
+    def __init__(self, streams):
+        self.streams = streams
         self.held: list = []
         self.forks = 0
 
+    def used(self):
+        """The streams that have run a weight gradient so far."""
+        return self.streams[:min(self.forks, len(self.streams))]
+
     def run(self, fn, *reads):
-        """``fn()`` on this stream once the current stream's work so far is done; ``reads``
-        (the arrays ``fn`` reads) are held until the join."""
+        """``fn()`` on the next stream once the current stream's work so far is done;
+        ``reads`` (the arrays ``fn`` reads) are held until the join."""
         cp = backend.require_cuda("a weight gradient on a side stream")
-        self.stream.wait_event(cp.cuda.get_current_stream().record())
-        with self.stream:
+        stream = self.streams[self.forks % len(self.streams)]
+        stream.wait_event(cp.cuda.get_current_stream().record())
+        with stream:
             out = fn()
         self.held.append(reads)
         self.forks += 1
@@ -73,8 +79,7 @@ def settle() -> None:
     main stream reads a forked gradient: a leaf's second gradient added to its first)."""
     fork = active()
     if fork is not None and fork.forks:
-        cp = backend.require_cuda("a side stream's join")
-        cp.cuda.get_current_stream().wait_event(fork.stream.record())
+        _join(backend.require_cuda("a side stream's join"), fork)
 
 
 @contextlib.contextmanager
@@ -84,8 +89,10 @@ def weight_gradients_on(stream):
 
     Parameters
     ----------
-    stream : cupy.cuda.Stream or None
-        Not the current stream.  None: the block changes nothing.
+    stream : cupy.cuda.Stream, sequence of them, or None
+        Not the current stream.  Several: the weight gradients take them in turn, so that
+        successive layers' gradients may run side by side too.  None: the block changes
+        nothing.
 
     Yields
     ------
@@ -96,13 +103,19 @@ def weight_gradients_on(stream):
         yield lambda: 0
         return
     cp = backend.require_cuda("weight gradients on a side stream")
-    if not isinstance(stream, cp.cuda.Stream):
-        raise TypeError(f"stream must be a cupy.cuda.Stream, got {type(stream).__name__}")
-    if stream.ptr == cp.cuda.get_current_stream().ptr:
+    streams = tuple(stream) if isinstance(stream, (tuple, list)) else (stream,)
+    if not streams:
+        raise ValueError("stream must name at least one stream, got an empty sequence")
+    for s in streams:
+        if not isinstance(s, cp.cuda.Stream):
+            raise TypeError(f"stream must be a cupy.cuda.Stream, got {type(s).__name__}")
+    if any(s.ptr == cp.cuda.get_current_stream().ptr for s in streams):
         raise ValueError("stream must not be the current stream (nothing would overlap)")
+    if len({s.ptr for s in streams}) != len(streams):
+        raise ValueError("stream must not name the same stream twice")
     if active() is not None:
         raise RuntimeError("weight_gradients_on is already active in this thread")
-    fork = _state.fork = _Fork(stream)
+    fork = _state.fork = _Fork(streams)
     try:
         yield lambda: fork.forks
     except BaseException:
@@ -117,5 +130,6 @@ def weight_gradients_on(stream):
 
 
 def _join(cp, fork) -> None:
-    if fork.forks:
-        cp.cuda.get_current_stream().wait_event(fork.stream.record())
+    main = cp.cuda.get_current_stream()
+    for stream in fork.used():
+        main.wait_event(stream.record())

@@ -43,7 +43,7 @@ from tensorconv import backend
 from tensorconv import graph as captured_graph
 from tensorconv.autograd import Tensor, side_stream
 from tensorconv.autograd import functions as F
-from tensorconv.checks import check_bool
+from tensorconv.checks import check_bool, check_int
 from tensorconv.ops.sgd import PointerTables
 from tensorconv.scratch import release_workspace
 
@@ -84,10 +84,11 @@ class CapturedStep:
     strict : bool
         Raise :class:`CaptureError` when the step cannot be captured (after running it
         eagerly); otherwise go on eagerly and keep the reason in :attr:`failure`.
-    overlap : bool
+    overlap : bool or int
         Run the convolutions' weight gradients on a second stream, beside the rest of the
         backward pass (:mod:`tensorconv.autograd.side_stream`; the same results bit for
-        bit).  Not with ``reducer``, whose all-reduces read each gradient as soon as it is
+        bit); an int >= 1 names how many side streams they take in turn (True: 1, False:
+        0).  Not with ``reducer``, whose all-reduces read each gradient as soon as it is
         final: there it is off.
 
     Attributes
@@ -137,8 +138,10 @@ class CapturedStep:
         self.failure = None
         self.programmatic = captured_graph.supported()
         self._stream = xp.cuda.Stream(non_blocking=True)
-        self._side = (xp.cuda.Stream(non_blocking=True)
-                      if check_bool(overlap, "overlap") and reducer is None else None)
+        sides = (int(check_bool(overlap, "overlap")) if isinstance(overlap, (bool, np.bool_))
+                 else check_int(overlap, "overlap", minimum=0))
+        self._side = (tuple(xp.cuda.Stream(non_blocking=True) for _ in range(sides))
+                      if sides and reducer is None else None)
         self.forked = 0
         self._lr = xp.zeros(1, np.float32)
         self._graphs = None       # (forward-backward, update)
@@ -157,13 +160,13 @@ class CapturedStep:
         if self._graphs is not None:
             self.xp.cuda.get_current_stream().synchronize()
             self._stream.synchronize()
-            if self._side is not None:
-                self._side.synchronize()
+            for side in self._side or ():
+                side.synchronize()
         self._graphs = self._signed = self._out = self._tables = None
         self._pools = None
         release_workspace(self._stream)
-        if self._side is not None:
-            release_workspace(self._side)
+        for side in self._side or ():
+            release_workspace(side)
 
     def __del__(self):
         if getattr(self, "_stream", None) is not None:

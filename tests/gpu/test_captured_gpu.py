@@ -56,14 +56,15 @@ def _batches(rng, steps, batch, size):
              rng.integers(0, 10, batch)) for _ in range(steps)]
 
 
-@pytest.mark.parametrize("model_name,batch,size", [("resnet20", 32, 16), ("small_cnn", 24, 28),
-                                                   ("vgg16", 8, 32), ("googlenet", 8, 32)])
-def test_captured_steps_equal_eager_steps_bit_for_bit(rng, model_name, batch, size):
+@pytest.mark.parametrize("model_name,batch,size,overlap", [
+    ("resnet20", 32, 16, True), ("small_cnn", 24, 28, True), ("vgg16", 8, 32, 2),
+    ("googlenet", 8, 32, 3)])
+def test_captured_steps_equal_eager_steps_bit_for_bit(rng, model_name, batch, size, overlap):
     from tensorconv.nn.captured import CapturedStep
 
     eager = _setup(model_name, batch, size)
     capt = _setup(model_name, batch, size)
-    step = CapturedStep(*capt, strict=True)
+    step = CapturedStep(*capt, strict=True, overlap=overlap)
     lrs = [0.05, 0.04, 0.1, 0.02, 0.07, 0.01]
     for lr, (xb, yb) in zip(lrs, _batches(rng, len(lrs), batch, size)):
         for m, o, x, y in (eager, capt):
@@ -130,6 +131,10 @@ def test_a_data_parallel_step_is_captured_with_its_all_reduces(rng):
     _assert_same(_state(*eager[:2]), _state(*capt[:2]))
     with pytest.raises(ValueError, match="reducer must average exactly"):
         CapturedStep(*eager, reducer=reducer)
+    with pytest.raises(ValueError, match="overlap must be >= 0"):
+        CapturedStep(*eager, overlap=-1)
+    with pytest.raises(TypeError, match="overlap"):
+        CapturedStep(*eager, overlap=1.5)
 
 
 @pytest.mark.parametrize("capture", [False, True])

@@ -21,8 +21,17 @@ def _grads(model, x, y, stream):
     return {n: p.grad.get() for n, p in model.named_parameters()}, forks()
 
 
+def _sides(n):
+    import cupy as cp
+
+    streams = tuple(cp.cuda.Stream(non_blocking=True) for _ in range(n))
+    return streams[0] if n == 1 else streams
+
+
+@pytest.mark.parametrize("sides", [1, 3])
 @pytest.mark.parametrize("model_name", ["resnet20", "googlenet"])
-def test_a_network_gets_the_same_gradients_with_the_weight_gradients_forked(rng, model_name):
+def test_a_network_gets_the_same_gradients_with_the_weight_gradients_forked(rng, model_name,
+                                                                            sides):
     import cupy as cp
 
     from tensorconv.nn import get_model
@@ -33,8 +42,7 @@ def test_a_network_gets_the_same_gradients_with_the_weight_gradients_forked(rng,
     x = cp.asarray(rng.standard_normal((8, 1, 32, 32)).astype(np.float32))
     y = cp.asarray(rng.integers(0, 10, 8))
     one, none = _grads(a, x, y, None)
-    side = cp.cuda.Stream(non_blocking=True)
-    two, forks = _grads(b, x, y, side)
+    two, forks = _grads(b, x, y, _sides(sides))
     model = b
     convs = sum(1 for n, p in model.named_parameters() if p.data.ndim == 4)
     assert none == 0 and forks == convs and forks > 0
@@ -59,12 +67,11 @@ def _two_convs(rng, w_of, stream):
     return w.grad.get(), x.grad.get(), forks()
 
 
+@pytest.mark.parametrize("sides", [1, 2])
 @pytest.mark.parametrize("case", ["shared leaf", "computed weight"])
-def test_a_weight_read_twice_or_computed_gets_the_same_gradient(case):
-    import cupy as cp
-
+def test_a_weight_read_twice_or_computed_gets_the_same_gradient(case, sides):
     w_of = (lambda w: w) if case == "shared leaf" else (lambda w: w * 0.5)
-    side = cp.cuda.Stream(non_blocking=True)
+    side = _sides(sides)
     base = _two_convs(np.random.default_rng(7), w_of, None)
     forked = _two_convs(np.random.default_rng(7), w_of, side)
     np.testing.assert_array_equal(base[0], forked[0])
@@ -118,6 +125,18 @@ def test_bad_use_is_said():
         with side_stream.weight_gradients_on(cp.cuda.get_current_stream()):
             pass
     side = cp.cuda.Stream(non_blocking=True)
+    with pytest.raises(ValueError, match="current stream"):
+        with side_stream.weight_gradients_on([side, cp.cuda.get_current_stream()]):
+            pass
+    with pytest.raises(ValueError, match="twice"):
+        with side_stream.weight_gradients_on((side, side)):
+            pass
+    with pytest.raises(ValueError, match="at least one"):
+        with side_stream.weight_gradients_on(()):
+            pass
+    with pytest.raises(TypeError, match="stream"):
+        with side_stream.weight_gradients_on((side, "side")):
+            pass
     with side_stream.weight_gradients_on(side):
         with pytest.raises(RuntimeError, match="already active"):
             with side_stream.weight_gradients_on(cp.cuda.Stream(non_blocking=True)):

@@ -99,14 +99,20 @@ struct Ring {
 // scalar ones into a ring of S register slots (issue() S - 1 chunks ahead, store() into
 // shared memory just before the chunk is needed), so their latency overlaps S - 2 chunks
 // of products as cp.async's does.  Slots must be compile-time after unrolling.
+// Whether T threads' `copies` 16-byte copies of a chunk fall in whole rows of 4 copies each
+// (a function, so that `copies < t` divides by nothing the front end would warn about).
+__host__ __device__ constexpr bool whole_runs(int copies, int t) {
+    return copies >= t && copies % t == 0 && 4 % (copies / t) == 0;
+}
+
 template <int BM, int BN, int T, bool NHWC, bool VEC_A, bool VEC_B, bool A_KM, int S>
 struct Loader {
     // vector A: 4 copies of 8 halves per pixel row; a thread keeps column tid % 4.
     static constexpr int A_COPIES = BM * BK / 8, A_PER = (A_COPIES + T - 1) / T;
     static constexpr int B_COPIES = BN * BK / 8, B_PER = (B_COPIES + T - 1) / T;
     // Whole runs: every thread's copies fall in one row (a row is BK / 8 = 4 copies).
-    static constexpr bool RUN_A = A_COPIES % T == 0 && 4 % (A_COPIES / T) == 0;
-    static constexpr bool RUN_B = B_COPIES % T == 0 && 4 % (B_COPIES / T) == 0;
+    static constexpr bool RUN_A = whole_runs(A_COPIES, T);
+    static constexpr bool RUN_B = whole_runs(B_COPIES, T);
     // scalar A: a thread keeps pixel tid % BM and walks k; scalar B: lane k = tid % BK.
     static constexpr int AL = VEC_A ? 1 : BM * BK / T, BL = VEC_B ? 1 : BN * BK / T;
     static_assert(VEC_A || (T % BM == 0 && BM * BK % T == 0), "scalar A staging");
@@ -612,11 +618,11 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
             if (res != nullptr) v += to_float<BF>(res[(size_t)n * OHW]);
             out[(size_t)n * OHW] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
         }
-        return;
-    }
-    for (int e = tid; e < BM * BN; e += T) {   // consecutive threads: consecutive addresses
-        const int mm = e / BN, nn = e % BN;
-        put(mm, nn, Cs[mm * LDC + nn]);
+    } else {
+        for (int e = tid; e < BM * BN; e += T) {   // consecutive threads: consecutive addresses
+            const int mm = e / BN, nn = e % BN;
+            put(mm, nn, Cs[mm * LDC + nn]);
+        }
     }
 }
 

@@ -556,19 +556,38 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_pointwise(
         for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
     const int slot0 = (blockIdx.y * WARPS + warp) * RW;
     const int2* tab = slot_tab + (size_t)share * slots + slot0;
+    // A row's taps come U pairs at a time: the U tap loads, then their 2·U·PX input
+    // loads, then the products, so that each is U loads in flight rather than a chain of
+    // dependent round trips (a deep layer's row is a few dozen taps: its latency is the
+    // number of such rounds).  The products keep the taps' order.
+    constexpr int U = PX >= 4 ? 2 : 8 / PX;
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
         const int2 st = tab[i];
         const float4* p = taps + (st.x >> 1);
         const float4* end = p + (st.y >> 1);
-#pragma unroll 4
-        for (; p < end; ++p) {
-            const float4 t = __ldg(p);
-            const int a = __float_as_int(t.y), b = __float_as_int(t.w);
+        for (; p < end; p += U) {
+            const int live = (int)(end - p);   // >= 1; the batch's taps past it are skipped
+            float4 t[U];
+            float xa[U][PX], xb[U][PX];
 #pragma unroll
-            for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, __ldg(base[j] + a), acc[i][j]);
+            for (int u = 0; u < U; ++u)
+                t[u] = u < live ? __ldg(p + u) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.z, __ldg(base[j] + b), acc[i][j]);
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int j = 0; j < PX; ++j) {
+                    xa[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].y)) : 0.f;
+                    xb[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].w)) : 0.f;
+                }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (u >= live) break;
+#pragma unroll
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].x, xa[u][j], acc[i][j]);
+#pragma unroll
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].z, xb[u][j], acc[i][j]);
+            }
         }
     }
     // A row's 32 consecutive pixels a warp store: coalesced whatever row the slot holds.

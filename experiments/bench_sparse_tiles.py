@@ -79,8 +79,9 @@ def rule_label(geom) -> str:
 
 
 def pointwise_label(tile) -> str:
-    """``pointwise WARPSxRWxPX``."""
-    return f"pointwise {tile.warps}x{tile.rw}x{tile.px}"
+    """``pointwise WARPSxRWxPX``, with ``bBATCH`` where tap pairs come in batches."""
+    return f"pointwise {tile.warps}x{tile.rw}x{tile.px}" + \
+        (f" b{tile.batch}" if tile.batch > 1 else "")
 
 
 def _case(k, c, r, stride, size) -> str:

@@ -509,7 +509,7 @@ sparse_csr_tiled(
     }
 }
 
-template <int WARPS, int RW, int PX>
+template <int WARPS, int RW, int PX, int U>
 __global__ void __launch_bounds__(32 * WARPS) sparse_csr_pointwise(
     const float* __restrict__ x,          // (N, C, H, W)
     const int2* __restrict__ slot_tab,    // (shares, slots): each row slot's (first tap,
@@ -556,37 +556,50 @@ __global__ void __launch_bounds__(32 * WARPS) sparse_csr_pointwise(
         for (int j = 0; j < PX; ++j) acc[i][j] = 0.f;
     const int slot0 = (blockIdx.y * WARPS + warp) * RW;
     const int2* tab = slot_tab + (size_t)share * slots + slot0;
-    // A row's taps come U pairs at a time: the U tap loads, then their 2·U·PX input
-    // loads, then the products, so that each is U loads in flight rather than a chain of
-    // dependent round trips (a deep layer's row is a few dozen taps: its latency is the
-    // number of such rounds).  The products keep the taps' order.
-    constexpr int U = PX >= 4 ? 2 : 8 / PX;
+    // U == 1: a row's taps one pair after another (unrolled by four), the loads of each
+    // round trip in flight across the warps of an SM.  U > 1: U pairs at a time, the U
+    // tap loads, then their 2·U·PX input loads, then the products, so that a warp has U
+    // round trips in flight rather than a chain of them: where few warps share an SM and
+    // rows are long (deep layers on small maps), a row's latency is the number of such
+    // rounds.  Both keep the taps' order, so they give the same sums bit for bit.
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
         const int2 st = tab[i];
         const float4* p = taps + (st.x >> 1);
         const float4* end = p + (st.y >> 1);
-        for (; p < end; p += U) {
-            const int live = (int)(end - p);   // >= 1; the batch's taps past it are skipped
-            float4 t[U];
-            float xa[U][PX], xb[U][PX];
+        if constexpr (U == 1) {
+#pragma unroll 4
+            for (; p < end; ++p) {
+                const float4 t = __ldg(p);
+                const int a = __float_as_int(t.y), b = __float_as_int(t.w);
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                t[u] = u < live ? __ldg(p + u) : make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.x, __ldg(base[j] + a), acc[i][j]);
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t.z, __ldg(base[j] + b), acc[i][j]);
+            }
+        } else {
+            for (; p < end; p += U) {
+                const int live = (int)(end - p);   // >= 1; the batch's pairs past it skipped
+                float4 t[U];
+                float xa[U][PX], xb[U][PX];
 #pragma unroll
-                for (int j = 0; j < PX; ++j) {
-                    xa[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].y)) : 0.f;
-                    xb[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].w)) : 0.f;
+                for (int u = 0; u < U; ++u)
+                    t[u] = u < live ? __ldg(p + u) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int j = 0; j < PX; ++j) {
+                        xa[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].y)) : 0.f;
+                        xb[u][j] = u < live ? __ldg(base[j] + __float_as_int(t[u].w)) : 0.f;
+                    }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    if (u >= live) break;
+#pragma unroll
+                    for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].x, xa[u][j], acc[i][j]);
+#pragma unroll
+                    for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].z, xb[u][j], acc[i][j]);
                 }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (u >= live) break;
-#pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].x, xa[u][j], acc[i][j]);
-#pragma unroll
-                for (int j = 0; j < PX; ++j) acc[i][j] = fmaf(t[u].z, xb[u][j], acc[i][j]);
             }
         }
     }
@@ -663,20 +676,26 @@ TC_I_SPARSE_BLOCK_TABLE(32, 64, 16, 2, 4) TC_I_SPARSE_BLOCK_TABLE(64, 128, 16, 8
 #define TC_I_SPARSE_CSR_POINTWISE(...) template __global__ void sparse_csr_pointwise<__VA_ARGS__>( \
     const float*, const int2*, const float4*, const int*, const float*, const float*, float*, \
     float*, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-TC_I_SPARSE_CSR_POINTWISE(16, 1, 1) TC_I_SPARSE_CSR_POINTWISE(16, 1, 2)
-TC_I_SPARSE_CSR_POINTWISE(16, 1, 4) TC_I_SPARSE_CSR_POINTWISE(16, 2, 1)
-TC_I_SPARSE_CSR_POINTWISE(16, 2, 2) TC_I_SPARSE_CSR_POINTWISE(16, 2, 4)
-TC_I_SPARSE_CSR_POINTWISE(16, 4, 1) TC_I_SPARSE_CSR_POINTWISE(16, 4, 2)
-TC_I_SPARSE_CSR_POINTWISE(16, 4, 4) TC_I_SPARSE_CSR_POINTWISE(4, 1, 1)
-TC_I_SPARSE_CSR_POINTWISE(4, 1, 2) TC_I_SPARSE_CSR_POINTWISE(4, 1, 4)
-TC_I_SPARSE_CSR_POINTWISE(4, 2, 1) TC_I_SPARSE_CSR_POINTWISE(4, 2, 2)
-TC_I_SPARSE_CSR_POINTWISE(4, 2, 4) TC_I_SPARSE_CSR_POINTWISE(4, 4, 1)
-TC_I_SPARSE_CSR_POINTWISE(4, 4, 2) TC_I_SPARSE_CSR_POINTWISE(4, 4, 4)
-TC_I_SPARSE_CSR_POINTWISE(8, 1, 1) TC_I_SPARSE_CSR_POINTWISE(8, 1, 2)
-TC_I_SPARSE_CSR_POINTWISE(8, 1, 4) TC_I_SPARSE_CSR_POINTWISE(8, 2, 1)
-TC_I_SPARSE_CSR_POINTWISE(8, 2, 2) TC_I_SPARSE_CSR_POINTWISE(8, 2, 4)
-TC_I_SPARSE_CSR_POINTWISE(8, 4, 1) TC_I_SPARSE_CSR_POINTWISE(8, 4, 2)
-TC_I_SPARSE_CSR_POINTWISE(8, 4, 4)
+TC_I_SPARSE_CSR_POINTWISE(16, 1, 1, 1) TC_I_SPARSE_CSR_POINTWISE(16, 1, 1, 8)
+TC_I_SPARSE_CSR_POINTWISE(16, 1, 2, 1) TC_I_SPARSE_CSR_POINTWISE(16, 1, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(16, 1, 4, 1) TC_I_SPARSE_CSR_POINTWISE(16, 2, 1, 1)
+TC_I_SPARSE_CSR_POINTWISE(16, 2, 1, 8) TC_I_SPARSE_CSR_POINTWISE(16, 2, 2, 1)
+TC_I_SPARSE_CSR_POINTWISE(16, 2, 2, 4) TC_I_SPARSE_CSR_POINTWISE(16, 2, 4, 1)
+TC_I_SPARSE_CSR_POINTWISE(16, 4, 1, 1) TC_I_SPARSE_CSR_POINTWISE(16, 4, 1, 8)
+TC_I_SPARSE_CSR_POINTWISE(16, 4, 2, 1) TC_I_SPARSE_CSR_POINTWISE(16, 4, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(16, 4, 4, 1) TC_I_SPARSE_CSR_POINTWISE(4, 1, 1, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 1, 2, 1) TC_I_SPARSE_CSR_POINTWISE(4, 1, 4, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 2, 1, 1) TC_I_SPARSE_CSR_POINTWISE(4, 2, 2, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 2, 4, 1) TC_I_SPARSE_CSR_POINTWISE(4, 4, 1, 1)
+TC_I_SPARSE_CSR_POINTWISE(4, 4, 2, 1) TC_I_SPARSE_CSR_POINTWISE(4, 4, 4, 1)
+TC_I_SPARSE_CSR_POINTWISE(8, 1, 1, 1) TC_I_SPARSE_CSR_POINTWISE(8, 1, 1, 8)
+TC_I_SPARSE_CSR_POINTWISE(8, 1, 2, 1) TC_I_SPARSE_CSR_POINTWISE(8, 1, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(8, 1, 4, 1) TC_I_SPARSE_CSR_POINTWISE(8, 2, 1, 1)
+TC_I_SPARSE_CSR_POINTWISE(8, 2, 1, 8) TC_I_SPARSE_CSR_POINTWISE(8, 2, 2, 1)
+TC_I_SPARSE_CSR_POINTWISE(8, 2, 2, 4) TC_I_SPARSE_CSR_POINTWISE(8, 2, 4, 1)
+TC_I_SPARSE_CSR_POINTWISE(8, 4, 1, 1) TC_I_SPARSE_CSR_POINTWISE(8, 4, 1, 8)
+TC_I_SPARSE_CSR_POINTWISE(8, 4, 2, 1) TC_I_SPARSE_CSR_POINTWISE(8, 4, 2, 4)
+TC_I_SPARSE_CSR_POINTWISE(8, 4, 4, 1)
 #undef TC_I_SPARSE_CSR_POINTWISE
 #define TC_I_SPARSE_CSR_ROWS(...) template __global__ void sparse_csr_rows<__VA_ARGS__>( \
     const float*, const int*, const int*, const float*, const int*, const int*, const int*, \

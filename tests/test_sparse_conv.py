@@ -582,3 +582,15 @@ def test_pointwise_shares_give_every_sm_its_warps(q, k, c):
             assert shares == 1
         elif shares > 1:
             assert sc.pointwise_warps(geom, tile, shares - 1) < 16 * 132
+
+
+def test_pointwise_tiles_are_distinct_and_the_rule_takes_an_unbatched_one():
+    from tensorconv.ops.sparse_remainder import choice_name
+
+    names = [choice_name(t) for t in sc.POINTWISE_TILES]
+    assert len(set(names)) == len(names) == len(set(sc.POINTWISE_TILES))
+    assert {t.batch for t in sc.POINTWISE_TILES} == {1, 4, 8}
+    for shape, stride, hw in (((512, 256, 1, 1), 2, 8), ((16, 480, 1, 1), 1, 16),
+                              ((64, 192, 1, 1), 1, 32)):
+        geom = conv_geometry((32, shape[1], hw, hw), shape, stride, 0)
+        assert sc.default_pointwise_tile(geom, 132).batch == 1

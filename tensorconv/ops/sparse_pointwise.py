@@ -1,7 +1,7 @@
 """The unstaged 1x1 remainder kernel's shapes (``sparse_csr_pointwise`` in
 ``kernels_cu/sparse_conv.cu``): its template tiles (warps a block, rows a warp, pixels a
-lane), the channel shares that give a launch enough warps, the measured rule that picks a
-tile, and the per-layer tables it walks.
+lane, tap pairs a batch), the channel shares that give a launch enough warps, the measured
+rule that picks a tile, and the per-layer tables it walks.
 """
 
 from __future__ import annotations
@@ -21,19 +21,29 @@ from tensorconv.ops.sparse_tiles import balanced_rows
 class PointwiseTile:
     """The unstaged 1x1 remainder kernel's template (``sparse_csr_pointwise``): ``warps``
     warps a block sharing its ``32 * px`` pixels (``px`` a lane), ``rw`` row slots a
-    warp (``warps * rw`` a block)."""
+    warp (``warps * rw`` a block); ``batch`` tap pairs loaded together before their
+    products (1: one pair after another).  Batches put more loads in flight a warp: on
+    trained 1x1 layers with few pixels and long rows (GoogLeNet-8x's 16x480 on 16x16,
+    ResNet-18-8x's 512x256 shortcut on 8x8) the fastest batched tile ran 1.1-1.4x the
+    fastest unbatched one, and on 32x32 maps 0.86-0.9x (H200, batch 32,
+    ``docs/notes/sparse_conv.md``), so both are timed by a tuned plan."""
 
     warps: int
     rw: int
     px: int
+    batch: int = 1
 
     @property
     def rb(self) -> int:
         return self.warps * self.rw
 
 
-POINTWISE_TILES = tuple(PointwiseTile(w, rw, px) for w in (4, 8, 16) for rw in (1, 2, 4)
-                        for px in (1, 2, 4))
+POINTWISE_TILES = (tuple(PointwiseTile(w, rw, px) for w in (4, 8, 16) for rw in (1, 2, 4)
+                         for px in (1, 2, 4))
+                   # batched: 8 input loads a lane in flight; the blocks of 8 or 16 warps
+                   # the fastest batched tiles had, on one or two pixels a lane
+                   + tuple(PointwiseTile(w, rw, px, 8 // px) for w in (8, 16)
+                           for rw in (1, 2, 4) for px in (1, 2)))
 _POINTWISE_WARPS = 16      # warps an SM the rule asks of a launch
 _SHARE_CHANNELS = 32       # the fewest channels a share of a pointwise launch walks
 
@@ -63,10 +73,12 @@ def default_pointwise_tile(geom: ConvGeometry, sm_count: int = 132) -> Pointwise
     every SM ``_RULE_WARPS`` warps (channel shares counted); of those, the most rows a
     block (each input value the block reads then serves more rows: fewer passes over the
     input), then the most pixels a lane.  Where none does, the tile with the most warps
-    (then the most a block)."""
+    (then the most a block).  Unbatched tiles only: the rule was measured on them, and
+    the batched ones win where a tuned plan finds it (:class:`PointwiseTile`)."""
     k = geom.k
-    cand = [t for t in POINTWISE_TILES if t.warps >= 8 and cdiv(k, t.rb) * t.rb <= 1.2 * k]
-    cand = cand or [t for t in POINTWISE_TILES if t.rb <= max(4, k)]
+    plain = [t for t in POINTWISE_TILES if t.batch == 1]   # the rule's measured ground
+    cand = [t for t in plain if t.warps >= 8 and cdiv(k, t.rb) * t.rb <= 1.2 * k]
+    cand = cand or [t for t in plain if t.rb <= max(4, k)]
 
     def launched(t):
         return pointwise_warps(geom, t, pointwise_shares(geom, t, sm_count))

@@ -34,7 +34,7 @@ def _tiled_name(t: RemainderTile) -> str:
 
 
 def _pointwise_name(t: PointwiseTile) -> str:
-    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}>"
+    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}, {t.batch}>"
 
 
 def choose_remainder(geom: ConvGeometry) -> str:
@@ -63,7 +63,8 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     (on a GPU of ``sm_count`` SMs), the rules' first (:func:`choose_remainder`'s kernel on
     its tile, staged by default).
 
-    A 1x1 filter: every pointwise tile (staging None) and the tiled rule's tile.  The
+    A 1x1 filter: every pointwise tile, batched or not (staging None), and the tiled
+    rule's tile.  The
     pointwise rule is 1.16x the fastest tile in geometric mean and 1.49x at worst on 27
     trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
     1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile

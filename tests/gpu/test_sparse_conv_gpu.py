@@ -4,6 +4,8 @@ rows), every tile, strides, batches, the epilogue; poisoned outputs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -445,6 +447,11 @@ def test_every_pointwise_tile_on_1x1_layers(rng, tile):
         sc.run(xd, weights, out, geom, (), remainder="pointwise", remainder_tile=tile)
         assert rel_err(out.get(), want) <= 1e-5, (x_shape, k, stride, padding)
         shared += sc.pointwise_shares(geom, tile, backend.device_facts().sm_count) > 1
+        if tile.batch > 1:   # the same products in the same order as one pair at a time
+            plain = cp.full(geom.output_shape, cp.nan, cp.float32)
+            sc.run(xd, weights, plain, geom, (), remainder="pointwise",
+                   remainder_tile=dataclasses.replace(tile, batch=1))
+            assert bool(cp.array_equal(out, plain)), (x_shape, k, stride, padding)
     assert shared >= 1
 
 
@@ -475,7 +482,8 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     bias = rng.standard_normal(geom.k).astype(np.float32)
     want = np.maximum(want + bias[None, :, None, None], 0)
     choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
-    assert len(choices) == (28 if r == 1 else 3)   # 1x1: 27 pointwise and the tiled rule's
+    # 1x1: every pointwise tile (27 plain, 12 batched) and the tiled rule's
+    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3)
     for tile, staging in choices:
         out = cp.full(geom.output_shape, cp.nan, cp.float32)
         ops.sparse_conv2d(xd, packed, cp.asarray(bias), stride, r // 2, relu=True,

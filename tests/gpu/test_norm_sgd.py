@@ -26,6 +26,12 @@ def _on_gpu(a, misaligned: bool):
     return view
 
 
+def _scaled_err(out, ref, scale) -> float:
+    """``||out - ref|| / ||scale||``: the error of a sum or blend against the size of its
+    terms (``scale``, the sum of their magnitudes), which cancellation cannot shrink."""
+    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(scale))
+
+
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("shape,misaligned", [
@@ -59,7 +65,12 @@ def test_batch_norm_kernels(rng, shape, misaligned, relu, residual):
     if relu:
         y_ref = np.maximum(y_ref, 0)
     assert rel_err(y.get(), y_ref) < 1e-5
-    assert rel_err(rm_d.get(), rm_ref) < 1e-6 and rel_err(rv_d.get(), rv_ref) < 1e-6
+    # sums and blends, measured against the size of their terms: with a few channels the
+    # results themselves can be near zero by chance (a random seed once gave a running
+    # mean past 1e-6 of its own norm), which says nothing of the kernels' rounding
+    m = 0.1   # the forward's momentum
+    assert _scaled_err(rm_d.get(), rm_ref, (1 - m) * np.abs(rm) + m * np.abs(mean_ref)) < 1e-6
+    assert _scaled_err(rv_d.get(), rv_ref, rv_ref) < 1e-6
     grads = ops.batch_norm_backward(_on_gpu(x, misaligned), _on_gpu(gy, misaligned),
                                     mean, invstd, cp.asarray(gamma), training=True,
                                     y=y if relu else None, residual_grad=residual)
@@ -73,7 +84,9 @@ def test_batch_norm_kernels(rng, shape, misaligned, relu, residual):
         x.astype(np.float64), gy_ref, mean_ref, invstd_ref,
         gamma.astype(np.float64), training=True)
     assert rel_err(gx.get(), gx_ref) < 1e-4
-    assert rel_err(dg.get(), dg_ref) < 1e-5 and rel_err(db.get(), db_ref) < 1e-5
+    xhat = (x.astype(np.float64) - mean_ref[:, None, None]) * invstd_ref[:, None, None]
+    assert _scaled_err(dg.get(), dg_ref, np.abs(gy_ref * xhat).sum(axis=(0, 2, 3))) < 1e-6
+    assert _scaled_err(db.get(), db_ref, np.abs(gy_ref).sum(axis=(0, 2, 3))) < 1e-6
 
 
 @pytest.mark.parametrize("relu", [False, True])

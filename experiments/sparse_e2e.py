@@ -179,10 +179,12 @@ def main(argv=None) -> int:
                    note=f"of {len(report)} pruned convolutions; {source}")
             rs.add(case, "ours-sparse", "batch_us", engine.time(**reps).median_us, "us",
                    note=f"one CUDA graph of {engine.launches} launches; {sparse} of "
-                        f"{len(report)} pruned layers on the sparse kernels")
+                        f"{len(report)} pruned layers on the sparse kernels; "
+                        f"{engine.sections} sections of module branches side by side")
             if args.profile:
                 add_profile(rs, case, "ours-sparse", engine)
             del engine
+            add_one_stream(rs, case, "ours-sparse", pruned, shape, reps)
         engine = InferenceEngine(dense, shape, tune=args.tune)
         with no_grad():
             err = rel_norm(engine(x), dense(Tensor(x)).data, cp)
@@ -190,7 +192,8 @@ def main(argv=None) -> int:
         for case in cases:       # the unpruned model, timed once, beside each pruned one
             rs.add(case, "ours-dense", "rel_err", err, "1")
             rs.add(case, "ours-dense", "batch_us", us, "us",
-                   note=f"one CUDA graph of {engine.launches} launches")
+                   note=f"one CUDA graph of {engine.launches} launches; {engine.sections} "
+                        f"sections of module branches side by side")
         if args.profile:
             add_profile(rs, f"{name}-{ratio:g}x", "ours-dense", engine)
         del engine
@@ -224,6 +227,15 @@ def main(argv=None) -> int:
     code = write_report(args, rs, batch, left)
     partial.unlink(missing_ok=True)
     return code
+
+
+def add_one_stream(rs: ResultSet, case: str, variant: str, model, shape, reps) -> None:
+    """``model``'s engine with every launch on one stream (``concurrent=False``; the same
+    choices, read from the tune cache the timed engine filled), timed as a ``batch_us``
+    row ``"{variant}-one-stream"``: what running module branches side by side gave."""
+    engine = InferenceEngine(model, shape, concurrent=False)
+    rs.add(case, f"{variant}-one-stream", "batch_us", engine.time(**reps).median_us, "us",
+           note=f"the same plan, its {engine.launches} launches in order on one stream")
 
 
 def add_profile(rs: ResultSet, case: str, variant: str, engine) -> None:

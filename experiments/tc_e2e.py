@@ -95,8 +95,12 @@ def main(argv=None) -> int:
                                                             / cp.linalg.norm(ref)), "1")
         t_ours = ours.time(**reps)
         rs.add(case, "ours-fp16-graph", "latency_us", t_ours.median_us, "us",
-               note=f"{ours.launches} launches; p10 {t_ours.p10_us:.0f} "
-                    f"p90 {t_ours.p90_us:.0f}")
+               note=f"{ours.launches} launches, {ours.sections} sections of module branches "
+                    f"side by side; p10 {t_ours.p10_us:.0f} p90 {t_ours.p90_us:.0f}")
+        one = InferenceEngine(model, shape, dtype="float16", concurrent=False)  # cached tiles
+        rs.add(case, "ours-fp16-graph-one-stream", "latency_us", one.time(**reps).median_us,
+               "us", note="the same plan, every launch in order on one stream")
+        del one
         if not bench.torch_cudnn_available():
             continue
         import torch

@@ -12,7 +12,9 @@ Only edges into kernels known to make that call first are made programmatic
 (:func:`tensorconv.cuda.waits_for_prior_grids`: every kernel of ``kernels_cu``); CuPy's
 own kernels, copies and memsets keep ordinary edges.  Because every such kernel waits
 for the one before it, which waited for its own predecessor, a kernel also sees every
-earlier kernel's writes (a residual from three layers back, say).
+earlier kernel's writes (a residual from three layers back, say).  Work captured from
+several streams has forks and joins; their edges are rewritten too: ``griddepcontrol.wait``
+waits for every prerequisite grid, so a join waits for all the branches it joins.
 
 The capture and the edge rewrite go through the CUDA driver API (``libcuda``, ctypes):
 CuPy's ``Stream.end_capture`` instantiates the graph at once, before its edges could be
@@ -80,6 +82,8 @@ class CapturedGraph:
     ----------
     kernels : int
         Kernel nodes in the graph.
+    edges : int
+        Dependency edges in the graph (one stream's work: nodes - 1; forks add more).
     programmatic_edges : int
         Edges made programmatic (0 unless ``programmatic``).
     """
@@ -98,6 +102,9 @@ class CapturedGraph:
             _check("cuStreamEndCapture", handle, ctypes.byref(self._graph))
         waiting = self._waiting_kernels()
         self.kernels = len(waiting)
+        count = ctypes.c_size_t()
+        _check("cuGraphGetEdges", self._graph, None, None, ctypes.byref(count))
+        self.edges = count.value
         self.programmatic_edges = self._make_programmatic(waiting) if programmatic else 0
         _check("cuGraphInstantiateWithFlags", ctypes.byref(self._exec), self._graph,
                ctypes.c_ulonglong(0))

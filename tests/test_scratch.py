@@ -25,17 +25,21 @@ class _Stream(SimpleNamespace):
 _current = {"stream": None}
 _XP = SimpleNamespace(
     empty=lambda n, dtype: np.empty(n, dtype),
+    zeros=lambda n, dtype: np.zeros(n, dtype),
     cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0),
                          get_current_stream=lambda: _current["stream"]))
 
 
 @pytest.fixture(autouse=True)
 def _own_registry():
-    before = dict(scratch._workspaces)
-    scratch._workspaces.clear()
+    tables = (scratch._workspaces, scratch._counters, scratch._outgrown)
+    before = [dict(t) for t in tables]
+    for t in tables:
+        t.clear()
     yield
-    scratch._workspaces.clear()
-    scratch._workspaces.update(before)
+    for t, b in zip(tables, before):
+        t.clear()
+        t.update(b)
 
 
 def test_a_streams_buffer_is_reused_grown_and_dropped_alone():
@@ -49,6 +53,27 @@ def test_a_streams_buffer_is_reused_grown_and_dropped_alone():
     scratch.release_workspace(a)
     assert (0, 0xA0) not in scratch._workspaces
     assert scratch._workspaces[(0, 0xB0)] is other
+
+
+def test_counters_are_zeroed_per_stream_and_outgrown_buffers_live_until_released():
+    a, b = _Stream(ptr=0xA0), _Stream(ptr=0xB0)
+    with a:
+        first = scratch.counters(_XP, 5)
+        assert first.size == 1024 and first.dtype == np.int32 and not first.any()
+        assert scratch.counters(_XP, 1024) is first
+        small = scratch.workspace(_XP, 4)
+        scratch.workspace(_XP, 40)
+        grown = scratch.counters(_XP, 1025)
+        assert grown.size == 2048 and not grown.any()
+    with b:
+        assert scratch.counters(_XP, 5) is not first     # never shared between streams
+    # a graph captured on `a` before it grew may still hold the smaller buffers
+    kept = scratch._outgrown[(0, 0xA0)]
+    assert any(x is first for x in kept) and any(x is small for x in kept)
+    scratch.release_workspace(a)
+    assert all((0, 0xA0) not in t for t in (scratch._workspaces, scratch._counters,
+                                             scratch._outgrown))
+    assert (0, 0xB0) in scratch._counters
 
 
 def test_time_graph_drops_its_streams_buffer_once_timed(monkeypatch):

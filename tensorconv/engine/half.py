@@ -18,6 +18,7 @@ import numpy as np
 from tensorconv import backend
 from tensorconv.checks import check_window_fits, pool_args, pooled_size
 from tensorconv.engine.fold import folded
+from tensorconv.engine.models import plan_residual
 from tensorconv.engine.plan import Plan
 from tensorconv.engine.registry import is_conv, plan_conv, plan_module
 from tensorconv.nn import layers as L
@@ -77,8 +78,11 @@ def plan_fire(m, plan: Plan, x):
     s = plan_conv2d(m.squeeze, plan, x, relu=True)
     e1 = m.expand1x1.out_channels
     out = plan.alloc(s.shape[:3] + (m.out_channels,))
-    plan_conv2d(m.expand1x1, plan, s, relu=True, out=out[..., :e1])
-    plan_conv2d(m.expand3x3, plan, s, relu=True, out=out[..., e1:])
+    par = plan.branches()     # side by side: they write disjoint channels
+    with par.branch():
+        plan_conv2d(m.expand1x1, plan, s, relu=True, out=out[..., :e1])
+    with par.branch():
+        plan_conv2d(m.expand3x3, plan, s, relu=True, out=out[..., e1:])
     return out
 
 
@@ -174,16 +178,12 @@ def _shortcut(shortcut, plan: Plan, x):
 
 
 def plan_basic(b, plan: Plan, x):
-    short = _shortcut(b.shortcut, plan, x)
-    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
-    return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
+    return plan_residual(b, plan, x, [(b.conv1, b.bn1), (b.conv2, b.bn2)], _shortcut)
 
 
 def plan_bottleneck(b, plan: Plan, x):
-    short = _shortcut(b.shortcut, plan, x)
-    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
-    y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
-    return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
+    return plan_residual(b, plan, x, [(b.conv1, b.bn1), (b.conv2, b.bn2), (b.conv3, b.bn3)],
+                         _shortcut)
 
 
 def plan_resnet(m, plan: Plan, x):

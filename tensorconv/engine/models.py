@@ -15,17 +15,28 @@ from tensorconv.nn.models.squeezenet import Fire, SqueezeNet
 from tensorconv.nn.models.vgg import VGG
 
 
+def plan_residual(b, plan: Plan, x, convs, shortcut=plan_shortcut):
+    """A residual block: its shortcut and its main path up to the last convolution as two
+    branches (the projection runs beside them), then the last convolution adding the
+    shortcut before its ReLU.  ``convs`` are the main path's (conv, bn) pairs; ``shortcut``
+    plans the block's shortcut module (the fp16 path passes its own)."""
+    par = plan.branches()
+    with par.branch():
+        short = shortcut(b.shortcut, plan, x)
+    with par.branch():
+        y = x
+        for conv, bn in convs[:-1]:
+            y = plan_conv(conv, plan, y, bn=bn, relu=True)
+    conv, bn = convs[-1]
+    return plan_conv(conv, plan, y, bn=bn, relu=True, residual=short)
+
+
 def plan_basic(b: BasicBlock, plan: Plan, x):
-    short = plan_shortcut(b.shortcut, plan, x)
-    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
-    return plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True, residual=short)
+    return plan_residual(b, plan, x, [(b.conv1, b.bn1), (b.conv2, b.bn2)])
 
 
 def plan_bottleneck(b: Bottleneck, plan: Plan, x):
-    short = plan_shortcut(b.shortcut, plan, x)
-    y = plan_conv(b.conv1, plan, x, bn=b.bn1, relu=True)
-    y = plan_conv(b.conv2, plan, y, bn=b.bn2, relu=True)
-    return plan_conv(b.conv3, plan, y, bn=b.bn3, relu=True, residual=short)
+    return plan_residual(b, plan, x, [(b.conv1, b.bn1), (b.conv2, b.bn2), (b.conv3, b.bn3)])
 
 
 def plan_resnet(m: ResNet, plan: Plan, x):
@@ -52,22 +63,40 @@ def plan_dense_layer(m: DenseLayer, plan: Plan, x):
     return plan_concat(plan, [x, y], "dense concat")
 
 
-def plan_concat(plan: Plan, parts: list, label: str):
-    """One buffer holding ``parts`` (N, C_i, H, W) one after another over channels."""
+def plan_concat(plan: Plan, parts: list, label: str, par=None):
+    """One buffer holding ``parts`` (N, C_i, H, W) one after another over channels: one
+    step, or with ``par`` (the :class:`~tensorconv.engine.plan.Branches` that made the
+    parts, in order) one copy in each part's branch."""
     x = parts[0]
     out = plan.alloc((x.shape[0], sum(p.shape[1] for p in parts)) + x.shape[2:])
     edges = [0]
     for p in parts:
         edges.append(edges[-1] + p.shape[1])
     slots = [out[:, a:b] for a, b in zip(edges, edges[1:])]
-    plan.add(lambda: [s.__setitem__(Ellipsis, p) for s, p in zip(slots, parts)], label)
+    if par is None:
+        plan.add(lambda: [s.__setitem__(Ellipsis, p) for s, p in zip(slots, parts)], label)
+        return out
+    for i, (slot, part) in enumerate(zip(slots, parts)):
+        with par.branch(i):
+            plan.add(lambda s=slot, p=part: s.__setitem__(Ellipsis, p), f"{label} part {i}")
     return out
 
 
+def plan_branches(plan: Plan, x, paths: list) -> tuple:
+    """Each module of ``paths`` applied to ``x`` in a branch of its own; returns the
+    outputs and the :class:`~tensorconv.engine.plan.Branches`."""
+    par, outs = plan.branches(), []
+    for path in paths:
+        with par.branch():
+            outs.append(plan_module(path, plan, x))
+    return outs, par
+
+
 def plan_inception(m: Inception, plan: Plan, x):
-    """The four branches (each conv with its BN folded and ReLU fused), then their concat."""
-    return plan_concat(plan, [plan_module(b, plan, x) for b in m.branches()],
-                       "inception concat")
+    """The four branches (each conv with its BN folded and ReLU fused) side by side, each
+    copying its output into the concat."""
+    outs, par = plan_branches(plan, x, m.branches())
+    return plan_concat(plan, outs, "inception concat", par)
 
 
 def plan_googlenet(m: GoogLeNet, plan: Plan, x):
@@ -76,11 +105,14 @@ def plan_googlenet(m: GoogLeNet, plan: Plan, x):
 
 
 def plan_fire(m: Fire, plan: Plan, x):
-    """The squeeze convolution, then both expand convolutions (bias and ReLU fused) and
-    their concat."""
+    """The squeeze convolution, then both expand convolutions (bias and ReLU fused) side
+    by side, each copying its output into the concat."""
     s = plan_conv(m.squeeze, plan, x, relu=True)
-    return plan_concat(plan, [plan_conv(m.expand1x1, plan, s, relu=True),
-                              plan_conv(m.expand3x3, plan, s, relu=True)], "fire concat")
+    par, outs = plan.branches(), []
+    for conv in (m.expand1x1, m.expand3x3):
+        with par.branch():
+            outs.append(plan_conv(conv, plan, s, relu=True))
+    return plan_concat(plan, outs, "fire concat", par)
 
 
 def plan_squeezenet(m: SqueezeNet, plan: Plan, x):

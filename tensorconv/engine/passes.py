@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tensorconv import backend
 from tensorconv.engine.choice import one_launch_or_parts
-from tensorconv.engine.plan import Plan, Step
+from tensorconv.engine.plan import Plan, Step, inherit
 from tensorconv.ops import direct_conv, pointwise_conv, pointwise_pair
 
 # every kernel a pair and the launches it replaces may run
@@ -68,7 +68,7 @@ def fuse_pointwise_pairs(plan: Plan) -> None:
             decode=lambda v: pointwise_pair.Tile(*v), allowed=tiles)
         if not choice.fused:
             continue
-        fused = launch(choice.tile)
+        fused = inherit(launch(choice.tile), first, second)
         fused.pair = (a, b)
         steps[i] = fused
         taken.update((i, k))
@@ -109,6 +109,6 @@ def fold_projection_shortcuts(plan: Plan) -> None:
             decode=lambda v: pointwise_pair.Tile(*v), allowed=tiles)
         if not choice.fused:
             continue
-        plan.steps[i] = launch(choice.tile)
+        plan.steps[i] = inherit(launch(choice.tile), step, short)
         folded.add(id(short))
     plan.steps = [s for s in plan.steps if id(s) not in folded]

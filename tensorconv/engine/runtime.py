@@ -9,7 +9,7 @@ from tensorconv import precision as mma_precision
 from tensorconv.checks import check_bools, is_int
 from tensorconv.engine import planners
 from tensorconv.engine.build import engine_kernels, model_input
-from tensorconv.engine.plan import Plan
+from tensorconv.engine.plan import Plan, sections
 from tensorconv.engine.registry import plan_module
 from tensorconv.scratch import release_workspace
 
@@ -47,26 +47,39 @@ class InferenceEngine:
         "float16" runs the model in fp16 NHWC end to end on the tensor cores
         (:mod:`tensorconv.engine.half`; ``precision`` does not apply): the input stays
         (N, C, H, W) float32, converted by the first step, and the output is float16.
+    concurrent : bool
+        Run a module's independent paths side by side (a residual block's projection
+        shortcut beside its first convolution, an inception module's branches, a fire
+        module's expands: :class:`tensorconv.engine.plan.Branches`), each on a stream of
+        its own forked from the engine's (default); False runs every launch in plan
+        order on one stream.  The results are the same bit for bit.
 
     Call ``engine(x)`` with a CuPy/DLPack array of ``input_shape``; the result is
     a copy of the engine's output buffer, or the buffer itself (overwritten by the next
     call) with ``copy=False``.
+
+    Attributes
+    ----------
+    launches : int
+        Steps of the plan (launches, or a few CuPy calls).
+    sections : int
+        Runs of module branches that run side by side (0 with ``concurrent=False``).
     """
 
     def __init__(self, model, input_shape, *, graph: bool = True, tune: bool = False,
                  programmatic: bool | None = None, precision: str | None = None,
-                 build: bool = True, dtype: str = "float32"):
+                 build: bool = True, dtype: str = "float32", concurrent: bool = True):
         cp = backend.require_cuda("InferenceEngine")
         if model.xp is not cp:
             raise ValueError("the model's parameters are on the CPU: call model.to('gpu') first")
-        check_bools(graph=graph, tune=tune, build=build)
+        check_bools(graph=graph, tune=tune, build=build, concurrent=concurrent)
         if (not isinstance(input_shape, (tuple, list)) or len(input_shape) != 4
                 or not all(is_int(s) and s >= 1 for s in input_shape)
                 or model.in_channels != input_shape[1]):
             raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W) of positive "
                              f"ints, got {input_shape!r}")
         self.input_shape = tuple(int(s) for s in input_shape)
-        self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype)
+        self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype, concurrent=concurrent)
         self.precision = self.plan.precision
         self.stream = cp.cuda.Stream(non_blocking=True)
         with self.stream, mma_precision.using(self.precision):
@@ -91,11 +104,16 @@ class InferenceEngine:
                 self.graph = captured_graph.CapturedGraph(self.stream, self.plan.run,
                                                           programmatic=programmatic)
         self.launches = len(self.plan.steps)
+        # module branches run side by side: a section is a list of branches
+        self.sections = sum(isinstance(item, list) for item in sections(self.plan.steps)
+                            ) if concurrent else 0
 
     def __del__(self):
-        # The graph goes with the engine: its stream's scratch need not outlive it.
+        # The graph goes with the engine: its streams' scratch need not outlive it.
         if getattr(self, "stream", None) is not None:
             release_workspace(self.stream)
+        for stream in getattr(getattr(self, "plan", None), "side_streams", ()):
+            release_workspace(stream)
 
     def replay(self) -> None:
         """Run the captured graph (or the eager plan) on the engine's input buffer."""

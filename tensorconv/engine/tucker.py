@@ -13,7 +13,7 @@ from tensorconv.engine.choice import one_launch_or_parts, plan_one_launch_or_par
 from tensorconv.engine.dense import CORE_FILES, DENSE_FILES
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.passes import PAIR_FILES
-from tensorconv.engine.plan import Core, Plan, Step
+from tensorconv.engine.plan import Core, Plan, Step, inherit
 from tensorconv.engine.registry import plan_conv
 from tensorconv.nn.tucker import TuckerConv2d
 from tensorconv.ops import core_conv, tucker_core_cluster, tucker_layer, tucker_tail
@@ -124,5 +124,5 @@ def fuse_tucker_tails(plan: Plan) -> None:
             parts=lambda f=first, s=second: [f, s], decode=lambda v: tucker_tail.Tile(*v),
             allowed=tiles)
         if choice.fused:
-            steps[i:i + 2] = [launch(choice.tile)]
+            steps[i:i + 2] = [inherit(launch(choice.tile), first, second)]
         i += 1

@@ -54,6 +54,7 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     supported,
 )
 from tensorconv.reference import conv as reference
+from tensorconv.scratch import counters as scratch_counters
 from tensorconv.scratch import workspace
 
 FILE = "tensorcore_conv.cu"
@@ -172,22 +173,6 @@ def output_shape(p: Problem) -> tuple[int, int, int, int]:
     return (g.n, g.k, g.oh, g.ow) if p.layout == "nchw" else (g.n, g.oh, g.ow, g.k)
 
 
-@functools.cache
-def _counters(device: int, tiles: int):
-    """Zeroed per-tile split counters on ``device`` (the kernel leaves them zeroed), kept for
-    the process: captured graphs hold their address."""
-    import cupy
-
-    with cupy.cuda.Device(device):
-        return cupy.zeros(max(tiles, 1), dtype=np.int32)
-
-
-def _counter_buffer(xp, tiles: int):
-    """Counters for ``tiles`` tiles: the smallest cached power of two that holds them."""
-    size = 1 << max(10, (tiles - 1).bit_length())
-    return _counters(xp.cuda.runtime.getDevice(), size)
-
-
 def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
               relu: bool = False, residual=None, tile: Tile | None = None, packed=None,
               out=None):
@@ -266,7 +251,7 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     tiles = grid[0] * grid[1]
     spill = tile.splits > 1 and not tile.cluster     # shares meet in a global workspace
     partial = workspace(xp, tile.splits * tiles * tile.bm * tile.bn) if spill else None
-    counters = _counter_buffer(xp, tiles) if spill else None
+    counters = scratch_counters(xp, tiles) if spill else None
     g, i32 = p.geom, np.int32
     launch(kernels(p, tile)[0], grid, (tile.threads,),
            (x, packed, _device_tap_table(xp.cuda.runtime.getDevice(), p), ptr(bias), ptr(residual),

@@ -67,6 +67,39 @@ def test_engine_matches_model(rng, name, kw, shape):
     assert rel_err(engine(x2).get(), ref2) < 1e-4
 
 
+BRANCHED = [("resnet18", dict(in_channels=3), (3, 3, 32, 32), "float32"),
+            ("resnet50", dict(), (1, 3, 64, 64), "float32"),
+            ("googlenet", dict(in_channels=1), (2, 1, 32, 32), "float32"),
+            ("squeezenet1_0", dict(num_classes=10), (2, 3, 48, 48), "float32"),
+            ("resnet18_imagenet", dict(), (1, 3, 64, 64), "float16"),
+            ("squeezenet1_0", dict(num_classes=10), (1, 3, 45, 45), "float16")]
+
+
+@pytest.mark.parametrize("name,kw,shape,dtype", BRANCHED,
+                         ids=[f"{c[0]}-{c[2]}-{c[3]}" for c in BRANCHED])
+def test_branches_side_by_side_give_one_streams_results_bit_for_bit(rng, name, kw, shape,
+                                                                    dtype):
+    """Residual shortcuts, inception branches and fire expands on side streams: the graph
+    and the eager plan give what one stream gives, bit for bit, input after input (a
+    missing fork or join would let a branch read a buffer before it is written)."""
+    import cupy as cp
+
+    model = get_model(name, **kw).to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    one = InferenceEngine(model, shape, concurrent=False, dtype=dtype)
+    side = InferenceEngine(model, shape, dtype=dtype)
+    eager = InferenceEngine(model, shape, graph=False, dtype=dtype)
+    assert one.sections == 0 and side.sections == eager.sections > 0
+    assert side.plan.side_streams and not one.plan.side_streams
+    for _ in range(3):
+        x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+        want = one(x).get()
+        assert np.isfinite(want).all()
+        assert np.array_equal(side(x).get(), want)
+        assert np.array_equal(eager(x).get(), want)
+
+
 def test_engine_bad_input():
     import cupy as cp
 
@@ -81,6 +114,8 @@ def test_engine_bad_input():
             InferenceEngine(model, shape)
     with pytest.raises(TypeError, match="tune must be True or False"):
         InferenceEngine(model, (1, 1, 28, 28), tune="yes")
+    with pytest.raises(TypeError, match="concurrent must be True or False"):
+        InferenceEngine(model, (1, 1, 28, 28), concurrent=1)
     engine = InferenceEngine(model, (1, 1, 28, 28))
     with pytest.raises(ValueError, match="built for"):
         engine(cp.zeros((2, 1, 28, 28), cp.float32))

@@ -1,0 +1,116 @@
+"""The plan's module branches and the sections they run as, checked on the CPU (no launch:
+the steps only record themselves)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv.engine.plan import Plan, Step, inherit, sections
+
+
+def _plan():
+    return Plan(np)
+
+
+def _step(plan, name):
+    return plan.add(lambda: None, name)
+
+
+def _names(items):
+    return [[[s.label for s in path] for path in item] if isinstance(item, list) else item.label
+            for item in items]
+
+
+def test_a_residual_blocks_branches_run_as_one_section_between_the_steps_around_it():
+    plan = _plan()
+    _step(plan, "stem")
+    par = plan.branches()
+    with par.branch():
+        _step(plan, "shortcut")
+    with par.branch() as i:
+        assert i == 1
+        _step(plan, "conv1a")
+        _step(plan, "conv1b")
+    _step(plan, "conv2")
+    assert _names(sections(plan.steps)) == ["stem", [["shortcut"], ["conv1a", "conv1b"]],
+                                            "conv2"]
+
+
+def test_a_branch_re_entered_later_keeps_its_place_and_bad_indices_are_refused():
+    plan = _plan()
+    par = plan.branches()
+    for name in ("a", "b", "c"):
+        with par.branch():
+            _step(plan, name)
+    for i, name in enumerate(("copy a", "copy b", "copy c")):
+        with par.branch(i):
+            _step(plan, name)
+    assert _names(sections(plan.steps)) == [[["a", "copy a"], ["b", "copy b"],
+                                             ["c", "copy c"]]]
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match="index"):
+            with par.branch(bad):
+                pass
+
+
+def test_a_module_inside_a_branch_runs_as_part_of_it():
+    plan = _plan()
+    outer = plan.branches()
+    with outer.branch():
+        inner = plan.branches()
+        for name in ("x", "y"):
+            with inner.branch():
+                _step(plan, name)
+    with outer.branch():
+        _step(plan, "z")
+    assert _names(sections(plan.steps)) == [[["x", "y"], ["z"]]]
+
+
+def test_one_branch_with_steps_is_no_section():
+    plan = _plan()
+    par = plan.branches()
+    with par.branch():
+        pass                       # an identity shortcut plans nothing
+    with par.branch():
+        _step(plan, "conv1")
+    _step(plan, "conv2")
+    assert _names(sections(plan.steps)) == ["conv1", "conv2"]
+
+
+def test_a_step_outside_the_branches_splits_a_section_and_sections_of_two_modules_stay_apart():
+    plan = _plan()
+    first, second = plan.branches(), plan.branches()
+    for par, names in ((first, ("a0", "a1")), (second, ("b0", "b1"))):
+        for name in names:
+            with par.branch():
+                _step(plan, name)
+    assert _names(sections(plan.steps)) == [[["a0"], ["a1"]], [["b0"], ["b1"]]]
+    plan.steps.insert(1, Step(lambda: None, "fused"))
+    assert _names(sections(plan.steps)) == ["a0", "fused", "a1", [["b0"], ["b1"]]]
+
+
+def test_a_fused_step_keeps_a_branch_only_its_parts_shared():
+    plan = _plan()
+    par = plan.branches()
+    with par.branch():
+        a, b = _step(plan, "a"), _step(plan, "b")
+    with par.branch():
+        c = _step(plan, "c")
+    outside = _step(plan, "d")
+    assert inherit(Step(lambda: None), a, b).branch == a.branch
+    assert inherit(Step(lambda: None), b, c).branch is None
+    assert inherit(Step(lambda: None), c, outside).branch is None
+
+
+def test_a_side_plans_steps_join_the_branch_being_planned():
+    plan = _plan()
+    par = plan.branches()
+    with par.branch():
+        _step(plan, "shortcut")
+    with par.branch():
+        side = plan.side()
+        _step(side, "part 1")
+        _step(side, "part 2")
+        plan.adopt(side)
+    assert _names(sections(plan.steps)) == [[["shortcut"], ["part 1", "part 2"]]]

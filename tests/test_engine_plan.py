@@ -114,3 +114,42 @@ def test_a_side_plans_steps_join_the_branch_being_planned():
         _step(side, "part 2")
         plan.adopt(side)
     assert _names(sections(plan.steps)) == [[["shortcut"], ["part 1", "part 2"]]]
+
+
+def _section_plan():
+    from tensorconv.cuda import kernel_ref
+
+    plan = _plan()
+    par = plan.branches()
+    for name in ("shortcut", "conv1"):
+        with par.branch():
+            plan.add(lambda: None, f"{name} (8, 8, 1, 1) on (1, 8, 4, 4)",
+                     [kernel_ref("direct_conv.cu", "conv2d_direct_fwd<8, 1, 1>")])
+    _step(plan, "conv2")
+    return plan
+
+
+def test_an_untuned_plan_runs_its_sections_side_by_side_unless_a_verdict_says_otherwise(
+        tmp_path, monkeypatch):
+    from tensorconv.engine import passes
+    from tensorconv.engine.choice import Choice
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    plan = _section_plan()
+    passes.choose_sections(plan)
+    assert isinstance(sections(plan.steps)[0], list)
+    asked = []
+    monkeypatch.setattr(passes, "one_launch_or_parts",
+                        lambda plan, kind, files, problem, **kw: asked.append(
+                            (kind, files, problem)) or Choice(False))
+    plan = _section_plan()
+    passes.choose_sections(plan)
+    assert _names(sections(plan.steps)) == ["shortcut (8, 8, 1, 1) on (1, 8, 4, 4)",
+                                            "conv1 (8, 8, 1, 1) on (1, 8, 4, 4)", "conv2"]
+    (kind, files, problem), = asked
+    assert kind == "branches" and files == ["direct_conv.cu"]
+    assert problem == "shortcut (8, 8, 1, 1) on (1, 8, 4, 4) || conv1 (8, 8, 1, 1) on (1, 8, 4, 4)"
+    plan = _section_plan()
+    plan.concurrent = False
+    passes.choose_sections(plan)            # one stream anyway: nothing asked
+    assert len(asked) == 1

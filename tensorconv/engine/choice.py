@@ -6,7 +6,8 @@ a dense convolution on a core kernel or the implicit GEMM, the classifier head a
 ImageNet stem as one launch or two (:mod:`~tensorconv.engine.layers`), a Tucker layer as
 one launch or three and a Tucker core with the 1x1s after it
 (:mod:`~tensorconv.engine.tucker`), two chained 1x1s and a projection shortcut folded
-into them (:mod:`~tensorconv.engine.passes`).
+into them, a section of module branches side by side or on one stream
+(:mod:`~tensorconv.engine.passes`).
 
 A verdict is keyed (:func:`tensorconv.tunecache.make_key`) by the kind of choice, the
 problem and the sources of every kernel either side runs, and stored in one schema:

@@ -5,18 +5,22 @@
   layer's first; a bottleneck's last and the next one's first);
 * :func:`fold_projection_shortcuts` — a residual block's 1x1 projection shortcut is
   computed inside the pair that adds it (its input channels as more rows of the pair's
-  first product).
+  first product);
+* :func:`choose_sections` — each section of module branches runs side by side or in plan
+  order on one stream.
 
-Each fusion is a choice (:func:`tensorconv.engine.choice.one_launch_or_parts`): tuned
+Each is a choice (:func:`tensorconv.engine.choice.one_launch_or_parts`): tuned
 plans time every tile against the two launches; untuned plans follow a stored verdict
 only.  The passes run in the order :data:`tensorconv.engine.planners.PASSES` lists.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tensorconv import backend
 from tensorconv.engine.choice import one_launch_or_parts
-from tensorconv.engine.plan import Plan, Step, inherit
+from tensorconv.engine.plan import Plan, Step, inherit, sections
 from tensorconv.ops import direct_conv, pointwise_conv, pointwise_pair
 
 # every kernel a pair and the launches it replaces may run
@@ -112,3 +116,32 @@ def fold_projection_shortcuts(plan: Plan) -> None:
         plan.steps[i] = inherit(launch(choice.tile), step, short)
         folded.add(id(short))
     plan.steps = [s for s in plan.steps if id(s) not in folded]
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The one "tile" of a section run side by side (nothing to choose within it)."""
+
+
+def choose_sections(plan: Plan) -> None:
+    """Run each section of module branches (:func:`tensorconv.engine.plan.sections`) side
+    by side, or its steps in plan order on the plan's stream where the choice found that
+    faster: two large launches at once may slow each other more than the fork saves.
+    Untuned plans follow a stored verdict, else run side by side.  Runs last."""
+    if not plan.concurrent:
+        return
+    for section in [item for item in sections(plan.steps) if isinstance(item, list)]:
+        steps = [s for path in section for s in path]
+        if not any(s.kernels for s in steps):
+            continue                  # CuPy calls alone: nothing of ours to key a verdict on
+        together = Step(lambda sec=section: plan.run_section(sec),
+                        f"{len(section)} branches side by side",
+                        tuple(k for s in steps for k in s.kernels))
+        problem = " || ".join(" ; ".join(s.label for s in path) for path in section)
+        choice = one_launch_or_parts(
+            plan, "branches", sorted({k.file for k in together.kernels}), problem,
+            tiles=lambda: [SideBySide()], launch=lambda _t, t=together: t,
+            parts=lambda st=steps: st, decode=lambda _v: SideBySide(), default=SideBySide())
+        if not choice.fused:
+            for step in steps:
+                step.branch = None

@@ -253,9 +253,11 @@ class Plan:
                 if isinstance(item, Step):
                     item.run()
                 else:
-                    self._run_section(item)
+                    self.run_section(item)
 
-    def _run_section(self, paths: list) -> None:
+    def run_section(self, paths: list) -> None:
+        """A section's branches (lists of steps): each but the last on a side stream of
+        the plan's, forked from the current stream, the last on it, then joined."""
         main = self.xp.cuda.get_current_stream()
         streams = self.root.side_streams
         while len(streams) < len(paths) - 1:

@@ -100,6 +100,39 @@ def test_branches_side_by_side_give_one_streams_results_bit_for_bit(rng, name, k
         assert np.array_equal(eager(x).get(), want)
 
 
+def test_a_tuned_plan_times_each_section_both_ways_and_follows_the_verdict(rng, tmp_path,
+                                                                         monkeypatch):
+    """Tuning times each section side by side and on one stream and stores the verdict; a
+    stored "one stream" verdict runs the section's launches in order (no section), with
+    the same results bit for bit."""
+    import cupy as cp
+
+    from tensorconv import tunecache
+    from tensorconv.engine import passes
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    model = get_model("resnet18", in_channels=3).to("gpu")
+    _randomise_bn(model, rng)
+    model.eval()
+    shape = (2, 3, 32, 32)
+    side = InferenceEngine(model, shape)
+    assert side.sections == 3                      # the three projection shortcuts
+    side.plan.tune = True
+    passes.choose_sections(side.plan)
+    stored = {k: v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
+              if k.startswith("branches|")}
+    assert len(stored) == 3
+    assert all(v["fused_us"] > 0 and v["parts_us"] > 0 for v in stored.values())
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": False, "tile": []}
+                                                          if key.startswith("branches|")
+                                                          else lookup(key)))
+    one = InferenceEngine(model, shape)
+    assert one.sections == 0 and not one.plan.side_streams
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    assert np.array_equal(one(x).get(), side(x).get())
+
+
 def test_engine_bad_input():
     import cupy as cp
 

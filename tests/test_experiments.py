@@ -118,11 +118,14 @@ def test_sparse_layers_quick(tmp_path):
     rows = results.read_csv(tmp_path / "sparse_layers.csv")
     errs = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "rel_err"}
     fp32 = [v for (_, variant), v in errs.items() if not variant.startswith("ours-tf32")]
-    # the remainder's other choices on the fastest layout: the strided layer's two stagings
+    # the remainder's other choices on the fastest layout: the strided layer's two stagings,
+    # and the unrolled kernel's tiles on the stride-1 layers (where it fits)
     others = [k for k in errs if k[1].startswith("ours sparse_csr")]
     assert len(others) == 2 and all("s2" in case for case, _ in others)
-    assert len(fp32) == 3 * 5 + 2 and max(fp32) <= 1e-5   # 2 thresholds, no blocks, rows,
-    # cusparse
+    unrolled = [k for k in errs if k[1].startswith("ours sparse_unrolled")]
+    assert all("s2" not in case for case, _ in unrolled)
+    assert len(fp32) == 3 * 5 + 2 + len(unrolled) and max(fp32) <= 1e-5   # 2 thresholds,
+    # no blocks, rows, cusparse
     # tf32: each layout with blocks again, at tf32's accuracy
     blocks = {(r["case"], f"ours-tf32 {r['variant']}") for r in rows
               if r["metric"] == "blocks" and r["value"] > 0}

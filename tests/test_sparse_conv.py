@@ -11,6 +11,7 @@ from tensorconv import blocksparse as bs
 from tensorconv import ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
+from tensorconv.ops import sparse_unrolled as su
 from tests.helpers import device_facts
 
 
@@ -398,12 +399,16 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
             sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,)], key=repr)
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
-        assert choices == tuple((tiled, st) for st in want)
+        unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None))
+        assert bool(unrolled) == (stride == 1)    # the unrolled kernel's: stride 1 only
+        assert choices == tuple((tiled, st) for st in want) + unrolled
     names = [sc.choice_name(*c) for c in choices]
     assert len(set(names)) == len(choices)
-    assert {n.split(" (")[0] for n in names} <= set(sc.instantiations())
+    assert {n.split(" (")[0] for n in names if not n.startswith("sparse_unrolled")} <= \
+        set(sc.instantiations())
     assert [sc.remainder_kind(geom, "auto", t) for t, _ in choices] == \
-        ["pointwise" if isinstance(t, sc.PointwiseTile) else "tiled" for t, _ in choices]
+        ["pointwise" if isinstance(t, sc.PointwiseTile) else
+         "unrolled" if isinstance(t, su.Tile) else "tiled" for t, _ in choices]
     assert sc.remainder_kind(geom) == sc.choose_remainder(geom)
     with pytest.raises(TypeError, match="tile must be"):
         sc.choice_name((16, 2, 4))

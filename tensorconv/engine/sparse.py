@@ -26,9 +26,9 @@ from tensorconv.engine.dense import DENSE_FILES, plan_folded_conv2d
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.plan import Plan, Step
 from tensorconv.nn.sparse import SparseConv2d
-from tensorconv.ops import sparse_conv, sparse_tc_remainder
+from tensorconv.ops import sparse_conv, sparse_tc_remainder, sparse_unrolled
 
-SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE) + DENSE_FILES
+SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE, sparse_unrolled.FILE) + DENSE_FILES
 
 
 def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
@@ -60,12 +60,12 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
                                             remainder_staging=staging),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
                     f"{lay.indices.size} in the remainder on {names[j]}",
-                    sparse_conv.layer_kernels(pieces[i], geom, tile=tile))
+                    sparse_conv.layer_kernels(pieces[i], geom, tile=tile, weights=weights(i)))
 
     def candidates() -> list[tuple[int, int]]:
         """Every layout on the rules' tile and staging; then, where the remainder has
         others, each of them on the fastest layout (timing every pair would multiply
-        the two)."""
+        the two) where it fits (the unrolled kernel's code grows with the nonzeros)."""
         first = [(i, 0) for i in range(len(folded))]
         if len(choices) == 1:
             return first
@@ -75,7 +75,9 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
                              desc="compiling the sparse kernels")
             best = min(first,
                        key=lambda c: timing.time_graph(launch(c).run, repeat=10).median_us)
-        return first + [(best[0], j) for j in range(1, len(choices))]
+        nnz = folded[best[0]].layout.indices.size
+        return first + [(best[0], j) for j in range(1, len(choices))
+                        if sparse_conv.fits(geom, choices[j][0], nnz)]
 
     names = [sparse_conv.choice_name(*c) for c in choices]
 

@@ -36,6 +36,7 @@ from tensorconv.checks import (
 )
 from tensorconv.ops import _igemm, sparse_blocks
 from tensorconv.ops import sparse_tc_remainder as stc
+from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
     SPLITS,
@@ -73,6 +74,7 @@ from tensorconv.ops.sparse_remainder import (  # noqa: F401  (the remainder's ch
     check_remainder_choice,
     choice_name,
     choose_remainder,
+    fits,
     remainder_choices,
     remainder_kind,
 )
@@ -160,15 +162,20 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
 
 
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
-                      tile: RemainderTile | PointwiseTile | None = None) -> tuple:
+                      tile: RemainderTile | PointwiseTile | None = None,
+                      weights: SparseWeights | None = None) -> tuple:
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
-    :func:`choose_remainder`) on ``tile`` (default: the rule's)."""
+    :func:`choose_remainder`) on ``tile`` (default: the rule's); the unrolled kernel's
+    only with its ``weights`` (its code is theirs)."""
     remainder = remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     if remainder == "tc":
         p = stc.Problem(geom)
         return stc.kernels(p, tile or stc.default_tile(p, None))
+    if remainder == "unrolled":
+        p = su.Problem(geom)
+        return su.kernels(p, tile or su.default_tile(p, None), weights)
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
         tile = tile or default_pointwise_tile(geom, sm_count)
@@ -182,11 +189,13 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
 
 
 def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto",
-                  tile: RemainderTile | PointwiseTile | None = None) -> tuple:
+                  tile: RemainderTile | PointwiseTile | None = None,
+                  weights: SparseWeights | None = None) -> tuple:
     """Every kernel a layer of ``pieces`` launches on ``geom`` with the remainder on
     ``tile`` (an automatic remainder that falls back to ``"rows"`` for want of shared
     memory launches the row kernel instead)."""
-    refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder, tile))
+    refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder, tile,
+                                                                        weights))
     return tuple(sorted(refs, key=lambda r: r.name))
 
 
@@ -215,17 +224,21 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece; a table must be :func:`block_table` of ``packed``'s layout.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"auto", "rows", "tiled", "pointwise", "tc"}
+    remainder : {"auto", "rows", "tiled", "pointwise", "tc", "unrolled"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
         sparse convolution), shared-memory tiles over rows and pixels (an error where
         the densest rows' taps do not fit shared memory), for a 1x1 filter only, tiles
         over rows and pixels that read the input straight from global memory, or the
         tensor cores (:mod:`tensorconv.ops.sparse_tc_remainder`: 3xTF32, one tf32 pass
-        under ``precision.using("tf32")``); "auto" picks by :func:`choose_remainder` (or
+        under ``precision.using("tf32")``), or code written for these weights
+        (:mod:`tensorconv.ops.sparse_unrolled`: stride 1, "same" padding; compiled per
+        layer); "auto" picks by :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
-    remainder_tile : RemainderTile, PointwiseTile or sparse_tc_remainder.Tile, optional
-        The tiled, pointwise or tensor-core kernel's tile (one of :data:`REMAINDER_TILES`,
-        :data:`POINTWISE_TILES` or ``sparse_tc_remainder.TILES``); default the rule's
+    remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile or
+            sparse_unrolled.Tile, optional
+        The tiled, pointwise, tensor-core or unrolled kernel's tile (one of
+        :data:`REMAINDER_TILES`, :data:`POINTWISE_TILES`, ``sparse_tc_remainder.TILES`` or
+        ``sparse_unrolled.candidates``); default the rule's
         (:func:`default_remainder_tile`, :func:`default_pointwise_tile`,
         ``sparse_tc_remainder.default_tile``).  :func:`remainder_choices` lists what a
         tuned plan times.
@@ -303,6 +316,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
             raise ValueError(f"the {kind} remainder needs {tiled.smem} bytes of shared memory "
                              f"for this kernel (its densest rows); use remainder='rows'")
         tiled = None
+    if kind == "unrolled" and needed:   # its code written (or refused as too large) first
+        remainder_tile = remainder_tile or su.default_tile(su.Problem(geom), None)
+        su.kernels(su.Problem(geom), remainder_tile, weights)
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
     if not needed:
         return
@@ -312,6 +328,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         return
     if kind == "tc" and tiled is not None:
         stc.run_tc(x, out, geom, tiled, bias, residual, bool(relu), bool(pieces))
+        return
+    if kind == "unrolled":
+        su.run(x, weights, out, geom, remainder_tile, bias, residual, bool(relu), bool(pieces))
         return
     if tiled is None:
         pix = CSR_PIXELS[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from tensorconv import precision
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_tc_remainder as stc
+from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
 from tensorconv.ops.sparse_staging import (
     REMAINDER_TILES,
@@ -20,9 +21,10 @@ from tensorconv.ops.sparse_tiles import default_remainder_tile
 CSR_PIXELS = (128, 256)
 
 
-REMAINDERS = ("auto", "rows", "tiled", "pointwise", "tc")   # one thread per pixel of a row,
-# the shared-memory tiled kernel, (1x1 filters) the unstaged one, or the tensor cores
-# (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
+REMAINDERS = ("auto", "rows", "tiled", "pointwise", "tc", "unrolled")   # one thread per pixel
+# of a row, the shared-memory tiled kernel, (1x1 filters) the unstaged one, the tensor cores,
+# or code written for the layer's weights (docs/notes/sparse_conv.md compares them); "auto":
+# choose_remainder
 
 
 def _csr_name(pix: int) -> str:
@@ -72,13 +74,17 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
     (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
-    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed)."""
+    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed).
+    A stride-1 "same" filter wider than 1x1 also gets the unrolled kernel's tiles
+    (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to compile
+    (:func:`fits`)."""
     tiled = default_remainder_tile(geom)
     tc = ()
     if precision.current() == "tf32":
         tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
+    unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None))
     if geom.r * geom.s != 1:
-        return tuple((tiled, st) for st in stagings(geom)) + tc
+        return tuple((tiled, st) for st in stagings(geom)) + unrolled + tc
     first = default_pointwise_tile(geom, sm_count)
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
@@ -95,9 +101,11 @@ def choice_name(tile, staging: Staging | None = None) -> str:
         name = _tiled_name(tile)
     elif isinstance(tile, stc.Tile):
         name = stc.name(tile)
+    elif isinstance(tile, su.Tile):
+        name = f"sparse_unrolled {tile}"
     else:
-        raise TypeError(f"tile must be a RemainderTile, a PointwiseTile or a "
-                        f"sparse_tc_remainder.Tile, got {tile!r}")
+        raise TypeError(f"tile must be a RemainderTile, a PointwiseTile, a "
+                        f"sparse_tc_remainder.Tile or a sparse_unrolled.Tile, got {tile!r}")
     if staging is None:
         return name
     how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
@@ -110,12 +118,21 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> st
     if remainder == "auto":
         remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
             "tc" if isinstance(tile, stc.Tile) else \
+            "unrolled" if isinstance(tile, su.Tile) else \
             "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
     if remainder == "tc" and (why := stc.supported(stc.Problem(geom))) is not None:
         raise ValueError(f"remainder='tc': {why}")
+    if remainder == "unrolled" and (why := su.supported(su.Problem(geom))) is not None:
+        raise ValueError(f"remainder='unrolled': {why}")
     return remainder
+
+
+def fits(geom: ConvGeometry, tile, remainder_nnz: int) -> bool:
+    """Whether a remainder of ``remainder_nnz`` nonzeros may run on ``tile``: every tile but
+    the unrolled kernel's, whose code grows with the nonzeros (:data:`su.MAX_FMAS`)."""
+    return not isinstance(tile, su.Tile) or su.fmas(remainder_nnz, tile) <= su.MAX_FMAS
 
 
 def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=None,
@@ -126,7 +143,8 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
     one or with column phases other than 1 or the horizontal stride of a wider filter."""
     kind = remainder_kind(geom, remainder, tile)
     tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": (),
-             "tc": stc.TILES}[kind]
+             "tc": stc.TILES,
+             "unrolled": tuple(su.candidates(su.Problem(geom), None))}[kind]
     if tile is not None and tile not in tiles:
         raise ValueError(f"remainder_tile must be one of the {kind} remainder's tiles "
                          f"{tiles}, got {tile!r}" if tiles else

@@ -419,7 +419,7 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
     matches the model; the tuned choices are stored, one per layer."""
     from tensorconv.compress import prune
     from tensorconv.compress.sparse import sparsify
-    from tensorconv.ops import sparse_conv
+    from tensorconv.ops import sparse_conv, sparse_unrolled
 
     monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
     model = get_model("resnet20", in_channels=1)
@@ -427,6 +427,9 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
     prune.apply_masks(model, masks)
     sparsify(model, blocks=blocks, t2=(4, 8), b1=4, b2=4)
     x, ref = _input_and_reference(model, (2, 1, 32, 32), rng)
+    unrolled = []    # the unrolled remainder's launches: a tuned plan times it
+    run = sparse_unrolled.run
+    monkeypatch.setattr(sparse_unrolled, "run", lambda *a, **k: unrolled.append(1) or run(*a, **k))
     engine = InferenceEngine(model, (2, 1, 32, 32), tune=tune)
     assert rel_err(engine(x).get(), ref) < 1e-4
     sparse_steps = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
@@ -437,8 +440,10 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
         assert sparse_steps == sum(v["fused"] for v in verdicts)
         # each verdict names its layout and the remainder's kernel, and the steps run them
         names = set(sparse_conv.instantiations())
-        assert all(v["tile"][0] in (0, 1) and v["tile"][1].split(" (")[0] in names
+        assert all(v["tile"][0] in (0, 1) and (v["tile"][1].split(" (")[0] in names or
+                                               v["tile"][1].startswith("sparse_unrolled"))
                    for v in verdicts)
+        assert unrolled
         ran = [s.label.rsplit(" on ", 1)[1] for s in engine.plan.steps
                if s.label.startswith("sparse conv")]
         assert sorted(ran) == sorted(v["tile"][1] for v in verdicts if v["fused"])

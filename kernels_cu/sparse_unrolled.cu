@@ -1,0 +1,143 @@
+// A sparse convolution unrolled for one layer's weights (stride 1, "same" padding, NCHW,
+// fp32): the multiply-adds of every nonzero are straight-line code with the weight as an
+// immediate operand and the input word's offset in shared memory as an immediate address.
+//
+// The tiled remainder (sparse_conv.cu) walks a row's nonzeros at run time, so each
+// multiply-add costs a shared-memory word for the input value plus a broadcast for the
+// (weight, offset) pair, and its sums can only be kept per row; that reads shared memory
+// at about one word per multiply-add.  Here the host (tensorconv/ops/sparse_unrolled.py)
+// writes the body, SPARSE_UNROLLED_BODY, for a given kernel matrix: a block owns RB output
+// rows ("a group") and a tile of TI images x TH output rows x W columns; each thread owns
+// PX vertically consecutive pixels of one column and keeps RB x PX sums in registers.  For
+// every input channel c and filter column s that any row of the group uses, the thread loads
+// the PX + R - 1 words of its column once and applies every nonzero (row, c, r, s) of the
+// group to its PX pixels: a word serves every row with a nonzero there and every tap r
+// that reaches it, which the tiled kernel cannot do without knowing the rows at compile
+// time.
+//
+// The body defines namespace su: the layer's constants and chunk(g, ch, sp, a), the code of
+// group g's channel chunk ch (a switch over g * CHUNKS + ch).  This file stages the input
+// (CK channels a stage, two stages, cp.async; the box of a tile with its halo rows, its
+// halo columns zeroed once) and runs the epilogue (bias, residual, ReLU, or accumulate onto
+// what dense blocks wrote).  The body is generated per layer, so kernels are compiled per
+// layer (CuPy caches them on disk by the body's path, which names its content's hash).
+#include "tc_common.cuh"
+
+#ifndef SU_HOST_EMULATION   // tests/ run this file on the CPU with their own copies
+__device__ __forceinline__ void su_copy(float* dst, const float* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void su_copy4(float* dst, const float* src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void su_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// acc += v * w, w the float whose bits are the eight hex digits `bits` (an immediate)
+#define SU_FMA(acc, v, bits) asm("fma.rn.f32 %0, %1, 0f" #bits ", %0;" : "+f"(acc) : "f"(v))
+template <int PENDING>
+__device__ __forceinline__ void su_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+}
+#endif
+
+#ifndef SPARSE_UNROLLED_BODY
+#define SPARSE_UNROLLED_BODY "sparse_unrolled_example.inc"
+#endif
+#include SPARSE_UNROLLED_BODY
+
+// Channels [c0, c0 + CK) of images [n0, n0 + TI), input rows [y0 - PAD, y0 - PAD + HR),
+// into a stage: word (c, image, row, column) at c * CS + image * IMG + row * P + column + SH,
+// where SH puts the first interior column on a 16-byte boundary.  Rows outside the image
+// and channels or images past the end are zero-filled.
+template <int VEC>
+__device__ __forceinline__ void su_stage(float* buf, const float* __restrict__ x, int n,
+                                         int c0, int n0, int y0) {
+    using namespace su;
+    constexpr int PER = W / VEC, ROWS = CK * TI * HR;
+    for (int e = threadIdx.x; e < ROWS * PER; e += T) {
+        const int row = e / PER, q = e - row * PER;
+        const int cc = row / (TI * HR), rest = row - cc * (TI * HR);
+        const int im = rest / HR, yy = rest - im * HR;
+        const int ch = c0 + cc, nn = n0 + im, iy = y0 - PAD + yy;
+        const bool ok = ch < C && nn < n && (unsigned)iy < (unsigned)H;
+        float* d = buf + cc * CS + im * IMG + yy * P + PAD + SH + q * VEC;
+        const float* s = ok ? x + (((size_t)nn * C + ch) * H + iy) * W + q * VEC : x;
+        if constexpr (VEC == 4) su_copy4(d, s, ok);
+        else su_copy(d, s, ok);
+    }
+}
+
+// The halo columns of both stages (never copied into): zero.
+__device__ __forceinline__ void su_zero_halo(float* sm) {
+    using namespace su;
+    constexpr int COLS = HC - W, ROWS = 2 * CK * TI * HR;
+    for (int e = threadIdx.x; e < ROWS * COLS; e += T) {
+        const int row = e / COLS, j = e - row * COLS;
+        const int col = j < PAD ? j : j - PAD + PAD + W;
+        sm[(row / (TI * HR)) * CS + ((row / HR) % TI) * IMG + (row % HR) * P + col + SH] = 0.f;
+    }
+}
+
+// Grid: (image groups x row bands, groups).  Block: T threads.  VEC: 4 where every input
+// row starts on a 16-byte boundary (W % 4 == 0 and x aligned), else 1.
+template <int VEC>
+__global__ void __launch_bounds__(su::T) sparse_unrolled(
+    const float* __restrict__ x, const float* __restrict__ bias,
+    const float* __restrict__ residual, float* __restrict__ y, int n, int accumulate,
+    int relu)
+{
+    tc::wait_prior_grids();
+    using namespace su;
+    extern __shared__ __align__(16) float sm[];
+    const int band = blockIdx.x % BANDS, n0 = (blockIdx.x / BANDS) * TI, y0 = band * TH;
+    const int g = blockIdx.y;
+    const int im = threadIdx.x / (W * STRIPS), rest = threadIdx.x - im * (W * STRIPS);
+    const int strip = rest / W, col = rest - strip * W;
+    const float* base = sm + im * IMG + strip * PX * P + col + SH;
+
+    su_zero_halo(sm);
+    su_stage<VEC>(sm, x, n, 0, n0, y0);
+    su_commit();
+    float a[RB][PX];
+#pragma unroll
+    for (int j = 0; j < RB; ++j)
+#pragma unroll
+        for (int i = 0; i < PX; ++i) a[j][i] = 0.f;
+    for (int ch = 0; ch < CHUNKS; ++ch) {
+        if (ch + 1 < CHUNKS) {
+            su_stage<VEC>(sm + ((ch + 1) & 1) * STAGE, x, n, (ch + 1) * CK, n0, y0);
+            su_commit();
+            su_wait<1>();
+        } else {
+            su_wait<0>();
+        }
+        __syncthreads();
+        chunk(g, ch, base + (ch & 1) * STAGE, a);
+        __syncthreads();
+    }
+
+    const int nn = n0 + im, oy = y0 + strip * PX;
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+        const int k = g * RB + j;
+        if (k >= K || nn >= n) continue;
+#pragma unroll
+        for (int i = 0; i < PX; ++i) {
+            if (oy + i >= H) continue;
+            const size_t at = (((size_t)nn * K + k) * H + oy + i) * W + col;
+            float v = a[j][i];
+            if (accumulate) v += y[at];
+            y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
+        }
+    }
+}
+
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SPARSE_UNROLLED(...) template __global__ void sparse_unrolled<__VA_ARGS__>( \
+    const float*, const float*, const float*, float*, int, int, int);
+TC_I_SPARSE_UNROLLED(1) TC_I_SPARSE_UNROLLED(4)
+#undef TC_I_SPARSE_UNROLLED
+#endif

@@ -1,0 +1,34 @@
+// Runs kernels_cu/sparse_unrolled.cu on the CPU for tests/test_sparse_unrolled.py: each CUDA
+// thread of a block is a host thread, __syncthreads a barrier, shared memory one array,
+// cp.async a plain copy (the waits then have nothing to wait for).
+#pragma once
+#include <pthread.h>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __restrict__
+#define __align__(x)
+#define __shared__
+#define SU_HOST_EMULATION
+
+struct SuDim3 { int x, y, z; };
+inline thread_local SuDim3 threadIdx;
+inline SuDim3 blockIdx;
+inline pthread_barrier_t su_barrier;
+inline void __syncthreads() { pthread_barrier_wait(&su_barrier); }
+float __shfl_xor_sync(unsigned, float, int);   // named in tc_common.cuh, never called here
+
+inline float su_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
+#define SU_FMA(acc, v, bits) acc = std::fma(v, su_bits(0x##bits##u), acc)
+inline void su_copy(float* d, const float* s, bool v) { *d = v ? *s : 0.f; }
+inline void su_copy4(float* d, const float* s, bool v) {
+    for (int i = 0; i < 4; ++i) d[i] = v ? s[i] : 0.f;
+}
+inline void su_commit() {}
+template <int N> inline void su_wait() {}

@@ -23,24 +23,10 @@
 // layer (CuPy caches them on disk by the body's path, which names its content's hash).
 #include "tc_common.cuh"
 
-#ifndef SU_HOST_EMULATION   // tests/ run this file on the CPU with their own copies
-__device__ __forceinline__ void su_copy(float* dst, const float* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void su_copy4(float* dst, const float* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void su_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+#ifndef SU_HOST_EMULATION   // tests/host/ run this file on the CPU with their own copies
+#include "tc_cluster.cuh"   // tdcx::cp_async4 / 16, commit, wait
 // acc += v * w, w the float whose bits are the eight hex digits `bits` (an immediate)
 #define SU_FMA(acc, v, bits) asm("fma.rn.f32 %0, %1, 0f" #bits ", %0;" : "+f"(acc) : "f"(v))
-template <int PENDING>
-__device__ __forceinline__ void su_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
-}
 #endif
 
 #ifndef SPARSE_UNROLLED_BODY
@@ -65,8 +51,8 @@ __device__ __forceinline__ void su_stage(float* buf, const float* __restrict__ x
         const bool ok = ch < C && nn < n && (unsigned)iy < (unsigned)H;
         float* d = buf + cc * CS + im * IMG + yy * P + PAD + SH + q * VEC;
         const float* s = ok ? x + (((size_t)nn * C + ch) * H + iy) * W + q * VEC : x;
-        if constexpr (VEC == 4) su_copy4(d, s, ok);
-        else su_copy(d, s, ok);
+        if constexpr (VEC == 4) tdcx::cp_async16(d, s, ok);
+        else tdcx::cp_async4(d, s, ok);
     }
 }
 
@@ -100,7 +86,7 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
 
     su_zero_halo(sm);
     su_stage<VEC>(sm, x, n, 0, n0, y0);
-    su_commit();
+    tdcx::cp_async_commit();
     float a[RB][PX];
 #pragma unroll
     for (int j = 0; j < RB; ++j)
@@ -109,10 +95,10 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
     for (int ch = 0; ch < CHUNKS; ++ch) {
         if (ch + 1 < CHUNKS) {
             su_stage<VEC>(sm + ((ch + 1) & 1) * STAGE, x, n, (ch + 1) * CK, n0, y0);
-            su_commit();
-            su_wait<1>();
+            tdcx::cp_async_commit();
+            tdcx::cp_async_wait<1>();
         } else {
-            su_wait<0>();
+            tdcx::cp_async_wait<0>();
         }
         __syncthreads();
         chunk(g, ch, base + (ch & 1) * STAGE, a);

@@ -26,9 +26,11 @@ float __shfl_xor_sync(unsigned, float, int);   // named in tc_common.cuh, never 
 
 inline float su_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 #define SU_FMA(acc, v, bits) acc = std::fma(v, su_bits(0x##bits##u), acc)
-inline void su_copy(float* d, const float* s, bool v) { *d = v ? *s : 0.f; }
-inline void su_copy4(float* d, const float* s, bool v) {
+namespace tdcx {
+inline void cp_async4(float* d, const float* s, bool v) { *d = v ? *s : 0.f; }
+inline void cp_async16(float* d, const float* s, bool v) {
     for (int i = 0; i < 4; ++i) d[i] = v ? s[i] : 0.f;
 }
-inline void su_commit() {}
-template <int N> inline void su_wait() {}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+}  // namespace tdcx

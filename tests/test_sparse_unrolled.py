@@ -4,8 +4,11 @@ tiles, and the choices and errors around it."""
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +31,25 @@ def _csr(w):
             np.nonzero(m)[1].astype(np.int32), m[m != 0].astype(np.float32))
 
 
+@functools.cache
+def _sanitizer() -> tuple[str, ...]:
+    """AddressSanitizer where this g++ can link it (out-of-bounds reads and writes abort)."""
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "t.cpp"
+        src.write_text("int main() { return 0; }\n")
+        ok = subprocess.run(["g++", "-fsanitize=address", "-o", str(Path(d) / "t"), str(src)],
+                            capture_output=True).returncode == 0
+    return ("-fsanitize=address",) if ok else ()
+
+
 def _host_run(tmp: Path, w, x, tile, *, bias=None, residual=None, relu=False, y0=None,
               vec=1):
-    """The kernel of ``w``'s body on ``tile`` run on the CPU (AddressSanitizer on)."""
+    """The kernel of ``w``'s body on ``tile`` run on the CPU (AddressSanitizer on where
+    available)."""
     g = conv_geometry(x.shape, w.shape, 1, (w.shape[2] - 1) // 2)
     (tmp / "body.inc").write_text(su.body(g, tile, *_csr(w)))
     exe = tmp / "run"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", "-fsanitize=address", "-w",
+    subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", *_sanitizer(), "-w",
                     f"-I{KERNELS}", f"-I{HOST}", f'-DSPARSE_UNROLLED_BODY="{tmp / "body.inc"}"',
                     f"-DSU_VEC={vec}", "-o", str(exe), str(HOST / "sparse_unrolled_main.cpp")],
                    check=True, capture_output=True)
@@ -49,7 +64,7 @@ def _host_run(tmp: Path, w, x, tile, *, bias=None, residual=None, relu=False, y0
     subprocess.run([str(exe), str(tmp), str(g.n), str(int(y0 is not None)), str(int(relu)),
                     str(int(bias is not None)), str(int(residual is not None)), str(gx),
                     str(gy)], check=True, capture_output=True,
-                   env={"ASAN_OPTIONS": "detect_leaks=0"})
+                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
     return np.fromfile(tmp / "out.bin", np.float32).reshape(g.output_shape)
 
 

@@ -1,6 +1,7 @@
 """Load ``kernels_cu/*.cu`` as CuPy ``RawModule`` objects, one at a time or many in parallel.
 
-Kernels never live in Python strings: each family is one ``.cu`` file in
+Kernels never live in Python strings (a kernel written for one layer's weights includes
+a generated body file named by a define: ``docs/ops.md``): each family is one ``.cu`` file in
 ``kernels_cu/`` (overridable with ``TENSORCONV_KERNEL_DIR``).  A :class:`KernelRef`
 names one kernel: its file, its name expression (a template's instantiation, through
 ``name_expressions``) and its ``-D`` defines.  Compiled kernels are memoised per

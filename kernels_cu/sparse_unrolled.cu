@@ -84,24 +84,31 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
     const int strip = rest / W, col = rest - strip * W;
     const float* base = sm + im * IMG + strip * PX * P + col + SH;
 
+    // The blocks of a group start at different chunks and wrap around.  A layer's code
+    // (up to a few hundred KB) is cold in L2 when the kernel runs inside a model's graph,
+    // and a block fetches it one line after another; blocks that all start at chunk 0
+    // would wait on the same chain of misses, blocks spread over the chunks fetch them
+    // side by side.
+    const int first = blockIdx.x % CHUNKS;
     su_zero_halo(sm);
-    su_stage<VEC>(sm, x, n, 0, n0, y0);
+    su_stage<VEC>(sm, x, n, first * CK, n0, y0);
     tdcx::cp_async_commit();
     float a[RB][PX];
 #pragma unroll
     for (int j = 0; j < RB; ++j)
 #pragma unroll
         for (int i = 0; i < PX; ++i) a[j][i] = 0.f;
-    for (int ch = 0; ch < CHUNKS; ++ch) {
-        if (ch + 1 < CHUNKS) {
-            su_stage<VEC>(sm + ((ch + 1) & 1) * STAGE, x, n, (ch + 1) * CK, n0, y0);
+    for (int i = 0, ch = first; i < CHUNKS; ++i, ch = ch + 1 < CHUNKS ? ch + 1 : 0) {
+        if (i + 1 < CHUNKS) {
+            const int next = ch + 1 < CHUNKS ? ch + 1 : 0;
+            su_stage<VEC>(sm + ((i + 1) & 1) * STAGE, x, n, next * CK, n0, y0);
             tdcx::cp_async_commit();
             tdcx::cp_async_wait<1>();
         } else {
             tdcx::cp_async_wait<0>();
         }
         __syncthreads();
-        chunk(g, ch, base + (ch & 1) * STAGE, a);
+        chunk(g, ch, base + (i & 1) * STAGE, a);
         __syncthreads();
     }
 

@@ -59,7 +59,7 @@ from experiments._common import (
     pyplot,
     save_figure,
 )
-from tensorconv import backend, bench, ops, precision, timing
+from tensorconv import backend, bench, cuda, ops, precision, timing
 from tensorconv.autograd.functions.windows import windows
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
@@ -254,9 +254,12 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     # as the engine's tuned plan: the remainder's other tiles on the fastest layout
     choices = sparse_conv.remainder_choices(geom, backend.device_facts().sm_count)
     best_choice = choices[0]
-    for choice in choices[1:]:
-        if not sparse_conv.fits(geom, choice[0], layouts[best[0]].layout.indices.size):
-            continue              # the unrolled kernel's code would be too long to compile
+    nnz = layouts[best[0]].layout.indices.size   # the unrolled kernel's code grows with it
+    others = [c for c in choices[1:] if sparse_conv.fits(geom, c[0], nnz)]
+    kept = sparse_conv.pack_weights(layouts[best[0]], (geom.h, geom.w), cp)
+    cuda.compile_all([k for c in others for k in sparse_conv.remainder_kernels(
+        geom, tile=c[0], weights=kept)], desc="compiling the remainder's other kernels")
+    for choice in others:
         fn = run_layout(layouts[best[0]], choice=choice)
         check(f"ours {sparse_conv.choice_name(*choice)}", out)
         us = timing.time_graph(fn).median_us

@@ -84,12 +84,15 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
     const int strip = rest / W, col = rest - strip * W;
     const float* base = sm + im * IMG + strip * PX * P + col + SH;
 
-    // The blocks of a group start at different chunks and wrap around.  A layer's code
-    // (up to a few hundred KB) is cold in L2 when the kernel runs inside a model's graph,
-    // and a block fetches it one line after another; blocks that all start at chunk 0
-    // would wait on the same chain of misses, blocks spread over the chunks fetch them
-    // side by side.
-    const int first = blockIdx.x % CHUNKS;
+    // Blocks start at different chunks and wrap around.  Inside a model's graph a layer's
+    // code (up to a few hundred KB) is cold in L2, and a block fetches it one line after
+    // another: blocks that all start at chunk 0 wait on one chain of misses, blocks spread
+    // over the chunks fetch the chunks side by side.  Four consecutive blocks share a start:
+    // blocks are handed out in order, and neighbours on the two SMs of a TPC that run
+    // different code slow each other down even when the code is warm (measured: as if the
+    // pair shared an instruction cache).  The start depends on the block alone, so the sums' order, and the
+    // result, is the same in every run.
+    const int first = (blockIdx.x >> 2) % CHUNKS;
     su_zero_halo(sm);
     su_stage<VEC>(sm, x, n, first * CK, n0, y0);
     tdcx::cp_async_commit();

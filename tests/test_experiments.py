@@ -9,6 +9,17 @@ import pytest
 from tensorconv import backend, data, results
 
 
+@pytest.fixture
+def short_unrolled(monkeypatch):
+    """The unrolled sparse remainder offered only where its body is short (ResNet-18's
+    64-channel layers at 8x, not its 128-channel ones): a 128-channel body takes NVRTC
+    15-30 s, and these runs time several models' worth of them.  The kernel itself is
+    tested in test_sparse_unrolled*.py and through a tuned engine in test_engine.py."""
+    from tensorconv.ops import sparse_unrolled
+
+    monkeypatch.setattr(sparse_unrolled, "MAX_FMAS", 10_000)
+
+
 def _have_fashion_mnist() -> bool:
     try:
         data.fashion_mnist_dir()
@@ -110,6 +121,7 @@ def test_cp_table2_quick(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("short_unrolled")
 def test_sparse_layers_quick(tmp_path):
     pytest.importorskip("mtkahypar")
     from experiments import sparse_layers
@@ -166,6 +178,7 @@ def test_sparse_layers_quick(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("short_unrolled")
 def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
     pytest.importorskip("mtkahypar")
     import numpy as np
@@ -216,6 +229,7 @@ def test_sparse_e2e_quick_with_magnitude_and_trained_masks(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("short_unrolled")
 def test_sparse_e2e_time_budget_leaves_models_to_merge(tmp_path):
     """A spent budget starts no further model (the first always runs) and the report names
     those left; a second call --merge'd with the first gives both."""

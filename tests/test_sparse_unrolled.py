@@ -85,6 +85,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to ru
     (20, 8, (4, 4), 17, 3, 0.2, 128, 4),      # 4x4 maps, many images a block
     (8, 5, (13, 6), 1, 1, 0.6, 128, 1),       # a 1x1 filter, one image
     (24, 4, (5, 10), 2, 3, 1.0, 64, 1),       # every weight kept
+    (12, 40, (16, 8), 13, 3, 0.1, 64, 4),     # 14 blocks a group: each of 3 chunks first
 ])
 def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, r, density,
                                                        threads, vec):

@@ -15,8 +15,9 @@
 // that reaches it, which the tiled kernel cannot do without knowing the rows at compile
 // time.
 //
-// The body defines namespace su: the layer's constants and chunk(g, ch, sp, a), the code of
-// group g's channel chunk ch (a switch over g * CHUNKS + ch).  This file stages the input
+// The body defines namespace su: the layer's constants, Sums (a thread's RB x PX sums as
+// scalars, read by get(sums, j, i)), and chunk(g, ch, sp, sums), which calls the function
+// that holds group g's channel chunk ch (a switch over g * CHUNKS + ch).  This file stages the input
 // (CK channels a stage, two stages, cp.async; the box of a tile with its halo rows, its
 // halo columns zeroed once) and runs the epilogue (bias, residual, ReLU, or accumulate onto
 // what dense blocks wrote).  The body is generated per layer, so kernels are compiled per
@@ -96,11 +97,7 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
     su_zero_halo(sm);
     su_stage<VEC>(sm, x, n, first * CK, n0, y0);
     tdcx::cp_async_commit();
-    float a[RB][PX];
-#pragma unroll
-    for (int j = 0; j < RB; ++j)
-#pragma unroll
-        for (int i = 0; i < PX; ++i) a[j][i] = 0.f;
+    Sums a{};
     for (int i = 0, ch = first; i < CHUNKS; ++i, ch = ch + 1 < CHUNKS ? ch + 1 : 0) {
         if (i + 1 < CHUNKS) {
             const int next = ch + 1 < CHUNKS ? ch + 1 : 0;
@@ -124,7 +121,7 @@ __global__ void __launch_bounds__(su::T) sparse_unrolled(
         for (int i = 0; i < PX; ++i) {
             if (oy + i >= H) continue;
             const size_t at = (((size_t)nn * K + k) * H + oy + i) * W + col;
-            float v = a[j][i];
+            float v = get(a, j, i);
             if (accumulate) v += y[at];
             y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
         }

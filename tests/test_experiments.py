@@ -12,8 +12,8 @@ from tensorconv import backend, data, results
 @pytest.fixture
 def short_unrolled(monkeypatch):
     """The unrolled sparse remainder offered only where its body is short (ResNet-18's
-    64-channel layers at 8x, not its 128-channel ones): a 128-channel body takes NVRTC
-    15-30 s, and these runs time several models' worth of them.  The kernel itself is
+    64-channel layers at 8x, not its 128-channel ones): a 128-channel body takes a compile
+    of 10 s or more, and these runs time several models' worth of them.  The kernel itself is
     tested in test_sparse_unrolled*.py and through a tuned engine in test_engine.py."""
     from tensorconv.ops import sparse_unrolled
 

@@ -32,7 +32,12 @@ from tensorconv.checks import ConvGeometry
 from tensorconv.ops._launch import cdiv, launch, ptr
 
 FILE = "sparse_unrolled.cu"
-MAX_FMAS = 40_000         # multiply-adds of one body: NVRTC took 12-15 s for 37,000 (H200)
+# floats a call passes and returns in registers (nvcc 13.0, sm_90: 32 did, 40 went through a
+# stack frame)
+CALL_SUMS = 32
+# multiply-adds of one body: with its chunks inlined, NVRTC took 12-15 s for 37,000 on the
+# H200's host (nvcc 13.0 on a 2-core host: 30 s inlined, 12 s as calls)
+MAX_FMAS = 40_000
 THREADS = 128             # a block's target size
 STAGE_BYTES = 32 << 10    # one stage at most (two a block)
 
@@ -153,10 +158,19 @@ def fmas(weights_nnz: int, tile: Tile) -> int:
 
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_BODY``) of a remainder given as CSR over the
-    K x C·R·S kernel matrix (host arrays)."""
+    K x C·R·S kernel matrix (host arrays).
+
+    A thread's sums are the scalar fields of ``Sums`` and each chunk (a group's CK input
+    channels) is a function ``chunkN(sp, sums) -> sums``, which the kernel's chunk loop
+    calls through ``chunk(g, ch, sp, sums)``.  Where the sums fit the registers a call
+    passes (:data:`CALL_SUMS`) the functions are not inlined: with all the code inlined in
+    that loop, nvcc took 2.5 times as long (30 s against 12 s for 37,000 multiply-adds,
+    nvcc 13.0).  More sums would go through the stack, so those bodies are inlined."""
     b = box(g, tile)
     k, c, r = g.k, g.c, g.r
     chunks, groups = cdiv(c, tile.ck), cdiv(k, tile.rb)
+    sums = [(j, i) for j in range(tile.rb) for i in range(tile.px)]
+    inline = "__noinline__" if len(sums) <= CALL_SUMS else "__forceinline__"
     out = ["namespace su {",
            f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, PAD = {g.padding[0]}, "
            f"RB = {tile.rb}, PX = {tile.px}, TH = {tile.th}, TI = {tile.ti}, CK = {tile.ck}, "
@@ -164,9 +178,12 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
            f"HC = {b.cols}, P = {b.pitch}, IMG = {b.img}, SH = {b.shift}, CS = TI * IMG, "
            f"STAGE = CK * CS, BANDS = {cdiv(g.h, tile.th)}, CHUNKS = {chunks}, "
            f"GROUPS = {groups};",
-           "__device__ __forceinline__ void chunk(int g, int ch, const float* sp, "
-           "float (&a)[RB][PX]) {",
-           "  switch (g * CHUNKS + ch) {"]
+           "struct Sums { float " + ", ".join(f"a{j}_{i}" for j, i in sums) + "; };",
+           "// row j's sum at pixel i (j and i constants where the kernel unrolls its loops)",
+           "__device__ __forceinline__ float get(const Sums& a, int j, int i) {",
+           "  switch (j * PX + i) {"]
+    out += [f"  case {j * tile.px + i}: return a.a{j}_{i};" for j, i in sums]
+    out += ["  default: return 0.f;", "  }", "}"]
     for grp in range(groups):
         rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
         dense = np.zeros((len(rows), c, r, r), np.float32)
@@ -174,11 +191,15 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
             cols = indices[indptr[row]:indptr[row + 1]]
             dense[j].reshape(-1)[cols] = data[indptr[row]:indptr[row + 1]]
         for ch in range(chunks):
-            out.append(f"  case {grp * chunks + ch}: {{")
+            out.append(f"__device__ {inline} Sums chunk{grp * chunks + ch}"
+                       "(const float* sp, Sums a) {")
             for cc in range(min(tile.ck, c - ch * tile.ck)):
                 out += _column_code(dense[:, ch * tile.ck + cc], cc * tile.ti * b.img, b.pitch,
                                     tile.px)
-            out.append("  } break;")
+            out += ["  return a;", "}"]
+    out += ["__device__ __forceinline__ void chunk(int g, int ch, const float* sp, Sums& a) {",
+            "  switch (g * CHUNKS + ch) {"]
+    out += [f"  case {n}: a = chunk{n}(sp, a); break;" for n in range(groups * chunks)]
     out += ["  default: break;", "  }", "}", "}  // namespace su", ""]
     return "\n".join(out)
 
@@ -193,12 +214,12 @@ def _column_code(w, at: int, pitch: int, px: int) -> list[str]:
         if not taps:
             continue
         need = sorted({r + i for _, r, _ in taps for i in range(px)})
-        lines.append("    {")
-        lines += [f"      const float v{q} = sp[{at + q * pitch + s}];" for q in need]
+        lines.append("  {")
+        lines += [f"    const float v{q} = sp[{at + q * pitch + s}];" for q in need]
         for j, r, value in taps:
             bits = struct.unpack("<I", struct.pack("<f", value))[0]
-            lines += [f"      SU_FMA(a[{j}][{i}], v{r + i}, {bits:08X});" for i in range(px)]
-        lines.append("    }")
+            lines += [f"    SU_FMA(a.a{j}_{i}, v{r + i}, {bits:08X});" for i in range(px)]
+        lines.append("  }")
     return lines
 
 

@@ -11,6 +11,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(x)
 #define __restrict__
 #define __align__(x)

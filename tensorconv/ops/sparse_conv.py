@@ -231,7 +231,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         over rows and pixels that read the input straight from global memory, or the
         tensor cores (:mod:`tensorconv.ops.sparse_tc_remainder`: 3xTF32, one tf32 pass
         under ``precision.using("tf32")``), or code written for these weights
-        (:mod:`tensorconv.ops.sparse_unrolled`: stride 1, "same" padding; compiled per
+        (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; compiled per
         layer); "auto" picks by :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
     remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile or

@@ -75,9 +75,9 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
     (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
     pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed).
-    A stride-1 "same" filter wider than 1x1 also gets the unrolled kernel's tiles
-    (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to compile
-    (:func:`fits`)."""
+    An odd square "same" filter wider than 1x1 (any stride) also gets the unrolled
+    kernel's tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough
+    to compile (:func:`fits`)."""
     tiled = default_remainder_tile(geom)
     tc = ()
     if precision.current() == "tf32":

@@ -10,7 +10,9 @@ row of the group with a nonzero in that column and every filter row that reaches
 (a thread owns ``px`` vertically consecutive pixels).  The paper generates its kernels
 per layer too (Rumi et al., PACT'20, §4).
 
-Stride 1 and "same" padding (odd square filters), NCHW, fp32, any batch.  The cost is a
+Odd square filters with "same" padding at any stride (at stride 2 and more a staged row's
+columns are split into phases, so that a warp reads consecutive words), NCHW, fp32, any
+batch.  The cost is a
 compile per layer and tile (seconds; CuPy keeps the binary on disk), so layers above
 :data:`MAX_FMAS` instructions are not offered.  :mod:`tensorconv.ops.sparse_conv` runs it
 as the remainder kind ``"unrolled"``.
@@ -52,7 +54,8 @@ class Problem:
 @dataclass(frozen=True)
 class Tile:
     """``rb`` output rows a block; a thread ``px`` vertically consecutive pixels; a block
-    ``ti`` images x ``th`` output rows x every column; ``ck`` input channels a stage."""
+    ``ti`` images x ``th`` output rows x every output column; ``ck`` input channels a
+    stage."""
 
     rb: int
     px: int
@@ -61,33 +64,42 @@ class Tile:
     ck: int
 
     def threads(self, p: Problem) -> int:
-        return self.ti * p.geom.w * (self.th // self.px)
+        return self.ti * p.geom.ow * (self.th // self.px)
 
     def smem_bytes(self, p: Problem) -> int:
         return 2 * self.ck * self.ti * box(p.geom, self).img * 4
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
-        return cdiv(g.n, self.ti) * cdiv(g.h, self.th), cdiv(g.k, self.rb), 1
+        return cdiv(g.n, self.ti) * cdiv(g.oh, self.th), cdiv(g.k, self.rb), 1
 
 
 @dataclass(frozen=True)
 class Box:
     """A stage's layout: ``pitch`` words a row, ``img`` an image, ``shift`` words before
-    column 0 (the first interior column 16-byte aligned), ``rows`` x ``cols`` staged."""
+    column 0 (the first interior column 16-byte aligned), ``rows`` x ``cols`` in the box
+    (its column u the input's column u - padding), the first ``staged`` input columns copied
+    (the other columns zero), and a row's columns in ``stride`` phases of ``phase`` words:
+    column u at word ``(u % stride) * phase + u // stride``."""
 
     pitch: int
     img: int
     shift: int
     rows: int
     cols: int
+    staged: int
+    stride: int
+    phase: int
+
+    def word(self, u: int) -> int:
+        return (u % self.stride) * self.phase + u // self.stride
 
 
 def supported(p: Problem) -> str | None:
     """Why the kernel cannot run ``p``, or None."""
     g = p.geom
-    if g.groups != 1 or g.dilation != (1, 1) or g.stride != (1, 1):
-        return "the unrolled remainder runs stride-1, undilated, ungrouped convolutions"
+    if g.groups != 1 or g.dilation != (1, 1) or g.stride[0] != g.stride[1]:
+        return "the unrolled remainder runs undilated, ungrouped convolutions of a square stride"
     if g.r != g.s or g.r % 2 == 0 or g.padding != ((g.r - 1) // 2,) * 2:
         return "the unrolled remainder needs an odd square filter with 'same' padding"
     if g.w > 128:
@@ -99,9 +111,9 @@ def _tile(g: ConvGeometry, rb: int, px: int, threads: int) -> Tile | None:
     """Rows and images a block so that it has about ``threads`` threads, and the widest
     stage under :data:`STAGE_BYTES`."""
     th = px
-    while th < 8 and th < g.h and g.w * (2 * th) // px <= threads:
+    while th < 8 and th < g.oh and g.ow * (2 * th) // px <= threads:
         th *= 2
-    ti = max(1, min(g.n, threads // max(1, g.w * th // px)))
+    ti = max(1, min(g.n, threads // max(1, g.ow * th // px)))
     for ck in (16, 8, 4):
         t = Tile(rb, px, th, ti, min(ck, g.c))
         if t.smem_bytes(Problem(g)) <= 2 * STAGE_BYTES:
@@ -115,7 +127,7 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     (H200): 32 rows the fastest, 16 rows 1.3-1.6x slower, 8 rows 2.5x."""
     if supported(p) is not None:
         return []
-    sizes = (THREADS, THREADS // 2) if p.geom.w <= 8 else (THREADS,)
+    sizes = (THREADS, THREADS // 2) if p.geom.ow <= 8 else (THREADS,)
     tiles = [_tile(p.geom, rb, 2, t) for rb in (32, 16) for t in sizes]
     return list(dict.fromkeys(t for t in tiles if t is not None))
 
@@ -132,22 +144,26 @@ def box(g: ConvGeometry, tile: Tile) -> Box:
     """The stage layout with the fewest bank conflicts among a warp's reads of one offset
     (then the smallest) whose stage fits :data:`STAGE_BYTES` (else the smallest): pitch
     and image size multiples of 4 words."""
-    pad, hr, hc = g.padding[0], tile.th + g.r - 1, g.w + g.s - 1
-    shift = (4 - pad % 4) % 4
+    pad, st = g.padding[0], g.stride[0]
+    hr, cols = (tile.th - 1) * st + g.r, (g.ow - 1) * st + g.s
+    phase = cdiv(cols, st)
+    shift = (4 - pad % 4) % 4 if st == 1 else 0     # 16-byte copies at stride 1 only
+    hc = st * phase
     strips = tile.th // tile.px
     t = np.arange(tile.threads(Problem(g)))
-    im, rest = np.divmod(t, g.w * strips)
-    strip, col = np.divmod(rest, g.w)
+    im, rest = np.divmod(t, g.ow * strips)
+    strip, col = np.divmod(rest, g.ow)
     best = None
     for pitch in range(-(-(hc + shift) // 4) * 4, hc + shift + 36, 4):
         for ipad in range(0, 36, 4):
             img = hr * pitch + ipad
-            words = im * img + strip * tile.px * pitch + col
+            words = im * img + strip * tile.px * st * pitch + col
             worst = max(np.bincount(words[w0:w0 + 32] % 32).max() for w0 in range(0, t.size, 32))
             if 4 * tile.ck * tile.ti * img > STAGE_BYTES:
                 worst += 1 << 20
             if best is None or (worst, img) < best[0]:
-                best = ((worst, img), Box(pitch, img, shift, hr, hc))
+                best = ((worst, img), Box(pitch, img, shift, hr, cols, min(g.w, cols - pad),
+                                          st, phase))
     return best[1]
 
 
@@ -173,11 +189,12 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     inline = "__noinline__" if len(sums) <= CALL_SUMS else "__forceinline__"
     out = ["namespace su {",
            f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, PAD = {g.padding[0]}, "
+           f"ST = {b.stride}, OH = {g.oh}, OW = {g.ow}, "
            f"RB = {tile.rb}, PX = {tile.px}, TH = {tile.th}, TI = {tile.ti}, CK = {tile.ck}, "
            f"T = {tile.threads(Problem(g))}, STRIPS = {tile.th // tile.px}, HR = {b.rows}, "
-           f"HC = {b.cols}, P = {b.pitch}, IMG = {b.img}, SH = {b.shift}, CS = TI * IMG, "
-           f"STAGE = CK * CS, BANDS = {cdiv(g.h, tile.th)}, CHUNKS = {chunks}, "
-           f"GROUPS = {groups};",
+           f"WS = {b.staged}, PW = {b.phase}, P = {b.pitch}, IMG = {b.img}, SH = {b.shift}, "
+           f"CS = TI * IMG, STAGE = CK * CS, BANDS = {cdiv(g.oh, tile.th)}, "
+           f"CHUNKS = {chunks}, GROUPS = {groups};",
            "struct Sums { float " + ", ".join(f"a{j}_{i}" for j, i in sums) + "; };",
            "// row j's sum at pixel i (j and i constants where the kernel unrolls its loops)",
            "__device__ __forceinline__ float get(const Sums& a, int j, int i) {",
@@ -194,8 +211,7 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
             out.append(f"__device__ {inline} Sums chunk{grp * chunks + ch}"
                        "(const float* sp, Sums a) {")
             for cc in range(min(tile.ck, c - ch * tile.ck)):
-                out += _column_code(dense[:, ch * tile.ck + cc], cc * tile.ti * b.img, b.pitch,
-                                    tile.px)
+                out += _column_code(dense[:, ch * tile.ck + cc], cc * tile.ti * b.img, b, tile.px)
             out += ["  return a;", "}"]
     out += ["__device__ __forceinline__ void chunk(int g, int ch, const float* sp, Sums& a) {",
             "  switch (g * CHUNKS + ch) {"]
@@ -204,21 +220,23 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     return "\n".join(out)
 
 
-def _column_code(w, at: int, pitch: int, px: int) -> list[str]:
+def _column_code(w, at: int, b: Box, px: int) -> list[str]:
     """One channel's code: for each filter column s, the words its taps reach (loaded
-    once) and every nonzero's multiply-adds into the thread's ``px`` pixels."""
+    once: pixel i's tap r reads the box's row ``i * stride + r``) and every nonzero's
+    multiply-adds into the thread's ``px`` pixels."""
     lines = []
     for s in range(w.shape[2]):
         taps = [(j, r, float(w[j, r, s])) for j in range(w.shape[0]) for r in range(w.shape[1])
                 if w[j, r, s] != 0]
         if not taps:
             continue
-        need = sorted({r + i for _, r, _ in taps for i in range(px)})
+        st = b.stride
+        need = sorted({r + i * st for _, r, _ in taps for i in range(px)})
         lines.append("  {")
-        lines += [f"    const float v{q} = sp[{at + q * pitch + s}];" for q in need]
+        lines += [f"    const float v{q} = sp[{at + q * b.pitch + b.word(s)}];" for q in need]
         for j, r, value in taps:
             bits = struct.unpack("<I", struct.pack("<f", value))[0]
-            lines += [f"    SU_FMA(a.a{j}_{i}, v{r + i}, {bits:08X});" for i in range(px)]
+            lines += [f"    SU_FMA(a.a{j}_{i}, v{r + i * st}, {bits:08X});" for i in range(px)]
         lines.append("  }")
     return lines
 
@@ -231,7 +249,7 @@ def body_dir() -> Path:
 def kernel(weights, g: ConvGeometry, tile: Tile, vec: int) -> cuda.KernelRef:
     """The kernel of ``weights``' remainder (a :class:`~tensorconv.ops.sparse_conv.
     SparseWeights`) on ``tile``: its body written once (named by its content's hash)."""
-    key = ("unrolled", tile, g.h, g.w)
+    key = ("unrolled", tile, g.h, g.w, g.stride)
     if key not in weights.staged:
         indptr = backend.to_host(weights.indptr)
         nnz = int(indptr[-1])
@@ -252,7 +270,13 @@ def kernels(p: Problem, tile: Tile, weights=None) -> tuple[cuda.KernelRef, ...]:
     """The kernel a launch of ``tile`` runs (``weights`` needed: the body is theirs)."""
     if weights is None:
         return ()
-    return (kernel(weights, p.geom, tile, 4 if p.geom.w % 4 == 0 else 1),)
+    return (kernel(weights, p.geom, tile, 4 if _vec4(p.geom) else 1),)
+
+
+def _vec4(g: ConvGeometry) -> bool:
+    """Whether the stage can copy 16 bytes at a time (given an aligned input): rows of a
+    multiple of 4 words, kept together (stride 1)."""
+    return g.w % 4 == 0 and g.stride == (1, 1)
 
 
 def instantiations() -> list[str]:
@@ -266,7 +290,7 @@ def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool
     p = Problem(g)
     if (why := supported(p)) is not None:
         raise ValueError(why)
-    vec = 4 if g.w % 4 == 0 and x.data.ptr % 16 == 0 else 1
+    vec = 4 if _vec4(g) and x.data.ptr % 16 == 0 else 1
     launch(kernel(weights, g, tile, vec), tile.grid(p), (tile.threads(p),),
            (x, ptr(bias), ptr(residual), out, np.int32(g.n), np.int32(accumulate),
             np.int32(relu)), tile.smem_bytes(p))

@@ -1,5 +1,6 @@
 """The unrolled remainder (``sparse_unrolled``) against the float64 reference (<= 1e-5):
-its tiles on maps of 2 to 40 columns, 1x1 / 3x3 / 5x5 filters, batches and channel counts
+its tiles on maps of 2 to 40 columns, 1x1 / 3x3 / 5x5 filters, strides 1 to 3, batches and
+channel counts
 that leave partial image groups, row groups and channel stages, inputs not 16-byte
 aligned, dense blocks' rows to add to, the epilogue; outputs
 poisoned."""
@@ -16,27 +17,30 @@ from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [((3, 19, 4, 4), 21, 3), ((2, 11, 7, 7), 70, 3), ((1, 9, 11, 40), 33, 3),
-          ((33, 20, 2, 2), 24, 3), ((2, 17, 32, 32), 40, 3), ((3, 6, 9, 5), 16, 5),
-          ((4, 12, 8, 8), 50, 1), ((2, 35, 16, 16), 64, 3)]
+SHAPES = [((3, 19, 4, 4), 21, 3, 1), ((2, 11, 7, 7), 70, 3, 1), ((1, 9, 11, 40), 33, 3, 1),
+          ((33, 20, 2, 2), 24, 3, 1), ((2, 17, 32, 32), 40, 3, 1), ((3, 6, 9, 5), 16, 5, 1),
+          ((4, 12, 8, 8), 50, 1, 1), ((2, 35, 16, 16), 64, 3, 1),
+          ((2, 17, 32, 32), 40, 3, 2), ((3, 11, 9, 7), 24, 3, 2), ((2, 6, 11, 10), 16, 5, 2),
+          ((33, 20, 8, 8), 24, 3, 2), ((1, 9, 13, 40), 33, 3, 2), ((2, 5, 10, 13), 12, 3, 3)]
 
 
-@pytest.mark.parametrize("x_shape,k,r", SHAPES, ids=str)
-def test_every_unrolled_tile_computes_the_convolution(rng, x_shape, k, r):
+@pytest.mark.parametrize("x_shape,k,r,stride", SHAPES, ids=str)
+def test_every_unrolled_tile_computes_the_convolution(rng, x_shape, k, r, stride):
     w, packed, _ = random_sparse_layer(rng, k, x_shape[1], r, 0.2, empty_row=True)
-    g = conv_geometry(x_shape, w.shape, 1, (r - 1) // 2)
+    g = conv_geometry(x_shape, w.shape, stride, (r - 1) // 2)
     tiles = su.candidates(su.Problem(g), None)
     assert tiles
     for tile in tiles:
-        check_sparse_conv2d(rng, w, packed, x_shape, 1, (r - 1) // 2, epilogue=False,
+        check_sparse_conv2d(rng, w, packed, x_shape, stride, (r - 1) // 2, epilogue=False,
                             remainder="unrolled", remainder_tile=tile)
 
 
 @pytest.mark.parametrize("nblocks", [0, 3])
 def test_the_unrolled_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
     w, packed, _ = random_sparse_layer(rng, 40, 27, 3, 0.15, nblocks, empty_row=True)
-    for x_shape in [(3, 27, 12, 12), (2, 27, 5, 8)]:
-        check_sparse_conv2d(rng, w, packed, x_shape, 1, 1, epilogue=True, remainder="unrolled")
+    for x_shape, stride in [((3, 27, 12, 12), 1), ((2, 27, 5, 8), 1), ((3, 27, 12, 12), 2)]:
+        check_sparse_conv2d(rng, w, packed, x_shape, stride, 1, epilogue=True,
+                            remainder="unrolled")
 
 
 def test_a_dense_kernel_a_zero_one_and_an_unaligned_input(rng):

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     const bool has_bias = std::atoi(argv[5]), has_res = std::atoi(argv[6]);
     const int gx = std::atoi(argv[7]), gy = std::atoi(argv[8]);
     char path[4096];
-    const size_t nx = (size_t)n * su::C * su::H * su::W, ny = (size_t)n * su::K * su::H * su::W;
+    const size_t nx = (size_t)n * su::C * su::H * su::W, ny = (size_t)n * su::K * su::OH * su::OW;
     std::snprintf(path, sizeof path, "%s/x.bin", dir);
     std::vector<float> x = read(path, nx);
     std::snprintf(path, sizeof path, "%s/y.bin", dir);

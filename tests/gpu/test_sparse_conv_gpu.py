@@ -14,6 +14,7 @@ from tensorconv import blocksparse as bs
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_blocks_tc
 from tensorconv.ops import sparse_conv as sc
+from tensorconv.ops import sparse_unrolled as su
 from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
@@ -483,8 +484,11 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     bias = rng.standard_normal(geom.k).astype(np.float32)
     want = np.maximum(want + bias[None, :, None, None], 0)
     choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
-    # 1x1: every pointwise tile (27 plain, 12 batched) and the tiled rule's
-    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3)
+    # 1x1: every pointwise tile (27 plain, 12 batched) and the tiled rule's; 3x3 stride 2:
+    # the tiled rule's tile on three stagings and the unrolled kernel's tiles
+    unrolled = su.candidates(su.Problem(geom), None)
+    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3 + len(unrolled))
+    assert r == 1 or len(unrolled) == 2
     for tile, staging in choices:
         out = cp.full(geom.output_shape, cp.nan, cp.float32)
         ops.sparse_conv2d(xd, packed, cp.asarray(bias), stride, r // 2, relu=True,

@@ -15,7 +15,7 @@ the same K x CRS shapes) — runs as:
   each layout (the remainder's kernel chosen as the library chooses it,
   ``sparse_conv.choose_remainder``, on its rule's tile), the fastest kept, then the
   remainder's other tiles and stagings (``sparse_conv.remainder_choices``) timed on that
-  layout (as the engine's tuned plan does);
+  layout (as the engine's tuned plan does), each choice's time in the table ``choice_us``;
 * ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
@@ -35,7 +35,8 @@ go to ``NAME.partial.csv`` after every layer.  Times
 are CUDA-graph replay medians, side by side in one process.  Also recorded: Algorithm 1's
 statistics per threshold (blocks, share of nonzeros in blocks, fill, seconds) and the
 threshold kept.  Results go to ``sparse_layers.*`` for the default model and
-``sparse_layers_MODEL.*`` for another.  ``--time-budget`` stops between layers once that
+``sparse_layers_MODEL.*`` for another.  ``--layers`` times only the layers named.
+``--time-budget`` stops between layers once that
 many seconds have passed; a later call with ``--merge`` (the earlier CSVs) keeps their
 layers and times the rest, one table in the end.  The paper's ranges (P100, ResNet18-8x:
 1.66-7.58x over cuDNN, 1.04-1.45x over SpMM) stand in the notes.
@@ -109,6 +110,8 @@ def _args(argv):
                         "share of a layer's nonzeros (0: the paper's loop, until no block)")
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
+    p.add_argument("--layers", nargs="+", default=[], metavar="NAME",
+                   help="only these layers (the model's module names, e.g. stages.1.0.conv1)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for this call: no layer is started after them")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
@@ -136,8 +139,14 @@ def _layers(args, masks_path):
     masks = load_masks(masks_path) if masks_path else None
     probe = (1, args.in_channels, args.size, args.size)
     shapes = {n: (args.batch,) + s[1:] for n, s in conv_inputs(model, list(convs), probe).items()}
+    unknown = sorted(set(args.layers) - set(convs))
+    if unknown:
+        raise ValueError(f"--layers: {args.model} has no prunable layer {unknown}; it has "
+                         f"{list(convs)}")
     seen, out = set(), []
     for name, conv in convs.items():
+        if args.layers and name not in args.layers:
+            continue
         w = conv.weight.data
         key = (w.shape, conv.stride, conv.padding, shapes[name])
         if key in seen and not args.all_layers:
@@ -259,10 +268,15 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     kept = sparse_conv.pack_weights(layouts[best[0]], (geom.h, geom.w), cp)
     cuda.compile_all([k for c in others for k in sparse_conv.remainder_kernels(
         geom, tile=c[0], weights=kept)], desc="compiling the remainder's other kernels")
+    layout = f"t2={best[0]}" if best[0] else "no blocks"
+    rs.add(f"{case} | {sparse_conv.choice_name(*best_choice)}", "ours", "choice_us", best[1],
+           "us", note=layout)
     for choice in others:
         fn = run_layout(layouts[best[0]], choice=choice)
         check(f"ours {sparse_conv.choice_name(*choice)}", out)
         us = timing.time_graph(fn).median_us
+        rs.add(f"{case} | {sparse_conv.choice_name(*choice)}", "ours", "choice_us", us, "us",
+               note=layout)
         if us < best[1]:
             best, best_choice = (best[0], us), choice
     layout = f"t2={best[0]}" if best[0] else "no blocks"
@@ -396,7 +410,7 @@ def main(argv=None) -> int:
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("latency_us", "speedup", "speedup_median",
                                                          "blocks", "in_blocks", "fill", "alg1_s",
-                                                         "density"))
+                                                         "density", "choice_us"))
     masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
     partial = f"Partial: {left} layers not timed yet (run again with --merge). " if left else ""

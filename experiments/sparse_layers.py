@@ -15,7 +15,8 @@ the same K x CRS shapes) — runs as:
   each layout (the remainder's kernel chosen as the library chooses it,
   ``sparse_conv.choose_remainder``, on its rule's tile), the fastest kept, then the
   remainder's other tiles and stagings (``sparse_conv.remainder_choices``) timed on that
-  layout (as the engine's tuned plan does), each choice's time in the table ``choice_us``;
+  layout (as the engine's tuned plan does), each choice's time in the table ``choice_us``
+  (case "LAYER via KERNEL");
 * ``csr-rows``: every nonzero in the one-thread-per-pixel remainder kernel: the row-wise
   direct sparse convolution (Escoin-style);
 * ``cusparse``: cuSPARSE SpMM (``cupyx.scipy.sparse``) on an explicit im2col, with and
@@ -269,13 +270,13 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     cuda.compile_all([k for c in others for k in sparse_conv.remainder_kernels(
         geom, tile=c[0], weights=kept)], desc="compiling the remainder's other kernels")
     layout = f"t2={best[0]}" if best[0] else "no blocks"
-    rs.add(f"{case} | {sparse_conv.choice_name(*best_choice)}", "ours", "choice_us", best[1],
+    rs.add(f"{case} via {sparse_conv.choice_name(*best_choice)}", "ours", "choice_us", best[1],
            "us", note=layout)
     for choice in others:
         fn = run_layout(layouts[best[0]], choice=choice)
         check(f"ours {sparse_conv.choice_name(*choice)}", out)
         us = timing.time_graph(fn).median_us
-        rs.add(f"{case} | {sparse_conv.choice_name(*choice)}", "ours", "choice_us", us, "us",
+        rs.add(f"{case} via {sparse_conv.choice_name(*choice)}", "ours", "choice_us", us, "us",
                note=layout)
         if us < best[1]:
             best, best_choice = (best[0], us), choice

@@ -131,15 +131,16 @@ def test_sparse_layers_quick(tmp_path):
     errs = {(r["case"], r["variant"]): r["value"] for r in rows if r["metric"] == "rel_err"}
     fp32 = [v for (_, variant), v in errs.items() if not variant.startswith("ours-tf32")]
     # the remainder's other choices on the fastest layout: the strided layer's two stagings,
-    # and the unrolled kernel's tiles where they fit (the fixture: short bodies only)
+    # and the unrolled kernel's tiles on the stride-1 layers where they fit (the fixture:
+    # short bodies only)
     others = [k for k in errs if k[1].startswith("ours sparse_csr")]
     assert len(others) == 2 and all("s2" in case for case, _ in others)
     unrolled = [k for k in errs if k[1].startswith("ours sparse_unrolled")]
-    assert unrolled
+    assert unrolled and all("s2" not in case for case, _ in unrolled)
     assert len(fp32) == 3 * 5 + 2 + len(unrolled) and max(fp32) <= 1e-5   # 2 thresholds,
     # no blocks, rows, cusparse
     # each choice's time; "ours" the fastest of them
-    choice = [(r["case"].split(" | ")[0], r["value"]) for r in rows if r["metric"] == "choice_us"]
+    choice = [(r["case"].split(" via ")[0], r["value"]) for r in rows if r["metric"] == "choice_us"]
     assert len(choice) == 3 + len(others) + len(unrolled)
     ours = {r["case"]: r["value"] for r in rows
             if r["metric"] == "latency_us" and r["variant"] == "ours"}

@@ -75,14 +75,18 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
     (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
     pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed).
-    An odd square "same" filter wider than 1x1 (any stride) also gets the unrolled
-    kernel's tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough
-    to compile (:func:`fits`)."""
+    An odd square "same" filter wider than 1x1 at stride 1 also gets the unrolled kernel's
+    tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to
+    compile (:func:`fits`).  At stride 2 that kernel runs (``remainder="unrolled"``) but is
+    not timed: on ResNet-18-8x's stride-2 layers it took 1.9-3.4x the tiled kernel's time
+    (its stage copies word by word, four input words an output pixel), and its compile
+    would only slow the tuning."""
     tiled = default_remainder_tile(geom)
     tc = ()
     if precision.current() == "tf32":
         tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
-    unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None))
+    unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None)) \
+        if geom.stride == (1, 1) else ()
     if geom.r * geom.s != 1:
         return tuple((tiled, st) for st in stagings(geom)) + unrolled + tc
     first = default_pointwise_tile(geom, sm_count)

@@ -68,6 +68,28 @@ def _host_run(tmp: Path, w, x, tile, *, bias=None, residual=None, relu=False, y0
     return np.fromfile(tmp / "out.bin", np.float32).reshape(g.output_shape)
 
 
+EXAMPLE = KERNELS / "sparse_unrolled_example.inc"
+
+
+def _example_text() -> str:
+    """The body CI's offline nvcc build compiles the kernel file with (its default include):
+    the generator's own output for a fixed random layer."""
+    rng = np.random.default_rng(7)
+    shape = (16, 8, 3, 3)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 1 / 7)).astype(np.float32)
+    g = conv_geometry((2, 8, 8, 8), shape, 1, 1)
+    return ("// The unrolled kernel's body for a random 16 x 8 x 3 x 3 layer on 8 x 8 maps (1 in "
+            "7 weights\n// kept), which CI's offline build compiles; "
+            "tensorconv/ops/sparse_unrolled.py writes a\n// layer's own (su.body).  Rewritten "
+            "by `python -m tests.test_sparse_unrolled`.\n"
+            + su.body(g, su._tile(g, 32, 2, 64), *_csr(w)))
+
+
+def test_the_offline_builds_example_body_is_the_generators_own():
+    assert EXAMPLE.read_text() == _example_text(), \
+        "the generator changed: rewrite the example with `python -m tests.test_sparse_unrolled`"
+
+
 def _weights(rng, shape, density):
     w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
     w[1] = 0                                                # a row with no nonzero
@@ -192,3 +214,7 @@ def test_a_tile_of_another_layer_is_refused_by_name():
     other = su.default_tile(su.Problem(conv_geometry((2, 8, 4, 4), (8, 8, 3, 3), 1, 1)), None)
     with pytest.raises(ValueError, match="remainder_tile"):
         sc.check_remainder_choice(g, "unrolled", other)
+
+
+if __name__ == "__main__":
+    EXAMPLE.write_text(_example_text())

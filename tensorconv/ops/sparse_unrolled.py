@@ -10,11 +10,13 @@ row of the group with a nonzero in that column and every filter row that reaches
 (a thread owns ``px`` vertically consecutive pixels).  The paper generates its kernels
 per layer too (Rumi et al., PACT'20, §4).
 
-Odd square filters with "same" padding at any stride (at stride 2 and more a staged row's
-columns are split into phases, so that a warp reads consecutive words), NCHW, fp32, any
-batch.  The cost is a
-compile per layer and tile (seconds; CuPy keeps the binary on disk), so layers above
-:data:`MAX_FMAS` instructions are not offered.  :mod:`tensorconv.ops.sparse_conv` runs it
+Odd square filters with "same" padding, NCHW, fp32, any batch, any stride: at stride 2
+and more a staged row's columns are split into phases, so that a warp reads consecutive
+words, but the stage is copied word by word and holds about four input words an output
+pixel, and on ResNet-18-8x's stride-2 layers the kernel took 1.9-3.4x the tiled one's time
+(H200), so the tuner offers it at stride 1 only.  The cost is a compile per layer and tile
+(seconds; CuPy keeps the binary on disk), so layers above :data:`MAX_FMAS` instructions
+are not offered.  :mod:`tensorconv.ops.sparse_conv` runs it
 as the remainder kind ``"unrolled"``.
 """
 
@@ -224,13 +226,12 @@ def _column_code(w, at: int, b: Box, px: int) -> list[str]:
     """One channel's code: for each filter column s, the words its taps reach (loaded
     once: pixel i's tap r reads the box's row ``i * stride + r``) and every nonzero's
     multiply-adds into the thread's ``px`` pixels."""
-    lines = []
+    lines, st = [], b.stride
     for s in range(w.shape[2]):
         taps = [(j, r, float(w[j, r, s])) for j in range(w.shape[0]) for r in range(w.shape[1])
                 if w[j, r, s] != 0]
         if not taps:
             continue
-        st = b.stride
         need = sorted({r + i * st for _, r, _ in taps for i in range(px)})
         lines.append("  {")
         lines += [f"    const float v{q} = sp[{at + q * b.pitch + b.word(s)}];" for q in need]

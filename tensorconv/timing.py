@@ -68,6 +68,9 @@ class _CupyClock:
 
     def capture(self, fn, calls: int, programmatic: bool):
         stream = self.cp.cuda.Stream(non_blocking=True)
+        # after the caller's queued work: fn may read what it wrote (a host-to-device copy
+        # of weights can still be in flight, and a non-blocking stream does not wait for it)
+        stream.wait_event(self.cp.cuda.get_current_stream().record())
         with stream:
             fn()  # warm the stream: allocations and lazy loads must not happen in capture
             stream.synchronize()

@@ -82,6 +82,8 @@ class InferenceEngine:
         self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype, concurrent=concurrent)
         self.precision = self.plan.precision
         self.stream = cp.cuda.Stream(non_blocking=True)
+        # the planners read the model's device arrays: after the caller's writes to them
+        self.stream.wait_event(cp.cuda.get_current_stream().record())
         with self.stream, mma_precision.using(self.precision):
             if build:
                 kernels, self.plan.expected = engine_kernels(model, self.input_shape, tune=tune,

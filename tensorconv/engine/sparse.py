@@ -91,19 +91,5 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
         tiles=candidates, decode=decode, encode=lambda c: [c[0], names[c[1]]],
         default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(choices))},
-        candidate_kernels=lambda: dry_kernels(folded, pieces, choices, geom, weights))
-
-
-def dry_kernels(folded, pieces, choices, geom, weights) -> list:
-    """What a dry plan compiles ahead for a sparse layer: every remainder choice on every
-    layout, the unrolled kernel's too where the layout's remainder fits it (its code is
-    written for the layout's weights, ``weights(i)``).  A tuned plan times the unrolled
-    tiles on the fastest layout only, which the dry plan cannot know; compiling them for
-    every layout at once, in parallel, replaces a tuned plan's two to four compiles at a
-    time (a 128-channel layer's took 10-35 s in ResNet-18-8x's tuning on the H200's
-    host)."""
-    return [k for i, p in enumerate(pieces) for t, _ in choices
-            if sparse_conv.fits(geom, t, folded[i].layout.indices.size)
-            for k in sparse_conv.layer_kernels(
-                p, geom, tile=t,
-                weights=weights(i) if isinstance(t, sparse_unrolled.Tile) else None)]
+        candidate_kernels=lambda: [k for p in pieces for t, _ in choices
+                                   for k in sparse_conv.layer_kernels(p, geom, tile=t)])

@@ -105,3 +105,27 @@ def test_pytorch_graph_times_take_the_hold_too():
     b = torch.empty_like(a)
     t = timing.time_graph(lambda: b.copy_(a), repeat=5, calls_per_graph=2, framework="torch")
     assert math.isfinite(t.median_us) and t.median_us > 0
+
+
+def test_graph_timing_starts_after_the_callers_queued_work():
+    """The function timed reads what the caller's stream is still writing (a planner's
+    weights copied in, then timed on a stream of the timer's own): its first call must
+    see it written.  Engine planning broke this way when its stream and the timer's did
+    not wait for each other."""
+    import cupy as cp
+
+    caller = cp.cuda.Stream(non_blocking=True)
+    with caller:
+        a = cp.zeros(1, cp.float32)
+        timing._hold(cp, caller, 50_000_000)     # 50 ms: the write lands long after the call
+        a.fill(1.0)
+        b = cp.empty_like(a)
+        seen = []
+
+        def fn():
+            if not seen:
+                seen.append(float(a.get()[0]))   # the warm call, before capture
+            cp.copyto(b, a)
+
+        timing.time_graph(fn, warmup=0, repeat=1, calls_per_graph=1)
+    assert seen == [1.0]

@@ -224,6 +224,7 @@ def sync_floor(quick: bool = False, steps: int = 32) -> dict:
         cases.insert(1, ("programmatic_launch", chain, True))
     out = {}
     stream = cp.cuda.Stream(non_blocking=True)
+    stream.wait_event(cp.cuda.get_current_stream().record())   # buf and count zeroed there
     for name, run, programmatic in cases:
         with stream:
             buf.fill(0)

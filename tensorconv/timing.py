@@ -18,6 +18,7 @@ the same run.  Tuners and the inference engine's choices time through here.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +100,12 @@ class _TorchClock:
 
     def hold(self, ns: int) -> None:
         cp = backend.require_cuda("GPU timing")
-        _hold(cp, cp.cuda.ExternalStream(self.torch.cuda.current_stream().cuda_stream), ns)
+        with warnings.catch_warnings():
+            # CuPy 14 deprecates ExternalStream for Stream.from_external, which older CuPy
+            # lacks; unfiltered, the warning came once a timed sample (thousands a run)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cp.cuda.ExternalStream(self.torch.cuda.current_stream().cuda_stream)
+        _hold(cp, stream, ns)
 
     def capture(self, fn, calls: int, programmatic: bool):
         if programmatic:

@@ -23,8 +23,9 @@ With ``--profile``, each launch of our two engines is also timed alone (``step_u
 says where a model's time goes.  The rows so far are kept in ``sparse_e2e.partial.csv``
 after each model (a call cut short keeps its models: ``--merge`` it); ``--time-budget``
 starts no model after that many seconds and the report names those left.  Each output is
-checked against its own model's forward first; times are CUDA-graph replay medians, side
-by side in one process.  Paper (P100):
+checked against its own model's forward first (our engines' within 1e-4, or the run
+stops; the baselines' errors are recorded); times are CUDA-graph replay medians, side by
+side in one process.  Paper (P100):
 1.75-4.03x over cuDNN (each model's beside ours), 1.39-3.52x over TVM.  Targets (issue
 23, ResNet-18-8x): >= 2.5x over cuDNN fp32, >= 1.5x over our dense engine.
 """
@@ -37,6 +38,7 @@ import numpy as np
 
 from experiments._common import (
     check_report_only,
+    checked_rel_norm,
     cudnn_baseline,
     grouped_bars,
     merge_arguments,
@@ -173,7 +175,8 @@ def main(argv=None) -> int:
             engine = InferenceEngine(pruned, shape, tune=args.tune)
             with no_grad():
                 rs.add(case, "ours-sparse", "rel_err",
-                       rel_norm(engine(x), pruned(Tensor(x)).data, cp), "1")
+                       checked_rel_norm(engine(x), pruned(Tensor(x)).data, cp,
+                                        f"{case}: the sparse engine"), "1")
             sparse = sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
             rs.add(case, "ours-sparse", "sparse_layers", sparse, "count",
                    note=f"of {len(report)} pruned convolutions; {source}")
@@ -187,7 +190,8 @@ def main(argv=None) -> int:
             add_one_stream(rs, case, "ours-sparse", pruned, shape, reps)
         engine = InferenceEngine(dense, shape, tune=args.tune)
         with no_grad():
-            err = rel_norm(engine(x), dense(Tensor(x)).data, cp)
+            err = checked_rel_norm(engine(x), dense(Tensor(x)).data, cp,
+                                   f"{name}: the dense engine")
         us = engine.time(**reps).median_us
         for case in cases:       # the unpruned model, timed once, beside each pruned one
             rs.add(case, "ours-dense", "rel_err", err, "1")

@@ -189,18 +189,19 @@ def rel_norm(a, b, xp) -> float:
     return float(xp.linalg.norm(a - b) / xp.linalg.norm(b))
 
 
-FP32_ENGINE_TOLERANCE = 1e-4
-"""The most an fp32 engine's output may differ from the model's own forward (relative
-norm) before its times are refused: the engine's GPU tests hold it to the same bound."""
+FP32_TOLERANCE = 1e-4
+"""The most an fp32 output of ours may differ from its reference (relative norm) before
+its times are refused: the GPU tests of our engines hold them to the same bound."""
 
 
-def checked_rel_norm(a, b, xp, what: str, tol: float = FP32_ENGINE_TOLERANCE) -> float:
-    """:func:`rel_norm`, raising ``RuntimeError`` (naming ``what``) above ``tol`` (or NaN):
-    a wrong output's times must not reach a results file."""
+def checked_rel_norm(a, b, xp, what: str, tol: float = FP32_TOLERANCE) -> float:
+    """:func:`rel_norm` of ``a`` against the reference ``b``, raising ``RuntimeError``
+    (naming ``what``) above ``tol`` or at NaN: a wrong output's times must not reach a
+    results file."""
     err = rel_norm(a, b, xp)
     if not err <= tol:
-        raise RuntimeError(f"{what}: relative error {err:.2e} against the model's own "
-                           f"forward (at most {tol:g}); its times are not recorded")
+        raise RuntimeError(f"{what}: relative error {err:.2e} against its reference (at "
+                           f"most {tol:g}); its times are not recorded")
     return err
 
 

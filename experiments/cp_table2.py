@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from experiments._common import geomean, outputs, parser, pyplot, save_figure
+from experiments._common import checked_rel_norm, geomean, outputs, parser, pyplot, save_figure
 from tensorconv import backend, bench, reference, timing
 from tensorconv.cli import guarded
 from tensorconv.decomp import cp as cpd
@@ -107,7 +107,7 @@ def measure_layer(rs: ResultSet, layer: int, rank: int, *, quick: bool,
     for name, run in ours.items():
         out.fill(np.nan)
         got = run()
-        rs.add(case, name, "rel_err", float(np.linalg.norm(got.get() - ref) / np.linalg.norm(ref)),
+        rs.add(case, name, "rel_err", checked_rel_norm(got.get(), ref, np, f"{case} {name}"),
                "1")
     reps = dict(repeat=10 if quick else 30)
     times = {

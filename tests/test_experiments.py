@@ -257,15 +257,15 @@ def test_sparse_e2e_time_budget_leaves_models_to_merge(tmp_path):
     assert "Partial" not in (second / "sparse_e2e.md").read_text()
 
 
-def test_an_engine_output_too_far_from_the_model_is_refused_not_recorded():
-    """sparse_e2e and scc_inference record their engines' times only for outputs within
-    the fp32 bound of the model's own forward (NaN included)."""
+def test_an_output_of_ours_too_far_from_its_reference_is_refused_not_recorded():
+    """sparse_e2e, scc_inference and cp_table2 record our times only for outputs within
+    the fp32 bound of their reference (NaN refused too)."""
     import numpy as np
 
-    from experiments._common import FP32_ENGINE_TOLERANCE, checked_rel_norm
+    from experiments._common import FP32_TOLERANCE, checked_rel_norm
 
     ref = np.arange(1.0, 9.0)
-    assert checked_rel_norm(ref * (1 + FP32_ENGINE_TOLERANCE / 2), ref, np, "x") < 1e-4
+    assert checked_rel_norm(ref * (1 + FP32_TOLERANCE / 2), ref, np, "x") < 1e-4
     with pytest.raises(RuntimeError, match="resnet18-8x: the sparse engine.*not recorded"):
         checked_rel_norm(ref * 1.01, ref, np, "resnet18-8x: the sparse engine")
     with pytest.raises(RuntimeError, match="relative error nan"):

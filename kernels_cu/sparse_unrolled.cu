@@ -26,10 +26,9 @@
 // layer (CuPy caches them on disk by the body's path, which names its content's hash).
 #include "tc_common.cuh"
 
+#include "sparse_unrolled.cuh"   // SU_FMA
 #ifndef SU_HOST_EMULATION   // tests/host/ run this file on the CPU with their own copies
 #include "tc_cluster.cuh"   // tdcx::cp_async4 / 16, commit, wait
-// acc += v * w, w the float whose bits are the eight hex digits `bits` (an immediate)
-#define SU_FMA(acc, v, bits) asm("fma.rn.f32 %0, %1, 0f" #bits ", %0;" : "+f"(acc) : "f"(v))
 #endif
 
 #ifndef SPARSE_UNROLLED_BODY

@@ -12,6 +12,7 @@ from tensorconv import ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_1x1 as su1
 from tests.helpers import device_facts
 
 
@@ -384,8 +385,8 @@ def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want)
                                                ((256, 128, 1, 1), 2, 56),
                                                ((128, 64, 3, 3), 2, 32), ((64, 64, 3, 3), 1, 32)])
 def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape, stride, hw):
-    """The rules' choice first; on a 1x1 filter every pointwise tile and the tiled rule's,
-    each once; on a wider one the tiled rule's tile on every staging (strided: by column
+    """The rules' choice first; on a 1x1 filter every pointwise tile, the tiled rule's and
+    the unstaged unrolled kernel's tiles, each once; on a wider one the tiled rule's tile on every staging (strided: by column
     phase where even, word copies); each named apart, and each runs its own kernel under
     remainder="auto"."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
@@ -395,8 +396,9 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
         first = sc.default_pointwise_tile(geom, 132) \
             if sc.choose_remainder(geom) == "pointwise" else tiled
         assert choices[0] == (first, None)
+        unrolled = tuple(su1.candidates(su1.Problem(geom), None))
         assert sorted(choices, key=repr) == \
-            sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,)], key=repr)
+            sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled], key=repr)
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
         unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None))
@@ -410,7 +412,7 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
         set(sc.instantiations())
     assert [sc.remainder_kind(geom, "auto", t) for t, _ in choices] == \
         ["pointwise" if isinstance(t, sc.PointwiseTile) else
-         "unrolled" if isinstance(t, su.Tile) else "tiled" for t, _ in choices]
+         "unrolled" if isinstance(t, (su.Tile, su1.Tile)) else "tiled" for t, _ in choices]
     assert sc.remainder_kind(geom) == sc.choose_remainder(geom)
     with pytest.raises(TypeError, match="tile must be"):
         sc.choice_name((16, 2, 4))

@@ -36,7 +36,6 @@ from tensorconv.checks import (
 )
 from tensorconv.ops import _igemm, sparse_blocks
 from tensorconv.ops import sparse_tc_remainder as stc
-from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
     SPLITS,
@@ -77,6 +76,7 @@ from tensorconv.ops.sparse_remainder import (  # noqa: F401  (the remainder's ch
     fits,
     remainder_choices,
     remainder_kind,
+    unrolled_module,
 )
 from tensorconv.ops.sparse_tiles import (  # noqa: F401  (the remainder's tiles, re-exported)
     REMAINDER_TILES,
@@ -174,8 +174,9 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
         p = stc.Problem(geom)
         return stc.kernels(p, tile or stc.default_tile(p, None))
     if remainder == "unrolled":
-        p = su.Problem(geom)
-        return su.kernels(p, tile or su.default_tile(p, None), weights)
+        mod = unrolled_module(geom, tile)
+        p = mod.Problem(geom)
+        return mod.kernels(p, tile or mod.default_tile(p, None), weights)
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
         tile = tile or default_pointwise_tile(geom, sm_count)
@@ -231,14 +232,16 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         over rows and pixels that read the input straight from global memory, or the
         tensor cores (:mod:`tensorconv.ops.sparse_tc_remainder`: 3xTF32, one tf32 pass
         under ``precision.using("tf32")``), or code written for these weights
-        (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; compiled per
-        layer); "auto" picks by :func:`choose_remainder` (or
+        (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; for a 1x1
+        filter :mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride and padding;
+        compiled per layer); "auto" picks by :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
-    remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile or
-            sparse_unrolled.Tile, optional
+    remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile,
+            sparse_unrolled.Tile or sparse_unrolled_1x1.Tile, optional
         The tiled, pointwise, tensor-core or unrolled kernel's tile (one of
-        :data:`REMAINDER_TILES`, :data:`POINTWISE_TILES`, ``sparse_tc_remainder.TILES`` or
-        ``sparse_unrolled.candidates``); default the rule's
+        :data:`REMAINDER_TILES`, :data:`POINTWISE_TILES`, ``sparse_tc_remainder.TILES``,
+        ``sparse_unrolled.candidates`` or ``sparse_unrolled_1x1.candidates``); default the
+        rule's
         (:func:`default_remainder_tile`, :func:`default_pointwise_tile`,
         ``sparse_tc_remainder.default_tile``).  :func:`remainder_choices` lists what a
         tuned plan times.
@@ -316,9 +319,10 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
             raise ValueError(f"the {kind} remainder needs {tiled.smem} bytes of shared memory "
                              f"for this kernel (its densest rows); use remainder='rows'")
         tiled = None
-    if kind == "unrolled" and needed:   # its code written (or refused as too large) first
-        remainder_tile = remainder_tile or su.default_tile(su.Problem(geom), None)
-        su.kernels(su.Problem(geom), remainder_tile, weights)
+    unrolled = unrolled_module(geom, remainder_tile) if kind == "unrolled" else None
+    if unrolled is not None and needed:   # its code written (or refused as too large) first
+        remainder_tile = remainder_tile or unrolled.default_tile(unrolled.Problem(geom), None)
+        unrolled.kernels(unrolled.Problem(geom), remainder_tile, weights)
     sparse_blocks.launch_blocks(x, weights, out, geom, pieces, dims)
     if not needed:
         return
@@ -329,8 +333,9 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if kind == "tc" and tiled is not None:
         stc.run_tc(x, out, geom, tiled, bias, residual, bool(relu), bool(pieces))
         return
-    if kind == "unrolled":
-        su.run(x, weights, out, geom, remainder_tile, bias, residual, bool(relu), bool(pieces))
+    if unrolled is not None:
+        unrolled.run(x, weights, out, geom, remainder_tile, bias, residual, bool(relu),
+                     bool(pieces))
         return
     if tiled is None:
         pix = CSR_PIXELS[0]

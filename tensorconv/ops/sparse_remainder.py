@@ -9,6 +9,7 @@ from tensorconv import precision
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_1x1 as su1
 from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
 from tensorconv.ops.sparse_staging import (
     REMAINDER_TILES,
@@ -65,11 +66,14 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     (on a GPU of ``sm_count`` SMs), the rules' first (:func:`choose_remainder`'s kernel on
     its tile, staged by default).
 
-    A 1x1 filter: every pointwise tile, batched or not (staging None), and the tiled
-    rule's tile.  The
-    pointwise rule is 1.16x the fastest tile in geometric mean and 1.49x at worst on 27
-    trained 1x1 layers, the byte bound between the two kernels rests on two shapes, and a
-    1x1 layer's tiles cost little to time.  A wider filter: the tiled rule's tile
+    A 1x1 filter: every pointwise tile, batched or not (staging None), the tiled rule's
+    tile, and the tiles of the kernel unrolled for the weights without staging
+    (:mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride: 1.4-2.1x faster than the
+    pointwise kernel's fastest tile on ResNet-18-8x's strided shortcuts) where the layer
+    is small enough to compile (:func:`fits`).  The pointwise rule is 1.16x the fastest
+    tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers, the byte bound
+    between the two kernels rests on two shapes, and a 1x1 layer's tiles cost little to
+    time.  A wider filter: the tiled rule's tile
     (:func:`default_remainder_tile`: within 1.03x of the fastest on 13 of 14 trained 3x3
     layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
@@ -85,15 +89,16 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     tc = ()
     if precision.current() == "tf32":
         tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
-    unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None)) \
-        if geom.stride == (1, 1) else ()
     if geom.r * geom.s != 1:
+        unrolled = tuple((t, None) for t in su.candidates(su.Problem(geom), None)) \
+            if geom.stride == (1, 1) else ()
         return tuple((tiled, st) for st in stagings(geom)) + unrolled + tc
     first = default_pointwise_tile(geom, sm_count)
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
+    unrolled = tuple((t, None) for t in su1.candidates(su1.Problem(geom), None))
     return (pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else
-            ((tiled, None),) + pointwise) + tc
+            ((tiled, None),) + pointwise) + unrolled + tc
 
 
 def choice_name(tile, staging: Staging | None = None) -> str:
@@ -107,9 +112,12 @@ def choice_name(tile, staging: Staging | None = None) -> str:
         name = stc.name(tile)
     elif isinstance(tile, su.Tile):
         name = f"sparse_unrolled {tile}"
+    elif isinstance(tile, su1.Tile):
+        name = f"sparse_unrolled_1x1 {tile}"
     else:
         raise TypeError(f"tile must be a RemainderTile, a PointwiseTile, a "
-                        f"sparse_tc_remainder.Tile or a sparse_unrolled.Tile, got {tile!r}")
+                        f"sparse_tc_remainder.Tile, a sparse_unrolled.Tile or a "
+                        f"sparse_unrolled_1x1.Tile, got {tile!r}")
     if staging is None:
         return name
     how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
@@ -122,21 +130,35 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> st
     if remainder == "auto":
         remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
             "tc" if isinstance(tile, stc.Tile) else \
-            "unrolled" if isinstance(tile, su.Tile) else \
+            "unrolled" if isinstance(tile, (su.Tile, su1.Tile)) else \
             "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
     if remainder == "tc" and (why := stc.supported(stc.Problem(geom))) is not None:
         raise ValueError(f"remainder='tc': {why}")
-    if remainder == "unrolled" and (why := su.supported(su.Problem(geom))) is not None:
-        raise ValueError(f"remainder='unrolled': {why}")
+    if remainder == "unrolled":
+        mod = unrolled_module(geom, tile)
+        if (why := mod.supported(mod.Problem(geom))) is not None:
+            raise ValueError(f"remainder='unrolled': {why}")
     return remainder
+
+
+def unrolled_module(geom: ConvGeometry, tile=None):
+    """The unrolled kernel's module that runs ``tile`` (default: the one for ``geom``): the
+    unstaged one (:mod:`tensorconv.ops.sparse_unrolled_1x1`) for a 1x1 filter, the staged
+    one (:mod:`tensorconv.ops.sparse_unrolled`) for a wider filter or for its own tile."""
+    if isinstance(tile, su.Tile) or (tile is None and geom.r * geom.s != 1):
+        return su
+    return su1
 
 
 def fits(geom: ConvGeometry, tile, remainder_nnz: int) -> bool:
     """Whether a remainder of ``remainder_nnz`` nonzeros may run on ``tile``: every tile but
-    the unrolled kernel's, whose code grows with the nonzeros (:data:`su.MAX_FMAS`)."""
-    return not isinstance(tile, su.Tile) or su.fmas(remainder_nnz, tile) <= su.MAX_FMAS
+    the unrolled kernels', whose code grows with the nonzeros (:data:`su.MAX_FMAS`)."""
+    if isinstance(tile, (su.Tile, su1.Tile)):
+        mod = su if isinstance(tile, su.Tile) else su1
+        return mod.fmas(remainder_nnz, tile) <= su.MAX_FMAS
+    return True
 
 
 def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=None,
@@ -148,7 +170,8 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
     kind = remainder_kind(geom, remainder, tile)
     tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": (),
              "tc": stc.TILES,
-             "unrolled": tuple(su.candidates(su.Problem(geom), None))}[kind]
+             "unrolled": tuple(su1.candidates(su1.Problem(geom), None))
+             + tuple(su.candidates(su.Problem(geom), None))}[kind]
     if tile is not None and tile not in tiles:
         raise ValueError(f"remainder_tile must be one of the {kind} remainder's tiles "
                          f"{tiles}, got {tile!r}" if tiles else

@@ -1,0 +1,184 @@
+"""A 1x1 sparse convolution's remainder unrolled for its weights, nothing staged
+(``kernels_cu/sparse_unrolled_1x1.cu``).
+
+On a 1x1 filter an input word serves only the rows with a nonzero in its channel, so
+staging it (:mod:`tensorconv.ops.sparse_unrolled`) buys nothing, and the unstaged
+pointwise kernel (``sparse_csr_pointwise``) reads a (weight, offset) pair from its table
+and forms an address for every multiply-add.  Here the host writes the kernel's body for
+one layer: a block owns ``rb`` output rows and ``threads`` output pixels, one a thread;
+for each input channel any of those rows uses, the thread loads its pixel's word once (an
+immediate offset from the pixel's address) and applies that channel's nonzeros as
+``fma`` instructions with immediate weights.  Any stride and padding, NCHW, fp32, any
+batch.  On ResNet-18-8x's strided shortcuts (H200, batch 32, trained masks) it took
+3.0-6.5 µs against the pointwise kernel's fastest tile's 6.2-9.9 µs (a probe:
+``docs/notes/sparse_conv.md``).
+The cost is a compile per layer and tile (CuPy keeps the binary on disk), so layers above
+:data:`tensorconv.ops.sparse_unrolled.MAX_FMAS` multiply-adds are not offered;
+:mod:`tensorconv.ops.sparse_conv` runs it as the remainder kind ``"unrolled"`` on 1x1
+filters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda, files
+from tensorconv.backend import DeviceFacts
+from tensorconv.checks import ConvGeometry
+from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops._launch import cdiv, launch, ptr
+
+FILE = "sparse_unrolled_1x1.cu"
+NAME = "sparse_unrolled_1x1"
+ROWS = (8, 16, 32, 64)    # rows a block the tuner times; more rows would spill the sums
+THREADS = (64, 128)       # 256 was never faster on the layers measured
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A sparse 1x1 layer's remainder: ``geom`` its convolution."""
+
+    geom: ConvGeometry
+
+
+@dataclass(frozen=True)
+class Tile:
+    """``rb`` output rows a block (a group), ``threads`` output pixels a block."""
+
+    rb: int
+    threads: int
+
+    def smem_bytes(self, p: Problem) -> int:
+        return 0
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        g = p.geom
+        return cdiv(g.n * g.oh * g.ow, self.threads), cdiv(g.k, self.rb), 1
+
+
+def supported(p: Problem) -> str | None:
+    """Why the kernel cannot run ``p``, or None."""
+    g = p.geom
+    if g.r != 1 or g.s != 1:
+        return "the unrolled 1x1 remainder needs a 1x1 filter"
+    if g.groups != 1 or g.dilation != (1, 1):
+        return "the unrolled 1x1 remainder runs undilated, ungrouped convolutions"
+    return None
+
+
+def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
+    """Every pair of rows a block (up to twice the layer's rows) and threads a block, the
+    rule's first.  On ResNet-18-8x's shortcuts (H200, batch 32) the fastest had 64 rows a
+    block on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a block load each
+    word for more rows, fewer give a small layer more blocks."""
+    if supported(p) is not None:
+        return []
+    tiles = [Tile(rb, t) for rb in ROWS for t in THREADS if rb <= max(ROWS[0], 2 * p.geom.k)]
+    first = _rule(p, tiles, facts.sm_count if facts else 132)
+    return [first] + [t for t in tiles if t != first]
+
+
+def _rule(p: Problem, tiles: list[Tile], sm_count: int) -> Tile:
+    """Of the 64-thread tiles, the most rows a block whose launch gives every SM three
+    warps, else the one with the most warps (the fastest tile on two of the three
+    shortcuts above; on the third, 1.26x its time)."""
+    small = [t for t in tiles if t.threads == THREADS[0]]
+
+    def warps(t: Tile) -> int:
+        gx, gy, _ = t.grid(p)
+        return gx * gy * cdiv(t.threads, 32)
+
+    fit = [t for t in small if warps(t) >= 3 * sm_count]
+    return max(fit, key=lambda t: t.rb) if fit else max(small, key=lambda t: (warps(t), -t.rb))
+
+
+def default_tile(p: Problem, facts: DeviceFacts | None) -> Tile:
+    tiles = candidates(p, facts)
+    if not tiles:
+        raise ValueError(supported(p) or f"no unrolled 1x1 tile fits {p.geom}")
+    return tiles[0]
+
+
+def fmas(weights_nnz: int, tile: Tile) -> int:
+    """The body's multiply-add instructions for ``weights_nnz`` nonzeros."""
+    return weights_nnz
+
+
+def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
+    """The kernel body (``SPARSE_UNROLLED_1X1_BODY``) of a remainder given as CSR over the
+    K x C kernel matrix (host arrays): the layer's constants, one function a group of
+    ``tile.rb`` rows, and ``group(g, ...)`` that calls the block's."""
+    k, c, hw = g.k, g.c, g.h * g.w
+    groups = cdiv(k, tile.rb)
+    out = ["namespace pu {",
+           f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, SH = {g.stride[0]}, "
+           f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
+           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GROUPS = {groups};"]
+    for grp in range(groups):
+        rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
+        dense = np.zeros((len(rows), c), np.float32)
+        for j, row in enumerate(rows):
+            dense[j, indices[indptr[row]:indptr[row + 1]]] = data[indptr[row]:indptr[row + 1]]
+        out.append(f"__device__ __noinline__ void group{grp}(const float* __restrict__ xp, "
+                   "bool inside, Out o) {")
+        out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
+        out.append("  if (inside) {")
+        for ch in np.flatnonzero(dense.any(0)):
+            out.append(f"    {{ const float v = __ldg(xp + {int(ch) * hw});")
+            for j in np.flatnonzero(dense[:, ch]):
+                bits = struct.unpack("<I", struct.pack("<f", float(dense[j, ch])))[0]
+                out.append(f"      SU_FMA(a{j}, v, {bits:08X});")
+            out.append("    }")
+        out.append("  }")
+        out += [f"  store(o, {row}, a{j});" for j, row in enumerate(rows)]
+        out.append("}")
+    out += ["__device__ __forceinline__ void group(int g, const float* __restrict__ xp, "
+            "bool inside, Out o) {", "  switch (g) {"]
+    out += [f"  case {n}: group{n}(xp, inside, o); break;" for n in range(groups)]
+    out += ["  default: break;", "  }", "}", "}  // namespace pu", ""]
+    return "\n".join(out)
+
+
+def kernel(weights, g: ConvGeometry, tile: Tile) -> cuda.KernelRef:
+    """The kernel of ``weights``' remainder (a :class:`~tensorconv.ops.sparse_conv.
+    SparseWeights`) on ``tile``: its body written once (named by its content's hash)."""
+    key = ("unrolled-1x1", tile, g.h, g.w, g.stride, g.padding)
+    if key not in weights.staged:
+        indptr = backend.to_host(weights.indptr)
+        nnz = int(indptr[-1])
+        if fmas(nnz, tile) > su.MAX_FMAS:
+            raise ValueError(f"the unrolled 1x1 remainder of {nnz} nonzeros would be "
+                             f"{fmas(nnz, tile)} instructions (at most {su.MAX_FMAS})")
+        text = body(g, tile, indptr, backend.to_host(weights.indices)[:nnz],
+                    backend.to_host(weights.data)[:nnz])
+        path = su.body_dir() / f"pu_{hashlib.sha256(text.encode()).hexdigest()[:24]}.inc"
+        if not path.is_file():
+            files.atomic_write(path, text)
+        weights.staged[key] = str(path)
+    return cuda.kernel_ref(FILE, NAME, {"SPARSE_UNROLLED_1X1_BODY": f'"{weights.staged[key]}"'})
+
+
+def kernels(p: Problem, tile: Tile, weights=None) -> tuple[cuda.KernelRef, ...]:
+    """The kernel a launch of ``tile`` runs (``weights`` needed: the body is theirs)."""
+    return () if weights is None else (kernel(weights, p.geom, tile),)
+
+
+def instantiations() -> list[str]:
+    """No templates: the file's one kernel, built by CI with the example body."""
+    return []
+
+
+def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool,
+        accumulate: bool) -> None:
+    """``sparse_unrolled_1x1`` on checked arguments (``accumulate``: add to what ``out``
+    holds, the dense blocks' sums)."""
+    p = Problem(g)
+    if (why := supported(p)) is not None:
+        raise ValueError(why)
+    launch(kernel(weights, g, tile), tile.grid(p), (tile.threads,),
+           (x, ptr(bias), ptr(residual), out, np.int32(g.n), np.int32(accumulate),
+            np.int32(relu)))

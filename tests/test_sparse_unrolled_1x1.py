@@ -1,0 +1,184 @@
+"""The unstaged unrolled 1x1 remainder on the CPU: the generated code run by the host (every
+thread in turn, tests/host/), the kernel file built by nvcc with a generated body, its
+tiles, and the choices and errors around it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorconv import blocksparse as bs
+from tensorconv import reference
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import sparse_conv as sc
+from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tests.test_sparse_unrolled import _csr, _sanitizer
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels_cu"
+HOST = Path(__file__).resolve().parent / "host"
+EXAMPLE = KERNELS / "sparse_unrolled_1x1_example.inc"
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run it on")
+
+
+def _host_run(tmp: Path, w, x, tile, stride, padding, *, bias=None, residual=None,
+              relu=False, y0=None):
+    """The kernel of ``w``'s body on ``tile`` run on the CPU (AddressSanitizer on where
+    available); y starts as ``y0`` (accumulated onto) or NaN."""
+    g = conv_geometry(x.shape, w.shape, stride, padding)
+    (tmp / "body.inc").write_text(su1.body(g, tile, *_csr(w)))
+    exe = tmp / "run"
+    subprocess.run(["g++", "-std=c++17", "-O1", *_sanitizer(), "-w", f"-I{KERNELS}",
+                    f"-I{HOST}", f'-DSPARSE_UNROLLED_1X1_BODY="{tmp / "body.inc"}"',
+                    "-o", str(exe), str(HOST / "sparse_unrolled_1x1_main.cpp")],
+                   check=True, capture_output=True)
+    x.astype(np.float32).tofile(tmp / "x.bin")
+    y = np.full(g.output_shape, np.nan, np.float32) if y0 is None else y0.astype(np.float32)
+    y.tofile(tmp / "y.bin")
+    if bias is not None:
+        bias.astype(np.float32).tofile(tmp / "bias.bin")
+    if residual is not None:
+        residual.astype(np.float32).tofile(tmp / "residual.bin")
+    gx, gy, _ = tile.grid(su1.Problem(g))
+    subprocess.run([str(exe), str(tmp), str(g.n), str(int(y0 is not None)), str(int(relu)),
+                    str(int(bias is not None)), str(int(residual is not None)), str(gx),
+                    str(gy)], check=True, capture_output=True,
+                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+    return np.fromfile(tmp / "out.bin", np.float32).reshape(g.output_shape)
+
+
+def _example_text() -> str:
+    """The body CI's offline nvcc build compiles the kernel file with (its default include):
+    the generator's own output for a fixed random layer."""
+    rng = np.random.default_rng(7)
+    shape = (24, 12, 1, 1)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 1 / 4)).astype(np.float32)
+    g = conv_geometry((2, 12, 9, 9), shape, 2, 1)
+    return ("// The unrolled 1x1 kernel's body for a random 24 x 12 x 1 x 1 layer, stride 2, "
+            "padding 1, on\n// 9 x 9 maps (1 in 4 weights kept), which CI's offline build "
+            "compiles;\n// tensorconv/ops/sparse_unrolled_1x1.py writes a layer's own "
+            "(su1.body).  Rewritten by\n// `python -m tests.test_sparse_unrolled_1x1`.\n"
+            + su1.body(g, su1.Tile(16, 64), *_csr(w)))
+
+
+def test_the_offline_builds_example_body_is_the_generators_own():
+    assert EXAMPLE.read_text() == _example_text(), \
+        "the generator changed: rewrite the example with `python -m tests.test_sparse_unrolled_1x1`"
+
+
+def _weights(rng, shape, density):
+    w = (rng.standard_normal(shape) * (rng.random(shape) < density)).astype(np.float32)
+    w[1] = 0                                                # a row with no nonzero
+    return w
+
+
+@needs_gxx
+@pytest.mark.parametrize("k,c,hw,n,density,stride,padding,rb,threads", [
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, 64),     # rows past a group, pixels past a block
+    (20, 9, (9, 7), 5, 0.3, 2, 0, 8, 64),       # stride 2, odd sizes
+    (33, 20, (8, 8), 2, 0.15, 2, 1, 32, 128),   # padding: border pixels read nothing
+    (12, 7, (10, 13), 2, 0.4, (3, 2), (1, 0), 8, 64),   # unequal strides and paddings
+    (24, 4, (5, 10), 2, 1.0, 1, 0, 64, 64),     # every weight kept, one group of 64 rows
+    (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128),       # 1x1 maps: one pixel an image
+])
+def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, density,
+                                                       stride, padding, rb, threads):
+    w = _weights(rng, (k, c, 1, 1), density)
+    x = rng.standard_normal((n, c) + hw).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
+    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads), stride, padding)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_gxx
+def test_no_nonzero_at_all_writes_the_epilogue_alone(tmp_path, rng):
+    w = np.zeros((10, 6, 1, 1), np.float32)
+    x = rng.standard_normal((2, 6, 5, 5)).astype(np.float32)
+    bias = rng.standard_normal(10).astype(np.float32)
+    got = _host_run(tmp_path, w, x, su1.Tile(8, 64), 1, 0, bias=bias)
+    np.testing.assert_array_equal(got, np.broadcast_to(bias[None, :, None, None], got.shape))
+
+
+@needs_gxx
+def test_the_epilogue_adds_bias_residual_what_blocks_wrote_and_relu(tmp_path, rng):
+    w = _weights(rng, (20, 7, 1, 1), 0.25)
+    x = rng.standard_normal((3, 7, 6, 8)).astype(np.float32)
+    g = conv_geometry(x.shape, w.shape, 2, 1)
+    bias = rng.standard_normal(20).astype(np.float32)
+    res = rng.standard_normal(g.output_shape).astype(np.float32)
+    y0 = rng.standard_normal(g.output_shape).astype(np.float32)
+    got = _host_run(tmp_path, w, x, su1.Tile(16, 64), 2, 1, bias=bias, residual=res,
+                    relu=True, y0=y0)
+    want = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                                       bias.astype(np.float64), 2, 1) + res + y0, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng):
+    w = _weights(rng, (48, 40, 1, 1), 0.12)
+    g = conv_geometry((4, 40, 12, 12), w.shape, 2, 0)
+    tile = su1.default_tile(su1.Problem(g), None)
+    body = tmp_path / "body.inc"
+    body.write_text(su1.body(g, tile, *_csr(w)))
+    subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
+                    f'-DSPARSE_UNROLLED_1X1_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
+                    str(KERNELS / su1.FILE)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,rb", [
+    ((32, 64, 32, 32), (128, 64, 1, 1), 2, 64),     # ResNet-18's shortcuts at batch 32
+    ((32, 128, 16, 16), (256, 128, 1, 1), 2, 32),
+    ((32, 256, 8, 8), (512, 256, 1, 1), 2, 16),
+    ((1, 16, 13, 13), (8, 16, 1, 1), 1, 8),         # fewer rows than a group
+])
+def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
+    p = su1.Problem(conv_geometry(x_shape, w_shape, stride, 0))
+    tiles = su1.candidates(p, None)
+    assert tiles[0].rb == rb and tiles[0].threads == 64
+    assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
+    assert all(t.smem_bytes(p) == 0 for t in tiles)
+
+
+def test_wider_filters_are_refused_and_1x1_layers_get_the_tiles_in_a_tuned_plan():
+    g3 = conv_geometry((2, 8, 16, 16), (8, 8, 3, 3), 1, 1)
+    assert "1x1" in su1.supported(su1.Problem(g3))
+    assert not any(isinstance(t, su1.Tile) for t, _ in sc.remainder_choices(g3))
+    for stride, padding in [(1, 0), (2, 0), (2, 1)]:
+        g = conv_geometry((32, 64, 16, 16), (128, 64, 1, 1), stride, padding)
+        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, su1.Tile)]
+        assert tiles == su1.candidates(su1.Problem(g), None)
+        assert not any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g))
+        assert sc.remainder_kind(g, "auto", tiles[0]) == "unrolled"
+        assert sc.unrolled_module(g) is su1 and sc.unrolled_module(g3) is su
+        assert sc.choice_name(tiles[0]).startswith("sparse_unrolled_1x1")
+        assert sc.fits(g, tiles[0], su.MAX_FMAS) and not sc.fits(g, tiles[0], su.MAX_FMAS + 1)
+
+
+def test_a_remainder_too_large_to_unroll_is_refused_before_any_launch(rng):
+    shape = (256, 200, 1, 1)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.9)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, w.shape))
+    g = conv_geometry((2, 200, 8, 8), w.shape, 1, 0)
+    weights = sc.pack_weights(packed, (8, 8), np)
+    with pytest.raises(ValueError, match="at most"):
+        su1.kernels(su1.Problem(g), su1.default_tile(su1.Problem(g), None), weights)
+
+
+def test_a_tile_not_offered_is_refused_by_name():
+    g = conv_geometry((2, 8, 16, 16), (8, 8, 1, 1), 1, 0)
+    with pytest.raises(ValueError, match="remainder_tile"):
+        sc.check_remainder_choice(g, "unrolled", su1.Tile(48, 64))
+    with pytest.raises(ValueError, match="remainder_tile"):
+        sc.check_remainder_choice(g, "unrolled", su1.Tile(8, 96))
+
+
+if __name__ == "__main__":
+    EXAMPLE.write_text(_example_text())

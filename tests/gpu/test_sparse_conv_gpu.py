@@ -15,6 +15,7 @@ from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_blocks_tc
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_1x1 as su1
 from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
@@ -484,9 +485,12 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     bias = rng.standard_normal(geom.k).astype(np.float32)
     want = np.maximum(want + bias[None, :, None, None], 0)
     choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
-    # 1x1: every pointwise tile (27 plain, 12 batched) and the tiled rule's; 3x3 stride 2:
-    # the tiled rule's tile on three stagings (the unrolled kernel runs, but is not timed)
-    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3)
+    # 1x1: every pointwise tile (27 plain, 12 batched), the tiled rule's and the unstaged
+    # unrolled kernel's; 3x3 stride 2: the tiled rule's tile on three stagings (the staged
+    # unrolled kernel runs, but is not timed)
+    unrolled = len(su1.candidates(su1.Problem(geom), None)) if r == 1 else 0
+    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 + unrolled if r == 1 else 3)
+    assert r != 1 or unrolled >= 6
     assert r == 1 or su.candidates(su.Problem(geom), None)
     for tile, staging in choices:
         out = cp.full(geom.output_shape, cp.nan, cp.float32)

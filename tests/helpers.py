@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
 
 
@@ -158,3 +161,55 @@ def check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, *, epilogue: b
     err = rel_err(got, want)
     assert err <= tol, (x_shape, kwargs, err)
     return geom
+
+
+def csr_of(w):
+    """A (K, C, R, S) kernel's matrix as host CSR: (indptr int32, indices int32, data
+    float32)."""
+    from tensorconv import blocksparse as bs
+
+    m = bs.kernel_matrix(w)
+    return (np.concatenate([[0], np.cumsum((m != 0).sum(1))]).astype(np.int32),
+            np.nonzero(m)[1].astype(np.int32), m[m != 0].astype(np.float32))
+
+
+@functools.cache
+def _sanitizer() -> tuple[str, ...]:
+    """AddressSanitizer where this g++ can link it (out-of-bounds reads and writes abort)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "t.cpp"
+        src.write_text("int main() { return 0; }\n")
+        ok = subprocess.run(["g++", "-fsanitize=address", "-o", str(Path(d) / "t"), str(src)],
+                            capture_output=True).returncode == 0
+    return ("-fsanitize=address",) if ok else ()
+
+
+def run_on_host(tmp: Path, main: str, defines: dict, geom, grid, x, *, bias=None,
+                residual=None, relu=False, y0=None):
+    """A kernel file run on the CPU by its driver ``tests/host/<main>`` (built with g++,
+    AddressSanitizer on where available, ``defines`` as ``-D``): ``x`` in, y starting as
+    ``y0`` (accumulated onto) or NaN, over ``grid`` (x, y) blocks; returns y."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent
+    exe = tmp / "run"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", *_sanitizer(), "-w",
+                    f"-I{root.parent / 'kernels_cu'}", f"-I{root / 'host'}",
+                    *(f"-D{k}={v}" for k, v in defines.items()), "-o", str(exe),
+                    str(root / "host" / main)], check=True, capture_output=True)
+    x.astype(np.float32).tofile(tmp / "x.bin")
+    y = np.full(geom.output_shape, np.nan, np.float32) if y0 is None else y0.astype(np.float32)
+    y.tofile(tmp / "y.bin")
+    if bias is not None:
+        bias.astype(np.float32).tofile(tmp / "bias.bin")
+    if residual is not None:
+        residual.astype(np.float32).tofile(tmp / "residual.bin")
+    subprocess.run([str(exe), str(tmp), str(geom.n), str(int(y0 is not None)), str(int(relu)),
+                    str(int(bias is not None)), str(int(residual is not None)), str(grid[0]),
+                    str(grid[1])], check=True, capture_output=True,
+                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+    return np.fromfile(tmp / "out.bin", np.float32).reshape(geom.output_shape)

@@ -386,9 +386,9 @@ def test_the_automatic_tile_follows_the_measured_rule(w_shape, stride, hw, want)
                                                ((128, 64, 3, 3), 2, 32), ((64, 64, 3, 3), 1, 32)])
 def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape, stride, hw):
     """The rules' choice first; on a 1x1 filter every pointwise tile, the tiled rule's and
-    the unstaged unrolled kernel's tiles, each once; on a wider one the tiled rule's tile on every staging (strided: by column
-    phase where even, word copies); each named apart, and each runs its own kernel under
-    remainder="auto"."""
+    the unstaged unrolled kernel's tiles, each once; on a wider one the tiled rule's tile
+    on every staging (strided: by column phase where even, word copies); each named apart,
+    and each runs its own kernel under remainder="auto"."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     choices = sc.remainder_choices(geom, 132)
     tiled = sc.default_remainder_tile(geom)

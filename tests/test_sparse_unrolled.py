@@ -4,11 +4,8 @@ tiles, and the choices and errors around it."""
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,53 +16,21 @@ from tensorconv import reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
+from tests.helpers import csr_of, run_on_host
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels_cu"
-HOST = Path(__file__).resolve().parent / "host"
-
-
-def _csr(w):
-    m = bs.kernel_matrix(w)
-    return (np.concatenate([[0], np.cumsum((m != 0).sum(1))]).astype(np.int32),
-            np.nonzero(m)[1].astype(np.int32), m[m != 0].astype(np.float32))
-
-
-@functools.cache
-def _sanitizer() -> tuple[str, ...]:
-    """AddressSanitizer where this g++ can link it (out-of-bounds reads and writes abort)."""
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "t.cpp"
-        src.write_text("int main() { return 0; }\n")
-        ok = subprocess.run(["g++", "-fsanitize=address", "-o", str(Path(d) / "t"), str(src)],
-                            capture_output=True).returncode == 0
-    return ("-fsanitize=address",) if ok else ()
 
 
 def _host_run(tmp: Path, w, x, tile, *, bias=None, residual=None, relu=False, y0=None,
               vec=1, stride=1):
-    """The kernel of ``w``'s body on ``tile`` run on the CPU (AddressSanitizer on where
-    available)."""
+    """The kernel of ``w``'s body on ``tile`` run on the CPU (:func:`run_on_host`)."""
     g = conv_geometry(x.shape, w.shape, stride, (w.shape[2] - 1) // 2)
-    (tmp / "body.inc").write_text(su.body(g, tile, *_csr(w)))
-    exe = tmp / "run"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-pthread", *_sanitizer(), "-w",
-                    f"-I{KERNELS}", f"-I{HOST}", f'-DSPARSE_UNROLLED_BODY="{tmp / "body.inc"}"',
-                    f"-DSU_VEC={vec}", "-o", str(exe), str(HOST / "sparse_unrolled_main.cpp")],
-                   check=True, capture_output=True)
-    x.astype(np.float32).tofile(tmp / "x.bin")
-    y = np.full(g.output_shape, np.nan, np.float32) if y0 is None else y0.astype(np.float32)
-    y.tofile(tmp / "y.bin")
-    if bias is not None:
-        bias.astype(np.float32).tofile(tmp / "bias.bin")
-    if residual is not None:
-        residual.astype(np.float32).tofile(tmp / "residual.bin")
-    gx, gy, _ = tile.grid(su.Problem(g))
-    subprocess.run([str(exe), str(tmp), str(g.n), str(int(y0 is not None)), str(int(relu)),
-                    str(int(bias is not None)), str(int(residual is not None)), str(gx),
-                    str(gy)], check=True, capture_output=True,
-                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
-    return np.fromfile(tmp / "out.bin", np.float32).reshape(g.output_shape)
+    (tmp / "body.inc").write_text(su.body(g, tile, *csr_of(w)))
+    return run_on_host(tmp, "sparse_unrolled_main.cpp",
+                       {"SPARSE_UNROLLED_BODY": f'"{tmp / "body.inc"}"', "SU_VEC": vec}, g,
+                       tile.grid(su.Problem(g)), x, bias=bias, residual=residual, relu=relu,
+                       y0=y0)
 
 
 EXAMPLE = KERNELS / "sparse_unrolled_example.inc"
@@ -82,7 +47,7 @@ def _example_text() -> str:
             "7 weights\n// kept), which CI's offline build compiles; "
             "tensorconv/ops/sparse_unrolled.py writes a\n// layer's own (su.body).  Rewritten "
             "by `python -m tests.test_sparse_unrolled`.\n"
-            + su.body(g, su._tile(g, 32, 2, 64), *_csr(w)))
+            + su.body(g, su._tile(g, 32, 2, 64), *csr_of(w)))
 
 
 def test_the_offline_builds_example_body_is_the_generators_own():
@@ -151,7 +116,7 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, stride):
     g = conv_geometry((4, 10, 12, 12), w.shape, stride, 1)
     tile = su.default_tile(su.Problem(g), None)
     body = tmp_path / "body.inc"
-    body.write_text(su.body(g, tile, *_csr(w)))
+    body.write_text(su.body(g, tile, *csr_of(w)))
     subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
                     f'-DSPARSE_UNROLLED_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
                     str(KERNELS / su.FILE)], check=True, capture_output=True)

@@ -4,7 +4,6 @@ tiles, and the choices and errors around it."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,40 +17,22 @@ from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops import sparse_unrolled_1x1 as su1
-from tests.test_sparse_unrolled import _csr, _sanitizer
+from tests.helpers import csr_of, run_on_host
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels_cu"
-HOST = Path(__file__).resolve().parent / "host"
 EXAMPLE = KERNELS / "sparse_unrolled_1x1_example.inc"
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run it on")
 
 
-def _host_run(tmp: Path, w, x, tile, stride, padding, *, bias=None, residual=None,
-              relu=False, y0=None):
-    """The kernel of ``w``'s body on ``tile`` run on the CPU (AddressSanitizer on where
-    available); y starts as ``y0`` (accumulated onto) or NaN."""
+def _host_run(tmp: Path, w, x, tile, stride, padding, **kw):
+    """The kernel of ``w``'s body on ``tile`` run on the CPU (:func:`run_on_host`)."""
     g = conv_geometry(x.shape, w.shape, stride, padding)
-    (tmp / "body.inc").write_text(su1.body(g, tile, *_csr(w)))
-    exe = tmp / "run"
-    subprocess.run(["g++", "-std=c++17", "-O1", *_sanitizer(), "-w", f"-I{KERNELS}",
-                    f"-I{HOST}", f'-DSPARSE_UNROLLED_1X1_BODY="{tmp / "body.inc"}"',
-                    "-o", str(exe), str(HOST / "sparse_unrolled_1x1_main.cpp")],
-                   check=True, capture_output=True)
-    x.astype(np.float32).tofile(tmp / "x.bin")
-    y = np.full(g.output_shape, np.nan, np.float32) if y0 is None else y0.astype(np.float32)
-    y.tofile(tmp / "y.bin")
-    if bias is not None:
-        bias.astype(np.float32).tofile(tmp / "bias.bin")
-    if residual is not None:
-        residual.astype(np.float32).tofile(tmp / "residual.bin")
-    gx, gy, _ = tile.grid(su1.Problem(g))
-    subprocess.run([str(exe), str(tmp), str(g.n), str(int(y0 is not None)), str(int(relu)),
-                    str(int(bias is not None)), str(int(residual is not None)), str(gx),
-                    str(gy)], check=True, capture_output=True,
-                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
-    return np.fromfile(tmp / "out.bin", np.float32).reshape(g.output_shape)
+    (tmp / "body.inc").write_text(su1.body(g, tile, *csr_of(w)))
+    return run_on_host(tmp, "sparse_unrolled_1x1_main.cpp",
+                       {"SPARSE_UNROLLED_1X1_BODY": f'"{tmp / "body.inc"}"'}, g,
+                       tile.grid(su1.Problem(g)), x, **kw)
 
 
 def _example_text() -> str:
@@ -65,7 +46,7 @@ def _example_text() -> str:
             "padding 1, on\n// 9 x 9 maps (1 in 4 weights kept), which CI's offline build "
             "compiles;\n// tensorconv/ops/sparse_unrolled_1x1.py writes a layer's own "
             "(su1.body).  Rewritten by\n// `python -m tests.test_sparse_unrolled_1x1`.\n"
-            + su1.body(g, su1.Tile(16, 64), *_csr(w)))
+            + su1.body(g, su1.Tile(16, 64), *csr_of(w)))
 
 
 def test_the_offline_builds_example_body_is_the_generators_own():
@@ -127,7 +108,7 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng):
     g = conv_geometry((4, 40, 12, 12), w.shape, 2, 0)
     tile = su1.default_tile(su1.Problem(g), None)
     body = tmp_path / "body.inc"
-    body.write_text(su1.body(g, tile, *_csr(w)))
+    body.write_text(su1.body(g, tile, *csr_of(w)))
     subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
                     f'-DSPARSE_UNROLLED_1X1_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
                     str(KERNELS / su1.FILE)], check=True, capture_output=True)

@@ -1,9 +1,10 @@
-"""The unrolled remainder (``sparse_unrolled``) against the float64 reference (<= 1e-5):
-its tiles on maps of 2 to 40 columns, 1x1 / 3x3 / 5x5 filters, strides 1 to 3, batches and
-channel counts
-that leave partial image groups, row groups and channel stages, inputs not 16-byte
-aligned, dense blocks' rows to add to, the epilogue; outputs
-poisoned."""
+"""The unrolled remainders against the float64 reference (<= 1e-5), outputs poisoned.
+The staged kernel (``sparse_unrolled``): its tiles on maps of 2 to 40 columns, 1x1 / 3x3 /
+5x5 filters, strides 1 to 3, batches and channel counts that leave partial image groups,
+row groups and channel stages.  The unstaged 1x1 kernel (``sparse_unrolled_1x1``): its
+tiles at strides 1 to 3, unequal strides, padding, maps of one pixel to 40 columns, pixel
+and row counts that leave partial blocks and groups.  Both: dense blocks' rows to add to,
+the epilogue, a dense and an empty kernel, an input not 16-byte aligned."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from tensorconv import ops
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_1x1 as su1
 from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -35,26 +37,52 @@ def test_every_unrolled_tile_computes_the_convolution(rng, x_shape, k, r, stride
                             remainder="unrolled", remainder_tile=tile)
 
 
+SHAPES_1X1 = [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 7, 7), 70, 2, 0), ((1, 9, 11, 40), 33, 1, 0),
+              ((33, 20, 2, 2), 24, 2, 1), ((2, 17, 32, 32), 40, 2, 0), ((3, 6, 9, 5), 16, 3, 1),
+              ((5, 12, 1, 1), 50, 1, 0), ((2, 35, 16, 16), 130, (2, 1), (0, 1))]
+
+
+@pytest.mark.parametrize("x_shape,k,stride,padding", SHAPES_1X1, ids=str)
+def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, stride, padding):
+    w, packed, _ = random_sparse_layer(rng, k, x_shape[1], 1, 0.2, empty_row=True)
+    g = conv_geometry(x_shape, w.shape, stride, padding)
+    tiles = su1.candidates(su1.Problem(g), None)
+    assert len(tiles) >= 2
+    for tile in tiles:
+        check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=False,
+                            remainder="unrolled", remainder_tile=tile)
+
+
+# (filter, the layer's cases (input, stride, padding)): 3x3 on the staged kernel, 1x1 on
+# the unstaged one (remainder="unrolled" picks it for a 1x1 filter)
+CASES = [(3, [((3, 27, 12, 12), 1, 1), ((2, 27, 5, 8), 1, 1), ((3, 27, 12, 12), 2, 1)]),
+         (1, [((3, 27, 12, 12), 1, 0), ((2, 27, 5, 8), 2, 1), ((3, 27, 12, 12), 2, 0)])]
+
+
+@pytest.mark.parametrize("r,cases", CASES, ids=["3x3", "1x1"])
 @pytest.mark.parametrize("nblocks", [0, 3])
-def test_the_unrolled_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
-    w, packed, _ = random_sparse_layer(rng, 40, 27, 3, 0.15, nblocks, empty_row=True)
-    for x_shape, stride in [((3, 27, 12, 12), 1), ((2, 27, 5, 8), 1), ((3, 27, 12, 12), 2)]:
-        check_sparse_conv2d(rng, w, packed, x_shape, stride, 1, epilogue=True,
+def test_the_unrolled_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nblocks, r,
+                                                                         cases):
+    w, packed, _ = random_sparse_layer(rng, 40, 27, r, 0.15, nblocks, empty_row=True)
+    for x_shape, stride, padding in cases:
+        check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=True,
                             remainder="unrolled")
 
 
-def test_a_dense_kernel_a_zero_one_and_an_unaligned_input(rng):
+@pytest.mark.parametrize("r,stride,padding", [(3, 1, 1), (1, 2, 1)], ids=["3x3", "1x1"])
+def test_a_dense_kernel_a_zero_one_and_an_unaligned_input(rng, r, stride, padding):
     import cupy as cp
 
     for density in (1.0, 0.0):
-        w, packed, _ = random_sparse_layer(rng, 24, 10, 3, density)
-        check_sparse_conv2d(rng, w, packed, (2, 10, 8, 8), 1, 1, epilogue=True,
+        w, packed, _ = random_sparse_layer(rng, 24, 10, r, density)
+        check_sparse_conv2d(rng, w, packed, (2, 10, 8, 8), stride, padding, epilogue=True,
                             remainder="unrolled")
-    w, packed, _ = random_sparse_layer(rng, 24, 10, 3, 0.2)
+    w, packed, _ = random_sparse_layer(rng, 24, 10, r, 0.2)
     xs = cp.asarray(rng.standard_normal(2 * 10 * 8 * 8 + 1).astype(np.float32))
     x = xs[1:].reshape(2, 10, 8, 8)                   # 4 bytes past an aligned start
     assert x.data.ptr % 16 != 0
-    out = cp.full((2, 24, 8, 8), cp.nan, cp.float32)
-    ops.sparse_conv2d(x, packed, None, 1, 1, remainder="unrolled", out=out)
-    want = ops.sparse_conv2d(x.get(), packed, None, 1, 1)
+    g = conv_geometry(x.shape, w.shape, stride, padding)
+    out = cp.full(g.output_shape, cp.nan, cp.float32)
+    ops.sparse_conv2d(x, packed, None, stride, padding, remainder="unrolled", out=out)
+    want = ops.sparse_conv2d(x.get(), packed, None, stride, padding)
     assert rel_err(out.get(), want) <= 1e-5

@@ -267,8 +267,10 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     nnz = layouts[best[0]].layout.indices.size   # the unrolled kernel's code grows with it
     others = [c for c in choices[1:] if sparse_conv.fits(geom, c[0], nnz)]
     kept = sparse_conv.pack_weights(layouts[best[0]], (geom.h, geom.w), cp)
-    cuda.compile_all([k for c in others for k in sparse_conv.remainder_kernels(
-        geom, tile=c[0], weights=kept)], desc="compiling the remainder's other kernels")
+    kept_pieces = sparse_conv.default_pieces(layouts[best[0]], geom, backend.device_facts())
+    cuda.compile_all([k for c in others for k in sparse_conv.layer_kernels(
+        kept_pieces, geom, tile=c[0], weights=kept)],
+        desc="compiling the remainder's other kernels")
     layout = f"t2={best[0]}" if best[0] else "no blocks"
     rs.add(f"{case} via {sparse_conv.choice_name(*best_choice)}", "ours", "choice_us", best[1],
            "us", note=layout)

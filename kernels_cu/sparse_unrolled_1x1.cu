@@ -12,13 +12,14 @@
 // channel that any row of the group uses the thread loads its word once and adds it into
 // each such row's sum, kept in a register.
 //
-// The body defines namespace pu: the layer's constants and group(g, xp, inside, out), which
-// calls the function holding group g's code (a switch; each group a function of its own, not
-// inlined, so the front end's time grows with the body's length, not faster: one function
-// holding every group took nvcc minutes on a 512 x 256 layer).  A group function writes its
-// rows through Out's epilogue (bias, residual, ReLU, or accumulate onto what dense blocks
-// wrote).  Kernels are compiled per layer (CuPy caches them on disk by the body's path, which
-// names its content's hash).
+// The body defines namespace pu: the layer's constants and group<EPI>(g, xp, inside, out),
+// which calls the function holding group g's code (a switch; each group a function of its
+// own, not inlined, so the front end's time grows with the body's length, not faster: one
+// function holding every group took nvcc minutes on a 512 x 256 layer).  A group function
+// writes its rows through the epilogue EPI names at compile time (bit 0: accumulate onto
+// what dense blocks wrote, 1: bias, 2: residual, 3: ReLU): a thread writes RB rows, and
+// run-time flags would cost their tests on every row.  Kernels are compiled per layer and
+// epilogue (CuPy caches them on disk by the body's path, which names its content's hash).
 #include "tc_common.cuh"
 #include "sparse_unrolled.cuh"   // SU_FMA
 
@@ -29,10 +30,10 @@ struct Out {
     const float* __restrict__ bias;
     const float* __restrict__ residual;
     size_t at;
-    int accumulate, relu;
 };
+enum : int { ACCUMULATE = 1, BIAS = 2, RESIDUAL = 4, RELU = 8 };
 // Row k's sum into the output (defined below, once the body has set OH and OW).
-__device__ __forceinline__ void store(const Out& o, int k, float v);
+template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, float v);
 }  // namespace pu
 
 #ifndef SPARSE_UNROLLED_1X1_BODY
@@ -41,19 +42,24 @@ __device__ __forceinline__ void store(const Out& o, int k, float v);
 #include SPARSE_UNROLLED_1X1_BODY
 
 namespace pu {
-// Row k's sum v (k a constant in the generated code), through the epilogue.
-__device__ __forceinline__ void store(const Out& o, int k, float v) {
+// Row k's sum v (k a constant in the generated code), through the epilogue: the sums'
+// order of tc::conv_epilogue after the blocks' sum.
+template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, float v) {
     const size_t at = o.at + (size_t)k * (OH * OW);
-    if (o.accumulate) v += o.y[at];
-    o.y[at] = tc::conv_epilogue(v, o.bias, k, o.residual, at, o.relu);
+    if constexpr ((EPI & ACCUMULATE) != 0) v += o.y[at];
+    if constexpr ((EPI & BIAS) != 0) v += o.bias[k];
+    if constexpr ((EPI & RESIDUAL) != 0) v += o.residual[at];
+    if constexpr ((EPI & RELU) != 0) v = fmaxf(v, 0.f);
+    o.y[at] = v;
 }
 }  // namespace pu
 
-// Grid: (pixel blocks of T, groups).  Block: T threads, one output pixel each.
-extern "C" __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
+// Grid: (pixel blocks of T, groups).  Block: T threads, one output pixel each.  EPI: the
+// epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias and residual read only where named.
+template <int EPI>
+__global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
     const float* __restrict__ x, const float* __restrict__ bias,
-    const float* __restrict__ residual, float* __restrict__ y, int n, int accumulate,
-    int relu)
+    const float* __restrict__ residual, float* __restrict__ y, int n)
 {
     tc::wait_prior_grids();
     using namespace pu;
@@ -65,6 +71,17 @@ extern "C" __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
     // a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero)
     const bool inside = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
     const float* xp = x + (size_t)nn * C * H * W + (inside ? iy * W + ix : 0);
-    group(blockIdx.y, xp, inside, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem,
-                                      accumulate, relu});
+    group<EPI>(blockIdx.y, xp, inside, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
 }
+
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SPARSE_UNROLLED_1X1(...) template __global__ void sparse_unrolled_1x1<__VA_ARGS__>( \
+    const float*, const float*, const float*, float*, int);
+TC_I_SPARSE_UNROLLED_1X1(0) TC_I_SPARSE_UNROLLED_1X1(1) TC_I_SPARSE_UNROLLED_1X1(2)
+TC_I_SPARSE_UNROLLED_1X1(3) TC_I_SPARSE_UNROLLED_1X1(4) TC_I_SPARSE_UNROLLED_1X1(5)
+TC_I_SPARSE_UNROLLED_1X1(6) TC_I_SPARSE_UNROLLED_1X1(7) TC_I_SPARSE_UNROLLED_1X1(8)
+TC_I_SPARSE_UNROLLED_1X1(9) TC_I_SPARSE_UNROLLED_1X1(10) TC_I_SPARSE_UNROLLED_1X1(11)
+TC_I_SPARSE_UNROLLED_1X1(12) TC_I_SPARSE_UNROLLED_1X1(13) TC_I_SPARSE_UNROLLED_1X1(14)
+TC_I_SPARSE_UNROLLED_1X1(15)
+#undef TC_I_SPARSE_UNROLLED_1X1
+#endif

@@ -30,8 +30,10 @@ def _host_run(tmp: Path, w, x, tile, stride, padding, **kw):
     """The kernel of ``w``'s body on ``tile`` run on the CPU (:func:`run_on_host`)."""
     g = conv_geometry(x.shape, w.shape, stride, padding)
     (tmp / "body.inc").write_text(su1.body(g, tile, *csr_of(w)))
+    epi = su1.epilogue(kw.get("y0") is not None, kw.get("bias") is not None,
+                       kw.get("residual") is not None, kw.get("relu", False))
     return run_on_host(tmp, "sparse_unrolled_1x1_main.cpp",
-                       {"SPARSE_UNROLLED_1X1_BODY": f'"{tmp / "body.inc"}"'}, g,
+                       {"SPARSE_UNROLLED_1X1_BODY": f'"{tmp / "body.inc"}"', "SU_EPI": epi}, g,
                        tile.grid(su1.Problem(g)), x, **kw)
 
 
@@ -88,18 +90,23 @@ def test_no_nonzero_at_all_writes_the_epilogue_alone(tmp_path, rng):
 
 
 @needs_gxx
-def test_the_epilogue_adds_bias_residual_what_blocks_wrote_and_relu(tmp_path, rng):
+@pytest.mark.parametrize("epi", range(16))
+def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, rng, epi):
     w = _weights(rng, (20, 7, 1, 1), 0.25)
     x = rng.standard_normal((3, 7, 6, 8)).astype(np.float32)
     g = conv_geometry(x.shape, w.shape, 2, 1)
-    bias = rng.standard_normal(20).astype(np.float32)
-    res = rng.standard_normal(g.output_shape).astype(np.float32)
-    y0 = rng.standard_normal(g.output_shape).astype(np.float32)
+    acc, has_bias, has_res, relu = (bool(epi & b) for b in (1, 2, 4, 8))
+    bias = rng.standard_normal(20).astype(np.float32) if has_bias else None
+    res = rng.standard_normal(g.output_shape).astype(np.float32) if has_res else None
+    y0 = rng.standard_normal(g.output_shape).astype(np.float32) if acc else None
+    assert su1.epilogue(acc, has_bias, has_res, relu) == epi
     got = _host_run(tmp_path, w, x, su1.Tile(16, 64), 2, 1, bias=bias, residual=res,
-                    relu=True, y0=y0)
-    want = np.maximum(reference.conv2d(x.astype(np.float64), w.astype(np.float64),
-                                       bias.astype(np.float64), 2, 1) + res + y0, 0)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+                    relu=relu, y0=y0)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                            None if bias is None else bias.astype(np.float64), 2, 1)
+    want = want + (0 if res is None else res) + (0 if y0 is None else y0)
+    np.testing.assert_allclose(got, np.maximum(want, 0) if relu else want, rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")

@@ -61,7 +61,8 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
                                             remainder_staging=staging),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
                     f"{lay.indices.size} in the remainder on {names[j]}",
-                    sparse_conv.layer_kernels(pieces[i], geom, tile=tile, weights=weights(i)))
+                    sparse_conv.layer_kernels(pieces[i], geom, tile=tile, weights=weights(i),
+                                              epilogue=(bd, residual, bool(relu))))
 
     def candidates() -> list[tuple[int, int]]:
         """Every layout on the rules' tile and staging; then, where the remainder has

@@ -36,6 +36,7 @@ from tensorconv.checks import (
 )
 from tensorconv.ops import _igemm, sparse_blocks
 from tensorconv.ops import sparse_tc_remainder as stc
+from tensorconv.ops import sparse_unrolled_1x1 as su1
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
     SPLITS,
@@ -163,10 +164,11 @@ def pack_weights(packed: BlockSparse, hw, xp) -> SparseWeights:
 
 def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
                       tile: RemainderTile | PointwiseTile | None = None,
-                      weights: SparseWeights | None = None) -> tuple:
+                      weights: SparseWeights | None = None, epi: int = 0) -> tuple:
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
     :func:`choose_remainder`) on ``tile`` (default: the rule's); the unrolled kernel's
-    only with its ``weights`` (its code is theirs)."""
+    only with its ``weights`` (its code is theirs), the unstaged 1x1 one's for the
+    epilogue ``epi`` (``sparse_unrolled_1x1.epilogue``)."""
     remainder = remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
@@ -176,7 +178,8 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
     if remainder == "unrolled":
         mod = unrolled_module(geom, tile)
         p = mod.Problem(geom)
-        return mod.kernels(p, tile or mod.default_tile(p, None), weights)
+        tile = tile or mod.default_tile(p, None)
+        return mod.kernels(p, tile, weights, epi) if mod is su1 else mod.kernels(p, tile, weights)
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
         tile = tile or default_pointwise_tile(geom, sm_count)
@@ -191,12 +194,15 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
 
 def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto",
                   tile: RemainderTile | PointwiseTile | None = None,
-                  weights: SparseWeights | None = None) -> tuple:
+                  weights: SparseWeights | None = None,
+                  epilogue=(None, None, False)) -> tuple:
     """Every kernel a layer of ``pieces`` launches on ``geom`` with the remainder on
-    ``tile`` (an automatic remainder that falls back to ``"rows"`` for want of shared
-    memory launches the row kernel instead)."""
+    ``tile`` and ``epilogue`` = (bias, residual, relu) (an automatic remainder that falls
+    back to ``"rows"`` for want of shared memory launches the row kernel instead)."""
+    bias, residual, relu = epilogue
+    epi = su1.epilogue(bool(pieces), bias is not None, residual is not None, bool(relu))
     refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder, tile,
-                                                                        weights))
+                                                                        weights, epi))
     return tuple(sorted(refs, key=lambda r: r.name))
 
 

@@ -123,8 +123,8 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
         dense = np.zeros((len(rows), c), np.float32)
         for j, row in enumerate(rows):
             dense[j, indices[indptr[row]:indptr[row + 1]]] = data[indptr[row]:indptr[row + 1]]
-        out.append(f"__device__ __noinline__ void group{grp}(const float* __restrict__ xp, "
-                   "bool inside, Out o) {")
+        out.append(f"template <int EPI> __device__ __noinline__ void group{grp}("
+                   "const float* __restrict__ xp, bool inside, Out o) {")
         out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
         out.append("  if (inside) {")
         for ch in np.flatnonzero(dense.any(0)):
@@ -134,18 +134,25 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
                 out.append(f"      SU_FMA(a{j}, v, {bits:08X});")
             out.append("    }")
         out.append("  }")
-        out += [f"  store(o, {row}, a{j});" for j, row in enumerate(rows)]
+        out += [f"  store<EPI>(o, {row}, a{j});" for j, row in enumerate(rows)]
         out.append("}")
-    out += ["__device__ __forceinline__ void group(int g, const float* __restrict__ xp, "
-            "bool inside, Out o) {", "  switch (g) {"]
-    out += [f"  case {n}: group{n}(xp, inside, o); break;" for n in range(groups)]
+    out += ["template <int EPI> __device__ __forceinline__ void group(int g, "
+            "const float* __restrict__ xp, bool inside, Out o) {", "  switch (g) {"]
+    out += [f"  case {n}: group{n}<EPI>(xp, inside, o); break;" for n in range(groups)]
     out += ["  default: break;", "  }", "}", "}  // namespace pu", ""]
     return "\n".join(out)
 
 
-def kernel(weights, g: ConvGeometry, tile: Tile) -> cuda.KernelRef:
+def epilogue(accumulate: bool, bias: bool, residual: bool, relu: bool) -> int:
+    """The kernel's ``EPI``: which of the epilogue's steps it compiles in (accumulate onto
+    the blocks' sums, add the bias, add the residual, ReLU)."""
+    return int(accumulate) | int(bias) << 1 | int(residual) << 2 | int(relu) << 3
+
+
+def kernel(weights, g: ConvGeometry, tile: Tile, epi: int = 0) -> cuda.KernelRef:
     """The kernel of ``weights``' remainder (a :class:`~tensorconv.ops.sparse_conv.
-    SparseWeights`) on ``tile``: its body written once (named by its content's hash)."""
+    SparseWeights`) on ``tile`` with the epilogue ``epi`` (:func:`epilogue`): its body
+    written once (named by its content's hash)."""
     key = ("unrolled-1x1", tile, g.h, g.w, g.stride, g.padding)
     if key not in weights.staged:
         indptr = backend.to_host(weights.indptr)
@@ -159,17 +166,19 @@ def kernel(weights, g: ConvGeometry, tile: Tile) -> cuda.KernelRef:
         if not path.is_file():
             files.atomic_write(path, text)
         weights.staged[key] = str(path)
-    return cuda.kernel_ref(FILE, NAME, {"SPARSE_UNROLLED_1X1_BODY": f'"{weights.staged[key]}"'})
+    return cuda.kernel_ref(FILE, f"{NAME}<{epi}>",
+                           {"SPARSE_UNROLLED_1X1_BODY": f'"{weights.staged[key]}"'})
 
 
-def kernels(p: Problem, tile: Tile, weights=None) -> tuple[cuda.KernelRef, ...]:
-    """The kernel a launch of ``tile`` runs (``weights`` needed: the body is theirs)."""
-    return () if weights is None else (kernel(weights, p.geom, tile),)
+def kernels(p: Problem, tile: Tile, weights=None, epi: int = 0) -> tuple[cuda.KernelRef, ...]:
+    """The kernel a launch of ``tile`` with the epilogue ``epi`` runs (``weights`` needed:
+    the body is theirs)."""
+    return () if weights is None else (kernel(weights, p.geom, tile, epi),)
 
 
 def instantiations() -> list[str]:
-    """No templates: the file's one kernel, built by CI with the example body."""
-    return []
+    """Every epilogue, built by CI with the example body."""
+    return [f"{NAME}<{e}>" for e in range(16)]
 
 
 def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool,
@@ -179,6 +188,6 @@ def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool
     p = Problem(g)
     if (why := supported(p)) is not None:
         raise ValueError(why)
-    launch(kernel(weights, g, tile), tile.grid(p), (tile.threads,),
-           (x, ptr(bias), ptr(residual), out, np.int32(g.n), np.int32(accumulate),
-            np.int32(relu)))
+    epi = epilogue(accumulate, bias is not None, residual is not None, relu)
+    launch(kernel(weights, g, tile, epi), tile.grid(p), (tile.threads,),
+           (x, ptr(bias), ptr(residual), out, np.int32(g.n)))

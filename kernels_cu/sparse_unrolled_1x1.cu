@@ -20,6 +20,10 @@
 // what dense blocks wrote, 1: bias, 2: residual, 3: ReLU): a thread writes RB rows, and
 // run-time flags would cost their tests on every row.  Kernels are compiled per layer and
 // epilogue (CuPy caches them on disk by the body's path, which names its content's hash).
+//
+// A block may hold GB groups, each on TP = T / GB threads (whole warps) over the block's TP
+// pixels: the groups then load the same words, which meet in the SM's L1; a group in a
+// block of its own reads the layer's input from L2 once more for every group.
 #include "tc_common.cuh"
 #include "sparse_unrolled.cuh"   // SU_FMA
 
@@ -54,8 +58,9 @@ template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, fl
 }
 }  // namespace pu
 
-// Grid: (pixel blocks of T, groups).  Block: T threads, one output pixel each.  EPI: the
-// epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias and residual read only where named.
+// Grid: (pixel blocks of TP, blocks of GB groups).  Block: T threads, GB groups of TP, one
+// output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias
+// and residual read only where named.
 template <int EPI>
 __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
     const float* __restrict__ x, const float* __restrict__ bias,
@@ -63,15 +68,18 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
 {
     tc::wait_prior_grids();
     using namespace pu;
-    const int p = blockIdx.x * T + threadIdx.x;
-    if (p >= n * (OH * OW)) return;           // no barrier follows
+    static_assert(T == GB * TP && (GB == 1 || TP % 32 == 0), "a group takes whole warps");
+    const int sub = GB == 1 ? 0 : (int)threadIdx.x / TP;
+    const int p = blockIdx.x * TP + ((int)threadIdx.x - sub * TP);
+    const int grp = blockIdx.y * GB + sub;
+    if (p >= n * (OH * OW) || grp >= GROUPS) return;   // no barrier follows
     const int nn = p / (OH * OW), rem = p - nn * (OH * OW);
     const int oy = rem / OW, ox = rem - oy * OW;
     const int iy = oy * SH - PH, ix = ox * SW - PW;
     // a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero)
     const bool inside = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
     const float* xp = x + (size_t)nn * C * H * W + (inside ? iy * W + ix : 0);
-    group<EPI>(blockIdx.y, xp, inside, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
+    group<EPI>(grp, xp, inside, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)

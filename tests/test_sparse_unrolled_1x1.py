@@ -63,20 +63,22 @@ def _weights(rng, shape, density):
 
 
 @needs_gxx
-@pytest.mark.parametrize("k,c,hw,n,density,stride,padding,rb,threads", [
-    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, 64),     # rows past a group, pixels past a block
-    (20, 9, (9, 7), 5, 0.3, 2, 0, 8, 64),       # stride 2, odd sizes
-    (33, 20, (8, 8), 2, 0.15, 2, 1, 32, 128),   # padding: border pixels read nothing
-    (12, 7, (10, 13), 2, 0.4, (3, 2), (1, 0), 8, 64),   # unequal strides and paddings
-    (24, 4, (5, 10), 2, 1.0, 1, 0, 64, 64),     # every weight kept, one group of 64 rows
-    (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128),       # 1x1 maps: one pixel an image
+@pytest.mark.parametrize("k,c,hw,n,density,stride,padding,rb,threads,gb", [
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, 64, 1),     # rows past a group, pixels past a block
+    (20, 9, (9, 7), 5, 0.3, 2, 0, 8, 64, 1),       # stride 2, odd sizes
+    (33, 20, (8, 8), 2, 0.15, 2, 1, 32, 128, 1),   # padding: border pixels read nothing
+    (12, 7, (10, 13), 2, 0.4, (3, 2), (1, 0), 8, 64, 1),   # unequal strides and paddings
+    (24, 4, (5, 10), 2, 1.0, 1, 0, 64, 64, 1),     # every weight kept, one group of 64 rows
+    (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128, 1),       # 1x1 maps: one pixel an image
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 8, 128, 4),     # four groups a block: groups past the last
+    (70, 11, (7, 9), 2, 0.3, 2, 1, 16, 64, 2),     # two a block, stride 2 and padding
 ])
 def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, density,
-                                                       stride, padding, rb, threads):
+                                                       stride, padding, rb, threads, gb):
     w = _weights(rng, (k, c, 1, 1), density)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads), stride, padding)
+    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads, gb), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
@@ -130,9 +132,16 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng):
 def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     p = su1.Problem(conv_geometry(x_shape, w_shape, stride, 0))
     tiles = su1.candidates(p, None)
-    assert tiles[0].rb == rb and tiles[0].threads == 64
+    assert tiles[0].rb == rb and tiles[0].threads == 64 and tiles[0].gb == 1
     assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
     assert all(t.smem_bytes(p) == 0 for t in tiles)
+    # four groups a block, a warp each, wherever the layer has four groups of those rows
+    assert {t.rb for t in tiles if t.gb > 1} == {r for r in su1.ROWS if -(-w_shape[0] // r) >= 4}
+    for t in tiles:
+        assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
+        gx, gy, _ = t.grid(p)
+        assert gx * t.pixels >= p.geom.n * p.geom.oh * p.geom.ow > (gx - 1) * t.pixels
+        assert gy == -(-(-(-w_shape[0] // t.rb)) // t.gb)
 
 
 def test_wider_filters_are_refused_and_1x1_layers_get_the_tiles_in_a_tuned_plan():

@@ -38,6 +38,10 @@ ROWS = (8, 16, 32, 64)    # rows a block the tuner times; more rows would spill 
 # threads a block the tuner times: 128 was at most 2 % faster than 64 on ResNet-18-8x's six
 # shortcuts (H200) and 8 % slower on one, 256 never faster; each tile is a compile
 THREADS = (64,)
+# row groups a block the tuner also times, one warp each on the block's 32 pixels: the
+# groups' loads of the same words then meet in the SM's L1, where groups in blocks of their
+# own each read the input from L2 (512 x 256 stride 2 on 8x8 at 8 rows a group: 64 reads)
+WARP_GROUPS = (4,)
 
 
 @dataclass(frozen=True)
@@ -49,17 +53,24 @@ class Problem:
 
 @dataclass(frozen=True)
 class Tile:
-    """``rb`` output rows a block (a group), ``threads`` output pixels a block."""
+    """``gb`` groups of ``rb`` output rows a block, on ``threads`` threads: each group's
+    ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread."""
 
     rb: int
     threads: int
+    gb: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """Output pixels a block."""
+        return self.threads // self.gb
 
     def smem_bytes(self, p: Problem) -> int:
         return 0
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
-        return cdiv(g.n * g.oh * g.ow, self.threads), cdiv(g.k, self.rb), 1
+        return cdiv(g.n * g.oh * g.ow, self.pixels), cdiv(cdiv(g.k, self.rb), self.gb), 1
 
 
 def supported(p: Problem) -> str | None:
@@ -73,22 +84,27 @@ def supported(p: Problem) -> str | None:
 
 
 def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
-    """Every rows a block (up to twice the layer's rows) on :data:`THREADS`, the rule's
-    first.  On ResNet-18-8x's shortcuts (H200, batch 32) the fastest had 64 rows a
-    block on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a block load each
-    word for more rows, fewer give a small layer more blocks."""
+    """Every rows a group (up to twice the layer's rows) on :data:`THREADS`, one group a
+    block, and on :data:`WARP_GROUPS` groups a block of a warp each where the layer has
+    that many groups; the rule's first.  On ResNet-18-8x's shortcuts (H200, batch 32) the
+    fastest of one group a block had 64 rows on 8,192 output pixels, 32 on 2,048 and 8 on
+    512: more rows a group load each word for more rows, fewer give a small layer more
+    blocks."""
     if supported(p) is not None:
         return []
-    tiles = [Tile(rb, t) for rb in ROWS for t in THREADS if rb <= max(ROWS[0], 2 * p.geom.k)]
+    rows = [rb for rb in ROWS if rb <= max(ROWS[0], 2 * p.geom.k)]
+    tiles = [Tile(rb, t) for rb in rows for t in THREADS]
+    tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
+              if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
     return [first] + [t for t in tiles if t != first]
 
 
 def _rule(p: Problem, tiles: list[Tile], sm_count: int) -> Tile:
-    """Of the 64-thread tiles, the most rows a block whose launch gives every SM three
-    warps, else the one with the most warps (the fastest tile on two of the three
-    shortcuts above; on the third, 1.26x its time)."""
-    small = [t for t in tiles if t.threads == THREADS[0]]
+    """Of the 64-thread tiles of one group a block, the most rows a block whose launch
+    gives every SM three warps, else the one with the most warps (the fastest tile on two
+    of the three shortcuts above; on the third, 1.26x its time)."""
+    small = [t for t in tiles if t.threads == THREADS[0] and t.gb == 1]
 
     def warps(t: Tile) -> int:
         gx, gy, _ = t.grid(p)
@@ -113,13 +129,14 @@ def fmas(weights_nnz: int, tile: Tile) -> int:
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_1X1_BODY``) of a remainder given as CSR over the
     K x C kernel matrix (host arrays): the layer's constants, one function a group of
-    ``tile.rb`` rows, and ``group(g, ...)`` that calls the block's."""
+    ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's."""
     k, c, hw = g.k, g.c, g.h * g.w
     groups = cdiv(k, tile.rb)
     out = ["namespace pu {",
            f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, SH = {g.stride[0]}, "
            f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
-           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GROUPS = {groups};"]
+           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GB = {tile.gb}, "
+           f"TP = {tile.pixels}, GROUPS = {groups};"]
     for grp in range(groups):
         rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
         dense = np.zeros((len(rows), c), np.float32)

@@ -490,7 +490,10 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     # unrolled kernel runs, but is not timed)
     unrolled = len(su1.candidates(su1.Problem(geom), None)) if r == 1 else 0
     assert len(choices) == (len(sc.POINTWISE_TILES) + 1 + unrolled if r == 1 else 3)
-    assert r != 1 or unrolled == len(su1.ROWS) * len(su1.THREADS)   # 40 rows: every tile
+    if r == 1:          # 40 rows: every rows a group, and 8 a group four warps a block
+        tiles = su1.candidates(su1.Problem(geom), None)
+        assert {t.rb for t in tiles if t.gb == 1} == set(su1.ROWS)
+        assert [(t.rb, t.gb) for t in tiles if t.gb > 1] == [(8, 4)]
     assert r == 1 or su.candidates(su.Problem(geom), None)
     for tile, staging in choices:
         out = cp.full(geom.output_shape, cp.nan, cp.float32)

@@ -158,10 +158,11 @@ def choose_sections(plan: Plan) -> None:
 
 def _whole_plan_streams(plan: Plan) -> None:
     """Keep the sections side by side only if the whole plan runs faster so than with
-    every step in order on one stream.  Each section was timed alone; in the graph a fork
-    and its join also cut the chain of programmatic edges around it, and branches meet
-    the launches before and after them, so sections that each won may still lose
-    together.  The verdict is keyed by every step's label and the sections' shape."""
+    every step in order on one stream.  Each section was timed alone, repeated; in the
+    plan its fork waits for the launch before it and its join holds the launch after it,
+    which a chain of launches on one stream overlaps instead (each starting as the one
+    before drains), so sections that each won may still lose together.  The verdict is
+    keyed by every step's label and the sections' shape."""
     order = list(plan.steps)
     shape = "\n".join(
         " || ".join(" ; ".join(s.label for s in path) for path in item)

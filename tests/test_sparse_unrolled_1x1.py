@@ -100,6 +100,18 @@ def test_wider_filters_load_each_tap_inside_the_image(tmp_path, rng, k, c, r, hw
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_a_tap_is_tested_only_where_some_window_puts_it_in_the_padding():
+    g = conv_geometry((1, 1, 32, 32), (1, 1, 3, 3), 2, 1)    # ResNet's strided 3x3
+    guard = su1._tap_guard
+    assert guard(g, 0, 0) == "rok & cok & 1u" and guard(g, 0, 2) == "rok & 1u"
+    assert guard(g, 2, 0) == "cok & 1u" and guard(g, 1, 1) == guard(g, 2, 2) == ""
+    one = conv_geometry((1, 1, 1, 1), (1, 1, 3, 3), 1, 1)     # a 1x1 map: the centre only
+    assert guard(one, 1, 1) == "" and guard(one, 0, 1) is None and guard(one, 1, 2) is None
+    odd = conv_geometry((1, 1, 9, 9), (1, 1, 3, 3), 2, 1)     # odd: the last window too
+    assert guard(odd, 2, 2) == "rok >> 2 & cok >> 2 & 1u"
+    assert guard(conv_geometry((1, 1, 8, 8), (1, 1, 1, 1), 2, 0), 0, 0) == ""
+
+
 @needs_gxx
 def test_no_nonzero_at_all_writes_the_epilogue_alone(tmp_path, rng):
     w = np.zeros((10, 6, 1, 1), np.float32)

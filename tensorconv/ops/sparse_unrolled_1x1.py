@@ -134,11 +134,32 @@ def fmas(weights_nnz: int, tile: Tile) -> int:
     return weights_nnz
 
 
+def _reach(tap: int, stride: int, pad: int, size: int, out: int) -> str:
+    """Where a filter's ``tap`` (along one axis) lands for the layer's output positions:
+    ``"always"`` inside the image, ``"never"`` (only padding), or ``"some"``."""
+    inside = [0 <= o * stride - pad + tap < size for o in range(out)]
+    return "always" if all(inside) else "never" if not any(inside) else "some"
+
+
+def _tap_guard(g: ConvGeometry, r: int, s: int) -> str | None:
+    """The condition a thread loads tap (r, s) under: ``""`` where every output pixel's
+    window has it inside the image (no test), None where none does (never loaded: its
+    products are the padding's zeros), else a test of the window's bits."""
+    rows = _reach(r, g.stride[0], g.padding[0], g.h, g.oh)
+    cols = _reach(s, g.stride[1], g.padding[1], g.w, g.ow)
+    if "never" in (rows, cols):
+        return None
+    tests = [f"{bits} >> {k}" if k else bits
+             for bits, k, reach in (("rok", r, rows), ("cok", s, cols)) if reach == "some"]
+    return " & ".join(tests + ["1u"]) if tests else ""
+
+
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_1X1_BODY``) of a remainder given as CSR over the
     K x (C·R·S) kernel matrix (host arrays): the layer's constants, one function a group of
     ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's.  A wider filter's taps
-    load under their row's and column's bits of the window inside the image."""
+    load under their row's and column's bits of the window inside the image, where some
+    pixel's window has them in the padding (:func:`_tap_guard`)."""
     k, c, hw = g.k, g.c, g.h * g.w
     groups = cdiv(k, tile.rb)
     taps = g.r * g.s
@@ -156,14 +177,22 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
         out.append(f"template <int EPI> __device__ __noinline__ void group{grp}("
                    "const float* __restrict__ xp, unsigned rok, unsigned cok, Out o) {")
         out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
-        # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero)
-        out.append("  if (rok & cok & 1u) {" if taps == 1 else "  {")
-        for col in np.flatnonzero(dense.any(0)):
+        # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero): one
+        # test around every load; a wider filter's taps each under their own
+        guards = [[_tap_guard(g, r, s) for s in range(g.s)] for r in range(g.r)]
+        whole = guards[0][0] if taps == 1 else ""
+        out.append("  {" if not whole else f"  if ({whole}) {{")
+        for col in np.flatnonzero(dense.any(0)) if whole is not None else ():
             ch, tap = divmod(int(col), taps)
             r, s = divmod(tap, g.s)
+            guard = "" if taps == 1 else guards[r][s]
+            if guard is None:
+                continue
             at = f"__ldg(xp + {ch * hw + r * g.w + s})"
-            out.append(f"    {{ const float v = {at};" if taps == 1 else
-                       f"    {{ const float v = (rok >> {r} & cok >> {s} & 1u) ? {at} : 0.f;")
+            # the load and its products under one test (ptxas predicates them all): a zero
+            # in the load's place would cost an instruction a load
+            out.append(f"    if ({guard}) {{ const float v = {at};" if guard else
+                       f"    {{ const float v = {at};")
             for j in np.flatnonzero(dense[:, col]):
                 bits = struct.unpack("<I", struct.pack("<f", float(dense[j, col])))[0]
                 out.append(f"      SU_FMA(a{j}, v, {bits:08X});")

@@ -1,6 +1,7 @@
-// A 1x1 sparse convolution unrolled for one layer's weights (any stride and padding, NCHW,
-// fp32), nothing staged: each thread reads its pixel's input words straight through the L1
-// at immediate channel offsets and applies the nonzeros as fma's with immediate weights.
+// A sparse convolution unrolled for one layer's weights (NCHW, fp32, any stride and
+// padding), nothing staged: each thread reads its pixel's input words straight through the
+// L1 at immediate offsets and applies the nonzeros as fma's with immediate weights.  Written
+// for 1x1 filters; wider filters at stride 2 and more run too (see the last paragraph).
 //
 // A 1x1 filter reads one input position a pixel, the same for every channel, so a word
 // serves only the rows with a nonzero in its channel: staging it in shared memory (the
@@ -8,11 +9,16 @@
 // (weight, offset) table at run time (sparse_csr_pointwise in sparse_conv.cu) costs a table
 // read and an address per multiply-add.  Here the host (tensorconv/ops/sparse_unrolled_1x1.py)
 // writes the body, SPARSE_UNROLLED_1X1_BODY, for a given kernel matrix: a block owns RB
-// output rows ("a group") and T consecutive output pixels, one a thread; for every input
-// channel that any row of the group uses the thread loads its word once and adds it into
-// each such row's sum, kept in a register.
+// output rows ("a group") and T consecutive output pixels, one a thread; for every column
+// of the kernel matrix (an input channel and tap) that any row of the group uses, the thread
+// loads its word once and adds it into each such row's sum, kept in a register.
 //
-// The body defines namespace pu: the layer's constants and group<EPI>(g, xp, inside, out),
+// At stride 2 a staged stage holds about four input words a pixel and channel, copied one
+// by one (sparse_unrolled.cu at stride 2 measured 1.9-3.4x slower than the tiled kernel);
+// here each of a filter's taps is one load through the L1 at an immediate offset, in the
+// padding a predicated one, with no stage, index arithmetic or barrier.
+//
+// The body defines namespace pu: the layer's constants and group<EPI>(g, xp, rok, cok, out),
 // which calls the function holding group g's code (a switch; each group a function of its
 // own, not inlined, so the front end's time grows with the body's length, not faster: one
 // function holding every group took nvcc minutes on a 512 x 256 layer).  A group function
@@ -20,6 +26,10 @@
 // what dense blocks wrote, 1: bias, 2: residual, 3: ReLU): a thread writes RB rows, and
 // run-time flags would cost their tests on every row.  Kernels are compiled per layer and
 // epilogue (CuPy caches them on disk by the body's path, which names its content's hash).
+//
+// A block may hold GB groups, each on TP = T / GB threads (whole warps) over the block's TP
+// pixels: the groups then load the same words, which meet in the SM's L1; a group in a
+// block of its own reads the layer's input from L2 once more for every group.
 #include "tc_common.cuh"
 #include "sparse_unrolled.cuh"   // SU_FMA
 
@@ -54,8 +64,9 @@ template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, fl
 }
 }  // namespace pu
 
-// Grid: (pixel blocks of T, groups).  Block: T threads, one output pixel each.  EPI: the
-// epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias and residual read only where named.
+// Grid: (pixel blocks of TP, blocks of GB groups).  Block: T threads, GB groups of TP, one
+// output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias
+// and residual read only where named.
 template <int EPI>
 __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
     const float* __restrict__ x, const float* __restrict__ bias,
@@ -63,15 +74,25 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
 {
     tc::wait_prior_grids();
     using namespace pu;
-    const int p = blockIdx.x * T + threadIdx.x;
-    if (p >= n * (OH * OW)) return;           // no barrier follows
+    static_assert(T == GB * TP && (GB == 1 || TP % 32 == 0), "a group takes whole warps");
+    const int sub = GB == 1 ? 0 : (int)threadIdx.x / TP;
+    const int p = blockIdx.x * TP + ((int)threadIdx.x - sub * TP);
+    const int grp = blockIdx.y * GB + sub;
+    if (p >= n * (OH * OW) || grp >= GROUPS) return;   // no barrier follows
     const int nn = p / (OH * OW), rem = p - nn * (OH * OW);
     const int oy = rem / OW, ox = rem - oy * OW;
     const int iy = oy * SH - PH, ix = ox * SW - PW;
-    // a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero)
-    const bool inside = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
-    const float* xp = x + (size_t)nn * C * H * W + (inside ? iy * W + ix : 0);
-    group<EPI>(blockIdx.y, xp, inside, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
+    // which of the filter's rows and columns land inside the image (a tap outside reads
+    // nothing: the padding's zeros); the body loads tap (r, s) only where both bits are set
+    unsigned rok = 0, cok = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) rok |= (unsigned)((unsigned)(iy + r) < (unsigned)H) << r;
+#pragma unroll
+    for (int s = 0; s < S; ++s) cok |= (unsigned)((unsigned)(ix + s) < (unsigned)W) << s;
+    // the window's corner: outside the image where the window starts in the padding, read
+    // only at the taps inside
+    const float* xp = x + (size_t)nn * C * H * W + ((long long)iy * W + ix);
+    group<EPI>(grp, xp, rok, cok, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)

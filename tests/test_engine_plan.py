@@ -153,3 +153,56 @@ def test_an_untuned_plan_runs_its_sections_side_by_side_unless_a_verdict_says_ot
     plan.concurrent = False
     passes.choose_sections(plan)            # one stream anyway: nothing asked
     assert len(asked) == 1
+
+
+def test_sections_left_side_by_side_face_the_whole_plan_in_order(tmp_path, monkeypatch):
+    """After each section's verdict, the plan with the sections left side by side is
+    weighed against every step in order: asked once, about the whole plan (every kernel
+    file, a key that names the steps and sections), timed as the engine's graph runs; its
+    "in order" verdict clears every branch, a side-by-side one keeps them."""
+    from tensorconv.engine import passes
+    from tensorconv.engine.choice import Choice
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    asked = []
+
+    def choose(verdicts):
+        def one_launch_or_parts(plan, kind, files, problem, **kw):
+            asked.append((kind, files, problem, kw["programmatic"], kw["launch"](None),
+                          kw["parts"]()))
+            return Choice(True, kw["default"]) if verdicts[kind] else Choice(False)
+        monkeypatch.setattr(passes, "one_launch_or_parts", one_launch_or_parts)
+
+    choose({"branches": True, "plan_streams": False})
+    plan = _section_plan()
+    plan.programmatic = True
+    ran = []
+    for step in plan.steps:
+        step.run = lambda label=step.label: ran.append(label)
+    passes.choose_sections(plan)
+    assert [a[0] for a in asked] == ["branches", "plan_streams"]
+    kind, files, problem, programmatic, whole, (in_order,) = asked[1]
+    assert files == ["direct_conv.cu"] and programmatic and asked[0][3]
+    assert problem.startswith("3 steps, 1 sections, ")
+    assert len(whole.kernels) == len(in_order.kernels) == 2
+    in_order.run()
+    assert ran == [s.label for s in plan.steps]
+    assert _names(sections(plan.steps)) == ["shortcut (8, 8, 1, 1) on (1, 8, 4, 4)",
+                                            "conv1 (8, 8, 1, 1) on (1, 8, 4, 4)", "conv2"]
+
+    asked.clear()
+    choose({"branches": True, "plan_streams": True})
+    plan = _section_plan()
+    passes.choose_sections(plan)
+    assert [a[0] for a in asked] == ["branches", "plan_streams"] and not asked[1][3]
+    assert isinstance(sections(plan.steps)[0], list)
+    other = _section_plan()
+    other.steps[-1].label = "conv2 on another tile"
+    passes.choose_sections(other)
+    assert asked[3][2] != asked[1][2]           # another plan: another key
+
+    asked.clear()
+    choose({"branches": False, "plan_streams": True})
+    passes.choose_sections(_section_plan())
+    assert [a[0] for a in asked] == ["branches"]   # no section left: nothing to weigh
+

@@ -63,21 +63,53 @@ def _weights(rng, shape, density):
 
 
 @needs_gxx
-@pytest.mark.parametrize("k,c,hw,n,density,stride,padding,rb,threads", [
-    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, 64),     # rows past a group, pixels past a block
-    (20, 9, (9, 7), 5, 0.3, 2, 0, 8, 64),       # stride 2, odd sizes
-    (33, 20, (8, 8), 2, 0.15, 2, 1, 32, 128),   # padding: border pixels read nothing
-    (12, 7, (10, 13), 2, 0.4, (3, 2), (1, 0), 8, 64),   # unequal strides and paddings
-    (24, 4, (5, 10), 2, 1.0, 1, 0, 64, 64),     # every weight kept, one group of 64 rows
-    (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128),       # 1x1 maps: one pixel an image
+@pytest.mark.parametrize("k,c,hw,n,density,stride,padding,rb,threads,gb", [
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, 64, 1),     # rows past a group, pixels past a block
+    (20, 9, (9, 7), 5, 0.3, 2, 0, 8, 64, 1),       # stride 2, odd sizes
+    (33, 20, (8, 8), 2, 0.15, 2, 1, 32, 128, 1),   # padding: border pixels read nothing
+    (12, 7, (10, 13), 2, 0.4, (3, 2), (1, 0), 8, 64, 1),   # unequal strides and paddings
+    (24, 4, (5, 10), 2, 1.0, 1, 0, 64, 64, 1),     # every weight kept, one group of 64 rows
+    (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128, 1),       # 1x1 maps: one pixel an image
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 8, 128, 4),     # four groups a block: groups past the last
+    (70, 11, (7, 9), 2, 0.3, 2, 1, 16, 64, 2),     # two a block, stride 2 and padding
 ])
 def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, density,
-                                                       stride, padding, rb, threads):
+                                                       stride, padding, rb, threads, gb):
     w = _weights(rng, (k, c, 1, 1), density)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads), stride, padding)
+    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads, gb), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_gxx
+@pytest.mark.parametrize("k,c,r,hw,n,stride,padding,rb,threads,gb", [
+    (20, 6, 3, (11, 9), 2, 2, 1, 8, 64, 1),            # ResNet's strided 3x3: borders on
+    (40, 5, 3, (12, 12), 2, 2, 1, 8, 128, 4),          # both sides; four groups a block
+    (12, 4, 5, (9, 10), 3, 2, 2, 16, 64, 1),           # 5x5, two taps of padding
+    (10, 3, 7, (13, 11), 1, 2, 3, 8, 64, 2),           # 7x7 (the stem's filter)
+    (9, 7, 3, (2, 3), 4, 1, 1, 8, 64, 1),              # maps smaller than the filter
+    (16, 5, 3, (10, 9), 2, (3, 2), (0, 1), 8, 64, 1),  # unequal strides, paddings
+])
+def test_wider_filters_load_each_tap_inside_the_image(tmp_path, rng, k, c, r, hw, n, stride,
+                                                      padding, rb, threads, gb):
+    w = _weights(rng, (k, c, r, r), 0.25)
+    x = rng.standard_normal((n, c) + hw).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
+    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads, gb), stride, padding)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_tap_is_tested_only_where_some_window_puts_it_in_the_padding():
+    g = conv_geometry((1, 1, 32, 32), (1, 1, 3, 3), 2, 1)    # ResNet's strided 3x3
+    guard = su1._tap_guard
+    assert guard(g, 0, 0) == "rok & cok & 1u" and guard(g, 0, 2) == "rok & 1u"
+    assert guard(g, 2, 0) == "cok & 1u" and guard(g, 1, 1) == guard(g, 2, 2) == ""
+    one = conv_geometry((1, 1, 1, 1), (1, 1, 3, 3), 1, 1)     # a 1x1 map: the centre only
+    assert guard(one, 1, 1) == "" and guard(one, 0, 1) is None and guard(one, 1, 2) is None
+    odd = conv_geometry((1, 1, 9, 9), (1, 1, 3, 3), 2, 1)     # odd: the last window too
+    assert guard(odd, 2, 2) == "rok >> 2 & cok >> 2 & 1u"
+    assert guard(conv_geometry((1, 1, 8, 8), (1, 1, 1, 1), 2, 0), 0, 0) == ""
 
 
 @needs_gxx
@@ -110,9 +142,10 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
-def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng):
-    w = _weights(rng, (48, 40, 1, 1), 0.12)
-    g = conv_geometry((4, 40, 12, 12), w.shape, 2, 0)
+@pytest.mark.parametrize("r,padding", [(1, 0), (3, 1)])
+def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding):
+    w = _weights(rng, (48, 40 // r, r, r), 0.12)
+    g = conv_geometry((4, 40 // r, 12, 12), w.shape, 2, padding)
     tile = su1.default_tile(su1.Problem(g), None)
     body = tmp_path / "body.inc"
     body.write_text(su1.body(g, tile, *csr_of(w)))
@@ -130,15 +163,41 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng):
 def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     p = su1.Problem(conv_geometry(x_shape, w_shape, stride, 0))
     tiles = su1.candidates(p, None)
-    assert tiles[0].rb == rb and tiles[0].threads == 64
+    assert tiles[0].rb == rb and tiles[0].threads == 64 and tiles[0].gb == 1
     assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
     assert all(t.smem_bytes(p) == 0 for t in tiles)
+    # four groups a block, a warp each, wherever the layer has four groups of those rows
+    assert {t.rb for t in tiles if t.gb > 1} == {r for r in su1.ROWS if -(-w_shape[0] // r) >= 4}
+    for t in tiles:
+        assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
+        gx, gy, _ = t.grid(p)
+        assert gx * t.pixels >= p.geom.n * p.geom.oh * p.geom.ow > (gx - 1) * t.pixels
+        assert gy == -(-(-(-w_shape[0] // t.rb)) // t.gb)
 
 
-def test_wider_filters_are_refused_and_1x1_layers_get_the_tiles_in_a_tuned_plan():
+def test_a_tuned_plan_times_the_tiles_on_1x1_and_strided_wider_filters():
+    """1x1 filters at any stride and wider ones at stride 2 get the unstaged kernel's tiles;
+    a wider one at stride 1 gets the staged kernel's (its stage serves several taps)."""
     g3 = conv_geometry((2, 8, 16, 16), (8, 8, 3, 3), 1, 1)
-    assert "1x1" in su1.supported(su1.Problem(g3))
+    assert su1.supported(su1.Problem(g3)) is None
     assert not any(isinstance(t, su1.Tile) for t, _ in sc.remainder_choices(g3))
+    assert any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g3))
+    assert sc.unrolled_module(g3) is su and sc.unrolled_module(g3, su1.Tile(8, 64)) is su1
+    for shape, stride, padding in [((16, 8, 3, 3), 2, 1), ((16, 8, 5, 5), 2, 2),
+                                   ((16, 8, 3, 3), (2, 1), (1, 0))]:
+        g = conv_geometry((2, 8, 17, 17), shape, stride, padding)
+        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, su1.Tile)]
+        assert tiles == su1.candidates(su1.Problem(g), None) and tiles
+        assert not any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g))
+        assert sc.remainder_kind(g, "auto", tiles[0]) == "unrolled"
+        assert sc.check_remainder_choice(g, "unrolled", tiles[-1]) == "unrolled"
+        assert {t.rb for t in tiles} <= set(su1.WIDE_ROWS)     # fewer loads, less code
+    few = conv_geometry((2, 8, 17, 17), (5, 8, 3, 3), 2, 1)      # fewer rows than a group
+    assert [t.rb for t in su1.candidates(su1.Problem(few), None)] == [su1.WIDE_ROWS[0]]
+    grouped = conv_geometry((2, 8, 16, 16), (8, 4, 3, 3), 2, 1, groups=2)
+    assert "ungrouped" in su1.supported(su1.Problem(grouped))
+    assert "32 x 32" in su1.supported(su1.Problem(
+        conv_geometry((1, 2, 40, 40), (4, 2, 33, 1), 1, 0)))
     for stride, padding in [(1, 0), (2, 0), (2, 1)]:
         g = conv_geometry((32, 64, 16, 16), (128, 64, 1, 1), stride, padding)
         tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, su1.Tile)]

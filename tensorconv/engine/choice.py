@@ -6,8 +6,8 @@ a dense convolution on a core kernel or the implicit GEMM, the classifier head a
 ImageNet stem as one launch or two (:mod:`~tensorconv.engine.layers`), a Tucker layer as
 one launch or three and a Tucker core with the 1x1s after it
 (:mod:`~tensorconv.engine.tucker`), two chained 1x1s and a projection shortcut folded
-into them, a section of module branches side by side or on one stream
-(:mod:`~tensorconv.engine.passes`).
+into them, a section of module branches side by side or on one stream, and the whole
+plan with its sections or all in order (:mod:`~tensorconv.engine.passes`).
 
 A verdict is keyed (:func:`tensorconv.tunecache.make_key`) by the kind of choice, the
 problem and the sources of every kernel either side runs, and stored in one schema:
@@ -72,7 +72,7 @@ def _verdict(stored, decode, allowed) -> Choice:
 
 def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts,
                         decode, encode=encode_tile, default=None, allowed=None,
-                        candidate_kernels=None) -> Choice:
+                        candidate_kernels=None, programmatic: bool = False) -> Choice:
     """Whether one launch replaces the steps it covers, and on which tile.
 
     Parameters
@@ -99,6 +99,9 @@ def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts
     candidate_kernels : callable () -> iterable of KernelRef, optional
         For a dry plan: every kernel the candidates may compile (default: those of
         ``launch(t)`` for every ``t`` of ``tiles()``).
+    programmatic : bool
+        Time both sides in graphs with programmatic edges (:mod:`tensorconv.graph`), as
+        the engine's graph has them: for choices about how launches follow each other.
 
     Returns
     -------
@@ -119,10 +122,11 @@ def one_launch_or_parts(plan, kind: str, files, problem, *, tiles, launch, parts
     replaced = parts()
     cuda.compile_all([k for s in (*candidates.values(), *replaced) for k in s.kernels],
                      desc=f"compiling kernels for a {kind} choice")
-    times = {t: timing.time_graph(step.run, repeat=10).median_us
+    times = {t: timing.time_graph(step.run, repeat=10, programmatic=programmatic).median_us
              for t, step in candidates.items()}
     best = min(times, key=times.get)
-    parts_us = timing.time_graph(lambda: [s.run() for s in replaced], repeat=10).median_us
+    parts_us = timing.time_graph(lambda: [s.run() for s in replaced], repeat=10,
+                                 programmatic=programmatic).median_us
     verdict = {"fused": times[best] < parts_us, "tile": encode(best), "fused_us": times[best],
                "parts_us": parts_us}
     tunecache.store(key, verdict)

@@ -7,7 +7,7 @@
   computed inside the pair that adds it (its input channels as more rows of the pair's
   first product);
 * :func:`choose_sections` — each section of module branches runs side by side or in plan
-  order on one stream.
+  order on one stream, then the whole plan with its sections or all in order.
 
 Each is a choice (:func:`tensorconv.engine.choice.one_launch_or_parts`): tuned
 plans time every tile against the two launches; untuned plans follow a stored verdict
@@ -16,6 +16,7 @@ only.  The passes run in the order :data:`tensorconv.engine.planners.PASSES` lis
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from tensorconv import backend
@@ -127,13 +128,18 @@ def choose_sections(plan: Plan) -> None:
     """Run each section of module branches (:func:`tensorconv.engine.plan.sections`) side
     by side, or its steps in plan order on the plan's stream where the choice found that
     faster: two large launches at once may slow each other more than the fork saves.
-    Untuned plans follow a stored verdict, else run side by side.  Runs last."""
+    Then the whole plan, with the sections left side by side, against every step in
+    order (:func:`_whole_plan_streams`).  Both are timed as the engine's graph runs
+    (programmatic edges where it has them).  Untuned plans follow stored verdicts, else
+    run side by side.  Runs last."""
     if not plan.concurrent:
         return
+    had = False
     for section in [item for item in sections(plan.steps) if isinstance(item, list)]:
         steps = [s for path in section for s in path]
         if not any(s.kernels for s in steps):
             continue                  # CuPy calls alone: nothing of ours to key a verdict on
+        had = True
         together = Step(lambda sec=section: plan.run_section(sec),
                         f"{len(section)} branches side by side",
                         tuple(k for s in steps for k in s.kernels))
@@ -141,7 +147,36 @@ def choose_sections(plan: Plan) -> None:
         choice = one_launch_or_parts(
             plan, "branches", sorted({k.file for k in together.kernels}), problem,
             tiles=lambda: [SideBySide()], launch=lambda _t, t=together: t,
-            parts=lambda st=steps: st, decode=lambda _v: SideBySide(), default=SideBySide())
+            parts=lambda st=steps: st, decode=lambda _v: SideBySide(), default=SideBySide(),
+            programmatic=plan.programmatic)
         if not choice.fused:
             for step in steps:
                 step.branch = None
+    if had and (plan.dry or any(isinstance(item, list) for item in sections(plan.steps))):
+        _whole_plan_streams(plan)
+
+
+def _whole_plan_streams(plan: Plan) -> None:
+    """Keep the sections side by side only if the whole plan runs faster so than with
+    every step in order on one stream.  Each section was timed alone, repeated; in the
+    plan its fork waits for the launch before it and its join holds the launch after it,
+    which a chain of launches on one stream overlaps instead (each starting as the one
+    before drains), so sections that each won may still lose together.  The verdict is
+    keyed by every step's label and the sections' shape."""
+    order = list(plan.steps)
+    shape = "\n".join(
+        " || ".join(" ; ".join(s.label for s in path) for path in item)
+        if isinstance(item, list) else item.label for item in sections(order))
+    digest = hashlib.sha1(shape.encode()).hexdigest()[:16]
+    kernels = tuple(k for s in order for k in s.kernels)
+    problem = (f"{len(order)} steps, "
+               f"{sum(isinstance(i, list) for i in sections(order))} sections, {digest}")
+    choice = one_launch_or_parts(
+        plan, "plan_streams", sorted({k.file for k in kernels}), problem,
+        tiles=lambda: [SideBySide()],
+        launch=lambda _t: Step(plan.run, "the plan, sections side by side", kernels),
+        parts=lambda: [Step(lambda: [s.run() for s in order], "the plan in order", kernels)],
+        decode=lambda _v: SideBySide(), default=SideBySide(), programmatic=plan.programmatic)
+    if not choice.fused:
+        for step in order:
+            step.branch = None

@@ -175,6 +175,9 @@ class Plan:
     concurrent : bool
         Run the sections of module branches on side streams (:func:`sections`); False
         runs every step on the plan's stream, in plan order.
+    programmatic : bool
+        The plan's graph will have programmatic edges (:mod:`tensorconv.graph`): choices
+        about how its launches follow each other (side streams or one) are timed so.
     """
 
     xp: object
@@ -190,6 +193,7 @@ class Plan:
     decisions: int = 0                             # choices timed (dry: that would be timed)
     progress: object = None                        # the tuning progress bar, once one times
     concurrent: bool = True
+    programmatic: bool = False
     branch_key: tuple | None = None                # the branch being planned (Branches)
     side_streams: list = field(default_factory=list)  # a section's branch i > 0 runs on [i-1]
 
@@ -232,7 +236,7 @@ class Plan:
         """A plan for parts planned to be timed: its buffers live as long as this plan's."""
         return Plan(self.xp, tune=self.tune, precision=self.precision, dry=self.dry,
                     dtype=self.dtype, buffers=self.buffers, kernels=self.kernels,
-                    root=self.root)
+                    root=self.root, programmatic=self.programmatic)
 
     def adopt(self, side: "Plan") -> None:
         """Take over the steps of a side plan (timed, then kept), in the branch being

@@ -79,7 +79,13 @@ class InferenceEngine:
             raise ValueError(f"input_shape must be (N, {model.in_channels}, H, W) of positive "
                              f"ints, got {input_shape!r}")
         self.input_shape = tuple(int(s) for s in input_shape)
-        self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype, concurrent=concurrent)
+        if programmatic is None:
+            programmatic = captured_graph.supported()
+        check_bools(programmatic=programmatic)
+        if programmatic and not captured_graph.supported():
+            raise ValueError("programmatic=True needs compute capability 9.0 or newer")
+        self.plan = Plan(cp, tune=tune, precision=precision, dtype=dtype, concurrent=concurrent,
+                         programmatic=graph and programmatic)
         self.precision = self.plan.precision
         self.stream = cp.cuda.Stream(non_blocking=True)
         # the planners read the model's device arrays: after the caller's writes to them
@@ -101,8 +107,6 @@ class InferenceEngine:
             self.stream.synchronize()
             self.graph = None
             if graph:
-                if programmatic is None:
-                    programmatic = captured_graph.supported()
                 self.graph = captured_graph.CapturedGraph(self.stream, self.plan.run,
                                                           programmatic=programmatic)
         self.launches = len(self.plan.steps)

@@ -239,8 +239,9 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         tensor cores (:mod:`tensorconv.ops.sparse_tc_remainder`: 3xTF32, one tf32 pass
         under ``precision.using("tf32")``), or code written for these weights
         (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; for a 1x1
-        filter :mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride and padding;
-        compiled per layer); "auto" picks by :func:`choose_remainder` (or
+        filter, or any filter given one of its tiles, the unstaged
+        :mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride and padding; compiled per
+        layer); "auto" picks by :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
     remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile,
             sparse_unrolled.Tile or sparse_unrolled_1x1.Tile, optional

@@ -1,5 +1,6 @@
-"""A 1x1 sparse convolution's remainder unrolled for its weights, nothing staged
-(``kernels_cu/sparse_unrolled_1x1.cu``).
+"""A sparse convolution's remainder unrolled for its weights, nothing staged
+(``kernels_cu/sparse_unrolled_1x1.cu``): written for 1x1 filters, and run on wider ones at
+stride 2 and more, where the staged kernel's stage costs more than it saves.
 
 On a 1x1 filter an input word serves only the rows with a nonzero in its channel, so
 staging it (:mod:`tensorconv.ops.sparse_unrolled`) buys nothing, and the unstaged
@@ -15,7 +16,9 @@ batch.  On ResNet-18-8x's strided shortcuts (H200, batch 32, trained masks) it t
 The cost is a compile per layer and tile (CuPy keeps the binary on disk), so layers above
 :data:`tensorconv.ops.sparse_unrolled.MAX_FMAS` multiply-adds are not offered;
 :mod:`tensorconv.ops.sparse_conv` runs it as the remainder kind ``"unrolled"`` on 1x1
-filters.
+filters, and on a wider filter where given one of its tiles (a tuned plan times them on
+strided layers: :func:`tensorconv.ops.sparse_remainder.remainder_choices`).  There each
+tap the group uses is one load, predicated where the pixel's window meets the padding.
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ ROWS = (8, 16, 32, 64)    # rows a block the tuner times; more rows would spill 
 # threads a block the tuner times: 128 was at most 2 % faster than 64 on ResNet-18-8x's six
 # shortcuts (H200) and 8 % slower on one, 256 never faster; each tile is a compile
 THREADS = (64,)
+# row groups a block the tuner also times, one warp each on the block's 32 pixels: the
+# groups' loads of the same words then meet in the SM's L1, where groups in blocks of their
+# own each read the input from L2 (512 x 256 stride 2 on 8x8 at 8 rows a group: 64 reads)
+WARP_GROUPS = (4,)
+# rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a
+# group mean more loads as well as more code (a pruned 256x128 3x3 layer, 36,864 nonzeros:
+# 8 rows a group 1.4 MB of code, 32 rows 0.9 MB; nvcc 52 s and 22 s)
+WIDE_ROWS = (32, 64)
 
 
 @dataclass(frozen=True)
@@ -49,46 +60,59 @@ class Problem:
 
 @dataclass(frozen=True)
 class Tile:
-    """``rb`` output rows a block (a group), ``threads`` output pixels a block."""
+    """``gb`` groups of ``rb`` output rows a block, on ``threads`` threads: each group's
+    ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread."""
 
     rb: int
     threads: int
+    gb: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """Output pixels a block."""
+        return self.threads // self.gb
 
     def smem_bytes(self, p: Problem) -> int:
         return 0
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
-        return cdiv(g.n * g.oh * g.ow, self.threads), cdiv(g.k, self.rb), 1
+        return cdiv(g.n * g.oh * g.ow, self.pixels), cdiv(cdiv(g.k, self.rb), self.gb), 1
 
 
 def supported(p: Problem) -> str | None:
     """Why the kernel cannot run ``p``, or None."""
     g = p.geom
-    if g.r != 1 or g.s != 1:
-        return "the unrolled 1x1 remainder needs a 1x1 filter"
     if g.groups != 1 or g.dilation != (1, 1):
-        return "the unrolled 1x1 remainder runs undilated, ungrouped convolutions"
+        return "the unstaged unrolled remainder runs undilated, ungrouped convolutions"
+    if g.r > 32 or g.s > 32:
+        return "the unstaged unrolled remainder runs filters of at most 32 x 32 taps"
     return None
 
 
 def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
-    """Every rows a block (up to twice the layer's rows) on :data:`THREADS`, the rule's
-    first.  On ResNet-18-8x's shortcuts (H200, batch 32) the fastest had 64 rows a
-    block on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a block load each
+    """Every rows a group (:data:`ROWS`, :data:`WIDE_ROWS` for a wider filter; up to twice
+    the layer's rows) on :data:`THREADS`, one group a block, and on :data:`WARP_GROUPS`
+    groups a block of a warp each where the layer has that many groups; the rule's first.
+    On ResNet-18-8x's shortcuts (H200, batch 32) the fastest of one group a block had 64
+    rows on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a group load each
     word for more rows, fewer give a small layer more blocks."""
     if supported(p) is not None:
         return []
-    tiles = [Tile(rb, t) for rb in ROWS for t in THREADS if rb <= max(ROWS[0], 2 * p.geom.k)]
+    offered = ROWS if p.geom.r * p.geom.s == 1 else WIDE_ROWS
+    rows = [rb for rb in offered if rb <= max(offered[0], 2 * p.geom.k)]
+    tiles = [Tile(rb, t) for rb in rows for t in THREADS]
+    tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
+              if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
     return [first] + [t for t in tiles if t != first]
 
 
 def _rule(p: Problem, tiles: list[Tile], sm_count: int) -> Tile:
-    """Of the 64-thread tiles, the most rows a block whose launch gives every SM three
-    warps, else the one with the most warps (the fastest tile on two of the three
-    shortcuts above; on the third, 1.26x its time)."""
-    small = [t for t in tiles if t.threads == THREADS[0]]
+    """Of the 64-thread tiles of one group a block, the most rows a block whose launch
+    gives every SM three warps, else the one with the most warps (the fastest tile on two
+    of the three shortcuts above; on the third, 1.26x its time)."""
+    small = [t for t in tiles if t.threads == THREADS[0] and t.gb == 1]
 
     def warps(t: Tile) -> int:
         gx, gy, _ = t.grid(p)
@@ -110,37 +134,76 @@ def fmas(weights_nnz: int, tile: Tile) -> int:
     return weights_nnz
 
 
+def _reach(tap: int, stride: int, pad: int, size: int, out: int) -> str:
+    """Where a filter's ``tap`` (along one axis) lands for the layer's output positions:
+    ``"always"`` inside the image, ``"never"`` (only padding), or ``"some"``."""
+    inside = [0 <= o * stride - pad + tap < size for o in range(out)]
+    return "always" if all(inside) else "never" if not any(inside) else "some"
+
+
+def _tap_guard(g: ConvGeometry, r: int, s: int) -> str | None:
+    """The condition a thread loads tap (r, s) under: ``""`` where every output pixel's
+    window has it inside the image (no test), None where none does (never loaded: its
+    products are the padding's zeros), else a test of the window's bits."""
+    rows = _reach(r, g.stride[0], g.padding[0], g.h, g.oh)
+    cols = _reach(s, g.stride[1], g.padding[1], g.w, g.ow)
+    if "never" in (rows, cols):
+        return None
+    tests = [f"{bits} >> {k}" if k else bits
+             for bits, k, reach in (("rok", r, rows), ("cok", s, cols)) if reach == "some"]
+    return " & ".join(tests + ["1u"]) if tests else ""
+
+
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_1X1_BODY``) of a remainder given as CSR over the
-    K x C kernel matrix (host arrays): the layer's constants, one function a group of
-    ``tile.rb`` rows, and ``group(g, ...)`` that calls the block's."""
+    K x (C·R·S) kernel matrix (host arrays): the layer's constants, one function a group of
+    ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's.  A wider filter's taps
+    load under their row's and column's bits of the window inside the image, where some
+    pixel's window has them in the padding (:func:`_tap_guard`)."""
     k, c, hw = g.k, g.c, g.h * g.w
     groups = cdiv(k, tile.rb)
+    taps = g.r * g.s
     out = ["namespace pu {",
-           f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, SH = {g.stride[0]}, "
+           f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, R = {g.r}, S = {g.s}, "
+           f"SH = {g.stride[0]}, "
            f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
-           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GROUPS = {groups};"]
+           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GB = {tile.gb}, "
+           f"TP = {tile.pixels}, GROUPS = {groups};"]
     for grp in range(groups):
         rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
-        dense = np.zeros((len(rows), c), np.float32)
+        dense = np.zeros((len(rows), c * taps), np.float32)
         for j, row in enumerate(rows):
             dense[j, indices[indptr[row]:indptr[row + 1]]] = data[indptr[row]:indptr[row + 1]]
         out.append(f"template <int EPI> __device__ __noinline__ void group{grp}("
-                   "const float* __restrict__ xp, bool inside, Out o) {")
+                   "const float* __restrict__ xp, unsigned rok, unsigned cok, Out o) {")
         out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
-        out.append("  if (inside) {")
-        for ch in np.flatnonzero(dense.any(0)):
-            out.append(f"    {{ const float v = __ldg(xp + {int(ch) * hw});")
-            for j in np.flatnonzero(dense[:, ch]):
-                bits = struct.unpack("<I", struct.pack("<f", float(dense[j, ch])))[0]
+        # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero): one
+        # test around every load; a wider filter's taps each under their own
+        guards = [[_tap_guard(g, r, s) for s in range(g.s)] for r in range(g.r)]
+        whole = guards[0][0] if taps == 1 else ""
+        out.append("  {" if not whole else f"  if ({whole}) {{")
+        for col in np.flatnonzero(dense.any(0)) if whole is not None else ():
+            ch, tap = divmod(int(col), taps)
+            r, s = divmod(tap, g.s)
+            guard = "" if taps == 1 else guards[r][s]
+            if guard is None:
+                continue
+            at = f"__ldg(xp + {ch * hw + r * g.w + s})"
+            # the load and its products under one test (ptxas predicates them all): a zero
+            # in the load's place would cost an instruction a load
+            out.append(f"    if ({guard}) {{ const float v = {at};" if guard else
+                       f"    {{ const float v = {at};")
+            for j in np.flatnonzero(dense[:, col]):
+                bits = struct.unpack("<I", struct.pack("<f", float(dense[j, col])))[0]
                 out.append(f"      SU_FMA(a{j}, v, {bits:08X});")
             out.append("    }")
         out.append("  }")
         out += [f"  store<EPI>(o, {row}, a{j});" for j, row in enumerate(rows)]
         out.append("}")
     out += ["template <int EPI> __device__ __forceinline__ void group(int g, "
-            "const float* __restrict__ xp, bool inside, Out o) {", "  switch (g) {"]
-    out += [f"  case {n}: group{n}<EPI>(xp, inside, o); break;" for n in range(groups)]
+            "const float* __restrict__ xp, unsigned rok, unsigned cok, Out o) {",
+            "  switch (g) {"]
+    out += [f"  case {n}: group{n}<EPI>(xp, rok, cok, o); break;" for n in range(groups)]
     out += ["  default: break;", "  }", "}", "}  // namespace pu", ""]
     return "\n".join(out)
 

@@ -102,9 +102,10 @@ def test_branches_side_by_side_give_one_streams_results_bit_for_bit(rng, name, k
 
 def test_a_tuned_plan_times_each_section_both_ways_and_follows_the_verdict(rng, tmp_path,
                                                                          monkeypatch):
-    """Tuning times each section side by side and on one stream and stores the verdict; a
-    stored "one stream" verdict runs the section's launches in order (no section), with
-    the same results bit for bit."""
+    """Tuning times each section side by side and on one stream and stores the verdict,
+    then the whole plan with the sections left against every launch in order; a stored
+    "one stream" verdict, of a section or of the whole plan, runs the launches in order
+    (no section), with the same results bit for bit."""
     import cupy as cp
 
     from tensorconv import tunecache
@@ -119,18 +120,23 @@ def test_a_tuned_plan_times_each_section_both_ways_and_follows_the_verdict(rng, 
     assert side.sections == 3                      # the three projection shortcuts
     side.plan.tune = True
     passes.choose_sections(side.plan)
-    stored = {k: v for k, v in json.loads((tmp_path / "tune.json").read_text()).items()
-              if k.startswith("branches|")}
+    cache = json.loads((tmp_path / "tune.json").read_text())
+    stored = {k: v for k, v in cache.items() if k.startswith("branches|")}
     assert len(stored) == 3
     assert all(v["fused_us"] > 0 and v["parts_us"] > 0 for v in stored.values())
+    # the whole plan is weighed (both ways timed) only where a section stayed side by side
+    whole = [v for k, v in cache.items() if k.startswith("plan_streams|")]
+    assert len(whole) == any(v["fused"] for v in stored.values())
+    assert all(v["fused_us"] > 0 and v["parts_us"] > 0 for v in whole)
     lookup = tunecache.lookup
-    monkeypatch.setattr(tunecache, "lookup", lambda key: ({"fused": False, "tile": []}
-                                                          if key.startswith("branches|")
-                                                          else lookup(key)))
-    one = InferenceEngine(model, shape)
-    assert one.sections == 0 and not one.plan.side_streams
     x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
-    assert np.array_equal(one(x).get(), side(x).get())
+    for sections_verdict in (False, True):     # each section, or the whole plan, in order
+        monkeypatch.setattr(tunecache, "lookup", lambda key, f=sections_verdict: (
+            {"fused": f, "tile": []} if key.startswith("branches|") else
+            {"fused": False, "tile": []} if key.startswith("plan_streams|") else lookup(key)))
+        one = InferenceEngine(model, shape)
+        assert one.sections == 0 and not one.plan.side_streams
+        assert np.array_equal(one(x).get(), side(x).get())
 
 
 def test_engine_bad_input():

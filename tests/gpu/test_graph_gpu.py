@@ -82,6 +82,16 @@ def test_programmatic_refused_where_unsupported(monkeypatch):
                                      programmatic=True)
 
 
+def test_an_engine_refuses_programmatic_edges_it_cannot_have(monkeypatch):
+    model = get_model("small_cnn").to("gpu").eval()
+    with pytest.raises(TypeError, match="programmatic must be True or False"):
+        InferenceEngine(model, (1, 1, 28, 28), programmatic="yes")
+    monkeypatch.setattr(captured_graph, "supported", lambda: False)
+    with pytest.raises(ValueError, match="compute capability"):
+        InferenceEngine(model, (1, 1, 28, 28), programmatic=True)
+    assert not InferenceEngine(model, (1, 1, 28, 28)).plan.programmatic
+
+
 def test_ordinary_capture_replays(rng):
     import cupy as cp
 
@@ -111,6 +121,9 @@ def test_programmatic_engine_matches_ordinary_bitwise(rng, name, shape, tucker):
     ordinary = InferenceEngine(model, shape, programmatic=False)
     fast = InferenceEngine(model, shape)
     assert ordinary.graph.programmatic_edges == 0
+    # the plans know how their graphs run, for the choices timed while planning
+    assert fast.plan.programmatic and not ordinary.plan.programmatic
+    assert not InferenceEngine(model, shape, graph=False).plan.programmatic
     # every edge between two of our kernels is programmatic (DenseNet's concatenations
     # may add CuPy copies, whose edges stay ordinary), the forks and joins of the
     # projection shortcuts' branches too

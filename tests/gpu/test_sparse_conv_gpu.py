@@ -486,11 +486,14 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     want = np.maximum(want + bias[None, :, None, None], 0)
     choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
     # 1x1: every pointwise tile (27 plain, 12 batched), the tiled rule's and the unstaged
-    # unrolled kernel's; 3x3 stride 2: the tiled rule's tile on three stagings (the staged
-    # unrolled kernel runs, but is not timed)
-    unrolled = len(su1.candidates(su1.Problem(geom), None)) if r == 1 else 0
-    assert len(choices) == (len(sc.POINTWISE_TILES) + 1 + unrolled if r == 1 else 3)
-    assert r != 1 or unrolled == len(su1.ROWS) * len(su1.THREADS)   # 40 rows: every tile
+    # unrolled kernel's; 3x3 stride 2: the tiled rule's tile on three stagings and the
+    # unstaged unrolled kernel's tiles (the staged one runs, but is not timed)
+    unrolled = len(su1.candidates(su1.Problem(geom), None))
+    assert unrolled and len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3) + unrolled
+    if r == 1:          # 40 rows: every rows a group, and 8 a group four warps a block
+        tiles = su1.candidates(su1.Problem(geom), None)
+        assert {t.rb for t in tiles if t.gb == 1} == set(su1.ROWS)
+        assert [(t.rb, t.gb) for t in tiles if t.gb > 1] == [(8, 4)]
     assert r == 1 or su.candidates(su.Problem(geom), None)
     for tile, staging in choices:
         out = cp.full(geom.output_shape, cp.nan, cp.float32)

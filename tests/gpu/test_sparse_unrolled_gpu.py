@@ -53,6 +53,21 @@ def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, strid
                             remainder="unrolled", remainder_tile=tile)
 
 
+@pytest.mark.parametrize("x_shape,k,r,stride,padding", [
+    ((3, 19, 15, 15), 40, 3, 2, 1), ((2, 11, 9, 12), 70, 5, 2, 2), ((2, 6, 13, 11), 33, 7, 2, 3),
+    ((4, 9, 10, 9), 24, 3, (3, 2), (0, 1)), ((5, 7, 2, 3), 36, 3, 2, 1)], ids=str)
+def test_every_unstaged_tile_of_a_strided_wider_filter(rng, x_shape, k, r, stride, padding):
+    """The unstaged kernel on 3x3 / 5x5 / 7x7 filters at stride 2 and more (a tuned plan
+    times its tiles there), maps smaller than the filter too, outputs poisoned."""
+    w, packed, _ = random_sparse_layer(rng, k, x_shape[1], r, 0.2, empty_row=True)
+    g = conv_geometry(x_shape, w.shape, stride, padding)
+    tiles = su1.candidates(su1.Problem(g), None)
+    assert tiles
+    for tile in tiles:
+        check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=tile.gb == 1,
+                            remainder="unrolled", remainder_tile=tile)
+
+
 # (filter, the layer's cases (input, stride, padding)): 3x3 on the staged kernel, 1x1 on
 # the unstaged one (remainder="unrolled" picks it for a 1x1 filter)
 CASES = [(3, [((3, 27, 12, 12), 1, 1), ((2, 27, 5, 8), 1, 1), ((3, 27, 12, 12), 2, 1)]),

@@ -1,5 +1,5 @@
 // What the kernels unrolled for a layer's weights share (sparse_unrolled.cu and
-// sparse_unrolled_1x1.cu; tests/host/ run them on the CPU with their own definitions).
+// sparse_unrolled_direct.cu; tests/host/ run them on the CPU with their own definitions).
 #pragma once
 
 #ifndef SU_HOST_EMULATION

@@ -135,7 +135,7 @@ def test_sparse_layers_quick(tmp_path):
     # stride-1 layers where they fit (the fixture: short bodies only)
     others = [k for k in errs if k[1].startswith("ours sparse_csr")]
     assert len(others) == 2 and all("s2" in case for case, _ in others)
-    unstaged = [k for k in errs if k[1].startswith("ours sparse_unrolled_1x1")]
+    unstaged = [k for k in errs if k[1].startswith("ours sparse_unrolled_direct")]
     assert unstaged and all("s2" in case for case, _ in unstaged)
     staged = [k for k in errs if k[1].startswith("ours sparse_unrolled ")]
     assert staged and all("s2" not in case for case, _ in staged)

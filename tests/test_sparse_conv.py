@@ -12,7 +12,7 @@ from tensorconv import ops, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tests.helpers import device_facts
 
 
@@ -397,13 +397,13 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
         first = sc.default_pointwise_tile(geom, 132) \
             if sc.choose_remainder(geom) == "pointwise" else tiled
         assert choices[0] == (first, None)
-        unrolled = tuple(su1.candidates(su1.Problem(geom), None))
+        unrolled = tuple(sud.candidates(sud.Problem(geom), None))
         assert sorted(choices, key=repr) == \
             sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled], key=repr)
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
         # the staged unrolled kernel's tiles at stride 1, the unstaged one's when strided
-        mod = su if stride == 1 else su1
+        mod = su if stride == 1 else sud
         unrolled = tuple((t, None) for t in mod.candidates(mod.Problem(geom), None))
         assert unrolled
         assert choices == tuple((tiled, st) for st in want) + unrolled
@@ -413,7 +413,7 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
         set(sc.instantiations())
     assert [sc.remainder_kind(geom, "auto", t) for t, _ in choices] == \
         ["pointwise" if isinstance(t, sc.PointwiseTile) else
-         "unrolled" if isinstance(t, (su.Tile, su1.Tile)) else "tiled" for t, _ in choices]
+         "unrolled" if isinstance(t, (su.Tile, sud.Tile)) else "tiled" for t, _ in choices]
     assert sc.remainder_kind(geom) == sc.choose_remainder(geom)
     with pytest.raises(TypeError, match="tile must be"):
         sc.choice_name((16, 2, 4))

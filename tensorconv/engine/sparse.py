@@ -26,10 +26,10 @@ from tensorconv.engine.dense import DENSE_FILES, plan_folded_conv2d
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.plan import Plan, Step
 from tensorconv.nn.sparse import SparseConv2d
-from tensorconv.ops import sparse_conv, sparse_tc_remainder, sparse_unrolled, sparse_unrolled_1x1
+from tensorconv.ops import sparse_conv, sparse_tc_remainder, sparse_unrolled, sparse_unrolled_direct
 
 SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE, sparse_unrolled.FILE,
-                sparse_unrolled_1x1.FILE) + DENSE_FILES
+                sparse_unrolled_direct.FILE) + DENSE_FILES
 
 
 def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):

@@ -36,7 +36,7 @@ from tensorconv.checks import (
 )
 from tensorconv.ops import _igemm, sparse_blocks
 from tensorconv.ops import sparse_tc_remainder as stc
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
 from tensorconv.ops.sparse_blocks import (  # noqa: F401  (the blocks' GEMM, re-exported)
     SPLITS,
@@ -168,7 +168,7 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
     """The kernels that run the remainder and the epilogue of ``geom`` (``"auto"``: as
     :func:`choose_remainder`) on ``tile`` (default: the rule's); the unrolled kernel's
     only with its ``weights`` (its code is theirs), the unstaged 1x1 one's for the
-    epilogue ``epi`` (``sparse_unrolled_1x1.epilogue``)."""
+    epilogue ``epi`` (``sparse_unrolled_direct.epilogue``)."""
     remainder = remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
@@ -179,7 +179,7 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
         mod = unrolled_module(geom, tile)
         p = mod.Problem(geom)
         tile = tile or mod.default_tile(p, None)
-        return mod.kernels(p, tile, weights, epi) if mod is su1 else mod.kernels(p, tile, weights)
+        return mod.kernels(p, tile, weights, epi) if mod is sud else mod.kernels(p, tile, weights)
     sm_count = backend.device_facts().sm_count
     if remainder == "pointwise":
         tile = tile or default_pointwise_tile(geom, sm_count)
@@ -200,7 +200,7 @@ def layer_kernels(pieces, geom: ConvGeometry, remainder: str = "auto",
     ``tile`` and ``epilogue`` = (bias, residual, relu) (an automatic remainder that falls
     back to ``"rows"`` for want of shared memory launches the row kernel instead)."""
     bias, residual, relu = epilogue
-    epi = su1.epilogue(bool(pieces), bias is not None, residual is not None, bool(relu))
+    epi = sud.epilogue(bool(pieces), bias is not None, residual is not None, bool(relu))
     refs = sparse_blocks.block_kernels(pieces) | set(remainder_kernels(geom, remainder, tile,
                                                                         weights, epi))
     return tuple(sorted(refs, key=lambda r: r.name))
@@ -240,14 +240,14 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         under ``precision.using("tf32")``), or code written for these weights
         (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; for a 1x1
         filter, or any filter given one of its tiles, the unstaged
-        :mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride and padding; compiled per
+        :mod:`tensorconv.ops.sparse_unrolled_direct`, any stride and padding; compiled per
         layer); "auto" picks by :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
     remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile,
-            sparse_unrolled.Tile or sparse_unrolled_1x1.Tile, optional
+            sparse_unrolled.Tile or sparse_unrolled_direct.Tile, optional
         The tiled, pointwise, tensor-core or unrolled kernel's tile (one of
         :data:`REMAINDER_TILES`, :data:`POINTWISE_TILES`, ``sparse_tc_remainder.TILES``,
-        ``sparse_unrolled.candidates`` or ``sparse_unrolled_1x1.candidates``); default the
+        ``sparse_unrolled.candidates`` or ``sparse_unrolled_direct.candidates``); default the
         rule's
         (:func:`default_remainder_tile`, :func:`default_pointwise_tile`,
         ``sparse_tc_remainder.default_tile``).  :func:`remainder_choices` lists what a

@@ -9,7 +9,7 @@ from tensorconv import precision
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops import sparse_unrolled as su
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
 from tensorconv.ops.sparse_staging import (
     REMAINDER_TILES,
@@ -68,7 +68,7 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
 
     A 1x1 filter: every pointwise tile, batched or not (staging None), the tiled rule's
     tile, and the tiles of the kernel unrolled for the weights without staging
-    (:mod:`tensorconv.ops.sparse_unrolled_1x1`, any stride: 1.4-2.1x faster than the
+    (:mod:`tensorconv.ops.sparse_unrolled_direct`, any stride: 1.4-2.1x faster than the
     pointwise kernel's fastest tile on ResNet-18-8x's strided shortcuts) where the layer
     is small enough to compile (:func:`fits`).  The pointwise rule is 1.16x the fastest
     tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers, the byte bound
@@ -85,20 +85,20 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     not timed: on ResNet-18-8x's stride-2 layers it took 1.9-3.4x the tiled kernel's time
     (its stage copies word by word, four input words an output pixel), and its compile
     would only slow the tuning; a strided wider filter gets the unstaged unrolled kernel's
-    tiles instead (:mod:`tensorconv.ops.sparse_unrolled_1x1`: each tap one load through
+    tiles instead (:mod:`tensorconv.ops.sparse_unrolled_direct`: each tap one load through
     the L1)."""
     tiled = default_remainder_tile(geom)
     tc = ()
     if precision.current() == "tf32":
         tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
     if geom.r * geom.s != 1:
-        mod = su if geom.stride == (1, 1) else su1
+        mod = su if geom.stride == (1, 1) else sud
         unrolled = tuple((t, None) for t in mod.candidates(mod.Problem(geom), None))
         return tuple((tiled, st) for st in stagings(geom)) + unrolled + tc
     first = default_pointwise_tile(geom, sm_count)
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
-    unrolled = tuple((t, None) for t in su1.candidates(su1.Problem(geom), None))
+    unrolled = tuple((t, None) for t in sud.candidates(sud.Problem(geom), None))
     return (pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else
             ((tiled, None),) + pointwise) + unrolled + tc
 
@@ -114,12 +114,12 @@ def choice_name(tile, staging: Staging | None = None) -> str:
         name = stc.name(tile)
     elif isinstance(tile, su.Tile):
         name = f"sparse_unrolled {tile}"
-    elif isinstance(tile, su1.Tile):
-        name = f"sparse_unrolled_1x1 {tile}"
+    elif isinstance(tile, sud.Tile):
+        name = f"sparse_unrolled_direct {tile}"
     else:
         raise TypeError(f"tile must be a RemainderTile, a PointwiseTile, a "
                         f"sparse_tc_remainder.Tile, a sparse_unrolled.Tile or a "
-                        f"sparse_unrolled_1x1.Tile, got {tile!r}")
+                        f"sparse_unrolled_direct.Tile, got {tile!r}")
     if staging is None:
         return name
     how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
@@ -132,7 +132,7 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> st
     if remainder == "auto":
         remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
             "tc" if isinstance(tile, stc.Tile) else \
-            "unrolled" if isinstance(tile, (su.Tile, su1.Tile)) else \
+            "unrolled" if isinstance(tile, (su.Tile, sud.Tile)) else \
             "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
@@ -147,18 +147,18 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> st
 
 def unrolled_module(geom: ConvGeometry, tile=None):
     """The unrolled kernel's module that runs ``tile`` (default: the one for ``geom``): the
-    unstaged one (:mod:`tensorconv.ops.sparse_unrolled_1x1`) for a 1x1 filter, the staged
+    unstaged one (:mod:`tensorconv.ops.sparse_unrolled_direct`) for a 1x1 filter, the staged
     one (:mod:`tensorconv.ops.sparse_unrolled`) for a wider filter or for its own tile."""
     if isinstance(tile, su.Tile) or (tile is None and geom.r * geom.s != 1):
         return su
-    return su1
+    return sud
 
 
 def fits(geom: ConvGeometry, tile, remainder_nnz: int) -> bool:
     """Whether a remainder of ``remainder_nnz`` nonzeros may run on ``tile``: every tile but
     the unrolled kernels', whose code grows with the nonzeros (:data:`su.MAX_FMAS`)."""
-    if isinstance(tile, (su.Tile, su1.Tile)):
-        mod = su if isinstance(tile, su.Tile) else su1
+    if isinstance(tile, (su.Tile, sud.Tile)):
+        mod = su if isinstance(tile, su.Tile) else sud
         return mod.fmas(remainder_nnz, tile) <= su.MAX_FMAS
     return True
 
@@ -172,7 +172,7 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
     kind = remainder_kind(geom, remainder, tile)
     tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": (),
              "tc": stc.TILES,
-             "unrolled": tuple(su1.candidates(su1.Problem(geom), None))
+             "unrolled": tuple(sud.candidates(sud.Problem(geom), None))
              + tuple(su.candidates(su.Problem(geom), None))}[kind]
     if tile is not None and tile not in tiles:
         raise ValueError(f"remainder_tile must be one of the {kind} remainder's tiles "

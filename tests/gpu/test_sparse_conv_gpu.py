@@ -15,7 +15,7 @@ from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_blocks_tc
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err, sweep
 
 pytestmark = pytest.mark.gpu
@@ -488,11 +488,11 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     # 1x1: every pointwise tile (27 plain, 12 batched), the tiled rule's and the unstaged
     # unrolled kernel's; 3x3 stride 2: the tiled rule's tile on three stagings and the
     # unstaged unrolled kernel's tiles (the staged one runs, but is not timed)
-    unrolled = len(su1.candidates(su1.Problem(geom), None))
+    unrolled = len(sud.candidates(sud.Problem(geom), None))
     assert unrolled and len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3) + unrolled
     if r == 1:          # 40 rows: every rows a group, and 8 a group four warps a block
-        tiles = su1.candidates(su1.Problem(geom), None)
-        assert {t.rb for t in tiles if t.gb == 1} == set(su1.ROWS)
+        tiles = sud.candidates(sud.Problem(geom), None)
+        assert {t.rb for t in tiles if t.gb == 1} == set(sud.ROWS)
         assert [(t.rb, t.gb) for t in tiles if t.gb > 1] == [(8, 4)]
     assert r == 1 or su.candidates(su.Problem(geom), None)
     for tile, staging in choices:

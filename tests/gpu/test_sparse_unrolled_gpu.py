@@ -1,7 +1,7 @@
 """The unrolled remainders against the float64 reference (<= 1e-5), outputs poisoned.
 The staged kernel (``sparse_unrolled``): its tiles on maps of 2 to 40 columns, 1x1 / 3x3 /
 5x5 filters, strides 1 to 3, batches and channel counts that leave partial image groups,
-row groups and channel stages.  The unstaged 1x1 kernel (``sparse_unrolled_1x1``): its
+row groups and channel stages.  The unstaged 1x1 kernel (``sparse_unrolled_direct``): its
 tiles at strides 1 to 3, unequal strides, padding, maps of one pixel to 40 columns, pixel
 and row counts that leave partial blocks and groups.  Both: dense blocks' rows to add to,
 the epilogue, a dense and an empty kernel, an input not 16-byte aligned."""
@@ -14,7 +14,7 @@ import pytest
 from tensorconv import ops
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_unrolled as su
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tests.helpers import check_sparse_conv2d, random_sparse_layer, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -46,7 +46,7 @@ SHAPES_1X1 = [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 7, 7), 70, 2, 0), ((1, 9, 11, 
 def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, stride, padding):
     w, packed, _ = random_sparse_layer(rng, k, x_shape[1], 1, 0.2, empty_row=True)
     g = conv_geometry(x_shape, w.shape, stride, padding)
-    tiles = su1.candidates(su1.Problem(g), None)
+    tiles = sud.candidates(sud.Problem(g), None)
     assert len(tiles) >= 2
     for tile in tiles:
         check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=False,
@@ -61,7 +61,7 @@ def test_every_unstaged_tile_of_a_strided_wider_filter(rng, x_shape, k, r, strid
     times its tiles there), maps smaller than the filter too, outputs poisoned."""
     w, packed, _ = random_sparse_layer(rng, k, x_shape[1], r, 0.2, empty_row=True)
     g = conv_geometry(x_shape, w.shape, stride, padding)
-    tiles = su1.candidates(su1.Problem(g), None)
+    tiles = sud.candidates(sud.Problem(g), None)
     assert tiles
     for tile in tiles:
         check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=tile.gb == 1,

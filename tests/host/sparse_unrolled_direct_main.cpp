@@ -1,11 +1,11 @@
-// Runs kernels_cu/sparse_unrolled_1x1.cu on the CPU for tests/test_sparse_unrolled_1x1.py:
+// Runs kernels_cu/sparse_unrolled_direct.cu on the CPU for tests/test_sparse_unrolled_direct.py:
 // the kernel has no barrier and no shared memory, so every thread of the grid runs in turn.
 // Reads x (and bias, residual, y's start) from the files named on the command line, writes y
 // (host_io.h).
 #include "sparse_unrolled_host.h"
 template <class T> inline T __ldg(const T* p) { return *p; }
 #define TC_SKIP_INSTANCES       // the one epilogue asked for, SU_EPI
-#include "sparse_unrolled_1x1.cu"
+#include "sparse_unrolled_direct.cu"
 #include "host_io.h"
 
 int main(int argc, char** argv) {
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
             blockIdx = {bx, by, 0};
             for (int t = 0; t < pu::T; ++t) {
                 threadIdx = {t, 0, 0};
-                sparse_unrolled_1x1<SU_EPI>(x.data(), r.has_bias ? bias.data() : nullptr,
+                sparse_unrolled_direct<SU_EPI>(x.data(), r.has_bias ? bias.data() : nullptr,
                                             r.has_res ? res.data() : nullptr, y.data(), r.n);
             }
         }

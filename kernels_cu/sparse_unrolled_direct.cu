@@ -7,8 +7,8 @@
 // serves only the rows with a nonzero in its channel: staging it in shared memory (the
 // tiled kernel, sparse_unrolled.cu) buys no reuse across taps, and walking a row's
 // (weight, offset) table at run time (sparse_csr_pointwise in sparse_conv.cu) costs a table
-// read and an address per multiply-add.  Here the host (tensorconv/ops/sparse_unrolled_1x1.py)
-// writes the body, SPARSE_UNROLLED_1X1_BODY, for a given kernel matrix: a block owns RB
+// read and an address per multiply-add.  Here the host (tensorconv/ops/sparse_unrolled_direct.py)
+// writes the body, SPARSE_UNROLLED_DIRECT_BODY, for a given kernel matrix: a block owns RB
 // output rows ("a group") and T consecutive output pixels, one a thread; for every column
 // of the kernel matrix (an input channel and tap) that any row of the group uses, the thread
 // loads its word once and adds it into each such row's sum, kept in a register.
@@ -46,10 +46,10 @@ enum : int { ACCUMULATE = 1, BIAS = 2, RESIDUAL = 4, RELU = 8 };
 template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, float v);
 }  // namespace pu
 
-#ifndef SPARSE_UNROLLED_1X1_BODY
-#define SPARSE_UNROLLED_1X1_BODY "sparse_unrolled_1x1_example.inc"
+#ifndef SPARSE_UNROLLED_DIRECT_BODY
+#define SPARSE_UNROLLED_DIRECT_BODY "sparse_unrolled_direct_example.inc"
 #endif
-#include SPARSE_UNROLLED_1X1_BODY
+#include SPARSE_UNROLLED_DIRECT_BODY
 
 namespace pu {
 // Row k's sum v (k a constant in the generated code), through the epilogue: the sums'
@@ -68,7 +68,7 @@ template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, fl
 // output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias
 // and residual read only where named.
 template <int EPI>
-__global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
+__global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
     const float* __restrict__ x, const float* __restrict__ bias,
     const float* __restrict__ residual, float* __restrict__ y, int n)
 {
@@ -96,13 +96,13 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_1x1(
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
-#define TC_I_SPARSE_UNROLLED_1X1(...) template __global__ void sparse_unrolled_1x1<__VA_ARGS__>( \
+#define TC_I_SPARSE_UNROLLED_DIRECT(...) template __global__ void sparse_unrolled_direct<__VA_ARGS__>( \
     const float*, const float*, const float*, float*, int);
-TC_I_SPARSE_UNROLLED_1X1(0) TC_I_SPARSE_UNROLLED_1X1(1) TC_I_SPARSE_UNROLLED_1X1(2)
-TC_I_SPARSE_UNROLLED_1X1(3) TC_I_SPARSE_UNROLLED_1X1(4) TC_I_SPARSE_UNROLLED_1X1(5)
-TC_I_SPARSE_UNROLLED_1X1(6) TC_I_SPARSE_UNROLLED_1X1(7) TC_I_SPARSE_UNROLLED_1X1(8)
-TC_I_SPARSE_UNROLLED_1X1(9) TC_I_SPARSE_UNROLLED_1X1(10) TC_I_SPARSE_UNROLLED_1X1(11)
-TC_I_SPARSE_UNROLLED_1X1(12) TC_I_SPARSE_UNROLLED_1X1(13) TC_I_SPARSE_UNROLLED_1X1(14)
-TC_I_SPARSE_UNROLLED_1X1(15)
-#undef TC_I_SPARSE_UNROLLED_1X1
+TC_I_SPARSE_UNROLLED_DIRECT(0) TC_I_SPARSE_UNROLLED_DIRECT(1) TC_I_SPARSE_UNROLLED_DIRECT(2)
+TC_I_SPARSE_UNROLLED_DIRECT(3) TC_I_SPARSE_UNROLLED_DIRECT(4) TC_I_SPARSE_UNROLLED_DIRECT(5)
+TC_I_SPARSE_UNROLLED_DIRECT(6) TC_I_SPARSE_UNROLLED_DIRECT(7) TC_I_SPARSE_UNROLLED_DIRECT(8)
+TC_I_SPARSE_UNROLLED_DIRECT(9) TC_I_SPARSE_UNROLLED_DIRECT(10) TC_I_SPARSE_UNROLLED_DIRECT(11)
+TC_I_SPARSE_UNROLLED_DIRECT(12) TC_I_SPARSE_UNROLLED_DIRECT(13) TC_I_SPARSE_UNROLLED_DIRECT(14)
+TC_I_SPARSE_UNROLLED_DIRECT(15)
+#undef TC_I_SPARSE_UNROLLED_DIRECT
 #endif

@@ -1,4 +1,4 @@
-"""The unstaged unrolled 1x1 remainder on the CPU: the generated code run by the host (every
+"""The unstaged unrolled remainder on the CPU: the generated code run by the host (every
 thread in turn, tests/host/), the kernel file built by nvcc with a generated body, its
 tiles, and the choices and errors around it."""
 
@@ -16,12 +16,12 @@ from tensorconv import reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
-from tensorconv.ops import sparse_unrolled_1x1 as su1
+from tensorconv.ops import sparse_unrolled_direct as sud
 from tests.helpers import csr_of, run_on_host
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels_cu"
-EXAMPLE = KERNELS / "sparse_unrolled_1x1_example.inc"
+EXAMPLE = KERNELS / "sparse_unrolled_direct_example.inc"
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run it on")
 
@@ -29,12 +29,12 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to ru
 def _host_run(tmp: Path, w, x, tile, stride, padding, **kw):
     """The kernel of ``w``'s body on ``tile`` run on the CPU (:func:`run_on_host`)."""
     g = conv_geometry(x.shape, w.shape, stride, padding)
-    (tmp / "body.inc").write_text(su1.body(g, tile, *csr_of(w)))
-    epi = su1.epilogue(kw.get("y0") is not None, kw.get("bias") is not None,
+    (tmp / "body.inc").write_text(sud.body(g, tile, *csr_of(w)))
+    epi = sud.epilogue(kw.get("y0") is not None, kw.get("bias") is not None,
                        kw.get("residual") is not None, kw.get("relu", False))
-    return run_on_host(tmp, "sparse_unrolled_1x1_main.cpp",
-                       {"SPARSE_UNROLLED_1X1_BODY": f'"{tmp / "body.inc"}"', "SU_EPI": epi}, g,
-                       tile.grid(su1.Problem(g)), x, **kw)
+    return run_on_host(tmp, "sparse_unrolled_direct_main.cpp",
+                       {"SPARSE_UNROLLED_DIRECT_BODY": f'"{tmp / "body.inc"}"', "SU_EPI": epi}, g,
+                       tile.grid(sud.Problem(g)), x, **kw)
 
 
 def _example_text() -> str:
@@ -44,16 +44,17 @@ def _example_text() -> str:
     shape = (24, 12, 1, 1)
     w = (rng.standard_normal(shape) * (rng.random(shape) < 1 / 4)).astype(np.float32)
     g = conv_geometry((2, 12, 9, 9), shape, 2, 1)
-    return ("// The unrolled 1x1 kernel's body for a random 24 x 12 x 1 x 1 layer, stride 2, "
+    return ("// The unstaged unrolled kernel's body for a random 24 x 12 x 1 x 1 layer, stride 2, "
             "padding 1, on\n// 9 x 9 maps (1 in 4 weights kept), which CI's offline build "
-            "compiles;\n// tensorconv/ops/sparse_unrolled_1x1.py writes a layer's own "
-            "(su1.body).  Rewritten by\n// `python -m tests.test_sparse_unrolled_1x1`.\n"
-            + su1.body(g, su1.Tile(16, 64), *csr_of(w)))
+            "compiles;\n// tensorconv/ops/sparse_unrolled_direct.py writes a layer's own "
+            "(sud.body).  Rewritten by\n// `python -m tests.test_sparse_unrolled_direct`.\n"
+            + sud.body(g, sud.Tile(16, 64), *csr_of(w)))
 
 
 def test_the_offline_builds_example_body_is_the_generators_own():
     assert EXAMPLE.read_text() == _example_text(), \
-        "the generator changed: rewrite the example with `python -m tests.test_sparse_unrolled_1x1`"
+        "the generator changed: rewrite the example with " \
+        "`python -m tests.test_sparse_unrolled_direct`"
 
 
 def _weights(rng, shape, density):
@@ -78,7 +79,7 @@ def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n,
     w = _weights(rng, (k, c, 1, 1), density)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads, gb), stride, padding)
+    got = _host_run(tmp_path, w, x, sud.Tile(rb, threads, gb), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
@@ -96,13 +97,13 @@ def test_wider_filters_load_each_tap_inside_the_image(tmp_path, rng, k, c, r, hw
     w = _weights(rng, (k, c, r, r), 0.25)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    got = _host_run(tmp_path, w, x, su1.Tile(rb, threads, gb), stride, padding)
+    got = _host_run(tmp_path, w, x, sud.Tile(rb, threads, gb), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_a_tap_is_tested_only_where_some_window_puts_it_in_the_padding():
     g = conv_geometry((1, 1, 32, 32), (1, 1, 3, 3), 2, 1)    # ResNet's strided 3x3
-    guard = su1._tap_guard
+    guard = sud._tap_guard
     assert guard(g, 0, 0) == "rok & cok & 1u" and guard(g, 0, 2) == "rok & 1u"
     assert guard(g, 2, 0) == "cok & 1u" and guard(g, 1, 1) == guard(g, 2, 2) == ""
     one = conv_geometry((1, 1, 1, 1), (1, 1, 3, 3), 1, 1)     # a 1x1 map: the centre only
@@ -117,7 +118,7 @@ def test_no_nonzero_at_all_writes_the_epilogue_alone(tmp_path, rng):
     w = np.zeros((10, 6, 1, 1), np.float32)
     x = rng.standard_normal((2, 6, 5, 5)).astype(np.float32)
     bias = rng.standard_normal(10).astype(np.float32)
-    got = _host_run(tmp_path, w, x, su1.Tile(8, 64), 1, 0, bias=bias)
+    got = _host_run(tmp_path, w, x, sud.Tile(8, 64), 1, 0, bias=bias)
     np.testing.assert_array_equal(got, np.broadcast_to(bias[None, :, None, None], got.shape))
 
 
@@ -131,8 +132,8 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
     bias = rng.standard_normal(20).astype(np.float32) if has_bias else None
     res = rng.standard_normal(g.output_shape).astype(np.float32) if has_res else None
     y0 = rng.standard_normal(g.output_shape).astype(np.float32) if acc else None
-    assert su1.epilogue(acc, has_bias, has_res, relu) == epi
-    got = _host_run(tmp_path, w, x, su1.Tile(16, 64), 2, 1, bias=bias, residual=res,
+    assert sud.epilogue(acc, has_bias, has_res, relu) == epi
+    got = _host_run(tmp_path, w, x, sud.Tile(16, 64), 2, 1, bias=bias, residual=res,
                     relu=relu, y0=y0)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
                             None if bias is None else bias.astype(np.float64), 2, 1)
@@ -146,12 +147,12 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
 def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding):
     w = _weights(rng, (48, 40 // r, r, r), 0.12)
     g = conv_geometry((4, 40 // r, 12, 12), w.shape, 2, padding)
-    tile = su1.default_tile(su1.Problem(g), None)
+    tile = sud.default_tile(sud.Problem(g), None)
     body = tmp_path / "body.inc"
-    body.write_text(su1.body(g, tile, *csr_of(w)))
+    body.write_text(sud.body(g, tile, *csr_of(w)))
     subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
-                    f'-DSPARSE_UNROLLED_1X1_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
-                    str(KERNELS / su1.FILE)], check=True, capture_output=True)
+                    f'-DSPARSE_UNROLLED_DIRECT_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
+                    str(KERNELS / sud.FILE)], check=True, capture_output=True)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,rb", [
@@ -161,13 +162,13 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding)
     ((1, 16, 13, 13), (8, 16, 1, 1), 1, 8),         # fewer rows than a group
 ])
 def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
-    p = su1.Problem(conv_geometry(x_shape, w_shape, stride, 0))
-    tiles = su1.candidates(p, None)
+    p = sud.Problem(conv_geometry(x_shape, w_shape, stride, 0))
+    tiles = sud.candidates(p, None)
     assert tiles[0].rb == rb and tiles[0].threads == 64 and tiles[0].gb == 1
     assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
     assert all(t.smem_bytes(p) == 0 for t in tiles)
     # four groups a block, a warp each, wherever the layer has four groups of those rows
-    assert {t.rb for t in tiles if t.gb > 1} == {r for r in su1.ROWS if -(-w_shape[0] // r) >= 4}
+    assert {t.rb for t in tiles if t.gb > 1} == {r for r in sud.ROWS if -(-w_shape[0] // r) >= 4}
     for t in tiles:
         assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
         gx, gy, _ = t.grid(p)
@@ -179,33 +180,33 @@ def test_a_tuned_plan_times_the_tiles_on_1x1_and_strided_wider_filters():
     """1x1 filters at any stride and wider ones at stride 2 get the unstaged kernel's tiles;
     a wider one at stride 1 gets the staged kernel's (its stage serves several taps)."""
     g3 = conv_geometry((2, 8, 16, 16), (8, 8, 3, 3), 1, 1)
-    assert su1.supported(su1.Problem(g3)) is None
-    assert not any(isinstance(t, su1.Tile) for t, _ in sc.remainder_choices(g3))
+    assert sud.supported(sud.Problem(g3)) is None
+    assert not any(isinstance(t, sud.Tile) for t, _ in sc.remainder_choices(g3))
     assert any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g3))
-    assert sc.unrolled_module(g3) is su and sc.unrolled_module(g3, su1.Tile(8, 64)) is su1
+    assert sc.unrolled_module(g3) is su and sc.unrolled_module(g3, sud.Tile(8, 64)) is sud
     for shape, stride, padding in [((16, 8, 3, 3), 2, 1), ((16, 8, 5, 5), 2, 2),
                                    ((16, 8, 3, 3), (2, 1), (1, 0))]:
         g = conv_geometry((2, 8, 17, 17), shape, stride, padding)
-        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, su1.Tile)]
-        assert tiles == su1.candidates(su1.Problem(g), None) and tiles
+        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, sud.Tile)]
+        assert tiles == sud.candidates(sud.Problem(g), None) and tiles
         assert not any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g))
         assert sc.remainder_kind(g, "auto", tiles[0]) == "unrolled"
         assert sc.check_remainder_choice(g, "unrolled", tiles[-1]) == "unrolled"
-        assert {t.rb for t in tiles} <= set(su1.WIDE_ROWS)     # fewer loads, less code
+        assert {t.rb for t in tiles} <= set(sud.WIDE_ROWS)     # fewer loads, less code
     few = conv_geometry((2, 8, 17, 17), (5, 8, 3, 3), 2, 1)      # fewer rows than a group
-    assert [t.rb for t in su1.candidates(su1.Problem(few), None)] == [su1.WIDE_ROWS[0]]
+    assert [t.rb for t in sud.candidates(sud.Problem(few), None)] == [sud.WIDE_ROWS[0]]
     grouped = conv_geometry((2, 8, 16, 16), (8, 4, 3, 3), 2, 1, groups=2)
-    assert "ungrouped" in su1.supported(su1.Problem(grouped))
-    assert "32 x 32" in su1.supported(su1.Problem(
+    assert "ungrouped" in sud.supported(sud.Problem(grouped))
+    assert "32 x 32" in sud.supported(sud.Problem(
         conv_geometry((1, 2, 40, 40), (4, 2, 33, 1), 1, 0)))
     for stride, padding in [(1, 0), (2, 0), (2, 1)]:
         g = conv_geometry((32, 64, 16, 16), (128, 64, 1, 1), stride, padding)
-        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, su1.Tile)]
-        assert tiles == su1.candidates(su1.Problem(g), None)
+        tiles = [t for t, _ in sc.remainder_choices(g) if isinstance(t, sud.Tile)]
+        assert tiles == sud.candidates(sud.Problem(g), None)
         assert not any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g))
         assert sc.remainder_kind(g, "auto", tiles[0]) == "unrolled"
-        assert sc.unrolled_module(g) is su1 and sc.unrolled_module(g3) is su
-        assert sc.choice_name(tiles[0]).startswith("sparse_unrolled_1x1")
+        assert sc.unrolled_module(g) is sud and sc.unrolled_module(g3) is su
+        assert sc.choice_name(tiles[0]).startswith("sparse_unrolled_direct")
         assert sc.fits(g, tiles[0], su.MAX_FMAS) and not sc.fits(g, tiles[0], su.MAX_FMAS + 1)
 
 
@@ -216,15 +217,15 @@ def test_a_remainder_too_large_to_unroll_is_refused_before_any_launch(rng):
     g = conv_geometry((2, 200, 8, 8), w.shape, 1, 0)
     weights = sc.pack_weights(packed, (8, 8), np)
     with pytest.raises(ValueError, match="at most"):
-        su1.kernels(su1.Problem(g), su1.default_tile(su1.Problem(g), None), weights)
+        sud.kernels(sud.Problem(g), sud.default_tile(sud.Problem(g), None), weights)
 
 
 def test_a_tile_not_offered_is_refused_by_name():
     g = conv_geometry((2, 8, 16, 16), (8, 8, 1, 1), 1, 0)
     with pytest.raises(ValueError, match="remainder_tile"):
-        sc.check_remainder_choice(g, "unrolled", su1.Tile(48, 64))
+        sc.check_remainder_choice(g, "unrolled", sud.Tile(48, 64))
     with pytest.raises(ValueError, match="remainder_tile"):
-        sc.check_remainder_choice(g, "unrolled", su1.Tile(8, 96))
+        sc.check_remainder_choice(g, "unrolled", sud.Tile(8, 96))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """A sparse convolution's remainder unrolled for its weights, nothing staged
-(``kernels_cu/sparse_unrolled_1x1.cu``): written for 1x1 filters, and run on wider ones at
+(``kernels_cu/sparse_unrolled_direct.cu``): written for 1x1 filters, and run on wider ones at
 stride 2 and more, where the staged kernel's stage costs more than it saves.
 
 On a 1x1 filter an input word serves only the rows with a nonzero in its channel, so
@@ -35,8 +35,8 @@ from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops._launch import cdiv, launch, ptr
 
-FILE = "sparse_unrolled_1x1.cu"
-NAME = "sparse_unrolled_1x1"
+FILE = "sparse_unrolled_direct.cu"
+NAME = "sparse_unrolled_direct"
 ROWS = (8, 16, 32, 64)    # rows a block the tuner times; more rows would spill the sums
 # threads a block the tuner times: 128 was at most 2 % faster than 64 on ResNet-18-8x's six
 # shortcuts (H200) and 8 % slower on one, 256 never faster; each tile is a compile
@@ -53,7 +53,7 @@ WIDE_ROWS = (32, 64)
 
 @dataclass(frozen=True)
 class Problem:
-    """A sparse 1x1 layer's remainder: ``geom`` its convolution."""
+    """A sparse layer's remainder: ``geom`` its convolution."""
 
     geom: ConvGeometry
 
@@ -125,7 +125,7 @@ def _rule(p: Problem, tiles: list[Tile], sm_count: int) -> Tile:
 def default_tile(p: Problem, facts: DeviceFacts | None) -> Tile:
     tiles = candidates(p, facts)
     if not tiles:
-        raise ValueError(supported(p) or f"no unrolled 1x1 tile fits {p.geom}")
+        raise ValueError(supported(p) or f"no unstaged unrolled tile fits {p.geom}")
     return tiles[0]
 
 
@@ -155,7 +155,7 @@ def _tap_guard(g: ConvGeometry, r: int, s: int) -> str | None:
 
 
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
-    """The kernel body (``SPARSE_UNROLLED_1X1_BODY``) of a remainder given as CSR over the
+    """The kernel body (``SPARSE_UNROLLED_DIRECT_BODY``) of a remainder given as CSR over the
     K x (C·R·S) kernel matrix (host arrays): the layer's constants, one function a group of
     ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's.  A wider filter's taps
     load under their row's and column's bits of the window inside the image, where some
@@ -218,12 +218,12 @@ def kernel(weights, g: ConvGeometry, tile: Tile, epi: int = 0) -> cuda.KernelRef
     """The kernel of ``weights``' remainder (a :class:`~tensorconv.ops.sparse_conv.
     SparseWeights`) on ``tile`` with the epilogue ``epi`` (:func:`epilogue`): its body
     written once (named by its content's hash)."""
-    key = ("unrolled-1x1", tile, g.h, g.w, g.stride, g.padding)
+    key = ("unrolled-direct", tile, g.h, g.w, g.stride, g.padding)
     if key not in weights.staged:
         indptr = backend.to_host(weights.indptr)
         nnz = int(indptr[-1])
         if fmas(nnz, tile) > su.MAX_FMAS:
-            raise ValueError(f"the unrolled 1x1 remainder of {nnz} nonzeros would be "
+            raise ValueError(f"the unstaged unrolled remainder of {nnz} nonzeros would be "
                              f"{fmas(nnz, tile)} instructions (at most {su.MAX_FMAS})")
         text = body(g, tile, indptr, backend.to_host(weights.indices)[:nnz],
                     backend.to_host(weights.data)[:nnz])
@@ -232,7 +232,7 @@ def kernel(weights, g: ConvGeometry, tile: Tile, epi: int = 0) -> cuda.KernelRef
             files.atomic_write(path, text)
         weights.staged[key] = str(path)
     return cuda.kernel_ref(FILE, f"{NAME}<{epi}>",
-                           {"SPARSE_UNROLLED_1X1_BODY": f'"{weights.staged[key]}"'})
+                           {"SPARSE_UNROLLED_DIRECT_BODY": f'"{weights.staged[key]}"'})
 
 
 def kernels(p: Problem, tile: Tile, weights=None, epi: int = 0) -> tuple[cuda.KernelRef, ...]:
@@ -248,7 +248,7 @@ def instantiations() -> list[str]:
 
 def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool,
         accumulate: bool) -> None:
-    """``sparse_unrolled_1x1`` on checked arguments (``accumulate``: add to what ``out``
+    """``sparse_unrolled_direct`` on checked arguments (``accumulate``: add to what ``out``
     holds, the dense blocks' sums)."""
     p = Problem(g)
     if (why := supported(p)) is not None:

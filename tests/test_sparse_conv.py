@@ -388,7 +388,7 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
     """The rules' choice first; on a 1x1 filter every pointwise tile, the tiled rule's and
     the unstaged unrolled kernel's tiles, each once; on a wider one the tiled rule's tile
     on every staging (strided: by column phase where even, word copies), then the staged
-    unrolled kernel's tiles (strided: the unstaged one's); each named apart, and each runs
+    unrolled kernel's tiles at stride 1, the unstaged one's at any stride; each named apart, and each runs
     its own kernel under remainder="auto"."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     choices = sc.remainder_choices(geom, 132)
@@ -402,9 +402,9 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
             sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled], key=repr)
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
-        # the staged unrolled kernel's tiles at stride 1, the unstaged one's when strided
-        mod = su if stride == 1 else sud
-        unrolled = tuple((t, None) for t in mod.candidates(mod.Problem(geom), None))
+        # the staged unrolled kernel's tiles at stride 1, then the unstaged one's
+        mods = (su, sud) if stride == 1 else (sud,)
+        unrolled = tuple((t, None) for m in mods for t in m.candidates(m.Problem(geom), None))
         assert unrolled
         assert choices == tuple((tiled, st) for st in want) + unrolled
     names = [sc.choice_name(*c) for c in choices]

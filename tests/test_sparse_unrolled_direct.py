@@ -176,13 +176,20 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
         assert gy == -(-(-(-w_shape[0] // t.rb)) // t.gb)
 
 
-def test_a_tuned_plan_times_the_tiles_on_1x1_and_strided_wider_filters():
-    """1x1 filters at any stride and wider ones at stride 2 get the unstaged kernel's tiles;
-    a wider one at stride 1 gets the staged kernel's (its stage serves several taps)."""
+def test_a_tuned_plan_times_the_tiles_on_every_filter():
+    """Every filter at any stride gets the unstaged kernel's tiles; a wider "same" one at
+    stride 1 gets the staged kernel's first (its stage serves several taps), and one the
+    staged kernel cannot run (stride 1, no padding) the unstaged kernel's alone."""
     g3 = conv_geometry((2, 8, 16, 16), (8, 8, 3, 3), 1, 1)
     assert sud.supported(sud.Problem(g3)) is None
-    assert not any(isinstance(t, sud.Tile) for t, _ in sc.remainder_choices(g3))
-    assert any(isinstance(t, su.Tile) for t, _ in sc.remainder_choices(g3))
+    kinds = [type(t) for t, _ in sc.remainder_choices(g3) if isinstance(t, (su.Tile, sud.Tile))]
+    assert kinds == sorted(kinds, key=lambda k: k is sud.Tile) and su.Tile in kinds
+    assert [t for t, _ in sc.remainder_choices(g3) if isinstance(t, sud.Tile)] == \
+        sud.candidates(sud.Problem(g3), None) != []
+    valid = conv_geometry((2, 8, 16, 16), (8, 8, 3, 3), 1, 0)
+    assert su.supported(su.Problem(valid)) is not None
+    tiles = [t for t, _ in sc.remainder_choices(valid) if isinstance(t, (su.Tile, sud.Tile))]
+    assert tiles == sud.candidates(sud.Problem(valid), None) != []
     assert sc.unrolled_module(g3) is su and sc.unrolled_module(g3, sud.Tile(8, 64)) is sud
     for shape, stride, padding in [((16, 8, 3, 3), 2, 1), ((16, 8, 5, 5), 2, 2),
                                    ((16, 8, 3, 3), (2, 1), (1, 0))]:

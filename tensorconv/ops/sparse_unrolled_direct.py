@@ -1,6 +1,7 @@
 """A sparse convolution's remainder unrolled for its weights, nothing staged
-(``kernels_cu/sparse_unrolled_direct.cu``): written for 1x1 filters, and run on wider ones at
-stride 2 and more, where the staged kernel's stage costs more than it saves.
+(``kernels_cu/sparse_unrolled_direct.cu``): written for 1x1 filters, and run on wider ones
+too, where the staged kernel's stage costs more than it saves (strided layers, and layers
+whose few nonzeros a staged input value serves).
 
 On a 1x1 filter an input word serves only the rows with a nonzero in its channel, so
 staging it (:mod:`tensorconv.ops.sparse_unrolled`) buys nothing, and the unstaged
@@ -17,7 +18,7 @@ The cost is a compile per layer and tile (CuPy keeps the binary on disk), so lay
 :data:`tensorconv.ops.sparse_unrolled.MAX_FMAS` multiply-adds are not offered;
 :mod:`tensorconv.ops.sparse_conv` runs it as the remainder kind ``"unrolled"`` on 1x1
 filters, and on a wider filter where given one of its tiles (a tuned plan times them on
-strided layers: :func:`tensorconv.ops.sparse_remainder.remainder_choices`).  There each
+every layer: :func:`tensorconv.ops.sparse_remainder.remainder_choices`).  There each
 tap the group uses is one load, predicated where the pixel's window meets the padding.
 """
 
@@ -47,8 +48,9 @@ THREADS = (64,)
 WARP_GROUPS = (4,)
 # rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a
 # group mean more loads as well as more code (a pruned 256x128 3x3 layer, 36,864 nonzeros:
-# 8 rows a group 1.4 MB of code, 32 rows 0.9 MB; nvcc 52 s and 22 s)
-WIDE_ROWS = (32, 64)
+# 8 rows a group 1.4 MB of code, 32 rows 0.9 MB; nvcc 52 s and 22 s); 64 rows were 1.09-1.6x
+# slower than 32 on all eight of ResNet-18-8x's 3x3 layers timed (H200, docs/notes/sparse_conv.md)
+WIDE_ROWS = (32,)
 
 
 @dataclass(frozen=True)

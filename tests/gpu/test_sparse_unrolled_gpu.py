@@ -55,10 +55,13 @@ def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, strid
 
 @pytest.mark.parametrize("x_shape,k,r,stride,padding", [
     ((3, 19, 15, 15), 40, 3, 2, 1), ((2, 11, 9, 12), 70, 5, 2, 2), ((2, 6, 13, 11), 33, 7, 2, 3),
-    ((4, 9, 10, 9), 24, 3, (3, 2), (0, 1)), ((5, 7, 2, 3), 36, 3, 2, 1)], ids=str)
-def test_every_unstaged_tile_of_a_strided_wider_filter(rng, x_shape, k, r, stride, padding):
-    """The unstaged kernel on 3x3 / 5x5 / 7x7 filters at stride 2 and more (a tuned plan
-    times its tiles there), maps smaller than the filter too, outputs poisoned."""
+    ((4, 9, 10, 9), 24, 3, (3, 2), (0, 1)), ((5, 7, 2, 3), 36, 3, 2, 1),
+    ((3, 19, 15, 15), 40, 3, 1, 1), ((2, 11, 9, 12), 70, 5, 1, 2), ((2, 6, 13, 11), 33, 7, 1, 3),
+    ((2, 13, 10, 9), 45, 3, 1, 0), ((3, 5, 4, 3), 20, 5, 1, (2, 1))], ids=str)
+def test_every_unstaged_tile_of_a_wider_filter(rng, x_shape, k, r, stride, padding):
+    """The unstaged kernel on 3x3 / 5x5 / 7x7 filters at stride 1, 2 and more (a tuned
+    plan times its tiles there), "same" padding or not, maps smaller than the filter too,
+    outputs poisoned."""
     w, packed, _ = random_sparse_layer(rng, k, x_shape[1], r, 0.2, empty_row=True)
     g = conv_geometry(x_shape, w.shape, stride, padding)
     tiles = sud.candidates(sud.Problem(g), None)

@@ -388,8 +388,8 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
     """The rules' choice first; on a 1x1 filter every pointwise tile, the tiled rule's and
     the unstaged unrolled kernel's tiles, each once; on a wider one the tiled rule's tile
     on every staging (strided: by column phase where even, word copies), then the staged
-    unrolled kernel's tiles at stride 1, the unstaged one's at any stride; each named apart, and each runs
-    its own kernel under remainder="auto"."""
+    unrolled kernel's tiles at stride 1, the unstaged one's at any stride; each named
+    apart, and each runs its own kernel under remainder="auto"."""
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     choices = sc.remainder_choices(geom, 132)
     tiled = sc.default_remainder_tile(geom)

@@ -398,8 +398,12 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
             if sc.choose_remainder(geom) == "pointwise" else tiled
         assert choices[0] == (first, None)
         unrolled = tuple(sud.candidates(sud.Problem(geom), None))
-        assert sorted(choices, key=repr) == \
-            sorted([(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled], key=repr)
+        gathered = [(t, sc.GATHERED) for t in sc.POINTWISE_TILES] if stride > 1 else []
+        assert sc.gathers(geom) == (stride > 1)
+        assert sorted(choices, key=repr) == sorted(
+            [(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled] + gathered, key=repr)
+        assert sorted(choices[len(choices) - len(gathered):], key=repr) == \
+            sorted(gathered, key=repr)                                     # timed last
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
         # the staged unrolled kernel's tiles at stride 1, then the unstaged one's
@@ -569,6 +573,51 @@ def test_the_pointwise_tables_compute_the_convolution(rng, tile, x_shape, k, str
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
     np.testing.assert_allclose(_emulate_pointwise(x, packed, geom, tile, shares), want,
                                rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("stride", [2, 3, (2, 1), (1, 3)])
+def test_a_gathered_input_is_the_stride_1_convolution_of_the_pixels_read(rng, stride):
+    """A strided 1x1 layer without padding on its gathered input: the stride-1 geometry
+    of its output's size, the weights' channel offsets of that size (the same tables as
+    weights packed for it), and the same convolution; refused on padded, unstrided or
+    wider filters and on other kernels, by name."""
+    shape = (21, 13, 1, 1)
+    w = (rng.standard_normal(shape) * (rng.random(shape) < 0.3)).astype(np.float32)
+    packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
+    x = rng.standard_normal((3, 13, 11, 10)).astype(np.float32)
+    geom = conv_geometry(x.shape, shape, stride, 0)
+    assert sc.gathers(geom)
+    g1 = sc.gathered_geometry(geom)
+    assert (g1.h, g1.w, g1.oh, g1.ow, g1.stride) == (geom.oh, geom.ow, geom.oh, geom.ow, (1, 1))
+    weights = sc.pack_weights(packed, (geom.h, geom.w), np)
+    compact = sc.gathered_weights(weights, (g1.h, g1.w), np)
+    assert sc.gathered_weights(weights, (g1.h, g1.w), np) is compact        # made once
+    np.testing.assert_array_equal(compact.col_off,
+                                  sc.pack_weights(packed, (g1.h, g1.w), np).col_off)
+    tile = sc.POINTWISE_TILES[0]
+    for a, b in zip(sc.pointwise_tables(compact, tile, 2, np),
+                    sc.pointwise_tables(sc.pack_weights(packed, (g1.h, g1.w), np), tile, 2, np)):
+        np.testing.assert_array_equal(a, b)
+    xs = np.ascontiguousarray(x[:, :, ::geom.stride[0], ::geom.stride[1]])
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, 0)
+    np.testing.assert_allclose(_emulate_pointwise(xs, packed, g1, tile, 2), want,
+                               rtol=1e-9, atol=1e-9)
+    for g, kind in ((conv_geometry(x.shape, shape, stride, 1), "pointwise"),
+                    (conv_geometry(x.shape, shape, 1, 0), "pointwise"),
+                    (geom, "tiled"), (geom, "rows"), (geom, "unrolled")):
+        with pytest.raises(ValueError, match="gathered input"):
+            sc.check_remainder_choice(g, kind, None, sc.GATHERED)
+    with pytest.raises(ValueError, match="gathered input"):
+        sc.check_remainder_choice(geom, "pointwise", None, sc.Staging(2, gather=True))
+    with pytest.raises(TypeError, match="gather must be a bool"):
+        sc.check_remainder_choice(geom, "pointwise", None, sc.Staging(gather=1))
+    assert sc.check_remainder_choice(geom, "auto", tile, sc.GATHERED) == "pointwise"
+    with pytest.raises(ValueError, match="gathered input"):
+        ops.sparse_conv2d(x, packed, None, stride, 1, remainder_tile=tile,
+                          remainder_staging=sc.GATHERED)
+    np.testing.assert_allclose(ops.sparse_conv2d(x, packed, None, stride, 0, remainder_tile=tile,
+                                                 remainder_staging=sc.GATHERED), want,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_the_pointwise_remainder_is_refused_for_wider_filters(rng):

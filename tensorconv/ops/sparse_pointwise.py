@@ -6,7 +6,7 @@ rule that picks a tile, and the per-layer tables it walks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -143,4 +143,16 @@ def pointwise_tables(weights, tile: PointwiseTile, shares: int, xp) -> Pointwise
         slot_tab = np.stack([starts, padded], 1).reshape(shares, slots, 2)
         weights.staged[key] = PointwiseTables(xp.asarray(slot_tab, np.int32),
                                               xp.asarray(taps), xp.asarray(row_of, np.int32))
+    return weights.staged[key]
+
+
+def gathered_weights(weights, hw, xp):
+    """``weights`` (a 1x1 kernel's :class:`~tensorconv.ops.sparse_conv.SparseWeights`) as
+    the pointwise kernel reads them from a gathered input of ``hw`` = (OH, OW): channel
+    ``c`` at ``c·OH·OW``; made once and kept with ``weights``."""
+    key = ("gathered", tuple(hw))
+    if key not in weights.staged:
+        c = weights.shape[1]
+        weights.staged[key] = replace(weights, hw=tuple(hw), staged={},
+                                      col_off=xp.arange(c, dtype=np.int32) * (hw[0] * hw[1]))
     return weights.staged[key]

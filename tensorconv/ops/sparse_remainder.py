@@ -12,9 +12,11 @@ from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops import sparse_unrolled_direct as sud
 from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
 from tensorconv.ops.sparse_staging import (
+    GATHERED,
     REMAINDER_TILES,
     RemainderTile,
     Staging,
+    gathers,
     stagings,
 )
 from tensorconv.ops.sparse_tiles import default_remainder_tile
@@ -70,7 +72,12 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     tile, and the tiles of the kernel unrolled for the weights without staging
     (:mod:`tensorconv.ops.sparse_unrolled_direct`, any stride: 1.4-2.1x faster than the
     pointwise kernel's fastest tile on ResNet-18-8x's strided shortcuts) where the layer
-    is small enough to compile (:func:`fits`).  The pointwise rule is 1.16x the fastest
+    is small enough to compile (:func:`fits`); last, on a strided 1x1 filter without
+    padding, every pointwise tile on the input gathered first (:data:`GATHERED`: the
+    kernel reads a compact copy of the pixels it needs, at stride 1; on ResNet-50's
+    strided shortcuts at 224x224, whose inputs are too large for the L1 to serve every
+    other word, the pointwise and tiled kernels ran 1.3-1.6x slower than cuDNN fp32, and
+    their weights are too many to unroll).  The pointwise rule is 1.16x the fastest
     tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers, the byte bound
     between the two kernels rests on two shapes, and a 1x1 layer's tiles cost little to
     time.  A wider filter: the tiled rule's tile
@@ -101,8 +108,9 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
     unrolled = tuple((t, None) for t in sud.candidates(sud.Problem(geom), None))
+    gathered = tuple((t, GATHERED) for t, _ in pointwise) if gathers(geom) else ()
     return (pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else
-            ((tiled, None),) + pointwise) + unrolled + tc
+            ((tiled, None),) + pointwise) + unrolled + tc + gathered
 
 
 def choice_name(tile, staging: Staging | None = None) -> str:
@@ -124,6 +132,8 @@ def choice_name(tile, staging: Staging | None = None) -> str:
                         f"sparse_unrolled_direct.Tile, got {tile!r}")
     if staging is None:
         return name
+    if staging.gather:
+        return f"{name} (gathered input)"
     how = f"{staging.phases} column phases" if staging.phases > 1 else "lines in order"
     return f"{name} ({how}{', word copies' if staging.words else ''})"
 
@@ -184,6 +194,16 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
         return kind
     if not isinstance(staging, Staging):
         raise TypeError(f"remainder_staging must be a Staging or None, got {staging!r}")
+    if not isinstance(staging.gather, bool):
+        raise TypeError(f"remainder_staging.gather must be a bool, got {staging.gather!r}")
+    if staging.gather:
+        if staging != GATHERED or kind != "pointwise" or not gathers(geom):
+            raise ValueError(f"remainder_staging={GATHERED} (a gathered input) applies to the "
+                             f"pointwise remainder of a strided 1x1 filter without padding "
+                             f"only, got {staging} for remainder={kind!r} on a "
+                             f"{geom.r}x{geom.s} filter, stride {geom.stride}, padding "
+                             f"{geom.padding}")
+        return kind
     if kind != "tiled":
         raise ValueError(f"remainder_staging applies to the tiled remainder only, not to "
                          f"remainder={kind!r}")

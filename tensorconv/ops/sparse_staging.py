@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tensorconv.checks import ConvGeometry
+from tensorconv.checks import ConvGeometry, conv_geometry
 from tensorconv.ops._launch import cdiv
 
 
@@ -217,10 +217,28 @@ class Staging(NamedTuple):
     """How the tiled remainder stages its input's lines: ``phases`` column phases (1: in
     order; :func:`column_phases`: by phase, word copies), ``words`` word copies even where
     16-byte ones would do (the lines then by row phase where that spreads a tile's reads,
-    as :func:`remainder_geometry` always chooses)."""
+    as :func:`remainder_geometry` always chooses).  ``gather``: for the pointwise
+    remainder of a strided 1x1 filter without padding, the pixels it reads first copied
+    into a compact (N, C, OH, OW) input, on which the kernel then runs at stride 1
+    (:func:`gathered_geometry`)."""
 
     phases: int = 1
     words: bool = False
+    gather: bool = False
+
+
+GATHERED = Staging(gather=True)
+
+
+def gathers(geom: ConvGeometry) -> bool:
+    """Whether the pointwise remainder of ``geom`` may read a gathered input: a 1x1
+    filter, strided, without padding (every pixel it reads is then one output pixel's)."""
+    return geom.r * geom.s == 1 and geom.stride != (1, 1) and geom.padding == (0, 0)
+
+
+def gathered_geometry(geom: ConvGeometry) -> ConvGeometry:
+    """The stride-1 convolution of ``geom`` (:func:`gathers`) on its gathered input."""
+    return conv_geometry((geom.n, geom.c, geom.oh, geom.ow), (geom.k, geom.c, 1, 1), 1, 0)
 
 
 def stagings(geom: ConvGeometry) -> tuple:

@@ -27,9 +27,9 @@ def _case(rng, k, c, r, density, nblocks):
 
 
 def _check(rng, w, packed, x_shape, stride, padding, *, epilogue=True, pieces=None,
-           remainder="tiled"):
+           remainder="tiled", **kwargs):
     check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=epilogue,
-                        pieces=pieces, remainder=remainder)
+                        pieces=pieces, remainder=remainder, **kwargs)
 
 
 @pytest.mark.parametrize("trial", sweep(24, 8))
@@ -430,14 +430,16 @@ def test_every_pointwise_tile_on_1x1_layers(rng, tile):
     """The unstaged 1x1 remainder, each tile forced: strides 1-3, padding (a padded pixel's
     output is the epilogue of 0), pixels past the output in the last tile, batches, rows
     past the last slot group, channels shared among blocks (96 and 200 channels on a few
-    pixels); outputs poisoned."""
+    pixels); strided layers without padding also on their gathered input; outputs
+    poisoned."""
     import cupy as cp
 
-    shared = 0
+    shared = gathered = 0
     for x_shape, k, stride, padding in [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 13, 13), 70, 2, 0),
                                         ((2, 9, 12, 20), 5, 2, 1), ((1, 40, 9, 18), 64, 3, 0),
                                         ((5, 7, 3, 2), 130, 1, 1), ((2, 96, 5, 5), 24, 1, 0),
-                                        ((1, 200, 6, 6), 9, 2, 1)]:
+                                        ((1, 200, 6, 6), 9, 2, 1), ((2, 96, 9, 7), 33, (2, 1), 0),
+                                        ((3, 200, 11, 11), 9, 3, 0)]:
         shape = (k, x_shape[1], 1, 1)
         w = (rng.standard_normal(shape) * (rng.random(shape) < 0.25)).astype(np.float32)
         packed = bs.pack(w, bs.layout_from_pattern(bs.kernel_matrix(w) != 0, shape))
@@ -455,7 +457,14 @@ def test_every_pointwise_tile_on_1x1_layers(rng, tile):
             sc.run(xd, weights, plain, geom, (), remainder="pointwise",
                    remainder_tile=dataclasses.replace(tile, batch=1))
             assert bool(cp.array_equal(out, plain)), (x_shape, k, stride, padding)
-    assert shared >= 1
+        if sc.gathers(geom):
+            out = cp.full(geom.output_shape, cp.nan, cp.float32)
+            sc.run(xd, weights, out, geom, (), remainder="pointwise", remainder_tile=tile,
+                   remainder_staging=sc.GATHERED)
+            assert rel_err(out.get(), want) <= 1e-5, (x_shape, k, stride, "gathered")
+            gathered += sc.pointwise_shares(sc.gathered_geometry(geom), tile,
+                                            backend.device_facts().sm_count) > 1
+    assert shared >= 1 and gathered >= 1
 
 
 @pytest.mark.parametrize("nblocks,c", [(1, 33), (3, 33), (2, 70)])
@@ -470,6 +479,9 @@ def test_the_pointwise_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nb
         assert sc.pointwise_shares(geom, tile, backend.device_facts().sm_count) == \
             (2 if c == 70 else 1)
         _check(rng, w, packed, (3, c, 11, 12), stride, padding, remainder="pointwise")
+        if sc.gathers(geom):      # the copy and the shares' partials in one scratch buffer
+            _check(rng, w, packed, (3, c, 11, 12), stride, padding, remainder="pointwise",
+                   remainder_staging=sc.GATHERED)
 
 
 @pytest.mark.parametrize("x_shape,r,stride", [((3, 20, 16, 16), 1, 2), ((2, 9, 31, 31), 3, 2),
@@ -485,11 +497,13 @@ def test_every_tuned_choice_through_the_public_op(rng, x_shape, r, stride):
     bias = rng.standard_normal(geom.k).astype(np.float32)
     want = np.maximum(want + bias[None, :, None, None], 0)
     choices = sc.remainder_choices(geom, backend.device_facts().sm_count)
-    # 1x1: every pointwise tile (27 plain, 12 batched), the tiled rule's and the unstaged
-    # unrolled kernel's; 3x3 stride 2: the tiled rule's tile on three stagings and the
-    # unstaged unrolled kernel's tiles (the staged one runs, but is not timed)
+    # 1x1: every pointwise tile (27 plain, 12 batched; strided, each on a gathered input
+    # too), the tiled rule's and the unstaged unrolled kernel's; 3x3 stride 2: the tiled
+    # rule's tile on three stagings and the unstaged unrolled kernel's tiles (the staged
+    # one runs, but is not timed)
     unrolled = len(sud.candidates(sud.Problem(geom), None))
-    assert unrolled and len(choices) == (len(sc.POINTWISE_TILES) + 1 if r == 1 else 3) + unrolled
+    pointwise = len(sc.POINTWISE_TILES) * (2 if stride > 1 else 1)   # and on a gathered input
+    assert unrolled and len(choices) == (pointwise + 1 if r == 1 else 3) + unrolled
     if r == 1:          # 40 rows: every rows a group, and 8 a group four warps a block
         tiles = sud.candidates(sud.Problem(geom), None)
         assert {t.rb for t in tiles if t.gb == 1} == set(sud.ROWS)

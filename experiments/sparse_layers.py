@@ -437,18 +437,25 @@ def main(argv=None) -> int:
                               f"by graph replay."))
     write_markdown(paths["md"], f"Pruned layers of {args.model} (batch {args.batch}, fp32)",
                    bench.environment(with_torch=torch is not None), sections)
+    plot(speed, len(sets) > 1, paths["png"])
+    print(sections[0][1])
+    return 0
+
+
+def plot(speed: dict, labelled: bool, path) -> None:
+    """Each layer's speed-up of ours over each baseline (``speed``: {(case, "BASE/ours"):
+    x}), as grouped bars saved to ``path``; ``labelled``: the cases carry a mask set's
+    label (kept on the axis)."""
     plt = pyplot()
     cases = [c for (c, b) in speed if b == "cudnn-fp32/ours"]
     fig, ax = plt.subplots(figsize=(9, 4))
     bases = ("cudnn-fp32", "cudnn-tf32", "csr-rows", "cusparse")
-    grouped_bars(ax, cases if len(sets) > 1 else [c.split(" ", 1)[1] for c in cases],
+    grouped_bars(ax, cases if labelled else [c.split(" ", 1)[1] for c in cases],
                  {f"ours vs {b}": [speed.get((c, f"{b}/ours"), np.nan) for c in cases]
                   for b in bases})
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel("speed-up of ours (x)")
-    save_figure(fig, paths["png"])
-    print(sections[0][1])
-    return 0
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -467,6 +467,38 @@ def test_every_pointwise_tile_on_1x1_layers(rng, tile):
     assert shared >= 1 and gathered >= 1
 
 
+@pytest.mark.parametrize("c", [33, 70])
+def test_a_gathered_input_replays_in_a_cuda_graph(rng, c):
+    """The gathered path captured once (the copy into the stream's scratch, one or two
+    channel shares after it) and replayed on new input values into a poisoned output:
+    the same as the ungathered kernel, against float64."""
+    import cupy as cp
+
+    from tensorconv.graph import CapturedGraph
+
+    w, packed = _case(rng, 90, c, 1, 0.2, 2)
+    geom = conv_geometry((3, c, 15, 12), w.shape, 2, 0)
+    tile = sc.default_pointwise_tile(sc.gathered_geometry(geom), backend.device_facts().sm_count)
+    xd = cp.asarray(rng.standard_normal((3, c, 15, 12)).astype(np.float32))
+    out = cp.full(geom.output_shape, cp.nan, cp.float32)
+    fn = lambda: ops.sparse_conv2d(xd, packed, None, 2, 0, remainder_tile=tile,  # noqa: E731
+                                   remainder_staging=sc.GATHERED, out=out)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()      # the tables made and the scratch sized before capture
+        stream.synchronize()
+        graph = CapturedGraph(stream, fn, programmatic=False)
+        x = rng.standard_normal((3, c, 15, 12)).astype(np.float32)
+        xd.set(x)
+        out.fill(cp.nan)
+        graph.launch(stream)
+        stream.synchronize()
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, 2, 0)
+    assert rel_err(out.get(), want) <= 1e-5
+    plain = ops.sparse_conv2d(xd, packed, None, 2, 0, remainder="pointwise")
+    assert rel_err(out.get(), plain.get()) <= 1e-6
+
+
 @pytest.mark.parametrize("nblocks,c", [(1, 33), (3, 33), (2, 70)])
 def test_the_pointwise_remainder_adds_to_blocks_and_applies_the_epilogue(rng, nblocks, c):
     """Blocks sharing rows with the remainder (the remainder adds into their output, its

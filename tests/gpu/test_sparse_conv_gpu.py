@@ -481,8 +481,10 @@ def test_a_gathered_input_replays_in_a_cuda_graph(rng, c):
     tile = sc.default_pointwise_tile(sc.gathered_geometry(geom), backend.device_facts().sm_count)
     xd = cp.asarray(rng.standard_normal((3, c, 15, 12)).astype(np.float32))
     out = cp.full(geom.output_shape, cp.nan, cp.float32)
-    fn = lambda: ops.sparse_conv2d(xd, packed, None, 2, 0, remainder_tile=tile,  # noqa: E731
-                                   remainder_staging=sc.GATHERED, out=out)
+    weights = sc.pack_weights(packed, (geom.h, geom.w), cp)      # as the engine: made once
+    pieces = sc.default_pieces(packed, geom, backend.device_facts())
+    fn = lambda: sc.run(xd, weights, out, geom, pieces, remainder_tile=tile,  # noqa: E731
+                        remainder_staging=sc.GATHERED)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         fn()      # the tables made and the scratch sized before capture

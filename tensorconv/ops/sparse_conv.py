@@ -256,7 +256,8 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         tuned plan times.
     remainder_staging : Staging, optional
         How the tiled kernel stages its input (column phases, word copies); default as
-        :func:`tiled_launch`.
+        :func:`tiled_launch`.  :data:`GATHERED`: the pointwise kernel of a strided 1x1
+        filter without padding reads a compact copy of the pixels it needs.
     out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
@@ -306,7 +307,7 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     ``remainder_tile``: the tiled remainder's tile, default :func:`default_remainder_tile`,
     or the pointwise one's, default :func:`default_pointwise_tile`;
     ``remainder_staging``: how the tiled remainder stages its input, default as
-    :func:`tiled_launch`)."""
+    :func:`tiled_launch`, or :data:`GATHERED` for the pointwise one)."""
     bias, residual, relu = epilogue
     i32 = np.int32
     q = geom.n * geom.oh * geom.ow

@@ -60,6 +60,7 @@ from tensorconv.ops.sparse_pointwise import (  # noqa: F401  (the 1x1 remainder'
     PointwiseTile,
     default_pointwise_tile,
     gathered_weights,
+    launch_pointwise,
     pointwise_shares,
     pointwise_tables,
     pointwise_warps,
@@ -337,8 +338,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if not needed:
         return
     if kind == "pointwise":
-        _launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
-                          remainder_tile, st is not None and st.gather)
+        launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
+                         remainder_tile, st is not None and st.gather)
         return
     if kind == "tc" and tiled is not None:
         stc.run_tc(x, out, geom, tiled, bias, residual, bool(relu), bool(pieces))
@@ -372,42 +373,3 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
                                                    backend.device_facts().sm_count)
         kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)
 
-
-def _launch_pointwise(x, weights: SparseWeights, out, geom: ConvGeometry, bias, residual,
-                      relu, accumulate: bool, tile: PointwiseTile | None = None,
-                      gather: bool = False) -> None:
-    """``sparse_csr_pointwise`` on a 1x1 filter (checked by the caller), its channels shared
-    among blocks where :func:`pointwise_shares` says, the shares then added in order;
-    where ``gather``, on the pixels it reads copied first into a compact input, at stride
-    1 (:func:`gathered_geometry`)."""
-    sm_count = backend.device_facts().sm_count
-    xp = backend.array_module(x)
-    compact, stride = None, geom.stride
-    if gather:     # one scratch request for both the copy and the shares' partials
-        geom = gathered_geometry(geom)
-        weights = gathered_weights(weights, (geom.h, geom.w), xp)
-        compact = geom.n * geom.c * geom.h * geom.w
-    if tile is None:
-        tile = default_pointwise_tile(geom, sm_count)
-    elif tile not in POINTWISE_TILES:
-        raise ValueError(f"remainder_tile must be one of {POINTWISE_TILES}, got {tile!r}")
-    shares = pointwise_shares(geom, tile, sm_count)
-    tables = pointwise_tables(weights, tile, shares, xp)
-    slots = int(tables.row_of.size)
-    q = geom.n * geom.oh * geom.ow
-    size = (compact or 0) + (shares * geom.k * q if shares > 1 else 0)
-    scratch = workspace(xp, size) if size else None
-    partial = scratch[compact or 0:size] if shares > 1 else None
-    if gather:
-        gathered = scratch[:compact].reshape(geom.n, geom.c, geom.h, geom.w)
-        gathered[...] = x[:, :, ::stride[0], ::stride[1]]
-        x = gathered
-    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
-            *geom.padding, slots, accumulate, bool(relu))
-    launch(cuda.kernel_ref(FILE, _pointwise_name(tile)),
-           (cdiv(q, 32 * tile.px), slots // tile.rb, shares), (32 * tile.warps,),
-           (x, tables.slot_tab, tables.taps, tables.row_of, ptr(bias), ptr(residual), out,
-            ptr(partial), *(np.int32(v) for v in ints)))
-    if partial is not None:
-        kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu), sm_count)
-        kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)

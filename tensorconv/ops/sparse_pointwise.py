@@ -1,7 +1,7 @@
-"""The unstaged 1x1 remainder kernel's shapes (``sparse_csr_pointwise`` in
+"""The unstaged 1x1 remainder kernel (``sparse_csr_pointwise`` in
 ``kernels_cu/sparse_conv.cu``): its template tiles (warps a block, rows a warp, pixels a
 lane, tap pairs a batch), the channel shares that give a launch enough warps, the measured
-rule that picks a tile, and the per-layer tables it walks.
+rule that picks a tile, the per-layer tables it walks, and its launch.
 """
 
 from __future__ import annotations
@@ -11,10 +11,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tensorconv import backend
+from tensorconv import backend, cuda
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops._launch import cdiv
+from tensorconv.ops import _igemm
+from tensorconv.ops._launch import cdiv, launch, ptr
+from tensorconv.ops.sparse_staging import gathered_geometry
 from tensorconv.ops.sparse_tiles import balanced_rows
+from tensorconv.scratch import workspace
+
+FILE = "sparse_conv.cu"
 
 
 @dataclass(frozen=True)
@@ -156,3 +161,49 @@ def gathered_weights(weights, hw, xp):
         weights.staged[key] = replace(weights, hw=tuple(hw), staged={},
                                       col_off=xp.arange(c, dtype=np.int32) * (hw[0] * hw[1]))
     return weights.staged[key]
+
+
+def kernel_name(t: PointwiseTile) -> str:
+    """The kernel template instantiation that runs tile ``t``."""
+    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}, {t.batch}>"
+
+
+def launch_pointwise(x, weights, out, geom: ConvGeometry, bias, residual, relu,
+                     accumulate: bool, tile: PointwiseTile | None = None,
+                     gather: bool = False) -> None:
+    """``sparse_csr_pointwise`` on a 1x1 filter (checked by the caller: ``weights`` the
+    layer's :class:`~tensorconv.ops.sparse_conv.SparseWeights`), its channels shared
+    among blocks where :func:`pointwise_shares` says, the shares then added in order;
+    where ``gather``, on the pixels it reads copied first into a compact input, at stride
+    1 (:func:`~tensorconv.ops.sparse_staging.gathered_geometry`)."""
+    sm_count = backend.device_facts().sm_count
+    xp = backend.array_module(x)
+    compact, stride = None, geom.stride
+    if gather:     # one scratch request for both the copy and the shares' partials
+        geom = gathered_geometry(geom)
+        weights = gathered_weights(weights, (geom.h, geom.w), xp)
+        compact = geom.n * geom.c * geom.h * geom.w
+    if tile is None:
+        tile = default_pointwise_tile(geom, sm_count)
+    elif tile not in POINTWISE_TILES:
+        raise ValueError(f"remainder_tile must be one of {POINTWISE_TILES}, got {tile!r}")
+    shares = pointwise_shares(geom, tile, sm_count)
+    tables = pointwise_tables(weights, tile, shares, xp)
+    slots = int(tables.row_of.size)
+    q = geom.n * geom.oh * geom.ow
+    size = (compact or 0) + (shares * geom.k * q if shares > 1 else 0)
+    scratch = workspace(xp, size) if size else None
+    partial = scratch[compact or 0:size] if shares > 1 else None
+    if gather:
+        gathered = scratch[:compact].reshape(geom.n, geom.c, geom.h, geom.w)
+        gathered[...] = x[:, :, ::stride[0], ::stride[1]]
+        x = gathered
+    ints = (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh, geom.ow, *geom.stride,
+            *geom.padding, slots, accumulate, bool(relu))
+    launch(cuda.kernel_ref(FILE, kernel_name(tile)),
+           (cdiv(q, 32 * tile.px), slots // tile.rb, shares), (32 * tile.warps,),
+           (x, tables.slot_tab, tables.taps, tables.row_of, ptr(bias), ptr(residual), out,
+            ptr(partial), *(np.int32(v) for v in ints)))
+    if partial is not None:
+        kernel, grid, rints = _igemm.reduce_config(geom, 0, shares, bool(relu), sm_count)
+        kernel(grid, (256, 1, 1), (partial, ptr(bias), ptr(residual), out) + rints)

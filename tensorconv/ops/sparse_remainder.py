@@ -10,7 +10,12 @@ from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops import sparse_unrolled_direct as sud
-from tensorconv.ops.sparse_pointwise import POINTWISE_TILES, PointwiseTile, default_pointwise_tile
+from tensorconv.ops.sparse_pointwise import (
+    POINTWISE_TILES,
+    PointwiseTile,
+    default_pointwise_tile,
+)
+from tensorconv.ops.sparse_pointwise import kernel_name as _pointwise_name
 from tensorconv.ops.sparse_staging import (
     GATHERED,
     REMAINDER_TILES,
@@ -36,10 +41,6 @@ def _csr_name(pix: int) -> str:
 
 def _tiled_name(t: RemainderTile) -> str:
     return f"sparse_csr_tiled<{t.rb}, {t.px}, {t.ck}, {t.warps}>"
-
-
-def _pointwise_name(t: PointwiseTile) -> str:
-    return f"sparse_csr_pointwise<{t.warps}, {t.rw}, {t.px}, {t.batch}>"
 
 
 def choose_remainder(geom: ConvGeometry) -> str:

@@ -355,11 +355,32 @@ def test_remainder_shares_cover_every_chunk_where_the_blocks_leave_sms_idle(x_sh
                                                     ((128, 64, 1, 1), 2, 32, "pointwise"),
                                                     ((256, 128, 1, 1), 2, 16, "pointwise"),
                                                     ((512, 256, 1, 1), 2, 8, "pointwise"),
-                                                    ((256, 128, 1, 1), 2, 56, "tiled"),
+                                                    ((256, 128, 1, 1), 2, 56, "pointwise"),
                                                     ((256, 128, 1, 1), 1, 56, "pointwise")])
 def test_the_automatic_remainder_follows_the_measured_rule(w_shape, stride, hw, want):
     geom = conv_geometry((32, w_shape[1], hw, hw), w_shape, stride, w_shape[2] // 2)
     assert sc.choose_remainder(geom) == want
+
+
+def test_a_large_strided_1x1_input_is_gathered_by_default():
+    """Past the byte bound, a strided 1x1 layer without padding reads a gathered input
+    on the pointwise rule's tile for the compact plane (a tuned plan's first choice); a
+    padded one stays on the tiled kernel; smaller, unstrided or wider layers are read as
+    given."""
+    big = conv_geometry((32, 128, 56, 56), (256, 128, 1, 1), 2, 0)
+    assert sc.choose_remainder(big) == "pointwise" and sc.default_staging(big) == sc.GATHERED
+    tile, staging = sc.default_pointwise_choice(big, 132)
+    assert staging == sc.GATHERED
+    assert tile == sc.default_pointwise_tile(sc.gathered_geometry(big), 132)
+    assert sc.remainder_choices(big, 132)[0] == (tile, staging)
+    padded = conv_geometry((32, 128, 56, 56), (256, 128, 1, 1), 2, 1)
+    assert sc.choose_remainder(padded) == "tiled" and sc.default_staging(padded) is None
+    assert sc.remainder_choices(padded, 132)[0] == (sc.default_remainder_tile(padded), None)
+    for g in (conv_geometry((32, 128, 16, 16), (256, 128, 1, 1), 2, 0),
+              conv_geometry((32, 128, 56, 56), (256, 128, 1, 1), 1, 0),
+              conv_geometry((32, 128, 56, 56), (256, 128, 3, 3), 2, 0)):
+        assert sc.default_staging(g) is None
+        assert sc.default_pointwise_choice(g, 132) == (sc.default_pointwise_tile(g, 132), None)
 
 
 @pytest.mark.parametrize("w_shape,stride,hw,want", [((64, 64, 3, 3), 1, 32, (16, 8, 8)),
@@ -396,14 +417,16 @@ def test_a_tuned_plan_times_every_pointwise_tile_and_the_rules_tiled_one(w_shape
     if w_shape[2] == 1:
         first = sc.default_pointwise_tile(geom, 132) \
             if sc.choose_remainder(geom) == "pointwise" else tiled
-        assert choices[0] == (first, None)
+        assert choices[0] == ((first, None) if sc.default_staging(geom) is None else
+                              sc.default_pointwise_choice(geom, 132))
         unrolled = tuple(sud.candidates(sud.Problem(geom), None))
         gathered = [(t, sc.GATHERED) for t in sc.POINTWISE_TILES] if stride > 1 else []
         assert sc.gathers(geom) == (stride > 1)
         assert sorted(choices, key=repr) == sorted(
             [(t, None) for t in sc.POINTWISE_TILES + (tiled,) + unrolled] + gathered, key=repr)
-        assert sorted(choices[len(choices) - len(gathered):], key=repr) == \
-            sorted(gathered, key=repr)                                     # timed last
+        rest = [c for c in choices[1:] if c[1] is not None]     # the gathered timed last
+        assert choices[len(choices) - len(rest):] == tuple(rest) and len(rest) >= \
+            len(gathered) - 1
     else:
         want = [None] + ([sc.Staging(2, True), sc.Staging(1, True)] if stride == 2 else [])
         # the staged unrolled kernel's tiles at stride 1, then the unstaged one's

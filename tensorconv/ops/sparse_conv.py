@@ -76,6 +76,8 @@ from tensorconv.ops.sparse_remainder import (  # noqa: F401  (the remainder's ch
     check_remainder_choice,
     choice_name,
     choose_remainder,
+    default_pointwise_choice,
+    default_staging,
     fits,
     remainder_choices,
     remainder_kind,
@@ -172,7 +174,7 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
     :func:`choose_remainder`) on ``tile`` (default: the rule's); the unrolled kernel's
     only with its ``weights`` (its code is theirs), the unstaged 1x1 one's for the
     epilogue ``epi`` (``sparse_unrolled_direct.epilogue``)."""
-    remainder = remainder_kind(geom, remainder, tile)
+    auto, remainder = remainder == "auto", remainder_kind(geom, remainder, tile)
     if remainder == "rows":
         return (cuda.kernel_ref(FILE, _csr_name(CSR_PIXELS[0])),)
     if remainder == "tc":
@@ -184,11 +186,13 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
         tile = tile or mod.default_tile(p, None)
         return mod.kernels(p, tile, weights, epi) if mod is sud else mod.kernels(p, tile, weights)
     sm_count = backend.device_facts().sm_count
-    if remainder == "pointwise":
-        tile = tile or default_pointwise_tile(geom, sm_count)
+    if remainder == "pointwise":       # on the input as given or gathered: either may share
+        tile = tile or (default_pointwise_choice(geom, sm_count)[0] if auto else
+                        default_pointwise_tile(geom, sm_count))
         ref = cuda.kernel_ref(FILE, _pointwise_name(tile))
-        return (ref, _igemm.reduce_ref()) if pointwise_shares(geom, tile, sm_count) > 1 \
-            else (ref,)
+        planes = (geom, gathered_geometry(geom)) if gathers(geom) else (geom,)
+        shared = any(pointwise_shares(g, tile, sm_count) > 1 for g in planes)
+        return (ref, _igemm.reduce_ref()) if shared else (ref,)
     tile = tile or default_remainder_tile(geom)
     shares = remainder_shares(geom, tile, remainder_geometry(geom, tile), sm_count)[0]
     ref = cuda.kernel_ref(FILE, _tiled_name(tile))
@@ -338,6 +342,8 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
     if not needed:
         return
     if kind == "pointwise":
+        if remainder == "auto" and remainder_tile is None and st is None:
+            remainder_tile, st = default_pointwise_choice(geom, backend.device_facts().sm_count)
         launch_pointwise(x, weights, out, geom, bias, residual, relu, bool(pieces),
                          remainder_tile, st is not None and st.gather)
         return

@@ -21,6 +21,7 @@ from tensorconv.ops.sparse_staging import (
     REMAINDER_TILES,
     RemainderTile,
     Staging,
+    gathered_geometry,
     gathers,
     stagings,
 )
@@ -48,17 +49,39 @@ def choose_remainder(geom: ConvGeometry) -> str:
     blocks of 8 or 16 warps sharing their pixels (H200, batch 32: trained ResNet-18-8x and
     GoogLeNet-8x 1x1 layers 1.4-4.4x faster than on the tiled or row kernels; random 8x
     masks on ResNet-50's and GoogLeNet's shapes up to 2x; ``docs/notes/sparse_conv.md``),
-    except a strided one whose input passes :data:`_POINTWISE_STRIDED_BYTES` (ResNet-50's
-    at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading every other
-    word of more lines than the L1 keeps).  ``"tiled"`` for every wider filter, where each
-    staged input value serves several taps as well as several rows.  The bound rests on
-    those two shapes: ResNet-18's strided shortcut on a 56x56 input (25.7 MB) ran 1.65x
-    faster on the pointwise kernel, so a tuned plan times both on every 1x1 layer
-    (:func:`remainder_choices`)."""
+    except a strided, padded one whose input passes :data:`_POINTWISE_STRIDED_BYTES`
+    (ResNet-50's at batch 32, 26-103 MB: 1.3-1.5x slower than tiled, its blocks reading
+    every other word of more lines than the L1 keeps); without padding such a layer
+    reads a gathered input instead (:func:`default_staging`).  ``"tiled"`` for every
+    wider filter, where each staged input value serves several taps as well as several
+    rows.  The bound rests on those two shapes: ResNet-18's strided shortcut on a 56x56
+    input (25.7 MB) ran 1.65x faster on the pointwise kernel, so a tuned plan times both
+    on every 1x1 layer (:func:`remainder_choices`)."""
     if geom.r * geom.s == 1:
-        big = 4 * geom.n * geom.c * geom.h * geom.w > _POINTWISE_STRIDED_BYTES
-        return "tiled" if geom.stride != (1, 1) and big else "pointwise"
+        return "tiled" if _big_strided(geom) and not gathers(geom) else "pointwise"
     return "tiled"
+
+
+def _big_strided(geom: ConvGeometry) -> bool:
+    return geom.stride != (1, 1) and \
+        4 * geom.n * geom.c * geom.h * geom.w > _POINTWISE_STRIDED_BYTES
+
+
+def default_staging(geom: ConvGeometry) -> Staging | None:
+    """How the automatic remainder of ``geom`` reads its input where not as its kernel
+    does by default: :data:`GATHERED` for a strided 1x1 filter without padding whose input
+    passes :data:`_POINTWISE_STRIDED_BYTES`.  On ResNet-50-8x's three strided shortcuts
+    at 224x224 (H200, batch 32, 26-51 MB inputs) the pointwise rule's tile on a gathered
+    input took 152-190 µs against the tiled rule's 299-372 (``docs/notes/sparse_conv.md``)."""
+    return GATHERED if gathers(geom) and _big_strided(geom) else None
+
+
+def default_pointwise_choice(geom: ConvGeometry, sm_count: int = 132) -> tuple:
+    """The pointwise remainder's ``(tile, staging)`` when neither is given: the rule's tile
+    on the input as :func:`default_staging` reads it."""
+    staging = default_staging(geom)
+    g = geom if staging is None else gathered_geometry(geom)
+    return default_pointwise_tile(g, sm_count), staging
 
 
 _POINTWISE_STRIDED_BYTES = 16 << 20
@@ -74,7 +97,8 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     (:mod:`tensorconv.ops.sparse_unrolled_direct`, any stride: 1.4-2.1x faster than the
     pointwise kernel's fastest tile on ResNet-18-8x's strided shortcuts) where the layer
     is small enough to compile (:func:`fits`); last, on a strided 1x1 filter without
-    padding, every pointwise tile on the input gathered first (:data:`GATHERED`: the
+    padding, every pointwise tile on the input gathered first (the rule's, first of all,
+    where :func:`default_staging` gathers) (:data:`GATHERED`: the
     kernel reads a compact copy of the pixels it needs, at stride 1; on ResNet-50's
     strided shortcuts at 224x224, whose inputs are too large for the L1 to serve every
     other word, the pointwise and tiled kernels ran 1.3-1.6x slower than cuDNN fp32, and
@@ -109,7 +133,13 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     pointwise = tuple((t, None) for t in (first,) + tuple(t for t in POINTWISE_TILES
                                                           if t != first))
     unrolled = tuple((t, None) for t in sud.candidates(sud.Problem(geom), None))
-    gathered = tuple((t, GATHERED) for t, _ in pointwise) if gathers(geom) else ()
+    gathered = ()
+    if gathers(geom):
+        g_first = default_pointwise_tile(gathered_geometry(geom), sm_count)
+        gathered = tuple((t, GATHERED) for t in (g_first,) + tuple(t for t in POINTWISE_TILES
+                                                                   if t != g_first))
+    if default_staging(geom) is not None:        # the rule's choice first
+        return gathered[:1] + pointwise + ((tiled, None),) + unrolled + tc + gathered[1:]
     return (pointwise + ((tiled, None),) if choose_remainder(geom) == "pointwise" else
             ((tiled, None),) + pointwise) + unrolled + tc + gathered
 

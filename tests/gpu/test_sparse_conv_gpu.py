@@ -467,6 +467,27 @@ def test_every_pointwise_tile_on_1x1_layers(rng, tile):
     assert shared >= 1 and gathered >= 1
 
 
+def test_a_large_strided_1x1_layer_reads_a_gathered_input_by_default(rng):
+    """Past the byte bound (a 17 MB input), the automatic remainder of a strided 1x1 layer
+    without padding is the rule's pointwise tile on a gathered input: against float64
+    with the output poisoned, the same bits as that choice asked for, and its kernel among
+    those the layer lists for compiling."""
+    import cupy as cp
+
+    w, packed = _case(rng, 40, 64, 1, 0.2, 1)
+    x_shape = (8, 64, 91, 91)
+    geom = conv_geometry(x_shape, w.shape, 2, 0)
+    assert sc.default_staging(geom) == sc.GATHERED
+    _check(rng, w, packed, x_shape, 2, 0, remainder="auto")
+    tile, staging = sc.default_pointwise_choice(geom, backend.device_facts().sm_count)
+    x = cp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    auto = ops.sparse_conv2d(x, packed, None, 2, 0)
+    asked = ops.sparse_conv2d(x, packed, None, 2, 0, remainder_tile=tile,
+                              remainder_staging=staging)
+    assert bool(cp.array_equal(auto, asked))
+    assert sc._pointwise_name(tile) in {r.name for r in sc.remainder_kernels(geom)}
+
+
 @pytest.mark.parametrize("c", [33, 70])
 def test_a_gathered_input_replays_in_a_cuda_graph(rng, c):
     """The gathered path captured once (the copy into the stream's scratch, one or two

@@ -97,12 +97,12 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     (:mod:`tensorconv.ops.sparse_unrolled_direct`, any stride: 1.4-2.1x faster than the
     pointwise kernel's fastest tile on ResNet-18-8x's strided shortcuts) where the layer
     is small enough to compile (:func:`fits`); last, on a strided 1x1 filter without
-    padding, every pointwise tile on the input gathered first (the rule's, first of all,
-    where :func:`default_staging` gathers) (:data:`GATHERED`: the
-    kernel reads a compact copy of the pixels it needs, at stride 1; on ResNet-50's
-    strided shortcuts at 224x224, whose inputs are too large for the L1 to serve every
-    other word, the pointwise and tiled kernels ran 1.3-1.6x slower than cuDNN fp32, and
-    their weights are too many to unroll).  The pointwise rule is 1.16x the fastest
+    padding, every pointwise tile on a gathered input (:data:`GATHERED`: the kernel reads
+    a compact copy of the pixels it needs, at stride 1; on ResNet-50's strided shortcuts
+    at 224x224, whose inputs are too large for the L1 to serve every other word, the
+    pointwise and tiled kernels ran 1.3-1.6x slower than cuDNN fp32, and their weights
+    are too many to unroll), the rule's tile on it first of all where
+    :func:`default_staging` gathers.  The pointwise rule is 1.16x the fastest
     tile in geometric mean and 1.49x at worst on 27 trained 1x1 layers, the byte bound
     between the two kernels rests on two shapes, and a 1x1 layer's tiles cost little to
     time.  A wider filter: the tiled rule's tile

@@ -206,3 +206,69 @@ def test_sections_left_side_by_side_face_the_whole_plan_in_order(tmp_path, monke
     passes.choose_sections(_section_plan())
     assert [a[0] for a in asked] == ["branches"]   # no section left: nothing to weigh
 
+
+
+def test_a_step_gives_way_to_its_fallback_only_where_the_whole_plan_is_faster_so(
+        tmp_path, monkeypatch):
+    """Each step with a fallback is weighed once, in plan order, as the whole plan with the
+    step against the whole plan with its fallback in its place (timed as the engine's graph
+    runs; the key names both and every step); a "parts" verdict puts the fallback, in the
+    step's branch, in its place; steps without one are not asked about; untuned and
+    unstored, the plan keeps its steps."""
+    from tensorconv.cuda import kernel_ref
+    from tensorconv.engine import passes
+    from tensorconv.engine.choice import Choice
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    ran = []
+
+    def plan_with_fallbacks():
+        plan = _plan()
+        plan.programmatic, plan.concurrent = True, False    # no streams on the CPU
+        par = plan.branches()
+        made = []
+        for name in ("shortcut", "conv1"):
+            with par.branch():
+                made.append(plan.add(lambda n=name: ran.append(n), f"{name} unrolled",
+                                     [kernel_ref("sparse_unrolled_direct.cu", "k<0>")]))
+        made.append(plan.add(lambda: ran.append("conv2"), "conv2 unrolled",
+                             [kernel_ref("sparse_unrolled.cu", "k<0>")]))
+        for step in made[1:]:
+            step.fallback = Step(lambda n=step.label: ran.append(f"{n} fallback"),
+                                 f"{step.label} fallback", (kernel_ref("sparse_conv.cu", "t"),))
+        return plan
+
+    plan = plan_with_fallbacks()
+    passes.choose_fallbacks(plan)                     # untuned, nothing stored: as planned
+    assert [s.label for s in plan.steps] == ["shortcut unrolled", "conv1 unrolled",
+                                             "conv2 unrolled"]
+    asked = []
+
+    def one_launch_or_parts(plan, kind, files, problem, **kw):
+        asked.append((kind, files, problem, kw["programmatic"]))
+        ran.clear()
+        kw["launch"](None).run()
+        as_planned = list(ran)
+        ran.clear()
+        (other,) = kw["parts"]()
+        other.run()
+        asked[-1] += (as_planned, list(ran), other.kernels)
+        return Choice(False) if "conv1" in problem else Choice(True, kw["default"])
+    monkeypatch.setattr(passes, "one_launch_or_parts", one_launch_or_parts)
+    plan = plan_with_fallbacks()
+    passes.choose_fallbacks(plan)
+    assert [a[0] for a in asked] == ["fallback", "fallback"] and all(a[3] for a in asked)
+    (_, files, problem, _, as_planned, other, kernels) = asked[0]
+    assert files == ["sparse_conv.cu", "sparse_unrolled.cu", "sparse_unrolled_direct.cu"]
+    assert problem.startswith("step 1: conv1 unrolled or conv1 unrolled fallback | 3 steps, ")
+    assert as_planned == ["shortcut", "conv1", "conv2"]
+    assert other == ["shortcut", "conv1 unrolled fallback", "conv2"]
+    assert len(kernels) == 4
+    # the second weighs the plan as decided so far: conv1's fallback in it
+    assert asked[1][4] == ["shortcut", "conv1 unrolled fallback", "conv2"]
+    assert asked[1][5] == ["shortcut", "conv1 unrolled fallback", "conv2 unrolled fallback"]
+    assert asked[1][2].split(" | ")[1] != problem.split(" | ")[1]   # another plan: another key
+    assert [s.label for s in plan.steps] == ["shortcut unrolled", "conv1 unrolled fallback",
+                                             "conv2 unrolled"]
+    assert plan.steps[1].branch == plan.steps[0].branch[:1] + (1,)  # conv1's branch kept
+    assert isinstance(sections(plan.steps)[0], list)

@@ -162,6 +162,17 @@ def test_a_tuned_plan_times_the_unrolled_tiles_where_they_fit(rng):
     assert sc.fits(g, tiles[0], su.MAX_FMAS // tiles[0].px)
     assert not sc.fits(g, tiles[0], su.MAX_FMAS // tiles[0].px + 1)
     assert sc.fits(g, sc.default_remainder_tile(g), 10 ** 9)
+    # the code's length, by which a tuned plan weighs a layer again in the whole plan; the
+    # rules' first choice, a layer's fallback there, never depends on the weights
+    assert sc.body_fmas(tiles[0], 1000) == 1000 * tiles[0].px
+    assert sc.body_fmas(sc.default_remainder_tile(g), 10 ** 9) == 0
+    for geom in (g, conv_geometry((8, 64, 16, 16), (128, 64, 3, 3), 2, 1),
+                 conv_geometry((8, 64, 16, 16), (128, 64, 1, 1), 2, 0),
+                 conv_geometry((8, 64, 16, 16), (128, 64, 1, 1), 1, 0)):
+        rule, _ = sc.remainder_choices(geom)[0]
+        assert sc.body_fmas(rule, 10 ** 9) == 0
+        assert any(sc.body_fmas(t, 10) == 10 * getattr(t, "px", 1)
+                   for t, _ in sc.remainder_choices(geom)[1:])
 
 
 def test_a_remainder_too_large_to_unroll_is_refused_before_any_launch(rng):

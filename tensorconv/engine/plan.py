@@ -77,6 +77,10 @@ class Step:
         ``fold_projection_shortcuts`` may compute inside the pair adding it.
     branch : (Branches, int), optional
         The module branch the step belongs to (set by :meth:`Plan.append`).
+    fallback : Step, optional
+        The same result by another launch, which ``choose_fallbacks`` runs instead where
+        the whole plan is faster so: set where the step was chosen by timing it alone and
+        the plan around it may slow it (code written for a layer's weights, fetched cold).
     """
 
     run: Callable[[], object]
@@ -87,6 +91,7 @@ class Step:
     pair: tuple | None = None
     shortcut: Pointwise | None = None
     branch: tuple | None = None
+    fallback: "Step | None" = None
 
     def __call__(self):
         return self.run()
@@ -244,16 +249,18 @@ class Plan:
         for step in side.steps:
             self.append(step)
 
-    def run(self) -> None:
-        """Every step once, on the current stream (sections forked onto side streams and
-        joined back unless ``concurrent`` is False); allocates nothing after the first run
-        but the events of the forks and joins."""
+    def run(self, steps: list | None = None) -> None:
+        """Every step once (or those of ``steps``, another list of the plan's steps), on the
+        current stream (sections forked onto side streams and joined back unless
+        ``concurrent`` is False); allocates nothing after the first run but the events of
+        the forks and joins."""
+        steps = self.steps if steps is None else steps
         with mma_precision.using(self.precision):
             if not self.concurrent:
-                for step in self.steps:
+                for step in steps:
                     step.run()
                 return
-            for item in sections(self.steps):
+            for item in sections(steps):
                 if isinstance(item, Step):
                     item.run()
                 else:

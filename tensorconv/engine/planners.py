@@ -82,9 +82,10 @@ HALF_PLANNERS = {
 
 # the rewrite passes over a finished plan, in order: pairs first (shortcuts fold into
 # pairs; Tucker tails take a core with the pair after it and leave folded pairs alone);
-# the sections of module branches, once the steps are final
+# then each step chosen alone against its fallback, in the whole plan; the sections of
+# module branches, once the steps are final
 PASSES = (passes.fuse_pointwise_pairs, passes.fold_projection_shortcuts, tucker.fuse_tucker_tails,
-          passes.choose_sections)
+          passes.choose_fallbacks, passes.choose_sections)
 
 for module_type, planner in CONV_PLANNERS.items():
     register_conv_planner(module_type, planner)

@@ -31,6 +31,15 @@ from tensorconv.ops import sparse_conv, sparse_tc_remainder, sparse_unrolled, sp
 SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE, sparse_unrolled.FILE,
                 sparse_unrolled_direct.FILE) + DENSE_FILES
 
+IN_PLAN_FMAS = 24_000
+"""A layer whose chosen remainder runs code unrolled for its weights of at least this many
+multiply-add instructions (:func:`tensorconv.ops.sparse_conv.body_fmas`) is weighed again
+in the whole plan against the rules' tile on the same layout (its step's ``fallback``,
+:func:`tensorconv.engine.passes.choose_fallbacks`).  In ResNet-18-8x's plans at batch 32
+(H200) bodies of 35,600-36,900 took 11-19 µs longer in the graph than alone, and
+one lost to the tiled kernel it had tied alone (33.8 against 34.7 µs alone; the plan 22 µs
+faster with the tiled kernel); bodies up to 18,400 kept their time."""
+
 
 def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
     bias = None if m.bias is None else m.bias.data
@@ -56,13 +65,16 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
     def launch(choice: tuple[int, int]) -> Step:
         i, j = choice
         lay, (tile, staging) = folded[i].layout, choices[j]
-        return Step(lambda: sparse_conv.run(x, weights(i), out, geom, pieces[i],
+        step = Step(lambda: sparse_conv.run(x, weights(i), out, geom, pieces[i],
                                             (bd, residual, bool(relu)), remainder_tile=tile,
                                             remainder_staging=staging),
                     f"sparse conv {lay.shape} on {tuple(x.shape)}: {len(lay.blocks)} blocks, "
                     f"{lay.indices.size} in the remainder on {names[j]}",
                     sparse_conv.layer_kernels(pieces[i], geom, tile=tile, weights=weights(i),
                                               epilogue=(bd, residual, bool(relu))))
+        if j and sparse_conv.body_fmas(tile, lay.indices.size) >= IN_PLAN_FMAS:
+            step.fallback = launch((i, 0))     # the rules' tile: code not tied to the weights
+        return step
 
     def candidates() -> list[tuple[int, int]]:
         """Every layout on the rules' tile and staging; then, where the remainder has

@@ -73,6 +73,7 @@ from tensorconv.ops.sparse_remainder import (  # noqa: F401  (the remainder's ch
     _csr_name,
     _pointwise_name,
     _tiled_name,
+    body_fmas,
     check_remainder_choice,
     choice_name,
     choose_remainder,

@@ -197,13 +197,19 @@ def unrolled_module(geom: ConvGeometry, tile=None):
     return sud
 
 
+def body_fmas(tile, remainder_nnz: int) -> int:
+    """The multiply-add instructions of the code an unrolled kernel's ``tile`` writes for a
+    remainder of ``remainder_nnz`` nonzeros; 0 for every other kernel's tile (their code
+    does not depend on the weights)."""
+    if isinstance(tile, (su.Tile, sud.Tile)):
+        return (su if isinstance(tile, su.Tile) else sud).fmas(remainder_nnz, tile)
+    return 0
+
+
 def fits(geom: ConvGeometry, tile, remainder_nnz: int) -> bool:
     """Whether a remainder of ``remainder_nnz`` nonzeros may run on ``tile``: every tile but
     the unrolled kernels', whose code grows with the nonzeros (:data:`su.MAX_FMAS`)."""
-    if isinstance(tile, (su.Tile, sud.Tile)):
-        mod = su if isinstance(tile, su.Tile) else sud
-        return mod.fmas(remainder_nnz, tile) <= su.MAX_FMAS
-    return True
+    return body_fmas(tile, remainder_nnz) <= su.MAX_FMAS
 
 
 def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=None,

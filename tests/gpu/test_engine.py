@@ -457,6 +457,44 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
         assert sparse_steps == len(masks)
 
 
+def test_a_tuned_plan_weighs_unrolled_layers_again_in_the_whole_plan(rng, tmp_path,
+                                                                      monkeypatch):
+    """Every layer whose tuned choice runs code unrolled for its weights (every such choice
+    here: the floor lowered to 1) gets the rules' tile on its layout as its fallback, and
+    the whole plan is timed both ways, one stored verdict each; with every verdict the
+    fallback's, an untuned engine runs no unrolled code and still matches the model."""
+    from tensorconv import tunecache
+    from tensorconv.compress import prune
+    from tensorconv.compress.sparse import sparsify
+    from tensorconv.engine import sparse as sparse_planner
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    monkeypatch.setattr(sparse_planner, "IN_PLAN_FMAS", 1)
+    model = get_model("resnet20", in_channels=1)
+    prune.apply_masks(model, prune.magnitude_masks(model, 8.0))
+    sparsify(model, blocks=False, t2=(4,))
+    shape = (2, 1, 32, 32)
+    x, ref = _input_and_reference(model, shape, rng)
+    engine = InferenceEngine(model, shape, tune=True)
+    assert rel_err(engine(x).get(), ref) < 1e-4
+    stored = json.loads((tmp_path / "tune.json").read_text())
+    chosen = [v["tile"][1] for k, v in stored.items() if k.startswith("sparse_conv|")
+              and v["fused"] and v["tile"][1].startswith("sparse_unrolled")]
+    weighed = {k: v for k, v in stored.items() if k.startswith("fallback|")}
+    assert chosen and len(weighed) == len(chosen)
+    assert all(v["fused_us"] > 0 and v["parts_us"] > 0 for v in weighed.values())
+    kept = sum(v["fused"] for v in weighed.values())
+    assert sum(" on sparse_unrolled" in s.label for s in engine.plan.steps) == kept
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: (
+        {"fused": False, "tile": []} if key.startswith("fallback|") else lookup(key)))
+    untuned = InferenceEngine(model, shape)
+    assert not any(" on sparse_unrolled" in s.label for s in untuned.plan.steps)
+    assert sum(s.label.startswith("sparse conv") for s in untuned.plan.steps) == \
+        sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
+    assert rel_err(untuned(x).get(), ref) < 1e-4
+
+
 @pytest.mark.parametrize("name,pointwise", [("vgg16", "scc"), ("resnet18", "scc"),
                                             ("mobilenet_v1", "gpw")])
 def test_engine_runs_depthwise_separable_models(rng, name, pointwise):

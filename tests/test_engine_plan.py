@@ -210,11 +210,11 @@ def test_sections_left_side_by_side_face_the_whole_plan_in_order(tmp_path, monke
 
 def test_a_step_gives_way_to_its_fallback_only_where_the_whole_plan_is_faster_so(
         tmp_path, monkeypatch):
-    """Each step with a fallback is weighed once, in plan order, as the whole plan with the
-    step against the whole plan with its fallback in its place (timed as the engine's graph
-    runs; the key names both and every step); a "parts" verdict puts the fallback, in the
-    step's branch, in its place; steps without one are not asked about; untuned and
-    unstored, the plan keeps its steps."""
+    """Each fallback of a step is weighed once, in plan order, as the whole plan as it
+    stands against the whole plan with the fallback in the step's place (timed as the
+    engine's graph runs; the key names both and every step); a "parts" verdict puts the
+    fallback, in the step's branch, in its place, and the step's next fallback faces it;
+    steps without one are not asked about; untuned and unstored, the plan keeps its steps."""
     from tensorconv.cuda import kernel_ref
     from tensorconv.engine import passes
     from tensorconv.engine.choice import Choice
@@ -234,8 +234,10 @@ def test_a_step_gives_way_to_its_fallback_only_where_the_whole_plan_is_faster_so
         made.append(plan.add(lambda: ran.append("conv2"), "conv2 unrolled",
                              [kernel_ref("sparse_unrolled.cu", "k<0>")]))
         for step in made[1:]:
-            step.fallback = Step(lambda n=step.label: ran.append(f"{n} fallback"),
-                                 f"{step.label} fallback", (kernel_ref("sparse_conv.cu", "t"),))
+            step.fallbacks = (Step(lambda n=step.label: ran.append(f"{n} fallback"),
+                                   f"{step.label} fallback", (kernel_ref("sparse_conv.cu", "t"),)),)
+        made[2].fallbacks += (Step(lambda: ran.append("conv2 dense"), "conv2 dense",
+                                   (kernel_ref("direct_conv.cu", "d"),)),)
         return plan
 
     plan = plan_with_fallbacks()
@@ -253,11 +255,12 @@ def test_a_step_gives_way_to_its_fallback_only_where_the_whole_plan_is_faster_so
         (other,) = kw["parts"]()
         other.run()
         asked[-1] += (as_planned, list(ran), other.kernels)
-        return Choice(False) if "conv1" in problem else Choice(True, kw["default"])
+        return Choice(False) if "conv1" in problem or "dense" in problem else \
+            Choice(True, kw["default"])
     monkeypatch.setattr(passes, "one_launch_or_parts", one_launch_or_parts)
     plan = plan_with_fallbacks()
     passes.choose_fallbacks(plan)
-    assert [a[0] for a in asked] == ["fallback", "fallback"] and all(a[3] for a in asked)
+    assert [a[0] for a in asked] == ["fallback"] * 3 and all(a[3] for a in asked)
     (_, files, problem, _, as_planned, other, kernels) = asked[0]
     assert files == ["sparse_conv.cu", "sparse_unrolled.cu", "sparse_unrolled_direct.cu"]
     assert problem.startswith("step 1: conv1 unrolled or conv1 unrolled fallback | 3 steps, ")
@@ -268,7 +271,10 @@ def test_a_step_gives_way_to_its_fallback_only_where_the_whole_plan_is_faster_so
     assert asked[1][4] == ["shortcut", "conv1 unrolled fallback", "conv2"]
     assert asked[1][5] == ["shortcut", "conv1 unrolled fallback", "conv2 unrolled fallback"]
     assert asked[1][2].split(" | ")[1] != problem.split(" | ")[1]   # another plan: another key
+    # conv2's second fallback weighed against the plan as it stands: conv2 kept
+    assert asked[2][2].startswith("step 2: conv2 unrolled or conv2 dense | ")
+    assert asked[2][5] == ["shortcut", "conv1 unrolled fallback", "conv2 dense"]
     assert [s.label for s in plan.steps] == ["shortcut unrolled", "conv1 unrolled fallback",
-                                             "conv2 unrolled"]
+                                             "conv2 dense"]
     assert plan.steps[1].branch == plan.steps[0].branch[:1] + (1,)  # conv1's branch kept
     assert isinstance(sections(plan.steps)[0], list)

@@ -38,11 +38,15 @@ def plan_conv2d(m: L.Conv2d, plan: Plan, x, *, bn=None, relu=False, residual=Non
     return plan_folded_conv2d(m, plan, x, w, b, relu, residual)
 
 
-def plan_folded_conv2d(m: L.Conv2d, plan: Plan, x, w, b, relu=False, residual=None):
-    """:func:`plan_conv2d` once BN is folded into ``w`` and ``b`` (kept by the plan)."""
+def plan_folded_conv2d(m: L.Conv2d, plan: Plan, x, w, b, relu=False, residual=None, out=None):
+    """:func:`plan_conv2d` once BN is folded into ``w`` and ``b`` (kept by the plan), into
+    ``out`` (a plan buffer of the output's shape) or a new buffer."""
     geom = check_conv_args(x, w, b, m.stride, m.padding, m.dilation, m.groups,
                            dtype=np.float32, contiguous=True)
-    out = plan.alloc(geom.output_shape)
+    if out is None:
+        out = plan.alloc(geom.output_shape)
+    elif tuple(out.shape) != geom.output_shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {geom.output_shape}")
     general = _general_step(plan, x, w, b, geom, relu, residual, out)
     step = plan.append(_core_step(plan, x, w, b, geom, relu, residual, out, general) or general)
     if pointwise_conv.supported(geom) is None:

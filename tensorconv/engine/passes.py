@@ -127,36 +127,36 @@ class AsPlanned:
 
 
 def choose_fallbacks(plan: Plan) -> None:
-    """Run each step's :attr:`~tensorconv.engine.plan.Step.fallback` in its place where the
-    whole plan runs faster so.  A planner sets one where it chose the step by timing it
-    alone and the plan around it may slow it: code written for a layer's weights
+    """Run a step's :attr:`~tensorconv.engine.plan.Step.fallbacks` in its place where the
+    whole plan runs faster so.  A planner gives a step fallbacks where it chose the step by
+    timing it alone and the plan around it may slow it: code written for a layer's weights
     (:mod:`tensorconv.ops.sparse_unrolled`), replayed alone, stays in the L2 between its
     launches, while in a plan the layers between evict it and the launch fetches it again
     (ResNet-18-8x at batch 32: bodies of about 36,000 multiply-adds took 11-19 µs longer in
     the plan than alone, while the tiled kernel they had beaten alone lost nothing;
-    ``docs/notes/sparse_conv.md``).  Steps are weighed in plan order, each against the plan
-    as decided so far, timed as the engine's graph runs; a verdict is keyed by the step,
-    its fallback and every step's label.  Untuned plans follow stored verdicts, else keep
-    the step.  Runs before :func:`choose_sections`."""
+    ``docs/notes/sparse_conv.md``).  Steps are weighed in plan order, each fallback in turn
+    against the plan as decided so far (the step, or the fallback that won), timed as the
+    engine's graph runs; a verdict is keyed by the two steps and every step's label.
+    Untuned plans follow stored verdicts, else keep the step.  Runs before
+    :func:`choose_sections`."""
     for i, step in enumerate(plan.steps):
-        fallback = step.fallback
-        if fallback is None:
-            continue
-        order = list(plan.steps)
-        other = order[:i] + [inherit(fallback, step)] + order[i + 1:]
-        digest = hashlib.sha1("\n".join(s.label for s in order).encode()).hexdigest()[:16]
-        kernels = tuple(k for s in order for k in s.kernels)
-        every = kernels + fallback.kernels
-        choice = one_launch_or_parts(
-            plan, "fallback", sorted({k.file for k in every}),
-            f"step {i}: {step.label} or {fallback.label} | {len(order)} steps, {digest}",
-            tiles=lambda: [AsPlanned()],
-            launch=lambda _t, o=order: Step(lambda: plan.run(o), "the plan", kernels),
-            parts=lambda o=other: [Step(lambda: plan.run(o), "the plan, fallback", every)],
-            decode=lambda _v: AsPlanned(), default=AsPlanned(), programmatic=plan.programmatic,
-            candidate_kernels=lambda: every)
-        if not choice.fused:
-            plan.steps[i] = other[i]
+        for fallback in step.fallbacks:
+            order = list(plan.steps)
+            other = order[:i] + [inherit(fallback, step)] + order[i + 1:]
+            digest = hashlib.sha1("\n".join(s.label for s in order).encode()).hexdigest()[:16]
+            kernels = tuple(k for s in order for k in s.kernels)
+            every = kernels + fallback.kernels
+            choice = one_launch_or_parts(
+                plan, "fallback", sorted({k.file for k in every}),
+                f"step {i}: {order[i].label} or {fallback.label} | {len(order)} steps, {digest}",
+                tiles=lambda: [AsPlanned()],
+                launch=lambda _t, o=order: Step(lambda: plan.run(o), "the plan", kernels),
+                parts=lambda o=other, e=every: [Step(lambda: plan.run(o), "the plan, fallback",
+                                                     e)],
+                decode=lambda _v: AsPlanned(), default=AsPlanned(),
+                programmatic=plan.programmatic, candidate_kernels=lambda e=every: e)
+            if not choice.fused:
+                plan.steps[i] = other[i]
 
 
 @dataclass(frozen=True)

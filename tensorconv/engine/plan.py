@@ -77,10 +77,11 @@ class Step:
         ``fold_projection_shortcuts`` may compute inside the pair adding it.
     branch : (Branches, int), optional
         The module branch the step belongs to (set by :meth:`Plan.append`).
-    fallback : Step, optional
-        The same result by another launch, which ``choose_fallbacks`` runs instead where
-        the whole plan is faster so: set where the step was chosen by timing it alone and
-        the plan around it may slow it (code written for a layer's weights, fetched cold).
+    fallbacks : tuple of Step
+        The same result by other launches, each of which ``choose_fallbacks`` runs instead
+        where the whole plan is faster so: set where the step was chosen by timing it alone
+        and the plan around it may slow it (code written for a layer's weights, fetched
+        cold).
     """
 
     run: Callable[[], object]
@@ -91,7 +92,7 @@ class Step:
     pair: tuple | None = None
     shortcut: Pointwise | None = None
     branch: tuple | None = None
-    fallback: "Step | None" = None
+    fallbacks: tuple = ()
 
     def __call__(self):
         return self.run()

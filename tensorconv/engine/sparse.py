@@ -34,11 +34,12 @@ SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE, sparse_unrolled.FILE
 IN_PLAN_FMAS = 24_000
 """A layer whose chosen remainder runs code unrolled for its weights of at least this many
 multiply-add instructions (:func:`tensorconv.ops.sparse_conv.body_fmas`) is weighed again
-in the whole plan against the rules' tile on the same layout (its step's ``fallback``,
-:func:`tensorconv.engine.passes.choose_fallbacks`).  In ResNet-18-8x's plans at batch 32
-(H200) bodies of 35,600-36,900 took 11-19 µs longer in the graph than alone, and
-one lost to the tiled kernel it had tied alone (33.8 against 34.7 µs alone; the plan 22 µs
-faster with the tiled kernel); bodies up to 18,400 kept their time."""
+in the whole plan against the rules' tile on the same layout, then against the dense
+convolution (its step's ``fallbacks``, :func:`tensorconv.engine.passes.choose_fallbacks`).
+In ResNet-18-8x's plans at batch 32 (H200) bodies of 35,600-36,900 took 11-19 µs longer
+in the graph than alone, and one lost to the tiled kernel it had tied alone (33.8 against
+34.7 µs alone; the plan 22 µs faster with the tiled kernel); bodies up to 18,400 kept
+their time."""
 
 
 def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, residual=None):
@@ -72,9 +73,10 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
                     f"{lay.indices.size} in the remainder on {names[j]}",
                     sparse_conv.layer_kernels(pieces[i], geom, tile=tile, weights=weights(i),
                                               epilogue=(bd, residual, bool(relu))))
-        if j and sparse_conv.body_fmas(tile, lay.indices.size) >= IN_PLAN_FMAS:
-            step.fallback = launch((i, 0))     # the rules' tile: code not tied to the weights
+        made[id(step)] = choice
         return step
+
+    made: dict = {}
 
     def candidates() -> list[tuple[int, int]]:
         """Every layout on the rules' tile and staging; then, where the remainder has
@@ -100,10 +102,20 @@ def plan_sparse_conv2d(m: SparseConv2d, plan: Plan, x, *, bn=None, relu=False, r
         return int(i), names.index(name)    # ValueError on a tile not timed here: a miss
 
     digests = ",".join(v.layout.digest() for v in folded)
-    return plan_one_launch_or_parts(
+    y = plan_one_launch_or_parts(
         plan, "sparse_conv", SPARSE_FILES, f"{geom}|res{residual is not None}|{digests}",
         launch=launch, out=out, plan_parts=lambda q: dense(plan=q),
         tiles=candidates, decode=decode, encode=lambda c: [c[0], names[c[1]]],
         default=(0, 0), allowed={(i, j) for i in range(len(folded)) for j in range(len(choices))},
         candidate_kernels=lambda: [k for p in pieces for t, _ in choices
                                    for k in sparse_conv.layer_kernels(p, geom, tile=t)])
+    step = plan.steps[-1] if y is out else None
+    if step is not None and id(step) in made:
+        i, j = made[id(step)]
+        if j and sparse_conv.body_fmas(choices[j][0], folded[i].layout.indices.size) \
+                >= IN_PLAN_FMAS:
+            side = plan.side()
+            dense(plan=side, out=out)   # its own choices stored when the layer's were timed
+            # the rules' tile (code not tied to the weights), then the dense convolution
+            step.fallbacks = (launch((i, 0)),) + tuple(side.steps)
+    return y

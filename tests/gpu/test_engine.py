@@ -460,9 +460,10 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
 def test_a_tuned_plan_weighs_unrolled_layers_again_in_the_whole_plan(rng, tmp_path,
                                                                       monkeypatch):
     """Every layer whose tuned choice runs code unrolled for its weights (every such choice
-    here: the floor lowered to 1) gets the rules' tile on its layout as its fallback, and
-    the whole plan is timed both ways, one stored verdict each; with every verdict the
-    fallback's, an untuned engine runs no unrolled code and still matches the model."""
+    here: the floor lowered to 1) gets two fallbacks, the rules' tile on its layout and the
+    dense convolution, each weighed as the whole plan timed both ways, one stored verdict
+    each; with every verdict a fallback's, an untuned engine runs those layers dense (the
+    last fallback) and still matches the model."""
     from tensorconv import tunecache
     from tensorconv.compress import prune
     from tensorconv.compress.sparse import sparsify
@@ -481,17 +482,17 @@ def test_a_tuned_plan_weighs_unrolled_layers_again_in_the_whole_plan(rng, tmp_pa
     chosen = [v["tile"][1] for k, v in stored.items() if k.startswith("sparse_conv|")
               and v["fused"] and v["tile"][1].startswith("sparse_unrolled")]
     weighed = {k: v for k, v in stored.items() if k.startswith("fallback|")}
-    assert chosen and len(weighed) == len(chosen)
+    assert chosen and len(weighed) == 2 * len(chosen)
     assert all(v["fused_us"] > 0 and v["parts_us"] > 0 for v in weighed.values())
-    kept = sum(v["fused"] for v in weighed.values())
-    assert sum(" on sparse_unrolled" in s.label for s in engine.plan.steps) == kept
+    fused = sum(v["fused"] for k, v in stored.items() if k.startswith("sparse_conv|"))
     lookup = tunecache.lookup
     monkeypatch.setattr(tunecache, "lookup", lambda key: (
         {"fused": False, "tile": []} if key.startswith("fallback|") else lookup(key)))
     untuned = InferenceEngine(model, shape)
     assert not any(" on sparse_unrolled" in s.label for s in untuned.plan.steps)
     assert sum(s.label.startswith("sparse conv") for s in untuned.plan.steps) == \
-        sum(s.label.startswith("sparse conv") for s in engine.plan.steps)
+        fused - len(chosen)
+    assert len(untuned.plan.steps) == len(engine.plan.steps)
     assert rel_err(untuned(x).get(), ref) < 1e-4
 
 

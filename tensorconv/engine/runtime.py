@@ -139,11 +139,13 @@ class InferenceEngine:
     def profile(self, repeat: int = 20) -> list[tuple[str, float]]:
         """Each launch of the plan timed alone: ``[(label, median µs), ...]`` in plan order.
 
-        Each step is replayed from a CUDA graph of its own (:func:`tensorconv.timing.time_graph`)
-        on the engine's buffers, so the times add up to more than :meth:`time` (one graph,
-        each launch overlapping the drain of the one before) and each step reads its input
-        hot in L2.  What a launch costs relative to the others, not a breakdown of the
-        graph's own time.
+        Each step is replayed twenty times back to back from a CUDA graph of its own
+        (:func:`tensorconv.timing.time_graph`) on the engine's buffers, its input, weights
+        and code hot in L2: what a launch costs relative to the others, not a breakdown of
+        the graph's own time.  The sum is not :meth:`time`: that adds the first launch's
+        start and the last one's drain (about 35 µs of ResNet-18-8x's 654 µs on an H200),
+        and in the whole graph a layer's weights, and the code of a long body unrolled for
+        them, come from memory again (``docs/notes/sparse_conv.md``).
         """
         if not (is_int(repeat) and repeat >= 1):
             raise ValueError(f"repeat must be a positive int, got {repeat!r}")

@@ -211,6 +211,15 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     // A loads (every mode): consecutive threads take consecutive q of one row m, which are
     // consecutive addresses of w (modes 0, 1) or of gy along the output plane (mode 2).
     const int ak = tid % BK;
+    // The forward where w's rows (Cg * RS words) are whole 16-byte words and a_src is
+    // 16-byte aligned: thread t copies the 16-byte words (t + 256 i) / 4 of rows, word
+    // t % 4 of each, a quarter of the copies (the loads are issue-bound:
+    // docs/notes/igemm_tf32x3.md).  (Mode 2's gy planes allow it too, but there it was
+    // measured slower: ResNet-18's tf32 weight gradients 2.53 -> 2.90 ms.)
+    constexpr int A_VEC = BM >= 64 ? BM / 64 : 1;   // 16-byte words a thread copies
+    const int a_run = Cg * RS;
+    const bool a_vec = MODE == 0 && a_run % 4 == 0 && (reinterpret_cast<size_t>(a_src) & 15) == 0;
+    const int av_k = 4 * (tid & 3);
     // Modes 0, 1 and 3, B: each thread owns columns bc + 32 j (j < 4: a warp's lanes on 32
     // consecutive pixels, coalesced) and reduction rows 2 br, 2 br + 1 of each slice.  Every
     // element is then (pixel part) + (tap part): the column's (pa, pb) and base offset are
@@ -329,12 +338,27 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 a_step = OHW;
             }
         }
+        if (MODE == 0 && a_vec) {
+            // (q_end and the halo path's padding start are multiples of 4 here)
+            const int qv = q0 + av_k;
+            const bool qv_ok = qv < q_end && (!HALO || qv < LIMC * RS);
+            const size_t v_base = qv_ok ? (size_t)g * Kg * Cg * RS + qv : 0;
 #pragma unroll
-        for (int i = 0; i < Sh::NA; ++i) {
-            const int ml = (tid + i * THREADS) / BK, m = m0 + ml;
-            const bool ok = m < M && qa_ok;
-            tdcx::cp_async4(as + (WG ? wg_a_word(ml, ak) : ml * LDK + ak),
-                            a_src + (ok ? a_base + (size_t)m * a_step : 0), ok);
+            for (int i = 0; i < A_VEC; ++i) {
+                const int ml = (tid + i * THREADS) >> 2, m = m0 + ml;
+                if (ml >= BM) break;
+                const bool ok = m < M && qv_ok;
+                tdcx::cp_async16(as + (WG ? wg_a_word(ml, av_k) : ml * LDK + av_k),
+                                 a_src + (ok ? v_base + (size_t)m * a_run : 0), ok);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < Sh::NA; ++i) {
+                const int ml = (tid + i * THREADS) / BK, m = m0 + ml;
+                const bool ok = m < M && qa_ok;
+                tdcx::cp_async4(as + (WG ? wg_a_word(ml, ak) : ml * LDK + ak),
+                                a_src + (ok ? a_base + (size_t)m * a_step : 0), ok);
+            }
         }
         if constexpr (HALO) {
             const int chunk = q0 / HALO_Q;
@@ -462,13 +486,29 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             if constexpr (tf32x3::EXACT) {
                 float* as = a_stage(st);
                 float* al = a_small(st);
+                if (MODE == 0 && a_vec) {
 #pragma unroll
-                for (int i = 0; i < Sh::NA; ++i) {
-                    const int o = wg_a_word((tid + i * THREADS) / BK, ak);
-                    float v = as[o], small;
-                    tf32x3::split(v, small);
-                    as[o] = v;
-                    al[o] = small;
+                    for (int i = 0; i < A_VEC; ++i) {
+                        const int ml = (tid + i * THREADS) >> 2;
+                        if (ml >= BM) break;
+                        const int o = wg_a_word(ml, av_k);
+                        float4 v = *reinterpret_cast<const float4*>(as + o), small;
+                        tf32x3::split(v.x, small.x);
+                        tf32x3::split(v.y, small.y);
+                        tf32x3::split(v.z, small.z);
+                        tf32x3::split(v.w, small.w);
+                        *reinterpret_cast<float4*>(as + o) = v;
+                        *reinterpret_cast<float4*>(al + o) = small;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < Sh::NA; ++i) {
+                        const int o = wg_a_word((tid + i * THREADS) / BK, ak);
+                        float v = as[o], small;
+                        tf32x3::split(v, small);
+                        as[o] = v;
+                        al[o] = small;
+                    }
                 }
             }
         };

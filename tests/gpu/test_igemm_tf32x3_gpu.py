@@ -116,6 +116,34 @@ def test_forward_epilogue_with_and_without_split(rng):
                 assert rel_err(out.get(), want) <= 1e-5, (splits, wg, halo)
 
 
+@pytest.mark.parametrize("prec", ["fp32", "tf32"])
+def test_forward_weights_copied_in_16_byte_words_or_one_by_one(rng, prec):
+    """w's rows copied in 16-byte words (C*R*S a multiple of 4, w 16-byte aligned) give the
+    bits of the one-by-one copies (the same w one float past an aligned address), on every
+    block height, path and B layout; rows of other lengths take the one-by-one copies."""
+    import cupy as cp
+
+    for cin, k in ((40, 48), (7, 20), (12, 130)):   # C*R*S = 360, 63 and 108
+        x, w, _ = _arrays(rng, (2, cin, 11, 13), (k, cin, 3, 3), dict(padding=1))
+        want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), padding=1)
+        aligned = cp.asarray(w)
+        shifted = cp.empty(w.size + 1, cp.float32)[1:].reshape(w.shape)   # 4 bytes past
+        shifted[...] = aligned
+        assert aligned.data.ptr % 16 == 0 and shifted.data.ptr % 16 == 4
+        with precision.using(prec):
+            for bm in igemm_tf32x3.ROWS:
+                for wg in _paths():
+                    for halo in (False, True):
+                        tile = igemm_tf32x3.Tile(bm, 1, wg, halo)
+                        outs = []
+                        for ww in (aligned, shifted):
+                            out = cp.full(want.shape, cp.nan, cp.float32)
+                            ops.conv2d(cp.asarray(x), ww, padding=1, out=out, tile=tile)
+                            outs.append(out.get())
+                        assert rel_err(outs[0], want) <= (1e-5 if prec == "fp32" else 3e-3)
+                        np.testing.assert_array_equal(outs[0], outs[1], err_msg=str(tile))
+
+
 @pytest.mark.parametrize("wg", [False, True])
 def test_deterministic_and_tf32_is_one_pass(rng, wg):
     """Replays give the same bits; under precision "tf32" the error is tf32's (well above

@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     float* __restrict__ partial,         // (splits, Mtot, P, all phases) when splits > 1
     int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
     int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
-    int groups, int m_tiles, int q_per_split, int relu)
+    int groups, int m_tiles, int q_per_split, int relu,
+    int a_t)   // a_src is w transposed per group: MODE 1 (G, Cg, Kg, R, S), MODE 3 (G, Cg, R, S, Kg)
 {
     tc::wait_prior_grids();
     using namespace igtc;
@@ -211,14 +212,19 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     // A loads (every mode): consecutive threads take consecutive q of one row m, which are
     // consecutive addresses of w (modes 0, 1) or of gy along the output plane (mode 2).
     const int ak = tid % BK;
-    // The forward where w's rows (Cg * RS words) are whole 16-byte words and a_src is
-    // 16-byte aligned: thread t copies the 16-byte words (t + 256 i) / 4 of rows, word
-    // t % 4 of each, a quarter of the copies (the loads are issue-bound:
-    // docs/notes/igemm_tf32x3.md).  (Mode 2's gy planes allow it too, but there it was
-    // measured slower: ResNet-18's tf32 weight gradients 2.53 -> 2.90 ms.)
+    // Where A's rows run along the reduction (the forward's w: rows of Cg * RS words; the
+    // data gradient's w transposed by the op, a_t: rows of Kg * RS, in mode 3 tap by tap,
+    // Kg words a tap) in whole 16-byte words and a_src is 16-byte aligned: thread t copies
+    // the 16-byte words (t + 256 i) / 4 of rows, word t % 4 of each, a quarter of the
+    // copies (the loads are issue-bound: docs/notes/igemm_tf32x3.md).  (Mode 2's gy
+    // planes allow it too, but there it was measured slower: ResNet-18's tf32 weight
+    // gradients 2.53 -> 2.90 ms.)
     constexpr int A_VEC = BM >= 64 ? BM / 64 : 1;   // 16-byte words a thread copies
-    const int a_run = Cg * RS;
-    const bool a_vec = MODE == 0 && a_run % 4 == 0 && (reinterpret_cast<size_t>(a_src) & 15) == 0;
+    constexpr bool A_ROWS = MODE != 2;               // modes whose A may come as rows
+    const bool rows_t = (MODE == 1 || MODE == 3) && a_t;
+    const int a_run = MODE == 0 ? Cg * RS : Kg * RS;
+    const bool a_vec = (MODE == 0 || rows_t) && (MODE == 3 ? Kg : a_run) % 4 == 0
+                       && (reinterpret_cast<size_t>(a_src) & 15) == 0;
     const int av_k = 4 * (tid & 3);
     // Modes 0, 1 and 3, B: each thread owns columns bc + 32 j (j < 4: a warp's lanes on 32
     // consecutive pixels, coalesced) and reduction rows 2 br, 2 br + 1 of each slice.  Every
@@ -321,6 +327,9 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             if (MODE == 0) {   // (w's rows are Cg * RS long: the halo path pads Q)
                 a_base = (size_t)g * Kg * Cg * RS + qa;
                 a_step = Cg * RS;
+            } else if (MODE == 1 && rows_t) {   // (G, Cg, Kg, R, S): row c is Kg * RS long
+                a_base = (size_t)g * Cg * Kg * RS + qa;
+                a_step = Kg * RS;
             } else if (MODE == 1) {
                 const int k = qa / RS, rs = qa - k * RS;
                 a_base = ((size_t)(g * Kg + k)) * Cg * RS + rs;
@@ -329,8 +338,13 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 int k, tr, ts;
                 tap_of(qa, k, tr, ts);
                 const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
-                a_base = ((size_t)(g * Kg + k)) * Cg * RS + r * S + s_;
-                a_step = RS;
+                if (rows_t) {   // (G, Cg, R, S, Kg): row c is RS * Kg long, Kg words a tap
+                    a_base = (size_t)g * Cg * RS * Kg + (r * S + s_) * Kg + k;
+                    a_step = RS * Kg;
+                } else {
+                    a_base = ((size_t)(g * Kg + k)) * Cg * RS + r * S + s_;
+                    a_step = RS;
+                }
             } else {
                 n2 = qa / OHW;
                 rem2 = qa - n2 * OHW;
@@ -338,11 +352,18 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 a_step = OHW;
             }
         }
-        if (MODE == 0 && a_vec) {
+        if (A_ROWS && a_vec) {
             // (q_end and the halo path's padding start are multiples of 4 here)
             const int qv = q0 + av_k;
             const bool qv_ok = qv < q_end && (!HALO || qv < LIMC * RS);
-            const size_t v_base = qv_ok ? (size_t)g * Kg * Cg * RS + qv : 0;
+            size_t v_base = (size_t)g * Kg * Cg * RS + qv;
+            if (MODE == 3) {   // the tap's Kg words: a 16-byte word never spans two (Kg % 4 == 0)
+                int k, tr, ts;
+                tap_of(qv, k, tr, ts);
+                v_base = (size_t)g * Cg * RS * Kg
+                         + ((ph_a + tr * stride_h) * S + ph_b + ts * stride_w) * Kg + k;
+            }
+            if (!qv_ok) v_base = 0;
 #pragma unroll
             for (int i = 0; i < A_VEC; ++i) {
                 const int ml = (tid + i * THREADS) >> 2, m = m0 + ml;
@@ -486,7 +507,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             if constexpr (tf32x3::EXACT) {
                 float* as = a_stage(st);
                 float* al = a_small(st);
-                if (MODE == 0 && a_vec) {
+                if (A_ROWS && a_vec) {
 #pragma unroll
                     for (int i = 0; i < A_VEC; ++i) {
                         const int ml = (tid + i * THREADS) >> 2;
@@ -678,7 +699,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_CONV2D_IGEMM_TF32X3(...) template __global__ void conv2d_igemm_tf32x3<__VA_ARGS__>( \
     const float*, const float*, const float*, const float*, float*, float*, int, int, int, int, \
-    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
 TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 128, true)
 TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 16, true)
 TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, false) TC_I_CONV2D_IGEMM_TF32X3(0, 0, 0, 32, true)

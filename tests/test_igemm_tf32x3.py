@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tensorconv.checks import conv_geometry
@@ -269,3 +270,39 @@ def test_halo_tiles_fit_and_say_why_not():
     assert "conv2d_igemm_tf32x3<1, 0, 0, 16, false, true>" in names
     assert not any(n.startswith("conv2d_igemm_tf32x3<2,") and n.endswith("true, true>")
                    for n in names)
+
+
+@pytest.mark.parametrize("mode, stride, groups", [(1, 1, 1), (1, 1, 2), (3, 2, 1), (3, 2, 2)])
+def test_transposed_w_holds_the_elements_the_kernel_addresses(mode, stride, groups,
+                                                              monkeypatch):
+    """``run``'s copy of w (mode 1: (G, C/G, K/G, R, S); mode 3: (G, C/G, R, S, K/G)) read at
+    the kernel's addresses (row c at c * K/G*R*S; mode 1 column q; mode 3 column q = t K/G + k
+    of phase (a, b) at ((a + tr s) S + b + ts s) K/G + k) gives A's element w[k, c, r, s]."""
+    rng = np.random.default_rng(0)
+    k, c, r, s = 8 * groups, 3 * groups, 3, 3
+    w = rng.standard_normal((k, c // groups, r, s)).astype(np.float32)
+    geom = conv_geometry((1, c, 9, 9), w.shape, stride=stride, padding=1, groups=groups)
+    p = igemm_tf32x3.problem(geom, 1)
+    monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W", True)
+    assert p.mode == mode and igemm_tf32x3.transposes_w(p)
+    kg, cg, rs = k // groups, c // groups, r * s
+    order = (0, 2, 1, 3) if mode == 1 else (0, 2, 3, 1)
+    flat = np.ascontiguousarray(w.reshape(groups, kg, cg, rs).transpose(order)).ravel()
+    for g in range(groups):
+        for cc in range(cg):
+            if mode == 1:
+                for q in range(kg * rs):
+                    kk, t = divmod(q, rs)
+                    got = flat[g * cg * kg * rs + cc * kg * rs + q]
+                    assert got == w[g * kg + kk, cc, t // s, t % s]
+                continue
+            for a in range(stride):
+                for b in range(stride):
+                    taps_c = len(range(b, s, stride))
+                    taps = len(range(a, r, stride)) * taps_c
+                    for q in range(kg * taps):
+                        t, kk = divmod(q, kg)
+                        tr, ts = divmod(t, taps_c)
+                        rr, ss = a + tr * stride, b + ts * stride
+                        got = flat[g * cg * rs * kg + cc * rs * kg + (rr * s + ss) * kg + kk]
+                        assert got == w[g * kg + kk, cc, rr, ss]

@@ -354,16 +354,37 @@ def _geometry_ints(geom: ConvGeometry) -> tuple:
             i32(geom.dilation[1]), i32(geom.groups))
 
 
+TRANSPOSE_DGRAD_W = False
+"""Whether the data gradient reads ``w`` transposed per group, (G, C/G, K/G, R, S) in mode
+1 and (G, C/G, R, S, K/G) in mode 3 (its reduction runs tap by tap), where the transposed
+rows' runs (K/G x R x S words; mode 3: K/G) are whole 16-byte words: the kernel then copies
+them 16 bytes at a time, as the forward copies ``w``'s rows, for one copy of ``w`` into
+the stream's scratch buffer a call.  Off until it is timed on a GPU (it was written when
+none was left: ``docs/notes/igemm_tf32x3.md``); its GPU test turns it on and compares the
+bits with it off."""
+
+
+def transposes_w(p: Problem) -> bool:
+    """Whether :func:`run` hands ``p``'s kernel ``w`` transposed (:data:`TRANSPOSE_DGRAD_W`)."""
+    g = p.geom
+    kg = g.k // g.groups
+    run = kg * g.r * g.s if p.mode == 1 else kg
+    return TRANSPOSE_DGRAD_W and p.mode in (1, 3) and run % 4 == 0
+
+
 @functools.lru_cache(maxsize=4096)
-def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int):
+def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int,
+            a_t: bool = False):
     """Kernel, grid, integer arguments, workspace floats and reduction of one launch, cached
-    (a training step launches hundreds; per call only the pointers are new)."""
+    (a training step launches hundreds; per call only the pointers are new).  ``a_t``:
+    mode 1's ``w`` comes transposed (:func:`transposes_w`)."""
     i32 = np.int32
     m, _, q = p.gemm
     q_per_split, splits = tile.split(p)
     ref, _ = kernels(p, tile)
     grid = tile.grid(p)
-    ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu))
+    ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu),
+                                     i32(a_t))
     reduce = (_igemm.reduce_config(p.geom, p.base_mode, splits, relu, _igemm.sm_count())
               if splits > 1 else None)
     kernel = cuda.load(ref)
@@ -381,9 +402,20 @@ def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp,
     ``partial``: the split's :func:`workspace_floats` floats, for a caller whose own
     operands sit in the stream's scratch buffer (default: that buffer)."""
     tile = resolve(tile, backend.device_facts())
+    a_t = partial is None and transposes_w(p)   # (a caller's own partial: its scratch is taken)
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
-                                                       xp.cuda.runtime.getDevice())
-    if partial is None:
+                                                       xp.cuda.runtime.getDevice(), a_t)
+    if a_t:   # w (G Kg, Cg, RS) -> (G, Cg, Kg, RS) or, mode 3, (G, Cg, RS, Kg), after the
+        g = p.geom   # partials, 16-byte aligned
+        at = cdiv(floats, 4) * 4
+        buf = workspace(xp, at + a.size)
+        dims = (g.groups, g.k // g.groups, g.c // g.groups, g.r * g.s)   # w's, grouped
+        order = (0, 2, 1, 3) if p.mode == 1 else (0, 2, 3, 1)
+        wt = buf[at:at + a.size].reshape([dims[i] for i in order])
+        xp.copyto(wt, a.reshape(dims).transpose(order))
+        a = wt
+        partial = buf if floats else NULL
+    elif partial is None:
         partial = workspace(xp, floats) if floats else NULL
     bias = NULL if bias is None else bias
     residual = NULL if residual is None else residual

@@ -144,6 +144,40 @@ def test_forward_weights_copied_in_16_byte_words_or_one_by_one(rng, prec):
                         np.testing.assert_array_equal(outs[0], outs[1], err_msg=str(tile))
 
 
+@pytest.mark.parametrize("prec", ["fp32", "tf32"])
+def test_data_gradient_reads_w_transposed_to_the_same_bits(rng, prec, monkeypatch):
+    """The data gradient on w transposed per group (rows of K/G*R*S words, or at stride 2,
+    by phase, runs of K/G words a tap, copied 16 bytes at a time) gives the bits of w read
+    in place, on every block height, path, B layout and a split, groups included; other
+    lengths read w in place."""
+    import cupy as cp
+
+    cases = [((2, 24, 11, 13), (40, 24, 3, 3), 1, 1), ((2, 20, 9, 7), (7, 20, 3, 3), 1, 1),
+             ((1, 32, 10, 10), (16, 16, 3, 3), 2, 1),   # K/G*R*S = 360, 63 and 72
+             ((2, 24, 12, 13), (40, 24, 3, 3), 1, 2), ((2, 12, 9, 9), (18, 12, 3, 3), 1, 2),
+             ((1, 32, 11, 10), (16, 16, 1, 1), 2, 2)]   # by phase: K/G = 40, 18 and 8
+    for xs, ws, groups, stride in cases:
+        kw = dict(padding=ws[2] // 2, groups=groups, stride=stride)
+        x, w, gy = _arrays(rng, xs, ws, kw)
+        want = reference.conv2d_backward_data(gy.astype(np.float64), w.astype(np.float64),
+                                              xs, **kw)
+        layouts = ((False, 1), (True, 1), (False, 3)) if stride == 1 else ((False, 1), (False, 3))
+        with precision.using(prec):
+            for bm in igemm_tf32x3.ROWS:
+                for wg in _paths():
+                    for halo, splits in layouts:
+                        tile = igemm_tf32x3.Tile(bm, splits, wg, halo)
+                        outs = []
+                        for transposed in (True, False):
+                            monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W", transposed)
+                            out = cp.full(xs, cp.nan, cp.float32)
+                            ops.conv2d_backward_data(cp.asarray(gy), cp.asarray(w), xs, out=out,
+                                                     tile=tile, **kw)
+                            outs.append(out.get())
+                        assert rel_err(outs[0], want) <= (1e-5 if prec == "fp32" else 3e-3)
+                        np.testing.assert_array_equal(outs[0], outs[1], err_msg=str(tile))
+
+
 @pytest.mark.parametrize("wg", [False, True])
 def test_deterministic_and_tf32_is_one_pass(rng, wg):
     """Replays give the same bits; under precision "tf32" the error is tf32's (well above

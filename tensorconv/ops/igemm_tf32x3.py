@@ -355,20 +355,16 @@ def _geometry_ints(geom: ConvGeometry) -> tuple:
 
 
 TRANSPOSE_DGRAD_W = False
-"""Whether the data gradient reads ``w`` transposed per group, (G, C/G, K/G, R, S) in mode
-1 and (G, C/G, R, S, K/G) in mode 3 (its reduction runs tap by tap), where the transposed
-rows' runs (K/G x R x S words; mode 3: K/G) are whole 16-byte words: the kernel then copies
-them 16 bytes at a time, as the forward copies ``w``'s rows, for one copy of ``w`` into
-the stream's scratch buffer a call.  Off until it is timed on a GPU (it was written when
-none was left: ``docs/notes/igemm_tf32x3.md``); its GPU test turns it on and compares the
-bits with it off."""
+"""Whether the data gradient reads ``w`` copied transposed per group into the scratch buffer,
+(G, C/G, K/G, R, S) in mode 1 and (G, C/G, R, S, K/G) in mode 3, so that the kernel copies
+its runs (K/G x R x S words; mode 3: K/G) 16 bytes at a time, as the forward's.  Off until
+timed on a GPU (``docs/notes/igemm_tf32x3.md``); its GPU test compares on and off."""
 
 
 def transposes_w(p: Problem) -> bool:
     """Whether :func:`run` hands ``p``'s kernel ``w`` transposed (:data:`TRANSPOSE_DGRAD_W`)."""
     g = p.geom
-    kg = g.k // g.groups
-    run = kg * g.r * g.s if p.mode == 1 else kg
+    run = (g.k // g.groups) * (g.r * g.s if p.mode == 1 else 1)   # a copy run of A's rows
     return TRANSPOSE_DGRAD_W and p.mode in (1, 3) and run % 4 == 0
 
 
@@ -405,16 +401,14 @@ def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp,
     a_t = partial is None and transposes_w(p)   # (a caller's own partial: its scratch is taken)
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
                                                        xp.cuda.runtime.getDevice(), a_t)
-    if a_t:   # w (G Kg, Cg, RS) -> (G, Cg, Kg, RS) or, mode 3, (G, Cg, RS, Kg), after the
-        g = p.geom   # partials, 16-byte aligned
-        at = cdiv(floats, 4) * 4
+    if a_t:   # w (G, Kg, Cg, RS) -> (G, Cg, Kg, RS) / (G, Cg, RS, Kg) after the partials
+        g, at = p.geom, cdiv(floats, 4) * 4   # (16-byte aligned)
         buf = workspace(xp, at + a.size)
-        dims = (g.groups, g.k // g.groups, g.c // g.groups, g.r * g.s)   # w's, grouped
-        order = (0, 2, 1, 3) if p.mode == 1 else (0, 2, 3, 1)
+        dims, order = (g.groups, g.k // g.groups, g.c // g.groups, g.r * g.s), (
+            (0, 2, 1, 3) if p.mode == 1 else (0, 2, 3, 1))
         wt = buf[at:at + a.size].reshape([dims[i] for i in order])
         xp.copyto(wt, a.reshape(dims).transpose(order))
-        a = wt
-        partial = buf if floats else NULL
+        a, partial = wt, (buf if floats else NULL)
     elif partial is None:
         partial = workspace(xp, floats) if floats else NULL
     bias = NULL if bias is None else bias

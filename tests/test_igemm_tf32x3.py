@@ -283,7 +283,7 @@ def test_transposed_w_holds_the_elements_the_kernel_addresses(mode, stride, grou
     w = rng.standard_normal((k, c // groups, r, s)).astype(np.float32)
     geom = conv_geometry((1, c, 9, 9), w.shape, stride=stride, padding=1, groups=groups)
     p = igemm_tf32x3.problem(geom, 1)
-    monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W", True)
+    monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W", (1, 3))
     assert p.mode == mode and igemm_tf32x3.transposes_w(p)
     kg, cg, rs = k // groups, c // groups, r * s
     order = (0, 2, 1, 3) if mode == 1 else (0, 2, 3, 1)
@@ -306,3 +306,13 @@ def test_transposed_w_holds_the_elements_the_kernel_addresses(mode, stride, grou
                         rr, ss = a + tr * stride, b + ts * stride
                         got = flat[g * cg * rs * kg + cc * rs * kg + (rr * s + ss) * kg + kk]
                         assert got == w[g * kg + kk, cc, rr, ss]
+
+
+def test_by_default_only_the_stride_1_data_gradient_reads_w_transposed():
+    """Timed on an H200, the transposed w pays in mode 1 and not by phase (mode 3), and a
+    run that is not whole 16-byte words reads w in place."""
+    def transposed(k, stride):
+        geom = conv_geometry((1, 8, 9, 9), (k, 8, 3, 3), stride=stride, padding=1)
+        return igemm_tf32x3.transposes_w(igemm_tf32x3.problem(geom, 1))
+    assert transposed(8, 1) and not transposed(8, 2)
+    assert transposed(4, 1) and not transposed(5, 1)   # K/G*R*S = 36 and 45 words

@@ -354,18 +354,18 @@ def _geometry_ints(geom: ConvGeometry) -> tuple:
             i32(geom.dilation[1]), i32(geom.groups))
 
 
-TRANSPOSE_DGRAD_W = False
-"""Whether the data gradient reads ``w`` copied transposed per group into the scratch buffer,
+TRANSPOSE_DGRAD_W = (1,)
+"""Modes whose data gradient reads ``w`` copied transposed per group into the scratch buffer,
 (G, C/G, K/G, R, S) in mode 1 and (G, C/G, R, S, K/G) in mode 3, so that the kernel copies
-its runs (K/G x R x S words; mode 3: K/G) 16 bytes at a time, as the forward's.  Off until
-timed on a GPU (``docs/notes/igemm_tf32x3.md``); its GPU test compares on and off."""
+its runs (K/G x R x S words; mode 3: K/G) 16 bytes at a time, as the forward's.  Mode 1
+only: by phase it gains nothing (``docs/notes/igemm_tf32x3.md``)."""
 
 
 def transposes_w(p: Problem) -> bool:
     """Whether :func:`run` hands ``p``'s kernel ``w`` transposed (:data:`TRANSPOSE_DGRAD_W`)."""
     g = p.geom
     run = (g.k // g.groups) * (g.r * g.s if p.mode == 1 else 1)   # a copy run of A's rows
-    return TRANSPOSE_DGRAD_W and p.mode in (1, 3) and run % 4 == 0
+    return p.mode in TRANSPOSE_DGRAD_W and run % 4 == 0
 
 
 @functools.lru_cache(maxsize=4096)

@@ -169,7 +169,8 @@ def test_data_gradient_reads_w_transposed_to_the_same_bits(rng, prec, monkeypatc
                         tile = igemm_tf32x3.Tile(bm, splits, wg, halo)
                         outs = []
                         for transposed in (True, False):
-                            monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W", transposed)
+                            monkeypatch.setattr(igemm_tf32x3, "TRANSPOSE_DGRAD_W",
+                                                (1, 3) if transposed else ())
                             out = cp.full(xs, cp.nan, cp.float32)
                             ops.conv2d_backward_data(cp.asarray(gy), cp.asarray(w), xs, out=out,
                                                      tile=tile, **kw)

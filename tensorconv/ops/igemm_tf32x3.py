@@ -25,6 +25,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import _igemm
 from tensorconv.ops._launch import NULL, cdiv, check_smem
+from tensorconv.ops.wgrad_splits import wgrad_splits
 from tensorconv.scratch import workspace
 
 FILE = "igemm_tf32x3.cu"
@@ -226,18 +227,19 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
     """Reduction splits for ``bm``-row blocks.
 
     Forward and data gradient: as many as fit in one wave of resident blocks (rounded
-    down: a partial second wave costs more than the split saves).  Weight gradient: its
-    GEMM is short and wide-reduced (P = C*R*S columns, Q = N*OH*OW), so it splits until
-    about four blocks per SM run; a phase-split data gradient short of one wave, whose
-    phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so in work, until two waves
-    do.  Each split keeps at least four 16-deep reduction steps.
+    down: a partial second wave costs more than the split saves).  Weight gradient
+    (short and wide-reduced: P = C*R*S columns, Q = N*OH*OW):
+    :func:`~tensorconv.ops.wgrad_splits.wgrad_splits`.  A phase-split data gradient
+    short of one wave, whose phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so
+    in work, until two waves do.  Each split keeps at least four 16-deep reduction steps.
     """
     m, cols, q = p.gemm
     blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups * p.phases
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
     if p.mode == 2:
-        want = cdiv(4 * facts.sm_count, blocks)
-    elif p.mode == 3 and blocks < resident:
+        return wgrad_splits(blocks, resident, bm, cdiv(q, BK), p.geom.groups * m * cols,
+                            precision.current())
+    if p.mode == 3 and blocks < resident:
         want = cdiv(2 * resident, blocks)
     else:
         want = resident // blocks
@@ -245,13 +247,10 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """Rows: the smallest block height that holds a group's rows (at most 64 for the
-    data gradient by phase, whose few blocks are better spread over more splits);
-    splits: :func:`_splits_for`; the halo path on wgmma where :func:`halo_wins`.  Fitted
-    to the ResNet-18/20 training layers at batch 128 (docs/notes/igemm_tf32x3.md)."""
+    """Rows: the smallest block height that holds a group's rows; splits:
+    :func:`_splits_for`; the halo path on wgmma where :func:`halo_wins`.  Fitted to the
+    ResNet-18/20 training layers at batch 128 (docs/notes/igemm_tf32x3.md)."""
     bm = rows_for(p.gemm[0])
-    if p.mode == 3:
-        bm = min(bm, 64)
     tile = Tile(bm, _splits_for(p, bm, facts), has_wgmma(facts))
     return dataclasses.replace(tile, halo=halo_wins(p, tile))
 
@@ -262,9 +261,12 @@ def halo_wins(p: Problem, tile: Tile) -> bool:
     planes 4-56): such tiles 1.05-1.17x faster (ResNet-20's layers, ResNet-18's first
     stage, a 56x56 layer); 128-row blocks 0.95-1.00x (one block an SM, and the halo
     path waits for each slice's products); 5-way splits 0.72-0.82x (whole 16-channel
-    chunks split fewer ways).  ``mma.sync`` was not measured: it keeps the gather."""
+    chunks split fewer ways); a one-channel stem 0.40x (its 16-channel chunks mostly
+    zeros: the reduction's channels must fill one).  ``mma.sync`` keeps the gather."""
+    g = p.geom
+    channels = (g.c if p.mode == 0 else g.k) // g.groups
     return (bool(tile.wgmma) and tile.bm <= 64 and tile.splits == 1
-            and halo_supported(p) is None)
+            and channels >= HALO_CHANNELS and halo_supported(p) is None)
 
 
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
@@ -355,10 +357,9 @@ def _geometry_ints(geom: ConvGeometry) -> tuple:
 
 
 TRANSPOSE_DGRAD_W = (1,)
-"""Modes whose data gradient reads ``w`` copied transposed per group into the scratch buffer,
-(G, C/G, K/G, R, S) in mode 1 and (G, C/G, R, S, K/G) in mode 3, so that the kernel copies
-its runs (K/G x R x S words; mode 3: K/G) 16 bytes at a time, as the forward's.  Mode 1
-only: by phase it gains nothing (``docs/notes/igemm_tf32x3.md``)."""
+"""Modes whose data gradient reads ``w`` transposed per group in the scratch buffer (mode 1:
+(G, C/G, K/G, R, S), mode 3: (G, C/G, R, S, K/G)), its runs copied 16 bytes at a time as
+the forward's; by phase it gained nothing (``docs/notes/igemm_tf32x3.md``)."""
 
 
 def transposes_w(p: Problem) -> bool:

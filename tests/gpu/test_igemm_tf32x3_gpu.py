@@ -220,6 +220,31 @@ def test_wgmma_and_mma_sync_agree_at_tf32(rng, mode):
             assert rel_err(got[0][0], got[2][0]) <= 4e-3
 
 
+@pytest.mark.parametrize("prec", ["fp32", "tf32"])
+def test_weight_gradients_on_the_splits_the_estimate_picks(rng, prec):
+    """The default weight-gradient split (``ops.wgrad_splits``) from one way to a wave of
+    them (one output tile over a 16,384-deep reduction: 128 splits on 132 SMs, past the
+    reduction's 64-split lane sharing), groups and stride 2 included, against the float64
+    reference, outputs poisoned."""
+    from tensorconv import backend
+
+    cases = [((16, 64, 32, 32), (128, 64, 1, 1), {}),
+             ((8, 32, 16, 16), (64, 32, 3, 3), dict(padding=1)),
+             ((4, 128, 8, 8), (256, 128, 3, 3), dict(stride=2, padding=1)),
+             ((2, 48, 9, 9), (96, 16, 3, 3), dict(padding=1, groups=3))]
+    picked = []
+    for xs, ws, kw in cases:
+        x, w, gy = _arrays(rng, xs, ws, kw)
+        p = igemm_tf32x3.problem(conv_geometry(xs, ws, **kw), 2)
+        with precision.using(prec):
+            picked.append(igemm_tf32x3.default_tile(p, backend.device_facts()).splits)
+            got, want, terms = _run(2, x, w, gy, kw)
+        tol = fp32_tol(terms) if prec == "fp32" else 3e-3
+        assert rel_err(got, want) <= tol, (xs, ws, picked[-1])
+    sms = backend.device_facts().sm_count
+    assert picked[0] >= min(sms // 2, 128) and min(picked) == 1, picked
+
+
 def test_default_choice_takes_large_layers():
     geom = conv_geometry((128, 64, 32, 32), (64, 64, 3, 3), padding=1)
     assert ops.direct_conv.choose_algorithm(geom, 1) == ALGO

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tensorconv.checks import conv_geometry
-from tensorconv.ops import _igemm, direct_conv, igemm_tf32x3, wgrad_splits
+from tensorconv.ops import _igemm, direct_conv, igemm_tf32x3, reduction_splits
 from tests.helpers import device_facts
 
 P = igemm_tf32x3.Problem
@@ -29,9 +29,9 @@ def test_default_tile_fills_the_gpu_and_fits(geom, mode):
     # further; the forward and data gradient never past one wave through splitting
     resident = facts.sm_count * tile.blocks_per_sm()
     if mode == 2:
-        assert gx * gy * gz >= resident // 2 or gz == q // (16 * wgrad_splits.MIN_SLICES)
-        assert gz == wgrad_splits.wgrad_splits(gx * gy, resident, tile.bm, q // 16, m * cols,
-                                               "fp32")
+        assert gx * gy * gz >= resident // 2 or gz == q // (16 * reduction_splits.MIN_SLICES)
+        assert gz == reduction_splits.wgrad_splits(gx * gy, resident, tile.bm, q // 16,
+                                                   m * cols, "fp32")
     else:
         assert gx * gy * gz >= resident // 2 or gz == q // 64 or gz == 64
         assert gz == 1 or gx * gy * (gz - 1) < resident
@@ -335,3 +335,37 @@ def test_by_default_only_the_stride_1_data_gradient_reads_w_transposed():
         return igemm_tf32x3.transposes_w(igemm_tf32x3.problem(geom, 1))
     assert transposed(8, 1) and not transposed(8, 2)
     assert transposed(4, 1) and not transposed(5, 1)   # K/G*R*S = 36 and 45 words
+
+
+@pytest.mark.parametrize("stride, padding, size, filt", [
+    ((2, 2), (1, 1), (8, 8), (3, 3)), ((2, 2), (0, 0), (7, 9), (1, 1)),
+    ((3, 3), (2, 2), (11, 10), (5, 5)), ((2, 2), (0, 0), (6, 6), (2, 2)),
+    ((2, 3), (0, 2), (9, 7), (3, 3)), ((4, 4), (0, 0), (5, 5), (3, 3))])
+def test_phase_sizes_count_the_pixels_and_taps_of_each_phase(stride, padding, size, filt):
+    """Against the definition: input pixel h takes filter row r where h + pad - r is a
+    multiple of the stride, so the pixels with (h + pad) % stride == a take r = a (mod)."""
+    (sh, sw), (ph, pw), (h, w), (r, s) = stride, padding, size, filt
+    geom = conv_geometry((1, 2, h, w), (3, 2, r, s), stride=stride, padding=padding)
+    want = []
+    for a in range(sh):
+        for b in range(sw):
+            pixels = sum((i + ph) % sh == a and (j + pw) % sw == b
+                         for i in range(h) for j in range(w))
+            taps = sum(i % sh == a for i in range(r)) * sum(j % sw == b for j in range(s))
+            want.append((pixels, taps))
+    assert _igemm.phase_sizes(geom) == want
+    assert sum(p for p, _ in want) == h * w
+
+
+def test_the_phase_split_comes_from_the_phase_estimate():
+    """Mode 3's split: :func:`reduction_splits.phase_splits` over the phases' own blocks
+    and slices (3x3, stride 2: 4, 2, 2 and 1 taps); a phase-split layer that already fills
+    a wave is not split, ResNet-18's 256 -> 512 layer (128 blocks, 132 SMs) is."""
+    hopper = device_facts()
+    r20 = conv_geometry((128, 32, 16, 16), (64, 32, 3, 3), stride=2, padding=1)
+    assert igemm_tf32x3.default_tile(igemm_tf32x3.problem(r20, 1), hopper).splits == 1
+    r18 = conv_geometry((128, 256, 8, 8), (512, 256, 3, 3), stride=2, padding=1)
+    tile = igemm_tf32x3.default_tile(igemm_tf32x3.problem(r18, 1), hopper)
+    phases = [(16 * 2, 128), (16 * 2, 64), (16 * 2, 64), (16 * 2, 32)]
+    assert tile.bm == 128 and tile.splits == reduction_splits.phase_splits(
+        phases, hopper.sm_count, 128, 128 * 256 * 64, "fp32", igemm_tf32x3.AUTO_SPLITS) > 1

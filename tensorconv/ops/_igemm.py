@@ -37,6 +37,22 @@ def gemm_sizes(geom: ConvGeometry, mode: int) -> tuple[int, int, int]:
             2: (kg, cg * rs, pixels_out)}[mode]
 
 
+def phase_sizes(geom: ConvGeometry) -> list[tuple[int, int]]:
+    """(input pixels, taps) of each phase of a strided data gradient run by phase
+    (``igemm_tf32x3``'s mode 3), phase (a, b) at ``a * stride_w + b``: the input rows
+    h = a - pad + stride * j take the filter rows a, a + stride, ... (so for columns), as
+    ``igemm_tf32x3.cu``'s ``Phase`` counts them; a phase no tap reaches has 0 taps."""
+    def axis(a: int, pad: int, stride: int, n: int, taps: int) -> tuple[int, int]:
+        first = cdiv(pad - a, stride) if pad > a else 0
+        span = n - 1 - a + pad
+        count = max(0, span // stride - first + 1) if span >= 0 else 0
+        return count, (cdiv(taps - a, stride) if a < taps else 0)
+    (sh, sw), (ph, pw) = geom.stride, geom.padding
+    rows = [axis(a, ph, sh, geom.h, geom.r) for a in range(sh)]
+    cols = [axis(b, pw, sw, geom.w, geom.s) for b in range(sw)]
+    return [(rc * cc, rt * ct) for rc, rt in rows for cc, ct in cols]
+
+
 def out_rows(geom: ConvGeometry, mode: int) -> int:
     """Rows of the whole output over all groups (the partial tiles' height)."""
     return geom.c if mode == 1 else geom.k

@@ -36,7 +36,7 @@ smaller batches, are not measured (``docs/notes/training_speed.md``)."""
 
 
 WINOGRAD_WGRAD_CHANNELS = {"fp32": 128, "tf32": 256}
-WINOGRAD_WGRAD_TILES = {"fp32": 512, "tf32": 1024}
+WINOGRAD_WGRAD_TILES = 128
 WINOGRAD_WGRAD_MACS = 1 << 30
 WINOGRAD_WGRAD_FLOATS = 1 << 28
 """Winograd's weight gradient (:mod:`~tensorconv.ops.winograd_wgrad`) is the default for a
@@ -44,12 +44,12 @@ WINOGRAD_WGRAD_FLOATS = 1 << 28
 (by the current precision), :data:`WINOGRAD_WGRAD_TILES` 2x2 output tiles (N x TH x TW:
 its 16 GEMMs' reduction) and :data:`WINOGRAD_WGRAD_MACS` multiply-adds, whose transforms
 take at most :data:`WINOGRAD_WGRAD_FLOATS` floats (1 GiB of scratch).  On the H200 (graph
-replays, against the tensor-core implicit GEMM) at fp32: 128 -> 128 at 16x16, batch 128
-1.30x faster; 256 at 8x8 1.53x (batch 256 1.71x); 512 at 4x4 1.33x; batch 32: 128 at
-16x16 1.09x, 256 at 8x8 1.19x, at 14x14 1.38x, 512 at 4x4 (128 tiles) 0.88x; 64 channels
-0.94-1.01x at 32x32, 0.99x at 8x8, 0.97x 64 -> 128; 8 images of 512 at 7x7 0.75x.  At
-one tf32 pass the GEMM it saves is cheaper: 256 at 8x8 1.21x (batch 256 1.41x), at 14x14
-1.11x; 512 at 4x4 1.03x, 128 at 16x16 0.91x (``docs/notes/training_speed.md``)."""
+replays, against the tensor-core implicit GEMM on its estimated splits; batch 32 and 128,
+planes 4x4-32x32), Winograd at fp32 ran 128-512 channels 1.24-1.95x faster (fewest
+tiles: 512 at 4x4, batch 32, 128 tiles: 1.56x) and 64 at 32x32 0.72x; at one tf32 pass
+256-512 channels 1.06-1.91x faster (256 at 8x8, batch 32: 1.06x; 512 at 4x4, batch 32:
+1.13x) and 128 0.92-0.95x.  Before, 8 images of 512 at 7x7 (under the multiply-adds)
+ran 0.75x (``docs/notes/training_speed.md``)."""
 
 
 def _winograd_wgrad_wins(geom: ConvGeometry, facts: DeviceFacts) -> bool:
@@ -60,7 +60,7 @@ def _winograd_wgrad_wins(geom: ConvGeometry, facts: DeviceFacts) -> bool:
     macs = geom.n * geom.oh * geom.ow * geom.k * geom.c * 9
     prec = precision.current()
     return (min(geom.c, geom.k) >= WINOGRAD_WGRAD_CHANNELS[prec]
-            and tiles >= WINOGRAD_WGRAD_TILES[prec] and macs >= WINOGRAD_WGRAD_MACS
+            and tiles >= WINOGRAD_WGRAD_TILES and macs >= WINOGRAD_WGRAD_MACS
             and 16 * tiles * (geom.c + geom.k) <= WINOGRAD_WGRAD_FLOATS)
 
 

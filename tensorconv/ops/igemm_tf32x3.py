@@ -25,7 +25,7 @@ from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import _igemm
 from tensorconv.ops._launch import NULL, cdiv, check_smem
-from tensorconv.ops.wgrad_splits import wgrad_splits
+from tensorconv.ops.reduction_splits import phase_splits, wgrad_splits
 from tensorconv.scratch import workspace
 
 FILE = "igemm_tf32x3.cu"
@@ -223,35 +223,35 @@ def rows_for(m: int) -> int:
     return next((r for r in ROWS if r >= m), ROWS[-1])
 
 
-def _splits_for(p: Problem, bm: int, facts: DeviceFacts) -> int:
-    """Reduction splits for ``bm``-row blocks.
-
-    Forward and data gradient: as many as fit in one wave of resident blocks (rounded
-    down: a partial second wave costs more than the split saves).  Weight gradient
-    (short and wide-reduced: P = C*R*S columns, Q = N*OH*OW):
-    :func:`~tensorconv.ops.wgrad_splits.wgrad_splits`.  A phase-split data gradient
-    short of one wave, whose phases differ in taps (4, 2, 2, 1 at 3x3, stride 2) and so
-    in work, until two waves do.  Each split keeps at least four 16-deep reduction steps.
-    """
+def _splits_for(p: Problem, bm: int, facts: DeviceFacts, prec: str) -> int:
+    """Reduction splits for ``bm``-row blocks at precision ``prec``: as many as fit in one
+    wave of resident blocks, each at least four 16-deep slices (a partial second wave costs
+    more than the split saves); a weight gradient and a data gradient by phase, whose
+    phases differ in work: the estimates of :mod:`~tensorconv.ops.reduction_splits`."""
     m, cols, q = p.gemm
-    blocks = cdiv(cols, BN) * cdiv(m, bm) * p.geom.groups * p.phases
+    g, rows = p.geom, cdiv(m, bm) * p.geom.groups
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
     if p.mode == 2:
-        return wgrad_splits(blocks, resident, bm, cdiv(q, BK), p.geom.groups * m * cols,
-                            precision.current())
-    if p.mode == 3 and blocks < resident:
-        want = cdiv(2 * resident, blocks)
-    else:
-        want = resident // blocks
-    return max(1, min(want, cdiv(q, BK) // 4, AUTO_SPLITS))
+        return wgrad_splits(cdiv(cols, BN) * rows, resident, bm, cdiv(q, BK),
+                            g.groups * m * cols, prec)
+    if p.mode == 3:
+        phases = [(cdiv(g.n * pixels, BN) * rows, cdiv(g.k // g.groups * taps, BK))
+                  for pixels, taps in _igemm.phase_sizes(g)]
+        return phase_splits(phases, resident, bm, g.n * g.c * g.h * g.w, prec, AUTO_SPLITS)
+    return max(1, min(resident // (cdiv(cols, BN) * rows), cdiv(q, BK) // 4, AUTO_SPLITS))
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """Rows: the smallest block height that holds a group's rows; splits:
     :func:`_splits_for`; the halo path on wgmma where :func:`halo_wins`.  Fitted to the
     ResNet-18/20 training layers at batch 128 (docs/notes/igemm_tf32x3.md)."""
-    bm = rows_for(p.gemm[0])
-    tile = Tile(bm, _splits_for(p, bm, facts), has_wgmma(facts))
+    return _default_tile(p, facts, precision.current())
+
+
+@functools.lru_cache(maxsize=4096)
+def _default_tile(p: Problem, facts: DeviceFacts, prec: str) -> Tile:
+    bm = rows_for(p.gemm[0])   # (cached: the estimates would cost an eager call ~0.1 ms)
+    tile = Tile(bm, _splits_for(p, bm, facts, prec), has_wgmma(facts))
     return dataclasses.replace(tile, halo=halo_wins(p, tile))
 
 
@@ -279,7 +279,7 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     tiles = []
     for bm in ROWS:
         if bm <= top:
-            for splits in dict.fromkeys((_splits_for(p, bm, facts), 1)):
+            for splits in dict.fromkeys((_splits_for(p, bm, facts, precision.current()), 1)):
                 tiles += [Tile(bm, splits, wg, h) for wg in paths for h in halos]
     return tiles
 

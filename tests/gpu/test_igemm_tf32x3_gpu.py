@@ -222,7 +222,7 @@ def test_wgmma_and_mma_sync_agree_at_tf32(rng, mode):
 
 @pytest.mark.parametrize("prec", ["fp32", "tf32"])
 def test_weight_gradients_on_the_splits_the_estimate_picks(rng, prec):
-    """The default weight-gradient split (``ops.wgrad_splits``) from one way to a wave of
+    """The default weight-gradient split (``ops.reduction_splits``) from one way to a wave of
     them (one output tile over a 16,384-deep reduction: 128 splits on 132 SMs, past the
     reduction's 64-split lane sharing), groups and stride 2 included, against the float64
     reference, outputs poisoned."""

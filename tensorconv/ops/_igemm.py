@@ -53,6 +53,15 @@ def phase_sizes(geom: ConvGeometry) -> list[tuple[int, int]]:
     return [(rc * cc, rt * ct) for rc, rt in rows for cc, ct in cols]
 
 
+def geometry_ints(geom: ConvGeometry) -> tuple:
+    """The int32 arguments the convolution kernels of ``direct_conv.cu`` and
+    ``igemm_tf32x3.cu`` take first: n, c, h, w, k, oh, ow, r, s, stride, padding and
+    dilation (each h then w), groups (the direct kernel's start at c)."""
+    return tuple(np.int32(v) for v in (geom.n, geom.c, geom.h, geom.w, geom.k, geom.oh,
+                                       geom.ow, geom.r, geom.s, *geom.stride, *geom.padding,
+                                       *geom.dilation, geom.groups))
+
+
 def out_rows(geom: ConvGeometry, mode: int) -> int:
     """Rows of the whole output over all groups (the partial tiles' height)."""
     return geom.c if mode == 1 else geom.k

@@ -180,20 +180,12 @@ def instantiations() -> list[str]:
     return sorted(names)
 
 
-def _geometry_args(geom: ConvGeometry):
-    i32 = np.int32
-    return (i32(geom.r), i32(geom.s), i32(geom.stride[0]), i32(geom.stride[1]),
-            i32(geom.padding[0]), i32(geom.padding[1]), i32(geom.dilation[0]),
-            i32(geom.dilation[1]), i32(geom.groups))
-
-
 def _launch_direct(x, w, bias, residual, out, geom, tile, relu):
     i32 = np.int32
     tiles_w = cdiv(geom.ow, tile.tw)
     k_tiles = cdiv(geom.k // geom.groups, tile.tk)
-    args = (x, w, bias, residual, out, i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k),
-            i32(geom.oh), i32(geom.ow)) + _geometry_args(geom) + (i32(tiles_w), i32(k_tiles),
-                                                                   i32(tile.cc), i32(relu))
+    args = ((x, w, bias, residual, out) + _igemm.geometry_ints(geom)[1:]
+            + (i32(tiles_w), i32(k_tiles), i32(tile.cc), i32(relu)))
     launch(kernels(geom, "direct", tile)[0], tile.grid(geom), (tile.tw, tile.th, 1), args,
            tile.smem_bytes(geom))
 
@@ -208,8 +200,7 @@ def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device
     m_tiles = cdiv(m, igemm_rows(m))
     kernel = cuda.load(kernels(geom, "igemm", mode=mode)[0])
     grid = (cdiv(p, _IG_BN), geom.groups * m_tiles, splits)
-    ints = (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-            i32(geom.ow)) + _geometry_args(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
+    ints = _igemm.geometry_ints(geom) + (i32(m_tiles), i32(q_per_split), i32(relu))
     reduce = (_igemm.reduce_config(geom, mode, splits, relu, backend.device_facts().sm_count)
               if splits > 1 else None)
     return kernel, grid, ints, _igemm.workspace_floats(geom, mode, splits), reduce

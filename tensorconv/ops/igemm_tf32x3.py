@@ -34,6 +34,7 @@ BN, BK, THREADS, STAGES = 128, 16, 256, 4
 WG_STAGES = 5                       # the wgmma build's ring (igemm_tf32x3.cu)
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
 AUTO_SPLITS = 64                    # the default split's cap (its tiles were measured under it)
+SYNC_WGRAD_SLICES = 100             # from this split length fp32 weight gradients: sync_wins
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 _WGMMA_ARCH = (9, 0)                # wgmma: sm_90a code runs on sm_90 alone
@@ -224,10 +225,9 @@ def rows_for(m: int) -> int:
 
 
 def _splits_for(p: Problem, bm: int, facts: DeviceFacts, prec: str) -> int:
-    """Reduction splits for ``bm``-row blocks at precision ``prec``: as many as fit in one
-    wave of resident blocks, each at least four 16-deep slices (a partial second wave costs
-    more than the split saves); a weight gradient and a data gradient by phase, whose
-    phases differ in work: the estimates of :mod:`~tensorconv.ops.reduction_splits`."""
+    """Reduction splits of ``bm``-row blocks at ``prec``: those that fit one wave, each at
+    least four 16-deep slices; a weight gradient's and (its phases' work differs) a data
+    gradient's by phase: :mod:`~tensorconv.ops.reduction_splits`' estimates."""
     m, cols, q = p.gemm
     g, rows = p.geom, cdiv(m, bm) * p.geom.groups
     resident = facts.sm_count * Tile(bm).blocks_per_sm()
@@ -242,17 +242,26 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts, prec: str) -> int:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """Rows: the smallest block height that holds a group's rows; splits:
-    :func:`_splits_for`; the halo path on wgmma where :func:`halo_wins`.  Fitted to the
-    ResNet-18/20 training layers at batch 128 (docs/notes/igemm_tf32x3.md)."""
+    """Rows: the least that hold a group's; splits: :func:`_splits_for`; wgmma unless
+    :func:`sync_wins`; the halo path where :func:`halo_wins` (docs/notes/igemm_tf32x3.md)."""
     return _default_tile(p, facts, precision.current())
 
 
 @functools.lru_cache(maxsize=4096)
 def _default_tile(p: Problem, facts: DeviceFacts, prec: str) -> Tile:
     bm = rows_for(p.gemm[0])   # (cached: the estimates would cost an eager call ~0.1 ms)
-    tile = Tile(bm, _splits_for(p, bm, facts, prec), has_wgmma(facts))
+    splits = _splits_for(p, bm, facts, prec)
+    tile = Tile(bm, splits, has_wgmma(facts) and not sync_wins(p, bm, splits, prec))
     return dataclasses.replace(tile, halo=halo_wins(p, tile))
+
+
+def sync_wins(p: Problem, bm: int, splits: int, prec: str) -> bool:
+    """Whether a weight gradient runs faster on ``mma.sync`` than wgmma: fp32, 64-row blocks,
+    splits of :data:`SYNC_WGRAD_SLICES` slices or more.  H200, 3x3, default splits: 64 -> 64
+    at 121-483 slices a split 1.10-1.20x faster, at 8-40 0.92-1.01x; 32- and 128-row blocks
+    0.78-1.01x, tf32 0.65-0.96x (docs/notes/igemm_tf32x3.md)."""
+    steps = cdiv(p.gemm[2], BK)
+    return p.mode == 2 and prec == "fp32" and bm == 64 and cdiv(steps, splits) >= SYNC_WGRAD_SLICES
 
 
 def halo_wins(p: Problem, tile: Tile) -> bool:
@@ -324,16 +333,14 @@ def _name(mode: int, kr: int, ks: int, bm: int, wgmma: bool, halo: bool = False)
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
-    """The GEMM kernel of ``tile`` (``wgmma`` decided: :func:`resolve`) and the split
-    reduction it may need."""
+    """The GEMM kernel of ``tile`` (``wgmma``: :func:`resolve`) and the split's reduction."""
     kr, ks = _fixed(p.geom)
     wg = bool(resolve(tile, backend.device_facts()).wgmma if tile.wgmma is None else tile.wgmma)
     return (cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm, wg, tile.halo),
                             arch_specific=wg), _igemm.reduce_ref())
 
 
-def workspace_floats(p: Problem, tile: Tile) -> int:
-    """Floats of the partial tiles ``tile``'s split of ``p`` needs (0 without a split)."""
+def workspace_floats(p: Problem, tile: Tile) -> int:   # the split's partials (or 0)
     return _igemm.workspace_floats(p.geom, p.base_mode, tile.split(p)[1])
 
 
@@ -346,14 +353,6 @@ def instantiations() -> list[str]:
     halos = [_name(mode, kr, ks, bm, wg, True) for mode in (0, 1) for kr, ks in sizes
              if kr * ks != 1 for bm in ROWS for wg in (False, True)]
     return sorted(plain + halos)
-
-
-def _geometry_ints(geom: ConvGeometry) -> tuple:
-    i32 = np.int32
-    return (i32(geom.n), i32(geom.c), i32(geom.h), i32(geom.w), i32(geom.k), i32(geom.oh),
-            i32(geom.ow), i32(geom.r), i32(geom.s), i32(geom.stride[0]), i32(geom.stride[1]),
-            i32(geom.padding[0]), i32(geom.padding[1]), i32(geom.dilation[0]),
-            i32(geom.dilation[1]), i32(geom.groups))
 
 
 TRANSPOSE_DGRAD_W = (1,)
@@ -380,7 +379,7 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     q_per_split, splits = tile.split(p)
     ref, _ = kernels(p, tile)
     grid = tile.grid(p)
-    ints = _geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu),
+    ints = _igemm.geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu),
                                      i32(a_t))
     reduce = (_igemm.reduce_config(p.geom, p.base_mode, splits, relu, _igemm.sm_count())
               if splits > 1 else None)

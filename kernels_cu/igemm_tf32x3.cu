@@ -109,6 +109,19 @@ struct Phase {
     }
 };
 
+// x / d for 0 <= x < 2^31 and a divisor d >= 1 known only at run time, without the integer
+// divide's instruction sequence: m = floor((2^32 - 1) / d) makes umulhi(x, m) floor(x / d)
+// or one less (m >= 2^32 / d - 1 and x < 2^32), and one test corrects it.  Mode 3 decodes
+// each reduction row's tap with two such divisions, three rows a thread a slice.
+struct FastDiv {
+    unsigned d, m;
+    __device__ explicit FastDiv(int divisor) : d(divisor), m(0xffffffffu / unsigned(divisor)) {}
+    __device__ __forceinline__ int operator()(int x) const {
+        unsigned q = __umulhi(unsigned(x), m);
+        return int(q + ((q + 1) * d <= unsigned(x)));
+    }
+};
+
 // The halo path's channel stride in shared memory: the smallest word count >= e that is
 // 8 mod 32, so that the fragment reads of four channels (lane t) and eight pixels (lane
 // g) fall on distinct banks.  tensorconv/ops/igemm_tf32x3.py sizes the ring with it.
@@ -202,10 +215,11 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const int q_end = min(Q, q_begin + q_per_split);
     const int tid = threadIdx.x;
     // Mode 3's reduction index q = t * Kg + k: tap t = (tr, ts) of the phase.
+    const FastDiv by_kg(MODE == 3 ? Kg : 1), by_taps(MODE == 3 ? max(cols_ph.taps, 1) : 1);
     auto tap_of = [&](int q, int& k, int& tr, int& ts) {
-        const int t = q / Kg;
+        const int t = by_kg(q);
         k = q - t * Kg;
-        tr = t / cols_ph.taps;
+        tr = by_taps(t);
         ts = t - tr * cols_ph.taps;
     };
 

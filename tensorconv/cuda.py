@@ -104,8 +104,11 @@ def compile_options(defines: dict | None = None, extra: tuple[str, ...] = (),
     """Options shared by every kernel: C++17, our header directory, the CUDA headers; and
     for a kernel whose defines hold :data:`ARCH_SPECIFIC`, the device's arch-specific
     target (``-arch=sm_90a`` for ``arch="sm_90"``: wgmma), which NVRTC takes over CuPy's
-    own ``-arch``."""
+    own ``-arch``.  ``TENSORCONV_LINEINFO=1`` adds ``-lineinfo`` (source lines for a
+    profiler's per-line counters; the code is the same, and the disk cache keys on it)."""
     opts = ["-std=c++17", f"-I{kernel_dir()}"]
+    if os.environ.get("TENSORCONV_LINEINFO") == "1":
+        opts.append("-lineinfo")
     opts += [f"-I{d}" for d in cuda_include_dirs()]
     for key, value in sorted((defines or {}).items()):
         opts.append(f"-D{key}" if value is None else f"-D{key}={value}")

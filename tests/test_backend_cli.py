@@ -50,6 +50,13 @@ def test_compile_options_carry_defines_and_include_dirs():
     assert f"-I{cuda.kernel_dir()}" in opts
 
 
+def test_lineinfo_only_when_asked(monkeypatch):
+    monkeypatch.delenv("TENSORCONV_LINEINFO", raising=False)
+    assert "-lineinfo" not in cuda.compile_options({})
+    monkeypatch.setenv("TENSORCONV_LINEINFO", "1")
+    assert "-lineinfo" in cuda.compile_options({"TILE": 8})
+
+
 def test_arch_specific_kernels_take_the_devices_a_target():
     """A kernel on sm_90a instructions (wgmma) is built for the device's arch-specific
     target; without the device's arch that cannot be said, and is refused."""

@@ -7,8 +7,9 @@ repeats of a timed run of ``--steps`` steps after warm-up, host-synchronised at 
 
 * ``ours-eager``: the autograd, step by step, as ``training.train`` runs with ``capture="off"``;
 * ``ours-captured``: :class:`tensorconv.nn.CapturedStep`, the step replayed as CUDA graphs;
-  ``ours-captured-tf32`` the same under ``precision.using("tf32")`` (``TrainConfig(precision=
-  "tf32")``): the tensor-core convolutions take one tf32 pass, cuDNN's TF32 accuracy;
+* ``ours-eager-tf32`` / ``ours-captured-tf32``: the same two under ``precision.using("tf32")``
+  (``TrainConfig(precision="tf32")``): the tensor-core convolutions take one tf32 pass,
+  cuDNN's TF32 accuracy;
 * ``pytorch-eager-fp32`` / ``-tf32``: the same network (``experiments/_torch_mirror``),
   cuDNN autotuned, TF32 convolutions and matmuls off (like for like) and on.
 
@@ -39,7 +40,8 @@ from tensorconv.results import ResultSet, metric_sections, read_csv, write_markd
 NAME = "bench_training"
 NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 TARGETS = {"ours-eager/pytorch-eager-fp32": 1.0, "ours-captured/pytorch-eager-fp32": 1.0,
-           "ours-captured/ours-eager": 1.3, "ours-captured-tf32/pytorch-eager-tf32": 1.0}
+           "ours-captured/ours-eager": 1.3, "ours-captured-tf32/pytorch-eager-tf32": 1.0,
+           "ours-captured-tf32/ours-eager-tf32": 1.3}
 MODELS = ("resnet20", "resnet18")
 BATCHES = (128, 256)
 PHASES = ("data", "forward", "backward", "update")
@@ -200,6 +202,8 @@ def main(argv=None) -> int:
         t = {"ours-eager": ours_step_time(model_name, batch, steps, repeats, xp, False)}
         if gpu:
             t["ours-captured"] = ours_step_time(model_name, batch, steps, repeats, xp, True)
+            t["ours-eager-tf32"] = ours_step_time(model_name, batch, steps, repeats, xp,
+                                                  False, "tf32")
             t["ours-captured-tf32"] = ours_step_time(model_name, batch, steps, repeats, xp,
                                                      True, "tf32")
             phase_ms = ours_phase_times(model_name, batch, steps, xp)
@@ -215,7 +219,10 @@ def main(argv=None) -> int:
             rs.add(case, v if gpu else "ours-numpy", "step_time", 1e3 * sec, "ms")
         pairs = [(o, b) for o in ("ours-eager", "ours-captured")
                  for b in ("pytorch-eager-fp32", "pytorch-eager-tf32", "ours-eager")]
-        for ours, base in pairs + [("ours-captured-tf32", "pytorch-eager-tf32")]:
+        tf32_pairs = [("ours-eager-tf32", "pytorch-eager-tf32"),
+                      ("ours-captured-tf32", "pytorch-eager-tf32"),
+                      ("ours-captured-tf32", "ours-eager-tf32")]
+        for ours, base in pairs + tf32_pairs:
             if ours in t and base in t and ours != base:
                 key = f"{ours}/{base}"
                 rs.add(case, key, "throughput_ratio", t[base] / t[ours], "x",
@@ -228,9 +235,10 @@ def main(argv=None) -> int:
     sections.append(("Notes", (
         f"{steps} timed steps x {repeats} repeats after 5 warm-up steps; median. fp32 "
         "against fp32 (our 3xTF32 tensor-core convolutions, PyTorch with TF32 off), tf32 "
-        "against tf32 (ours-captured-tf32: one tf32 pass; PyTorch's default TF32 "
-        "convolutions). Targets (issue 26): ours >= 1.0x PyTorch eager fp32 and, with tf32, "
-        ">= 1.0x PyTorch eager TF32; captured >= 1.3x our eager step. The phase times are of "
+        "against tf32 (ours-*-tf32: one tf32 pass; PyTorch's default TF32 convolutions). "
+        "Targets (issue 26): ours >= 1.0x PyTorch eager fp32 and, with tf32, >= 1.0x "
+        "PyTorch eager TF32; captured >= 1.3x our eager step at the same precision. The "
+        "phase times are of "
         "the eager step, events between phases, medians; host_issue_time: the host's time "
         "to issue one eager step from an idle GPU (below the captured step's time, the eager "
         "step is bound by the GPU and capture saves only its gaps).")))

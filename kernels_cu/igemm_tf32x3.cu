@@ -216,6 +216,13 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const int tid = threadIdx.x;
     // Mode 3's reduction index q = t * Kg + k: tap t = (tr, ts) of the phase.
     const FastDiv by_kg(MODE == 3 ? Kg : 1), by_taps(MODE == 3 ? max(cols_ph.taps, 1) : 1);
+    // The other per-slice divisors known only at run time: mode 2's output plane and row
+    // (its reduction index is (n, oh, ow)), and R*S and S of a filter not fixed at compile
+    // time (KR = 0; a fixed one divides by a constant, a multiplication already).
+    const FastDiv by_ohw(MODE == 2 ? OHW : 1), by_ow(MODE == 2 ? OW : 1);
+    const FastDiv by_rs(KR == 0 ? RS : 1), by_s(KS == 0 ? S : 1);
+    auto div_rs = [&](int x) { return KR == 0 ? by_rs(x) : x / RS; };
+    auto div_s = [&](int x) { return KS == 0 ? by_s(x) : x / S; };
     auto tap_of = [&](int q, int& k, int& tr, int& ts) {
         const int t = by_kg(q);
         k = q - t * Kg;
@@ -345,7 +352,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 a_base = (size_t)g * Cg * Kg * RS + qa;
                 a_step = Kg * RS;
             } else if (MODE == 1) {
-                const int k = qa / RS, rs = qa - k * RS;
+                const int k = div_rs(qa), rs = qa - k * RS;
                 a_base = ((size_t)(g * Kg + k)) * Cg * RS + rs;
                 a_step = RS;
             } else if (MODE == 3) {
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     a_step = RS;
                 }
             } else {
-                n2 = qa / OHW;
+                n2 = by_ohw(qa);
                 rem2 = qa - n2 * OHW;
                 a_base = ((size_t)n2 * K + g * Kg) * OHW + rem2;
                 a_step = OHW;
@@ -413,7 +420,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             }
         } else if constexpr (MODE == 2) {
             float* bs = b_stage(st);
-            const int oh = rem2 / OW, ow = rem2 - (rem2 / OW) * OW;
+            const int oh = by_ow(rem2), ow = rem2 - oh * OW;
             const int ohs = oh * stride_h, ows = ow * stride_w;
             const float* corner = b_src + (size_t)n2 * C * HW + ohs * W + ows;
             const bool q_ok = qa < q_end;
@@ -439,8 +446,8 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     dr = -tr; ds = -ts;
                     qoff = k * OHW - tr * OW - ts;
                 } else {
-                    const int cq = q / RS, rs = q - cq * RS;
-                    const int r = rs / S, s_ = rs - r * S;
+                    const int cq = div_rs(q), rs = q - cq * RS;
+                    const int r = div_s(rs), s_ = rs - r * S;
                     dr = (MODE == 0 ? 1 : -1) * r * dil_h;
                     ds = (MODE == 0 ? 1 : -1) * s_ * dil_w;
                     qoff = MODE == 0 ? cq * HW + dr * W + ds : cq * OHW + dr * OW + ds;

@@ -341,35 +341,35 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         const bool qa_ok = qa < q_end && (!HALO || qa < LIMC * RS);
         // A's element (m, qa) is a_src[a_base + m * a_step]: the reduction index is decoded
         // once a slice (mode 2: its (n, oh, ow), also B's), not once an element.
+        // (offsets in 32 bits: the op keeps every tensor below 2^31 elements)
         int n2 = 0, rem2 = 0;
-        size_t a_base = 0;
-        int a_step = 0;
+        int a_base = 0, a_step = 0;
         if (qa_ok) {
             if (MODE == 0) {   // (w's rows are Cg * RS long: the halo path pads Q)
-                a_base = (size_t)g * Kg * Cg * RS + qa;
+                a_base = g * Kg * Cg * RS + qa;
                 a_step = Cg * RS;
             } else if (MODE == 1 && rows_t) {   // (G, Cg, Kg, R, S): row c is Kg * RS long
-                a_base = (size_t)g * Cg * Kg * RS + qa;
+                a_base = g * Cg * Kg * RS + qa;
                 a_step = Kg * RS;
             } else if (MODE == 1) {
                 const int k = div_rs(qa), rs = qa - k * RS;
-                a_base = ((size_t)(g * Kg + k)) * Cg * RS + rs;
+                a_base = (g * Kg + k) * Cg * RS + rs;
                 a_step = RS;
             } else if (MODE == 3) {
                 int k, tr, ts;
                 tap_of(qa, k, tr, ts);
                 const int r = ph_a + tr * stride_h, s_ = ph_b + ts * stride_w;
                 if (rows_t) {   // (G, Cg, R, S, Kg): row c is RS * Kg long, Kg words a tap
-                    a_base = (size_t)g * Cg * RS * Kg + (r * S + s_) * Kg + k;
+                    a_base = g * Cg * RS * Kg + (r * S + s_) * Kg + k;
                     a_step = RS * Kg;
                 } else {
-                    a_base = ((size_t)(g * Kg + k)) * Cg * RS + r * S + s_;
+                    a_base = (g * Kg + k) * Cg * RS + r * S + s_;
                     a_step = RS;
                 }
             } else {
                 n2 = by_ohw(qa);
                 rem2 = qa - n2 * OHW;
-                a_base = ((size_t)n2 * K + g * Kg) * OHW + rem2;
+                a_base = (n2 * K + g * Kg) * OHW + rem2;
                 a_step = OHW;
             }
         }
@@ -377,29 +377,36 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             // (q_end and the halo path's padding start are multiples of 4 here)
             const int qv = q0 + av_k;
             const bool qv_ok = qv < q_end && (!HALO || qv < LIMC * RS);
-            size_t v_base = (size_t)g * Kg * Cg * RS + qv;
+            int v_base = g * Kg * Cg * RS + qv;
             if (MODE == 3) {   // the tap's Kg words: a 16-byte word never spans two (Kg % 4 == 0)
                 int k, tr, ts;
                 tap_of(qv, k, tr, ts);
-                v_base = (size_t)g * Cg * RS * Kg
+                v_base = g * Cg * RS * Kg
                          + ((ph_a + tr * stride_h) * S + ph_b + ts * stride_w) * Kg + k;
             }
-            if (!qv_ok) v_base = 0;
+            // copy i's row is ml0 + 64 i: its place is the first's plus a constant
+            const int ml0 = tid >> 2;
+            const unsigned a_sh = (unsigned)__cvta_generic_to_shared(
+                as + (WG ? wg_a_word(ml0, av_k) : ml0 * LDK + av_k));
 #pragma unroll
             for (int i = 0; i < A_VEC; ++i) {
-                const int ml = (tid + i * THREADS) >> 2, m = m0 + ml;
+                const int ml = ml0 + 64 * i, m = m0 + ml;
                 if (ml >= BM) break;
                 const bool ok = m < M && qv_ok;
-                tdcx::cp_async16(as + (WG ? wg_a_word(ml, av_k) : ml * LDK + av_k),
-                                 a_src + (ok ? v_base + (size_t)m * a_run : 0), ok);
+                tdcx::cp_async16(a_sh + 4u * (WG ? 64 * i * BK : 64 * i * LDK),
+                                 a_src + (ok ? v_base + m * a_run : 0), ok);
             }
         } else {
+            // copy i's row is ml0 + 16 i (THREADS / BK = 16 rows a pass)
+            const int ml0 = tid / BK;
+            const unsigned a_sh = (unsigned)__cvta_generic_to_shared(
+                as + (WG ? wg_a_word(ml0, ak) : ml0 * LDK + ak));
 #pragma unroll
             for (int i = 0; i < Sh::NA; ++i) {
-                const int ml = (tid + i * THREADS) / BK, m = m0 + ml;
+                const int ml = ml0 + 16 * i, m = m0 + ml;
                 const bool ok = m < M && qa_ok;
-                tdcx::cp_async4(as + (WG ? wg_a_word(ml, ak) : ml * LDK + ak),
-                                a_src + (ok ? a_base + (size_t)m * a_step : 0), ok);
+                tdcx::cp_async4(a_sh + 4u * (WG ? 16 * i * BK : 16 * i * LDK),
+                                a_src + (ok ? a_base + m * a_step : 0), ok);
             }
         }
         if constexpr (HALO) {
@@ -422,19 +429,22 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             float* bs = b_stage(st);
             const int oh = by_ow(rem2), ow = rem2 - oh * OW;
             const int ohs = oh * stride_h, ows = ow * stride_w;
-            const float* corner = b_src + (size_t)n2 * C * HW + ohs * W + ows;
+            const int corner = n2 * C * HW + ohs * W + ows;
             const bool q_ok = qa < q_end;
+            const int n0 = tid / BK;   // copy i's column is n0 + 16 i
+            const unsigned b_sh = (unsigned)__cvta_generic_to_shared(
+                bs + (B_DESC ? wg_a_word(n0, ak) : n0 * LDK + ak));
 #pragma unroll
             for (int i = 0; i < Sh::NB; ++i) {
                 const int ih = ohs + bdr[i], iw = ows + bds[i];
                 const bool ok = q_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                const int n = (tid + i * THREADS) / BK;
-                tdcx::cp_async4(bs + (B_DESC ? wg_a_word(n, ak) : n * LDK + ak),
-                                ok ? corner + btoff[i] : b_src, ok);
+                tdcx::cp_async4(b_sh + 4u * (B_DESC ? 16 * i * BK : 16 * i * LDK),
+                                b_src + (ok ? corner + btoff[i] : 0), ok);
             }
         } else {
             float* bs = b_stage(st);
             const int lim_h = MODE == 0 ? H : OH, lim_w = MODE == 0 ? W : OW;
+            const unsigned bs_sh = (unsigned)__cvta_generic_to_shared(bs);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int kl = 2 * br + h, q = q0 + kl;
@@ -453,13 +463,16 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     qoff = MODE == 0 ? cq * HW + dr * W + ds : cq * OHW + dr * OW + ds;
                 }
                 const bool q_ok = q < q_end;
+                // column bc + 32 j's place: the first's plus a constant (under the swizzle
+                // too: 32 j moves no bit of the 16-byte chunk's selector)
+                const unsigned row_sh = bs_sh + 4u * (B_DESC ? wg_a_word(bc, kl) : kl * LDN + bc);
 #pragma unroll
                 for (int j = 0; j < B_COLS; ++j) {
                     const int ih = cpa[j] + dr, iw = cpb[j] + ds;
                     const bool ok = q_ok && (unsigned)ih < (unsigned)lim_h
                                     && (unsigned)iw < (unsigned)lim_w;
-                    tdcx::cp_async4(bs + (B_DESC ? wg_a_word(bc + 32 * j, kl) : kl * LDN + bc + 32 * j),
-                                    ok ? b_src + cbase[j] + qoff : b_src, ok);
+                    tdcx::cp_async4(row_sh + 4u * (B_DESC ? 32 * j * BK : 32 * j),
+                                    b_src + (ok ? cbase[j] + qoff : 0), ok);
                 }
             }
         }

@@ -14,15 +14,21 @@
 #endif
 
 namespace tdcx {
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+// dst as a shared-memory address (__cvta_generic_to_shared): a loop that converts its
+// stage's base once and adds constants gets them folded into the copy's address.
+__device__ __forceinline__ void cp_async4(unsigned dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 4 : 0));
 }
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+__device__ __forceinline__ void cp_async16(unsigned dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
+    cp_async4((unsigned)__cvta_generic_to_shared(dst), src, valid);
+}
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool valid) {
+    cp_async16((unsigned)__cvta_generic_to_shared(dst), src, valid);
 }
 // Stage a rows x COLS tile with cp.async: row r of dst (at dst + r * DST, DST >= COLS
 // a multiple of 4) from src + r * stride + col0, columns at or past `limit`

@@ -327,14 +327,15 @@ def test_transposed_w_holds_the_elements_the_kernel_addresses(mode, stride, grou
                         assert got == w[g * kg + kk, cc, rr, ss]
 
 
-def test_by_default_only_the_stride_1_data_gradient_reads_w_transposed():
-    """Timed on an H200, the transposed w pays in mode 1 and not by phase (mode 3), and a
-    run that is not whole 16-byte words reads w in place."""
+def test_by_default_both_data_gradients_read_w_transposed_where_its_runs_are_whole_words():
+    """Timed on an H200, the transposed w pays in mode 1 and by phase (mode 3); a run that
+    is not whole 16-byte words (mode 1: K/G*R*S words, mode 3: K/G) reads w in place."""
     def transposed(k, stride):
         geom = conv_geometry((1, 8, 9, 9), (k, 8, 3, 3), stride=stride, padding=1)
         return igemm_tf32x3.transposes_w(igemm_tf32x3.problem(geom, 1))
-    assert transposed(8, 1) and not transposed(8, 2)
+    assert transposed(8, 1) and transposed(8, 2)
     assert transposed(4, 1) and not transposed(5, 1)   # K/G*R*S = 36 and 45 words
+    assert transposed(4, 2) and not transposed(6, 2)   # K/G = 4 and 6 words a tap
 
 
 @pytest.mark.parametrize("stride, padding, size, filt", [

@@ -355,10 +355,11 @@ def instantiations() -> list[str]:
     return sorted(plain + halos)
 
 
-TRANSPOSE_DGRAD_W = (1,)
+TRANSPOSE_DGRAD_W = (1, 3)
 """Modes whose data gradient reads ``w`` transposed per group in the scratch buffer (mode 1:
 (G, C/G, K/G, R, S), mode 3: (G, C/G, R, S, K/G)), its runs copied 16 bytes at a time as
-the forward's; by phase it gained nothing (``docs/notes/igemm_tf32x3.md``)."""
+the forward's (read in place, mode 3's A is one word a copy, K/G*R*S words apart: uncoalesced;
+``docs/notes/igemm_tf32x3.md``)."""
 
 
 def transposes_w(p: Problem) -> bool:

@@ -256,22 +256,16 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     constexpr int B_COLS = 4;
     const int bc = tid % 32, br = tid / 32;
     int cpa[B_COLS], cpb[B_COLS], cbase[B_COLS];
-    // A column's image and pixel: divisions by the column plane and row width, for each of
-    // a thread's B columns and again for its epilogue's (a phase's, in mode 3).
-    constexpr bool COL_DIVS = MODE != 2 && !HALO;
-    const int col_plane = MODE == 0 ? OHW : MODE == 1 ? HW : PH;
-    const int col_width = MODE == 0 ? OW : MODE == 1 ? W : cols_ph.count;
-    const FastDiv by_cplane(COL_DIVS ? max(col_plane, 1) : 1);
-    const FastDiv by_cwidth(COL_DIVS ? max(col_width, 1) : 1);
-    if constexpr (COL_DIVS) {
-        const int width = col_width;
+    if constexpr (MODE != 2 && !HALO) {
+        const int plane = MODE == 0 ? OHW : MODE == 1 ? HW : PH;
+        const int width = MODE == 0 ? OW : MODE == 1 ? W : cols_ph.count;
         const int src_c = MODE == 0 ? C : K, src_hw = MODE == 0 ? HW : OHW;
         const int src_w = MODE == 0 ? W : OW, src_g = MODE == 0 ? g * Cg : g * Kg;
 #pragma unroll
         for (int j = 0; j < B_COLS; ++j) {
             const int pcol = p0 + bc + 32 * j;
-            const int img = by_cplane(pcol), rem = pcol - img * col_plane;
-            int pa = by_cwidth(rem), pb = rem - pa * width;
+            const int img = pcol / plane, rem = pcol - img * plane;
+            int pa = rem / width, pb = rem - (rem / width) * width;
             if (MODE == 0) { pa = pa * stride_h - pad_h; pb = pb * stride_w - pad_w; }
             else if (MODE == 1) { pa += pad_h; pb += pad_w; }   // oh = pa - r*dil (stride 1)
             else { pa += rows_ph.first; pb += cols_ph.first; }  // oh = pa - tr, ow = pb - ts
@@ -690,13 +684,13 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
             return -1;
         }
         if (MODE == 3) {   // the phase's pixel -> its place in the whole output
-            const int im = by_cplane(p), rem = p - im * PH, jj = by_cwidth(rem);
+            const int im = p / PH, rem = p - im * PH, jj = rem / cols_ph.count;
             const int hh = ph_a - pad_h + stride_h * (rows_ph.first + jj);
             const int ww = ph_b - pad_w + stride_w * (cols_ph.first + rem - jj * cols_ph.count);
             p = im * HW + hh * W + ww;
         }
         if (split) return (long long)split_id * Mtot * Ptot + p;
-        const int img_p = COL_DIVS && MODE != 3 ? by_cplane(p) : p / plane;
+        const int img_p = p / plane;
         return (long long)img_p * Mtot * plane + (p - img_p * plane);
     };
     auto emit = [&](int ml, long long col, float v) {

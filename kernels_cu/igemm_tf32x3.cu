@@ -122,6 +122,13 @@ struct FastDiv {
     }
 };
 
+// A copy's source: element `off` of `base`, or `base` itself where the copy is masked off
+// (a 0-byte copy reads nothing).  The offset is a valid index wherever `ok`, so it goes
+// unsigned: it zero-extends into one multiply-add instead of a 64-bit select and shift.
+__device__ __forceinline__ const float* src_at(const float* base, bool ok, int off) {
+    return base + (ok ? unsigned(off) : 0u);
+}
+
 // The halo path's channel stride in shared memory: the smallest word count >= e that is
 // 8 mod 32, so that the fragment reads of four channels (lane t) and eight pixels (lane
 // g) fall on distinct banks.  tensorconv/ops/igemm_tf32x3.py sizes the ring with it.
@@ -340,11 +347,12 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         // (the halo path's reduction is padded past the last channel: those q copy zeros)
         const bool qa_ok = qa < q_end && (!HALO || qa < LIMC * RS);
         // A's element (m, qa) is a_src[a_base + m * a_step]: the reduction index is decoded
-        // once a slice (mode 2: its (n, oh, ow), also B's), not once an element.
+        // once a slice (mode 2: its (n, oh, ow), also B's), not once an element; where A
+        // comes as 16-byte runs the runs' own decode below replaces it.
         // (offsets in 32 bits: the op keeps every tensor below 2^31 elements)
         int n2 = 0, rem2 = 0;
         int a_base = 0, a_step = 0;
-        if (qa_ok) {
+        if (qa_ok && !(A_ROWS && a_vec)) {
             if (MODE == 0) {   // (w's rows are Cg * RS long: the halo path pads Q)
                 a_base = g * Kg * Cg * RS + qa;
                 a_step = Cg * RS;
@@ -394,7 +402,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 if (ml >= BM) break;
                 const bool ok = m < M && qv_ok;
                 tdcx::cp_async16(a_sh + 4u * (WG ? 64 * i * BK : 64 * i * LDK),
-                                 a_src + (ok ? v_base + m * a_run : 0), ok);
+                                 src_at(a_src, ok, v_base + m * a_run), ok);
             }
         } else {
             // copy i's row is ml0 + 16 i (THREADS / BK = 16 rows a pass)
@@ -406,7 +414,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 const int ml = ml0 + 16 * i, m = m0 + ml;
                 const bool ok = m < M && qa_ok;
                 tdcx::cp_async4(a_sh + 4u * (WG ? 16 * i * BK : 16 * i * LDK),
-                                a_src + (ok ? a_base + m * a_step : 0), ok);
+                                src_at(a_src, ok, a_base + m * a_step), ok);
             }
         }
         if constexpr (HALO) {
@@ -423,7 +431,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 for (int ch = 0; ch < HALO_CHANNELS; ++ch) {
                     const bool ok = hsrc[k] >= 0 && c0 + ch < LIMC;
                     tdcx::cp_async4(hs_sh + 4u * (ch * hal.cs + pos),
-                                    b_src + (ok ? src0 + ch * src_plane : 0), ok);
+                                    src_at(b_src, ok, src0 + ch * src_plane), ok);
                 }
             }
         } else if constexpr (MODE == 2) {
@@ -440,7 +448,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                 const int ih = ohs + bdr[i], iw = ows + bds[i];
                 const bool ok = q_ok && (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
                 tdcx::cp_async4(b_sh + 4u * (B_DESC ? 16 * i * BK : 16 * i * LDK),
-                                b_src + (ok ? corner + btoff[i] : 0), ok);
+                                src_at(b_src, ok, corner + btoff[i]), ok);
             }
         } else {
             float* bs = b_stage(st);
@@ -473,7 +481,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
                     const bool ok = q_ok && (unsigned)ih < (unsigned)lim_h
                                     && (unsigned)iw < (unsigned)lim_w;
                     tdcx::cp_async4(row_sh + 4u * (B_DESC ? 32 * j * BK : 32 * j),
-                                    b_src + (ok ? cbase[j] + qoff : 0), ok);
+                                    src_at(b_src, ok, cbase[j] + qoff), ok);
                 }
             }
         }

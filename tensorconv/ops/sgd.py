@@ -1,5 +1,5 @@
-"""Multi-tensor SGD update on the GPU (``kernels_cu/sgd.cu``): one launch per step, a block
-row per tensor (no launch shape to choose)."""
+"""Multi-tensor SGD update on the GPU (``kernels_cu/sgd.cu``): one launch per step over every
+tensor's chunks of :data:`CHUNK` elements (no launch shape to choose)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import numpy as np
 
 from tensorconv import backend, cuda
 from tensorconv.checks import check_bools, check_real
-from tensorconv.ops._launch import NULL, cdiv, launch
+from tensorconv.ops._launch import NULL, launch
 
 FILE = "sgd.cu"
+
+CHUNK = 2048
+"""Elements one block updates: a tensor takes
+``ceil(size / CHUNK)`` blocks, so a model's largest weight does not leave the rest of the
+grid idle while a few blocks stride over it."""
 
 
 def kernels() -> tuple[cuda.KernelRef, ...]:
@@ -36,7 +41,8 @@ class PointerTables:
         self.device = None
 
     def upload(self, xp, params, grads, velocities):
-        """The device (table, sizes) of these arrays, uploaded only if they changed.
+        """The device (table, sizes, chunk starts) of these arrays and the chunks in all,
+        uploaded only if they changed.
 
         A caller that captures the update into a CUDA graph calls this first, outside the
         capture: an upload cannot be captured (its host buffer would not outlive the graph).
@@ -46,8 +52,14 @@ class PointerTables:
         sizes = np.array([p.size for p in params], dtype=np.int64)
         key = np.concatenate([table.ravel(), sizes.astype(np.uint64)])
         if self.host is None or not np.array_equal(self.host, key):
+            starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(-(-sizes // CHUNK), out=starts[1:])
+            if starts[-1] >= 2**31:
+                raise ValueError(f"the parameters hold {int(sizes.sum())} values: more than "
+                                 f"{CHUNK} x (2**31 - 1), one launch's blocks")
             self.host = key
-            self.device = (xp.asarray(table), xp.asarray(sizes))
+            self.device = (xp.asarray(table), xp.asarray(sizes),
+                           xp.asarray(starts.astype(np.int32)), int(starts[-1]))
         return self.device
 
 
@@ -85,9 +97,11 @@ def sgd_multi_tensor(params, grads, velocities, *, lr, momentum: float,
             if a.shape != trio[0].shape:
                 raise ValueError(f"{name}[{i}] has shape {a.shape}; params[{i}] has "
                                  f"{trio[0].shape}")
-    d_table, d_sizes = (tables or PointerTables()).upload(xp, params, grads, velocities)
-    threads = 256
-    blocks_x = min(cdiv(max(p.size for p in params), threads), 64)
-    launch(kernels()[0], (blocks_x, len(params)), (threads,),
-           (d_table, d_sizes, np.float32(lr_value), lr_device, np.float32(momentum),
-            np.float32(weight_decay), np.int32(nesterov), np.int32(decoupled)))
+    d_table, d_sizes, d_starts, chunks = (tables or PointerTables()).upload(
+        xp, params, grads, velocities)
+    if chunks == 0:   # only empty tensors
+        return
+    launch(kernels()[0], (chunks,), (256,),
+           (d_table, d_sizes, d_starts, np.int32(len(params)), np.int32(CHUNK),
+            np.float32(lr_value), lr_device, np.float32(momentum), np.float32(weight_decay),
+            np.int32(nesterov), np.int32(decoupled)))

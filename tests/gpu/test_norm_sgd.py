@@ -155,7 +155,8 @@ def test_fused_sgd_matches_numpy(rng, nesterov, decoupled):
 
     from tensorconv.nn.module import Parameter
 
-    shapes = [(16, 3, 3, 3), (16,), (10, 64), (1,), (4097,)]
+    # sizes across the kernel's chunks: under one, one exactly, one and a bit, many
+    shapes = [(16, 3, 3, 3), (16,), (10, 64), (1,), (4097,), (2048,), (64, 64, 3, 3), (3,)]
     data = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
     results = []

@@ -37,6 +37,22 @@ def test_every_pass_routes_to_depthwise_where_supported():
     assert direct_conv.kernels(dw, "depthwise", mode=2)[1].name == "conv2d_splitk_reduce"
 
 
+def test_a_one_channel_weight_gradient_leaves_depthwise_where_the_tensor_cores_win():
+    """A grey stem's weight gradient (C == groups == 1) runs on the tensor-core GEMM from
+    32 filters on a large batch, on the depthwise kernel below; a 3-channel stem's too."""
+    hopper = device_facts()
+    stem = conv_geometry((128, 1, 32, 32), (64, 1, 3, 3), padding=1)
+    assert direct_conv.choose_algorithm(stem, 2, hopper) == "igemm_tf32x3"
+    assert direct_conv.choose_algorithm(stem, 0, hopper) != "depthwise"
+    for xs, ws in [((128, 1, 32, 32), (16, 1, 3, 3)), ((8, 1, 32, 32), (64, 1, 3, 3))]:
+        assert direct_conv.choose_algorithm(conv_geometry(xs, ws, padding=1), 2,
+                                            hopper) == "depthwise"
+    rgb = conv_geometry((128, 3, 32, 32), (64, 3, 3, 3), padding=1)
+    assert direct_conv.choose_algorithm(rgb, 2, hopper) == "igemm_tf32x3"
+    volta = device_facts(compute_capability=(7, 0))
+    assert direct_conv.choose_algorithm(stem, 2, volta) == "depthwise"
+
+
 def test_weight_splits_fill_the_gpu_and_keep_threads_busy():
     wide = _geom((128, 64, 32, 32), padding=1)
     assert depthwise_conv.weight_splits(wide, 132) == 9          # ~4 blocks per SM over 64

@@ -117,16 +117,18 @@ def _direct_wins(geom: ConvGeometry, gemm: str) -> bool:
 def choose_algorithm(geom: ConvGeometry, mode: int = 0, facts: DeviceFacts | None = None) -> str:
     """The default algorithm of ``mode`` (0 forward, 1 data, 2 weight gradient) on the
     current device (or ``facts``): ``"depthwise"`` where :func:`depthwise_conv.supported`
-    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more);
+    (but a one-channel forward of :data:`STEM_OUTPUTS` output values or more, and a
+    one-channel weight gradient the tensor-core GEMM takes by its ``worth_it``);
     ``"winograd"`` for a forward or data gradient where :data:`WINOGRAD_MACS` says;
     ``"direct"`` for another forward where :func:`_direct_wins` and for a thin weight
     gradient where :data:`WGRAD_DIRECT_PIXELS` says; else the tensor-core
     ``"igemm_tf32x3"`` where :func:`igemm_tf32x3.worth_it`, else the fp32 ``"igemm"``."""
-    stem = (mode == 0 and geom.c == geom.groups == 1
-            and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS)
+    facts = facts or backend.device_facts()
+    stem = geom.c == geom.groups == 1 and (
+        mode == 0 and geom.n * geom.k * geom.oh * geom.ow >= STEM_OUTPUTS
+        or mode == 2 and igemm_tf32x3.worth_it(igemm_tf32x3.problem(geom, 2), facts))
     if depthwise_conv.supported(geom) is None and not stem:
         return "depthwise"
-    facts = facts or backend.device_facts()
     if _winograd_wins(geom, mode, facts):
         return "winograd"
     if _direct_wgrad_wins(geom, mode, facts):

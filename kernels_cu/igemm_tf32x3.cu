@@ -47,8 +47,9 @@
 //
 // blockIdx.z splits the reduction: with splits > 1 each split writes its partial tile to
 // `partial` ([split][Mtot][P]) and direct_conv.cu's conv2d_splitk_reduce sums them in
-// split order (deterministic) and runs the epilogue; with one split the epilogue (bias,
-// residual, ReLU: forward only) runs here.
+// split order (deterministic) and runs the epilogue; with one split the epilogue runs
+// here: bias and ReLU (forward only) and residual (the forward's, or the sum a data
+// gradient is added to: the gradient of a tensor read twice, as a residual block's input).
 //
 // HALO (modes 0 and 1, filters of three taps or more): the block's 128 columns are whole
 // output planes (planes of at most 128 pixels) or whole rows of one plane, so the source
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
     const float* __restrict__ a_src,     // MODE 0, 1, 3: w;  MODE 2: gy
     const float* __restrict__ b_src,     // MODE 0: x;  MODE 1, 3: gy;  MODE 2: x
     const float* __restrict__ bias,      // (K,) or nullptr (MODE 0 only)
-    const float* __restrict__ residual,  // like y, or nullptr (MODE 0 only)
+    const float* __restrict__ residual,  // like out, or nullptr (MODE 0, 1, 3)
     float* __restrict__ out,             // MODE 0: y;  MODE 1, 3: gx;  MODE 2: gw
     float* __restrict__ partial,         // (splits, Mtot, P, all phases) when splits > 1
     int N, int C, int H, int W, int K, int OH, int OW, int R, int S,
@@ -701,39 +702,99 @@ __global__ void __launch_bounds__(igtc::THREADS, BM >= 128 ? 1 : 2) conv2d_igemm
         const int img_p = p / plane;
         return (long long)img_p * Mtot * plane + (p - img_p * plane);
     };
-    auto emit = [&](int ml, long long col, float v) {
-        const int m = m0 + ml;
-        if (m >= M || col < 0) return;
-        const int row = (DGRAD ? g * Cg : g * Kg) + m;
-        const size_t o = (size_t)col + (size_t)row * row_step;
-        if (split)
-            partial[o] = v;
+    // A thread's outputs of one column sit in rows m0 + r0 + d, d a compile-time step of the
+    // fragment layout, at d * row_step past the column's first: a 32-bit product (it stays
+    // inside one output tensor or partial tile, below 2^31 elements) on a pointer made once
+    // a column, one compare and no 64-bit arithmetic a store.  Mode 3 (a phase's data
+    // gradient) keeps a 64-bit offset a store: on the pointer form its kernels ran 2-4 %
+    // slower (docs/notes/igemm_tf32x3.md).
+    const int row_base = (DGRAD ? g * Cg : g * Kg) + m0;
+    const unsigned rs32 = (unsigned)row_step;
+    float* const dst0 = split ? partial : out;
+    auto col_ptr = [&](const float* base, long long col, int r0) {
+        return base + (size_t)col + (size_t)(row_base + r0) * row_step;
+    };
+    // (residual is read where the tile is not split, never by a weight gradient)
+    auto col_res = [&](long long col, int r0) -> const float* {
+        return MODE != 2 && !split && residual != nullptr ? col_ptr(residual, col, r0) : nullptr;
+    };
+    // A column's residual values are all loaded before its first store: the compiler may
+    // not move a load above a store through another pointer, and load, add, store in turn
+    // waits a memory latency an output (a data gradient's addend cost 25 % more than the
+    // separate add it replaced).
+    auto res_at = [&](const float* res, int r0, int d) {
+        return res != nullptr && m0 + r0 + d < M ? __ldg(res + unsigned(d) * rs32) : 0.f;
+    };
+    // v: the accumulator; r: its residual value (res_at), added where has_res
+    auto emit = [&](int r0, float* dst, bool has_res, int d, float v, float r, long long col) {
+        if (m0 + r0 + d >= M) return;
+        if (!split) {   // the epilogue (tc::conv_epilogue's order: bias, residual, ReLU)
+            if (MODE == 0 && bias != nullptr) v += bias[row_base + r0 + d];
+            if (has_res) v += r;
+            if (MODE == 0 && relu) v = fmaxf(v, 0.f);
+        }
+        if constexpr (MODE == 3)
+            (split ? partial : out)[(size_t)col + (size_t)(row_base + r0 + d) * row_step] = v;
         else
-            out[o] = MODE == 0 ? tc::conv_epilogue(v, bias, row, residual, o, relu) : v;
+            dst[unsigned(d) * rs32] = v;
     };
     if constexpr (WG) {
         // wacc[4 j + 2 h + e]: D row wrow_t + lg + 8 h (a column of OUT), D column
         // 8 j + 2 lt + e (a row of OUT)
+        const int r0 = 2 * lt;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const long long col = column(wrow_t + lg + 8 * h);
+            if (col < 0) continue;
+            float* dst = const_cast<float*>(col_ptr(dst0, col, r0));
+            const float* res = col_res(col, r0);
+            if constexpr (BM <= 64) {
+                float rv[BM / 8][2];
 #pragma unroll
-            for (int j = 0; j < BM / 8; ++j)
+                for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) emit(8 * j + 2 * lt + e, col, wacc[4 * j + 2 * h + e]);
+                    for (int e = 0; e < 2; ++e) rv[j][e] = res_at(res, r0, 8 * j + e);
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        emit(r0, dst, res != nullptr, 8 * j + e, wacc[4 * j + 2 * h + e],
+                             rv[j][e], col);
+            } else {   // 32 values a column: loaded one by one (their registers would cost
+                       // the tf32 build its second block an SM)
+#pragma unroll
+                for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int d = 8 * j + e;
+                        const bool in = res != nullptr && m0 + r0 + d < M;
+                        emit(r0, dst, res != nullptr, d, wacc[4 * j + 2 * h + e],
+                             in ? res[unsigned(d) * rs32] : 0.f, col);
+                    }
+            }
         }
     } else {
         // lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each m16n8 tile
+        const int r0 = wrow + lg;
 #pragma unroll
         for (int j = 0; j < Sh::NT; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const long long col = column(wcol + j * 8 + 2 * lt + e);
+                if (col < 0) continue;
+                float* dst = const_cast<float*>(col_ptr(dst0, col, r0));
+                const float* res = col_res(col, r0);
+                float rv[Sh::MT][2];
+#pragma unroll
+                for (int i = 0; i < Sh::MT; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) rv[i][h] = res_at(res, r0, 16 * i + 8 * h);
 #pragma unroll
                 for (int i = 0; i < Sh::MT; ++i)
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        emit(wrow + i * 16 + lg + 8 * h, col, acc[i][j][2 * h + e]);
+                        emit(r0, dst, res != nullptr, 16 * i + 8 * h, acc[i][j][2 * h + e],
+                             rv[i][h], col);
             }
     }
 }

@@ -276,6 +276,20 @@ def check_residual(residual, shape, xp, name: str = "residual"):
     return residual
 
 
+def check_disjoint(a, a_name: str, b, b_name: str) -> None:
+    """Raise where C-contiguous arrays ``a`` and ``b`` (either may be None) share memory: a
+    kernel reading one while it writes the other would read its own results."""
+    if a is None or b is None:
+        return
+    if backend.is_cupy_array(a):
+        lo, hi = max(a.data.ptr, b.data.ptr), min(a.data.ptr + a.nbytes, b.data.ptr + b.nbytes)
+        overlap = lo < hi
+    else:
+        overlap = np.shares_memory(a, b)
+    if overlap:
+        raise ValueError(f"{a_name} and {b_name} share memory; pass separate arrays")
+
+
 def check_vector(v, name: str, length: int, xp, what: str):
     """``v`` (or None) as a float32 vector of ``length`` entries, one per ``what`` (e.g.
     "output channel of w")."""

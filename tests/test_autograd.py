@@ -281,3 +281,76 @@ def test_a_gradient_nobody_reads_is_not_computed(rng):
         assert (gx is None) != wanted
         grads[wanted] = gw
     np.testing.assert_array_equal(grads[False], grads[True])
+
+
+def _residual_block(x, w1, w2, ws=None):
+    """conv(relu(conv(x))) plus x (or a 1x1 stride-1 projection of it): x has two readers."""
+    h = F.conv2d(F.relu(F.conv2d(x, w1, padding=1)), w2, padding=1)
+    return F.add(h, x if ws is None else F.conv2d(x, ws))
+
+
+@pytest.mark.parametrize("projection", [False, True])
+def test_a_convolution_adds_its_input_s_other_gradient_to_the_same_bits(rng, projection,
+                                                                          monkeypatch):
+    """Where a convolution's input already holds a gradient from another reader, the
+    backward pass hands it to the convolution (``grad_addends``), which returns the sum:
+    the same bits as the separate add, and the hand-over happens in a residual block."""
+    from tensorconv.autograd.functions.connection import Conv2d
+
+    x0 = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    w0 = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    w1, w2 = (rng.standard_normal((4, 4, 3, 3)).astype(np.float32) for _ in range(2))
+    ws = rng.standard_normal((4, 4, 1, 1)).astype(np.float32) if projection else None
+    seen, backward = [], Conv2d.backward
+
+    def spy(self, gy):
+        seen.append(self.addend(0) is not None)
+        return backward(self, gy)
+
+    monkeypatch.setattr(Conv2d, "backward", spy)
+    grads = {}
+    for fused in ((0,), ()):
+        monkeypatch.setattr(Conv2d, "adds_to_input_grad", fused)
+        seen.clear()
+        params = [Tensor(a, requires_grad=True) for a in (w0, w1, w2)]
+        wst = Tensor(ws, requires_grad=True) if projection else None
+        x = F.conv2d(Tensor(x0), params[0], padding=1)   # a non-leaf input to the block
+        y = _residual_block(x, params[1], params[2], wst)
+        y.backward(np.ones(y.shape, np.float32))
+        grads[fused] = [p.grad for p in params] + ([wst.grad] if projection else [])
+        assert any(seen) == bool(fused)
+    for a, b in zip(grads[(0,)], grads[()]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_input_read_twice_by_one_function_takes_its_addend_once(rng):
+    """f(h, h), both inputs declared: h's earlier gradient goes to the first only (given to
+    both, it would count twice); a leaf never gets one."""
+    from tensorconv.autograd.function import Function
+
+    class Product(Function):   # a * b, adding each input's addend as it returns
+        adds_to_input_grad = (0, 1)
+
+        def forward(self, a, b):
+            self.a, self.b = a, b
+            return a * b
+
+        def backward(self, gy):
+            gins = [gy * self.b, gy * self.a]
+            self.got = [self.addend(i) is not None for i in range(2)]
+            return tuple(g if self.addend(i) is None else self.addend(i) + g
+                         for i, g in enumerate(gins))
+
+    a = rng.standard_normal(5)
+    x = Tensor(a, requires_grad=True)
+    h = F.mul(x, 3.0)                        # a non-leaf with two readers below
+    p = Product.apply(h, h)
+    z = F.add(F.relu(h), p)                  # relu's gradient reaches h first
+    z.backward(np.ones(5))
+    assert p.creator.got == [True, False]
+    np.testing.assert_allclose(x.grad, 3.0 * (2 * 3.0 * a + (3.0 * a > 0)))
+    leaf = Tensor(a, requires_grad=True)
+    q = Product.apply(leaf, leaf)
+    F.add(q, F.relu(leaf)).backward(np.ones(5))
+    assert q.creator.got == [False, False]
+    np.testing.assert_allclose(leaf.grad, 2 * a + (a > 0))

@@ -7,6 +7,14 @@ gradient flows), keeping what backward needs on ``self`` — Chainer's
 skip a gradient nobody reads, such as a network's input image.  ``Function.apply`` wraps
 inputs and outputs as tensors and links the graph unless gradients are disabled with
 :func:`no_grad`.
+
+A tensor read by several functions gets the sum of their gradients.  A function that can
+fold that sum into its own kernel lists the inputs in ``adds_to_input_grad``; where such an
+input already holds a gradient from another reader when the backward pass reaches the
+function, ``self.grad_addends[i]`` is that gradient and the backward returns input ``i``'s
+gradient with it added (``addend + g``: the same bits as the separate sum).  A residual
+block's input is the case: its first convolution's data gradient adds the shortcut's as it
+stores (``ops.conv2d_backward_data(addend=...)``).
 """
 
 from __future__ import annotations
@@ -40,6 +48,12 @@ class Function:
     """Base class of every differentiable operation."""
 
     needs_input_grad: tuple = ()    # set by apply; empty (every gradient wanted) otherwise
+    adds_to_input_grad: tuple = ()  # inputs whose backward takes an addend (module docstring)
+    grad_addends: tuple = ()        # set by the backward pass: an addend per input, or None
+
+    def addend(self, i: int):
+        """The gradient input ``i`` already has, which backward adds to its own, or None."""
+        return self.grad_addends[i] if i < len(self.grad_addends) else None
 
     def wants(self, i: int) -> bool:
         """Whether input ``i``'s gradient is read (always, for a node made outside apply)."""
@@ -164,10 +178,20 @@ def _run_backward(fn, xp) -> None:
     gouts = [xp.zeros(shape, dtype) if g is None else g
              for g, (shape, dtype) in zip(gouts, fn.output_meta)]
     _check_versions(fn)
+    if fn.adds_to_input_grad:   # non-leaf inputs only: a leaf's may be on the side stream
+        first = {}   # a tensor passed twice takes its addend once
+        for i, t in enumerate(fn.inputs):
+            first.setdefault(id(t), i)
+        fn.grad_addends = tuple(
+            t._pending if (i in fn.adds_to_input_grad and t.creator is not None
+                           and first[id(t)] == i) else None
+            for i, t in enumerate(fn.inputs))
     gins = fn.backward(*gouts)
     if not isinstance(gins, tuple):
         gins = (gins,)
-    for t, g in zip(fn.inputs, gins):
+    added = fn.grad_addends
+    fn.grad_addends = ()
+    for i, (t, g) in enumerate(zip(fn.inputs, gins)):
         if g is None or not t.requires_grad:
             continue
         if g.shape != t.shape:
@@ -177,6 +201,8 @@ def _run_backward(fn, xp) -> None:
             if t.grad is not None:
                 side_stream.settle()    # its first gradient may still be on the side stream
             t.grad = g if t.grad is None else t.grad + g
+        elif i < len(added) and added[i] is not None:   # g includes the addend
+            t._pending = g
         else:
             t._pending = g if t._pending is None else t._pending + g
 

@@ -35,6 +35,7 @@ from tensorconv.checks import (
     check_bools,
     check_choice,
     check_conv_args,
+    check_disjoint,
     check_residual,
     conv_geometry,
     output_buffer,
@@ -341,15 +342,17 @@ def _check_grad_args(gy, geom, xp):
 
 
 def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups=1, *,
-                         out=None, algorithm: str | None = None, tile=None,
+                         addend=None, out=None, algorithm: str | None = None, tile=None,
                          splits: int | None = None):
-    """Gradient of :func:`conv2d` with respect to ``x`` (fp32).
+    """Gradient of :func:`conv2d` with respect to ``x`` (fp32), plus ``addend`` if given.
 
     Parameters
     ----------
     gy : array, (N, K, OH, OW), float32, C-contiguous
     w : array, (K, C // groups, R, S), float32
     x_shape : tuple (N, C, H, W)
+    addend : array, (N, C, H, W), float32, optional, not sharing ``out``'s memory
+        ``x``'s gradient from another reader (a shortcut's): returns ``addend + gx``.
     out : array, (N, C, H, W), float32, optional (GPU only)
     algorithm, tile, splits
         As for :func:`conv2d` (mode 1 of :func:`choose_algorithm`; not ``"direct"``).
@@ -365,13 +368,19 @@ def conv2d_backward_data(gy, w, x_shape, stride=1, padding=0, dilation=1, groups
         raise ValueError(f"x_shape must be (N, C, H, W), got {x_shape!r}")
     geom = conv_geometry(tuple(x_shape), w.shape, stride, padding, dilation, groups)
     _check_grad_args(gy, geom, xp)
+    addend = check_residual(addend, tuple(x_shape), xp, "addend")
     algorithm = _check_gemm_options(algorithm, tile, splits, geom, 1)
     if xp is np:
-        return reference.conv2d_backward_data(gy, w, x_shape, geom.stride, geom.padding,
-                                              geom.dilation, geom.groups)
+        gx = reference.conv2d_backward_data(gy, w, x_shape, geom.stride, geom.padding,
+                                            geom.dilation, geom.groups)
+        return gx if addend is None else addend + gx
     out = output_buffer(xp, out, tuple(x_shape))
+    check_disjoint(addend, "addend", out, "out")
     algorithm = algorithm or choose_algorithm(geom, 1)
-    _run_gemm(algorithm, 1, w, gy, None, None, out, geom, tile, splits, False, xp)
+    in_epilogue = addend if algorithm == "igemm_tf32x3" else None   # added as gx is stored
+    _run_gemm(algorithm, 1, w, gy, None, in_epilogue, out, geom, tile, splits, False, xp)
+    if addend is not None and in_epilogue is None:
+        xp.add(addend, out, out=out)
     return out
 
 

@@ -362,6 +362,58 @@ def test_strided_data_gradient_by_phase(rng, xs, ws, kw):
         assert rel_err(got, want) <= fp32_tol(terms), tile
 
 
+ADDEND_LAYERS = [  # the gather, the halo path, by phase (phases without taps), groups
+    ((2, 24, 11, 13), (40, 24, 3, 3), dict(padding=1)),
+    ((3, 20, 16, 16), (24, 20, 3, 3), dict(padding=1)),
+    ((2, 24, 15, 17), (40, 24, 3, 3), dict(stride=2, padding=1)),
+    ((2, 24, 16, 16), (40, 24, 1, 1), dict(stride=2)),
+    ((2, 48, 9, 9), (96, 16, 3, 3), dict(padding=1, groups=3)),
+]
+
+
+@pytest.mark.parametrize("prec", ["fp32", "tf32"])
+@pytest.mark.parametrize("xs,ws,kw", ADDEND_LAYERS)
+def test_data_gradient_adds_its_addend_to_the_same_bits(rng, prec, xs, ws, kw):
+    """``addend`` + gx from one launch: bit for bit the kernel's gx plus the addend added
+    after (every block height, split, instruction path, halo where it applies, and the
+    other algorithms, which add after), near the float64 reference, outputs poisoned."""
+    import cupy as cp
+
+    _, w, gy = (cp.asarray(a) for a in _arrays(rng, xs, ws, kw))
+    add = cp.asarray(rng.standard_normal(xs).astype(np.float32))
+    want = reference.conv2d_backward_data(gy.get().astype(np.float64),
+                                          w.get().astype(np.float64), xs, **kw) + add.get()
+    geom = conv_geometry(xs, ws, **kw)
+    tol = 3e-3 if prec == "tf32" else fp32_tol(geom.k // geom.groups * geom.r * geom.s)
+    halo = igemm_tf32x3.halo_supported(igemm_tf32x3.problem(geom, 1)) is None
+    runs = [dict(tile=igemm_tf32x3.Tile(bm, sp, wg, h)) for bm in igemm_tf32x3.ROWS
+            for sp in (1, 3) for wg in _paths() for h in {False, halo}]
+    runs += [dict(algorithm=a) for a in ("igemm", "winograd")
+             if a != "winograd" or geom.stride == (1, 1) and geom.groups == 1]
+    with precision.using(prec):
+        for opts in runs + [{}]:
+            plain = ops.conv2d_backward_data(gy, w, xs, **kw, **opts)
+            out = cp.full(xs, cp.nan, cp.float32)
+            got = ops.conv2d_backward_data(gy, w, xs, **kw, addend=add, out=out, **opts)
+            assert got is out and not bool(cp.isnan(out).any()), opts
+            cp.testing.assert_array_equal(out, add + plain)
+            assert rel_err(out.get(), want) <= tol, opts
+
+
+def test_bad_addends_raise_before_launch(rng):
+    import cupy as cp
+
+    _, w, gy = (cp.asarray(a) for a in _arrays(rng, (2, 8, 6, 6), (8, 8, 3, 3), {}))
+    out = cp.full((2, 8, 6, 6), cp.nan, cp.float32)
+    for bad, msg in [(cp.zeros((2, 8, 6, 5), cp.float32), "addend has shape"),
+                     (cp.zeros((2, 8, 6, 6), cp.float64), "addend"),
+                     (out, "addend and out share memory"),
+                     (out.reshape(-1)[:2 * 8 * 6 * 6].reshape(2, 8, 6, 6), "share memory")]:
+        with pytest.raises((ValueError, TypeError), match=msg):
+            ops.conv2d_backward_data(gy, w, (2, 8, 6, 6), addend=bad, out=out)
+    assert bool(cp.isnan(out).all())
+
+
 def test_non_finite_inputs_reach_exactly_the_outputs_they_touch(rng):
     """An inf or NaN input makes exactly the outputs it reaches non-finite (the split keeps
     a non-finite value in its big part) and leaves the others exact."""

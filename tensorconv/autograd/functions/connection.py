@@ -68,6 +68,8 @@ class Conv2d(Function):
     ``ops.conv2d_backward_weight``): no column matrix is materialised.
     """
 
+    adds_to_input_grad = (0,)   # x's gradient from another reader, added as gx is stored
+
     def __init__(self, stride=1, padding=0, dilation=1, groups=1):
         self.params = (stride, padding, dilation, groups)
 
@@ -96,7 +98,8 @@ class Conv2d(Function):
                 lambda: ops.conv2d_backward_weight(x, gy, w.shape, *conv), x, gy, when=leaf)
                 if self.wants(1) else None)
             # the first layer's input (the images) needs no gradient: skip its kernel
-            gx = ops.conv2d_backward_data(gy, w, x.shape, *conv) if self.wants(0) else None
+            gx = (ops.conv2d_backward_data(gy, w, x.shape, *conv, addend=self.addend(0))
+                  if self.wants(0) else None)
             return (gx, gw, gb) if self.has_bias else (gx, gw)
         xp = backend.array_module(gy)
         g = geom.groups
@@ -109,6 +112,8 @@ class Conv2d(Function):
         gcols = xp.matmul(wg.swapaxes(-1, -2), gyg)
         gx = scatter_windows(gcols.reshape(geom.n, geom.c, geom.r, geom.s, geom.oh, geom.ow),
                              x.shape, geom.stride, geom.padding, geom.dilation)
+        if self.addend(0) is not None:
+            gx = self.addend(0) + gx
         return (gx, gw, gb) if self.has_bias else (gx, gw)
 
 

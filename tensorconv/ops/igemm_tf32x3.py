@@ -296,11 +296,8 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 def worth_it(p: Problem, facts: DeviceFacts) -> bool:
     """Whether this kernel is the default for ``p``: a tensor-core device, a GEMM of at
     least 2**24 multiply-adds per group (smaller ones are bound by launch and staging,
-    where the fp32 kernel's 64-wide tiles lose nothing), 16 rows and 32 columns, or for a
-    weight gradient 32 rows and any columns: a thin stem's (C x 3 x 3 = 9 or 27 columns)
-    idles most of the 128-wide tile but splits its long reduction over the whole GPU (on
-    the H200 at batch 128, 1 -> 64 channels 41.2 µs against 69.2 on the depthwise kernel,
-    3 -> 64 41.8 against 73.7 on the fp32 GEMM; 1 -> 16 31.2 against 19.3: kept off)."""
+    where the fp32 kernel's 64-wide tiles lose nothing), 16 rows and 32 columns, or 32 rows
+    of a weight gradient (a thin stem's 9 columns, split over the GPU: training_speed.md)."""
     m, cols, q = p.gemm
     return (device_supported(facts) and supported(p) is None and m * cols * q >= 1 << 24
             and m >= 16 and (cols >= 32 or p.mode == 2 and m >= 32))

@@ -323,6 +323,29 @@ def test_a_convolution_adds_its_input_s_other_gradient_to_the_same_bits(rng, pro
         np.testing.assert_array_equal(a, b)
 
 
+def test_the_kernel_path_adds_an_addend_it_cannot_read_after(rng, monkeypatch):
+    """The GPU branch of the convolution's backward (run here on NumPy arrays): x's other
+    gradient, a non-contiguous slice of a concatenation's, is added after the data
+    gradient (the kernels read C-contiguous float32 only), to the same bits."""
+    from tensorconv.autograd.functions import connection
+
+    monkeypatch.setattr(connection, "_kernel_path", lambda *arrays: all(
+        a.dtype == np.float32 and a.flags.c_contiguous for a in arrays if a is not None))
+    x0 = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    w0, w1 = (rng.standard_normal((3, 3, 3, 3)).astype(np.float32) for _ in range(2))
+    grads = {}
+    for fused in ((0,), ()):
+        monkeypatch.setattr(connection.Conv2d, "adds_to_input_grad", fused)
+        params = [Tensor(w, requires_grad=True) for w in (w0, w1)]
+        x = F.conv2d(Tensor(x0), params[0], padding=1)
+        y = F.concat([x, F.conv2d(x, params[1], padding=1)], axis=1)   # x: read twice
+        assert y.creator is not None and x.creator.on_gpu
+        y.backward(np.ones(y.shape, np.float32))
+        grads[fused] = [p.grad for p in params]
+    for a, b in zip(grads[(0,)], grads[()]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_an_input_read_twice_by_one_function_takes_its_addend_once(rng):
     """f(h, h), both inputs declared: h's earlier gradient goes to the first only (given to
     both, it would count twice); a leaf never gets one."""

@@ -97,9 +97,15 @@ class Conv2d(Function):
             gw = (side_stream.on_side(
                 lambda: ops.conv2d_backward_weight(x, gy, w.shape, *conv), x, gy, when=leaf)
                 if self.wants(1) else None)
-            # the first layer's input (the images) needs no gradient: skip its kernel
-            gx = (ops.conv2d_backward_data(gy, w, x.shape, *conv, addend=self.addend(0))
+            # the first layer's input (the images) needs no gradient: skip its kernel.  x's
+            # gradient from another reader is added as gx is stored where the kernel can
+            # read it, after otherwise (a slice of a concatenation's gradient)
+            add = self.addend(0)
+            fused = add is None or _kernel_path(add)
+            gx = (ops.conv2d_backward_data(gy, w, x.shape, *conv, addend=add if fused else None)
                   if self.wants(0) else None)
+            if gx is not None and not fused:
+                gx = add + gx
             return (gx, gw, gb) if self.has_bias else (gx, gw)
         xp = backend.array_module(gy)
         g = geom.groups

@@ -6,22 +6,11 @@
 // A block stages a tile of tp x tq (p, q) pairs, all T taps, in shared memory: it reads
 // the tile's tp rows of tq*T contiguous values and writes either tq rows of tp*T values
 // or tq*T rows of tp values, so that loads and stores both run along contiguous memory
-// (a strided element-wise copy reads 36-byte runs of a 3x3 filter).  A tile is at most
-// a few values a thread, all loaded before any is stored: a filter bank is small (64 x 64
-// 3x3 filters are 37 K values), so the copy is bound by how many loads are in flight.
-// The op (tensorconv/ops/filter_transpose.py) sizes the tile and makes `pitch` odd, so
-// that the (G, Q, T, P) stores, which read the tile down a column, hit 32 banks.
+// (a strided element-wise copy reads 36-byte runs of a 3x3 filter and moves about a third
+// of the memory's bandwidth).  The op (tensorconv/ops/filter_transpose.py) sizes the tile
+// and makes `pitch` odd, so that the (G, Q, T, P) stores, which read the tile down a
+// column, hit 32 different banks.
 #include "tc_common.cuh"
-
-namespace filter_transpose_detail {
-constexpr int THREADS = 256, UNROLL = 4;
-
-// x / d for 0 <= x < 2^31, with m = 0xffffffff / d: a multiply-high is x / d or one less
-__device__ __forceinline__ int quot(int x, int d, unsigned m) {
-    const unsigned q = __umulhi(unsigned(x), m);
-    return int(q + ((q + 1) * unsigned(d) <= unsigned(x)));
-}
-}  // namespace filter_transpose_detail
 
 template <bool TAPS_LAST>
 __global__ void __launch_bounds__(256) filter_transpose(
@@ -31,42 +20,30 @@ __global__ void __launch_bounds__(256) filter_transpose(
     int tiles_p, int tiles_q)      // the grid: G * tiles_p * tiles_q blocks
 {
     tc::wait_prior_grids();
-    using namespace filter_transpose_detail;
     extern __shared__ float tile[];   // [tp][pitch]
-    const int tiles = tiles_p * tiles_q, g = blockIdx.x / tiles, rest = blockIdx.x - g * tiles;
-    const int pt = rest / tiles_q, p0 = pt * tp, q0 = (rest - pt * tiles_q) * tq;
-    const int np = min(tp, P - p0), nq = min(tq, Q - q0), run = nq * T, n = np * run;
-    const size_t base = (size_t)g * P * Q * T, row = (size_t)Q * T;
-    const float* src = w + base + (size_t)p0 * row + (size_t)q0 * T;   // the tile's row 0
-    const unsigned m_run = 0xffffffffu / unsigned(run);
-    for (int e0 = threadIdx.x; e0 < n; e0 += UNROLL * THREADS) {
-        float v[UNROLL];
-        int at[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {   // every load issued before the first store
-            const int e = e0 + u * THREADS, p = quot(e, run, m_run), j = e - p * run;
-            at[u] = p * pitch + j;
-            if (e < n) v[u] = src[p * row + j];
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (e0 + u * THREADS < n) tile[at[u]] = v[u];
+    const int b = blockIdx.x, g = b / (tiles_p * tiles_q), rest = b - g * tiles_p * tiles_q;
+    const int p0 = (rest / tiles_q) * tp, q0 = (rest % tiles_q) * tq;
+    const int np = min(tp, P - p0), nq = min(tq, Q - q0);
+    const size_t base = (size_t)g * P * Q * T;
+    const int run = nq * T;           // w[g, p0 + p, q0 : q0 + nq, :] is contiguous
+    for (int p = threadIdx.y; p < np; p += blockDim.y) {
+        const float* src = w + base + ((size_t)(p0 + p) * Q + q0) * T;
+        for (int j = threadIdx.x; j < run; j += blockDim.x) tile[p * pitch + j] = src[j];
     }
     __syncthreads();
-    if (TAPS_LAST) {   // out[g, q0 + q, t, p0 : p0 + np] for each tile row r = q * T + t
-        float* dst = out + base + (size_t)q0 * T * P + p0;
-        const unsigned m_np = 0xffffffffu / unsigned(np);
-        for (int e = threadIdx.x; e < n; e += THREADS) {
-            const int r = quot(e, np, m_np), p = e - r * np;
-            dst[(size_t)r * P + p] = tile[p * pitch + r];
+    if (TAPS_LAST) {                  // out[g, q, t, p0 : p0 + np] for each r = q * T + t
+        for (int r = threadIdx.y; r < run; r += blockDim.y) {
+            float* dst = out + base + ((size_t)q0 * T + r) * P + p0;
+            for (int p = threadIdx.x; p < np; p += blockDim.x) dst[p] = tile[p * pitch + r];
         }
-    } else {           // out[g, q0 + q, p0 : p0 + np, :]: np * T values for each q
-        float* dst = out + base + ((size_t)q0 * P + p0) * T;
+    } else {                          // out[g, q, p0 : p0 + np, :] for each q
         const int len = np * T;
-        const unsigned m_len = 0xffffffffu / unsigned(len), m_t = 0xffffffffu / unsigned(T);
-        for (int e = threadIdx.x; e < n; e += THREADS) {
-            const int q = quot(e, len, m_len), j = e - q * len, p = quot(j, T, m_t);
-            dst[(size_t)q * P * T + j] = tile[p * pitch + q * T + (j - p * T)];
+        for (int q = threadIdx.y; q < nq; q += blockDim.y) {
+            float* dst = out + base + ((size_t)(q0 + q) * P + p0) * T;
+            for (int j = threadIdx.x; j < len; j += blockDim.x) {
+                const int p = j / T;
+                dst[j] = tile[p * pitch + q * T + (j - p * T)];
+            }
         }
     }
 }

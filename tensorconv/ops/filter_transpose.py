@@ -19,11 +19,9 @@ from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu
 from tensorconv.reference import conv as ref
 
 FILE = "filter_transpose.cu"
-BLOCK = (256, 1, 1)
-TILE_FLOATS = 1024
-"""Values a block stages, four a thread (a 3x3 filter's tile is 10 x 10 channel pairs):
-a bank of 64 x 64 3x3 filters then spreads over 36 blocks, each thread's loads all in
-flight at once."""
+BLOCK = (32, 8, 1)
+TILE_FLOATS = 4096
+"""Values a block stages (16 KB): a 3x3 filter's tile is 21 x 21 channel pairs."""
 MAX_TAPS = 8191
 """Taps of the largest filter (90 x 90) taken: a block stages one channel pair of it,
 32 KB."""
@@ -46,7 +44,7 @@ def plan(p: int, q: int, t: int, taps_last: bool) -> tuple[int, int, int]:
     of (G, Q, P, T) run along P*T, so the tile is square.  ``pitch`` is ``tq * t``, made
     odd: the taps-last stores read the tile down a column, 32 rows apart."""
     if taps_last:
-        tp = min(p, 32, max(1, TILE_FLOATS // t))
+        tp = min(p, BLOCK[0], max(1, TILE_FLOATS // t))
         tq = min(q, max(1, TILE_FLOATS // (tp * t)), 64)
     else:
         side = max(1, math.isqrt(TILE_FLOATS // t)) if t <= TILE_FLOATS else 1

@@ -333,13 +333,11 @@ def _name(mode: int, kr: int, ks: int, bm: int, wgmma: bool, halo: bool = False)
 
 
 def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
-    """The GEMM kernel of ``tile`` (``wgmma``: :func:`resolve`), the split's reduction and
-    the transposition of a data gradient's ``w`` (:func:`transposes_w`)."""
+    """The GEMM kernel of ``tile`` (``wgmma``: :func:`resolve`) and the split's reduction."""
     kr, ks = _fixed(p.geom)
     wg = bool(resolve(tile, backend.device_facts()).wgmma if tile.wgmma is None else tile.wgmma)
     return (cuda.kernel_ref(FILE, _name(p.mode, kr, ks, tile.bm, wg, tile.halo),
-                            arch_specific=wg), _igemm.reduce_ref()) + (
-        filter_transpose.kernels(p.mode == 3) if transposes_w(p) else ())
+                            arch_specific=wg), _igemm.reduce_ref())
 
 
 def workspace_floats(p: Problem, tile: Tile) -> int:   # the split's partials (or 0)
@@ -381,7 +379,7 @@ def _config(p: Problem, tile: Tile, relu: bool, precision_name: str, device: int
     i32 = np.int32
     m, _, q = p.gemm
     q_per_split, splits = tile.split(p)
-    ref = kernels(p, tile)[0]
+    ref, _ = kernels(p, tile)
     grid = tile.grid(p)
     ints = _igemm.geometry_ints(p.geom) + (i32(cdiv(m, tile.bm)), i32(q_per_split), i32(relu),
                                      i32(a_t))
@@ -408,11 +406,13 @@ def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp,
     if a_t:   # w (G, Kg, Cg, RS) -> (G, Cg, Kg, RS) / (G, Cg, RS, Kg) after the partials
         at = cdiv(floats, 4) * 4   # (16-byte aligned)
         buf = workspace(xp, at + a.size)
-        filter_transpose.run(a, buf[at:at + a.size], p.geom.groups, taps_last=p.mode == 3)
-        a, partial = buf[at:at + a.size], (buf if floats else NULL)
+        wt = buf[at:at + a.size]
+        filter_transpose.run(a, wt, p.geom.groups, taps_last=p.mode == 3)
+        a, partial = wt, (buf if floats else NULL)
     elif partial is None:
         partial = workspace(xp, floats) if floats else NULL
-    bias, residual = (NULL if v is None else v for v in (bias, residual))
+    bias = NULL if bias is None else bias
+    residual = NULL if residual is None else residual
     kernel(grid, (THREADS, 1, 1), (a, b, bias, residual, out, partial) + ints, shared_mem=smem)
     if reduce is not None:
         rkernel, rgrid, rints = reduce

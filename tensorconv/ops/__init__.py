@@ -27,7 +27,6 @@ from tensorconv.ops import (
                             direct_conv,
                             direct_wgrad,
                             dropout,
-                            filter_transpose,
                             igemm_tf32x3,
                             pointwise_conv,
                             pointwise_pair,
@@ -59,7 +58,6 @@ from tensorconv.ops.cp_conv import cp_conv2d
 from tensorconv.ops.depthwise_conv import depthwise_conv2d
 from tensorconv.ops.direct_conv import conv2d, conv2d_backward_data, conv2d_backward_weight
 from tensorconv.ops.dropout import dropout_backward, dropout_forward
-from tensorconv.ops.filter_transpose import transpose_filters
 from tensorconv.ops.pointwise_conv import conv1x1
 from tensorconv.ops.pointwise_pair import conv1x1_pair
 from tensorconv.ops.pool import pool2d
@@ -83,8 +81,7 @@ from tensorconv.ops.winograd_conv import winograd_conv2d
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
                                 depthwise_conv, direct_conv, direct_wgrad, dropout,
-                                filter_transpose, igemm_tf32x3, pointwise_conv, pointwise_pair,
-                                pool, scc_conv,
+                                igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
                                 scc_tc, sgd, softmax_xent, sparse_blocks_tc, sparse_conv,
                                 sparse_tc_remainder, sparse_unrolled, sparse_unrolled_direct,
                                 tensorcore_conv,
@@ -94,8 +91,7 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
-           "filter_transpose", "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool",
-           "scc_conv",
+           "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
            "scc_tc", "sgd", "softmax_xent", "sparse_blocks_tc", "sparse_conv",
            "sparse_tc_remainder", "sparse_unrolled", "sparse_unrolled_direct", "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
@@ -107,5 +103,5 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "pool2d", "scc_conv2d", "scc_conv2d_backward", "scc_conv2d_backward_data",
            "scc_conv2d_backward_weight", "sgd_multi_tensor", "softmax_xent_backward",
            "softmax_xent_forward", "sparse_conv2d",
-           "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "transpose_filters", "tucker_layer_conv2d",
+           "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d",
            "tucker_tail_conv2d", "winograd_conv2d"]

@@ -23,7 +23,7 @@ import numpy as np
 from tensorconv import backend, cuda, precision
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
-from tensorconv.ops import _igemm, filter_transpose
+from tensorconv.ops import _igemm
 from tensorconv.ops._launch import NULL, cdiv, check_smem
 from tensorconv.ops.reduction_splits import phase_splits, wgrad_splits
 from tensorconv.scratch import workspace
@@ -357,17 +357,16 @@ def instantiations() -> list[str]:
 
 TRANSPOSE_DGRAD_W = (1, 3)
 """Modes whose data gradient reads ``w`` transposed per group in the scratch buffer (mode 1:
-(G, C/G, K/G, R, S), mode 3: (G, C/G, R, S, K/G); :mod:`~tensorconv.ops.filter_transpose`),
-its runs copied 16 bytes at a time as the forward's (read in place, mode 3's A is one word
-a copy, K/G*R*S words apart: uncoalesced; ``docs/notes/igemm_tf32x3.md``)."""
+(G, C/G, K/G, R, S), mode 3: (G, C/G, R, S, K/G)), its runs copied 16 bytes at a time as
+the forward's (read in place, mode 3's A is one word a copy, K/G*R*S words apart: uncoalesced;
+``docs/notes/igemm_tf32x3.md``)."""
 
 
 def transposes_w(p: Problem) -> bool:
     """Whether :func:`run` hands ``p``'s kernel ``w`` transposed (:data:`TRANSPOSE_DGRAD_W`)."""
     g = p.geom
     run = (g.k // g.groups) * (g.r * g.s if p.mode == 1 else 1)   # a copy run of A's rows
-    return (p.mode in TRANSPOSE_DGRAD_W and run % 4 == 0
-            and g.r * g.s <= filter_transpose.MAX_TAPS)
+    return p.mode in TRANSPOSE_DGRAD_W and run % 4 == 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -404,10 +403,12 @@ def run(p: Problem, a, b, bias, residual, out, tile: Tile, relu: bool, xp,
     kernel, grid, ints, smem, floats, reduce = _config(p, tile, bool(relu), precision.current(),
                                                        xp.cuda.runtime.getDevice(), a_t)
     if a_t:   # w (G, Kg, Cg, RS) -> (G, Cg, Kg, RS) / (G, Cg, RS, Kg) after the partials
-        at = cdiv(floats, 4) * 4   # (16-byte aligned)
+        g, at = p.geom, cdiv(floats, 4) * 4   # (16-byte aligned)
         buf = workspace(xp, at + a.size)
-        wt = buf[at:at + a.size]
-        filter_transpose.run(a, wt, p.geom.groups, taps_last=p.mode == 3)
+        dims, order = (g.groups, g.k // g.groups, g.c // g.groups, g.r * g.s), (
+            (0, 2, 1, 3) if p.mode == 1 else (0, 2, 3, 1))
+        wt = buf[at:at + a.size].reshape([dims[i] for i in order])
+        xp.copyto(wt, a.reshape(dims).transpose(order))
         a, partial = wt, (buf if floats else NULL)
     elif partial is None:
         partial = workspace(xp, floats) if floats else NULL

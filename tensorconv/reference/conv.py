@@ -188,12 +188,3 @@ def cp_conv2d(x, s, h, w, t, bias=None, stride=1, padding=0):
     s, h, w, t = (np.asarray(backend.to_host(a), dtype=np.float64) for a in (s, h, w, t))
     kernel = np.einsum("nr,cr,ir,jr->ncij", t, s, h, w).astype(x.dtype)
     return conv2d(x, kernel, bias, stride, padding)
-
-
-def transpose_filters(w, groups: int = 1, taps_last: bool = False):
-    """``w`` (K, C/G, R, S) with its channel axes swapped per group: (G, C/G, K/G, R, S),
-    or with ``taps_last`` (G, C/G, R, S, K/G); a C-contiguous copy, ``w``'s dtype."""
-    (w,) = _host(w)
-    k, cg, r, s = w.shape
-    order = (0, 2, 3, 4, 1) if taps_last else (0, 2, 1, 3, 4)
-    return np.ascontiguousarray(w.reshape(groups, k // groups, cg, r, s).transpose(order))

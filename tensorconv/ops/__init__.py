@@ -48,6 +48,7 @@ from tensorconv.ops import (
                             tucker_tail,
                             winograd_conv,
                             winograd_wgrad,
+                            zero_insert,
 )
 from tensorconv.ops.augment import gather_augment
 from tensorconv.ops.batchnorm import batch_norm_apply, batch_norm_backward, batch_norm_forward
@@ -77,6 +78,7 @@ from tensorconv.ops.tucker_core_tf32x3 import tf32x3_conv2d
 from tensorconv.ops.tucker_layer import tucker_layer_conv2d
 from tensorconv.ops.tucker_tail import tucker_tail_conv2d
 from tensorconv.ops.winograd_conv import winograd_conv2d
+from tensorconv.ops.zero_insert import zero_insert2d
 
 # every kernel module, by the .cu file it wraps (the build command and the tests walk it)
 FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpool, cp_conv,
@@ -87,7 +89,7 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
                                 tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv,
-                                winograd_wgrad)}
+                                winograd_wgrad, zero_insert)}
 
 __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool",
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
@@ -95,7 +97,8 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "scc_tc", "sgd", "softmax_xent", "sparse_blocks_tc", "sparse_conv",
            "sparse_tc_remainder", "sparse_unrolled", "sparse_unrolled_direct", "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
-           "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "batch_norm_apply",
+           "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "zero_insert",
+           "batch_norm_apply",
            "batch_norm_backward", "batch_norm_forward", "cluster_conv2d", "conv1x1",
            "conv1x1_pair", "conv2d", "conv2d_backward_data", "conv2d_backward_weight",
            "conv2d_maxpool", "core_conv2d", "cp_conv2d", "depthwise_conv2d",
@@ -104,4 +107,4 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "scc_conv2d_backward_weight", "sgd_multi_tensor", "softmax_xent_backward",
            "softmax_xent_forward", "sparse_conv2d",
            "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d",
-           "tucker_tail_conv2d", "winograd_conv2d"]
+           "tucker_tail_conv2d", "winograd_conv2d", "zero_insert2d"]

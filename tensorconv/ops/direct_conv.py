@@ -1,22 +1,18 @@
 """Dense fp32 convolution (``kernels_cu/direct_conv.cu``): forward and both gradients.
 
-The convolution every layer of the toolkit can fall back on: any filter, stride,
-padding, dilation and groups, any batch; the training loops run all three passes here.
-Five algorithms (:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks):
+Any filter, stride, padding, dilation, groups and batch, by one of five algorithms that
+:func:`~tensorconv.ops.conv_algorithm.choose_algorithm` picks:
 
-* ``"igemm_tf32x3"`` — the tensor-core implicit GEMM at fp32 accuracy
-  (:mod:`tensorconv.ops.igemm_tf32x3`), for large layers on sm_80+.
-* ``"igemm"`` — implicit GEMM with 64x64 fp32 register tiles and a split reduction for
-  layers whose output is too small to fill the GPU (batch 1, deep layers).
-* ``"direct"`` — the forward: one output pixel per thread, ``tk`` channels per thread,
-  for thin grouped convolutions and thin reductions such as a stem's; the weight gradient:
-  :mod:`tensorconv.ops.direct_wgrad` (staged chunks, FMA sums), for thin layers.
-* ``"depthwise"`` — ``groups == C`` (:mod:`tensorconv.ops.depthwise_conv`), all passes.
-* ``"winograd"`` — F(2x2, 3x3) (:mod:`tensorconv.ops.winograd_conv`), every stride-1 3x3
-  pass: thin layers' forward and data gradient, deep layers' weight gradient.
-
-Bias, residual and ReLU are fused into the forward; the implicit GEMMs compute the
-gradients in their other two modes (:mod:`tensorconv.ops._igemm`).
+* ``"igemm_tf32x3"``: the tensor-core implicit GEMM at fp32 accuracy
+  (:mod:`tensorconv.ops.igemm_tf32x3`; a 1x1 strided data gradient by
+  :mod:`tensorconv.ops.zero_insert`), for large layers on sm_80+;
+* ``"igemm"``: 64x64 fp32 register tiles and a split reduction, for outputs too small to
+  fill the GPU (batch 1, deep layers);
+* ``"direct"``: the forward one output pixel a thread, ``tk`` channels a thread (thin
+  groups and reductions, a stem's); the weight gradient by :mod:`tensorconv.ops.direct_wgrad`;
+* ``"depthwise"`` (:mod:`tensorconv.ops.depthwise_conv`) and ``"winograd"`` (F(2x2, 3x3),
+  :mod:`tensorconv.ops.winograd_conv`: stride-1 3x3 passes).  The forward fuses bias,
+  residual and ReLU.
 """
 
 from __future__ import annotations
@@ -40,14 +36,21 @@ from tensorconv.checks import (
     conv_geometry,
     output_buffer,
 )
-from tensorconv.ops import _igemm, depthwise_conv, direct_wgrad, igemm_tf32x3, winograd_conv
+from tensorconv.ops import (
+    _igemm,
+    depthwise_conv,
+    direct_wgrad,
+    igemm_tf32x3,
+    winograd_conv,
+    zero_insert,
+)
 from tensorconv.ops._launch import cdiv, check_smem, cpu_epilogue, launch, next_pow2, ptr
 from tensorconv.ops.conv_algorithm import choose_algorithm
 from tensorconv.scratch import workspace
 
 FILE = "direct_conv.cu"
-FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE,
-         winograd_conv.winograd_wgrad.FILE, direct_wgrad.FILE)   # every kernel file a call may run
+FILES = (FILE, igemm_tf32x3.FILE, depthwise_conv.FILE, winograd_conv.FILE,   # every kernel
+         winograd_conv.winograd_wgrad.FILE, direct_wgrad.FILE, zero_insert.FILE)   # file run
 Problem = ConvGeometry
 ALGORITHMS = ("direct", "igemm", "igemm_tf32x3", "depthwise", "winograd")
 GRADIENT_ALGORITHMS = ("igemm", "igemm_tf32x3", "depthwise", "winograd", "direct")
@@ -61,9 +64,8 @@ _IG_THREADS = 256
 
 @dataclass(frozen=True)
 class Tile:
-    """The ``"direct"`` algorithm's block: a ``th x tw`` output tile (one thread per pixel),
-    ``tk`` channels per thread, ``cc`` input channels staged at a time.  (``"igemm"`` has
-    no tile: :func:`igemm_rows` and :func:`igemm_splits` follow the GEMM's sizes.)"""
+    """The ``"direct"`` block: ``th x tw`` output pixels (a thread each), ``tk`` channels a
+    thread, ``cc`` input channels staged at a time (``"igemm"``'s follows the GEMM)."""
 
     th: int
     tw: int
@@ -119,8 +121,7 @@ def igemm_rows(m: int) -> int:
 
 
 def igemm_splits(geom: ConvGeometry, sm_count: int = 132, mode: int = 0) -> int:
-    """How many ways to split the reduction so that about two waves of blocks run, each
-    split keeping four 16-deep steps or more (its partial sums small next to its work)."""
+    """Reduction splits for about two waves of blocks, each of four 16-deep steps or more."""
     m, p, q = _igemm.gemm_sizes(geom, mode)
     blocks = cdiv(p, _IG_BN) * cdiv(m, igemm_rows(m)) * geom.groups
     return max(1, min(cdiv(2 * sm_count, blocks), cdiv(q, _IG_BK) // 4, _igemm.MAX_SPLITS))
@@ -164,6 +165,8 @@ def kernels(geom: ConvGeometry, algorithm: str, tile=None,
     if algorithm == "direct":
         tile = tile or default_tile(geom, backend.device_facts())
         return (cuda.kernel_ref(FILE, _direct_name(tile.tk, kr, ks)),)
+    if algorithm == "igemm_tf32x3" and mode == 1 and tile is None and zero_insert.takes(geom):
+        return zero_insert.data_gradient_kernels(geom, backend.device_facts())
     if algorithm == "igemm_tf32x3":
         p = igemm_tf32x3.problem(geom, mode)
         return igemm_tf32x3.kernels(p, tile or igemm_tf32x3.default_tile(
@@ -193,8 +196,7 @@ def _launch_direct(x, w, bias, residual, out, geom, tile, relu):
 
 @functools.lru_cache(maxsize=4096)
 def _igemm_config(geom: ConvGeometry, mode: int, splits: int, relu: bool, device: int):
-    """Kernels, grid and integer arguments of one implicit-GEMM launch, cached: a training
-    step launches hundreds, so its host work is the array pointers (no ``launch``)."""
+    """One implicit-GEMM launch's kernels, grid and integers, cached (a step launches 100s)."""
     i32 = np.int32
     m, p, q = _igemm.gemm_sizes(geom, mode)
     q_per_split, splits = _igemm.split_depth(q, _IG_BK, splits)
@@ -220,8 +222,7 @@ def _launch_igemm(mode: int, a, b, bias, residual, out, geom, splits, relu, xp):
 
 
 def _check_gemm_options(algorithm, tile, splits, geom, mode):
-    """Check ``algorithm``, ``tile`` and ``splits`` of an implicit-GEMM call (any mode);
-    returns the algorithm to run (default: :func:`choose_algorithm`)."""
+    """Check an implicit-GEMM call's options (any mode); returns the algorithm, or None."""
     if algorithm is not None:
         check_choice(algorithm, "algorithm", ALGORITHMS if mode == 0 else GRADIENT_ALGORITHMS)
     _igemm.check_splits(splits)
@@ -250,15 +251,16 @@ def _run_gemm(algorithm, mode, a, b, bias, residual, out, geom, tile, splits, re
     if algorithm == "igemm":
         if tile is not None:
             raise ValueError("tile applies to algorithm='direct' or 'igemm_tf32x3' only")
-        _launch_igemm(mode, a, b, bias, residual, out, geom,
-                      splits or igemm_splits(geom, facts.sm_count, mode), relu, xp)
-        return
+        return _launch_igemm(mode, a, b, bias, residual, out, geom,
+                             splits or igemm_splits(geom, facts.sm_count, mode), relu, xp)
     p = igemm_tf32x3.problem(geom, mode)
     if not igemm_tf32x3.device_supported(facts):
         raise ValueError(f"algorithm='igemm_tf32x3' needs sm_80 or later; {facts.name} is "
                          f"{facts.arch}")
     if (why := igemm_tf32x3.supported(p)) is not None:
         raise ValueError(why)
+    if mode == 1 and tile is None and splits is None and zero_insert.takes(geom):
+        return zero_insert.data_gradient(a, b, residual, out, geom, xp)   # (1x1, strided)
     default = tile is None
     tile = tile or igemm_tf32x3.default_tile(p, facts)
     if splits is not None:
@@ -293,9 +295,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, relu=F
     out : array, (N, K, OH, OW), float32, optional
         Written in place (GPU only); lets a CUDA graph reuse one buffer.
     algorithm : {"igemm_tf32x3", "igemm", "direct", "depthwise", "winograd"}, optional
-        Default: :func:`choose_algorithm` (``"depthwise"`` for a depthwise layer it takes,
-        the tensor-core implicit GEMM at fp32 accuracy for large layers on sm_80+, the fp32
-        one otherwise, ``"direct"`` for thin groups, Winograd for thin 3x3 training layers).
+        Default: :func:`choose_algorithm`'s (the module's docstring says which takes what).
     tile : Tile or igemm_tf32x3.Tile, optional
         Overrides the ``"direct"`` or ``"igemm_tf32x3"`` heuristic tile (for tuning); its
         type picks the algorithm when ``algorithm`` is not given.

@@ -188,3 +188,14 @@ def cp_conv2d(x, s, h, w, t, bias=None, stride=1, padding=0):
     s, h, w, t = (np.asarray(backend.to_host(a), dtype=np.float64) for a in (s, h, w, t))
     kernel = np.einsum("nr,cr,ir,jr->ncij", t, s, h, w).astype(x.dtype)
     return conv2d(x, kernel, bias, stride, padding)
+
+
+def zero_insert(comp, x_shape, stride, addend=None):
+    """``comp`` (N, C, OH, OW) spread over an (N, C, H, W) grid at ``stride`` (rows and
+    columns divisible by it), zeros between, plus ``addend`` if given: the data gradient
+    of a 1x1, padding-0 convolution from that of its stride-1 GEMM."""
+    comp, addend = _host(comp, addend)
+    sh, sw = stride
+    out = np.zeros(tuple(x_shape), comp.dtype)
+    out[:, :, ::sh, ::sw] = comp
+    return out if addend is None else addend + out

@@ -368,7 +368,62 @@ __global__ void __launch_bounds__(igemm::THREADS, 3) conv2d_igemm(
 // of a value's splits, in order.
 namespace igemm {
 constexpr int SHARE_SPLITS = 16, SHARE_WARPS = 8;
+
+// One thread a value (below SHARE_SPLITS, fewer than 2^31 values): 32-bit index
+// arithmetic, since a 64-bit division is a long software routine that bound the
+// 2-split reductions of small-plane layers (3x the memory time); four consecutive
+// values a thread where rows and planes hold whole, aligned float4s.  The same
+// additions in the same order as one value a thread, so the same bits.
+__device__ __forceinline__ void reduce_each(
+    const float* __restrict__ partial, const float* __restrict__ bias,
+    const float* __restrict__ residual, float* __restrict__ out,
+    int splits, int rows, int P, int plane, int relu)
+{
+    const unsigned total = (unsigned)rows * (unsigned)P, uP = P, upl = plane;
+    const unsigned first = blockIdx.x * blockDim.x + threadIdx.x, step = gridDim.x * blockDim.x;
+    auto at = [&](unsigned e, unsigned& r) {   // e's output index and row
+        r = e / uP;
+        const unsigned p = e - r * uP, n = p / upl;
+        return (n * (unsigned)rows + r) * upl + (p - n * upl);
+    };
+    auto aligned = [](const float* q) { return ((size_t)q & 15) == 0; };
+    if (P % 4 == 0 && plane % 4 == 0 && aligned(partial) && aligned(out)
+        && (residual == nullptr || aligned(residual))) {
+        for (unsigned e = 4 * first; e < total; e += 4 * step) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+            for (int s = 0; s < splits; ++s) {
+                const float4 t = *reinterpret_cast<const float4*>(partial + (size_t)s * total + e);
+                v.x += t.x; v.y += t.y; v.z += t.z; v.w += t.w;
+            }
+            unsigned r;
+            const unsigned o = at(e, r);
+            if (bias != nullptr) {
+                const float b = bias[r];
+                v.x += b; v.y += b; v.z += b; v.w += b;
+            }
+            if (residual != nullptr) {
+                const float4 t = *reinterpret_cast<const float4*>(residual + o);
+                v.x += t.x; v.y += t.y; v.z += t.z; v.w += t.w;
+            }
+            if (relu) {
+                v.x = fmaxf(v.x, 0.f); v.y = fmaxf(v.y, 0.f);
+                v.z = fmaxf(v.z, 0.f); v.w = fmaxf(v.w, 0.f);
+            }
+            *reinterpret_cast<float4*>(out + o) = v;
+        }
+        return;
+    }
+    for (unsigned e = first; e < total; e += step) {
+        float v = 0.f;
+#pragma unroll 4
+        for (int s = 0; s < splits; ++s) v += partial[(size_t)s * total + e];
+        unsigned r;
+        const unsigned o = at(e, r);
+        out[o] = tc::conv_epilogue(v, bias, r, residual, o, relu);
+    }
 }
+}  // namespace igemm
 __global__ void conv2d_splitk_reduce(
     const float* __restrict__ partial,   // (splits, rows, P)
     const float* __restrict__ bias,      // (rows,) or nullptr
@@ -409,6 +464,10 @@ __global__ void conv2d_splitk_reduce(
             }
             __syncthreads();
         }
+        return;
+    }
+    if (total <= 0x7fffffffu) {
+        igemm::reduce_each(partial, bias, residual, out, splits, rows, P, plane, relu);
         return;
     }
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total;

@@ -14,7 +14,8 @@
 // HW is a multiple of 4 and the arrays are 16-byte aligned; else 1), split into chunks of
 // equal length: a 4x4 map keeps every thread of a block busy as a 32x32 one does.
 // A ReLU after the normalisation is fused: the forward kernels take `relu`, and the
-// backward kernels take the forward output `y` and drop gy where y <= 0.  So is a residual
+// backward kernels drop gy where the forward output y <= 0: read from `y`, or, without a
+// residual, recomputed from x and `beta` (one pass of reading y fewer; see bn::Mask).  So is a residual
 // block's shortcut sum before that ReLU: the forward adds `residual`, and bn_backward_data
 // writes the masked gy (the shortcut's gradient) where asked, so that neither the sum nor
 // the mask is a pass of its own.
@@ -105,20 +106,49 @@ __device__ __forceinline__ void load(const float* __restrict__ p, float (&v)[V])
     }
 }
 
-// x and gy at `at`, gy dropped where the ReLU output y (nullptr: no ReLU) is <= 0.
+// Channel c's affine map y = fmaf(x, a, b), each product and difference rounded as
+// written (nothing left to the compiler's contraction): the forward kernels and Mask's
+// recomputation make the same bits from the same mean, invstd, gamma and beta.
+__device__ __forceinline__ void coefficients(float is, float gamma, float beta, float mean,
+                                             float& a, float& b) {
+    a = __fmul_rn(is, gamma);
+    b = __fsub_rn(beta, __fmul_rn(mean, a));
+}
+
+// Where the backward kernels drop gy, as the forward's fused ReLU did: nowhere (no y, not
+// from_x); where its output y <= 0; or, from_x (a ReLU without a residual), where its
+// input fmaf(x, a, b) <= 0, recomputed with the forward's coefficients: the same test on
+// the same bits, without a pass over y.
+struct Mask {
+    const float* y;
+    bool from_x;
+    float a, b;
+};
+
+// x and gy at `at`, gy dropped where `mask` says the ReLU did.
 template <int V>
 __device__ __forceinline__ void load_grad(const float* __restrict__ x,
-                                          const float* __restrict__ gy,
-                                          const float* __restrict__ y, size_t at,
-                                          float (&xv)[V], float (&g)[V]) {
+                                          const float* __restrict__ gy, const Mask& mask,
+                                          size_t at, float (&xv)[V], float (&g)[V]) {
     load<V>(x + at, xv);
     load<V>(gy + at, g);
-    if (y != nullptr) {
+    if (mask.y != nullptr) {
         float yv[V];
-        load<V>(y + at, yv);
+        load<V>(mask.y + at, yv);
 #pragma unroll
         for (int j = 0; j < V; ++j) g[j] = yv[j] > 0.f ? g[j] : 0.f;
+    } else if (mask.from_x) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) g[j] = fmaf(xv[j], mask.a, mask.b) > 0.f ? g[j] : 0.f;
     }
+}
+
+// The Mask of channel c: y (or nullptr), or from x where beta is given.
+__device__ __forceinline__ Mask mask_of(const float* y, const float* gamma, const float* beta,
+                                        int c, float m, float is) {
+    Mask mask{y, y == nullptr && beta != nullptr, 0.f, 0.f};
+    if (mask.from_x) coefficients(is, gamma[c], beta[c], m, mask.a, mask.b);
+    return mask;
 }
 
 template <int V>
@@ -157,16 +187,16 @@ __device__ void partial_sums(const float* __restrict__ x, int C, int HW, int c, 
     block_sum2(s, ss);
 }
 
-// Sum of gy and of gy * xhat over channel c's units [u0, u1) (gy dropped where y <= 0).
+// Sum of gy and of gy * xhat over channel c's units [u0, u1) (gy masked by `mask`).
 template <int V>
 __device__ void backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
-                              const float* __restrict__ y, float m, float is, int C, int HW,
+                              const Mask& mask, float m, float is, int C, int HW,
                               int c, int u0, int u1, const Units& un, double& s, double& sx) {
     for_units<V>(
         un, C, HW, c, u0, u1,
         [&](size_t at) {
             Vals<V, 2> d;
-            load_grad<V>(x, gy, y, at, d.v[0], d.v[1]);
+            load_grad<V>(x, gy, mask, at, d.v[0], d.v[1]);
             return d;
         },
         [&](size_t, const Vals<V, 2>& d) {
@@ -181,7 +211,7 @@ __device__ void backward_sums(const float* __restrict__ x, const float* __restri
 
 template <int V>
 __device__ void backward_data(const float* __restrict__ x, const float* __restrict__ gy,
-                              const float* __restrict__ y, float* __restrict__ gx,
+                              const Mask& mask, float* __restrict__ gx,
                               float* __restrict__ gy_out, float m, float is, float scale,
                               float mg, float mgx, int C, int HW, int c, int u0, int u1,
                               const Units& un) {
@@ -189,7 +219,7 @@ __device__ void backward_data(const float* __restrict__ x, const float* __restri
         un, C, HW, c, u0, u1,
         [&](size_t at) {
             Vals<V, 2> d;
-            load_grad<V>(x, gy, y, at, d.v[0], d.v[1]);
+            load_grad<V>(x, gy, mask, at, d.v[0], d.v[1]);
             return d;
         },
         [&](size_t at, const Vals<V, 2>& d) {
@@ -257,7 +287,8 @@ __device__ void apply(const float* __restrict__ x, const float* __restrict__ mea
          e += (size_t)gridDim.x * blockDim.x) {
         const int c = narrow ? (int)(((unsigned)e / (unsigned)U) % (unsigned)C)
                              : (int)((e / U) % C);
-        const float a = invstd[c] * gamma[c], b = beta[c] - mean[c] * a;
+        float a, b;
+        coefficients(invstd[c], gamma[c], beta[c], mean[c], a, b);
         float v[V], r[V];
         load<V>(x + e * V, v);
         if (residual != nullptr) load<V>(residual + e * V, r);
@@ -309,7 +340,8 @@ bn_normalize(const float* __restrict__ x, const double* __restrict__ partial, in
         running_var[c] = (float)((1.0 - momentum) * running_var[c] +
                                  momentum * var * count / (count - 1));
     }
-    const float a = is * gamma[c], b = beta[c] - mf * a;
+    float a, b;
+    bn::coefficients(is, gamma[c], beta[c], mf, a, b);
     const bn::Units un(HW / vec, fd_u);
     const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
     if (vec == 4) bn::normalize<4>(x, residual, y, a, b, relu, C, HW, c, u0, u1, un);
@@ -333,7 +365,9 @@ extern "C" __global__ void bn_apply(
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
                  const float* __restrict__ y,  // ReLU output to mask gy with, or nullptr
+                 const float* __restrict__ beta,  // without y: the ReLU's mask from x, or nullptr
                  const float* __restrict__ mean, const float* __restrict__ invstd,
+                 const float* __restrict__ gamma,
                  double* __restrict__ partial,  // (chunks, C, 2): sum gy, sum gy * xhat
                  int N, int C, int HW, int vec, int per_chunk, unsigned long long fd_u)
 {
@@ -342,9 +376,10 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
     const bn::Units un(HW / vec, fd_u);
     const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
     const float m = mean[c], is = invstd[c];
+    const bn::Mask mask = bn::mask_of(y, gamma, beta, c, m, is);
     double s = 0.0, sx = 0.0;
-    if (vec == 4) bn::backward_sums<4>(x, gy, y, m, is, C, HW, c, u0, u1, un, s, sx);
-    else bn::backward_sums<1>(x, gy, y, m, is, C, HW, c, u0, u1, un, s, sx);
+    if (vec == 4) bn::backward_sums<4>(x, gy, mask, m, is, C, HW, c, u0, u1, un, s, sx);
+    else bn::backward_sums<1>(x, gy, mask, m, is, C, HW, c, u0, u1, un, s, sx);
     if (threadIdx.x == 0) {
         partial[((size_t)chunk * C + c) * 2] = s;
         partial[((size_t)chunk * C + c) * 2 + 1] = sx;
@@ -354,6 +389,7 @@ bn_backward_sums(const float* __restrict__ x, const float* __restrict__ gy,
 extern "C" __global__ void __launch_bounds__(bn::THREADS)
 bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
                  const float* __restrict__ y,  // ReLU output to mask gy with, or nullptr
+                 const float* __restrict__ beta,  // without y: the ReLU's mask from x, or nullptr
                  const float* __restrict__ mean, const float* __restrict__ invstd,
                  const float* __restrict__ gamma, const double* __restrict__ partial,
                  int chunks, float* __restrict__ gx, float* __restrict__ dgamma,
@@ -375,10 +411,11 @@ bn_backward_data(const float* __restrict__ x, const float* __restrict__ gy,
         dgamma[c] = (float)sx;
         dbeta[c] = (float)s;
     }
+    const bn::Mask mask = bn::mask_of(y, gamma, beta, c, m, is);
     const bn::Units un(HW / vec, fd_u);
     const int u0 = chunk * per_chunk, u1 = min(N * un.U, u0 + per_chunk);
     if (vec == 4)
-        bn::backward_data<4>(x, gy, y, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
+        bn::backward_data<4>(x, gy, mask, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
     else
-        bn::backward_data<1>(x, gy, y, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
+        bn::backward_data<1>(x, gy, mask, gx, gy_out, m, is, scale, mg, mgx, C, HW, c, u0, u1, un);
 }

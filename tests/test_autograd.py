@@ -81,6 +81,23 @@ def test_batch_norm_relu_fused_gradcheck(rng):
     np.testing.assert_array_equal(fused(x, g, b).data, plain.data)
 
 
+def test_batch_norm_backward_beta_needs_the_relu_output(rng):
+    """``beta`` only recomputes a fused ReLU's mask: alone (no ``y``) it is refused, and off
+    the kernels (NumPy) the mask is read from ``y`` as before."""
+    from tensorconv import ops
+
+    x, gy = (rng.standard_normal((2, 3, 4, 4)).astype(np.float32) for _ in range(2))
+    g, b = np.ones(3, np.float32), np.full(3, 0.5, np.float32)
+    y, mean, invstd = ops.batch_norm_forward(x, g, b, np.zeros(3, np.float32),
+                                             np.ones(3, np.float32), training=True, relu=True)
+    with pytest.raises(ValueError, match="beta recomputes"):
+        ops.batch_norm_backward(x, gy, mean, invstd, g, training=True, beta=b)
+    want = ops.batch_norm_backward(x, gy, mean, invstd, g, training=True, y=y)
+    got = ops.batch_norm_backward(x, gy, mean, invstd, g, training=True, y=y, beta=b)
+    for a, c in zip(want, got):
+        np.testing.assert_array_equal(a, c)
+
+
 @pytest.mark.parametrize("training,relu", [(True, True), (True, False), (False, True)])
 def test_batch_norm_with_a_residual_is_the_add_and_relu_after_it(rng, training, relu):
     """``batch_norm2d(..., residual=r)``: gradients by gradcheck (float64), and in float32

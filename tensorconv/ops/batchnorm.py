@@ -10,6 +10,8 @@ planes allow.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tensorconv import backend, cuda, reference
@@ -76,12 +78,28 @@ def _group(group, training: bool):
 
 
 def _chunks(values: int, c: int) -> tuple[int, int]:
-    """(chunks, values per chunk, a multiple of 4) of a channel's ``values``: about eight
-    blocks per SM over the C x chunks grid, each thread still taking 16 values or more.
-    Independent of the unit size, so that synchronised ranks' partials line up."""
-    want = max(1, min(cdiv(8 * backend.device_facts().sm_count, c), cdiv(values, 16 * THREADS)))
+    """(chunks, values per chunk, a multiple of 4) of a channel's ``values``: the C x chunks
+    grid in one wave of the blocks the GPU holds at once (:func:`_resident`), each thread
+    still taking 16 values or more.  A wave's tail costs as much as a full one: 17 chunks of
+    ResNet-18's 64 channels at batch 128 (1,088 blocks, three waves of 528) ran the kernels
+    1.1-1.2x slower than 8 (``docs/notes/training_speed.md``).  Independent of the unit
+    size, so that synchronised ranks' partials line up."""
+    want = max(1, min(_resident() // c, cdiv(values, 16 * THREADS)))
     per = round_up(cdiv(values, want), 4)
     return cdiv(values, per), per
+
+
+def _resident() -> int:
+    """256-thread blocks of the batch-norm kernels the current device holds at once, by the
+    registers of the largest (58-64 a thread: four blocks an SM on the H100 and H200)."""
+    facts = backend.device_facts()
+    return _resident_on(facts.index, facts.sm_count, facts.regs_per_sm, facts.max_threads_per_sm)
+
+
+@functools.cache   # (index: one entry a device)
+def _resident_on(index: int, sms: int, regs_per_sm: int, threads_per_sm: int) -> int:
+    regs = round_up(max(cuda.load(ref).num_regs for ref in kernels()), 8)   # (allocation unit)
+    return sms * max(1, min(threads_per_sm // THREADS, regs_per_sm // (regs * THREADS)))
 
 
 def _units_args(n: int, hw: int, vec: int, c: int):
@@ -183,21 +201,27 @@ def batch_norm_apply(x, mean, invstd, gamma, beta, *, relu: bool = False, out=No
     return out
 
 
-def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, group=None,
-                        residual_grad: bool = False):
+def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, beta=None,
+                        group=None, residual_grad: bool = False):
     """Gradients ``(gx, dgamma, dbeta)`` of :func:`batch_norm_forward`, and with
     ``residual_grad`` the residual's gradient fourth (``gy`` where the ReLU passed it).
 
     ``y``: the forward output when it had a fused ReLU (``gy`` is dropped where ``y <= 0``).
+    ``beta``: the forward's, given with ``y`` when that ReLU had no residual before it: the
+    kernels then recompute the ReLU's input from ``x`` (the forward's rounding, so the same
+    mask bit for bit) instead of reading ``y``, one pass over the activations fewer.
     ``group``: the forward's (synchronised batch norm); see
     :func:`tensorconv.reference.batch_norm_backward` for what ``dgamma``, ``dbeta`` are then.
     """
     check_bools(training=training, residual_grad=residual_grad)
-    xp = _check(x, gamma)
+    xp = _check(x, gamma, beta)
     group = _group(group, training)
     if gy.shape != x.shape or (y is not None and y.shape != x.shape):
         raise ValueError(f"gy {tuple(gy.shape)} and y must have x's shape {tuple(x.shape)}")
-    masks = () if y is None else (y,)
+    if beta is not None and (y is None or residual_grad):
+        raise ValueError("beta recomputes the mask of a fused ReLU without a residual: give "
+                         "it with that ReLU's output y, and not with residual_grad")
+    masks = () if y is None else (y,) if beta is None else (beta,)   # what the kernels read
     if not (training and _kernel_path(xp, x, gy, mean, invstd, gamma, *masks)):
         if y is not None:
             gy = gy * (y > 0)
@@ -208,13 +232,14 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, g
     gx = xp.empty_like(x)
     # the shortcut's gradient: gy itself without a ReLU, else the kernel's masked copy
     g_res = (xp.empty_like(gy) if y is not None else gy) if residual_grad else None
-    vec = _vec(h * w, x, gy, gx, *masks, *(() if g_res is None else (g_res,)))
+    planes = masks if beta is None else ()   # (beta is read a value a channel)
+    vec = _vec(h * w, x, gy, gx, *planes, *(() if g_res is None else (g_res,)))
     chunks, unit_args = _units_args(n, h * w, vec, c)
     partial = xp.empty((chunks, c, 2), dtype=np.float64)
     i32 = np.int32
-    mask = np.uintp(0) if y is None else y
+    mask = (ptr(y if beta is None else None), ptr(beta))   # (y or NULL, beta or NULL)
     launch(cuda.kernel_ref(FILE, "bn_backward_sums"), (c, chunks), (THREADS,), (
-        x, gy, mask, mean, invstd, partial, i32(n), i32(c), i32(h * w)) + unit_args)
+        x, gy) + mask + (mean, invstd, gamma, partial, i32(n), i32(c), i32(h * w)) + unit_args)
     if group is not None:
         # the sums over every rank, over the ranks' number: divided by this rank's count
         # they are the means over all images; as dgamma and dbeta, the ranks' mean
@@ -222,6 +247,6 @@ def batch_norm_backward(x, gy, mean, invstd, gamma, *, training: bool, y=None, g
         partial *= 1.0 / group.size
     dgamma, dbeta = xp.empty(c, np.float32), xp.empty(c, np.float32)
     launch(cuda.kernel_ref(FILE, "bn_backward_data"), (c, chunks), (THREADS,), (
-        x, gy, mask, mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta,
+        x, gy) + mask + (mean, invstd, gamma, partial, i32(chunks), gx, dgamma, dbeta,
         ptr(g_res if y is not None else None), i32(n), i32(c), i32(h * w)) + unit_args)
     return (gx, dgamma, dbeta, g_res) if residual_grad else (gx, dgamma, dbeta)

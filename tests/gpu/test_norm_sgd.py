@@ -75,6 +75,12 @@ def test_batch_norm_kernels(rng, shape, misaligned, relu, residual):
                                     mean, invstd, cp.asarray(gamma), training=True,
                                     y=y if relu else None, residual_grad=residual)
     assert len(grads) == 3 + residual
+    if relu and not residual:   # the mask recomputed from x: the same bits as y's
+        from_x = ops.batch_norm_backward(_on_gpu(x, misaligned), _on_gpu(gy, misaligned),
+                                         mean, invstd, cp.asarray(gamma), training=True,
+                                         y=y, beta=cp.asarray(beta))
+        for a, b in zip(grads, from_x):
+            np.testing.assert_array_equal(a.get(), b.get())
     gx, dg, db = grads[:3]
     # the mask comes from the kernel's own output: the forward was checked above
     gy_ref = gy.astype(np.float64) * (y.get() > 0) if relu else gy.astype(np.float64)
@@ -87,6 +93,30 @@ def test_batch_norm_kernels(rng, shape, misaligned, relu, residual):
     xhat = (x.astype(np.float64) - mean_ref[:, None, None]) * invstd_ref[:, None, None]
     assert _scaled_err(dg.get(), dg_ref, np.abs(gy_ref * xhat).sum(axis=(0, 2, 3))) < 1e-6
     assert _scaled_err(db.get(), db_ref, np.abs(gy_ref).sum(axis=(0, 2, 3))) < 1e-6
+
+
+@pytest.mark.parametrize("shape", [(64, 8, 6, 6), (9, 3, 5, 5)])
+def test_batch_norm_relu_mask_from_x_on_ties(rng, shape):
+    """Integer inputs (many values on one side of zero by a rounding, many equal) and a
+    beta that puts the ReLU's threshold among them: the mask recomputed from x drops gy
+    exactly where the forward's output is 0; with a residual it cannot be recomputed."""
+    import cupy as cp
+
+    c = shape[1]
+    x = cp.asarray(rng.integers(-3, 4, shape).astype(np.float32))
+    gy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    gamma = cp.asarray(rng.random(c).astype(np.float32) + 0.5)
+    beta = cp.asarray(rng.integers(-2, 3, c).astype(np.float32) * 0.25)
+    y, mean, invstd = ops.batch_norm_forward(x, gamma, beta, cp.zeros(c, cp.float32),
+                                             cp.ones(c, cp.float32), training=True, relu=True)
+    assert 0 < int((y == 0).sum()) < y.size
+    want = ops.batch_norm_backward(x, gy, mean, invstd, gamma, training=True, y=y)
+    got = ops.batch_norm_backward(x, gy, mean, invstd, gamma, training=True, y=y, beta=beta)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a.get(), b.get())
+    with pytest.raises(ValueError, match="residual"):   # its ReLU read a residual too
+        ops.batch_norm_backward(x, gy, mean, invstd, gamma, training=True, y=y, beta=beta,
+                                residual_grad=True)
 
 
 @pytest.mark.parametrize("relu", [False, True])
@@ -143,6 +173,14 @@ def test_batch_norm_bad_input():
     with pytest.raises(ValueError, match="gamma has 2 entries"):
         ops.batch_norm_forward(x, cp.ones(2, cp.float32), cp.ones(3, cp.float32),
                                cp.zeros(3, cp.float32), cp.ones(3, cp.float32), training=True)
+    with pytest.raises(ValueError, match="beta recomputes"):
+        ops.batch_norm_backward(x, x, cp.zeros(3, cp.float32), cp.ones(3, cp.float32),
+                                cp.ones(3, cp.float32), training=True,
+                                beta=cp.zeros(3, cp.float32))
+    with pytest.raises(ValueError, match="beta has 2 entries"):
+        ops.batch_norm_backward(x, x, cp.zeros(3, cp.float32), cp.ones(3, cp.float32),
+                                cp.ones(3, cp.float32), training=True, y=x,
+                                beta=cp.zeros(2, cp.float32))
     with pytest.raises(ValueError, match="more than one value"):
         ops.batch_norm_forward(cp.ones((1, 3, 1, 1), cp.float32), cp.ones(3, cp.float32),
                                cp.ones(3, cp.float32), cp.zeros(3, cp.float32),

@@ -45,12 +45,14 @@ class BatchNorm2d(Function):
         self.x, self.gamma = x, gamma
         self.y = y if self.relu else None      # the ReLU's mask, read where it is needed
         self.with_residual = residual is not None
+        # without a residual the kernels recompute the mask from x: one pass fewer
+        self.beta = beta if self.relu and residual is None else None
         return y
 
     def backward(self, gy):
         return batchnorm.batch_norm_backward(
             self.x, gy, self.mean, self.invstd, self.gamma, training=self.training, y=self.y,
-            group=self.group, residual_grad=self.with_residual)
+            beta=self.beta, group=self.group, residual_grad=self.with_residual)
 
 
 def batch_norm2d(x, gamma, beta, running_mean, running_var, *, training: bool,

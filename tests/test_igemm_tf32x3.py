@@ -372,27 +372,22 @@ def test_the_phase_split_comes_from_the_phase_estimate():
         phases, hopper.sm_count, 128, 128 * 256 * 64, "fp32", igemm_tf32x3.AUTO_SPLITS) > 1
 
 
-def test_long_fp32_weight_gradients_in_64_row_blocks_run_on_mma_sync():
-    """Timed on the H200: 64 -> 64 weight gradients whose splits run 100 slices or more
-    ran 1.10-1.20x faster on mma.sync at fp32; shorter splits, other block heights and
-    tf32 stay on wgmma (and a device without wgmma on mma.sync)."""
+def test_weight_gradients_run_on_wgmma_where_the_device_has_it():
+    """Timed on the H200 (2026-12-01): every weight gradient of 64-row blocks, long splits
+    at fp32 included, ran 1.10-1.38x slower on mma.sync than wgmma, so the default tile
+    takes wgmma on sm_90 whatever the split, and mma.sync on a device without it."""
     from tensorconv import precision
 
     hopper, ampere = device_facts(), device_facts(compute_capability=(8, 0))
 
-    def tile(n, c, hw, mode=2):
+    def tile(n, c, hw, mode=2, facts=hopper):
         geom = conv_geometry((n, c, hw, hw), (c, c, 3, 3), stride=1, padding=1)
-        return igemm_tf32x3.default_tile(igemm_tf32x3.problem(geom, mode), hopper)
+        return igemm_tf32x3.default_tile(igemm_tf32x3.problem(geom, mode), facts)
 
-    long = tile(128, 64, 32)                   # 8192 slices in 52 splits: 158 each
-    assert long.bm == 64 and not long.wgmma
-    assert -(-8192 // long.splits) >= igemm_tf32x3.SYNC_WGRAD_SLICES
-    assert tile(32, 64, 56).wgmma is False     # 121 a split
-    assert tile(128, 64, 16).wgmma is True     # 40 a split
-    assert tile(128, 128, 16).wgmma is True    # 128-row blocks
-    assert tile(128, 32, 32).wgmma is True     # 32-row blocks
-    assert tile(128, 64, 32, mode=0).wgmma is True and tile(128, 64, 32, mode=1).wgmma is True
-    with precision.using("tf32"):
-        assert tile(128, 64, 32).wgmma is True
-    geom = conv_geometry((128, 64, 32, 32), (64, 64, 3, 3), stride=1, padding=1)
-    assert igemm_tf32x3.default_tile(igemm_tf32x3.problem(geom, 2), ampere).wgmma is False
+    for prec in ("fp32", "tf32"):
+        with precision.using(prec):
+            long = tile(128, 64, 32)               # 8192 slices in 52 splits: 158 each
+            assert long.bm == 64 and long.splits > 1 and long.wgmma is True
+            for shape in ((32, 64, 56), (128, 64, 16), (128, 128, 16), (128, 32, 32)):
+                assert tile(*shape).wgmma is True
+            assert tile(128, 64, 32, facts=ampere).wgmma is False

@@ -34,7 +34,6 @@ BN, BK, THREADS, STAGES = 128, 16, 256, 4
 WG_STAGES = 5                       # the wgmma build's ring (igemm_tf32x3.cu)
 ROWS = (16, 32, 64, 128)            # block rows instantiated in igemm_tf32x3.cu
 AUTO_SPLITS = 64                    # the default split's cap (its tiles were measured under it)
-SYNC_WGRAD_SLICES = 100             # from this split length fp32 weight gradients: sync_wins
 _FIXED_FILTERS = ((1, 1), (3, 3))   # filter sizes with an unrolled instantiation
 _MIN_COMPUTE_CAPABILITY = (8, 0)    # mma.sync m16n8k8 tf32
 _WGMMA_ARCH = (9, 0)                # wgmma: sm_90a code runs on sm_90 alone
@@ -242,8 +241,10 @@ def _splits_for(p: Problem, bm: int, facts: DeviceFacts, prec: str) -> int:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """Rows: the least that hold a group's; splits: :func:`_splits_for`; wgmma unless
-    :func:`sync_wins`; the halo path where :func:`halo_wins` (docs/notes/igemm_tf32x3.md)."""
+    """Rows: the least that hold a group's; splits: :func:`_splits_for`; wgmma where the
+    device has it (mma.sync ran 1.10-1.38x slower on every weight gradient timed since the
+    wgmma epilogue's rework, 64-row fp32 ones too); the halo path where :func:`halo_wins`
+    (docs/notes/igemm_tf32x3.md)."""
     return _default_tile(p, facts, precision.current())
 
 
@@ -251,17 +252,8 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
 def _default_tile(p: Problem, facts: DeviceFacts, prec: str) -> Tile:
     bm = rows_for(p.gemm[0])   # (cached: the estimates would cost an eager call ~0.1 ms)
     splits = _splits_for(p, bm, facts, prec)
-    tile = Tile(bm, splits, has_wgmma(facts) and not sync_wins(p, bm, splits, prec))
+    tile = Tile(bm, splits, has_wgmma(facts))
     return dataclasses.replace(tile, halo=halo_wins(p, tile))
-
-
-def sync_wins(p: Problem, bm: int, splits: int, prec: str) -> bool:
-    """Whether a weight gradient runs faster on ``mma.sync`` than wgmma: fp32, 64-row blocks,
-    splits of :data:`SYNC_WGRAD_SLICES` slices or more.  H200, 3x3, default splits: 64 -> 64
-    at 121-483 slices a split 1.10-1.20x faster, at 8-40 0.92-1.01x; 32- and 128-row blocks
-    0.78-1.01x, tf32 0.65-0.96x (docs/notes/igemm_tf32x3.md)."""
-    steps = cdiv(p.gemm[2], BK)
-    return p.mode == 2 and prec == "fp32" and bm == 64 and cdiv(steps, splits) >= SYNC_WGRAD_SLICES
 
 
 def halo_wins(p: Problem, tile: Tile) -> bool:

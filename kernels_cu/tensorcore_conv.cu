@@ -40,6 +40,9 @@
 // points at the slice's first channel and ldy is the wider map's channel count (Cout when
 // the output stands alone); the residual is always a whole (.., Cout) map.
 //
+// 1x1 filters without padding also run on tc_frag (below, the Python side's path 4), which
+// skips the ring: operands go from global memory straight into mma fragments.
+//
 // Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -275,6 +278,22 @@ __device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const __half* p) {
 }
 
 // mma.sync m16n8k16: a warp's WM x WN accumulators in registers, fragments by ldmatrix.
+// d += a · b on one m16n8k16 tile, fp16 or (BF) bf16 operands, fp32 accumulators.
+template <bool BF>
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+    if constexpr (BF)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 template <int WM, int WN, int BM, bool A_KM, bool BF>
 struct MmaPath {
     static constexpr int MI = WM / 16, NI = WN / 8;
@@ -319,16 +338,7 @@ struct MmaPath {
 
     static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4],
                                                const unsigned (&b)[2]) {
-        if constexpr (BF)
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-        else
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        mma16816<BF>(d, a, b[0], b[1]);
     }
 
     template <int LDC>
@@ -626,6 +636,169 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
     }
 }
 
+// tc_frag<MT, NT, WC, WP, KS, U, MODE>: a 1x1 convolution without padding (any stride) on
+// the "fragments" path (Tile.path 4).  At batch 1 a 1x1 layer is a few k-steps, and its
+// time is the chain of latencies a block walks: the ring kernel's tap table, stages,
+// ldmatrix and barriers are longer than the products.  Here each warp loads its mma
+// operands from global memory straight into fragment registers, U k-steps at a time with
+// every load of a group issued before its products, and the block's KS warps of each
+// output tile take K in KS shares, added in shared memory in share order (deterministic)
+// by the epilogue.  A warp owns 16·MT output channels x 8·NT pixels, a share WC x WP warps.
+//
+// The order of k inside a 16-wide step is free if A and B agree, so the lane that holds
+// fragment columns {2t, 2t+1, 2t+8, 2t+9} takes channels 4t..4t+3 of the step: one 8-byte
+// load of a weight row gives a0 and a2 (a1 and a3 from the row 8 below), and in NHWC one
+// 8-byte load of a pixel gives b0 and b1 (NCHW: four halves from four channel planes).
+// So C % 4 == 0 and 8-byte aligned rows, which the host checks.  MODE: bit 0 NHWC, bit 2
+// bf16.
+namespace tcc {
+template <int MT, int NT, int WC, int WP, int KS>
+struct Frag {
+    static constexpr int CO = 16 * MT * WC, PX = 8 * NT * WP, T = 32 * WC * WP * KS;
+    // The fp32 partial tiles of the KS shares: [KS][CO][PX + 4] (NCHW: a thread's epilogue
+    // walks channels of one pixel) or [KS][PX][CO + 4] (NHWC: consecutive channels).
+    static constexpr int LDN = PX + 4, LDH = CO + 4;
+};
+}  // namespace tcc
+
+template <int MT, int NT, int WC, int WP, int KS, int U, int MODE>
+__global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
+    const __half* __restrict__ x, const __half* __restrict__ wp, const float* __restrict__ bias,
+    const __half* __restrict__ residual, __half* __restrict__ y, int N, int C, int H, int W,
+    int Cout, int OH, int OW, int sh, int sw, int relu, int ldy)
+{
+    tc::wait_prior_grids();
+    using F = tcc::Frag<MT, NT, WC, WP, KS>;
+    constexpr bool NHWC = MODE & 1, BF = (MODE >> 2) & 1;
+    static_assert(F::T % F::PX == 0, "an NCHW epilogue thread keeps one pixel");
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* red = reinterpret_cast<float*>(smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int share = warp % KS, wc = (warp / KS) % WC, wpx = warp / (KS * WC);
+    const int g = lane >> 2, t = lane & 3;
+    const int OHW = OH * OW, M = N * OHW, HW = H * W;
+    const int co0 = blockIdx.y * F::CO + wc * 16 * MT;      // the warp's first channel
+    const int px0 = blockIdx.x * F::PX + wpx * 8 * NT;      // and first pixel
+
+    // Lane g's pixel of each n-tile: where its channels 4t.. start in x (once).
+    const unsigned short* xs = reinterpret_cast<const unsigned short*>(x);
+    int xo[NT];
+    bool pv[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int m = px0 + 8 * j + g;
+        pv[j] = m < M;
+        const int n = m / OHW, p = m - n * OHW, oh = p / OW, ow = p - oh * OW;
+        const int at = (oh * sh) * W + ow * sw;
+        xo[j] = !pv[j] ? 0 : NHWC ? (n * HW + at) * C + 4 * t : n * C * HW + at + 4 * t * HW;
+    }
+    // Lane (g, t)'s weight rows co0 + 16i + g and + 8, from channel 4t.
+    const uint2* wrow[MT][2];
+    bool cv[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int co = co0 + 16 * i + g + 8 * h;
+            cv[i][h] = co < Cout;
+            wrow[i][h] = reinterpret_cast<const uint2*>(wp + (size_t)(cv[i][h] ? co : 0) * C
+                                                        + 4 * t);
+        }
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+    const int steps = (C + 15) / 16;
+    const int s_end = (share + 1) * steps / KS;
+    for (int s0 = share * steps / KS; s0 < s_end; s0 += U) {
+        unsigned a[U][MT][4], b[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + u;
+            const bool kv = s < s_end && 16 * s + 4 * t < C;     // all four channels or none
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const bool v = kv && pv[j];
+                if constexpr (NHWC) {
+                    const uint2 q = v ? __ldg(reinterpret_cast<const uint2*>(xs + xo[j] + 16 * s))
+                                      : make_uint2(0u, 0u);
+                    b[u][j][0] = q.x;
+                    b[u][j][1] = q.y;
+                } else {
+                    const unsigned short* q = xs + xo[j] + 16 * s * HW;
+                    const unsigned h0 = v ? __ldg(q) : 0u, h1 = v ? __ldg(q + HW) : 0u;
+                    const unsigned h2 = v ? __ldg(q + 2 * HW) : 0u;
+                    const unsigned h3 = v ? __ldg(q + 3 * HW) : 0u;
+                    b[u][j][0] = h0 | (h1 << 16);
+                    b[u][j][1] = h2 | (h3 << 16);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const uint2 lo = kv && cv[i][0] ? __ldg(wrow[i][0] + 4 * s) : make_uint2(0u, 0u);
+                const uint2 hi = kv && cv[i][1] ? __ldg(wrow[i][1] + 4 * s) : make_uint2(0u, 0u);
+                a[u][i][0] = lo.x;
+                a[u][i][1] = hi.x;
+                a[u][i][2] = lo.y;
+                a[u][i][3] = hi.y;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    tcc::mma16816<BF>(acc[i][j], a[u][i], b[u][j][0], b[u][j][1]);
+    }
+
+    // The share's partial tile into shared memory, then every share's sum per output.
+    const int r0 = wc * 16 * MT, c0 = wpx * 8 * NT;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int row = r0 + 16 * i + g + 8 * (r >> 1), col = c0 + 8 * j + 2 * t + (r & 1);
+                red[NHWC ? (share * F::PX + col) * F::LDH + row
+                         : (share * F::CO + row) * F::LDN + col] = acc[i][j][r];
+            }
+    __syncthreads();
+    const int cb = blockIdx.y * F::CO, mb = blockIdx.x * F::PX;
+    if constexpr (NHWC) {   // consecutive threads: consecutive channels of a pixel
+        for (int e = threadIdx.x; e < F::CO * F::PX; e += F::T) {
+            const int row = e % F::CO, col = e / F::CO, co = cb + row, m = mb + col;
+            if (co >= Cout || m >= M) continue;
+            float v = 0.f;
+#pragma unroll
+            for (int q = 0; q < KS; ++q) v += red[(q * F::PX + col) * F::LDH + row];
+            if (bias != nullptr) v += bias[co];
+            if (residual != nullptr) v += tcc::to_float<BF>(residual[(size_t)m * Cout + co]);
+            y[(size_t)m * ldy + co] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
+        }
+    } else {                // a thread keeps one pixel: its image and offset once
+        const int col = threadIdx.x % F::PX, m = mb + col;
+        if (m >= M) return;
+        const int n = m / OHW, p = m - n * OHW;
+        __half* out = y + (size_t)n * ldy * OHW + p;
+        const __half* res = residual == nullptr ? nullptr : residual + (size_t)n * Cout * OHW + p;
+        for (int row = threadIdx.x / F::PX; row < F::CO && cb + row < Cout; row += F::T / F::PX) {
+            const int co = cb + row;
+            float v = 0.f;
+#pragma unroll
+            for (int q = 0; q < KS; ++q) v += red[(q * F::CO + row) * F::LDN + col];
+            if (bias != nullptr) v += bias[co];
+            if (res != nullptr) v += tcc::to_float<BF>(res[(size_t)co * OHW]);
+            out[(size_t)co * OHW] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
+        }
+    }
+}
+
 // What CI's nvcc build type-checks: tensorconv.ops.tensorcore_conv.instantiations()
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_TC_CONV(...) template __global__ void tc_conv<__VA_ARGS__>(const __half*, \
@@ -847,4 +1020,44 @@ TC_I_TC_CONV(64, 64, 32, 32, 2, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 2, 3, 2, 1
 TC_I_TC_CONV(64, 64, 32, 32, 3, 0, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 3, 1, 2, 1)
 TC_I_TC_CONV(64, 64, 32, 32, 3, 2, 2, 1) TC_I_TC_CONV(64, 64, 32, 32, 3, 3, 2, 1)
 #undef TC_I_TC_CONV
+#define TC_I_TC_FRAG(...) template __global__ void tc_frag<__VA_ARGS__>(const __half*, \
+    const __half*, const float*, const __half*, __half*, int, int, int, int, int, int, int, int, \
+    int, int, int);
+TC_I_TC_FRAG(1, 2, 2, 2, 1, 4, 0) TC_I_TC_FRAG(1, 2, 2, 2, 1, 4, 1)
+TC_I_TC_FRAG(1, 2, 2, 2, 1, 4, 4) TC_I_TC_FRAG(1, 2, 2, 2, 1, 4, 5)
+TC_I_TC_FRAG(1, 2, 2, 2, 2, 4, 0) TC_I_TC_FRAG(1, 2, 2, 2, 2, 4, 1)
+TC_I_TC_FRAG(1, 2, 2, 2, 2, 4, 4) TC_I_TC_FRAG(1, 2, 2, 2, 2, 4, 5)
+TC_I_TC_FRAG(1, 2, 2, 2, 4, 4, 0) TC_I_TC_FRAG(1, 2, 2, 2, 4, 4, 1)
+TC_I_TC_FRAG(1, 2, 2, 2, 4, 4, 4) TC_I_TC_FRAG(1, 2, 2, 2, 4, 4, 5)
+TC_I_TC_FRAG(1, 2, 2, 2, 8, 4, 0) TC_I_TC_FRAG(1, 2, 2, 2, 8, 4, 1)
+TC_I_TC_FRAG(1, 2, 2, 2, 8, 4, 4) TC_I_TC_FRAG(1, 2, 2, 2, 8, 4, 5)
+TC_I_TC_FRAG(2, 1, 1, 2, 1, 4, 0) TC_I_TC_FRAG(2, 1, 1, 2, 1, 4, 1)
+TC_I_TC_FRAG(2, 1, 1, 2, 1, 4, 4) TC_I_TC_FRAG(2, 1, 1, 2, 1, 4, 5)
+TC_I_TC_FRAG(2, 1, 1, 2, 2, 4, 0) TC_I_TC_FRAG(2, 1, 1, 2, 2, 4, 1)
+TC_I_TC_FRAG(2, 1, 1, 2, 2, 4, 4) TC_I_TC_FRAG(2, 1, 1, 2, 2, 4, 5)
+TC_I_TC_FRAG(2, 1, 1, 2, 4, 4, 0) TC_I_TC_FRAG(2, 1, 1, 2, 4, 4, 1)
+TC_I_TC_FRAG(2, 1, 1, 2, 4, 4, 4) TC_I_TC_FRAG(2, 1, 1, 2, 4, 4, 5)
+TC_I_TC_FRAG(2, 1, 1, 2, 8, 4, 0) TC_I_TC_FRAG(2, 1, 1, 2, 8, 4, 1)
+TC_I_TC_FRAG(2, 1, 1, 2, 8, 4, 4) TC_I_TC_FRAG(2, 1, 1, 2, 8, 4, 5)
+TC_I_TC_FRAG(2, 2, 1, 2, 1, 2, 0) TC_I_TC_FRAG(2, 2, 1, 2, 1, 2, 1)
+TC_I_TC_FRAG(2, 2, 1, 2, 1, 2, 4) TC_I_TC_FRAG(2, 2, 1, 2, 1, 2, 5)
+TC_I_TC_FRAG(2, 2, 1, 2, 2, 2, 0) TC_I_TC_FRAG(2, 2, 1, 2, 2, 2, 1)
+TC_I_TC_FRAG(2, 2, 1, 2, 2, 2, 4) TC_I_TC_FRAG(2, 2, 1, 2, 2, 2, 5)
+TC_I_TC_FRAG(2, 2, 1, 2, 4, 2, 0) TC_I_TC_FRAG(2, 2, 1, 2, 4, 2, 1)
+TC_I_TC_FRAG(2, 2, 1, 2, 4, 2, 4) TC_I_TC_FRAG(2, 2, 1, 2, 4, 2, 5)
+TC_I_TC_FRAG(2, 2, 1, 2, 8, 2, 0) TC_I_TC_FRAG(2, 2, 1, 2, 8, 2, 1)
+TC_I_TC_FRAG(2, 2, 1, 2, 8, 2, 4) TC_I_TC_FRAG(2, 2, 1, 2, 8, 2, 5)
+TC_I_TC_FRAG(2, 4, 1, 4, 1, 2, 0) TC_I_TC_FRAG(2, 4, 1, 4, 1, 2, 1)
+TC_I_TC_FRAG(2, 4, 1, 4, 1, 2, 4) TC_I_TC_FRAG(2, 4, 1, 4, 1, 2, 5)
+TC_I_TC_FRAG(2, 4, 1, 4, 2, 2, 0) TC_I_TC_FRAG(2, 4, 1, 4, 2, 2, 1)
+TC_I_TC_FRAG(2, 4, 1, 4, 2, 2, 4) TC_I_TC_FRAG(2, 4, 1, 4, 2, 2, 5)
+TC_I_TC_FRAG(2, 4, 1, 4, 4, 2, 0) TC_I_TC_FRAG(2, 4, 1, 4, 4, 2, 1)
+TC_I_TC_FRAG(2, 4, 1, 4, 4, 2, 4) TC_I_TC_FRAG(2, 4, 1, 4, 4, 2, 5)
+TC_I_TC_FRAG(2, 4, 2, 2, 1, 2, 0) TC_I_TC_FRAG(2, 4, 2, 2, 1, 2, 1)
+TC_I_TC_FRAG(2, 4, 2, 2, 1, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 1, 2, 5)
+TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 0) TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 1)
+TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 5)
+TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 0) TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 1)
+TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 5)
+#undef TC_I_TC_FRAG
 #endif

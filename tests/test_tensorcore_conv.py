@@ -3,6 +3,8 @@ weight packing emulated in NumPy, the tile ranking, the fp16 reference path, bad
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -69,10 +71,46 @@ def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
         t.splits == 1 or tcc.split_k(p, t) >= 2 * tcc.BK for t in cands)
     names = set(tcc.instantiations())
     every = tcc.candidates(p, H100, paths=tuple(tcc.PATHS))
-    assert {t.path for t in every} == set(tcc.PATHS)
+    assert {t.path for t in every} == set(tcc.PATHS) - {tcc.FRAG}        # 3x3: no fragments
+    pw = tcc.Problem(conv_geometry((1, 512, 7, 7), (512, 512, 1, 1), 1, 0), "nchw")
+    every += tcc.candidates(pw, H100, paths=(tcc.FRAG,))
     assert all(tcc.path_fits(t.shape, t.path) for t in every)
     for lay in tcc.LAYOUTS:
-        assert all(tcc.kernels(tcc.Problem(p.geom, lay), t)[0].name in names for t in every)
+        for dtype in tcc.DTYPES:
+            q = tcc.Problem(p.geom, lay, dtype)
+            assert all(tcc.kernels(q, t)[0].name in names for t in every
+                       if t.path == tcc.FRAG or dtype == "float16")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_the_fragments_path_takes_unpadded_1x1_layers_with_even_channels(layout):
+    def problem(c, r, stride, padding):
+        return tcc.Problem(conv_geometry((2, c, 9, 11), (24, c, r, r), stride, padding),
+                           layout)
+
+    frag = lambda p: [t for t in tcc.candidates(p, H100) if t.path == tcc.FRAG]  # noqa: E731
+    tiles = frag(problem(96, 1, 2, 0))
+    assert {t.shape for t in tiles} == set(tcc.FRAG_SHAPES)
+    assert len(tiles) == sum(len(tcc.frag_shares(s)) for s in tcc.FRAG_SHAPES)
+    for t in tiles:
+        tcc.check_tile(t, problem(96, 1, 2, 0))
+        assert t.grid(problem(96, 1, 2, 0))[2] == 1 and t.threads <= 1024
+        assert t.stages == tcc.frag_unroll(t.shape) and not (t.vec or t.cluster)
+    for c, r, padding in ((96, 3, 1), (94, 1, 0), (96, 1, 1)):         # 3x3, C % 4, padded
+        assert frag(problem(c, r, 1, padding)) == []
+        assert tcc.frag_fits(problem(c, r, 1, padding)) is not None
+        with pytest.raises(ValueError, match="fragments path"):
+            tcc.check_tile(tiles[0], problem(c, r, 1, padding))
+    t = tcc.Tile(32, 32, 16, 16, 8, tcc.FRAG, tcc.frag_unroll((32, 32, 16, 16)), vec=False)
+    tcc.check_tile(t, problem(96, 1, 1, 0))
+    assert t.threads == 4 * 32 * 8
+    # the K shares' fp32 partial tiles, rows padded by 4 floats: channels x (pixels + 4)
+    # in NCHW, pixels x (channels + 4) in NHWC
+    assert t.smem_bytes(problem(96, 1, 1, 0)) == 4 * 8 * 32 * 36
+    for bad in (replace(t, splits=3), replace(t, stages=2), replace(t, vec=True),
+                tcc.Tile(64, 64, 32, 32, 8, tcc.FRAG, 2), tcc.Tile(64, 32, 32, 16, 1, tcc.FRAG, 4)):
+        with pytest.raises(ValueError, match="fragments tile"):
+            tcc.check_tile(bad, problem(96, 1, 1, 0))
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])

@@ -51,7 +51,12 @@ class Tile:
     ``stages`` shared-memory chunks, with 16-byte ``cp.async`` loads where ``vec`` (else
     one half per load, through registers).  ``cluster``: the split shares of a tile form a
     thread-block cluster and reduce through distributed shared memory (sm_90; splits in
-    :data:`CLUSTER_SPLITS`); else through a global workspace."""
+    :data:`CLUSTER_SPLITS`); else through a global workspace.
+
+    On the fragments path (``path`` :data:`FRAG`, 1x1 filters without padding) operands go
+    from global memory straight into fragment registers: ``splits`` is the number of warps
+    of one block that share each output tile's K (added in shared memory), ``stages`` the
+    k-steps a warp loads ahead (:func:`frag_unroll`), and there is no ring."""
 
     bm: int
     bn: int
@@ -65,7 +70,8 @@ class Tile:
 
     @property
     def threads(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn) * 32
+        warps = (self.bm // self.wm) * (self.bn // self.wn)
+        return warps * 32 * (self.splits if self.path == FRAG else 1)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -73,7 +79,11 @@ class Tile:
 
     def smem_bytes(self, p: Problem) -> int:
         """The ring of operand chunks (or the fp32 result tile that reuses it), the block's
-        slice of the tap table, and a cluster's push slots."""
+        slice of the tap table, and a cluster's push slots; on the fragments path, the fp32
+        partial tiles of its K shares."""
+        if self.path == FRAG:
+            pad = self.bm if p.layout == "nchw" else self.bn      # tcc::Frag's row pitch
+            return 4 * self.splits * self.bm * self.bn // pad * (pad + 4)
         if not self.cluster:
             return self.slots_at(p)
         return self.slots_at(p) + 4 * push_slot_floats(self.splits, self.share)
@@ -95,7 +105,7 @@ class Tile:
         return up4(cdiv(self.bm * self.bn, self.splits)) if self.cluster else 1
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
-        return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), self.splits
+        return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), 1 if self.path == FRAG else self.splits
 
     def mode(self, p: Problem) -> int:
         """The kernel's MODE: bit 0 NHWC, bit 1 vector loads, bit 2 bf16."""
@@ -113,9 +123,17 @@ RING_HALVES = 64   # register halves per thread the scalar loads' ring may hold
 CLUSTER_SPLITS = (2, 4, 8)
 CLUSTER_STAGES = (3, 4, 6)
 CLUSTER_SHAPES = tuple(s for s in SHAPES if s[0] <= 64 and s[1] <= 64)
-# The instruction paths: mma.sync m16n8k16, and WMMA with the paper's fragment shapes
-# (m x n of an m x n x 16 fragment).
-PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32)}
+# The instruction paths: mma.sync m16n8k16, WMMA with the paper's fragment shapes (m x n
+# of an m x n x 16 fragment), and mma.sync on operands loaded straight into fragments.
+FRAG = 4
+PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32),
+         FRAG: ("fragments", 16, 8)}
+# The fragments path (tc_frag): (bm, bn, wm, wn) with warps of 8·NT pixels x 16·MT
+# channels, K shared by 1-8 warps of a block.  At batch 1 the measured winners were 32 x 32
+# blocks with 4 or 8 shares (docs/notes/tensorcore_conv.md).
+FRAG_SHAPES = ((16, 32, 8, 32), (32, 32, 16, 32), (32, 32, 16, 16), (64, 64, 32, 32),
+               (128, 32, 32, 32))
+FRAG_SPLITS = (1, 2, 4, 8)
 # Pipeline depths: mma.sync takes 2-8 stages (at batch 1 a chunk's time is a load latency
 # over the chunks in flight); WMMA (the paper's path) double-buffers.
 STAGES = {0: (2, 3, 4, 6, 8), 1: (2,), 2: (2,), 3: (2,)}
@@ -135,7 +153,10 @@ def space(p: Problem) -> tuple[dict, tuple]:
 
 def path_fits(shape, path: int) -> bool:
     """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
-    16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps."""
+    16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps; the
+    fragments path has shapes of its own (:data:`FRAG_SHAPES`)."""
+    if path == FRAG:
+        return tuple(shape) in FRAG_SHAPES
     _, fm, fn = PATHS[path]
     warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
     return shape[2] % fm == 0 and shape[3] % fn == 0 and (path == 0 or warps == 4)
@@ -149,6 +170,32 @@ def ring_fits(shape, stages: int, mode: int) -> bool:
     a = shape[0] * BK // threads if mode != 3 else 0
     b = shape[1] * BK // threads if not mode & 2 else 0
     return (a + b) * stages <= RING_HALVES
+
+
+def frag_unroll(shape) -> int:
+    """The k-steps a warp of the fragments path loads ahead (the kernel's U): four while a
+    warp's tile is at most two fragments, else two (registers)."""
+    return 4 if (shape[2] // 8) * (shape[3] // 16) <= 2 else 2
+
+
+def frag_shares(shape) -> tuple[int, ...]:
+    """The K shares of :data:`FRAG_SPLITS` a block of ``shape`` takes: at most 1,024
+    threads, and 512 where a warp holds four fragments or more (registers)."""
+    warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
+    most = 1024 if (shape[2] // 8) * (shape[3] // 16) <= 2 else 512
+    return tuple(k for k in FRAG_SPLITS if warps * 32 * k <= most)
+
+
+def frag_fits(p: Problem) -> str | None:
+    """Why ``p`` cannot run on the fragments path, or None: a 1x1 filter without padding,
+    and a channel count divisible by 4 (a lane's operands are four consecutive channels)."""
+    g = p.geom
+    if (g.r, g.s) != (1, 1) or g.padding != (0, 0):
+        return f"the fragments path runs 1x1 filters without padding, got {g.r}x{g.s} " \
+               f"padding {g.padding}"
+    if g.c % 4:
+        return f"the fragments path needs a channel count divisible by 4, got C={g.c}"
+    return None
 
 
 def supported(p: Problem) -> str | None:
@@ -174,6 +221,15 @@ def split_k(p: Problem, tile: Tile) -> int:
 
 def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
     """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
+    if isinstance(tile, Tile) and tile.path == FRAG:
+        if (tile.shape not in FRAG_SHAPES or tile.splits not in frag_shares(tile.shape)
+                or tile.stages != frag_unroll(tile.shape) or tile.vec or tile.cluster):
+            raise ValueError(f"a fragments tile (path {FRAG}) needs a shape in {FRAG_SHAPES}, "
+                             f"splits in frag_shares(shape), stages frag_unroll(shape) and "
+                             f"no vec or cluster; got {tile!r}")
+        if (why := frag_fits(p)) is not None:
+            raise ValueError(f"{tile}: {why}")
+        return
     stages, cluster_stages = space(p)
     if not isinstance(tile, Tile) or tile.shape not in SHAPES or tile.path not in stages \
             or not path_fits(tile.shape, tile.path) or tile.stages not in stages[tile.path]:
@@ -207,10 +263,10 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
     cheapest by :func:`_cost` first; bf16 in its smaller space (:func:`space`)."""
     vecs = [v for v in vec if p.vec_ok or not v]
     stages, cluster_stages = space(p)
-    paths = [q for q in paths if q in stages]
+    ring = [q for q in paths if q in stages]
     out = []
     for shape in SHAPES:
-        for path in (q for q in paths if path_fits(shape, q)):
+        for path in (q for q in ring if path_fits(shape, q)):
             for splits in range(1, max_splits + 1):
                 if splits > 1 and split_k(p, Tile(*shape, splits)) < 2 * BK:
                     break
@@ -222,6 +278,9 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
                         and p.vec_ok and has_clusters(facts)):
                     out += [Tile(*shape, splits, 0, st, True, True) for st in cluster_stages
                             if ring_fits(shape, st, Tile(*shape).mode(p))]
+    if FRAG in paths and frag_fits(p) is None:
+        out += [Tile(*shape, k, FRAG, frag_unroll(shape), False)
+                for shape in FRAG_SHAPES for k in frag_shares(shape)]
     return sorted(out, key=lambda t: _cost(p, t, facts))
 
 
@@ -229,7 +288,12 @@ def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
     """An analytic rank: waves of blocks over the SMs (four blocks each), times a block's
     chunks, each the padded multiply-adds of the tile plus a fixed latency (worth a 64 x 64
     chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
-    stages first among equals."""
+    stages first among equals.  A fragments tile counts as a vector tile over its share of
+    K (its shares add in shared memory), at the blocks an SM holds of its threads."""
+    if t.path == FRAG:
+        waves = cdiv(int(np.prod(t.grid(p))), min(4, 2048 // t.threads) * facts.sm_count)
+        per_block = cdiv(p.k, BK * t.splits) * (t.bm * t.bn + 64 * 64) * BK
+        return (waves * per_block, False, True, True, 0, -t.bm * t.bn)
     blocks = int(np.prod(t.grid(p)))
     waves = cdiv(blocks, 4 * facts.sm_count)
     chunks = cdiv(split_k(p, t), BK)

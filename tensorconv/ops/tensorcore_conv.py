@@ -9,8 +9,10 @@ with C % 8 == 0) and otherwise one half per load through registers, the k -> inp
 map read from a per-layer table (:func:`tap_table`).  At batch 1 most layers give too few
 output tiles for the GPU, so K splits across ``Tile.splits`` blocks whose partial tiles the
 last block of each tile adds up inside the same launch (a counter per tile, reset by that
-block: the launch replays from a CUDA graph).  Two instruction paths: ``mma.sync``
-m16n8k16 with ``ldmatrix``, and WMMA with the paper's fragment shapes (:data:`PATHS`).
+block: the launch replays from a CUDA graph).  Three instruction paths: ``mma.sync``
+m16n8k16 with ``ldmatrix``, WMMA with the paper's fragment shapes, and (1x1 filters
+without padding) ``mma.sync`` on operands loaded from global memory straight into its
+fragments, K shared by the warps of a block (:data:`PATHS`, :data:`FRAG`).
 :func:`default_tile` is an analytic rank; :mod:`tensorconv.tuning.tc_search` times the
 best-ranked tiles.
 """
@@ -36,6 +38,8 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     CLUSTER_SPLITS,
     CLUSTER_STAGES,
     DTYPES,
+    FRAG,
+    FRAG_SHAPES,
     LAYOUTS,
     MAX_SPLITS,
     PAD,
@@ -47,6 +51,9 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     Tile,
     candidates,
     check_tile,
+    frag_fits,
+    frag_shares,
+    frag_unroll,
     path_fits,
     ring_fits,
     space,
@@ -88,6 +95,9 @@ def tuned_tile(p: Problem) -> Tile | None:
 
 
 def _name(t: Tile, mode: int) -> str:
+    if t.path == FRAG:     # tc_frag<MT, NT, WC, WP, KS, U, MODE>
+        return (f"tc_frag<{t.wn // 16}, {t.wm // 8}, {t.bn // t.wn}, {t.bm // t.wm}, "
+                f"{t.splits}, {t.stages}, {mode}>")
     cl = t.splits if t.cluster else 1
     return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {mode}, {t.stages}, {cl}>"
 
@@ -100,8 +110,9 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 def instantiations() -> list[str]:
     """Every shape on every path it fits, at each of its depths, in the four modes (both
     layouts, vector loads or not; split counts are runtime), for fp16 and, in its smaller
-    space, bf16 (mode bit 2)."""
-    out = []
+    space, bf16 (mode bit 2); and the fragments path's tiles in both layouts and types."""
+    out = [_name(Tile(*s, k, FRAG, frag_unroll(s)), mode) for s in FRAG_SHAPES
+           for k in frag_shares(s) for mode in (0, 1, 4, 5)]
     for bf, (stages, cluster_stages) in ((0, (STAGES, CLUSTER_STAGES)),
                                          (4, (BF16_STAGES, BF16_CLUSTER_STAGES))):
         out += [_name(Tile(*s, path=q, stages=st), bf | mode) for s in SHAPES for q in stages
@@ -231,6 +242,12 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         return _reference(x, w, bias, residual, p, relu)
     tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
     check_tile(tile, p)
+    if tile.path == FRAG and ((layout == "nhwc" and x.data.ptr % 8)
+                             or (packed is not None and packed.data.ptr % 8)):
+        # four channels of a pixel (NHWC) and of a weight row move as one 8-byte word
+        fallback = candidates(p, backend.device_facts(), paths=tuple(STAGES))[0]
+        log.info("tc_conv2d: x or packed is not 8-byte aligned; %s runs as %s", tile, fallback)
+        tile = fallback
     if packed is None:
         packed = pack_weights(w, layout, xp, p.dtype)
     elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != x.dtype \
@@ -244,6 +261,13 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
                  tile)
         tile = replace(tile, vec=False, cluster=False)
     out = xp.empty(shape, dtype=x.dtype) if out is None else out
+    g, i32 = p.geom, np.int32
+    if tile.path == FRAG:
+        launch(kernels(p, tile)[0], tile.grid(p), (tile.threads,),
+               (x, packed, ptr(bias), ptr(residual), out, i32(g.n), i32(g.c), i32(g.h),
+                i32(g.w), i32(g.k), i32(g.oh), i32(g.ow), i32(g.stride[0]), i32(g.stride[1]),
+                i32(bool(relu)), i32(ldy)), smem=tile.smem_bytes(p))
+        return out
     # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
     vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and ldy % 8 == 0
                and out.data.ptr % 16 == 0 and (residual is None or residual.data.ptr % 16 == 0))
@@ -252,7 +276,6 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     spill = tile.splits > 1 and not tile.cluster     # shares meet in a global workspace
     partial = workspace(xp, tile.splits * tiles * tile.bm * tile.bn) if spill else None
     counters = scratch_counters(xp, tiles) if spill else None
-    g, i32 = p.geom, np.int32
     launch(kernels(p, tile)[0], grid, (tile.threads,),
            (x, packed, _device_tap_table(xp.cuda.runtime.getDevice(), p), ptr(bias), ptr(residual),
             out, ptr(partial), ptr(counters), i32(g.n), i32(g.c), i32(g.h), i32(g.w),

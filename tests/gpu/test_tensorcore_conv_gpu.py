@@ -60,7 +60,7 @@ def test_random_shapes_every_tile_and_split(rng, trial):
     for layout in ("nchw", "nhwc"):
         p = tcc.problem(case[0].shape if layout == "nchw" else
                         (n, h, w, c), case[1].shape, stride, padding, layout)
-        for path in (q for q in tcc.PATHS if tcc.path_fits(shape, q)):
+        for path in (q for q in tcc.STAGES if tcc.path_fits(shape, q)):    # the ring's
             for stages in tcc.STAGES[path]:
                 for vec in (False, True) if p.vec_ok else (False,):
                     for splits in (1, 3):
@@ -158,7 +158,80 @@ def test_out_as_a_channel_slice_writes_only_its_channels(rng, layout, trial):
                       out=tall[:, ::2] if row == 1 else tall[:, :, ::2])
 
 
-@pytest.mark.parametrize("cluster", [False, True])
+@pytest.mark.parametrize("trial", range(6))
+def test_fragments_path_every_tile(rng, trial):
+    """1x1 layers on the fragments path (operands straight into mma fragments, K shared by
+    a block's warps): random batch, channels (from 4: shares with no k-step), odd
+    output channels and planes, strides 1-3, both layouts, fp16 and bf16, every fragments
+    tile, the epilogue, poisoned outputs; then an output that is a channel slice of a wider
+    map, whose other channels keep their poison."""
+    import cupy as cp
+    import ml_dtypes
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    elem = np.dtype(ml_dtypes.bfloat16) if trial % 2 else np.dtype(np.float16)
+    tol = 4e-3 if trial % 2 else 2e-3
+    n, c = int(rng.integers(1, 4)), 4 * int(rng.integers(1, 45))
+    k, stride = int(rng.integers(1, 90)), int(rng.choice([1, 2, 3]))
+    h, w = int(rng.integers(1, 30)), int(rng.integers(1, 30))
+    x = rng.standard_normal((n, c, h, w)).astype(elem)
+    wt = (rng.standard_normal((k, c, 1, 1)) / np.sqrt(c)).astype(elem)
+    b = rng.standard_normal(k).astype(np.float32)
+    ref = reference.conv2d(x.astype(np.float32), wt.astype(np.float32), b, stride, 0)
+    res = rng.standard_normal(ref.shape).astype(elem)
+    want = np.maximum(ref + res.astype(np.float32), 0)
+    poison = (lambda a: a.view(cp.uint16).fill(0x7FC0)) if trial % 2 else \
+        (lambda a: a.fill(cp.nan))
+    for layout in ("nchw", "nhwc"):
+        to = (lambda a: a) if layout == "nchw" else (lambda a: a.transpose(0, 2, 3, 1))
+        xd, rd = (cp.asarray(np.ascontiguousarray(to(a))) for a in (x, res))
+        p = tcc.problem(xd.shape, wt.shape, stride, 0, layout, elem.name)
+        tiles = [t for t in tcc.candidates(p, backend.device_facts()) if t.path == tcc.FRAG]
+        assert len(tiles) == sum(len(tcc.frag_shares(s)) for s in tcc.FRAG_SHAPES)
+        for t in tiles:
+            out = cp.empty(to(want).shape, elem)
+            poison(out)
+            tcc.tc_conv2d(xd, cp.asarray(wt), cp.asarray(b), stride, 0, layout=layout,
+                          relu=True, residual=rd, tile=t, out=out)
+            err = rel_err(out.get().astype(np.float32), to(want))
+            assert err <= tol, (layout, t, (n, c, h, w, k, stride), err)
+        ax = 3 if layout == "nhwc" else 1
+        shape = list(to(want).shape)
+        shape[ax] += 5
+        wide = cp.empty(shape, elem)
+        poison(wide)
+        at = [slice(None)] * 4
+        at[ax] = slice(3, 3 + k)
+        tcc.tc_conv2d(xd, cp.asarray(wt), cp.asarray(b), stride, 0, layout=layout, relu=True,
+                      residual=rd, tile=tiles[trial % len(tiles)], out=wide[tuple(at)])
+        got = wide.get().astype(np.float32)
+        assert rel_err(got[tuple(at)], to(want)) <= tol, layout
+        rest = np.ones(shape, bool)
+        rest[tuple(at)] = False
+        assert np.isnan(got[rest]).all(), layout
+
+
+def test_fragments_path_on_an_unaligned_nhwc_input_falls_back(rng):
+    """An NHWC input 2 bytes past an 8-byte boundary cannot be read four channels at a
+    time: the op runs a ring tile instead, and the result stands."""
+    import cupy as cp
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    x = rng.standard_normal((1, 7, 9, 32)).astype(np.float16)
+    wt = (rng.standard_normal((24, 32, 1, 1)) / 6).astype(np.float16)
+    want = reference.conv2d(x.transpose(0, 3, 1, 2).astype(np.float32), wt.astype(np.float32),
+                            None, 1, 0).transpose(0, 2, 3, 1)
+    buf = cp.empty(x.size + 1, cp.float16)
+    xd = buf[1:].reshape(x.shape)
+    xd[...] = cp.asarray(x)
+    tile = tcc.Tile(32, 32, 16, 16, 4, tcc.FRAG, 4, vec=False)
+    out = tcc.tc_conv2d(xd, cp.asarray(wt), None, 1, 0, layout="nhwc", tile=tile)
+    assert rel_err(out.get().astype(np.float32), want) <= 2e-3
+
+
+@pytest.mark.parametrize("cluster", [False, True, None])
 def test_split_k_replays_with_the_same_result(rng, cluster):
     """The per-tile counters are left at zero, cluster shares add in rank order: repeating
     the split launch gives the same (bit-identical) output."""
@@ -167,11 +240,13 @@ def test_split_k_replays_with_the_same_result(rng, cluster):
     from tensorconv.ops import tensorcore_conv as tcc
 
     x = cp.asarray(rng.standard_normal((1, 256, 7, 7)).astype(np.float16))
-    w = cp.asarray((rng.standard_normal((256, 256, 3, 3)) / 48).astype(np.float16))
-    tile = tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster)
-    first = tcc.tc_conv2d(x, w, None, 1, 1, tile=tile).copy()
+    r, pad = (1, 0) if cluster is None else (3, 1)         # None: the fragments path's shares
+    w = cp.asarray((rng.standard_normal((256, 256, r, r)) / 48).astype(np.float16))
+    tile = tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster) if cluster is not None \
+        else tcc.Tile(32, 32, 16, 16, 8, tcc.FRAG, 4, vec=False)
+    first = tcc.tc_conv2d(x, w, None, 1, pad, tile=tile).copy()
     for _ in range(3):
-        assert cp.array_equal(tcc.tc_conv2d(x, w, None, 1, 1, tile=tile), first)
+        assert cp.array_equal(tcc.tc_conv2d(x, w, None, 1, pad, tile=tile), first)
 
 
 @pytest.mark.slow
@@ -238,12 +313,13 @@ def test_bf16_random_shapes_every_tile(rng, trial):
         xd, rd = (cp.asarray(np.ascontiguousarray(to(a))) for a in (x, res))
         p = tcc.problem(xd.shape, wt.shape, stride, padding, layout, "bfloat16")
         cands = tcc.candidates(p, backend.device_facts())
-        assert cands and all(t.path == 0 for t in cands)
+        assert cands and all(t.path in (0, tcc.FRAG) for t in cands)
         # two of the shapes this layer has tiles on (scalar loads leave the large shapes
         # out: their register ring overflows at bf16's 3-4 stages), another two a trial
         have = [s for s in tcc.SHAPES if any(t.shape == s for t in cands)]
         shapes = {have[(2 * trial + i) % len(have)] for i in range(2)}
-        tiles = [t for t in cands if t.shape in shapes and t.splits in (1, 2, 3)]
+        tiles = [t for t in cands if t.shape in shapes and t.splits in (1, 2, 3)
+                 and t.path == 0]
         assert tiles
         for t in tiles:
             out = cp.empty(to(want).shape, bf16)

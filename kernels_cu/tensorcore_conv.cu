@@ -692,16 +692,17 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
         const int at = (oh * sh) * W + ow * sw;
         xo[j] = !pv[j] ? 0 : NHWC ? (n * HW + at) * C + 4 * t : n * C * HW + at + 4 * t * HW;
     }
-    // Lane (g, t)'s weight rows co0 + 16i + g and + 8 from channel 4t, in 8-byte words
-    // (-1: a row past Cout).
-    const uint2* wv = reinterpret_cast<const uint2*>(wp);
-    int wo[MT][2];
+    // Lane (g, t)'s weight rows co0 + 16i + g and + 8, from channel 4t.
+    const uint2* wrow[MT][2];
+    bool cv[MT][2];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int co = co0 + 16 * i + g + 8 * h;
-            wo[i][h] = co < Cout ? (co * C + 4 * t) / 4 : -1;
+            cv[i][h] = co < Cout;
+            wrow[i][h] = reinterpret_cast<const uint2*>(wp + (size_t)(cv[i][h] ? co : 0) * C
+                                                        + 4 * t);
         }
 
     float acc[MT][NT][4];
@@ -711,9 +712,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-    // Every load is issued, from x[0] or w[0] where its operand is out of range (zeroed
-    // after): no branch stands between a group's loads, so they all fly at once.
-    const int steps = (C + 15) / 16, xstep = NHWC ? 16 : 16 * HW, plane = NHWC ? 1 : HW;
+    const int steps = (C + 15) / 16;
     const int s_end = (share + 1) * steps / KS;
     for (int s0 = share * steps / KS; s0 < s_end; s0 += U) {
         unsigned a[U][MT][4], b[U][NT][2];
@@ -724,27 +723,28 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const bool v = kv && pv[j];
-                const unsigned short* q = xs + (v ? xo[j] + s * xstep : 0);
                 if constexpr (NHWC) {
-                    const uint2 w2 = __ldg(reinterpret_cast<const uint2*>(q));
-                    b[u][j][0] = v ? w2.x : 0u;
-                    b[u][j][1] = v ? w2.y : 0u;
+                    const uint2 q = v ? __ldg(reinterpret_cast<const uint2*>(xs + xo[j] + 16 * s))
+                                      : make_uint2(0u, 0u);
+                    b[u][j][0] = q.x;
+                    b[u][j][1] = q.y;
                 } else {
-                    const unsigned h0 = __ldg(q), h1 = __ldg(q + plane);
-                    const unsigned h2 = __ldg(q + 2 * plane), h3 = __ldg(q + 3 * plane);
-                    b[u][j][0] = v ? h0 | (h1 << 16) : 0u;
-                    b[u][j][1] = v ? h2 | (h3 << 16) : 0u;
+                    const unsigned short* q = xs + xo[j] + 16 * s * HW;
+                    const unsigned h0 = v ? __ldg(q) : 0u, h1 = v ? __ldg(q + HW) : 0u;
+                    const unsigned h2 = v ? __ldg(q + 2 * HW) : 0u;
+                    const unsigned h3 = v ? __ldg(q + 3 * HW) : 0u;
+                    b[u][j][0] = h0 | (h1 << 16);
+                    b[u][j][1] = h2 | (h3 << 16);
                 }
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                const bool v0 = kv && wo[i][0] >= 0, v1 = kv && wo[i][1] >= 0;
-                const uint2 lo = __ldg(wv + (v0 ? wo[i][0] + 4 * s : 0));
-                const uint2 hi = __ldg(wv + (v1 ? wo[i][1] + 4 * s : 0));
-                a[u][i][0] = v0 ? lo.x : 0u;
-                a[u][i][1] = v1 ? hi.x : 0u;
-                a[u][i][2] = v0 ? lo.y : 0u;
-                a[u][i][3] = v1 ? hi.y : 0u;
+                const uint2 lo = kv && cv[i][0] ? __ldg(wrow[i][0] + 4 * s) : make_uint2(0u, 0u);
+                const uint2 hi = kv && cv[i][1] ? __ldg(wrow[i][1] + 4 * s) : make_uint2(0u, 0u);
+                a[u][i][0] = lo.x;
+                a[u][i][1] = hi.x;
+                a[u][i][2] = lo.y;
+                a[u][i][3] = hi.y;
             }
         }
 #pragma unroll

@@ -90,6 +90,8 @@ def test_the_fragments_path_takes_unpadded_1x1_layers_with_even_channels(layout)
 
     frag = lambda p: [t for t in tcc.candidates(p, H100) if t.path == tcc.FRAG]  # noqa: E731
     tiles = frag(problem(96, 1, 2, 0))
+    cands = tcc.candidates(problem(96, 1, 2, 0), H100)       # the ring's first: the default
+    assert cands[-len(tiles):] == tiles and tcc.default_tile(problem(96, 1, 2, 0), H100).path == 0
     assert {t.shape for t in tiles} == set(tcc.FRAG_SHAPES)
     assert len(tiles) == sum(len(tcc.frag_shares(s)) for s in tcc.FRAG_SHAPES)
     for t in tiles:

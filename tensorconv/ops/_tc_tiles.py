@@ -260,7 +260,8 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
     """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
     split counts up to ``max_splits`` whose shares hold at least two chunks and none is
     empty, with and without vector loads (``vec``; with only where the layer allows),
-    cheapest by :func:`_cost` first; bf16 in its smaller space (:func:`space`)."""
+    cheapest by :func:`_cost` first, then the fragments tiles where the layer takes them;
+    bf16 in its smaller space (:func:`space`)."""
     vecs = [v for v in vec if p.vec_ok or not v]
     stages, cluster_stages = space(p)
     ring = [q for q in paths if q in stages]
@@ -278,18 +279,23 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
                         and p.vec_ok and has_clusters(facts)):
                     out += [Tile(*shape, splits, 0, st, True, True) for st in cluster_stages
                             if ring_fits(shape, st, Tile(*shape).mode(p))]
+    out.sort(key=lambda t: _cost(p, t, facts))
+    # The fragments tiles rank after the ring's: their cost is not calibrated, and a
+    # 1x1 layer's untuned default stays the ring tile it was measured on (the search times
+    # every candidate, so a tuned layer takes whichever is faster).
     if FRAG in paths and frag_fits(p) is None:
-        out += [Tile(*shape, k, FRAG, frag_unroll(shape), False)
-                for shape in FRAG_SHAPES for k in frag_shares(shape)]
-    return sorted(out, key=lambda t: _cost(p, t, facts))
+        out += sorted((Tile(*shape, k, FRAG, frag_unroll(shape), False)
+                       for shape in FRAG_SHAPES for k in frag_shares(shape)),
+                      key=lambda t: _cost(p, t, facts))
+    return out
 
 
 def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
     """An analytic rank: waves of blocks over the SMs (four blocks each), times a block's
     chunks, each the padded multiply-adds of the tile plus a fixed latency (worth a 64 x 64
     chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
-    stages first among equals.  A fragments tile counts as a vector tile over its share of
-    K (its shares add in shared memory), at the blocks an SM holds of its threads."""
+    stages first among equals.  Among fragments tiles: a vector tile over its share of K
+    (its shares add in shared memory), at the blocks an SM holds of its threads."""
     if t.path == FRAG:
         waves = cdiv(int(np.prod(t.grid(p))), min(4, 2048 // t.threads) * facts.sm_count)
         per_block = cdiv(p.k, BK * t.splits) * (t.bm * t.bn + 64 * 64) * BK

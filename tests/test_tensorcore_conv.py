@@ -82,6 +82,73 @@ def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
                        if t.path == tcc.FRAG or dtype == "float16")
 
 
+def _fragments(x, packed, p, tile):
+    """``tc_frag``'s output (M x Cout, fp64) from its own index formulas: each lane's pixel
+    offsets, its channels 4t..4t+3 of a 16-wide step and its weight-row words, the
+    m16n8k16 fragments assembled from every lane's registers, the K shares summed."""
+    g, xf, wf = p.geom, x.ravel(), packed.astype(np.float64).ravel()
+    mt, nt = tile.wn // 16, tile.wm // 8
+    wc, wp = tile.bn // tile.wn, tile.bm // tile.wm
+    hw, ohw, steps = g.h * g.w, g.oh * g.ow, -(-g.c // 16)
+    y = np.zeros((p.m, g.k))
+    for bx, by in np.ndindex(tile.grid(p)[:2]):
+        for share, c_, w_ in np.ndindex(tile.splits, wc, wp):
+            co0, px0 = by * tile.bn + c_ * 16 * mt, bx * tile.bm + w_ * 8 * nt
+            for s in range(share * steps // tile.splits, (share + 1) * steps // tile.splits):
+                a = np.zeros((mt, 16, 16))                    # A[co][logical k]
+                b = np.zeros((nt, 16, 8))                     # B[logical k][pixel]
+                for lane in range(32):
+                    gr, t = divmod(lane, 4)
+                    ks = (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9)   # registers' columns
+                    if 16 * s + 4 * t >= g.c:
+                        continue                              # all four channels or none
+                    for j in range(nt):
+                        m = px0 + 8 * j + gr
+                        if m >= p.m:
+                            continue
+                        n, q = divmod(m, ohw)
+                        oh, ow = divmod(q, g.ow)
+                        at = oh * g.stride[0] * g.w + ow * g.stride[1]
+                        xo = ((n * hw + at) * g.c + 4 * t if p.layout == "nhwc"
+                              else n * g.c * hw + at + 4 * t * hw)
+                        step = 16 if p.layout == "nhwc" else 16 * hw
+                        plane = 1 if p.layout == "nhwc" else hw
+                        for e, k in enumerate(ks):
+                            b[j, k, gr] = xf[xo + s * step + e * plane]
+                    for i in range(mt):
+                        for h in range(2):
+                            co = co0 + 16 * i + gr + 8 * h
+                            if co < g.k:
+                                words = wf[co * g.c + 16 * s + 4 * t:][:4]
+                                a[i, gr + 8 * h, [ks[0], ks[1]]] = words[:2]
+                                a[i, gr + 8 * h, [ks[2], ks[3]]] = words[2:]
+                for i, j in np.ndindex(mt, nt):
+                    d = a[i] @ b[j]                                # (16 channels, 8 pixels)
+                    for r_, c2 in np.ndindex(16, 8):
+                        m, co = px0 + 8 * j + c2, co0 + 16 * i + r_
+                        if m < p.m and co < g.k:
+                            y[m, co] += d[r_, c2]
+    return y
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("tile", [tcc.Tile(32, 32, 16, 32, 4, tcc.FRAG, 2, vec=False),
+                                  tcc.Tile(16, 32, 8, 32, 2, tcc.FRAG, 4, vec=False)])
+def test_the_fragments_kernels_index_formulas_are_the_convolution(rng, layout, tile):
+    """tc_frag's loads, emulated lane by lane (pixels across images, stride 2, channels not
+    a multiple of 16, Cout not a multiple of the tile, shares with no k-step), give the
+    1x1 convolution."""
+    x = rng.standard_normal((2, 20, 7, 9))
+    wt = rng.standard_normal((21, 20, 1, 1)).astype(np.float16)
+    p = tcc.Problem(conv_geometry(x.shape, wt.shape, 2, 0), layout)
+    tcc.check_tile(tile, p)
+    xl = x if layout == "nchw" else x.transpose(0, 2, 3, 1)
+    got = _fragments(np.ascontiguousarray(xl), tcc.pack_weights(wt, layout), p, tile)
+    want = reference.conv2d(x, wt.astype(np.float64), None, 2, 0)
+    np.testing.assert_allclose(got.reshape(2, 4, 5, 21).transpose(0, 3, 1, 2), want,
+                               rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_the_fragments_path_takes_unpadded_1x1_layers_with_even_channels(layout):
     def problem(c, r, stride, padding):

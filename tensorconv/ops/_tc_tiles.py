@@ -129,8 +129,9 @@ FRAG = 4
 PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32),
          FRAG: ("fragments", 16, 8)}
 # The fragments path (tc_frag): (bm, bn, wm, wn) with warps of 8·NT pixels x 16·MT
-# channels, K shared by 1-8 warps of a block.  At batch 1 the measured winners were 32 x 32
-# blocks with 4 or 8 shares (docs/notes/tensorcore_conv.md).
+# channels, K shared by 1-8 warps of a block.  In the probe that led to it the fastest at
+# batch 1 were 32 x 32 blocks with 4 shares, and 16 x 32 with 8 on deep layers
+# (docs/notes/tensorcore_conv.md).
 FRAG_SHAPES = ((16, 32, 8, 32), (32, 32, 16, 32), (32, 32, 16, 16), (64, 64, 32, 32),
                (128, 32, 32, 32))
 FRAG_SPLITS = (1, 2, 4, 8)

@@ -129,7 +129,6 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
         xl = x if layout == "nchw" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         wl = want if layout == "nchw" else want.transpose(0, 2, 3, 1)
         xd, wd = cp.asarray(xl), cp.asarray(w)
-        packed = tcc.pack_weights(wd, layout, dtype=dtype)
         y = cp.empty(wl.shape, elem)
         tune_s = 0.0
         if tune:
@@ -139,6 +138,7 @@ def measure(cp, torch, layer: Layer, batch: int, rng, *, tune: bool = False, rep
         else:
             tile = tcc.default_tile(tcc.problem(xl.shape, w.shape, layer.stride, layer.padding,
                                                 layout, dtype), backend.device_facts())
+        packed = tcc.pack_weights(wd, layout, dtype=dtype, tile=tile)
 
         def run(xd=xd, wd=wd, layout=layout, tile=tile, packed=packed, y=y):
             tcc.tc_conv2d(xd, wd, None, layer.stride, layer.padding, layout=layout, tile=tile,

@@ -41,7 +41,9 @@
 // the output stands alone); the residual is always a whole (.., Cout) map.
 //
 // 1x1 filters without padding also run on tc_frag (below, the Python side's path 4), which
-// skips the ring: operands go from global memory straight into mma fragments.
+// skips the ring: operands go from global memory straight into mma fragments; and NCHW
+// layers with C % 4 == 0 on tc_halo (path 5), which copies a block's input rows into shared
+// memory once, pixel-major, and reads every tap's operand from there.
 //
 // Launch geometry, packing, the k table and checks belong to tensorconv/ops/tensorcore_conv.py.
 #include <cuda_bf16.h>
@@ -646,11 +648,13 @@ __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__((BM / WM) * (BN / WN) * 
 // by the epilogue.  A warp owns 16·MT output channels x 8·NT pixels, a share WC x WP warps.
 //
 // The order of k inside a 16-wide step is free if A and B agree, so the lane that holds
-// fragment columns {2t, 2t+1, 2t+8, 2t+9} takes channels 4t..4t+3 of the step: one 8-byte
-// load of a weight row gives a0 and a2 (a1 and a3 from the row 8 below), and in NHWC one
-// 8-byte load of a pixel gives b0 and b1 (NCHW: four halves from four channel planes).
-// So C % 4 == 0 and 8-byte aligned rows, which the host checks.  MODE: bit 0 NHWC, bit 2
-// bf16.
+// fragment columns {2t, 2t+1, 2t+8, 2t+9} takes channels 4t..4t+3 of the step: in NHWC
+// one 8-byte load of a pixel gives b0 and b1 (NCHW: four halves from four channel planes).
+// The weights come packed in that fragment order (pack_weights for a fragments tile): a
+// lane's a0..a3 of a step are 16 contiguous bytes, a warp's 512, where rows would take two
+// 8-byte loads from 16 rows (0.5-1.8 µs a layer more, measured).  So C % 4 == 0, NHWC
+// rows 8-byte aligned and the packed weights 16, which the host checks.  MODE: bit 0 NHWC,
+// bit 2 bf16.
 namespace tcc {
 template <int MT, int NT, int WC, int WP, int KS>
 struct Frag {
@@ -692,18 +696,16 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
         const int at = (oh * sh) * W + ow * sw;
         xo[j] = !pv[j] ? 0 : NHWC ? (n * HW + at) * C + 4 * t : n * C * HW + at + 4 * t * HW;
     }
-    // Lane (g, t)'s weight rows co0 + 16i + g and + 8, from channel 4t.
-    const uint2* wrow[MT][2];
-    bool cv[MT][2];
+    // Lane's A fragments of channel tile co0 / 16 + i at step 0, 16 bytes a step in the
+    // packed fragment order (-1: a tile past Cout).
+    const uint4* wf = reinterpret_cast<const uint4*>(wp);
+    const int steps = (C + 15) / 16, mtiles = (Cout + 15) / 16;
+    int wo[MT];
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int co = co0 + 16 * i + g + 8 * h;
-            cv[i][h] = co < Cout;
-            wrow[i][h] = reinterpret_cast<const uint2*>(wp + (size_t)(cv[i][h] ? co : 0) * C
-                                                        + 4 * t);
-        }
+    for (int i = 0; i < MT; ++i) {
+        const int mt = co0 / 16 + i;
+        wo[i] = mt < mtiles ? mt * steps * 32 + lane : -1;
+    }
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -712,14 +714,13 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-    const int steps = (C + 15) / 16;
     const int s_end = (share + 1) * steps / KS;
     for (int s0 = share * steps / KS; s0 < s_end; s0 += U) {
         unsigned a[U][MT][4], b[U][NT][2];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int s = s0 + u;
-            const bool kv = s < s_end && 16 * s + 4 * t < C;     // all four channels or none
+            const bool sv = s < s_end, kv = sv && 16 * s + 4 * t < C;   // all four or none
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const bool v = kv && pv[j];
@@ -739,12 +740,9 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
-                const uint2 lo = kv && cv[i][0] ? __ldg(wrow[i][0] + 4 * s) : make_uint2(0u, 0u);
-                const uint2 hi = kv && cv[i][1] ? __ldg(wrow[i][1] + 4 * s) : make_uint2(0u, 0u);
-                a[u][i][0] = lo.x;
-                a[u][i][1] = hi.x;
-                a[u][i][2] = lo.y;
-                a[u][i][3] = hi.y;
+                const uint4 q = sv && wo[i] >= 0 ? __ldg(wf + wo[i] + 32 * s)
+                                                 : make_uint4(0u, 0u, 0u, 0u);
+                a[u][i][0] = q.x, a[u][i][1] = q.y, a[u][i][2] = q.z, a[u][i][3] = q.w;
             }
         }
 #pragma unroll
@@ -796,6 +794,194 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
             if (res != nullptr) v += tcc::to_float<BF>(res[(size_t)co * OHW]);
             out[(size_t)co * OHW] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
         }
+    }
+}
+
+// tc_halo<MT, NT, WC, WP, KS, U, MODE>: an NCHW convolution (any filter, stride and padding,
+// C % 4 == 0) whose block first copies the input it reads into shared memory, once, laid
+// out pixel-major: the Python side's path 5.  In NCHW the im2col's k runs across channel
+// planes, so the ring kernel reads its operand one half at a time, R·S times per input
+// element; here the block's input rows (every channel, every column, zeros where the
+// filter overhangs the image) are read once, coalesced along the rows, and stored with
+// the channels of a pixel contiguous, so each k-step's operand is one ldmatrix.x4 per two
+// n-tiles at the tap's offset.  The block's pixels are consecutive output pixels of one
+// image (their input rows a band of the plane).  K = (tap, 16-channel step) pairs, split
+// in KS contiguous shares among a block's warps and added in shared memory as tc_frag's
+// are; the weights, packed in fragment order as tc_frag's (k-steps ordered tap, channel
+// step), go straight from global memory into A fragments (channels 4t..4t+3 of a step to
+// lane t), and the copy stores each channel pair where that order puts it.  A warp owns 16·MT output
+// channels x 8·NT pixels; MODE bit 2: bf16.
+namespace tcc {
+// The shared-memory word (in halves, within a pixel's row) of channel c: channels
+// 16h + 4t .. + 3 sit at 16h + 2t, + 1, + 8, + 9, the order of the m16n8k16 fragments'
+// columns {2t, 2t + 1, 2t + 8, 2t + 9} that lane t holds.
+__device__ __forceinline__ int halo_slot(int c) {
+    return (c & ~15) + 8 * ((c >> 1) & 1) + 2 * ((c >> 2) & 3) + (c & 1);
+}
+}  // namespace tcc
+
+template <int MT, int NT, int WC, int WP, int KS, int U, int MODE>
+__global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
+    const __half* __restrict__ x, const __half* __restrict__ wp, const float* __restrict__ bias,
+    const __half* __restrict__ residual, __half* __restrict__ y, int C, int H, int W,
+    int Cout, int R, int S, int OH, int OW, int sh, int sw, int ph, int pw, int relu, int ldy,
+    int cols, int ldc)
+{
+    tc::wait_prior_grids();
+    using F = tcc::Frag<MT, NT, WC, WP, KS>;
+    constexpr bool BF = (MODE >> 2) & 1;
+    static_assert(!(MODE & 1), "tc_halo reads NCHW inputs");
+    static_assert(NT % 2 == 0, "ldmatrix.x4 reads the operands of two n-tiles");
+    static_assert(F::T % F::PX == 0, "an epilogue thread keeps one pixel");
+    extern __shared__ __align__(16) unsigned char smem[];
+    __half* halo = reinterpret_cast<__half*>(smem);
+    float* red = reinterpret_cast<float*>(smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int share = warp % KS, wc = (warp / KS) % WC, wpx = warp / (KS * WC);
+    const int g = lane >> 2, t = lane & 3;
+    const int OHW = OH * OW, HW = H * W, tiles = (OHW + F::PX - 1) / F::PX;
+    const int n = blockIdx.x / tiles, p0 = (blockIdx.x - n * tiles) * F::PX;
+    const int pend = min(p0 + F::PX, OHW), oh0 = p0 / OW;
+    const int rows = ((pend - 1) / OW - oh0) * sh + R, ih0 = oh0 * sh - ph;
+
+    // The copy: region pixel (i, j) is input (ih0 + i, j - pw).  A thread moves channels
+    // 4cq .. 4cq + 3 of region pixels tid, tid + T, ... (cq advancing as the pixels wrap):
+    // a warp's loads are 64 consecutive bytes of a plane (whole sectors) and its stores
+    // two words per pixel, where tcc::halo_slot puts the channel pairs.
+    {
+        const unsigned short* xs = reinterpret_cast<const unsigned short*>(x) + (size_t)n * C * HW;
+        unsigned* hw32 = reinterpret_cast<unsigned*>(halo);
+        const int npx = rows * cols, quads = (ldc - 8) / 4;
+        const int di = F::T / cols, dj = F::T - di * cols;
+        int pi = threadIdx.x, cq = 0;
+        while (pi >= npx) pi -= npx, ++cq;
+        int i = pi / cols, j = pi - i * cols;
+        while (cq < quads) {
+            unsigned v[8][2];
+            int at[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const int ih = ih0 + i, iw = j - pw;
+                const bool ok = cq < quads && 4 * cq < C && (unsigned)ih < (unsigned)H &&
+                                (unsigned)iw < (unsigned)W;
+                const unsigned short* src = xs + (size_t)(4 * cq) * HW + ih * W + iw;
+                unsigned h[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) h[e] = ok ? __ldg(src + e * HW) : 0u;
+                v[u][0] = h[0] | (h[1] << 16);
+                v[u][1] = h[2] | (h[3] << 16);
+                at[u] = cq < quads ? ((i * cols + j) * ldc + tcc::halo_slot(4 * cq)) / 2 : -1;
+                j += dj, i += di;
+                if (j >= cols) j -= cols, ++i;
+                while (i >= rows) i -= rows, ++cq;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (at[u] >= 0) hw32[at[u]] = v[u][0], hw32[at[u] + 4] = v[u][1];
+        }
+    }
+    __syncthreads();
+
+    // Lane l's ldmatrix row: pixel 8(2jj + l / 16) + l % 8 of the warp's, its 8 channel
+    // slots from 8 · (l / 8 % 2); a pixel past the tile reads region pixel 0.
+    unsigned bo[NT / 2];
+#pragma unroll
+    for (int jj = 0; jj < NT / 2; ++jj) {
+        const int p = p0 + wpx * 8 * NT + 8 * (2 * jj + (lane >> 4)) + (lane & 7);
+        int at = 0;
+        if (p < pend) {
+            const int oh = p / OW;
+            at = (oh - oh0) * sh * cols + (p - oh * OW) * sw;
+        }
+        bo[jj] = tcc::smem_addr(halo + at * ldc + 8 * ((lane >> 3) & 1));
+    }
+    // Lane's A fragments of channel tile co0 / 16 + i at step 0, 16 bytes a step in the
+    // packed fragment order (-1: a tile past Cout).
+    const int co0 = blockIdx.y * F::CO + wc * 16 * MT, mtiles = (Cout + 15) / 16;
+    const int csteps = (C + 15) / 16, steps = R * S * csteps;
+    const uint4* wf = reinterpret_cast<const uint4*>(wp);
+    int wo[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+        const int mt = co0 / 16 + i;
+        wo[i] = mt < mtiles ? mt * steps * 32 + lane : -1;
+    }
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+    // k-step f = (tap r·S + s, channel step cs); the share walks its range with (r, s, cs).
+    const int f_end = (share + 1) * steps / KS;
+    int f = share * steps / KS, cs, r, s;
+    {
+        const int tap = f / csteps;
+        cs = f - tap * csteps, r = tap / S, s = tap - r * S;
+    }
+    for (; f < f_end; f += U) {
+        unsigned a[U][MT][4], b[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const bool kv = f + u < f_end;
+            const unsigned tap_b = kv ? 2u * ((r * cols + s) * ldc + 16 * cs) : 0u;
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; ++jj) {
+                unsigned q[4];
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
+                             : "r"(bo[jj] + tap_b));
+                b[u][2 * jj][0] = q[0];
+                b[u][2 * jj][1] = q[1];
+                b[u][2 * jj + 1][0] = q[2];
+                b[u][2 * jj + 1][1] = q[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const uint4 q = kv && wo[i] >= 0 ? __ldg(wf + wo[i] + 32 * (f + u))
+                                                 : make_uint4(0u, 0u, 0u, 0u);
+                a[u][i][0] = q.x, a[u][i][1] = q.y, a[u][i][2] = q.z, a[u][i][3] = q.w;
+            }
+            if (++cs == csteps) {
+                cs = 0;
+                if (++s == S) s = 0, ++r;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    tcc::mma16816<BF>(acc[i][j], a[u][i], b[u][j][0], b[u][j][1]);
+    }
+    __syncthreads();   // the partial tiles reuse the copy's shared memory
+
+    const int r0 = wc * 16 * MT, c0 = wpx * 8 * NT;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = r0 + 16 * i + g + 8 * (e >> 1), col = c0 + 8 * j + 2 * t + (e & 1);
+                red[(share * F::CO + row) * F::LDN + col] = acc[i][j][e];
+            }
+    __syncthreads();
+    const int col = threadIdx.x % F::PX, p = p0 + col, cb = blockIdx.y * F::CO;
+    if (p >= pend) return;
+    __half* out = y + (size_t)n * ldy * OHW + p;
+    const __half* res = residual == nullptr ? nullptr : residual + (size_t)n * Cout * OHW + p;
+    for (int row = threadIdx.x / F::PX; row < F::CO && cb + row < Cout; row += F::T / F::PX) {
+        const int co = cb + row;
+        float v = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) v += red[(q * F::CO + row) * F::LDN + col];
+        if (bias != nullptr) v += bias[co];
+        if (res != nullptr) v += tcc::to_float<BF>(res[(size_t)co * OHW]);
+        out[(size_t)co * OHW] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
     }
 }
 
@@ -1060,4 +1246,31 @@ TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 2, 2, 5)
 TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 0) TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 1)
 TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 5)
 #undef TC_I_TC_FRAG
+#define TC_I_TC_HALO(...) template __global__ void tc_halo<__VA_ARGS__>(const __half*, \
+    const __half*, const float*, const __half*, __half*, int, int, int, int, int, int, int, int, \
+    int, int, int, int, int, int, int, int);
+TC_I_TC_HALO(1, 2, 2, 1, 1, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 1, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 1, 2, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 2, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 1, 4, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 4, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 1, 8, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 8, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 2, 1, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 1, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 2, 2, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 2, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 2, 4, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 4, 4, 4)
+TC_I_TC_HALO(1, 2, 2, 2, 8, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 8, 4, 4)
+TC_I_TC_HALO(1, 4, 2, 2, 1, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 1, 2, 4)
+TC_I_TC_HALO(1, 4, 2, 2, 2, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 2, 2, 4)
+TC_I_TC_HALO(1, 4, 2, 2, 4, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 4, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 1, 1, 2, 0) TC_I_TC_HALO(2, 2, 2, 1, 1, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 1, 2, 2, 0) TC_I_TC_HALO(2, 2, 2, 1, 2, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 1, 4, 2, 0) TC_I_TC_HALO(2, 2, 2, 1, 4, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 1, 8, 2, 0) TC_I_TC_HALO(2, 2, 2, 1, 8, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 2, 1, 2, 0) TC_I_TC_HALO(2, 2, 2, 2, 1, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 2, 2, 2, 0) TC_I_TC_HALO(2, 2, 2, 2, 2, 2, 4)
+TC_I_TC_HALO(2, 2, 2, 2, 4, 2, 0) TC_I_TC_HALO(2, 2, 2, 2, 4, 2, 4)
+TC_I_TC_HALO(2, 4, 2, 2, 1, 2, 0) TC_I_TC_HALO(2, 4, 2, 2, 1, 2, 4)
+TC_I_TC_HALO(2, 4, 2, 2, 2, 2, 0) TC_I_TC_HALO(2, 4, 2, 2, 2, 2, 4)
+TC_I_TC_HALO(2, 4, 2, 2, 4, 2, 0) TC_I_TC_HALO(2, 4, 2, 2, 4, 2, 4)
+TC_I_TC_HALO(2, 4, 2, 4, 1, 2, 0) TC_I_TC_HALO(2, 4, 2, 4, 1, 2, 4)
+TC_I_TC_HALO(2, 4, 2, 4, 2, 2, 0) TC_I_TC_HALO(2, 4, 2, 4, 2, 2, 4)
+#undef TC_I_TC_HALO
 #endif

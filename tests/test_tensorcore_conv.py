@@ -72,6 +72,10 @@ def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
     names = set(tcc.instantiations())
     every = tcc.candidates(p, H100, paths=tuple(tcc.PATHS))
     assert {t.path for t in every} == set(tcc.PATHS) - {tcc.FRAG}        # 3x3: no fragments
+    halo = [t for t in every if t.path == tcc.HALO]
+    assert every[-len(halo):] == halo and tcc.default_tile(p, H100).path == 0   # ring first
+    nhwc = tcc.candidates(tcc.Problem(p.geom, "nhwc"), H100, paths=tuple(tcc.PATHS))
+    assert tcc.HALO not in {t.path for t in nhwc}                       # NCHW only
     pw = tcc.Problem(conv_geometry((1, 512, 7, 7), (512, 512, 1, 1), 1, 0), "nchw")
     every += tcc.candidates(pw, H100, paths=(tcc.FRAG,))
     assert all(tcc.path_fits(t.shape, t.path) for t in every)
@@ -79,14 +83,30 @@ def test_batch_one_deep_layers_split_k_and_every_tile_is_instantiated():
         for dtype in tcc.DTYPES:
             q = tcc.Problem(p.geom, lay, dtype)
             assert all(tcc.kernels(q, t)[0].name in names for t in every
-                       if t.path == tcc.FRAG or dtype == "float16")
+                       if (t.path in (tcc.FRAG, tcc.HALO) or dtype == "float16")
+                       and (t.path != tcc.HALO or lay == "nchw"))
+
+
+def _fragment_words(a, pk, tile0, step, lane, mt):
+    """Lane's 16 bytes of each of the warp's ``mt`` channel tiles (from ``tile0``) at
+    ``step`` of the fragment-ordered weights ``pk``, into the registers a0..a3 of
+    ``a[i][row][column]`` (rows g, g + 8; columns 2t, 2t + 1 and + 8); tiles past Cout
+    are not read."""
+    g, t = divmod(lane, 4)
+    for i in range(mt):
+        if tile0 + i < pk.shape[0]:
+            v = pk[tile0 + i, step, lane]
+            for reg, (row, col) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8),
+                                              (g + 8, 2 * t + 8))):
+                a[i, row, col:col + 2] = v[2 * reg:2 * reg + 2]
 
 
 def _fragments(x, packed, p, tile):
     """``tc_frag``'s output (M x Cout, fp64) from its own index formulas: each lane's pixel
     offsets, its channels 4t..4t+3 of a 16-wide step and its weight-row words, the
     m16n8k16 fragments assembled from every lane's registers, the K shares summed."""
-    g, xf, wf = p.geom, x.ravel(), packed.astype(np.float64).ravel()
+    g, xf, pk = p.geom, x.ravel(), packed.astype(np.float64)
+    assert pk.shape == tcc.packed_shape(p, tile)
     mt, nt = tile.wn // 16, tile.wm // 8
     wc, wp = tile.bn // tile.wn, tile.bm // tile.wm
     hw, ohw, steps = g.h * g.w, g.oh * g.ow, -(-g.c // 16)
@@ -100,6 +120,7 @@ def _fragments(x, packed, p, tile):
                 for lane in range(32):
                     gr, t = divmod(lane, 4)
                     ks = (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9)   # registers' columns
+                    _fragment_words(a, pk, co0 // 16, s, lane, mt)
                     if 16 * s + 4 * t >= g.c:
                         continue                              # all four channels or none
                     for j in range(nt):
@@ -115,13 +136,6 @@ def _fragments(x, packed, p, tile):
                         plane = 1 if p.layout == "nhwc" else hw
                         for e, k in enumerate(ks):
                             b[j, k, gr] = xf[xo + s * step + e * plane]
-                    for i in range(mt):
-                        for h in range(2):
-                            co = co0 + 16 * i + gr + 8 * h
-                            if co < g.k:
-                                words = wf[co * g.c + 16 * s + 4 * t:][:4]
-                                a[i, gr + 8 * h, [ks[0], ks[1]]] = words[:2]
-                                a[i, gr + 8 * h, [ks[2], ks[3]]] = words[2:]
                 for i, j in np.ndindex(mt, nt):
                     d = a[i] @ b[j]                                # (16 channels, 8 pixels)
                     for r_, c2 in np.ndindex(16, 8):
@@ -143,10 +157,144 @@ def test_the_fragments_kernels_index_formulas_are_the_convolution(rng, layout, t
     p = tcc.Problem(conv_geometry(x.shape, wt.shape, 2, 0), layout)
     tcc.check_tile(tile, p)
     xl = x if layout == "nchw" else x.transpose(0, 2, 3, 1)
-    got = _fragments(np.ascontiguousarray(xl), tcc.pack_weights(wt, layout), p, tile)
+    got = _fragments(np.ascontiguousarray(xl), tcc.pack_weights(wt, layout, tile=tile), p, tile)
     want = reference.conv2d(x, wt.astype(np.float64), None, 2, 0)
     np.testing.assert_allclose(got.reshape(2, 4, 5, 21).transpose(0, 3, 1, 2), want,
                                rtol=1e-10, atol=1e-10)
+
+
+def _halo_slot(c):
+    """tcc::halo_slot: where channel c sits in a pixel's row of the copy."""
+    return (c & ~15) + 8 * ((c >> 1) & 1) + 2 * ((c >> 2) & 3) + (c & 1)
+
+
+def _halo(x, packed, p, tile):
+    """``tc_halo``'s output (M x Cout, fp64) from its own index formulas: each block's copy
+    of its input rows, walked by every thread as the kernel steps (pixel, channel pair),
+    each lane's ldmatrix row address at every tap, its weight words, the m16n8k16
+    fragments assembled from the lanes' registers, the K shares summed."""
+    g, xf, pk = p.geom, x.ravel(), packed.astype(np.float64)
+    assert pk.shape == tcc.packed_shape(p, tile)
+    mt, nt = tile.wn // 16, tile.wm // 8
+    wc, wp = tile.bn // tile.wn, tile.bm // tile.wm
+    px, threads = tile.bm, tile.threads
+    ohw, hw = g.oh * g.ow, g.h * g.w
+    cols, ldc = tcc.halo_cols(p), tcc.halo_pitch(p)
+    tiles = -(-ohw // px)
+    y = np.zeros((p.m, g.k))
+    for bx, by in np.ndindex(tile.grid(p)[:2]):
+        n, p0 = divmod(bx, tiles)
+        p0 *= px
+        pend, oh0 = min(p0 + px, ohw), p0 // g.ow
+        rows = ((pend - 1) // g.ow - oh0) * g.stride[0] + g.r
+        ih0 = oh0 * g.stride[0] - g.padding[0]
+        assert rows <= tcc.halo_rows(p, px)
+        smem = np.full(rows * cols * ldc, np.nan)       # every cell a k-step reads is written
+        npx, quads = rows * cols, (ldc - tcc.HALO_PAD) // 4
+        di, dj = divmod(threads, cols)
+        for tid in range(threads):
+            pi, cq = tid, 0
+            while pi >= npx:
+                pi, cq = pi - npx, cq + 1
+            i, j = divmod(pi, cols)
+            while cq < quads:
+                c = 4 * cq
+                ih, iw = ih0 + i, j - g.padding[1]
+                ok = c < g.c and 0 <= ih < g.h and 0 <= iw < g.w
+                at = (i * cols + j) * ldc + _halo_slot(c)
+                for e, to in enumerate((0, 1, 8, 9)):      # two words: slots +0, +1, +8, +9
+                    smem[at + to] = xf[n * g.c * hw + (c + e) * hw + ih * g.w + iw] if ok else 0
+                j, i = j + dj, i + di
+                if j >= cols:
+                    j, i = j - cols, i + 1
+                while i >= rows:
+                    i, cq = i - rows, cq + 1
+        csteps = -(-g.c // 16)
+        steps = g.r * g.s * csteps
+        for share, c_, w_ in np.ndindex(tile.splits, wc, wp):
+            co0, pw0 = by * tile.bn + c_ * 16 * mt, p0 + w_ * 8 * nt
+            bo = {}
+            for lane in range(32):
+                for jj in range(nt // 2):
+                    pp = pw0 + 8 * (2 * jj + (lane >> 4)) + (lane & 7)
+                    at = 0
+                    if pp < pend:
+                        oh, ow = divmod(pp, g.ow)
+                        at = (oh - oh0) * g.stride[0] * cols + ow * g.stride[1]
+                    bo[lane, jj] = at * ldc + 8 * ((lane >> 3) & 1)
+            for f in range(share * steps // tile.splits, (share + 1) * steps // tile.splits):
+                tap, cs = divmod(f, csteps)
+                r, s = divmod(tap, g.s)
+                tap_h = (r * cols + s) * ldc + 16 * cs
+                a = np.zeros((mt, 16, 16))                    # A[co][slot]
+                b = np.zeros((nt, 16, 8))                     # B[slot][pixel]
+                for jj, h, hf, row in np.ndindex(nt // 2, 2, 2, 8):
+                    lane = 8 * (2 * h + hf) + row             # matrix 2h + hf, row `row`
+                    b[2 * jj + h, 8 * hf:8 * hf + 8, row] = \
+                        smem[bo[lane, jj] + tap_h:][:8]
+                for lane in range(32):
+                    _fragment_words(a, pk, co0 // 16, f, lane, mt)
+                for i, j in np.ndindex(mt, nt):
+                    d = a[i] @ b[j]                            # (16 channels, 8 pixels)
+                    for r_, c2 in np.ndindex(16, 8):
+                        pp, co = pw0 + 8 * j + c2, co0 + 16 * i + r_
+                        if pp < pend and co < g.k:
+                            y[n * ohw + pp, co] += d[r_, c2]
+    return y
+
+
+@pytest.mark.parametrize("stride,padding,r", [(1, 1, 3), (2, 1, 3), (1, 0, 1), (2, 2, 5)])
+@pytest.mark.parametrize("tile", [tcc.Tile(32, 32, 16, 16, 4, tcc.HALO, 4, vec=False),
+                                  tcc.Tile(16, 64, 16, 32, 2, tcc.HALO, 2, vec=False)])
+def test_the_halo_kernels_index_formulas_are_the_convolution(rng, stride, padding, r, tile):
+    """tc_halo's copy and loads, emulated lane by lane (two images, odd planes, strides 1
+    and 2, channels not a multiple of 16, Cout not a multiple of the tile, 1x1 to 5x5),
+    give the convolution; every copy cell a k-step reads has been written."""
+    x = rng.standard_normal((2, 20, 7, 9))
+    wt = rng.standard_normal((21, 20, r, r)).astype(np.float16)
+    p = tcc.Problem(conv_geometry(x.shape, wt.shape, stride, padding), "nchw")
+    tcc.check_tile(tile, p, H100)
+    got = _halo(x, tcc.pack_weights(wt, "nchw", tile=tile), p, tile)
+    want = reference.conv2d(x, wt.astype(np.float64), None, stride, padding)
+    g = p.geom
+    np.testing.assert_allclose(got.reshape(2, g.oh, g.ow, 21).transpose(0, 3, 1, 2), want,
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_the_halo_path_takes_nchw_layers_whose_copy_fits():
+    def problem(c, h, r, stride, padding, layout="nchw"):
+        return tcc.Problem(conv_geometry((2, c, h, h), (24, c, r, r), stride, padding), layout)
+
+    halo = lambda p: [t for t in tcc.candidates(p, H100) if t.path == tcc.HALO]  # noqa: E731
+    p = problem(64, 28, 3, 1, 1)
+    tiles = halo(p)
+    assert {t.shape for t in tiles} == set(tcc.HALO_SHAPES)
+    assert len(tiles) == sum(len(tcc.frag_shares(s)) for s in tcc.HALO_SHAPES)
+    assert tcc.default_tile(p, H100).path == 0
+    for t in tiles:
+        tcc.check_tile(t, p, H100)
+        assert t.grid(p) == (2 * -(-28 * 28 // t.bm), -(-24 // t.bn), 1)
+        assert t.stages == tcc.frag_unroll(t.shape) and not (t.vec or t.cluster)
+    # blocks of 32 output pixels (starting at multiples of 32) of a 28-wide plane touch at
+    # most 2 output rows: 1 + 3 input rows; 30 columns; 64 channels + 8 halves a pixel
+    t = tcc.Tile(32, 32, 16, 16, 8, tcc.HALO, 4, vec=False)
+    assert tcc.halo_rows(p, 32) == 4 and tcc.halo_cols(p) == 30 and tcc.halo_pitch(p) == 72
+    assert t.smem_bytes(p) == max(2 * 4 * 30 * 72, 4 * 8 * 32 * 36)
+    s2 = problem(64, 28, 3, 2, 1)      # 14 x 14 out: pixels 96..127 span rows 6..9: 3·2 + 3
+    assert tcc.halo_rows(s2, 32) == 9 and tcc.halo_cols(s2) == 29
+    for bad in (problem(64, 28, 3, 1, 1, "nhwc"), problem(62, 28, 3, 1, 1)):
+        assert halo(bad) == [] and tcc.halo_fits(bad, H100) is not None
+        with pytest.raises(ValueError, match="halo path"):
+            tcc.check_tile(t, bad, H100)
+    big = problem(1024, 112, 3, 1, 1)                   # no copy fits in 227 KB
+    assert halo(big) == [] and "shared memory" in tcc.halo_fits(big, H100)
+    some = problem(384, 56, 3, 1, 1)                    # only the smaller blocks' copies fit
+    assert 0 < len(halo(some)) < len(tiles)
+    assert all(u.smem_bytes(some) <= H100.smem_per_block_optin for u in halo(some))
+    for bad in (replace(t, splits=3), replace(t, stages=2), replace(t, vec=True),
+                tcc.Tile(64, 64, 32, 32, 8, tcc.HALO, 2), tcc.Tile(16, 32, 8, 32, 1, tcc.HALO, 4)):
+        with pytest.raises(ValueError, match="halo tile"):
+            tcc.check_tile(bad, p, H100)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -227,7 +375,7 @@ def test_bad_input_is_refused_by_name(rng):
     with pytest.raises(ValueError, match="register ring"):      # 16 A halves x 4 stages + B
         tcc.check_tile(tcc.Tile(64, 64, 32, 32, stages=4, vec=False), nchw)
     assert all(tcc.ring_fits(t.shape, t.stages, t.mode(nchw))
-               for t in tcc.candidates(nchw, H100))
+               for t in tcc.candidates(nchw, H100) if t.path != tcc.HALO)
 
 
 @pytest.mark.parametrize("seconds", [0.0, 1e9])
@@ -300,8 +448,8 @@ def test_bf16_is_the_reference_on_bf16_values_in_its_own_smaller_space(rng):
     q = tcc.problem(x.shape, w.shape, 1, 1, "nchw")
     assert tcc.tile_key(p) != tcc.tile_key(q)
     cands = tcc.candidates(p, H100)
-    assert cands and {t.path for t in cands} == {0}
-    assert {t.stages for t in cands if not t.cluster} == set(tcc.BF16_STAGES[0])
+    assert cands and {t.path for t in cands} == {0, tcc.HALO}
+    assert {t.stages for t in cands if not t.cluster and t.path == 0} == set(tcc.BF16_STAGES[0])
     assert {t.stages for t in cands if t.cluster} <= set(tcc.BF16_CLUSTER_STAGES)
     assert len(cands) < len(tcc.candidates(q, H100))
     names = set(tcc.instantiations())

@@ -54,10 +54,10 @@ def _conv(plan: Plan, x, w, b, stride, padding, relu, residual, what: str, out=N
     p = tcc.problem(x.shape, w.shape, stride, padding, "nhwc")
     if (why := tcc.supported(p)) is not None:
         raise NotImplementedError(f"the fp16 engine cannot run {what}: {why}")
-    packed = plan.keep(tcc.pack_weights(w, "nhwc"))
     b = None if b is None else plan.keep(plan.xp.asarray(b, np.float32))
     out = plan.alloc(tcc.output_shape(p)) if out is None else out
     tile = _tile(plan, p, x, w)
+    packed = plan.keep(tcc.pack_weights(w, "nhwc", tile=tile))
     plan.add(lambda: tcc.tc_conv2d(x, w, b, stride, padding, layout="nhwc", relu=relu,
                                    residual=residual, tile=tile, packed=packed, out=out),
              f"fp16 conv {tuple(w.shape)} on {tuple(x.shape)} {tile}", tcc.kernels(p, tile))

@@ -56,7 +56,9 @@ class Tile:
     On the fragments path (``path`` :data:`FRAG`, 1x1 filters without padding) operands go
     from global memory straight into fragment registers: ``splits`` is the number of warps
     of one block that share each output tile's K (added in shared memory), ``stages`` the
-    k-steps a warp loads ahead (:func:`frag_unroll`), and there is no ring."""
+    k-steps a warp loads ahead (:func:`frag_unroll`), and there is no ring.  The halo path
+    (``path`` :data:`HALO`, NCHW) has the same meaning of ``splits`` and ``stages``; its
+    blocks first copy their input rows into shared memory (:func:`halo_smem`)."""
 
     bm: int
     bn: int
@@ -71,7 +73,7 @@ class Tile:
     @property
     def threads(self) -> int:
         warps = (self.bm // self.wm) * (self.bn // self.wn)
-        return warps * 32 * (self.splits if self.path == FRAG else 1)
+        return warps * 32 * (self.splits if self.path in (FRAG, HALO) else 1)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -80,7 +82,10 @@ class Tile:
     def smem_bytes(self, p: Problem) -> int:
         """The ring of operand chunks (or the fp32 result tile that reuses it), the block's
         slice of the tap table, and a cluster's push slots; on the fragments path, the fp32
-        partial tiles of its K shares."""
+        partial tiles of its K shares; on the halo path, the larger of its input copy and
+        those partial tiles."""
+        if self.path == HALO:
+            return max(halo_smem(p, self.bm), 4 * self.splits * self.bn * (self.bm + 4))
         if self.path == FRAG:
             pad = self.bm if p.layout == "nchw" else self.bn      # tcc::Frag's row pitch
             return 4 * self.splits * self.bm * self.bn // pad * (pad + 4)
@@ -105,6 +110,9 @@ class Tile:
         return up4(cdiv(self.bm * self.bn, self.splits)) if self.cluster else 1
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
+        if self.path == HALO:       # a block's pixels lie in one image
+            g = p.geom
+            return g.n * cdiv(g.oh * g.ow, self.bm), cdiv(g.k, self.bn), 1
         return cdiv(p.m, self.bm), cdiv(p.geom.k, self.bn), 1 if self.path == FRAG else self.splits
 
     def mode(self, p: Problem) -> int:
@@ -124,10 +132,11 @@ CLUSTER_SPLITS = (2, 4, 8)
 CLUSTER_STAGES = (3, 4, 6)
 CLUSTER_SHAPES = tuple(s for s in SHAPES if s[0] <= 64 and s[1] <= 64)
 # The instruction paths: mma.sync m16n8k16, WMMA with the paper's fragment shapes (m x n
-# of an m x n x 16 fragment), and mma.sync on operands loaded straight into fragments.
-FRAG = 4
+# of an m x n x 16 fragment), mma.sync on operands loaded straight into fragments, and
+# mma.sync on an NCHW input copied once into shared memory pixel-major (the halo path).
+FRAG, HALO = 4, 5
 PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("wmma", 8, 32),
-         FRAG: ("fragments", 16, 8)}
+         FRAG: ("fragments", 16, 8), HALO: ("halo", 16, 8)}
 # The fragments path (tc_frag): (bm, bn, wm, wn) with warps of 8·NT pixels x 16·MT
 # channels, K shared by 1-8 warps of a block.  In the probe that led to it the fastest at
 # batch 1 were 32 x 32 blocks with 4 shares, and 16 x 32 with 8 on deep layers
@@ -135,6 +144,11 @@ PATHS = {0: ("mma.sync", 16, 16), 1: ("wmma", 16, 16), 2: ("wmma", 32, 8), 3: ("
 FRAG_SHAPES = ((16, 32, 8, 32), (32, 32, 16, 32), (32, 32, 16, 16), (64, 64, 32, 32),
                (128, 32, 32, 32))
 FRAG_SPLITS = (1, 2, 4, 8)
+# The halo path (tc_halo): (bm, bn, wm, wn), warps of 8·NT pixels x 16·MT channels with NT
+# even (one ldmatrix.x4 reads two n-tiles' operands), K shared by 1-8 warps of a block.
+HALO_SHAPES = ((16, 32, 16, 16), (16, 64, 16, 32), (32, 32, 16, 16), (32, 64, 16, 32),
+               (64, 32, 32, 16), (64, 64, 32, 32), (128, 64, 32, 32))
+HALO_PAD = 8       # halves after a pixel's channels in the copy (16-byte odd pitches)
 # Pipeline depths: mma.sync takes 2-8 stages (at batch 1 a chunk's time is a load latency
 # over the chunks in flight); WMMA (the paper's path) double-buffers.
 STAGES = {0: (2, 3, 4, 6, 8), 1: (2,), 2: (2,), 3: (2,)}
@@ -155,9 +169,12 @@ def space(p: Problem) -> tuple[dict, tuple]:
 def path_fits(shape, path: int) -> bool:
     """Whether a warp tile of ``shape`` holds whole fragments of ``path`` (mma.sync reads
     16 x 16 of A and of B per ldmatrix.x4); WMMA, the paper's path, runs four warps; the
-    fragments path has shapes of its own (:data:`FRAG_SHAPES`)."""
+    fragments and halo paths have shapes of their own (:data:`FRAG_SHAPES`,
+    :data:`HALO_SHAPES`)."""
     if path == FRAG:
         return tuple(shape) in FRAG_SHAPES
+    if path == HALO:
+        return tuple(shape) in HALO_SHAPES
     _, fm, fn = PATHS[path]
     warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
     return shape[2] % fm == 0 and shape[3] % fn == 0 and (path == 0 or warps == 4)
@@ -199,6 +216,48 @@ def frag_fits(p: Problem) -> str | None:
     return None
 
 
+def halo_rows(p: Problem, bm: int) -> int:
+    """The most input rows a halo block of ``bm`` consecutive output pixels of one image
+    reads: the output rows it touches, strided, plus the filter's height."""
+    g = p.geom
+    ohw = g.oh * g.ow
+    return max(((min(p0 + bm, ohw) - 1) // g.ow - p0 // g.ow) * g.stride[0] + g.r
+               for p0 in range(0, ohw, bm))
+
+
+def halo_pitch(p: Problem) -> int:
+    """Halves per pixel in a halo block's copy: the channels rounded up to a 16-wide
+    k-step, then :data:`HALO_PAD` (an odd multiple of 16 bytes: conflict-free ldmatrix)."""
+    return round_up(p.geom.c, 16) + HALO_PAD
+
+
+def halo_cols(p: Problem) -> int:
+    """Columns in a halo block's copy: every input column a filter of the row touches,
+    padding included ((OW - 1)·stride + S)."""
+    g = p.geom
+    return (g.ow - 1) * g.stride[1] + g.s
+
+
+def halo_smem(p: Problem, bm: int) -> int:
+    """Bytes of a halo block's input copy: rows x columns x pitch halves."""
+    return 2 * halo_rows(p, bm) * halo_cols(p) * halo_pitch(p)
+
+
+def halo_fits(p: Problem, facts: DeviceFacts | None = None) -> str | None:
+    """Why ``p`` cannot run on the halo path, or None: an NCHW input, a channel count
+    divisible by 4 (a lane's weight operand is four consecutive channels), and the
+    smallest block's copy within the shared memory a block may have."""
+    if p.layout != "nchw":
+        return f"the halo path reads NCHW inputs, got {p.layout}"
+    if p.geom.c % 4:
+        return f"the halo path needs a channel count divisible by 4, got C={p.geom.c}"
+    limit = (facts or backend.device_facts()).smem_per_block_optin
+    need = min(halo_smem(p, s[0]) for s in HALO_SHAPES)
+    if need > limit:
+        return f"the halo path's input copy needs {need} bytes of shared memory (limit {limit})"
+    return None
+
+
 def supported(p: Problem) -> str | None:
     """Why ``p`` cannot run here, or None."""
     g = p.geom
@@ -222,6 +281,19 @@ def split_k(p: Problem, tile: Tile) -> int:
 
 def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
     """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
+    if isinstance(tile, Tile) and tile.path == HALO:
+        if (tile.shape not in HALO_SHAPES or tile.splits not in frag_shares(tile.shape)
+                or tile.stages != frag_unroll(tile.shape) or tile.vec or tile.cluster):
+            raise ValueError(f"a halo tile (path {HALO}) needs a shape in {HALO_SHAPES}, "
+                             f"splits in frag_shares(shape), stages frag_unroll(shape) and "
+                             f"no vec or cluster; got {tile!r}")
+        facts = facts or backend.device_facts()
+        if (why := halo_fits(p, facts)) is not None:
+            raise ValueError(f"{tile}: {why}")
+        if tile.smem_bytes(p) > facts.smem_per_block_optin:
+            raise ValueError(f"{tile}: its input copy needs {tile.smem_bytes(p)} bytes of "
+                             f"shared memory (limit {facts.smem_per_block_optin})")
+        return
     if isinstance(tile, Tile) and tile.path == FRAG:
         if (tile.shape not in FRAG_SHAPES or tile.splits not in frag_shares(tile.shape)
                 or tile.stages != frag_unroll(tile.shape) or tile.vec or tile.cluster):
@@ -261,8 +333,8 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
     """Every shape on each of ``paths`` it fits, at each pipeline depth of the path, with
     split counts up to ``max_splits`` whose shares hold at least two chunks and none is
     empty, with and without vector loads (``vec``; with only where the layer allows),
-    cheapest by :func:`_cost` first, then the fragments tiles where the layer takes them;
-    bf16 in its smaller space (:func:`space`)."""
+    cheapest by :func:`_cost` first, then the halo and the fragments tiles where the layer
+    takes them; bf16 in its smaller space (:func:`space`)."""
     vecs = [v for v in vec if p.vec_ok or not v]
     stages, cluster_stages = space(p)
     ring = [q for q in paths if q in stages]
@@ -281,9 +353,14 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
                     out += [Tile(*shape, splits, 0, st, True, True) for st in cluster_stages
                             if ring_fits(shape, st, Tile(*shape).mode(p))]
     out.sort(key=lambda t: _cost(p, t, facts))
-    # The fragments tiles rank after the ring's: their cost is not calibrated, and a
-    # 1x1 layer's untuned default stays the ring tile it was measured on (the search times
+    # The halo and fragments tiles rank after the ring's: their cost is not calibrated, and
+    # a layer's untuned default stays the ring tile it was measured on (the search times
     # every candidate, so a tuned layer takes whichever is faster).
+    if HALO in paths and halo_fits(p, facts) is None:
+        halo = [Tile(*shape, k, HALO, frag_unroll(shape), False) for shape in HALO_SHAPES
+                for k in frag_shares(shape)]
+        out += sorted((t for t in halo if t.smem_bytes(p) <= facts.smem_per_block_optin),
+                      key=lambda t: _cost(p, t, facts))
     if FRAG in paths and frag_fits(p) is None:
         out += sorted((Tile(*shape, k, FRAG, frag_unroll(shape), False)
                        for shape in FRAG_SHAPES for k in frag_shares(shape)),
@@ -297,7 +374,7 @@ def _cost(p: Problem, t: Tile, facts: DeviceFacts) -> tuple:
     chunk), plus the split reduction's traffic; then vector loads, mma.sync and three
     stages first among equals.  Among fragments tiles: a vector tile over its share of K
     (its shares add in shared memory), at the blocks an SM holds of its threads."""
-    if t.path == FRAG:
+    if t.path in (FRAG, HALO):
         waves = cdiv(int(np.prod(t.grid(p))), min(4, 2048 // t.threads) * facts.sm_count)
         per_block = cdiv(p.k, BK * t.splits) * (t.bm * t.bn + 64 * 64) * BK
         return (waves * per_block, False, True, True, 0, -t.bm * t.bn)

@@ -9,10 +9,12 @@ with C % 8 == 0) and otherwise one half per load through registers, the k -> inp
 map read from a per-layer table (:func:`tap_table`).  At batch 1 most layers give too few
 output tiles for the GPU, so K splits across ``Tile.splits`` blocks whose partial tiles the
 last block of each tile adds up inside the same launch (a counter per tile, reset by that
-block: the launch replays from a CUDA graph).  Three instruction paths: ``mma.sync``
-m16n8k16 with ``ldmatrix``, WMMA with the paper's fragment shapes, and (1x1 filters
-without padding) ``mma.sync`` on operands loaded from global memory straight into its
-fragments, K shared by the warps of a block (:data:`PATHS`, :data:`FRAG`).
+block: the launch replays from a CUDA graph).  Four instruction paths: ``mma.sync``
+m16n8k16 with ``ldmatrix``, WMMA with the paper's fragment shapes, (1x1 filters without
+padding) ``mma.sync`` on operands loaded from global memory straight into its fragments,
+K shared by the warps of a block (:data:`FRAG`), and (NCHW, C % 4 == 0) ``mma.sync`` on
+a block's input rows copied once into shared memory with each pixel's channels
+contiguous (:data:`HALO`); see :data:`PATHS`.
 :func:`default_tile` is an analytic rank; :mod:`tensorconv.tuning.tc_search` times the
 best-ranked tiles.
 """
@@ -29,7 +31,7 @@ import numpy as np
 from tensorconv import backend, cuda, tunecache
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import check_array, check_choice, conv_geometry
-from tensorconv.ops._launch import launch, ptr, stored_tile
+from tensorconv.ops._launch import cdiv, launch, ptr, stored_tile
 from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, re-exported)
     BF16_CLUSTER_STAGES,
     BF16_STAGES,
@@ -40,6 +42,9 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     DTYPES,
     FRAG,
     FRAG_SHAPES,
+    HALO,
+    HALO_PAD,
+    HALO_SHAPES,
     LAYOUTS,
     MAX_SPLITS,
     PAD,
@@ -54,6 +59,11 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     frag_fits,
     frag_shares,
     frag_unroll,
+    halo_cols,
+    halo_fits,
+    halo_pitch,
+    halo_rows,
+    halo_smem,
     path_fits,
     ring_fits,
     space,
@@ -95,8 +105,9 @@ def tuned_tile(p: Problem) -> Tile | None:
 
 
 def _name(t: Tile, mode: int) -> str:
-    if t.path == FRAG:     # tc_frag<MT, NT, WC, WP, KS, U, MODE>
-        return (f"tc_frag<{t.wn // 16}, {t.wm // 8}, {t.bn // t.wn}, {t.bm // t.wm}, "
+    if t.path in (FRAG, HALO):     # tc_frag / tc_halo<MT, NT, WC, WP, KS, U, MODE>
+        kernel = "tc_frag" if t.path == FRAG else "tc_halo"
+        return (f"{kernel}<{t.wn // 16}, {t.wm // 8}, {t.bn // t.wn}, {t.bm // t.wm}, "
                 f"{t.splits}, {t.stages}, {mode}>")
     cl = t.splits if t.cluster else 1
     return f"tc_conv<{t.bm}, {t.bn}, {t.wm}, {t.wn}, {t.path}, {mode}, {t.stages}, {cl}>"
@@ -110,9 +121,12 @@ def kernels(p: Problem, tile: Tile) -> tuple[cuda.KernelRef, ...]:
 def instantiations() -> list[str]:
     """Every shape on every path it fits, at each of its depths, in the four modes (both
     layouts, vector loads or not; split counts are runtime), for fp16 and, in its smaller
-    space, bf16 (mode bit 2); and the fragments path's tiles in both layouts and types."""
+    space, bf16 (mode bit 2); the fragments path's tiles in both layouts and types, the halo
+    path's in NCHW in both types."""
     out = [_name(Tile(*s, k, FRAG, frag_unroll(s)), mode) for s in FRAG_SHAPES
            for k in frag_shares(s) for mode in (0, 1, 4, 5)]
+    out += [_name(Tile(*s, k, HALO, frag_unroll(s)), mode) for s in HALO_SHAPES
+            for k in frag_shares(s) for mode in (0, 4)]
     for bf, (stages, cluster_stages) in ((0, (STAGES, CLUSTER_STAGES)),
                                          (4, (BF16_STAGES, BF16_CLUSTER_STAGES))):
         out += [_name(Tile(*s, path=q, stages=st), bf | mode) for s in SHAPES for q in stages
@@ -125,16 +139,15 @@ def instantiations() -> list[str]:
 
 
 def tap_table(p: Problem) -> np.ndarray:
-    """(K, 2) int32: for each k, the offset of its input element from the pixel's corner
-    (NCHW k = (c, r, s): c·H·W + r·W + s; NHWC k = (r, s, c): (r·W + s)·C + c) and
-    r << 16 | s; each block copies its slice into shared memory once, and its loads read
-    taps there instead of dividing k."""
+    """(K, 2) int32: for each k = (r, s, c), the offset of its input element from the
+    pixel's corner (NCHW: c·H·W + r·W + s; NHWC: (r·W + s)·C + c) and r << 16 | s; each
+    block copies its slice into shared memory once, and its loads read taps there instead
+    of dividing k."""
     g = p.geom
+    r, s, c = np.meshgrid(np.arange(g.r), np.arange(g.s), np.arange(g.c), indexing="ij")
     if p.layout == "nchw":
-        c, r, s = np.meshgrid(np.arange(g.c), np.arange(g.r), np.arange(g.s), indexing="ij")
         off = c * g.h * g.w + r * g.w + s
     else:
-        r, s, c = np.meshgrid(np.arange(g.r), np.arange(g.s), np.arange(g.c), indexing="ij")
         off = (r * g.w + s) * g.c + c
     return np.stack([off.ravel(), (r.ravel() << 16) | s.ravel()], axis=1).astype(np.int32)
 
@@ -149,10 +162,30 @@ def _device_tap_table(device: int, p: Problem):
         return cupy.asarray(tap_table(p))
 
 
-def pack_weights(w, layout: str, xp=None, dtype: str = "float16"):
-    """(Cout, C, R, S) weights as the kernel reads them: (Cout, K) of ``dtype`` (float16 or
-    bfloat16, rounded to nearest), K in the input layout's order ((c, r, s) for NCHW,
-    (r, s, c) for NHWC)."""
+def fragment_order(tile: Tile | None) -> bool:
+    """Whether ``tile`` reads its weights in mma fragment order (the fragments and halo
+    paths) rather than as (Cout, K) rows."""
+    return tile is not None and tile.path in (FRAG, HALO)
+
+
+def packed_shape(p: Problem, tile: Tile | None = None) -> tuple[int, ...]:
+    """Shape of :func:`pack_weights` for ``p`` and ``tile``: (Cout, K) rows, or in fragment
+    order (Cout / 16, R·S·(C / 16), 32 lanes, 8), each rounded up."""
+    g = p.geom
+    if fragment_order(tile):
+        return (cdiv(g.k, 16), g.r * g.s * cdiv(g.c, 16), 32, 8)
+    return (g.k, p.k)
+
+
+def pack_weights(w, layout: str, xp=None, dtype: str = "float16", tile: Tile | None = None):
+    """(Cout, C, R, S) weights as ``tile``'s kernel reads them, of ``dtype`` (float16 or
+    bfloat16, rounded to nearest): (Cout, K) rows with K = (r, s, c) in both layouts (a
+    tap's channels contiguous: NHWC's vector loads read eight at a time); or, for a tile of
+    the fragments or halo path (:func:`fragment_order`), each warp's A fragments of a
+    16 x 16 (channels x k) step as 32 lanes' 16 contiguous bytes, zero past Cout and C,
+    k-steps ordered (r, s, 16-channel step).  Lane (g, t) holds rows g and g + 8 at channels
+    4t .. 4t + 3 of the step (the kernels' k order).  ``layout`` is checked and kept for
+    callers; it does not change the order."""
     check_choice(layout, "layout", LAYOUTS)
     elem = element_dtype(dtype)
     xp = xp or backend.array_module(w)
@@ -164,10 +197,18 @@ def pack_weights(w, layout: str, xp=None, dtype: str = "float16"):
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{xp.__name__} {getattr(xp, '__version__', '')} cannot hold "
                             f"bfloat16 arrays (CuPy 14 with ml_dtypes installed can)") from exc
-    w = xp.asarray(w)
-    if layout == "nhwc":
-        w = w.transpose(0, 2, 3, 1)
-    return xp.ascontiguousarray(w.reshape(w.shape[0], -1).astype(elem))
+    w = xp.ascontiguousarray(xp.asarray(w).transpose(0, 2, 3, 1).astype(elem))
+    if not fragment_order(tile):
+        return w.reshape(w.shape[0], -1)
+    # the reordering moves 16-bit words (a uint16 view: every CuPy copies those)
+    k, r, s, c = w.shape
+    mt, cs = cdiv(k, 16), cdiv(c, 16)
+    bits = xp.zeros((mt * 16, r * s, cs * 16), np.uint16)
+    bits[:k, :, :c] = w.view(np.uint16).reshape(k, r * s, c)
+    # (tile, h, g, tap, step, t, pair, e) -> (tile, tap, step, g, t, pair, h, e): row 8h + g,
+    # channel 4t + 2·pair + e; a lane's 8 halves are a0 .. a3 (rows g, g + 8 at pair 0, then 1)
+    bits = bits.reshape(mt, 2, 8, r * s, cs, 4, 2, 2).transpose(0, 3, 4, 2, 5, 6, 1, 7)
+    return xp.ascontiguousarray(bits).reshape(mt, r * s * cs, 32, 8).view(elem)
 
 
 def problem(x_shape, w_shape, stride, padding, layout: str, dtype: str = "float16") -> Problem:
@@ -200,8 +241,9 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
     residual : array like the output, x's dtype, optional
     tile : Tile, optional
         Default: the tuned tile (:func:`tuned_tile`), else :func:`default_tile`.
-    packed : array, (Cout, C·R·S), x's dtype, optional
-        :func:`pack_weights` of ``w`` for ``layout``, prepared once.
+    packed : array, x's dtype, optional
+        ``pack_weights(w, layout, tile=tile)``, prepared once: (Cout, C·R·S) rows, or the
+        fragments and halo paths' order (:func:`packed_shape`).
     out : array like the output, x's dtype, optional (GPU only)
         C-contiguous, or a channel slice of a C-contiguous map (``y[..., a:b]`` in NHWC,
         ``y[:, a:b]`` in NCHW): a concatenation over channels written in place.
@@ -242,18 +284,20 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
         return _reference(x, w, bias, residual, p, relu)
     tile = tile or tuned_tile(p) or default_tile(p, backend.device_facts())
     check_tile(tile, p)
-    if tile.path == FRAG and ((layout == "nhwc" and x.data.ptr % 8)
-                             or (packed is not None and packed.data.ptr % 8)):
-        # four channels of a pixel (NHWC) and of a weight row move as one 8-byte word
+    if packed is not None and (tuple(packed.shape) != packed_shape(p, tile)
+                               or packed.dtype != x.dtype or not packed.flags.c_contiguous):
+        raise ValueError(f"packed must be C-contiguous {p.dtype} of shape "
+                         f"{packed_shape(p, tile)} (pack_weights(w, layout, tile=tile)), got "
+                         f"{packed.dtype} {tuple(packed.shape)}")
+    if fragment_order(tile) and ((layout == "nhwc" and x.data.ptr % 8)
+                                 or (packed is not None and packed.data.ptr % 16)):
+        # four channels of a pixel (NHWC) move as one 8-byte word, a lane's weights as 16
         fallback = candidates(p, backend.device_facts(), paths=tuple(STAGES))[0]
-        log.info("tc_conv2d: x or packed is not 8-byte aligned; %s runs as %s", tile, fallback)
-        tile = fallback
+        log.info("tc_conv2d: x is not 8-byte or packed not 16-byte aligned; %s runs as %s "
+                 "(its weights packed again)", tile, fallback)
+        tile, packed = fallback, None
     if packed is None:
-        packed = pack_weights(w, layout, xp, p.dtype)
-    elif tuple(packed.shape) != (p.geom.k, p.k) or packed.dtype != x.dtype \
-            or not packed.flags.c_contiguous:
-        raise ValueError(f"packed must be C-contiguous {p.dtype} of shape {(p.geom.k, p.k)} "
-                         f"(pack_weights), got {packed.dtype} {tuple(packed.shape)}")
+        packed = pack_weights(w, layout, xp, p.dtype, tile)
     # NCHW reads x a half at a time (any address); a fallen-back tile reduces its split
     # shares through the workspace (clusters are built on vector loads)
     if tile.vec and ((layout == "nhwc" and x.data.ptr % 16) or packed.data.ptr % 16):
@@ -267,6 +311,13 @@ def tc_conv2d(x, w, bias=None, stride=1, padding=0, *, layout: str = "nchw",
                (x, packed, ptr(bias), ptr(residual), out, i32(g.n), i32(g.c), i32(g.h),
                 i32(g.w), i32(g.k), i32(g.oh), i32(g.ow), i32(g.stride[0]), i32(g.stride[1]),
                 i32(bool(relu)), i32(ldy)), smem=tile.smem_bytes(p))
+        return out
+    if tile.path == HALO:
+        launch(kernels(p, tile)[0], tile.grid(p), (tile.threads,),
+               (x, packed, ptr(bias), ptr(residual), out, i32(g.c), i32(g.h), i32(g.w),
+                i32(g.k), i32(g.r), i32(g.s), i32(g.oh), i32(g.ow), i32(g.stride[0]),
+                i32(g.stride[1]), i32(g.padding[0]), i32(g.padding[1]), i32(bool(relu)),
+                i32(ldy), i32(halo_cols(p)), i32(halo_pitch(p))), smem=tile.smem_bytes(p))
         return out
     # 16-byte epilogue stores (NHWC, 8 channels at a time) need aligned outputs
     vec_out = (layout == "nhwc" and p.geom.k % 8 == 0 and ldy % 8 == 0

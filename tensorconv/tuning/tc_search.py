@@ -49,12 +49,15 @@ def tune_tc_tile(x, w, stride=1, padding=0, *, layout: str = "nchw",
     facts = backend.device_facts()
     tiles = tcc.candidates(p, facts, paths=tuple(paths or tcc.PATHS),
                            max_splits=max_splits)[:budget]
-    packed = tcc.pack_weights(w, layout, xp, p.dtype)
+    # the weights as rows and, for the fragments and halo tiles, in fragment order
+    packed = {order: tcc.pack_weights(w, layout, xp, p.dtype, next(
+        (t for t in tiles if tcc.fragment_order(t) == order), None))
+        for order in {tcc.fragment_order(t) for t in tiles}}
     out = xp.empty(tcc.output_shape(p), dtype=x.dtype)
 
     def run(t):
-        tcc.tc_conv2d(x, w, None, stride, padding, layout=layout, tile=t, packed=packed,
-                      out=out)
+        tcc.tc_conv2d(x, w, None, stride, padding, layout=layout, tile=t,
+                      packed=packed[tcc.fragment_order(t)], out=out)
 
     key = tcc.tile_key(p) if store else None
     what = (f"{len(tiles)} tensor-core tiles for {p.geom.c}->{p.geom.k} {p.geom.r}x{p.geom.s} "

@@ -212,6 +212,57 @@ def test_fragments_path_every_tile(rng, trial):
         assert np.isnan(got[rest]).all(), layout
 
 
+@pytest.mark.parametrize("trial", range(6))
+def test_halo_path_every_tile(rng, trial):
+    """NCHW layers on the halo path (a block's input rows copied once into shared memory,
+    pixel-major): random batch, channels from 4 (shares with no k-step), odd output
+    channels and planes, 1x1 to 7x7 filters, strides 1-2, padding 0-3, fp16 and bf16, every
+    halo tile whose copy fits, the epilogue, poisoned outputs; then an output that is a
+    channel slice of a wider map, whose other channels keep their poison."""
+    import cupy as cp
+    import ml_dtypes
+
+    from tensorconv.ops import tensorcore_conv as tcc
+
+    elem = np.dtype(ml_dtypes.bfloat16) if trial % 2 else np.dtype(np.float16)
+    tol = 4e-3 if trial % 2 else 2e-3
+    n, c = int(rng.integers(1, 4)), 4 * int(rng.integers(1, 40))
+    k, stride = int(rng.integers(1, 90)), int(rng.choice([1, 2]))
+    r = int(rng.choice([1, 3, 5, 7]))
+    padding = int(rng.integers(0, min(3, r // 2 + 1) + 1))
+    h, w = int(rng.integers(r, 31)), int(rng.integers(r, 31))
+    x = rng.standard_normal((n, c, h, w)).astype(elem)
+    wt = (rng.standard_normal((k, c, r, r)) / np.sqrt(c * r * r)).astype(elem)
+    b = rng.standard_normal(k).astype(np.float32)
+    ref = reference.conv2d(x.astype(np.float32), wt.astype(np.float32), b, stride, padding)
+    res = rng.standard_normal(ref.shape).astype(elem)
+    want = np.maximum(ref + res.astype(np.float32), 0)
+    poison = (lambda a: a.view(cp.uint16).fill(0x7FC0)) if trial % 2 else \
+        (lambda a: a.fill(cp.nan))
+    xd, rd = cp.asarray(x), cp.asarray(res)
+    p = tcc.problem(x.shape, wt.shape, stride, padding, "nchw", elem.name)
+    tiles = [t for t in tcc.candidates(p, backend.device_facts()) if t.path == tcc.HALO]
+    assert tiles, (n, c, h, w, k, r, stride, padding)
+    for t in tiles:
+        out = cp.empty(want.shape, elem)
+        poison(out)
+        tcc.tc_conv2d(xd, cp.asarray(wt), cp.asarray(b), stride, padding, relu=True,
+                      residual=rd, tile=t, out=out)
+        err = rel_err(out.get().astype(np.float32), want)
+        assert err <= tol, (t, (n, c, h, w, k, r, stride, padding), err)
+    shape = list(want.shape)
+    shape[1] += 5
+    wide = cp.empty(shape, elem)
+    poison(wide)
+    tcc.tc_conv2d(xd, cp.asarray(wt), cp.asarray(b), stride, padding, relu=True, residual=rd,
+                  tile=tiles[trial % len(tiles)], out=wide[:, 3:3 + k])
+    got = wide.get().astype(np.float32)
+    assert rel_err(got[:, 3:3 + k], want) <= tol
+    rest = np.ones(shape, bool)
+    rest[:, 3:3 + k] = False
+    assert np.isnan(got[rest]).all()
+
+
 def test_fragments_path_on_an_unaligned_nhwc_input_falls_back(rng):
     """An NHWC input 2 bytes past an 8-byte boundary cannot be read four channels at a
     time: the op runs a ring tile instead, and the result stands."""
@@ -229,12 +280,16 @@ def test_fragments_path_on_an_unaligned_nhwc_input_falls_back(rng):
     tile = tcc.Tile(32, 32, 16, 16, 4, tcc.FRAG, 4, vec=False)
     out = tcc.tc_conv2d(xd, cp.asarray(wt), None, 1, 0, layout="nhwc", tile=tile)
     assert rel_err(out.get().astype(np.float32), want) <= 2e-3
+    rows = tcc.pack_weights(cp.asarray(wt), "nhwc")         # not the fragment order
+    with pytest.raises(ValueError, match="packed must be"):
+        tcc.tc_conv2d(xd, cp.asarray(wt), None, 1, 0, layout="nhwc", tile=tile, packed=rows)
 
 
-@pytest.mark.parametrize("cluster", [False, True, None])
+@pytest.mark.parametrize("cluster", [False, True, None, "halo"])
 def test_split_k_replays_with_the_same_result(rng, cluster):
-    """The per-tile counters are left at zero, cluster shares add in rank order: repeating
-    the split launch gives the same (bit-identical) output."""
+    """The per-tile counters are left at zero, cluster shares add in rank order, the
+    fragments and halo paths' shares in share order: repeating the split launch gives the
+    same (bit-identical) output."""
     import cupy as cp
 
     from tensorconv.ops import tensorcore_conv as tcc
@@ -242,8 +297,9 @@ def test_split_k_replays_with_the_same_result(rng, cluster):
     x = cp.asarray(rng.standard_normal((1, 256, 7, 7)).astype(np.float16))
     r, pad = (1, 0) if cluster is None else (3, 1)         # None: the fragments path's shares
     w = cp.asarray((rng.standard_normal((256, 256, r, r)) / 48).astype(np.float16))
-    tile = tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster) if cluster is not None \
-        else tcc.Tile(32, 32, 16, 16, 8, tcc.FRAG, 4, vec=False)
+    tile = {None: tcc.Tile(32, 32, 16, 16, 8, tcc.FRAG, 4, vec=False),
+            "halo": tcc.Tile(32, 32, 16, 16, 8, tcc.HALO, 4, vec=False)}.get(cluster)
+    tile = tile or tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster)
     first = tcc.tc_conv2d(x, w, None, 1, pad, tile=tile).copy()
     for _ in range(3):
         assert cp.array_equal(tcc.tc_conv2d(x, w, None, 1, pad, tile=tile), first)
@@ -313,7 +369,7 @@ def test_bf16_random_shapes_every_tile(rng, trial):
         xd, rd = (cp.asarray(np.ascontiguousarray(to(a))) for a in (x, res))
         p = tcc.problem(xd.shape, wt.shape, stride, padding, layout, "bfloat16")
         cands = tcc.candidates(p, backend.device_facts())
-        assert cands and all(t.path in (0, tcc.FRAG) for t in cands)
+        assert cands and all(t.path in (0, tcc.FRAG, tcc.HALO) for t in cands)
         # two of the shapes this layer has tiles on (scalar loads leave the large shapes
         # out: their register ring overflows at bf16's 3-4 stages), another two a trial
         have = [s for s in tcc.SHAPES if any(t.shape == s for t in cands)]

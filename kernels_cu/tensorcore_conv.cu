@@ -844,6 +844,35 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     const int pend = min(p0 + F::PX, OHW), oh0 = p0 / OW;
     const int rows = ((pend - 1) / OW - oh0) * sh + R, ih0 = oh0 * sh - ph;
 
+    // Lane's A fragments of channel tile co0 / 16 + i at step 0, 16 bytes a step in the
+    // packed fragment order (-1: a tile past Cout).  k-step f = (tap r·S + s, channel
+    // step cs); the share's range is [f, f_end).  A group of U steps' A is loaded a group
+    // ahead of its products (the first before the copy): the weights' latency then
+    // overlaps the copy and the previous group's products instead of following them.
+    const int co0 = blockIdx.y * F::CO + wc * 16 * MT, mtiles = (Cout + 15) / 16;
+    const int csteps = (C + 15) / 16, steps = R * S * csteps;
+    const int f_end = (share + 1) * steps / KS;
+    const uint4* wf = reinterpret_cast<const uint4*>(wp);
+    int wo[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+        const int mt = co0 / 16 + i;
+        wo[i] = mt < mtiles ? mt * steps * 32 + lane : -1;
+    }
+    auto load_a = [&](unsigned (&dst)[U][MT][4], int f0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const uint4 q = f0 + u < f_end && wo[i] >= 0 ? __ldg(wf + wo[i] + 32 * (f0 + u))
+                                                             : make_uint4(0u, 0u, 0u, 0u);
+                dst[u][i][0] = q.x, dst[u][i][1] = q.y, dst[u][i][2] = q.z, dst[u][i][3] = q.w;
+            }
+    };
+    int f = share * steps / KS;
+    unsigned an[U][MT][4];
+    load_a(an, f);
+
     // The copy: region pixel (i, j) is input (ih0 + i, j - pw).  A thread moves channels
     // 4cq .. 4cq + 3 of region pixels tid, tid + T, ... (cq advancing as the pixels wrap):
     // a warp's loads are 64 consecutive bytes of a plane (whole sectors) and its stores
@@ -895,18 +924,6 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
         }
         bo[jj] = tcc::smem_addr(halo + at * ldc + 8 * ((lane >> 3) & 1));
     }
-    // Lane's A fragments of channel tile co0 / 16 + i at step 0, 16 bytes a step in the
-    // packed fragment order (-1: a tile past Cout).
-    const int co0 = blockIdx.y * F::CO + wc * 16 * MT, mtiles = (Cout + 15) / 16;
-    const int csteps = (C + 15) / 16, steps = R * S * csteps;
-    const uint4* wf = reinterpret_cast<const uint4*>(wp);
-    int wo[MT];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-        const int mt = co0 / 16 + i;
-        wo[i] = mt < mtiles ? mt * steps * 32 + lane : -1;
-    }
-
     float acc[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -914,15 +931,21 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-    // k-step f = (tap r·S + s, channel step cs); the share walks its range with (r, s, cs).
-    const int f_end = (share + 1) * steps / KS;
-    int f = share * steps / KS, cs, r, s;
+    // The share walks its steps with (r, s, cs).
+    int cs, r, s;
     {
         const int tap = f / csteps;
         cs = f - tap * csteps, r = tap / S, s = tap - r * S;
     }
     for (; f < f_end; f += U) {
         unsigned a[U][MT][4], b[U][NT][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[u][i][e] = an[u][i][e];
+        load_a(an, f + U);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const bool kv = f + u < f_end;
@@ -937,12 +960,6 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
                 b[u][2 * jj][1] = q[1];
                 b[u][2 * jj + 1][0] = q[2];
                 b[u][2 * jj + 1][1] = q[3];
-            }
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-                const uint4 q = kv && wo[i] >= 0 ? __ldg(wf + wo[i] + 32 * (f + u))
-                                                 : make_uint4(0u, 0u, 0u, 0u);
-                a[u][i][0] = q.x, a[u][i][1] = q.y, a[u][i][2] = q.z, a[u][i][3] = q.w;
             }
             if (++cs == csteps) {
                 cs = 0;
@@ -1256,7 +1273,6 @@ TC_I_TC_HALO(1, 2, 2, 1, 8, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 8, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 2, 1, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 1, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 2, 2, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 2, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 2, 4, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 4, 4, 4)
-TC_I_TC_HALO(1, 2, 2, 2, 8, 4, 0) TC_I_TC_HALO(1, 2, 2, 2, 8, 4, 4)
 TC_I_TC_HALO(1, 4, 2, 2, 1, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 1, 2, 4)
 TC_I_TC_HALO(1, 4, 2, 2, 2, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 2, 2, 4)
 TC_I_TC_HALO(1, 4, 2, 2, 4, 2, 0) TC_I_TC_HALO(1, 4, 2, 2, 4, 2, 4)

@@ -269,7 +269,7 @@ def test_the_halo_path_takes_nchw_layers_whose_copy_fits():
     p = problem(64, 28, 3, 1, 1)
     tiles = halo(p)
     assert {t.shape for t in tiles} == set(tcc.HALO_SHAPES)
-    assert len(tiles) == sum(len(tcc.frag_shares(s)) for s in tcc.HALO_SHAPES)
+    assert len(tiles) == sum(len(tcc.halo_shares(s)) for s in tcc.HALO_SHAPES)
     assert tcc.default_tile(p, H100).path == 0
     for t in tiles:
         tcc.check_tile(t, p, H100)
@@ -277,9 +277,10 @@ def test_the_halo_path_takes_nchw_layers_whose_copy_fits():
         assert t.stages == tcc.frag_unroll(t.shape) and not (t.vec or t.cluster)
     # blocks of 32 output pixels (starting at multiples of 32) of a 28-wide plane touch at
     # most 2 output rows: 1 + 3 input rows; 30 columns; 64 channels + 8 halves a pixel
-    t = tcc.Tile(32, 32, 16, 16, 8, tcc.HALO, 4, vec=False)
+    t = tcc.Tile(32, 32, 16, 16, 4, tcc.HALO, 4, vec=False)
     assert tcc.halo_rows(p, 32) == 4 and tcc.halo_cols(p) == 30 and tcc.halo_pitch(p) == 72
-    assert t.smem_bytes(p) == max(2 * 4 * 30 * 72, 4 * 8 * 32 * 36)
+    assert t.smem_bytes(p) == max(2 * 4 * 30 * 72, 4 * 4 * 32 * 36)
+    assert t.threads == 512 and tcc.halo_shares(t.shape) == (1, 2, 4)
     s2 = problem(64, 28, 3, 2, 1)      # 14 x 14 out: pixels 96..127 span rows 6..9: 3·2 + 3
     assert tcc.halo_rows(s2, 32) == 9 and tcc.halo_cols(s2) == 29
     for bad in (problem(64, 28, 3, 1, 1, "nhwc"), problem(62, 28, 3, 1, 1)):
@@ -291,8 +292,9 @@ def test_the_halo_path_takes_nchw_layers_whose_copy_fits():
     some = problem(384, 56, 3, 1, 1)                    # only the smaller blocks' copies fit
     assert 0 < len(halo(some)) < len(tiles)
     assert all(u.smem_bytes(some) <= H100.smem_per_block_optin for u in halo(some))
-    for bad in (replace(t, splits=3), replace(t, stages=2), replace(t, vec=True),
-                tcc.Tile(64, 64, 32, 32, 8, tcc.HALO, 2), tcc.Tile(16, 32, 8, 32, 1, tcc.HALO, 4)):
+    for bad in (replace(t, splits=3), replace(t, splits=8), replace(t, stages=2),
+                replace(t, vec=True), tcc.Tile(64, 64, 32, 32, 8, tcc.HALO, 2),
+                tcc.Tile(16, 32, 8, 32, 1, tcc.HALO, 4)):
         with pytest.raises(ValueError, match="halo tile"):
             tcc.check_tile(bad, p, H100)
 

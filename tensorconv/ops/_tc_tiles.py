@@ -204,6 +204,14 @@ def frag_shares(shape) -> tuple[int, ...]:
     return tuple(k for k in FRAG_SPLITS if warps * 32 * k <= most)
 
 
+def halo_shares(shape) -> tuple[int, ...]:
+    """The K shares of :data:`FRAG_SPLITS` a halo block of ``shape`` takes: at most 512
+    threads (its A fragments are loaded a group ahead: at 1,024 threads' 64 registers
+    they spill)."""
+    warps = (shape[0] // shape[2]) * (shape[1] // shape[3])
+    return tuple(k for k in frag_shares(shape) if warps * 32 * k <= 512)
+
+
 def frag_fits(p: Problem) -> str | None:
     """Why ``p`` cannot run on the fragments path, or None: a 1x1 filter without padding,
     and a channel count divisible by 4 (a lane's operands are four consecutive channels)."""
@@ -282,10 +290,10 @@ def split_k(p: Problem, tile: Tile) -> int:
 def check_tile(tile: Tile, p: Problem, facts: DeviceFacts | None = None) -> None:
     """Raise ``ValueError`` unless ``tile`` is one the file instantiates and fits ``p``."""
     if isinstance(tile, Tile) and tile.path == HALO:
-        if (tile.shape not in HALO_SHAPES or tile.splits not in frag_shares(tile.shape)
+        if (tile.shape not in HALO_SHAPES or tile.splits not in halo_shares(tile.shape)
                 or tile.stages != frag_unroll(tile.shape) or tile.vec or tile.cluster):
             raise ValueError(f"a halo tile (path {HALO}) needs a shape in {HALO_SHAPES}, "
-                             f"splits in frag_shares(shape), stages frag_unroll(shape) and "
+                             f"splits in halo_shares(shape), stages frag_unroll(shape) and "
                              f"no vec or cluster; got {tile!r}")
         facts = facts or backend.device_facts()
         if (why := halo_fits(p, facts)) is not None:
@@ -358,7 +366,7 @@ def candidates(p: Problem, facts: DeviceFacts, paths=tuple(PATHS),
     # every candidate, so a tuned layer takes whichever is faster).
     if HALO in paths and halo_fits(p, facts) is None:
         halo = [Tile(*shape, k, HALO, frag_unroll(shape), False) for shape in HALO_SHAPES
-                for k in frag_shares(shape)]
+                for k in halo_shares(shape)]
         out += sorted((t for t in halo if t.smem_bytes(p) <= facts.smem_per_block_optin),
                       key=lambda t: _cost(p, t, facts))
     if FRAG in paths and frag_fits(p) is None:

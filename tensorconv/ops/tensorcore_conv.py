@@ -63,6 +63,7 @@ from tensorconv.ops._tc_tiles import (  # noqa: F401  (the op's schedule space, 
     halo_fits,
     halo_pitch,
     halo_rows,
+    halo_shares,
     halo_smem,
     path_fits,
     ring_fits,
@@ -126,7 +127,7 @@ def instantiations() -> list[str]:
     out = [_name(Tile(*s, k, FRAG, frag_unroll(s)), mode) for s in FRAG_SHAPES
            for k in frag_shares(s) for mode in (0, 1, 4, 5)]
     out += [_name(Tile(*s, k, HALO, frag_unroll(s)), mode) for s in HALO_SHAPES
-            for k in frag_shares(s) for mode in (0, 4)]
+            for k in halo_shares(s) for mode in (0, 4)]
     for bf, (stages, cluster_stages) in ((0, (STAGES, CLUSTER_STAGES)),
                                          (4, (BF16_STAGES, BF16_CLUSTER_STAGES))):
         out += [_name(Tile(*s, path=q, stages=st), bf | mode) for s in SHAPES for q in stages

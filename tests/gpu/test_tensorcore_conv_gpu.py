@@ -298,7 +298,7 @@ def test_split_k_replays_with_the_same_result(rng, cluster):
     r, pad = (1, 0) if cluster is None else (3, 1)         # None: the fragments path's shares
     w = cp.asarray((rng.standard_normal((256, 256, r, r)) / 48).astype(np.float16))
     tile = {None: tcc.Tile(32, 32, 16, 16, 8, tcc.FRAG, 4, vec=False),
-            "halo": tcc.Tile(32, 32, 16, 16, 8, tcc.HALO, 4, vec=False)}.get(cluster)
+            "halo": tcc.Tile(16, 32, 16, 16, 8, tcc.HALO, 4, vec=False)}.get(cluster)
     tile = tile or tcc.Tile(64, 64, 32, 32, splits=8, cluster=cluster)
     first = tcc.tc_conv2d(x, w, None, 1, pad, tile=tile).copy()
     for _ in range(3):

@@ -662,6 +662,45 @@ struct Frag {
     // The fp32 partial tiles of the KS shares: [KS][CO][PX + 4] (NCHW: a thread's epilogue
     // walks channels of one pixel) or [KS][PX][CO + 4] (NHWC: consecutive channels).
     static constexpr int LDN = PX + 4, LDH = CO + 4;
+
+    // A warp's fp32 accumulators (share `share`, channel warp wc, pixel warp wpx) into its
+    // share's partial tile; the caller synchronises before (red may alias the operands)
+    // and after.
+    template <bool NHWC>
+    static __device__ __forceinline__ void store_share(float* red, const float (&acc)[MT][NT][4],
+                                                       int share, int wc, int wpx, int lane) {
+        const int g = lane >> 2, t = lane & 3, r0 = wc * 16 * MT, c0 = wpx * 8 * NT;
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = r0 + 16 * i + g + 8 * (e >> 1);
+                    const int col = c0 + 8 * j + 2 * t + (e & 1);
+                    red[NHWC ? (share * PX + col) * LDH + row : (share * CO + row) * LDN + col] =
+                        acc[i][j][e];
+                }
+    }
+
+    // NCHW: the outputs of tile pixel `col` (out and res point at its first channel),
+    // channels cb + threadIdx.x / PX, + T / PX, ... below Cout: the shares added in share
+    // order (deterministic), then bias, residual, ReLU.
+    template <bool BF>
+    static __device__ __forceinline__ void epilogue_nchw(const float* red, int col, int cb,
+                                                         int Cout, int OHW, __half* out,
+                                                         const __half* res, const float* bias,
+                                                         int relu) {
+        for (int row = threadIdx.x / PX; row < CO && cb + row < Cout; row += T / PX) {
+            const int co = cb + row;
+            float v = 0.f;
+#pragma unroll
+            for (int q = 0; q < KS; ++q) v += red[(q * CO + row) * LDN + col];
+            if (bias != nullptr) v += bias[co];
+            if (res != nullptr) v += to_float<BF>(res[(size_t)co * OHW]);
+            out[(size_t)co * OHW] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
+        }
+    }
 };
 }  // namespace tcc
 
@@ -755,17 +794,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
     }
 
     // The share's partial tile into shared memory, then every share's sum per output.
-    const int r0 = wc * 16 * MT, c0 = wpx * 8 * NT;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int row = r0 + 16 * i + g + 8 * (r >> 1), col = c0 + 8 * j + 2 * t + (r & 1);
-                red[NHWC ? (share * F::PX + col) * F::LDH + row
-                         : (share * F::CO + row) * F::LDN + col] = acc[i][j][r];
-            }
+    F::template store_share<NHWC>(red, acc, share, wc, wpx, lane);
     __syncthreads();
     const int cb = blockIdx.y * F::CO, mb = blockIdx.x * F::PX;
     if constexpr (NHWC) {   // consecutive threads: consecutive channels of a pixel
@@ -783,17 +812,9 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
         const int col = threadIdx.x % F::PX, m = mb + col;
         if (m >= M) return;
         const int n = m / OHW, p = m - n * OHW;
-        __half* out = y + (size_t)n * ldy * OHW + p;
         const __half* res = residual == nullptr ? nullptr : residual + (size_t)n * Cout * OHW + p;
-        for (int row = threadIdx.x / F::PX; row < F::CO && cb + row < Cout; row += F::T / F::PX) {
-            const int co = cb + row;
-            float v = 0.f;
-#pragma unroll
-            for (int q = 0; q < KS; ++q) v += red[(q * F::CO + row) * F::LDN + col];
-            if (bias != nullptr) v += bias[co];
-            if (res != nullptr) v += tcc::to_float<BF>(res[(size_t)co * OHW]);
-            out[(size_t)co * OHW] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
-        }
+        F::template epilogue_nchw<BF>(red, col, cb, Cout, OHW, y + (size_t)n * ldy * OHW + p, res,
+                                      bias, relu);
     }
 }
 
@@ -838,7 +859,6 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     float* red = reinterpret_cast<float*>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int share = warp % KS, wc = (warp / KS) % WC, wpx = warp / (KS * WC);
-    const int g = lane >> 2, t = lane & 3;
     const int OHW = OH * OW, HW = H * W, tiles = (OHW + F::PX - 1) / F::PX;
     const int n = blockIdx.x / tiles, p0 = (blockIdx.x - n * tiles) * F::PX;
     const int pend = min(p0 + F::PX, OHW), oh0 = p0 / OW;
@@ -975,31 +995,13 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
                     tcc::mma16816<BF>(acc[i][j], a[u][i], b[u][j][0], b[u][j][1]);
     }
     __syncthreads();   // the partial tiles reuse the copy's shared memory
-
-    const int r0 = wc * 16 * MT, c0 = wpx * 8 * NT;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = r0 + 16 * i + g + 8 * (e >> 1), col = c0 + 8 * j + 2 * t + (e & 1);
-                red[(share * F::CO + row) * F::LDN + col] = acc[i][j][e];
-            }
+    F::template store_share<false>(red, acc, share, wc, wpx, lane);
     __syncthreads();
-    const int col = threadIdx.x % F::PX, p = p0 + col, cb = blockIdx.y * F::CO;
+    const int col = threadIdx.x % F::PX, p = p0 + col;
     if (p >= pend) return;
-    __half* out = y + (size_t)n * ldy * OHW + p;
     const __half* res = residual == nullptr ? nullptr : residual + (size_t)n * Cout * OHW + p;
-    for (int row = threadIdx.x / F::PX; row < F::CO && cb + row < Cout; row += F::T / F::PX) {
-        const int co = cb + row;
-        float v = 0.f;
-#pragma unroll
-        for (int q = 0; q < KS; ++q) v += red[(q * F::CO + row) * F::LDN + col];
-        if (bias != nullptr) v += bias[co];
-        if (res != nullptr) v += tcc::to_float<BF>(res[(size_t)co * OHW]);
-        out[(size_t)co * OHW] = tcc::from_float<BF>(relu ? fmaxf(v, 0.f) : v);
-    }
+    F::template epilogue_nchw<BF>(red, col, blockIdx.y * F::CO, Cout, OHW,
+                                  y + (size_t)n * ldy * OHW + p, res, bias, relu);
 }
 
 // What CI's nvcc build type-checks: tensorconv.ops.tensorcore_conv.instantiations()

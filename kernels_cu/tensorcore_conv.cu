@@ -6,9 +6,10 @@
 //
 // GEMM view: M = N·OH·OW output pixels, N = Cout, K = C·R·S.  A (M x K) is the im2col of the
 // input, never built: each element is read from x where it lies (zero outside the image);
-// B (K x Cout) is the packed weights w_p[Cout][K], K contiguous, in the input's order:
-// NCHW k = (c, r, s), NHWC k = (r, s, c), so that consecutive k are consecutive addresses
-// of x in NHWC.  Ragged M, Cout and K are predicated, never padded on the host.
+// B (K x Cout) is the packed weights w_p[Cout][K], K contiguous, k = (r, s, c) in both
+// layouts, so that consecutive k are consecutive addresses of x in NHWC (tc_frag and
+// tc_halo read them in mma fragment order instead, below).  Ragged M, Cout and K are
+// predicated, never padded on the host.
 //
 // tc_conv<BM, BN, WM, WN, PATH, MODE, STAGES>: a block owns BM pixels x BN output channels,
 // each warp WM x WN of them.  K streams through a STAGES-deep ring of shared-memory chunks,

@@ -1,6 +1,7 @@
 """Tensor-core convolution on the GPU against the fp32 reference on fp16 values: random
 shapes in both layouts, every block shape on every instruction path (mma.sync, the three
-WMMA fragment shapes), split-K, the fused epilogue, poisoned outputs;
+WMMA fragment shapes, the fragments path for 1x1 layers, the NCHW halo path), split-K,
+the fused epilogue, poisoned outputs;
 the 33 layers of the batch-1 study at batch 1, 2, 4 and 8 (slow)."""
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The knobs are the paper's (block tile, warp tile, fragment shape) and ours (the ``mma.sync``
 path, split-K inside the launch, and the fragments and halo paths with their K shares;
 their weights are packed once in fragment order beside the rows the ring tiles read).
-:func:`tensorconv.ops.tensorcore_conv.candidates` ranks every combination by an analytic cost (waves of blocks over the SMs times the padded
-work of a block, plus the split reduction's traffic); the best ``budget`` of them (by
+:func:`tensorconv.ops.tensorcore_conv.candidates` ranks every combination by an analytic
+cost (waves of blocks over the SMs times the padded work of a block, plus the split
+reduction's traffic); the best ``budget`` of them (by
 default all: 300-1,300 a layer, or as many as :data:`SWEEP_SECONDS` allows) are compiled in
 parallel and timed as CUDA-graph replays in the rank's order, the fastest :data:`CONFIRM`
 timed again with more replays, and the fastest of those is

@@ -426,6 +426,40 @@ def test_the_search_sweeps_in_rank_order_within_its_time_and_confirms_the_fastes
     assert {k for t in ranked for k in tcc.kernels(p, t)} == set(compiled)   # all, first
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fragment_order_places_each_weight_where_its_lane_reads_it(rng, dtype):
+    """pack_weights for a fragments or halo tile: (Cout/16, R·S·C/16, 32, 8), zero past
+    Cout and C; lane (g, t) of channel tile m at step (tap, cs) holds rows 16m + g and
+    16m + g + 8 at channels 16cs + 4t .. + 3 as a0..a3; ring tiles get (Cout, K) rows."""
+    elem = tcc.element_dtype(dtype)
+    w = rng.standard_normal((21, 20, 3, 3)).astype(np.float32)
+    p = tcc.Problem(conv_geometry((1, 20, 9, 9), w.shape, 1, 1), "nchw", dtype)
+    halo = tcc.Tile(16, 32, 16, 16, 2, tcc.HALO, 4, vec=False)
+    got = tcc.pack_weights(w, "nchw", dtype=dtype, tile=halo)
+    assert got.dtype == elem and got.shape == tcc.packed_shape(p, halo) == (2, 9 * 2, 32, 8)
+    rows = tcc.pack_weights(w, "nchw", dtype=dtype)
+    assert rows.shape == tcc.packed_shape(p) == (21, 180)
+    wr = w.astype(elem)                                  # (Cout, C, R, S), rounded alike
+    for m, tap, cs, lane in ((0, 0, 0, 0), (1, 4, 1, 13), (1, 8, 0, 31), (0, 5, 1, 6)):
+        g, t = divmod(lane, 4)
+        r, s = divmod(tap, 3)
+        want = []
+        for pair in (0, 1):                              # a0, a1 then a2, a3
+            for row in (16 * m + g, 16 * m + g + 8):
+                for e in (0, 1):
+                    c = 16 * cs + 4 * t + 2 * pair + e
+                    want.append(wr[row, c, r, s] if row < 21 and c < 20 else 0)
+        np.testing.assert_array_equal(got[m, tap * 2 + cs, lane].astype(np.float32),
+                                      np.array(want, elem).astype(np.float32))
+        assert np.array_equal(rows[min(16 * m + g, 20)].reshape(3, 3, 20)[r, s],
+                              wr[min(16 * m + g, 20), :, r, s])
+    # tile 1's lanes with g >= 5 hold rows 21-23 and 29-31 only: all past Cout = 21
+    assert not np.any(got[1, :, 4 * 5:].astype(np.float32))
+    frag = tcc.Tile(32, 32, 16, 16, 4, tcc.FRAG, 4, vec=False)
+    assert tcc.fragment_order(frag) and tcc.fragment_order(halo)
+    assert not tcc.fragment_order(tcc.Tile(64, 64, 32, 32)) and not tcc.fragment_order(None)
+
+
 def test_bf16_is_the_reference_on_bf16_values_in_its_own_smaller_space(rng):
     """bf16 in and out (ml_dtypes' bfloat16): the NumPy path is the fp32 reference on the
     bf16-rounded values; its tiles are mma.sync at the depths instantiated for it; its tune

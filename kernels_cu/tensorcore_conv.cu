@@ -833,6 +833,9 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
 // step), go straight from global memory into A fragments (channels 4t..4t+3 of a step to
 // lane t), and the copy stores each channel pair where that order puts it.  A warp owns 16·MT output
 // channels x 8·NT pixels; MODE bit 2: bf16.
+#ifndef HALO_BATCH
+#define HALO_BATCH 8   // items (8 channels of a pixel) a thread of tc_halo loads, then stores
+#endif
 namespace tcc {
 // The shared-memory word (in halves, within a pixel's row) of channel c: channels
 // 16h + 4t .. + 3 sit at 16h + 2t, + 1, + 8, + 9, the order of the m16n8k16 fragments'
@@ -895,39 +898,53 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     load_a(an, f);
 
     // The copy: region pixel (i, j) is input (ih0 + i, j - pw).  A thread moves channels
-    // 4cq .. 4cq + 3 of region pixels tid, tid + T, ... (cq advancing as the pixels wrap):
-    // a warp's loads are 64 consecutive bytes of a plane (whole sectors) and its stores
-    // two words per pixel, where tcc::halo_slot puts the channel pairs.
+    // 8co .. 8co + 7 of region pixels tid, tid + T, ... (co advancing as the pixels wrap):
+    // a warp's loads are 64 consecutive bytes of a plane (whole sectors), and its stores
+    // two 8-byte words a pixel, where tcc::halo_slot puts the channel pairs (channels
+    // 8co + {0, 1, 4, 5} and 8co + {2, 3, 6, 7} sit side by side).  The copy is most of a
+    // halo block's instructions, so an item is eight channels, the walk carries at most
+    // once per item (T region pixels = dq planes + di rows + dj columns), and the offsets
+    // are 32-bit from the image's address.
     {
-        const unsigned short* xs = reinterpret_cast<const unsigned short*>(x) + (size_t)n * C * HW;
-        unsigned* hw32 = reinterpret_cast<unsigned*>(halo);
-        const int npx = rows * cols, quads = (ldc - 8) / 4;
-        const int di = F::T / cols, dj = F::T - di * cols;
-        int pi = threadIdx.x, cq = 0;
-        while (pi >= npx) pi -= npx, ++cq;
-        int i = pi / cols, j = pi - i * cols;
-        while (cq < quads) {
-            unsigned v[8][2];
-            int at[8];
+        // The image's address, opaque to the compiler: otherwise it folds n·C·HW into every
+        // load's address, 64-bit, at six instructions a load instead of one.
+        unsigned long long xb;
+        asm("mov.b64 %0, %1;" : "=l"(xb)
+            : "l"(reinterpret_cast<unsigned long long>(x + (size_t)n * C * HW)));
+        const unsigned short* xs = reinterpret_cast<const unsigned short*>(xb);
+        uint2* hw64 = reinterpret_cast<uint2*>(halo);
+        const int npx = rows * cols, octs = (ldc - 8) / 8;
+        const int dq = F::T / npx, di = (F::T - dq * npx) / cols;
+        const int dj = F::T - dq * npx - di * cols;
+        int co = threadIdx.x / npx, i = (threadIdx.x - co * npx) / cols;
+        int j = threadIdx.x - co * npx - i * cols;
+        while (co < octs) {
+            uint2 v[HALO_BATCH][2];
+            int at[HALO_BATCH];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) {
+            for (int u = 0; u < HALO_BATCH; ++u) at[u] = -1;
+#pragma unroll
+            for (int u = 0; u < HALO_BATCH; ++u) {
+                if (co >= octs) break;   // the thread's last items: no dead loads
                 const int ih = ih0 + i, iw = j - pw;
-                const bool ok = cq < quads && 4 * cq < C && (unsigned)ih < (unsigned)H &&
-                                (unsigned)iw < (unsigned)W;
-                const unsigned short* src = xs + (size_t)(4 * cq) * HW + ih * W + iw;
-                unsigned h[4];
+                const bool ok = (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
+                const bool lo = ok && 8 * co < C, hi = ok && 8 * co + 4 < C;   // C % 4 == 0
+                // unsigned: one wide multiply-add an address (o wraps only where !ok)
+                const unsigned o = 8u * co * HW + ih * W + iw;
+                unsigned h[8];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) h[e] = ok ? __ldg(src + e * HW) : 0u;
-                v[u][0] = h[0] | (h[1] << 16);
-                v[u][1] = h[2] | (h[3] << 16);
-                at[u] = cq < quads ? ((i * cols + j) * ldc + tcc::halo_slot(4 * cq)) / 2 : -1;
-                j += dj, i += di;
+                for (int e = 0; e < 8; ++e)
+                    h[e] = (e < 4 ? lo : hi) ? __ldg(xs + (o + e * (unsigned)HW)) : 0u;
+                v[u][0] = make_uint2(h[0] | (h[1] << 16), h[4] | (h[5] << 16));
+                v[u][1] = make_uint2(h[2] | (h[3] << 16), h[6] | (h[7] << 16));
+                at[u] = ((i * cols + j) * ldc + tcc::halo_slot(8 * co)) / 4;
+                j += dj, i += di, co += dq;
                 if (j >= cols) j -= cols, ++i;
-                while (i >= rows) i -= rows, ++cq;
+                if (i >= rows) i -= rows, ++co;
             }
 #pragma unroll
-            for (int u = 0; u < 8; ++u)
-                if (at[u] >= 0) hw32[at[u]] = v[u][0], hw32[at[u] + 4] = v[u][1];
+            for (int u = 0; u < HALO_BATCH; ++u)
+                if (at[u] >= 0) hw64[at[u]] = v[u][0], hw64[at[u] + 2] = v[u][1];
         }
     }
     __syncthreads();
@@ -952,25 +969,24 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
-    // The share walks its steps with (r, s, cs).
-    int cs, r, s;
+    // The share walks its steps with (s, cs) and the shared-memory byte offset tb of step
+    // (r, s, cs), 2((r·cols + s)·ldc + 16cs), moved on by additions.
+    int cs, s;
+    unsigned tb;
     {
-        const int tap = f / csteps;
-        cs = f - tap * csteps, r = tap / S, s = tap - r * S;
+        const int tap = f / csteps, r = tap / S;
+        cs = f - tap * csteps, s = tap - r * S;
+        tb = 2u * ((r * cols + s) * ldc + 16 * cs);
     }
-    for (; f < f_end; f += U) {
-        unsigned a[U][MT][4], b[U][NT][2];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) a[u][i][e] = an[u][i][e];
-        load_a(an, f + U);
+    const unsigned next_s = 2u * (ldc - 16 * csteps), next_r = 2u * (cols - S) * ldc;
+    // One group: the next group's A into nx, then this group's B and products.  Groups
+    // alternate between two A buffers (a copy from one to the other cost 4·MT moves a step).
+    auto group = [&](const unsigned (&a)[U][MT][4], unsigned (&nx)[U][MT][4]) {
+        load_a(nx, f + U);
+        unsigned b[U][NT][2];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const bool kv = f + u < f_end;
-            const unsigned tap_b = kv ? 2u * ((r * cols + s) * ldc + 16 * cs) : 0u;
+            const unsigned tap_b = f + u < f_end ? tb : 0u;
 #pragma unroll
             for (int jj = 0; jj < NT / 2; ++jj) {
                 unsigned q[4];
@@ -982,9 +998,10 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
                 b[u][2 * jj + 1][0] = q[2];
                 b[u][2 * jj + 1][1] = q[3];
             }
+            tb += 32u;
             if (++cs == csteps) {
-                cs = 0;
-                if (++s == S) s = 0, ++r;
+                cs = 0, tb += next_s;
+                if (++s == S) s = 0, tb += next_r;
             }
         }
 #pragma unroll
@@ -994,6 +1011,13 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
 #pragma unroll
                 for (int j = 0; j < NT; ++j)
                     tcc::mma16816<BF>(acc[i][j], a[u][i], b[u][j][0], b[u][j][1]);
+        f += U;
+    };
+    unsigned an2[U][MT][4];
+    while (f < f_end) {
+        group(an, an2);
+        if (f >= f_end) break;
+        group(an2, an);
     }
     __syncthreads();   // the partial tiles reuse the copy's shared memory
     F::template store_share<false>(red, acc, share, wc, wpx, lane);

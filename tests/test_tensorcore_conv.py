@@ -170,7 +170,7 @@ def _halo_slot(c):
 
 def _halo(x, packed, p, tile):
     """``tc_halo``'s output (M x Cout, fp64) from its own index formulas: each block's copy
-    of its input rows, walked by every thread as the kernel steps (pixel, channel pair),
+    of its input rows, walked by every thread as the kernel steps (pixel, eight channels),
     each lane's ldmatrix row address at every tap, its weight words, the m16n8k16
     fragments assembled from the lanes' registers, the K shares summed."""
     g, xf, pk = p.geom, x.ravel(), packed.astype(np.float64)
@@ -190,25 +190,29 @@ def _halo(x, packed, p, tile):
         ih0 = oh0 * g.stride[0] - g.padding[0]
         assert rows <= tcc.halo_rows(p, px)
         smem = np.full(rows * cols * ldc, np.nan)       # every cell a k-step reads is written
-        npx, quads = rows * cols, (ldc - tcc.HALO_PAD) // 4
-        di, dj = divmod(threads, cols)
+        writes = np.zeros(smem.size, int)
+        npx, octs = rows * cols, (ldc - tcc.HALO_PAD) // 8
+        dq, rem = divmod(threads, npx)
+        di, dj = divmod(rem, cols)
         for tid in range(threads):
-            pi, cq = tid, 0
-            while pi >= npx:
-                pi, cq = pi - npx, cq + 1
+            co, pi = divmod(tid, npx)
             i, j = divmod(pi, cols)
-            while cq < quads:
-                c = 4 * cq
+            while co < octs:
                 ih, iw = ih0 + i, j - g.padding[1]
-                ok = c < g.c and 0 <= ih < g.h and 0 <= iw < g.w
-                at = (i * cols + j) * ldc + _halo_slot(c)
-                for e, to in enumerate((0, 1, 8, 9)):      # two words: slots +0, +1, +8, +9
-                    smem[at + to] = xf[n * g.c * hw + (c + e) * hw + ih * g.w + iw] if ok else 0
-                j, i = j + dj, i + di
+                ok = 0 <= ih < g.h and 0 <= iw < g.w
+                h = [xf[n * g.c * hw + (8 * co + e) * hw + ih * g.w + iw]
+                     if ok and 8 * co + e < g.c else 0 for e in range(8)]
+                at = ((i * cols + j) * ldc + _halo_slot(8 * co)) // 4     # 8-byte words
+                assert ((i * cols + j) * ldc + _halo_slot(8 * co)) % 4 == 0
+                for word, es in ((at, (0, 1, 4, 5)), (at + 2, (2, 3, 6, 7))):
+                    smem[4 * word:4 * word + 4] = [h[e] for e in es]
+                    writes[4 * word:4 * word + 4] += 1
+                j, i, co = j + dj, i + di, co + dq
                 if j >= cols:
                     j, i = j - cols, i + 1
-                while i >= rows:
-                    i, cq = i - rows, cq + 1
+                if i >= rows:
+                    i, co = i - rows, co + 1
+        assert writes.max() <= 1
         csteps = -(-g.c // 16)
         steps = g.r * g.s * csteps
         for share, c_, w_ in np.ndindex(tile.splits, wc, wp):
@@ -222,10 +226,20 @@ def _halo(x, packed, p, tile):
                         oh, ow = divmod(pp, g.ow)
                         at = (oh - oh0) * g.stride[0] * cols + ow * g.stride[1]
                     bo[lane, jj] = at * ldc + 8 * ((lane >> 3) & 1)
-            for f in range(share * steps // tile.splits, (share + 1) * steps // tile.splits):
+            f0 = share * steps // tile.splits
+            tap, cs = divmod(f0, csteps)
+            r, s = divmod(tap, g.s)
+            tb = 2 * ((r * cols + s) * ldc + 16 * cs)          # the kernel's running offset
+            for f in range(f0, (share + 1) * steps // tile.splits):
                 tap, cs = divmod(f, csteps)
                 r, s = divmod(tap, g.s)
                 tap_h = (r * cols + s) * ldc + 16 * cs
+                assert tb == 2 * tap_h
+                tb += 32
+                if cs + 1 == csteps:
+                    tb += 2 * (ldc - 16 * csteps)
+                    if s + 1 == g.s:
+                        tb += 2 * (cols - g.s) * ldc
                 a = np.zeros((mt, 16, 16))                    # A[co][slot]
                 b = np.zeros((nt, 16, 8))                     # B[slot][pixel]
                 for jj, h, hf, row in np.ndindex(nt // 2, 2, 2, 8):
@@ -243,14 +257,16 @@ def _halo(x, packed, p, tile):
     return y
 
 
-@pytest.mark.parametrize("stride,padding,r", [(1, 1, 3), (2, 1, 3), (1, 0, 1), (2, 2, 5)])
+@pytest.mark.parametrize("stride,padding,r,w", [(1, 1, 3, 9), (2, 1, 3, 9), (1, 0, 1, 9),
+                                               (2, 2, 5, 9), (1, 3, 3, 9), (2, 0, 3, 10)])
 @pytest.mark.parametrize("tile", [tcc.Tile(32, 32, 16, 16, 4, tcc.HALO, 4, vec=False),
                                   tcc.Tile(16, 64, 16, 32, 2, tcc.HALO, 2, vec=False)])
-def test_the_halo_kernels_index_formulas_are_the_convolution(rng, stride, padding, r, tile):
+def test_the_halo_kernels_index_formulas_are_the_convolution(rng, stride, padding, r, w, tile):
     """tc_halo's copy and loads, emulated lane by lane (two images, odd planes, strides 1
-    and 2, channels not a multiple of 16, Cout not a multiple of the tile, 1x1 to 5x5),
-    give the convolution; every copy cell a k-step reads has been written."""
-    x = rng.standard_normal((2, 20, 7, 9))
+    and 2, channels not a multiple of 16 or 8, Cout not a multiple of the tile, 1x1 to 5x5,
+    padding wider than the filter's reach, input columns no output reads), give the
+    convolution; every copy cell a k-step reads has been written, none twice."""
+    x = rng.standard_normal((2, 20, 7, w))
     wt = rng.standard_normal((21, 20, r, r)).astype(np.float16)
     p = tcc.Problem(conv_geometry(x.shape, wt.shape, stride, padding), "nchw")
     tcc.check_tile(tile, p, H100)

@@ -218,8 +218,10 @@ def test_halo_path_every_tile(rng, trial):
     """NCHW layers on the halo path (a block's input rows copied once into shared memory,
     pixel-major): random batch, channels from 4 (shares with no k-step), odd output
     channels and planes, 1x1 to 7x7 filters, strides 1-2, padding 0-3, fp16 and bf16, every
-    halo tile whose copy fits, the epilogue, poisoned outputs; then an output that is a
-    channel slice of a wider map, whose other channels keep their poison."""
+    halo tile whose copy fits, the epilogue, poisoned outputs, an input 0-7 halves past a
+    16-byte boundary inside a poisoned buffer (the copy loads whole 16-byte chunks); then
+    an output that is a channel slice of a wider map, whose other channels keep their
+    poison."""
     import cupy as cp
     import ml_dtypes
 
@@ -240,7 +242,12 @@ def test_halo_path_every_tile(rng, trial):
     want = np.maximum(ref + res.astype(np.float32), 0)
     poison = (lambda a: a.view(cp.uint16).fill(0x7FC0)) if trial % 2 else \
         (lambda a: a.fill(cp.nan))
-    xd, rd = cp.asarray(x), cp.asarray(res)
+    off = (3 * trial + 1) % 8
+    buf = cp.empty(x.size + 16, elem)
+    poison(buf)
+    xd = buf[off:off + x.size].reshape(x.shape)
+    xd[...] = cp.asarray(x)
+    rd = cp.asarray(res)
     p = tcc.problem(x.shape, wt.shape, stride, padding, "nchw", elem.name)
     tiles = [t for t in tcc.candidates(p, backend.device_facts()) if t.path == tcc.HALO]
     assert tiles, (n, c, h, w, k, r, stride, padding)

@@ -1293,6 +1293,14 @@ TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 4) TC_I_TC_FRAG(2, 4, 2, 2, 4, 2, 5)
 #define TC_I_TC_HALO(...) template __global__ void tc_halo<__VA_ARGS__>(const __half*, \
     const __half*, const float*, const __half*, __half*, int, int, int, int, int, int, int, int, \
     int, int, int, int, int, int, int, int);
+TC_I_TC_HALO(1, 2, 1, 1, 1, 4, 0) TC_I_TC_HALO(1, 2, 1, 1, 1, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 1, 2, 4, 0) TC_I_TC_HALO(1, 2, 1, 1, 2, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 1, 4, 4, 0) TC_I_TC_HALO(1, 2, 1, 1, 4, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 1, 8, 4, 0) TC_I_TC_HALO(1, 2, 1, 1, 8, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 2, 1, 4, 0) TC_I_TC_HALO(1, 2, 1, 2, 1, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 2, 2, 4, 0) TC_I_TC_HALO(1, 2, 1, 2, 2, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 2, 4, 4, 0) TC_I_TC_HALO(1, 2, 1, 2, 4, 4, 4)
+TC_I_TC_HALO(1, 2, 1, 2, 8, 4, 0) TC_I_TC_HALO(1, 2, 1, 2, 8, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 1, 1, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 1, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 1, 2, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 2, 4, 4)
 TC_I_TC_HALO(1, 2, 2, 1, 4, 4, 0) TC_I_TC_HALO(1, 2, 2, 1, 4, 4, 4)

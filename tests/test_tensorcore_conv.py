@@ -260,7 +260,8 @@ def _halo(x, packed, p, tile):
 @pytest.mark.parametrize("stride,padding,r,w", [(1, 1, 3, 9), (2, 1, 3, 9), (1, 0, 1, 9),
                                                (2, 2, 5, 9), (1, 3, 3, 9), (2, 0, 3, 10)])
 @pytest.mark.parametrize("tile", [tcc.Tile(32, 32, 16, 16, 4, tcc.HALO, 4, vec=False),
-                                  tcc.Tile(16, 64, 16, 32, 2, tcc.HALO, 2, vec=False)])
+                                  tcc.Tile(16, 64, 16, 32, 2, tcc.HALO, 2, vec=False),
+                                  tcc.Tile(16, 16, 16, 16, 8, tcc.HALO, 4, vec=False)])
 def test_the_halo_kernels_index_formulas_are_the_convolution(rng, stride, padding, r, w, tile):
     """tc_halo's copy and loads, emulated lane by lane (two images, odd planes, strides 1
     and 2, channels not a multiple of 16 or 8, Cout not a multiple of the tile, 1x1 to 5x5,

@@ -146,8 +146,9 @@ FRAG_SHAPES = ((16, 32, 8, 32), (32, 32, 16, 32), (32, 32, 16, 16), (64, 64, 32,
 FRAG_SPLITS = (1, 2, 4, 8)
 # The halo path (tc_halo): (bm, bn, wm, wn), warps of 8·NT pixels x 16·MT channels with NT
 # even (one ldmatrix.x4 reads two n-tiles' operands), K shared by 1-8 warps of a block.
-HALO_SHAPES = ((16, 32, 16, 16), (16, 64, 16, 32), (32, 32, 16, 16), (32, 64, 16, 32),
-               (64, 32, 32, 16), (64, 64, 32, 32), (128, 64, 32, 32))
+HALO_SHAPES = ((16, 16, 16, 16), (32, 16, 16, 16), (16, 32, 16, 16), (16, 64, 16, 32),
+               (32, 32, 16, 16), (32, 64, 16, 32), (64, 32, 32, 16), (64, 64, 32, 32),
+               (128, 64, 32, 32))
 HALO_PAD = 8       # halves after a pixel's channels in the copy (16-byte odd pitches)
 # Pipeline depths: mma.sync takes 2-8 stages (at batch 1 a chunk's time is a load latency
 # over the chunks in flight); WMMA (the paper's path) double-buffers.

@@ -41,6 +41,17 @@ __device__ __forceinline__ void carried_split_sum(const float* __restrict__ src,
     if (mine && li == 0) dst[v] = s;
 }
 
+// `p`, with its provenance hidden from the compiler.  Given a pointer computed from
+// run-time offsets (x + n·C·HW) and then indexed by 32-bit offsets, nvcc folds the whole
+// sum into every access as 64-bit integer arithmetic (four to six instructions an
+// address); from an opaque base an unsigned 32-bit offset costs one wide multiply-add.
+template <class T>
+__device__ __forceinline__ T* opaque(T* p) {
+    unsigned long long v;
+    asm("mov.b64 %0, %1;" : "=l"(v) : "l"(reinterpret_cast<unsigned long long>(p)));
+    return reinterpret_cast<T*>(v);
+}
+
 // Integer ceil-division, used for tile counts that must cover a ragged edge.
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

@@ -686,20 +686,28 @@ struct Frag {
 
     // NCHW: the outputs of tile pixel `col` (out and res point at its first channel),
     // channels cb + threadIdx.x / PX, + T / PX, ... below Cout: the shares added in share
-    // order (deterministic), then bias, residual, ReLU.
+    // order (deterministic), then bias, residual, ReLU.  At batch 1 this loop is a large
+    // part of a 1x1 block's instructions, so its offsets are 32-bit and move by additions
+    // (an image's channels span less than 2^32 elements of the output).
     template <bool BF>
     static __device__ __forceinline__ void epilogue_nchw(const float* red, int col, int cb,
                                                          int Cout, int OHW, __half* out,
                                                          const __half* res, const float* bias,
                                                          int relu) {
-        for (int row = threadIdx.x / PX; row < CO && cb + row < Cout; row += T / PX) {
-            const int co = cb + row;
+        constexpr int STEP = T / PX;
+        const int row0 = threadIdx.x / PX, rows = min(CO, Cout - cb);
+        const unsigned step = (unsigned)STEP * OHW;
+        unsigned o = (unsigned)(cb + row0) * OHW;
+        out = tc::opaque(out);
+        if (res != nullptr) res = tc::opaque(res);
+        const float* r = red + row0 * LDN + col;
+        for (int row = row0; row < rows; row += STEP, o += step, r += STEP * LDN) {
             float v = 0.f;
 #pragma unroll
-            for (int q = 0; q < KS; ++q) v += red[(q * CO + row) * LDN + col];
-            if (bias != nullptr) v += bias[co];
-            if (res != nullptr) v += to_float<BF>(res[(size_t)co * OHW]);
-            out[(size_t)co * OHW] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
+            for (int q = 0; q < KS; ++q) v += r[q * CO * LDN];
+            if (bias != nullptr) v += bias[cb + row];
+            if (res != nullptr) v += to_float<BF>(__ldg(res + o));
+            out[o] = from_float<BF>(relu ? fmaxf(v, 0.f) : v);
         }
     }
 };
@@ -812,7 +820,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
     } else {                // a thread keeps one pixel: its image and offset once
         const int col = threadIdx.x % F::PX, m = mb + col;
         if (m >= M) return;
-        const int n = m / OHW, p = m - n * OHW;
+        const int n = M == OHW ? 0 : m / OHW, p = m - n * OHW;   // batch 1: no division
         const __half* res = residual == nullptr ? nullptr : residual + (size_t)n * Cout * OHW + p;
         F::template epilogue_nchw<BF>(red, col, cb, Cout, OHW, y + (size_t)n * ldy * OHW + p, res,
                                       bias, relu);
@@ -906,12 +914,8 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     // once per item (T region pixels = dq planes + di rows + dj columns), and the offsets
     // are 32-bit from the image's address.
     {
-        // The image's address, opaque to the compiler: otherwise it folds n·C·HW into every
-        // load's address, 64-bit, at six instructions a load instead of one.
-        unsigned long long xb;
-        asm("mov.b64 %0, %1;" : "=l"(xb)
-            : "l"(reinterpret_cast<unsigned long long>(x + (size_t)n * C * HW)));
-        const unsigned short* xs = reinterpret_cast<const unsigned short*>(xb);
+        const unsigned short* xs =
+            tc::opaque(reinterpret_cast<const unsigned short*>(x + (size_t)n * C * HW));
         uint2* hw64 = reinterpret_cast<uint2*>(halo);
         const int npx = rows * cols, octs = (ldc - 8) / 8;
         const int dq = F::T / npx, di = (F::T - dq * npx) / cols;

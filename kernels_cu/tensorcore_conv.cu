@@ -842,7 +842,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
 // lane t), and the copy stores each channel pair where that order puts it.  A warp owns 16·MT output
 // channels x 8·NT pixels; MODE bit 2: bf16.
 #ifndef HALO_BATCH
-#define HALO_BATCH 8   // items (8 channels of a pixel) a thread of tc_halo loads, then stores
+#define HALO_BATCH 4   // items (a pixel's 16-channel step) a thread of tc_halo loads, then stores
 #endif
 namespace tcc {
 // The shared-memory word (in halves, within a pixel's row) of channel c: channels
@@ -905,50 +905,53 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     unsigned an[U][MT][4];
     load_a(an, f);
 
-    // The copy: region pixel (i, j) is input (ih0 + i, j - pw).  A thread moves channels
-    // 8co .. 8co + 7 of region pixels tid, tid + T, ... (co advancing as the pixels wrap):
-    // a warp's loads are 64 consecutive bytes of a plane (whole sectors), and its stores
-    // two 8-byte words a pixel, where tcc::halo_slot puts the channel pairs (channels
-    // 8co + {0, 1, 4, 5} and 8co + {2, 3, 6, 7} sit side by side).  The copy is most of a
-    // halo block's instructions, so an item is eight channels, the walk carries at most
-    // once per item (T region pixels = dq planes + di rows + dj columns), and the offsets
-    // are 32-bit from the image's address.
+    // The copy: region pixel (i, j) is input (ih0 + i, j - pw).  A thread moves the 16
+    // channels of k-step cs of region pixels tid, tid + T, ... (cs advancing as the pixels
+    // wrap): a warp's loads are 64 consecutive bytes of a plane (whole sectors), and its
+    // stores two 16-byte words a pixel (tcc::halo_slot puts channels {0, 1, 4, 5, 8, 9,
+    // 12, 13} of a step in its first eight slots, the rest in the next eight; 16-byte
+    // stores at an odd 16-byte pitch are conflict-free).  The copy is most of a halo
+    // block's instructions, so an item is a whole step, the walk carries at most once per
+    // item (T region pixels = dq planes + di rows + dj columns), and the offsets are
+    // 32-bit from the image's address.
     {
         const unsigned short* xs =
             tc::opaque(reinterpret_cast<const unsigned short*>(x + (size_t)n * C * HW));
-        uint2* hw64 = reinterpret_cast<uint2*>(halo);
-        const int npx = rows * cols, octs = (ldc - 8) / 8;
+        uint4* hw128 = reinterpret_cast<uint4*>(halo);
+        const int npx = rows * cols, csteps16 = (ldc - 8) / 16;
         const int dq = F::T / npx, di = (F::T - dq * npx) / cols;
         const int dj = F::T - dq * npx - di * cols;
-        int co = threadIdx.x / npx, i = (threadIdx.x - co * npx) / cols;
-        int j = threadIdx.x - co * npx - i * cols;
-        while (co < octs) {
-            uint2 v[HALO_BATCH][2];
+        int cs = threadIdx.x / npx, i = (threadIdx.x - cs * npx) / cols;
+        int j = threadIdx.x - cs * npx - i * cols;
+        while (cs < csteps16) {
+            uint4 v[HALO_BATCH][2];
             int at[HALO_BATCH];
 #pragma unroll
             for (int u = 0; u < HALO_BATCH; ++u) at[u] = -1;
 #pragma unroll
             for (int u = 0; u < HALO_BATCH; ++u) {
-                if (co >= octs) break;   // the thread's last items: no dead loads
+                if (cs >= csteps16) break;   // the thread's last items: no dead loads
                 const int ih = ih0 + i, iw = j - pw;
                 const bool ok = (unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W;
-                const bool lo = ok && 8 * co < C, hi = ok && 8 * co + 4 < C;   // C % 4 == 0
                 // unsigned: one wide multiply-add an address (o wraps only where !ok)
-                const unsigned o = 8u * co * HW + ih * W + iw;
-                unsigned h[8];
+                const unsigned o = 16u * cs * HW + ih * W + iw;
+                unsigned h[16];
 #pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    h[e] = (e < 4 ? lo : hi) ? __ldg(xs + (o + e * (unsigned)HW)) : 0u;
-                v[u][0] = make_uint2(h[0] | (h[1] << 16), h[4] | (h[5] << 16));
-                v[u][1] = make_uint2(h[2] | (h[3] << 16), h[6] | (h[7] << 16));
-                at[u] = ((i * cols + j) * ldc + tcc::halo_slot(8 * co)) / 4;
-                j += dj, i += di, co += dq;
+                for (int e = 0; e < 16; ++e)   // four channels at a time exist (C % 4 == 0)
+                    h[e] = ok && 16 * cs + (e & ~3) < C ? __ldg(xs + (o + e * (unsigned)HW))
+                                                        : 0u;
+                v[u][0] = make_uint4(h[0] | (h[1] << 16), h[4] | (h[5] << 16),
+                                     h[8] | (h[9] << 16), h[12] | (h[13] << 16));
+                v[u][1] = make_uint4(h[2] | (h[3] << 16), h[6] | (h[7] << 16),
+                                     h[10] | (h[11] << 16), h[14] | (h[15] << 16));
+                at[u] = ((i * cols + j) * ldc + 16 * cs) / 8;
+                j += dj, i += di, cs += dq;
                 if (j >= cols) j -= cols, ++i;
-                if (i >= rows) i -= rows, ++co;
+                if (i >= rows) i -= rows, ++cs;
             }
 #pragma unroll
             for (int u = 0; u < HALO_BATCH; ++u)
-                if (at[u] >= 0) hw64[at[u]] = v[u][0], hw64[at[u] + 2] = v[u][1];
+                if (at[u] >= 0) hw128[at[u]] = v[u][0], hw128[at[u] + 1] = v[u][1];
         }
     }
     __syncthreads();

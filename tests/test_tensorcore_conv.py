@@ -170,7 +170,7 @@ def _halo_slot(c):
 
 def _halo(x, packed, p, tile):
     """``tc_halo``'s output (M x Cout, fp64) from its own index formulas: each block's copy
-    of its input rows, walked by every thread as the kernel steps (pixel, eight channels),
+    of its input rows, walked by every thread as the kernel steps (pixel, 16-channel step),
     each lane's ldmatrix row address at every tap, its weight words, the m16n8k16
     fragments assembled from the lanes' registers, the K shares summed."""
     g, xf, pk = p.geom, x.ravel(), packed.astype(np.float64)
@@ -191,27 +191,28 @@ def _halo(x, packed, p, tile):
         assert rows <= tcc.halo_rows(p, px)
         smem = np.full(rows * cols * ldc, np.nan)       # every cell a k-step reads is written
         writes = np.zeros(smem.size, int)
-        npx, octs = rows * cols, (ldc - tcc.HALO_PAD) // 8
+        npx, csteps16 = rows * cols, (ldc - tcc.HALO_PAD) // 16
         dq, rem = divmod(threads, npx)
         di, dj = divmod(rem, cols)
         for tid in range(threads):
-            co, pi = divmod(tid, npx)
+            cs, pi = divmod(tid, npx)
             i, j = divmod(pi, cols)
-            while co < octs:
+            while cs < csteps16:
                 ih, iw = ih0 + i, j - g.padding[1]
                 ok = 0 <= ih < g.h and 0 <= iw < g.w
-                h = [xf[n * g.c * hw + (8 * co + e) * hw + ih * g.w + iw]
-                     if ok and 8 * co + e < g.c else 0 for e in range(8)]
-                at = ((i * cols + j) * ldc + _halo_slot(8 * co)) // 4     # 8-byte words
-                assert ((i * cols + j) * ldc + _halo_slot(8 * co)) % 4 == 0
-                for word, es in ((at, (0, 1, 4, 5)), (at + 2, (2, 3, 6, 7))):
-                    smem[4 * word:4 * word + 4] = [h[e] for e in es]
-                    writes[4 * word:4 * word + 4] += 1
-                j, i, co = j + dj, i + di, co + dq
+                h = [xf[n * g.c * hw + (16 * cs + e) * hw + ih * g.w + iw]
+                     if ok and 16 * cs + (e & ~3) < g.c else 0 for e in range(16)]
+                at = ((i * cols + j) * ldc + 16 * cs) // 8      # 16-byte words
+                assert ((i * cols + j) * ldc + 16 * cs) % 8 == 0
+                for word, es in ((at, (0, 1, 4, 5, 8, 9, 12, 13)),
+                                 (at + 1, (2, 3, 6, 7, 10, 11, 14, 15))):
+                    smem[8 * word:8 * word + 8] = [h[e] for e in es]
+                    writes[8 * word:8 * word + 8] += 1
+                j, i, cs = j + dj, i + di, cs + dq
                 if j >= cols:
                     j, i = j - cols, i + 1
                 if i >= rows:
-                    i, co = i - rows, co + 1
+                    i, cs = i - rows, cs + 1
         assert writes.max() <= 1
         csteps = -(-g.c // 16)
         steps = g.r * g.s * csteps

@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_frag(
     using F = tcc::Frag<MT, NT, WC, WP, KS>;
     constexpr bool NHWC = MODE & 1, BF = (MODE >> 2) & 1;
     static_assert(F::T % F::PX == 0, "an NCHW epilogue thread keeps one pixel");
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];
     float* red = reinterpret_cast<float*>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int share = warp % KS, wc = (warp / KS) % WC, wpx = warp / (KS * WC);
@@ -866,7 +866,7 @@ __global__ void __launch_bounds__(32 * WC * WP * KS) tc_halo(
     static_assert(!(MODE & 1), "tc_halo reads NCHW inputs");
     static_assert(NT % 2 == 0, "ldmatrix.x4 reads the operands of two n-tiles");
     static_assert(F::T % F::PX == 0, "an epilogue thread keeps one pixel");
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem[];
     __half* halo = reinterpret_cast<__half*>(smem);
     float* red = reinterpret_cast<float*>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -64,9 +64,9 @@ template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, fl
 }
 }  // namespace pu
 
-// Grid: (pixel blocks of TP, blocks of GB groups).  Block: T threads, GB groups of TP, one
-// output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE | BIAS | RESIDUAL | RELU); bias
-// and residual read only where named.
+// Grid: (pixel blocks of TP, blocks of GB groups), or the two swapped (GROUPS_FIRST).  Block:
+// T threads, GB groups of TP, one output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE |
+// BIAS | RESIDUAL | RELU); bias and residual read only where named.
 template <int EPI>
 __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
     const float* __restrict__ x, const float* __restrict__ bias,
@@ -76,8 +76,12 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
     using namespace pu;
     static_assert(T == GB * TP && (GB == 1 || TP % 32 == 0), "a group takes whole warps");
     const int sub = GB == 1 ? 0 : (int)threadIdx.x / TP;
-    const int p = blockIdx.x * TP + ((int)threadIdx.x - sub * TP);
-    const int grp = blockIdx.y * GB + sub;
+    // GROUPS_FIRST: the groups of one pixel block are consecutive blocks, so they run side
+    // by side and the input words the first reads from DRAM the others find in L2
+    const int pblock = GROUPS_FIRST ? blockIdx.y : blockIdx.x;
+    const int gblock = GROUPS_FIRST ? blockIdx.x : blockIdx.y;
+    const int p = pblock * TP + ((int)threadIdx.x - sub * TP);
+    const int grp = gblock * GB + sub;
     if (p >= n * (OH * OW) || grp >= GROUPS) return;   // no barrier follows
     const int nn = p / (OH * OW), rem = p - nn * (OH * OW);
     const int oy = rem / OW, ox = rem - oy * OW;

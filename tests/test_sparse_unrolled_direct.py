@@ -73,13 +73,16 @@ def _weights(rng, shape, density):
     (8, 5, (1, 1), 7, 0.6, 1, 0, 8, 128, 1),       # 1x1 maps: one pixel an image
     (40, 6, (9, 12), 3, 0.3, 1, 0, 8, 128, 4),     # four groups a block: groups past the last
     (70, 11, (7, 9), 2, 0.3, 2, 1, 16, 64, 2),     # two a block, stride 2 and padding
+    (40, 6, (9, 12), 3, 0.3, 1, 0, 16, -256, 1),   # the groups first (threads < 0 here)
+    (70, 11, (7, 9), 2, 0.3, 2, 1, 16, -64, 2),
 ])
 def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, density,
                                                        stride, padding, rb, threads, gb):
     w = _weights(rng, (k, c, 1, 1), density)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    got = _host_run(tmp_path, w, x, sud.Tile(rb, threads, gb), stride, padding)
+    tile = sud.Tile(rb, abs(threads), gb, threads < 0)
+    got = _host_run(tmp_path, w, x, tile, stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
@@ -160,6 +163,7 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding)
     ((32, 128, 16, 16), (256, 128, 1, 1), 2, 32),
     ((32, 256, 8, 8), (512, 256, 1, 1), 2, 16),
     ((1, 16, 13, 13), (8, 16, 1, 1), 1, 8),         # fewer rows than a group
+    ((32, 512, 16, 16), (128, 512, 1, 1), 1, 64),    # GoogLeNet's 1x1 layers: wide blocks too
 ])
 def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     p = sud.Problem(conv_geometry(x_shape, w_shape, stride, 0))
@@ -169,9 +173,22 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     assert all(t.smem_bytes(p) == 0 for t in tiles)
     # four groups a block, a warp each, wherever the layer has four groups of those rows
     assert {t.rb for t in tiles if t.gb > 1} == {r for r in sud.ROWS if -(-w_shape[0] // r) >= 4}
+    # wide blocks of one group for the longer groups, on a layer with enough pixels
+    rows = {t.rb for t in tiles if t.threads == sud.THREADS[0] and t.gb == 1}
+    wide = {(t.rb, t.groups_first) for t in tiles if t.threads == sud.WIDE_BLOCK}
+    big = p.geom.n * p.geom.oh * p.geom.ow >= sud.WIDE_PIXELS
+    assert wide == ({(r, gf) for r in rows if r >= sud.WIDE_BLOCK_ROWS for gf in (False, True)}
+                    if big else set())
+    assert all(t.gb == 1 for t in tiles if t.threads == sud.WIDE_BLOCK)
+    assert not any(t.groups_first for t in tiles if t.threads != sud.WIDE_BLOCK)
+    for t in tiles:         # the groups first: the grid's two axes swapped
+        if t.groups_first:
+            assert t.grid(p) == sud.Tile(t.rb, t.threads, t.gb).grid(p)[1::-1] + (1,)
     for t in tiles:
         assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
         gx, gy, _ = t.grid(p)
+        if t.groups_first:
+            gx, gy = gy, gx
         assert gx * t.pixels >= p.geom.n * p.geom.oh * p.geom.ow > (gx - 1) * t.pixels
         assert gy == -(-(-(-w_shape[0] // t.rb)) // t.gb)
 

@@ -42,6 +42,19 @@ ROWS = (8, 16, 32, 64)    # rows a block the tuner times; more rows would spill 
 # threads a block the tuner times: 128 was at most 2 % faster than 64 on ResNet-18-8x's six
 # shortcuts (H200) and 8 % slower on one, 256 never faster; each tile is a compile
 THREADS = (64,)
+# threads a block the tuner also times on a 1x1 layer of at least WIDE_PIXELS output pixels,
+# at WIDE_BLOCK_ROWS rows or more a group: a block's warps run one group's code, so an SM
+# holds fewer groups' code at once.  At 64 threads ncu found a 1024x256 layer on 14x14
+# waiting on instruction fetch (36 cycles an issue of 38), at 256 on its loads; on random
+# 1/8 masks at batch 32 the 256-thread tile took 27.5 against 40.7 µs there and 20.9 against
+# 28.6 on a 256x528 layer on 16x16, no slower on six others (H200, docs/notes/sparse_conv.md)
+# On those tiles the tuner also times the grid with the groups first (GROUPS_FIRST: a pixel
+# block's groups are consecutive blocks): 1.58x faster on a 256x1024 layer on 14x14 (51.2 ->
+# 32.4 µs), 1.16x on a strided 512x256 one on 56x56, within 5 % on fourteen others
+WIDE_BLOCK = 256
+WIDE_BLOCK_ROWS = 32
+WIDE_PIXELS = 2048
+MAX_GRID_Y = 65535
 # row groups a block the tuner also times, one warp each on the block's 32 pixels: the
 # groups' loads of the same words then meet in the SM's L1, where groups in blocks of their
 # own each read the input from L2 (512 x 256 stride 2 on 8x8 at 8 rows a group: 64 reads)
@@ -63,11 +76,14 @@ class Problem:
 @dataclass(frozen=True)
 class Tile:
     """``gb`` groups of ``rb`` output rows a block, on ``threads`` threads: each group's
-    ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread."""
+    ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread.
+    ``groups_first``: the grid's x counts the groups and its y the pixel blocks, so that a
+    pixel block's groups are launched one after another."""
 
     rb: int
     threads: int
     gb: int = 1
+    groups_first: bool = False
 
     @property
     def pixels(self) -> int:
@@ -79,7 +95,8 @@ class Tile:
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
-        return cdiv(g.n * g.oh * g.ow, self.pixels), cdiv(cdiv(g.k, self.rb), self.gb), 1
+        pixels, groups = cdiv(g.n * g.oh * g.ow, self.pixels), cdiv(cdiv(g.k, self.rb), self.gb)
+        return (groups, pixels, 1) if self.groups_first else (pixels, groups, 1)
 
 
 def supported(p: Problem) -> str | None:
@@ -94,16 +111,24 @@ def supported(p: Problem) -> str | None:
 
 def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     """Every rows a group (:data:`ROWS`, :data:`WIDE_ROWS` for a wider filter; up to twice
-    the layer's rows) on :data:`THREADS`, one group a block, and on :data:`WARP_GROUPS`
-    groups a block of a warp each where the layer has that many groups; the rule's first.
+    the layer's rows) on :data:`THREADS`, one group a block; on a 1x1 layer of at least
+    :data:`WIDE_PIXELS` output pixels also :data:`WIDE_BLOCK` threads a block for groups of
+    :data:`WIDE_BLOCK_ROWS` rows or more, with the pixel blocks first and with the groups
+    first; and :data:`WARP_GROUPS` groups a block of a warp
+    each where the layer has that many groups; the rule's first.
     On ResNet-18-8x's shortcuts (H200, batch 32) the fastest of one group a block had 64
     rows on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a group load each
     word for more rows, fewer give a small layer more blocks."""
     if supported(p) is not None:
         return []
-    offered = ROWS if p.geom.r * p.geom.s == 1 else WIDE_ROWS
-    rows = [rb for rb in offered if rb <= max(offered[0], 2 * p.geom.k)]
+    g = p.geom
+    offered = ROWS if g.r * g.s == 1 else WIDE_ROWS
+    rows = [rb for rb in offered if rb <= max(offered[0], 2 * g.k)]
     tiles = [Tile(rb, t) for rb in rows for t in THREADS]
+    if g.r * g.s == 1 and g.n * g.oh * g.ow >= WIDE_PIXELS:
+        first = cdiv(g.n * g.oh * g.ow, WIDE_BLOCK) <= MAX_GRID_Y    # pixel blocks on y
+        tiles += [Tile(rb, WIDE_BLOCK, 1, gf) for rb in rows if rb >= WIDE_BLOCK_ROWS
+                  for gf in ((False, True) if first else (False,))]
     tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
               if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
@@ -170,7 +195,7 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
            f"SH = {g.stride[0]}, "
            f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
            f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GB = {tile.gb}, "
-           f"TP = {tile.pixels}, GROUPS = {groups};"]
+           f"TP = {tile.pixels}, GROUPS = {groups}, GROUPS_FIRST = {int(tile.groups_first)};"]
     for grp in range(groups):
         rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
         dense = np.zeros((len(rows), c * taps), np.float32)

@@ -39,7 +39,9 @@ def test_every_unrolled_tile_computes_the_convolution(rng, x_shape, k, r, stride
 
 SHAPES_1X1 = [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 7, 7), 70, 2, 0), ((1, 9, 11, 40), 33, 1, 0),
               ((33, 20, 2, 2), 24, 2, 1), ((2, 17, 32, 32), 40, 2, 0), ((3, 6, 9, 5), 16, 3, 1),
-              ((5, 12, 1, 1), 50, 1, 0), ((2, 35, 16, 16), 130, (2, 1), (0, 1))]
+              ((5, 12, 1, 1), 50, 1, 0), ((2, 35, 16, 16), 130, (2, 1), (0, 1)),
+              # enough pixels for the wide blocks (sud.WIDE_PIXELS), a partial last block
+              ((3, 19, 27, 29), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 1)]
 
 
 @pytest.mark.parametrize("x_shape,k,stride,padding", SHAPES_1X1, ids=str)
@@ -48,6 +50,8 @@ def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, strid
     g = conv_geometry(x_shape, w.shape, stride, padding)
     tiles = sud.candidates(sud.Problem(g), None)
     assert len(tiles) >= 2
+    if g.n * g.oh * g.ow >= sud.WIDE_PIXELS:
+        assert any(t.threads == sud.WIDE_BLOCK for t in tiles)
     for tile in tiles:
         check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=False,
                             remainder="unrolled", remainder_tile=tile)

@@ -421,6 +421,51 @@ def test_bench_sparse_tiles_needs_a_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_bench_sparse_unrolled_1x1_quick(tmp_path):
+    """ResNet-18's first shortcut at batch 8 (2,048 output pixels): every tile timed, the
+    256-thread blocks among them, and the ratios the tf32 target counts."""
+    from experiments import bench_sparse_unrolled_1x1 as b
+    from tensorconv.ops import sparse_unrolled_direct as sud
+
+    assert b.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / f"{b.NAME}.csv")
+    timed = {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert {"64-thread", "ours", "cudnn-fp32", "cudnn-tf32"} <= timed
+    assert any(v.startswith(f"r32 t{sud.WIDE_BLOCK}") and v.endswith("groups first")
+               for v in timed)
+    medians = {r["variant"]: r["value"] for r in rows if r["metric"] == "median"}
+    assert set(medians) == {"cudnn-tf32/64-thread", "cudnn-tf32/ours", "cudnn-fp32/ours"}
+    assert medians["cudnn-tf32/ours"] >= medians["cudnn-tf32/64-thread"] > 0
+    assert (tmp_path / f"{b.NAME}.png").stat().st_size > 0
+
+
+def test_bench_sparse_unrolled_1x1_takes_the_1x1_layers_that_unroll():
+    """The layers of sparse_layers' list with a 1x1 filter and few enough nonzeros: on a
+    magnitude-pruned ResNet-50 at 224x224, its strided 2048x1024 shortcut is left out."""
+    from types import SimpleNamespace
+
+    from experiments import bench_sparse_unrolled_1x1 as b
+    from tensorconv.ops import sparse_unrolled as su
+
+    args = SimpleNamespace(model="resnet50", in_channels=3, size=224, batch=2, ratio=8.0,
+                           masks=None)
+    layers = b.one_by_one_layers(args)
+    assert layers and all(w.shape[2:] == (1, 1) for *_, w in layers)
+    assert all(int((w != 0).sum()) <= su.MAX_FMAS for *_, w in layers)
+    names = [name for name, *_ in layers]
+    assert "stages.2.0.conv3" in names and "stages.3.0.shortcut.0" not in names
+    assert len(set(names)) == len(names)
+
+
+def test_bench_sparse_unrolled_1x1_needs_a_gpu(monkeypatch):
+    from experiments import bench_sparse_unrolled_1x1
+
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    with pytest.raises(backend.CudaUnavailableError):
+        bench_sparse_unrolled_1x1.main(["--quick", "--out", "unused"])
+
+
+@pytest.mark.gpu
 def test_scc_backward_quick(tmp_path):
     from experiments import scc_backward
 

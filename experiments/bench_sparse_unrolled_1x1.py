@@ -26,7 +26,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from experiments._common import cudnn_fp32, outputs, parser, pyplot, save_figure
+from experiments._common import (
+    checked_rel_norm,
+    cudnn_fp32,
+    grouped_bars,
+    outputs,
+    parser,
+    pyplot,
+    save_figure,
+)
 from tensorconv import backend, bench, cuda, timing
 from tensorconv.blocksparse import kernel_matrix, layout_from_pattern, pack
 from tensorconv.checks import conv_geometry
@@ -127,9 +135,7 @@ def main(argv=None) -> int:
                                           remainder_tile=tile, out=out)
             out.fill(np.nan)
             run()
-            err = float(cp.linalg.norm(out - want) / cp.linalg.norm(want))
-            if not err <= 1e-5:
-                raise RuntimeError(f"{case} {label(tile)}: rel_err {err:.2e}")
+            checked_rel_norm(out, want, cp, f"{case} {label(tile)}", tol=1e-5)
             times[tile] = timing.time_graph(run).median_us
             rs.add(case, label(tile), "latency_us", times[tile], "us")
         narrow = min(v for t, v in times.items() if t.threads != sud.WIDE_BLOCK)
@@ -164,13 +170,10 @@ def main(argv=None) -> int:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(prepared)), 4))
     cases = [c for (c, v) in speed if v == "cudnn-tf32/ours"]
-    xs = np.arange(len(cases))
-    for i, ratio in enumerate(("cudnn-tf32/64-thread", "cudnn-tf32/ours")):
-        ax.bar(xs + (i - 0.5) * 0.4, [speed[(c, ratio)] for c in cases], 0.4, label=ratio)
+    grouped_bars(ax, cases, {ratio: [speed[(c, ratio)] for c in cases]
+                             for ratio in ("cudnn-tf32/64-thread", "cudnn-tf32/ours")})
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(xs, [c.split()[0] for c in cases], rotation=90, fontsize=7)
     ax.set_ylabel("cuDNN TF32 time over ours (x)")
-    ax.legend()
     save_figure(fig, paths["png"])
     print(sections[0][1])
     return 0

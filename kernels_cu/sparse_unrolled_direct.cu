@@ -30,6 +30,12 @@
 // A block may hold GB groups, each on TP = T / GB threads (whole warps) over the block's TP
 // pixels: the groups then load the same words, which meet in the SM's L1; a group in a
 // block of its own reads the layer's input from L2 once more for every group.
+//
+// A ring tile (RING > 0, 1x1 filters inside the image) copies a group's channels with
+// cp.async into RING slots of shared memory a thread (slot i at word i * T from the thread's
+// first), RING / 8 channels a commit group, seven groups ahead of the products: the straight-
+// line loads keep about nine words in flight a thread, each holding a register until used,
+// and on the 1x1 layers the kernel waits on those loads from L2.
 #include "tc_common.cuh"
 #include "sparse_unrolled.cuh"   // SU_FMA
 
@@ -45,6 +51,7 @@ enum : int { ACCUMULATE = 1, BIAS = 2, RESIDUAL = 4, RELU = 8 };
 // Row k's sum into the output (defined below, once the body has set OH and OW).
 template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, float v);
 }  // namespace pu
+extern __shared__ float pu_ring[];   // RING * T words: the threads' rings, slot-major
 
 #ifndef SPARSE_UNROLLED_DIRECT_BODY
 #define SPARSE_UNROLLED_DIRECT_BODY "sparse_unrolled_direct_example.inc"
@@ -96,7 +103,9 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
     // the window's corner: outside the image where the window starts in the padding, read
     // only at the taps inside
     const float* xp = x + (size_t)nn * C * H * W + ((long long)iy * W + ix);
-    group<EPI>(grp, xp, rok, cok, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
+    su_ring_t sr{};
+    if constexpr (RING > 0) sr = su_ring_addr(pu_ring + threadIdx.x);
+    group<EPI>(grp, xp, rok, cok, sr, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)

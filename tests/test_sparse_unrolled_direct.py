@@ -75,13 +75,19 @@ def _weights(rng, shape, density):
     (70, 11, (7, 9), 2, 0.3, 2, 1, 16, 64, 2),     # two a block, stride 2 and padding
     (40, 6, (9, 12), 3, 0.3, 1, 0, 16, -256, 1),   # the groups first (threads < 0 here)
     (70, 11, (7, 9), 2, 0.3, 2, 1, 16, -64, 2),
+    # rings (threads > 1000: threads - 1000, ring 8 or 16): channels wrap round them
+    (40, 37, (9, 12), 3, 0.3, 1, 0, 16, 1064, 1),
+    (20, 41, (9, 7), 5, 0.5, 2, 0, 32, 1256, 1),
+    (33, 5, (6, 6), 2, 0.4, 1, 0, 8, 1064, 1),     # fewer channels than the ring holds
 ])
 def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n, density,
                                                        stride, padding, rb, threads, gb):
     w = _weights(rng, (k, c, 1, 1), density)
     x = rng.standard_normal((n, c) + hw).astype(np.float32)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
-    tile = sud.Tile(rb, abs(threads), gb, threads < 0)
+    ring = 8 if rb == 16 else 16
+    tile = (sud.Tile(rb, threads - 1000, gb, False, ring) if threads > 1000 else
+            sud.Tile(rb, abs(threads), gb, threads < 0))
     got = _host_run(tmp_path, w, x, tile, stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
@@ -102,6 +108,61 @@ def test_wider_filters_load_each_tap_inside_the_image(tmp_path, rng, k, c, r, hw
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
     got = _host_run(tmp_path, w, x, sud.Tile(rb, threads, gb), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _ring_trace(text: str, tile):
+    """Walk a ring body's statements as the hardware orders them: copies join the open
+    commit group, a wait completes every group but the newest ``n``; yields each read's
+    (slot, channel the slot last received, whether that copy's group had completed)."""
+    slot_of = {}                       # slot -> (channel, group)
+    groups, done, cur = 0, -1, []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("SU_RING_CP("):
+            off, src = line[len("SU_RING_CP(sr, "):-2].split(", xp + ")
+            cur.append((int(off), int(src)))
+        elif line.startswith("SU_RING_COMMIT"):
+            for off, src in cur:
+                slot_of[off] = (src, groups)
+            cur, groups = [], groups + 1
+        elif line.startswith("SU_RING_WAIT("):
+            done = groups - 1 - int(line[len("SU_RING_WAIT("):-2])
+        elif line.startswith("{ float v; SU_RING_LD(v, sr, "):
+            off = int(line[len("{ float v; SU_RING_LD(v, sr, "):-2])
+            src, grp = slot_of[off]
+            yield off, src, grp <= done
+        elif line.startswith("template"):
+            slot_of, groups, done, cur = {}, 0, -1, []
+
+
+@pytest.mark.parametrize("ring,c", [(8, 3), (8, 40), (16, 100), (64, 70), (64, 600)])
+def test_a_ring_reads_each_channel_after_its_copy_has_landed(rng, ring, c):
+    """The waits (which the host emulation cannot check): each read finds its slot's copy
+    complete and holding the next channel the group uses, every channel once, in order."""
+    w = _weights(rng, (40, c, 1, 1), 0.2)
+    g = conv_geometry((2, c, 7, 9), w.shape, 1, 0)
+    tile = sud.Tile(32, 256, 1, False, ring)
+    text = sud.body(g, tile, *csr_of(w))
+    reads = list(_ring_trace(text, tile))
+    assert reads and all(ok for _, _, ok in reads)
+    want = [int(ch) * 63 for grp in range(2) for ch in np.flatnonzero(
+        w[32 * grp:32 * grp + 32, :, 0, 0].any(0))]
+    assert [src for _, src, _ in reads] == want
+    assert {off for off, _, _ in reads} <= {i * 256 * 4 for i in range(ring)}
+    assert text.count("SU_RING_WAIT") == sum(-(-len(np.flatnonzero(
+        w[32 * grp:32 * grp + 32, :, 0, 0].any(0))) // (ring // sud.RING_GROUPS))
+        for grp in range(2))
+
+
+def test_a_ring_tile_that_cannot_run_is_refused_by_name():
+    for shape, padding, tile, match in [
+            ((8, 8, 3, 3), 1, sud.Tile(32, 256, 1, False, 64), "1x1 filters"),
+            ((8, 8, 1, 1), 1, sud.Tile(32, 256, 1, False, 64), "padding"),
+            ((8, 8, 1, 1), 0, sud.Tile(8, 128, 4, False, 64), "one group a block"),
+            ((8, 8, 1, 1), 0, sud.Tile(32, 256, 1, False, 12), "multiple of 8")]:
+        g = conv_geometry((2, 8, 16, 16), shape, 1, padding)
+        with pytest.raises(ValueError, match=match):
+            sud.body(g, tile, *csr_of(np.ones(shape, np.float32)))
 
 
 def test_a_tap_is_tested_only_where_some_window_puts_it_in_the_padding():
@@ -146,11 +207,11 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
-@pytest.mark.parametrize("r,padding", [(1, 0), (3, 1)])
-def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding):
+@pytest.mark.parametrize("r,padding,ring", [(1, 0, 0), (3, 1, 0), (1, 0, sud.RING)])
+def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding, ring):
     w = _weights(rng, (48, 40 // r, r, r), 0.12)
     g = conv_geometry((4, 40 // r, 12, 12), w.shape, 2, padding)
-    tile = sud.default_tile(sud.Problem(g), None)
+    tile = sud.Tile(32, 256, 1, False, ring) if ring else sud.default_tile(sud.Problem(g), None)
     body = tmp_path / "body.inc"
     body.write_text(sud.body(g, tile, *csr_of(w)))
     subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
@@ -170,20 +231,23 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     tiles = sud.candidates(p, None)
     assert tiles[0].rb == rb and tiles[0].threads == 64 and tiles[0].gb == 1
     assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
-    assert all(t.smem_bytes(p) == 0 for t in tiles)
+    assert all(t.smem_bytes(p) == 4 * t.ring * t.threads for t in tiles)
     # four groups a block, a warp each, wherever the layer has four groups of those rows
     assert {t.rb for t in tiles if t.gb > 1} == {r for r in sud.ROWS if -(-w_shape[0] // r) >= 4}
     # wide blocks of one group for the longer groups, on a layer with enough pixels
     rows = {t.rb for t in tiles if t.threads == sud.THREADS[0] and t.gb == 1}
-    wide = {(t.rb, t.groups_first) for t in tiles if t.threads == sud.WIDE_BLOCK}
+    wide = {(t.rb, t.groups_first, t.ring) for t in tiles if t.threads == sud.WIDE_BLOCK}
     big = p.geom.n * p.geom.oh * p.geom.ow >= sud.WIDE_PIXELS
-    assert wide == ({(r, gf) for r in rows if r >= sud.WIDE_BLOCK_ROWS for gf in (False, True)}
-                    if big else set())
+    assert wide == ({(r, gf, ring) for r in rows if r >= sud.WIDE_BLOCK_ROWS
+                     for gf in (False, True) for ring in (0, sud.RING)} if big else set())
+    assert not any(t.ring for t in tiles if t.threads != sud.WIDE_BLOCK)
     assert all(t.gb == 1 for t in tiles if t.threads == sud.WIDE_BLOCK)
     assert not any(t.groups_first for t in tiles if t.threads != sud.WIDE_BLOCK)
     for t in tiles:         # the groups first: the grid's two axes swapped
         if t.groups_first:
             assert t.grid(p) == sud.Tile(t.rb, t.threads, t.gb).grid(p)[1::-1] + (1,)
+    padded = sud.Problem(conv_geometry(x_shape, w_shape, stride, 1))   # taps in the padding
+    assert not any(t.ring for t in sud.candidates(padded, None))
     for t in tiles:
         assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
         gx, gy, _ = t.grid(p)

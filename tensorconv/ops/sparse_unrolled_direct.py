@@ -59,6 +59,17 @@ MAX_GRID_Y = 65535
 # groups' loads of the same words then meet in the SM's L1, where groups in blocks of their
 # own each read the input from L2 (512 x 256 stride 2 on 8x8 at 8 rows a group: 64 reads)
 WARP_GROUPS = (4,)
+# On the same 1x1 layers as the wide tiles, the tuner also times each of them with the
+# loads made cp.async copies into a ring of RING shared-memory slots a thread, committed in
+# RING_GROUPS groups: a thread then keeps RING - RING / RING_GROUPS input words in flight
+# without a register for any (ptxas keeps about 9 loads in flight from the straight-line
+# body).  On random 1/8 masks at batch 32 (H200, a probe: docs/notes/sparse_conv.md) the ring
+# took 11.5 against 15.4 µs on a 128x512 layer on 16x16 and 56.3 against 79.4 on a 128x256
+# one on 56x56, 1.11-1.41x faster on five of eight layers, 0.87-0.96x on the other three; on
+# the 39 unrollable 1x1 layers of GoogLeNet-8x and ResNet-50-8x it was the fastest tile on 8
+# (128x528 on 16x16: 15.6 -> 11.8 µs) and 0.47-1.00x of the best other tile on the rest
+RING = 64
+RING_GROUPS = 8
 # rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a
 # group mean more loads as well as more code (a pruned 256x128 3x3 layer, 36,864 nonzeros:
 # 8 rows a group 1.4 MB of code, 32 rows 0.9 MB; nvcc 52 s and 22 s); 64 rows were 1.09-1.6x
@@ -78,12 +89,15 @@ class Tile:
     """``gb`` groups of ``rb`` output rows a block, on ``threads`` threads: each group's
     ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread.
     ``groups_first``: the grid's x counts the groups and its y the pixel blocks, so that a
-    pixel block's groups are launched one after another."""
+    pixel block's groups are launched one after another.  ``ring``: 0, or the slots of
+    each thread's ring of cp.async copies in shared memory (1x1 filters whose pixels all
+    read inside the image, one group a block: :data:`RING`)."""
 
     rb: int
     threads: int
     gb: int = 1
     groups_first: bool = False
+    ring: int = 0
 
     @property
     def pixels(self) -> int:
@@ -91,7 +105,8 @@ class Tile:
         return self.threads // self.gb
 
     def smem_bytes(self, p: Problem) -> int:
-        return 0
+        """The rings' shared memory: ``ring`` words a thread."""
+        return 4 * self.ring * self.threads
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
@@ -109,12 +124,33 @@ def supported(p: Problem) -> str | None:
     return None
 
 
+def ring_fits(g: ConvGeometry) -> bool:
+    """Whether a ring tile runs ``g``: a 1x1 filter whose one tap lies inside the image for
+    every output pixel (the ring's copies are not predicated)."""
+    return g.r * g.s == 1 and _tap_guard(g, 0, 0) == ""
+
+
+def check_tile(p: Problem, tile: Tile) -> None:
+    """A clear error for a ring tile ``p`` cannot run."""
+    if tile.ring == 0:
+        return
+    if tile.ring % RING_GROUPS or tile.ring < RING_GROUPS:
+        raise ValueError(f"tile.ring must be 0 or a multiple of {RING_GROUPS}, got {tile.ring}")
+    if tile.gb != 1:
+        raise ValueError(f"a ring tile holds one group a block, got gb={tile.gb}")
+    if not ring_fits(p.geom):
+        raise ValueError("a ring tile runs 1x1 filters whose tap lies inside the image for "
+                         f"every output pixel, got a {p.geom.r}x{p.geom.s} filter with "
+                         f"padding {p.geom.padding}")
+
+
 def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     """Every rows a group (:data:`ROWS`, :data:`WIDE_ROWS` for a wider filter; up to twice
     the layer's rows) on :data:`THREADS`, one group a block; on a 1x1 layer of at least
     :data:`WIDE_PIXELS` output pixels also :data:`WIDE_BLOCK` threads a block for groups of
     :data:`WIDE_BLOCK_ROWS` rows or more, with the pixel blocks first and with the groups
-    first; and :data:`WARP_GROUPS` groups a block of a warp
+    first, each also with a ring of :data:`RING` copies a thread where :func:`ring_fits`;
+    and :data:`WARP_GROUPS` groups a block of a warp
     each where the layer has that many groups; the rule's first.
     On ResNet-18-8x's shortcuts (H200, batch 32) the fastest of one group a block had 64
     rows on 8,192 output pixels, 32 on 2,048 and 8 on 512: more rows a group load each
@@ -127,8 +163,9 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     tiles = [Tile(rb, t) for rb in rows for t in THREADS]
     if g.r * g.s == 1 and g.n * g.oh * g.ow >= WIDE_PIXELS:
         first = cdiv(g.n * g.oh * g.ow, WIDE_BLOCK) <= MAX_GRID_Y    # pixel blocks on y
-        tiles += [Tile(rb, WIDE_BLOCK, 1, gf) for rb in rows if rb >= WIDE_BLOCK_ROWS
-                  for gf in ((False, True) if first else (False,))]
+        rings = (0, RING) if ring_fits(g) else (0,)
+        tiles += [Tile(rb, WIDE_BLOCK, 1, gf, ring) for ring in rings for rb in rows
+                  if rb >= WIDE_BLOCK_ROWS for gf in ((False, True) if first else (False,))]
     tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
               if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
@@ -181,13 +218,80 @@ def _tap_guard(g: ConvGeometry, r: int, s: int) -> str | None:
     return " & ".join(tests + ["1u"]) if tests else ""
 
 
+def _fma(j: int, value: float) -> str:
+    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    return f"SU_FMA(a{j}, v, {bits:08X});"
+
+
+def _direct_loads(g: ConvGeometry, dense: np.ndarray) -> list[str]:
+    """A group's loads straight through the L1 and their products: each column the group
+    uses one load at an immediate offset, a wider filter's taps under their guards."""
+    taps, hw = g.r * g.s, g.h * g.w
+    # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero): one
+    # test around every load; a wider filter's taps each under their own
+    guards = [[_tap_guard(g, r, s) for s in range(g.s)] for r in range(g.r)]
+    whole = guards[0][0] if taps == 1 else ""
+    out = ["  {" if not whole else f"  if ({whole}) {{"]
+    for col in np.flatnonzero(dense.any(0)) if whole is not None else ():
+        ch, tap = divmod(int(col), taps)
+        r, s = divmod(tap, g.s)
+        guard = "" if taps == 1 else guards[r][s]
+        if guard is None:
+            continue
+        at = f"__ldg(xp + {ch * hw + r * g.w + s})"
+        # the load and its products under one test (ptxas predicates them all): a zero in
+        # the load's place would cost an instruction a load
+        out.append(f"    if ({guard}) {{ const float v = {at};" if guard else
+                   f"    {{ const float v = {at};")
+        out += ["      " + _fma(j, dense[j, col]) for j in np.flatnonzero(dense[:, col])]
+        out.append("    }")
+    out.append("  }")
+    return out
+
+
+def _ring_loads(g: ConvGeometry, tile: Tile, dense: np.ndarray) -> list[str]:
+    """A group's channels (1x1) through the thread's ring: the channels in batches of
+    ``ring / RING_GROUPS``, one commit group a batch; before a batch's products the copies
+    of the batch ``RING_GROUPS - 1`` ahead are issued into the slots the previous batch
+    freed, then the wait leaves those in flight.  Slot i of the ring is the word
+    ``i * T`` from the thread's first (a warp's 32 slots on 32 banks)."""
+    hw, ring = g.h * g.w, tile.ring
+    batch = ring // RING_GROUPS
+    chans = np.flatnonzero(dense.any(0))
+    batches = cdiv(chans.size, batch)
+
+    def issue(b: int) -> list[str]:
+        if b >= batches:
+            return ["  SU_RING_COMMIT();"]       # an empty group keeps the waits' count
+        return [f"  SU_RING_CP(sr, {(i % ring) * tile.threads * 4}, xp + {int(chans[i]) * hw});"
+                for i in range(b * batch, min((b + 1) * batch, chans.size))] \
+            + ["  SU_RING_COMMIT();"]
+
+    if batches == 0:
+        return []
+    out = []
+    for b in range(RING_GROUPS - 1):     # always RING_GROUPS - 1 groups: the waits count them
+        out += issue(b)
+    for b in range(batches):
+        out += issue(b + RING_GROUPS - 1)
+        out.append(f"  SU_RING_WAIT({RING_GROUPS - 1});")
+        for i in range(b * batch, min((b + 1) * batch, chans.size)):
+            col = dense[:, chans[i]]
+            out.append(f"  {{ float v; SU_RING_LD(v, sr, {(i % ring) * tile.threads * 4});")
+            out += ["    " + _fma(j, col[j]) for j in np.flatnonzero(col)]
+            out.append("  }")
+    return out
+
+
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_DIRECT_BODY``) of a remainder given as CSR over the
     K x (C·R·S) kernel matrix (host arrays): the layer's constants, one function a group of
     ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's.  A wider filter's taps
     load under their row's and column's bits of the window inside the image, where some
-    pixel's window has them in the padding (:func:`_tap_guard`)."""
-    k, c, hw = g.k, g.c, g.h * g.w
+    pixel's window has them in the padding (:func:`_tap_guard`); a ring tile's channels are
+    copied through the thread's ring (:func:`_ring_loads`)."""
+    check_tile(Problem(g), tile)
+    k, c = g.k, g.c
     groups = cdiv(k, tile.rb)
     taps = g.r * g.s
     out = ["namespace pu {",
@@ -195,42 +299,24 @@ def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
            f"SH = {g.stride[0]}, "
            f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
            f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GB = {tile.gb}, "
-           f"TP = {tile.pixels}, GROUPS = {groups}, GROUPS_FIRST = {int(tile.groups_first)};"]
+           f"TP = {tile.pixels}, GROUPS = {groups}, GROUPS_FIRST = {int(tile.groups_first)}, "
+           f"RING = {tile.ring};"]
     for grp in range(groups):
         rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
         dense = np.zeros((len(rows), c * taps), np.float32)
         for j, row in enumerate(rows):
             dense[j, indices[indptr[row]:indptr[row + 1]]] = data[indptr[row]:indptr[row + 1]]
         out.append(f"template <int EPI> __device__ __noinline__ void group{grp}("
-                   "const float* __restrict__ xp, unsigned rok, unsigned cok, Out o) {")
+                   "const float* __restrict__ xp, unsigned rok, unsigned cok, su_ring_t sr, "
+                   "Out o) {")
         out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
-        # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero): one
-        # test around every load; a wider filter's taps each under their own
-        guards = [[_tap_guard(g, r, s) for s in range(g.s)] for r in range(g.r)]
-        whole = guards[0][0] if taps == 1 else ""
-        out.append("  {" if not whole else f"  if ({whole}) {{")
-        for col in np.flatnonzero(dense.any(0)) if whole is not None else ():
-            ch, tap = divmod(int(col), taps)
-            r, s = divmod(tap, g.s)
-            guard = "" if taps == 1 else guards[r][s]
-            if guard is None:
-                continue
-            at = f"__ldg(xp + {ch * hw + r * g.w + s})"
-            # the load and its products under one test (ptxas predicates them all): a zero
-            # in the load's place would cost an instruction a load
-            out.append(f"    if ({guard}) {{ const float v = {at};" if guard else
-                       f"    {{ const float v = {at};")
-            for j in np.flatnonzero(dense[:, col]):
-                bits = struct.unpack("<I", struct.pack("<f", float(dense[j, col])))[0]
-                out.append(f"      SU_FMA(a{j}, v, {bits:08X});")
-            out.append("    }")
-        out.append("  }")
+        out += _ring_loads(g, tile, dense) if tile.ring else _direct_loads(g, dense)
         out += [f"  store<EPI>(o, {row}, a{j});" for j, row in enumerate(rows)]
         out.append("}")
     out += ["template <int EPI> __device__ __forceinline__ void group(int g, "
-            "const float* __restrict__ xp, unsigned rok, unsigned cok, Out o) {",
+            "const float* __restrict__ xp, unsigned rok, unsigned cok, su_ring_t sr, Out o) {",
             "  switch (g) {"]
-    out += [f"  case {n}: group{n}<EPI>(xp, rok, cok, o); break;" for n in range(groups)]
+    out += [f"  case {n}: group{n}<EPI>(xp, rok, cok, sr, o); break;" for n in range(groups)]
     out += ["  default: break;", "  }", "}", "}  // namespace pu", ""]
     return "\n".join(out)
 
@@ -280,6 +366,7 @@ def run(x, weights, out, g: ConvGeometry, tile: Tile, bias, residual, relu: bool
     p = Problem(g)
     if (why := supported(p)) is not None:
         raise ValueError(why)
+    check_tile(p, tile)
     epi = epilogue(accumulate, bias is not None, residual is not None, relu)
     launch(kernel(weights, g, tile, epi), tile.grid(p), (tile.threads,),
-           (x, ptr(bias), ptr(residual), out, np.int32(g.n)))
+           (x, ptr(bias), ptr(residual), out, np.int32(g.n)), tile.smem_bytes(p))

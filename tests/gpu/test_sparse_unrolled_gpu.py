@@ -3,8 +3,9 @@ The staged kernel (``sparse_unrolled``): its tiles on maps of 2 to 40 columns, 1
 5x5 filters, strides 1 to 3, batches and channel counts that leave partial image groups,
 row groups and channel stages.  The unstaged 1x1 kernel (``sparse_unrolled_direct``): its
 tiles at strides 1 to 3, unequal strides, padding, maps of one pixel to 40 columns, pixel
-and row counts that leave partial blocks and groups.  Both: dense blocks' rows to add to,
-the epilogue, a dense and an empty kernel, an input not 16-byte aligned."""
+and row counts that leave partial blocks and groups, its rings of cp.async copies.  Both:
+dense blocks' rows to add to, the epilogue, a dense and an empty kernel, an input not
+16-byte aligned."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ SHAPES_1X1 = [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 7, 7), 70, 2, 0), ((1, 9, 11, 
               ((33, 20, 2, 2), 24, 2, 1), ((2, 17, 32, 32), 40, 2, 0), ((3, 6, 9, 5), 16, 3, 1),
               ((5, 12, 1, 1), 50, 1, 0), ((2, 35, 16, 16), 130, (2, 1), (0, 1)),
               # enough pixels for the wide blocks (sud.WIDE_PIXELS), a partial last block
-              ((3, 19, 27, 29), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 1)]
+              ((3, 19, 27, 29), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 1),
+              # the rings (sud.RING): more channels than slots, and at stride 2
+              ((2, 150, 33, 32), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 0)]
 
 
 @pytest.mark.parametrize("x_shape,k,stride,padding", SHAPES_1X1, ids=str)
@@ -54,6 +57,17 @@ def test_every_unstaged_1x1_tile_computes_the_convolution(rng, x_shape, k, strid
         assert any(t.threads == sud.WIDE_BLOCK for t in tiles)
     for tile in tiles:
         check_sparse_conv2d(rng, w, packed, x_shape, stride, padding, epilogue=False,
+                            remainder="unrolled", remainder_tile=tile)
+
+
+@pytest.mark.parametrize("nblocks", [0, 3])
+def test_a_ring_tile_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
+    w, packed, _ = random_sparse_layer(rng, 70, 130, 1, 0.15, nblocks, empty_row=True)
+    g = conv_geometry((3, 130, 30, 29), w.shape, 1, 0)
+    rings = [t for t in sud.candidates(sud.Problem(g), None) if t.ring]
+    assert rings
+    for tile in rings:
+        check_sparse_conv2d(rng, w, packed, (3, 130, 30, 29), 1, 0, epilogue=True,
                             remainder="unrolled", remainder_tile=tile)
 
 

@@ -27,6 +27,14 @@ float __shfl_xor_sync(unsigned, float, int);   // named in tc_common.cuh, never 
 
 inline float su_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 #define SU_FMA(acc, v, bits) acc = std::fma(v, su_bits(0x##bits##u), acc)
+// A ring's copy lands at once (the waits have nothing to wait for): a slot reused before its
+// word is read shows as a wrong sum (tests/test_sparse_unrolled_direct.py checks the waits).
+typedef char* su_ring_t;
+inline su_ring_t su_ring_addr(float* p) { return reinterpret_cast<char*>(p); }
+#define SU_RING_CP(ring, off, src) (*reinterpret_cast<float*>((ring) + (off)) = *(src))
+#define SU_RING_COMMIT()
+#define SU_RING_WAIT(n)
+#define SU_RING_LD(v, ring, off) (v = *reinterpret_cast<const float*>((ring) + (off)))
 namespace tdcx {
 inline void cp_async4(float* d, const float* s, bool v) { *d = v ? *s : 0.f; }
 inline void cp_async16(float* d, const float* s, bool v) {

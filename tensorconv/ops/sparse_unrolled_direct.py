@@ -20,6 +20,9 @@ The cost is a compile per layer and tile (CuPy keeps the binary on disk), so lay
 filters, and on a wider filter where given one of its tiles (a tuned plan times them on
 every layer: :func:`tensorconv.ops.sparse_remainder.remainder_choices`).  There each
 tap the group uses is one load, predicated where the pixel's window meets the padding.
+A ring tile (``Tile.ring``, large 1x1 layers) makes each thread's loads ``cp.async``
+copies into its own slots of shared memory, many channels ahead of their products, so that
+more of them are in flight than the straight-line loads' registers allow.
 """
 
 from __future__ import annotations

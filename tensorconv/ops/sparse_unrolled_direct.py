@@ -65,12 +65,10 @@ WARP_GROUPS = (4,)
 # On the same 1x1 layers as the wide tiles, the tuner also times each of them with the
 # loads made cp.async copies into a ring of RING shared-memory slots a thread, committed in
 # RING_GROUPS groups: a thread then keeps RING - RING / RING_GROUPS input words in flight
-# without a register for any (ptxas keeps about 9 loads in flight from the straight-line
-# body).  On random 1/8 masks at batch 32 (H200, a probe: docs/notes/sparse_conv.md) the ring
-# took 11.5 against 15.4 µs on a 128x512 layer on 16x16 and 56.3 against 79.4 on a 128x256
-# one on 56x56, 1.11-1.41x faster on five of eight layers, 0.87-0.96x on the other three; on
-# the 39 unrollable 1x1 layers of GoogLeNet-8x and ResNet-50-8x it was the fastest tile on 8
-# (128x528 on 16x16: 15.6 -> 11.8 µs) and 0.47-1.00x of the best other tile on the rest
+# without a register for any, where ptxas keeps about 9 loads in flight from the
+# straight-line body.  Measured (H200, docs/notes/sparse_conv.md): the fastest tile on 8 of
+# the 39 unrollable 1x1 layers of GoogLeNet-8x and ResNet-50-8x, by up to 1.31x; slower on
+# the others, so offered, not chosen by rule; on 64-thread blocks slower on every layer tried
 RING = 64
 RING_GROUPS = 8
 # rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a

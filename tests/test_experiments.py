@@ -470,6 +470,46 @@ def test_bench_sparse_unrolled_1x1_needs_a_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_bench_sparse_pairs_1x1_quick(tmp_path):
+    """GoogLeNet's first 1x1 layer at batch 4: every tile timed and checked, the rule's
+    tile among them, and the ratios the tf32 target counts."""
+    from experiments import bench_sparse_pairs_1x1 as b
+
+    assert b.main(["--quick", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / f"{b.NAME}.csv")
+    timed = {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert {"default", "ours", "cudnn-fp32", "cudnn-tf32"} <= timed
+    assert any(v.endswith(" s2") for v in timed) and any(v.endswith(" s1") for v in timed)
+    medians = {r["variant"]: r["value"] for r in rows if r["metric"] == "median"}
+    assert set(medians) == {"cudnn-tf32/default", "cudnn-tf32/ours", "cudnn-fp32/ours"}
+    assert medians["cudnn-tf32/ours"] >= medians["cudnn-tf32/default"] > 0
+    assert (tmp_path / f"{b.NAME}.png").stat().st_size > 0
+
+
+def test_bench_sparse_pairs_1x1_takes_the_1x1_layers_at_stride_1():
+    """On ResNet-50 at 224x224 the stride-1 1x1 layers, not the strided shortcuts or the
+    3x3 layers."""
+    from types import SimpleNamespace
+
+    from experiments import bench_sparse_pairs_1x1 as b
+
+    args = SimpleNamespace(model="resnet50", in_channels=3, size=224, batch=2, ratio=8.0,
+                           masks=None)
+    names = [name for name, *_ in b.pairs_layers(args)]
+    assert "stages.3.1.conv1" in names and "stages.0.0.conv1" in names
+    assert not any("shortcut" in n or n.endswith("conv2") for n in names)
+    assert len(set(names)) == len(names)
+
+
+def test_bench_sparse_pairs_1x1_needs_a_gpu(monkeypatch):
+    from experiments import bench_sparse_pairs_1x1
+
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    with pytest.raises(backend.CudaUnavailableError):
+        bench_sparse_pairs_1x1.main(["--quick", "--out", "unused"])
+
+
+@pytest.mark.gpu
 def test_scc_backward_quick(tmp_path):
     from experiments import scc_backward
 

@@ -37,6 +37,7 @@ from tensorconv.ops import (
                             softmax_xent,
                             sparse_blocks_tc,
                             sparse_conv,
+                            sparse_pairs_tc,
                             sparse_tc_remainder,
                             sparse_unrolled,
                             sparse_unrolled_direct,
@@ -71,6 +72,7 @@ from tensorconv.ops.scc_fused import scc_conv2d_backward
 from tensorconv.ops.sgd import sgd_multi_tensor
 from tensorconv.ops.softmax_xent import softmax_xent_backward, softmax_xent_forward
 from tensorconv.ops.sparse_conv import sparse_conv2d
+from tensorconv.ops.sparse_pairs_tc import sparse_pairs_conv2d
 from tensorconv.ops.tensorcore_conv import tc_conv2d
 from tensorconv.ops.tucker_core_cluster import cluster_conv2d
 from tensorconv.ops.tucker_core_tdc import tdc_conv2d
@@ -85,7 +87,8 @@ FAMILIES = {m.FILE: m for m in (augment, batchnorm, classifier_head, conv_maxpoo
                                 depthwise_conv, direct_conv, direct_wgrad, dropout,
                                 igemm_tf32x3, pointwise_conv, pointwise_pair, pool, scc_conv,
                                 scc_tc, sgd, softmax_xent, sparse_blocks_tc, sparse_conv,
-                                sparse_tc_remainder, sparse_unrolled, sparse_unrolled_direct,
+                                sparse_pairs_tc, sparse_tc_remainder, sparse_unrolled,
+                                sparse_unrolled_direct,
                                 tensorcore_conv,
                                 tucker_core_cluster, tucker_core_tdc, tucker_core_tf32x3,
                                 tucker_layer, tucker_tail, winograd_conv,
@@ -95,7 +98,8 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "core_conv", "cp_conv", "depthwise_conv", "direct_conv", "direct_wgrad", "dropout",
            "igemm_tf32x3", "pointwise_conv", "pointwise_pair", "pool", "scc_conv",
            "scc_tc", "sgd", "softmax_xent", "sparse_blocks_tc", "sparse_conv",
-           "sparse_tc_remainder", "sparse_unrolled", "sparse_unrolled_direct", "tensorcore_conv",
+           "sparse_pairs_tc", "sparse_tc_remainder", "sparse_unrolled", "sparse_unrolled_direct",
+           "tensorcore_conv",
            "tucker_core_cluster", "tucker_core_tdc", "tucker_core_tf32x3",
            "tucker_layer", "tucker_tail", "winograd_conv", "winograd_wgrad", "zero_insert",
            "batch_norm_apply",
@@ -105,6 +109,6 @@ __all__ = ["FAMILIES", "augment", "batchnorm", "classifier_head", "conv_maxpool"
            "dropout_backward", "dropout_forward", "gap_linear", "gather_augment",
            "pool2d", "scc_conv2d", "scc_conv2d_backward", "scc_conv2d_backward_data",
            "scc_conv2d_backward_weight", "sgd_multi_tensor", "softmax_xent_backward",
-           "softmax_xent_forward", "sparse_conv2d",
+           "softmax_xent_forward", "sparse_conv2d", "sparse_pairs_conv2d",
            "tc_conv2d", "tdc_conv2d", "tf32x3_conv2d", "tucker_layer_conv2d",
            "tucker_tail_conv2d", "winograd_conv2d", "zero_insert2d"]

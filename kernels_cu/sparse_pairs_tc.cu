@@ -1,0 +1,268 @@
+// A sparse 1x1 convolution (stride 1, no padding) on the sparse tensor cores at one tf32
+// pass: mma.sp m16n8k16, whose A operand keeps one value of each pair of adjacent columns
+// (1:2 sparsity), NCHW, fp32 in and out.
+//
+//   y[n, k, p] = sum_c W[k, c] x[n, c, p]        (p a pixel of the H x W plane)
+//
+// The GEMM's reduction is over input channels.  For a block of BM output rows the host
+// lists pairs of channels such that each row has at most one nonzero in a pair (channels
+// paired so that their rows rarely meet, a row's second nonzero in a pair moved to a later
+// pair), eight pairs a k step; the tensor cores then do half a dense GEMM's products, the
+// unused half of the 1:2 format and the rows' zeros costing nothing more.  A k step's
+// record (tensorconv/ops/sparse_pairs_tc.py) holds its rows' kept values in A-fragment
+// order and their selectors as the metadata words each lane passes; its sixteen channels
+// are listed beside it.
+//
+// A block of 32 * WM * WN threads owns BM = 16 * MT * WM output rows and BN = 8 * NT * WN
+// consecutive pixels of the flattened (image, pixel) axis; warp (wm, wn) MT m16 tiles by NT
+// n8 tiles.  The channels of the block's k steps are copied to shared memory first (each
+// step's input copies need them: read from global memory they put an L2 round trip in
+// every step).  U k steps' 16 input rows x BN pixels and records make a stage, copied by
+// cp.async (16 bytes where a plane's pixels are a multiple of 4, so four pixels never
+// straddle two images) into a STAGES-deep ring, STAGES - 1 stages ahead of the products.
+// B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row t + 4 i, column g:
+// banks 8 t + g, all distinct).
+//
+// CL > 1: the CL blocks of a thread-block cluster (blockIdx.z) take consecutive shares of
+// the k steps, and sum their partial tiles through distributed shared memory
+// (tdcx::PushReduce, in rank order: deterministic); a layer of few pixels and rows then
+// still fills the GPU, each block walking a CL-th of the channels.  The tile's sums are
+// stored a row of pixels at a time (coalesced), with the epilogue.
+//
+// Launch geometry, the records and the checks belong to tensorconv/ops/sparse_pairs_tc.py;
+// what was measured: docs/notes/sparse_conv.md.
+#include "tc_cluster.cuh"
+#include "tc_common.cuh"
+#include "tc_mma.cuh"
+
+namespace sptc {
+constexpr int STAGES = 4;
+constexpr int KS = 16;           // input rows (channels) a k step
+// k steps a stage: one barrier and one wait for two steps' products (the host pads each
+// block's steps to a multiple of U with empty ones).
+constexpr int U = 2;
+
+// d += a b on one m16n8k16 tile with A 1:2 sparse: a the four kept tf32 values of lane's
+// A fragment, e the lane's metadata word (selector 0: lanes t = 0, 1 of a quad hold it).
+__device__ __forceinline__ void mma_sp(float (&d)[4], const uint4& a, const unsigned (&b)[4],
+                                       unsigned e) {
+    asm("mma.sp::ordered_metadata.sync.aligned.m16n8k16.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, {%0, %1, %2, %3}, %12, 0x0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]),
+          "r"(e));
+}
+
+__device__ __forceinline__ unsigned to_tf32(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+}  // namespace sptc
+
+template <int MT, int NT, int WM, int WN, int CL, bool VEC>
+__global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(32 * WM * WN)
+sparse_pairs_tc(
+    const float* __restrict__ x,        // (N, C, HW)
+    const float4* __restrict__ recs,    // (steps, BM / 16 * 40) float4: A fragments, metadata
+    const int* __restrict__ chans,      // (steps, 16): the input channel of each k row
+    const int2* __restrict__ segs,      // (row blocks,): first step, steps
+    const float* __restrict__ bias, const float* __restrict__ residual,
+    float* __restrict__ y,              // (N, K, HW)
+    int N, int C, int HW, int K, int row_blocks, int per_split, int chan_off, int red_off,
+    unsigned long long fd_share, int accumulate, int relu)
+{
+    tc::wait_prior_grids();
+    constexpr int THREADS = 32 * WM * WN, BM = 16 * MT * WM, BN = 8 * NT * WN;
+    constexpr int LDB = BN + 8;                         // == 8 mod 32 for BN a multiple of 32
+    constexpr int KR = sptc::KS * sptc::U;              // input rows a stage
+    constexpr int BWORDS = KR * LDB;
+    constexpr int AWORDS = BM * 10;                     // 16 rows: 32 lanes x (4 + 1) words x 2
+    constexpr int AV = AWORDS / 4;                      // 16-byte copies of a record
+    constexpr int SWORDS = BWORDS + sptc::U * AWORDS;
+    constexpr int LDT = BN + 1;                         // the sums' pass through shared memory
+    static_assert(BN % 32 == 0, "BN is a multiple of 32");
+    static_assert(sptc::STAGES * SWORDS >= BM * LDT, "the ring holds the block's sums");
+    extern __shared__ __align__(16) float smem[];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp / WN, wn = warp - wm * WN;
+    // Row blocks fastest: the blocks that read the same pixels run together, and the
+    // input is read from DRAM about once.
+    const int NQ = N * HW;                              // < 2^31 (the op checks)
+    const int rblk = blockIdx.x % row_blocks, q0 = (blockIdx.x / row_blocks) * BN;
+    const int2 seg = segs[rblk];
+    const int s_begin = min(seg.y, (int)blockIdx.z * per_split);
+    const int steps = min(seg.y, s_begin + per_split) - s_begin;
+    const float4* rb = recs + (size_t)(seg.x + s_begin) * AV;
+    int* chs = reinterpret_cast<int*>(smem + chan_off);
+    const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+    tdcx::PushReduce<CL> red(smem + red_off, fd_share);
+    if constexpr (CL > 1) red.begin(BM * BN);
+
+    // The block's channels, 16 a step (in the first copy group).
+    {
+        const float* src = reinterpret_cast<const float*>(chans + (size_t)(seg.x + s_begin) * 16);
+        for (int i = tid; i < 4 * steps; i += THREADS)
+            tdcx::cp_async16(base + 4u * (chan_off + 4 * i), src + 4 * i, true);
+    }
+    // Each thread copies the same pixels of rows k = kr + j * KSTEP every step: their
+    // offsets from a channel's plane start are fixed for the launch.
+    constexpr int PER_ROW = VEC ? BN / 4 : BN;          // copies a k row
+    static_assert(THREADS % PER_ROW == 0, "a k row's copies divide the block");
+    constexpr int KSTEP = THREADS / PER_ROW;
+    static_assert(KR % KSTEP == 0, "the block's copies tile a stage's k rows");
+    constexpr int BCOPIES = KR / KSTEP;
+    const int col = (tid % PER_ROW) * (VEC ? 4 : 1), kr = tid / PER_ROW;
+    const int q = q0 + col;
+    const bool live = q < NQ;
+    const int n_img = live ? q / HW : 0;
+    const float* xp = x + (live ? (size_t)n_img * C * HW + (q - n_img * HW) : 0);
+
+    auto stage = [&](int s, int buf) {
+        const unsigned sb = base + 4u * buf * SWORDS;
+#pragma unroll
+        for (int j = 0; j < BCOPIES; ++j) {
+            const int k = kr + j * KSTEP;
+            const float* src = xp + (size_t)chs[s * KR + k] * HW;
+            const unsigned dst = sb + 4u * (k * LDB + col);
+            if constexpr (VEC) tdcx::cp_async16(dst, live ? src : x, live);
+            else tdcx::cp_async4(dst, live ? src : x, live);
+        }
+        const float4* r = rb + (size_t)s * sptc::U * AV;
+        for (int i = tid; i < sptc::U * AV; i += THREADS)
+            tdcx::cp_async16(sb + 4u * (BWORDS + 4 * i), reinterpret_cast<const float*>(r + i),
+                             true);
+    };
+
+    float acc[MT][NT][4];
+    tf32x3::zero(acc);
+
+    tdcx::cp_async_commit();
+    tdcx::cp_async_wait<0>();
+    __syncthreads();
+    const int nst = steps / sptc::U;                    // stages (steps: a multiple of U)
+#pragma unroll
+    for (int s = 0; s < sptc::STAGES - 1; ++s) {
+        if (s < nst) stage(s, s);
+        tdcx::cp_async_commit();
+    }
+    for (int s = 0; s < nst; ++s) {
+        tdcx::cp_async_wait<sptc::STAGES - 2>();
+        __syncthreads();
+        // The slot refilled here was read by every warp in stage s - 1, before the barrier.
+        if (s + sptc::STAGES - 1 < nst)
+            stage(s + sptc::STAGES - 1, (s + sptc::STAGES - 1) % sptc::STAGES);
+        tdcx::cp_async_commit();
+        const float* st = smem + (s % sptc::STAGES) * SWORDS;
+#pragma unroll
+        for (int u = 0; u < sptc::U; ++u) {
+            const float* bs = st + u * sptc::KS * LDB + wn * NT * 8 + g;
+            unsigned b[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    b[j][i] = sptc::to_tf32(bs[(t + 4 * i) * LDB + 8 * j]);
+            const float* as = st + BWORDS + u * AWORDS;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const int mf = wm * MT + m;
+                const uint4 a = *reinterpret_cast<const uint4*>(as + (mf * 32 + lane) * 4);
+                const unsigned e = __float_as_uint(as[BM * 8 + mf * 32 + lane]);
+#pragma unroll
+                for (int j = 0; j < NT; ++j) sptc::mma_sp(acc[m][j], a, b[j], e);
+            }
+        }
+    }
+    tdcx::cp_async_wait<0>();
+
+    // The tile's sums, element (row, pixel) at row * BN + pixel: pushed to their owners in
+    // the cluster (a whole number of rows each), or through shared memory; then stored a
+    // row of pixels at a time, each thread always the same pixel.
+    const int r_w = wm * MT * 16, c_w = wn * NT * 8;
+    int rows_owned = BM, row_first = 0;
+    if constexpr (CL > 1) {
+        red.ready();
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    red.template push<2>((r_w + 16 * m + g + 8 * h) * BN + c_w + 8 * j + 2 * t,
+                                         &acc[m][j][2 * h]);
+        red.wait();
+        rows_owned = red.count(BM * BN) / BN;
+        row_first = red.rank * (red.share / BN);
+    } else {
+        __syncthreads();                                 // every warp is done with the ring
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    smem[(r_w + 16 * m + g + 8 * (e >> 1)) * LDT + c_w + 8 * j + 2 * t +
+                         (e & 1)] = acc[m][j][e];
+        __syncthreads();
+    }
+    static_assert(THREADS % BN == 0, "a thread stores one pixel of every few rows");
+    const int c = tid % BN, qc = q0 + c;
+    if (qc >= NQ) return;
+    const int n = qc / HW;
+    const size_t ybase = (size_t)n * K * HW + (qc - n * HW);
+    for (int r = tid / BN; r < rows_owned; r += THREADS / BN) {
+        const int k = rblk * BM + row_first + r;
+        if (k >= K) break;
+        float v;
+        if constexpr (CL > 1) v = red.sum(r * BN + c);
+        else v = smem[r * LDT + c];
+        const size_t at = ybase + (size_t)k * HW;
+        if (accumulate) v += y[at];
+        y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
+    }
+}
+
+// What CI's nvcc build type-checks: tensorconv.ops.sparse_pairs_tc.instantiations()
+#if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
+#define TC_I_SPARSE_PAIRS_TC(...) template __global__ void sparse_pairs_tc<__VA_ARGS__>( \
+    const float*, const float4*, const int*, const int2*, const float*, const float*, float*, int, \
+    int, int, int, int, int, int, int, unsigned long long, int, int);
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, true)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, true)
+#undef TC_I_SPARSE_PAIRS_TC
+#endif

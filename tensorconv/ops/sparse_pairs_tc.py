@@ -1,0 +1,288 @@
+"""A sparse 1x1 convolution on the sparse tensor cores (``kernels_cu/sparse_pairs_tc.cu``,
+``sparse_pairs_tc``): one tf32 pass of ``mma.sp`` m16n8k16, fp32 NCHW in and out.
+
+``mma.sp`` multiplies an A operand of which each row keeps one value of every pair of
+adjacent columns (1:2 sparsity) at twice the dense rate.  A pruned layer is not 1:2 sparse,
+but at 8x a row has a nonzero in one column in eight: for a block of output rows the host
+pairs the input channels so that the rows rarely have a nonzero in both channels of a
+pair (:func:`pair_channels`), and moves a row's second nonzero in a pair to a later pair.
+The tensor cores then do about half a dense TF32 GEMM's products and read half its
+weights, where the CUDA-core kernels (:mod:`tensorconv.ops.sparse_unrolled_direct`) do an
+eighth of the products at an eighth of the rate and wait on a load for every few.
+
+Only 1x1 filters at stride 1 without padding (the GEMM reads each channel's pixels
+contiguously), groups 1, and only at one tf32 pass (``tensorconv.precision.using("tf32")``):
+the format has no room for 3xTF32's remainders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorconv import backend, cuda, precision, reference
+from tensorconv.backend import DeviceFacts
+from tensorconv.checks import (
+    ConvGeometry,
+    check_array,
+    check_bools,
+    check_residual,
+    check_vector,
+    conv_geometry,
+    output_buffer,
+)
+from tensorconv.ops._launch import (
+    cdiv,
+    check_smem,
+    check_splits,
+    gpu_only,
+    has_clusters,
+    has_tf32_mma,
+    launch,
+    ptr,
+    push_slot_floats,
+)
+from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-exported)
+    KS,
+    STEP_MULTIPLE,
+    PairRecords,
+    dense_csr,
+    pair_channels,
+    pair_records,
+)
+
+FILE = "sparse_pairs_tc.cu"
+STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES, of STEP_MULTIPLE k steps
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One sparse 1x1 layer: ``geom`` its convolution."""
+
+    geom: ConvGeometry
+
+
+@dataclass(frozen=True)
+class Tile:
+    """``wm`` x ``wn`` warps, each ``mt`` m16 tiles of output rows by ``nt`` n8 tiles of
+    pixels: a block owns ``rows`` output rows and ``pixels`` consecutive pixels;
+    ``splits`` blocks (a thread-block cluster) share a row block's k steps."""
+
+    mt: int
+    nt: int
+    wm: int
+    wn: int
+    splits: int = 1
+
+    @property
+    def rows(self) -> int:
+        return 16 * self.mt * self.wm
+
+    @property
+    def pixels(self) -> int:
+        return 8 * self.nt * self.wn
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.wm * self.wn
+
+    @property
+    def share(self) -> int:
+        """Sums of the tile each block of a cluster adds up and stores (a multiple of 4)."""
+        return cdiv(self.rows * self.pixels, 4 * self.splits) * 4
+
+    def ring_floats(self) -> int:
+        return STAGES * STEP_MULTIPLE * (KS * (self.pixels + 8) + 10 * self.rows)
+
+    def smem_floats(self, max_steps: int) -> tuple[int, int, int]:
+        """(the channels' offset, the push slots' offset, the total) in floats, for a
+        block of at most ``max_steps`` k steps."""
+        chan_off = self.ring_floats()
+        red_off = chan_off + 2 * cdiv(KS * max_steps, 2)
+        return chan_off, red_off, red_off + (push_slot_floats(self.splits, self.share)
+                                             if self.splits > 1 else 0)
+
+    def smem_bytes(self, p: Problem) -> int:
+        """At most: a row block has at most C + log2(C) + 1 pairs (each round pairs at
+        most half the channels the one before did)."""
+        steps = cdiv(cdiv(p.geom.c + p.geom.c.bit_length() + 1, 8), STEP_MULTIPLE)
+        most = cdiv(steps, self.splits) * STEP_MULTIPLE
+        return 4 * self.smem_floats(most)[2]
+
+    def grid(self, p: Problem) -> tuple[int, int, int]:
+        """(pixel tiles x row blocks, the row blocks fastest; 1; splits): the cluster spans
+        z."""
+        g = p.geom
+        return cdiv(g.n * g.h * g.w, self.pixels) * cdiv(g.k, self.rows), 1, self.splits
+
+
+# (mt, nt, wm, wn).  Each was the fastest on some 1x1 layer of GoogLeNet-8x or ResNet-50-8x
+# (H200, docs/notes/sparse_conv.md), but for the 128 x 128 and 64 x 128 ones on 256 threads,
+# which read the weights' records least often a pixel: not yet measured
+SHAPES = ((2, 4, 2, 2), (1, 4, 2, 2), (2, 2, 2, 2), (4, 4, 1, 4), (4, 4, 2, 2), (4, 2, 2, 2),
+          (2, 4, 4, 2), (4, 4, 2, 4), (2, 4, 2, 4))
+SPLITS = (1, 2, 4, 8)          # portable cluster sizes
+TILES = tuple(Tile(*shape, splits) for shape in SHAPES for splits in SPLITS)
+
+
+def name(t: Tile, vec: bool) -> str:
+    return (f"sparse_pairs_tc<{t.mt}, {t.nt}, {t.wm}, {t.wn}, {t.splits}, "
+            f"{'true' if vec else 'false'}>")
+
+
+def supported(p: Problem) -> str | None:
+    """Why the kernel cannot run ``p``, or None."""
+    g = p.geom
+    if (g.r, g.s) != (1, 1) or g.stride != (1, 1) or g.padding != (0, 0):
+        return f"sparse_pairs_tc runs 1x1 filters at stride 1 without padding, got " \
+               f"{g.r}x{g.s}, stride {g.stride}, padding {g.padding}"
+    if g.groups != 1 or g.dilation != (1, 1):
+        return f"sparse_pairs_tc runs groups 1, undilated, got groups {g.groups}, " \
+               f"dilation {g.dilation}"
+    if g.n * max(g.c, g.k) * g.h * g.w > 2 ** 31 - 1:
+        return "the input or the output has more than 2**31 - 1 elements"
+    return None
+
+
+def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
+    """Every tile that fits, on a device with sparse tf32 tensor cores (sm_80+), for a
+    supported problem at one tf32 pass; clusters on sm_90 only, of at most one block a
+    16-channel step; else none."""
+    if supported(p) is not None or precision.current() != "tf32":
+        return []
+    if facts is not None and not has_tf32_mma(facts):
+        return []
+    limit = facts.smem_per_block_optin if facts is not None else 48 * 1024
+    clusters = facts is None or has_clusters(facts)
+    return [t for t in TILES if t.smem_bytes(p) <= limit
+            and (t.splits == 1 or clusters and t.splits <= cdiv(p.geom.c, KS))]
+
+
+def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
+    """64 rows by 32 pixels on four warps (16 rows where the layer has at most 32), and
+    the fewest splits that make two blocks an SM (at most 8, and at least two k steps
+    a block)."""
+    shape = SHAPES[1] if p.geom.k <= 32 else SHAPES[2]
+    one = Tile(*shape)
+    blocks = one.grid(p)[0]
+    sms = facts.sm_count if facts is not None else 132
+    clusters = facts is None or has_clusters(facts)
+    steps = cdiv(p.geom.c, KS)
+    for splits in SPLITS:
+        if splits > 1 and (not clusters or steps < 2 * splits):
+            break
+        one = Tile(*shape, splits)
+        if blocks * splits >= 2 * sms:
+            break
+    return one
+
+
+def vectorized(geom: ConvGeometry, x=None) -> bool:
+    """Whether the input rows copy in 16-byte words: planes of a multiple of 4 pixels
+    (four pixels then never straddle two images) and ``x`` 16-byte aligned."""
+    ok = geom.h * geom.w % 4 == 0
+    if x is not None:
+        ok = ok and int(x.data.ptr) % 16 == 0
+    return ok
+
+
+def kernels(p: Problem, tile: Tile, vec: bool | None = None) -> tuple[cuda.KernelRef, ...]:
+    vec = vectorized(p.geom) if vec is None else vec
+    return (cuda.kernel_ref(FILE, name(tile, vec)),)
+
+
+def instantiations() -> list[str]:
+    """What CI's nvcc build type-checks: every tile, both copy widths."""
+    return sorted({name(t, v) for t in TILES for v in (True, False)})
+
+
+def check_tile(tile, p: Problem, facts: DeviceFacts | None = None) -> None:
+    """Raise ``ValueError`` for a tile the kernel does not have, or that this device
+    cannot launch."""
+    if tile not in TILES:
+        raise ValueError(f"tile must be one of the shapes {SHAPES} with splits in "
+                         f"{SPLITS}, got {tile!r}")
+    check_splits(tile, SPLITS, facts)
+    check_smem(tile, tile.smem_bytes(p), facts)
+
+
+def run(x, records: PairRecords, out, p: Problem, tile: Tile, epilogue=(None, None, False),
+        accumulate: bool = False) -> None:
+    """``sparse_pairs_tc`` on checked arguments (``records`` :func:`pair_records` of the
+    layer for ``tile``'s rows)."""
+    bias, residual, relu = epilogue
+    g = p.geom
+    vec = vectorized(g, x)
+    per_split = cdiv(cdiv(max(records.max_steps, 1), STEP_MULTIPLE), tile.splits) * STEP_MULTIPLE
+    chan_off, red_off, floats = tile.smem_floats(per_split)
+    i32 = np.int32
+    launch(kernels(p, tile, vec)[0], tile.grid(p), (tile.threads,),
+           (x, records.recs, records.chans, records.segs, ptr(bias), ptr(residual), out,
+            i32(g.n), i32(g.c), i32(g.h * g.w), i32(g.k), i32(cdiv(g.k, tile.rows)),
+            i32(per_split), i32(chan_off),
+            i32(red_off), cuda.fast_div(tile.share if tile.splits > 1 else 1),
+            i32(bool(accumulate)), i32(bool(relu))), 4 * floats)
+
+
+def sparse_pairs_conv2d(x, w, bias=None, *, relu: bool = False, residual=None,
+                        tile: Tile | None = None, records: PairRecords | None = None,
+                        out=None):
+    """``relu?(conv1x1(x, w) + bias + residual)`` for a pruned ``w`` on the sparse tensor
+    cores, at one tf32 pass.
+
+    Parameters
+    ----------
+    x : array, (N, C, H, W), float32, C-contiguous (CuPy; NumPy computes the fp32 reference)
+    w : array, (K, C, 1, 1), float32: zeros are pruned weights (host or device)
+    bias : array, (K,), float32, optional
+    relu : bool
+    residual : array, (N, K, H, W), float32, optional
+    tile : Tile, optional (default :func:`default_tile`)
+    records : PairRecords, optional: :func:`pair_records` of ``w`` for ``tile``, made once
+    out : array, (N, K, H, W), float32, optional (GPU only)
+
+    Returns
+    -------
+    array, (N, K, H, W), float32
+    """
+    check_bools(relu=relu)
+    x = backend.as_array(x, "x")
+    check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
+    wh = backend.to_host(backend.as_array(w, "w"))
+    check_array(wh, "w", ndim=4, dtype=np.float32)
+    geom = conv_geometry(x.shape, wh.shape, 1, 0, names=("x", "w"))
+    p = Problem(geom)
+    if (why := supported(p)) is not None:
+        raise ValueError(why)
+    xp = backend.array_module(x)
+    bias = check_vector(None if bias is None else backend.as_array(bias, "bias"), "bias",
+                        geom.k, xp, "output channel")
+    residual = check_residual(residual, geom.output_shape, xp)
+    if xp is np:
+        if out is not None:
+            raise ValueError("out is supported on the GPU path only")
+        y = reference.conv2d(x, wh, bias, 1, 0)
+        if residual is not None:
+            y = y + residual
+        return (np.maximum(y, 0) if relu else y).astype(np.float32)
+    gpu_only(xp, "sparse_pairs_conv2d")
+    if precision.current() != "tf32":
+        raise ValueError("sparse_pairs_conv2d runs at one tf32 pass only: call it under "
+                         "tensorconv.precision.using('tf32')")
+    facts = backend.device_facts()
+    if not has_tf32_mma(facts):
+        raise ValueError("sparse_pairs_conv2d needs sparse tf32 tensor cores (sm_80 or newer)")
+    tile = tile or default_tile(p, facts)
+    check_tile(tile, p, facts)
+    if records is None:
+        records = pair_records(*dense_csr(wh), geom.k, geom.c, tile.rows, xp)
+    elif not isinstance(records, PairRecords):
+        raise TypeError(f"records must be pair_records(...), got {type(records).__name__}")
+    elif records.rows != tile.rows or records.segs.shape[0] != cdiv(geom.k, tile.rows):
+        raise ValueError(f"records were made for blocks of {records.rows} rows and "
+                         f"{records.segs.shape[0]} blocks; tile {tile} has {tile.rows} rows "
+                         f"and this layer {cdiv(geom.k, tile.rows)} blocks")
+    out = output_buffer(xp, out, geom.output_shape)
+    run(x, records, out, p, tile, (bias, residual, bool(relu)))
+    return out

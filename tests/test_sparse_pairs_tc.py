@@ -1,0 +1,145 @@
+"""The sparse-tensor-core 1x1 kernel's host side (``ops.sparse_pairs``, ``ops.sparse_pairs_tc``):
+records that decode back to the tf32-rounded kernel through the operand layouts, the
+channel pairing, tiles and their refusals, the CPU reference path and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorconv import precision
+from tensorconv.checks import conv_geometry
+from tensorconv.ops import sparse_pairs as spr
+from tensorconv.ops import sparse_pairs_tc as sp
+from tensorconv.ops._launch import round_tf32
+from tests.helpers import device_facts
+
+
+def decode(rec, k: int, c: int) -> np.ndarray:
+    """The (k, c) kernel a layer's records multiply, read back as the tensor cores read
+    them: lane (g, t) register i of m16 tile m is row SLOT_ROW and pair SLOT_PAIR, the
+    pair's selector a nibble of its holder lane's metadata word, the pair's channel the
+    step's channel at the selected stage row."""
+    bm = rec.rows
+    recs = np.asarray(rec.recs).reshape(max(rec.steps, 1), bm * 10)
+    chans = np.asarray(rec.chans)
+    out = np.zeros((k, c), np.float64)
+    lane, reg = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
+    r16, j = spr.SLOT_ROW[lane, reg], spr.SLOT_PAIR[lane, reg]
+    holder = 4 * (r16 % 8) + spr.META_HOLDER[r16, j]
+    for b, (first, steps) in enumerate(np.asarray(rec.segs)):
+        for s in range(first, first + steps):
+            a = recs[s, :bm * 8].reshape(bm // 16, 32, 4)
+            e = recs[s, bm * 8:].view(np.uint32).reshape(bm // 16, 32)
+            for m in range(bm // 16):
+                code = (e[m][holder] >> (4 * spr.META_NIBBLE[r16, j]).astype(np.uint32)) & 0xF
+                assert np.isin(code, (spr.FIRST, spr.SECOND)).all()
+                side = (code == spr.SECOND).astype(np.int64)
+                ch = chans[s][spr.PAIR_ROWS[j, side]]
+                row = b * bm + 16 * m + r16
+                live = a[m] != 0
+                assert (row[live] < k).all()
+                np.add.at(out, (row[live], ch[live]), a[m][live])
+    return out
+
+
+def _kernel(rng, k, c, density):
+    w = rng.standard_normal((k, c, 1, 1)).astype(np.float32)
+    return (w * (rng.random(w.shape) < density)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k,c,density", [(64, 64, 0.125), (100, 72, 0.2), (130, 333, 0.125),
+                                         (16, 9, 1.0), (40, 48, 0.0), (33, 17, 0.5)])
+@pytest.mark.parametrize("rows", [16, 32, 64, 128])
+def test_records_decode_to_the_tf32_kernel(rng, k, c, density, rows):
+    w = _kernel(rng, k, c, density)
+    rec = spr.pair_records(*spr.dense_csr(w), k, c, rows, np)
+    assert np.array_equal(decode(rec, k, c), round_tf32(w[:, :, 0, 0], np))
+    assert rec.segs.shape == (-(-k // rows), 2) and rec.max_steps == rec.segs[:, 1].max()
+
+
+def test_a_broken_layout_table_is_caught(rng, monkeypatch):
+    """The decode test can fail: a metadata nibble moved, or the pairs' stage rows
+    swapped, reads other values."""
+    w = _kernel(rng, 64, 64, 0.2)
+    good = spr.pair_records(*spr.dense_csr(w), 64, 64, 64, np)
+    monkeypatch.setattr(spr, "META_NIBBLE", spr.META_NIBBLE[:, ::-1].copy())
+    bad = spr.pair_records(*spr.dense_csr(w), 64, 64, 64, np)
+    monkeypatch.undo()
+    assert not np.array_equal(decode(bad, 64, 64), decode(good, 64, 64))
+
+
+def test_channels_pair_without_clashes_at_8x(rng):
+    """At 1/8 density the greedy pairing finds pairs no row has both of: every block's
+    channels in C / 2 pairs, nothing moved to a later round."""
+    w = _kernel(rng, 256, 512, 0.125)
+    rec = spr.pair_records(*spr.dense_csr(w), 256, 512, 64, np)
+    assert rec.moved == 0 and rec.pairs == 4 * 256 and rec.steps == 4 * 32
+
+
+def test_a_full_kernel_needs_about_as_many_pairs_as_channels(rng):
+    w = _kernel(rng, 32, 64, 1.0)
+    rec = spr.pair_records(*spr.dense_csr(w), 32, 64, 32, np)
+    assert 64 <= rec.pairs <= 64 + 7 and rec.moved == 32 * 32
+
+
+def test_pair_channels_prefers_disjoint_partners():
+    masks = np.array([[0b0011], [0b1100], [0b0110], [0b1001]], np.uint64)
+    assert sorted(map(sorted, spr.pair_channels(masks))) == [[0, 1], [2, 3]]
+    assert spr.pair_channels(np.array([[1], [0], [2]], np.uint64)) in ([(0, 2)], [(2, 0)])
+    assert spr.pair_channels(np.array([[1]], np.uint64)) == [(0, -1)]
+
+
+def test_bad_records_input():
+    with pytest.raises(ValueError, match="rows must be a positive multiple of 16"):
+        spr.pair_records([0, 1], [0], [1.0], 1, 4, 24, np)
+    with pytest.raises(ValueError, match="indices must lie in"):
+        spr.pair_records([0, 1], [7], [1.0], 1, 4, 16, np)
+
+
+def _problem(x_shape, w_shape, stride=1, padding=0):
+    return sp.Problem(conv_geometry(x_shape, w_shape, stride, padding))
+
+
+def test_tiles_only_at_one_tf32_pass_and_for_1x1_stride_1():
+    facts = device_facts()
+    p = _problem((2, 64, 8, 8), (32, 64, 1, 1))
+    assert sp.candidates(p, facts) == []
+    with precision.using("tf32"):
+        tiles = sp.candidates(p, facts)
+        assert tiles and all(t.splits <= 4 for t in tiles)       # 4 steps of 16 channels
+        assert sp.default_tile(p, facts) in tiles
+        assert sp.candidates(_problem((2, 64, 8, 8), (32, 64, 3, 3), padding=1), facts) == []
+        assert sp.candidates(_problem((2, 64, 8, 8), (32, 64, 1, 1), stride=2), facts) == []
+    assert "1x1 filters at stride 1" in sp.supported(_problem((1, 4, 5, 5), (4, 4, 3, 3)))
+
+
+def test_the_default_tile_splits_a_small_layer_and_not_a_large_one():
+    facts = device_facts()
+    small = sp.default_tile(_problem((32, 832, 8, 8), (32, 832, 1, 1)), facts)
+    large = sp.default_tile(_problem((32, 256, 56, 56), (256, 256, 1, 1)), facts)
+    assert small.splits > 1 and large.splits == 1
+
+
+def test_instantiations_cover_every_tile_and_copy_width():
+    names = sp.instantiations()
+    assert len(names) == 2 * len(sp.TILES)
+    assert "sparse_pairs_tc<2, 2, 2, 2, 4, true>" in names
+
+
+def test_cpu_reference_and_bad_input(rng):
+    x = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    w = _kernel(rng, 6, 8, 0.5)
+    y = sp.sparse_pairs_conv2d(x, w, relu=True)
+    want = np.maximum(np.einsum("kc,nchw->nkhw", w[:, :, 0, 0], x), 0)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="1x1 filters at stride 1"):
+        sp.sparse_pairs_conv2d(x, rng.standard_normal((6, 8, 3, 3)).astype(np.float32))
+    with pytest.raises(ValueError, match="w"):
+        sp.sparse_pairs_conv2d(x, w[:, :4])
+    with pytest.raises(ValueError, match="bias"):
+        sp.sparse_pairs_conv2d(x, w, np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="out"):
+        sp.sparse_pairs_conv2d(x, w, out=np.zeros((2, 6, 5, 5), np.float32))
+    with pytest.raises(ValueError, match="tile must be one of"):
+        sp.check_tile(sp.Tile(3, 3, 3, 3), _problem((2, 8, 5, 5), (6, 8, 1, 1)), device_facts())

@@ -19,7 +19,8 @@
 // step's input copies need them: read from global memory they put an L2 round trip in
 // every step).  U k steps' 16 input rows x BN pixels and records make a stage, copied by
 // cp.async (16 bytes where a plane's pixels are a multiple of 4, so four pixels never
-// straddle two images) into a STAGES-deep ring, STAGES - 1 stages ahead of the products.
+// straddle two images) into a STAGES-deep ring, STAGES - 1 stages ahead of the products
+// (rings of 8 were slower or no faster on every layer timed: they cost blocks an SM).
 // B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row t + 4 i, column g:
 // banks 8 t + g, all distinct).
 //

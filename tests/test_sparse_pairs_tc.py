@@ -69,12 +69,14 @@ def test_a_broken_layout_table_is_caught(rng, monkeypatch):
     assert not np.array_equal(decode(bad, 64, 64), decode(good, 64, 64))
 
 
-def test_channels_pair_without_clashes_at_8x(rng):
-    """At 1/8 density the greedy pairing finds pairs no row has both of: every block's
-    channels in C / 2 pairs, nothing moved to a later round."""
+def test_channels_pair_almost_without_clashes_at_8x(rng):
+    """At 1/8 density the greedy pairing finds pairs few rows have both of: a block's
+    channels in about C / 2 pairs, a handful of its 16,384 nonzeros moved to a later round
+    (0-2 on 200 random kernels), at most a pair of k steps more a block."""
     w = _kernel(rng, 256, 512, 0.125)
     rec = spr.pair_records(*spr.dense_csr(w), 256, 512, 64, np)
-    assert rec.moved == 0 and rec.pairs == 4 * 256 and rec.steps == 4 * 32
+    assert rec.moved <= 4 and 4 * 250 <= rec.pairs <= 4 * 258
+    assert 4 * 32 <= rec.steps <= 4 * 34
 
 
 def test_a_full_kernel_needs_about_as_many_pairs_as_channels(rng):
@@ -143,3 +145,34 @@ def test_cpu_reference_and_bad_input(rng):
         sp.sparse_pairs_conv2d(x, w, out=np.zeros((2, 6, 5, 5), np.float32))
     with pytest.raises(ValueError, match="tile must be one of"):
         sp.check_tile(sp.Tile(3, 3, 3, 3), _problem((2, 8, 5, 5), (6, 8, 1, 1)), device_facts())
+
+
+def test_a_tuned_plan_times_the_sparse_tensor_cores_on_1x1_layers_at_one_tf32_pass():
+    """Under tf32, a 1x1 layer at stride 1 without padding gets every sparse-tensor-core
+    tile after the others (each named apart, each running its own kernel under "auto");
+    not at fp32 accuracy, not strided, not wider filters; asked for at fp32: an error."""
+    from tensorconv.ops import sparse_conv as sc
+
+    geom = conv_geometry((32, 512, 16, 16), (128, 512, 1, 1))
+    assert not any(isinstance(t, sp.Tile) for t, _ in sc.remainder_choices(geom, 132))
+    with precision.using("tf32"):
+        choices = sc.remainder_choices(geom, 132)
+        pairs = [t for t, st in choices if isinstance(t, sp.Tile)]
+        assert pairs == sp.candidates(sp.Problem(geom), None) and len(pairs) > 1
+        assert not isinstance(choices[0][0], sp.Tile)
+        names = [sc.choice_name(*c) for c in choices]
+        assert len(set(names)) == len(names)
+        assert sc.remainder_kind(geom, "auto", pairs[0]) == "pairs"
+        assert sc.check_remainder_choice(geom, "pairs", pairs[0]) == "pairs"
+        assert sc.remainder_kernels(geom, "pairs", pairs[0]) == sp.kernels(sp.Problem(geom),
+                                                                            pairs[0])
+        for other in (conv_geometry((32, 512, 16, 16), (128, 512, 1, 1), 2),
+                      conv_geometry((32, 64, 16, 16), (64, 64, 3, 3), 1, 1)):
+            assert not any(isinstance(t, sp.Tile) for t, _ in sc.remainder_choices(other, 132))
+            with pytest.raises(ValueError, match="remainder='pairs'"):
+                sc.remainder_kind(other, "pairs")
+    with pytest.raises(ValueError, match="one tf32 pass only"):
+        sc.remainder_kind(geom, "pairs")
+    with pytest.raises(ValueError, match="remainder_tile must be one of the pairs"):
+        with precision.using("tf32"):
+            sc.check_remainder_choice(geom, "pairs", sp.Tile(3, 3, 3, 3))

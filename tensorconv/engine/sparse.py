@@ -26,10 +26,16 @@ from tensorconv.engine.dense import DENSE_FILES, plan_folded_conv2d
 from tensorconv.engine.fold import fold_bn
 from tensorconv.engine.plan import Plan, Step
 from tensorconv.nn.sparse import SparseConv2d
-from tensorconv.ops import sparse_conv, sparse_tc_remainder, sparse_unrolled, sparse_unrolled_direct
+from tensorconv.ops import (
+    sparse_conv,
+    sparse_pairs_tc,
+    sparse_tc_remainder,
+    sparse_unrolled,
+    sparse_unrolled_direct,
+)
 
 SPARSE_FILES = (sparse_conv.FILE, sparse_tc_remainder.FILE, sparse_unrolled.FILE,
-                sparse_unrolled_direct.FILE) + DENSE_FILES
+                sparse_unrolled_direct.FILE, sparse_pairs_tc.FILE) + DENSE_FILES
 
 IN_PLAN_FMAS = 24_000
 """A layer whose chosen remainder runs code unrolled for its weights of at least this many

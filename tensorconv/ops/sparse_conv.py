@@ -35,6 +35,7 @@ from tensorconv.checks import (
     output_buffer,
 )
 from tensorconv.ops import _igemm, sparse_blocks
+from tensorconv.ops import sparse_pairs_tc as spt
 from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops import sparse_unrolled_direct as sud
 from tensorconv.ops._launch import cdiv, launch, no_out_on_cpu, ptr
@@ -181,6 +182,9 @@ def remainder_kernels(geom: ConvGeometry, remainder: str = "auto",
     if remainder == "tc":
         p = stc.Problem(geom)
         return stc.kernels(p, tile or stc.default_tile(p, None))
+    if remainder == "pairs":
+        p = spt.Problem(geom)
+        return spt.kernels(p, tile or spt.default_tile(p, None))
     if remainder == "unrolled":
         mod = unrolled_module(geom, tile)
         p = mod.Problem(geom)
@@ -239,7 +243,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         exactly one piece; a table must be :func:`block_table` of ``packed``'s layout.
     weights : SparseWeights, optional
         :func:`pack_weights` of ``packed`` for this input size, prepared once.
-    remainder : {"auto", "rows", "tiled", "pointwise", "tc", "unrolled"}
+    remainder : {"auto", "rows", "tiled", "pointwise", "tc", "unrolled", "pairs"}
         The remainder's kernel: one thread per pixel of one row (the row-wise direct
         sparse convolution), shared-memory tiles over rows and pixels (an error where
         the densest rows' taps do not fit shared memory), for a 1x1 filter only, tiles
@@ -249,17 +253,20 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
         (:mod:`tensorconv.ops.sparse_unrolled`: "same" padding, any stride; for a 1x1
         filter, or any filter given one of its tiles, the unstaged
         :mod:`tensorconv.ops.sparse_unrolled_direct`, any stride and padding; compiled per
-        layer); "auto" picks by :func:`choose_remainder` (or
+        layer), or for a 1x1 filter at stride 1 without padding, at one tf32 pass only, the
+        sparse tensor cores (:mod:`tensorconv.ops.sparse_pairs_tc`); "auto" picks by
+        :func:`choose_remainder` (or
         by ``remainder_tile``'s kernel), "rows" where the tiled kernel does not fit.
     remainder_tile : RemainderTile, PointwiseTile, sparse_tc_remainder.Tile,
-            sparse_unrolled.Tile or sparse_unrolled_direct.Tile, optional
-        The tiled, pointwise, tensor-core or unrolled kernel's tile (one of
+            sparse_unrolled.Tile, sparse_unrolled_direct.Tile or sparse_pairs_tc.Tile,
+            optional
+        The tiled, pointwise, tensor-core, unrolled or sparse-tensor-core kernel's tile (one of
         :data:`REMAINDER_TILES`, :data:`POINTWISE_TILES`, ``sparse_tc_remainder.TILES``,
-        ``sparse_unrolled.candidates`` or ``sparse_unrolled_direct.candidates``); default the
-        rule's
+        ``sparse_unrolled.candidates``, ``sparse_unrolled_direct.candidates`` or
+        ``sparse_pairs_tc.TILES``); default the rule's
         (:func:`default_remainder_tile`, :func:`default_pointwise_tile`,
-        ``sparse_tc_remainder.default_tile``).  :func:`remainder_choices` lists what a
-        tuned plan times.
+        ``sparse_tc_remainder.default_tile``, ``sparse_pairs_tc.default_tile``).
+        :func:`remainder_choices` lists what a tuned plan times.
     remainder_staging : Staging, optional
         How the tiled kernel stages its input (column phases, word copies); default as
         :func:`tiled_launch`.  :data:`GATHERED`: the pointwise kernel of a strided 1x1
@@ -297,7 +304,7 @@ def sparse_conv2d(x, packed: BlockSparse, bias=None, stride=1, padding=0, *, rel
             weights.hw != (geom.h, geom.w):
         raise ValueError("weights must be pack_weights(packed, (H, W), xp) of this input size")
     out = output_buffer(xp, out, geom.output_shape)
-    if remainder == "auto" and isinstance(remainder_tile, (RemainderTile, stc.Tile)):
+    if remainder == "auto" and isinstance(remainder_tile, (RemainderTile, stc.Tile, spt.Tile)):
         # a tile asked for runs or is refused, never swapped for rows
         remainder = remainder_kind(geom, remainder, remainder_tile)
     run(x, weights, out, geom, pieces, (bias, residual, bool(relu)), remainder,
@@ -350,6 +357,12 @@ def run(x, weights: SparseWeights, out, geom: ConvGeometry, pieces,
         return
     if kind == "tc" and tiled is not None:
         stc.run_tc(x, out, geom, tiled, bias, residual, bool(relu), bool(pieces))
+        return
+    if kind == "pairs":
+        p = spt.Problem(geom)
+        tile = remainder_tile or spt.default_tile(p, backend.device_facts())
+        spt.run(x, spt.remainder_records(weights, tile.rows), out, p, tile,
+                (bias, residual, bool(relu)), accumulate=bool(pieces))
         return
     if unrolled is not None:
         unrolled.run(x, weights, out, geom, remainder_tile, bias, residual, bool(relu),

@@ -53,7 +53,7 @@ from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-export
 )
 
 FILE = "sparse_pairs_tc.cu"
-STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES, of STEP_MULTIPLE k steps
+STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES (of STEP_MULTIPLE k steps)
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,11 @@ class Tile:
         """Sums of the tile each block of a cluster adds up and stores (a multiple of 4)."""
         return cdiv(self.rows * self.pixels, 4 * self.splits) * 4
 
+    def stage_floats(self) -> int:
+        return STEP_MULTIPLE * (KS * (self.pixels + 8) + 10 * self.rows)
+
     def ring_floats(self) -> int:
-        return STAGES * STEP_MULTIPLE * (KS * (self.pixels + 8) + 10 * self.rows)
+        return STAGES * self.stage_floats()
 
     def smem_floats(self, max_steps: int) -> tuple[int, int, int]:
         """(the channels' offset, the push slots' offset, the total) in floats, for a
@@ -146,16 +149,17 @@ def supported(p: Problem) -> str | None:
 
 
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
-    """Every tile that fits, on a device with sparse tf32 tensor cores (sm_80+), for a
-    supported problem at one tf32 pass; clusters on sm_90 only, of at most one block a
-    16-channel step; else none."""
+    """Every tile that fits the shared memory of ``facts``' device, on a device with
+    sparse tf32 tensor cores (sm_80+), for a supported problem at one tf32 pass; clusters
+    on sm_90 only, of at most one block a 16-channel step; else none."""
     if supported(p) is not None or precision.current() != "tf32":
         return []
     if facts is not None and not has_tf32_mma(facts):
         return []
-    limit = facts.smem_per_block_optin if facts is not None else 48 * 1024
+    # facts None (a plan's list of choices): every tile; the launch checks the device
+    limit = facts.smem_per_block_optin if facts is not None else None
     clusters = facts is None or has_clusters(facts)
-    return [t for t in TILES if t.smem_bytes(p) <= limit
+    return [t for t in TILES if (limit is None or t.smem_bytes(p) <= limit)
             and (t.splits == 1 or clusters and t.splits <= cdiv(p.geom.c, KS))]
 
 
@@ -195,6 +199,21 @@ def kernels(p: Problem, tile: Tile, vec: bool | None = None) -> tuple[cuda.Kerne
 def instantiations() -> list[str]:
     """What CI's nvcc build type-checks: every tile, both copy widths."""
     return sorted({name(t, v) for t in TILES for v in (True, False)})
+
+
+def remainder_records(weights, rows: int) -> PairRecords:
+    """The k-step records of a sparse layer's remainder (``weights``: a
+    :class:`~tensorconv.ops.sparse_conv.SparseWeights` of a 1x1 kernel) for blocks of
+    ``rows`` rows, made once and kept with the weights."""
+    key = ("pairs", rows)
+    if key not in weights.staged:
+        k, c = weights.shape[:2]
+        nnz = weights.remainder_nnz
+        indptr = backend.to_host(weights.indptr)
+        weights.staged[key] = pair_records(
+            indptr, backend.to_host(weights.indices)[:nnz], backend.to_host(weights.data)[:nnz],
+            k, c, rows, backend.array_module(weights.indptr))
+    return weights.staged[key]
 
 
 def check_tile(tile, p: Problem, facts: DeviceFacts | None = None) -> None:

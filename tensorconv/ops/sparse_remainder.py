@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tensorconv import precision
 from tensorconv.checks import ConvGeometry
+from tensorconv.ops import sparse_pairs_tc as spt
 from tensorconv.ops import sparse_tc_remainder as stc
 from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops import sparse_unrolled_direct as sud
@@ -30,10 +31,10 @@ from tensorconv.ops.sparse_tiles import default_remainder_tile
 CSR_PIXELS = (128, 256)
 
 
-REMAINDERS = ("auto", "rows", "tiled", "pointwise", "tc", "unrolled")   # one thread per pixel
-# of a row, the shared-memory tiled kernel, (1x1 filters) the unstaged one, the tensor cores,
-# or code written for the layer's weights (docs/notes/sparse_conv.md compares them); "auto":
-# choose_remainder
+REMAINDERS = ("auto", "rows", "tiled", "pointwise", "tc", "unrolled", "pairs")   # one thread
+# per pixel of a row, the shared-memory tiled kernel, (1x1 filters) the unstaged one, the
+# tensor cores, code written for the layer's weights, or (1x1, stride 1, one tf32 pass) the
+# sparse tensor cores (docs/notes/sparse_conv.md compares them); "auto": choose_remainder
 
 
 def _csr_name(pix: int) -> str:
@@ -110,7 +111,11 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
     (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
-    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed).
+    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed), and on
+    a 1x1 filter at stride 1 without padding every tile of the sparse tensor cores
+    (:mod:`tensorconv.ops.sparse_pairs_tc`: one tf32 pass only; on GoogLeNet-8x's and
+    ResNet-50-8x's 1x1 layers 0.6-1.7x cuDNN TF32, 1.4-2x the unrolled kernel on
+    ResNet-50's deepest ones).
     An odd square "same" filter wider than 1x1 at stride 1 also gets the unrolled kernel's
     tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to
     compile (:func:`fits`).  At stride 2 that kernel runs (``remainder="unrolled"``) but is
@@ -125,6 +130,7 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     tc = ()
     if precision.current() == "tf32":
         tc = tuple((t, None) for t in stc.candidates(stc.Problem(geom), None))
+        tc += tuple((t, None) for t in spt.candidates(spt.Problem(geom), None))
     if geom.r * geom.s != 1:
         mods = (su, sud) if geom.stride == (1, 1) else (sud,)
         unrolled = tuple((t, None) for m in mods for t in m.candidates(m.Problem(geom), None))
@@ -157,10 +163,12 @@ def choice_name(tile, staging: Staging | None = None) -> str:
         name = f"sparse_unrolled {tile}"
     elif isinstance(tile, sud.Tile):
         name = f"sparse_unrolled_direct {tile}"
+    elif isinstance(tile, spt.Tile):
+        name = f"sparse_pairs_tc {tile}"
     else:
         raise TypeError(f"tile must be a RemainderTile, a PointwiseTile, a "
-                        f"sparse_tc_remainder.Tile, a sparse_unrolled.Tile or a "
-                        f"sparse_unrolled_direct.Tile, got {tile!r}")
+                        f"sparse_tc_remainder.Tile, a sparse_unrolled.Tile, a "
+                        f"sparse_unrolled_direct.Tile or a sparse_pairs_tc.Tile, got {tile!r}")
     if staging is None:
         return name
     if staging.gather:
@@ -176,11 +184,18 @@ def remainder_kind(geom: ConvGeometry, remainder: str = "auto", tile=None) -> st
         remainder = "pointwise" if isinstance(tile, PointwiseTile) else \
             "tc" if isinstance(tile, stc.Tile) else \
             "unrolled" if isinstance(tile, (su.Tile, sud.Tile)) else \
+            "pairs" if isinstance(tile, spt.Tile) else \
             "tiled" if isinstance(tile, RemainderTile) else choose_remainder(geom)
     if remainder == "pointwise" and geom.r * geom.s != 1:
         raise ValueError(f"remainder='pointwise' needs a 1x1 filter, got {geom.r}x{geom.s}")
     if remainder == "tc" and (why := stc.supported(stc.Problem(geom))) is not None:
         raise ValueError(f"remainder='tc': {why}")
+    if remainder == "pairs":
+        if (why := spt.supported(spt.Problem(geom))) is not None:
+            raise ValueError(f"remainder='pairs': {why}")
+        if precision.current() != "tf32":
+            raise ValueError("remainder='pairs' runs at one tf32 pass only: use it under "
+                             "tensorconv.precision.using('tf32')")
     if remainder == "unrolled":
         mod = unrolled_module(geom, tile)
         if (why := mod.supported(mod.Problem(geom))) is not None:
@@ -220,7 +235,7 @@ def check_remainder_choice(geom: ConvGeometry, remainder: str = "auto", tile=Non
     one or with column phases other than 1 or the horizontal stride of a wider filter."""
     kind = remainder_kind(geom, remainder, tile)
     tiles = {"tiled": REMAINDER_TILES, "pointwise": POINTWISE_TILES, "rows": (),
-             "tc": stc.TILES,
+             "tc": stc.TILES, "pairs": spt.TILES,
              "unrolled": tuple(sud.candidates(sud.Problem(geom), None))
              + tuple(su.candidates(su.Problem(geom), None))}[kind]
     if tile is not None and tile not in tiles:

@@ -101,3 +101,17 @@ def test_records_made_once_serve_many_calls_and_bad_records_are_refused(rng):
             sp.sparse_pairs_conv2d(cp.asarray(x), w, tile=sp.Tile(1, 4, 2, 2), records=rec)
     with pytest.raises(ValueError, match="tf32 pass only"):
         sp.sparse_pairs_conv2d(cp.asarray(x), w)
+
+
+@pytest.mark.parametrize("nblocks", [0, 3])
+def test_the_pairs_remainder_in_a_sparse_layer(rng, nblocks):
+    """``sparse_conv2d(remainder="pairs")``: the remainder (after dense blocks, added to
+    their rows) and the epilogue, against the float64 reference at tf32 accuracy."""
+    from tests.helpers import check_sparse_conv2d, random_sparse_layer
+
+    w, packed, _ = random_sparse_layer(rng, 70, 48, 1, 0.15, nblocks, empty_row=True)
+    with precision.using("tf32"):
+        for tile in (None, sp.Tile(2, 2, 2, 2, 2), sp.Tile(4, 4, 2, 4)):
+            for x_shape in ((3, 48, 8, 8), (2, 48, 7, 7)):
+                check_sparse_conv2d(rng, w, packed, x_shape, 1, 0, epilogue=True, tol=3e-3,
+                                    remainder="pairs", remainder_tile=tile)

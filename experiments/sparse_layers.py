@@ -29,7 +29,9 @@ the same K x CRS shapes) — runs as:
 * ``ours-tf32``: ``ours`` under ``precision.using("tf32")`` (the dense blocks' table in one
   tf32 pass on the tensor cores, the remainder as in fp32), the fastest of the same
   layouts and of the remainder on the tensor cores in one tf32 pass without blocks
-  (``sparse_tc_remainder``), against ``cudnn-tf32``.
+  (``sparse_tc_remainder``; on a 1x1 layer at stride 1 also the sparse tensor cores,
+  ``sparse_pairs_tc``: its variant ``tc-remainder tf32`` names the kernel), against
+  ``cudnn-tf32``.
 
 Every output is checked first against the pruned kernel's convolution in float64 (one
 GEMM on the explicit im2col): at most 1e-5 relative error, 3e-3 for tf32.  The rows so far
@@ -309,6 +311,9 @@ def measure(rs, name, conv, x_shape, w, args, torch, label=""):
     plain_weights = sparse_conv.pack_weights(plain, (geom.h, geom.w), cp)
     with precision.using("tf32"):
         tc_choices = [c for c in sparse_conv.remainder_choices(geom) if c not in choices]
+        cuda.compile_all([k for c in tc_choices for k in sparse_conv.layer_kernels(
+            (), geom, tile=c[0], weights=plain_weights)],
+            desc="compiling the tf32 remainders")
     tf32_note = f"t2={best_tf32[0]}" if best_tf32[0] else "no blocks"
     best_tc = None
     for choice in tc_choices:

@@ -34,7 +34,7 @@ from experiments._common import (
     pyplot,
     save_figure,
 )
-from experiments.bench_sparse_unrolled_1x1 import _cudnn_us
+from experiments.bench_sparse_unrolled_1x1 import _cudnn_us, layer_arguments
 from tensorconv import backend, bench, cuda, precision, timing
 from tensorconv.checks import conv_geometry
 from tensorconv.cli import guarded
@@ -67,16 +67,7 @@ def pairs_layers(args) -> list:
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
-    p.add_argument("--model", default="googlenet", help="zoo model")
-    p.add_argument("--masks", default=None, metavar="PATH",
-                   help="trained masks (.npz of sparse_table1); default: magnitude pruning")
-    p.add_argument("--ratio", type=float, default=8.0, help="pruning ratio (magnitude masks)")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--size", type=int, default=32, help="input height and width")
-    p.add_argument("--in-channels", type=int, default=1,
-                   help="input channels (1: Fashion-MNIST; 3 for the ImageNet models)")
-    p.add_argument("--max-layers", type=int, default=None, metavar="N",
-                   help="only the first N such layers")
+    layer_arguments(p)
     args = p.parse_args(argv)
     if args.quick:
         args.model, args.masks, args.batch, args.max_layers = "googlenet", None, 4, 1

@@ -87,8 +87,9 @@ def _cudnn_us(torch, x, w, geom, tf32: bool) -> float:
     return min(times)
 
 
-def main(argv=None) -> int:
-    p = parser(NAME, __doc__)
+def layer_arguments(p) -> None:
+    """The options that pick a pruned model's layers as ``sparse_layers`` builds them
+    (shared by the per-kernel 1x1 benches)."""
     p.add_argument("--model", default="googlenet", help="zoo model")
     p.add_argument("--masks", default=None, metavar="PATH",
                    help="trained masks (.npz of sparse_table1); default: magnitude pruning")
@@ -99,6 +100,11 @@ def main(argv=None) -> int:
                    help="input channels (1: Fashion-MNIST; 3 for the ImageNet models)")
     p.add_argument("--max-layers", type=int, default=None, metavar="N",
                    help="only the first N such layers")
+
+
+def main(argv=None) -> int:
+    p = parser(NAME, __doc__)
+    layer_arguments(p)
     args = p.parse_args(argv)
     if args.quick:
         args.model, args.masks, args.batch, args.max_layers = "resnet18", None, 8, 1

@@ -120,9 +120,10 @@ class Tile:
         return cdiv(g.n * g.h * g.w, self.pixels) * cdiv(g.k, self.rows), 1, self.splits
 
 
-# (mt, nt, wm, wn).  Each was the fastest on some 1x1 layer of GoogLeNet-8x or ResNet-50-8x
-# (H200, docs/notes/sparse_conv.md), but for the 128 x 128 and 64 x 128 ones on 256 threads,
-# which read the weights' records least often a pixel: not yet measured
+# (mt, nt, wm, wn).  On the 41 1x1 layers of GoogLeNet-8x and ResNet-50-8x (H200,
+# docs/notes/sparse_conv.md) the 128 x 128 tile (4, 4, 2, 4), which reads the records least
+# often a pixel, was the fastest on 12 and each other shape on 2-8, but (4, 4, 1, 4) and
+# (4, 4, 2, 2), which were the fastest on some layers before it was added
 SHAPES = ((2, 4, 2, 2), (1, 4, 2, 2), (2, 2, 2, 2), (4, 4, 1, 4), (4, 4, 2, 2), (4, 2, 2, 2),
           (2, 4, 4, 2), (4, 4, 2, 4), (2, 4, 2, 4))
 SPLITS = (1, 2, 4, 8)          # portable cluster sizes

@@ -34,7 +34,6 @@
 // what was measured: docs/notes/sparse_conv.md.
 #include "tc_cluster.cuh"
 #include "tc_common.cuh"
-#include "tc_mma.cuh"
 
 namespace sptc {
 constexpr int STAGES = 4;
@@ -135,8 +134,15 @@ sparse_pairs_tc(
                              true);
     };
 
+    // (not tf32x3::zero: tc_mma.cuh would make the build follow tensorconv.precision,
+    // and this kernel has one tf32 pass only)
     float acc[MT][NT][4];
-    tf32x3::zero(acc);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
 
     tdcx::cp_async_commit();
     tdcx::cp_async_wait<0>();

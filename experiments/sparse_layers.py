@@ -29,8 +29,8 @@ the same K x CRS shapes) — runs as:
 * ``ours-tf32``: ``ours`` under ``precision.using("tf32")`` (the dense blocks' table in one
   tf32 pass on the tensor cores, the remainder as in fp32), the fastest of the same
   layouts and of the remainder on the tensor cores in one tf32 pass without blocks
-  (``sparse_tc_remainder``; on a 1x1 layer at stride 1 also the sparse tensor cores,
-  ``sparse_pairs_tc``: its variant ``tc-remainder tf32`` names the kernel), against
+  (``sparse_tc_remainder``) and on the sparse tensor cores (``sparse_pairs_tc``; the
+  variant ``tc-remainder tf32`` holds both, its note names the kernel), against
   ``cudnn-tf32``.
 
 Every output is checked first against the pruned kernel's convolution in float64 (one

@@ -1,26 +1,31 @@
-// A sparse 1x1 convolution (stride 1, no padding) on the sparse tensor cores at one tf32
-// pass: mma.sp m16n8k16, whose A operand keeps one value of each pair of adjacent columns
-// (1:2 sparsity), NCHW, fp32 in and out.
+// A sparse convolution on the sparse tensor cores at one tf32 pass: mma.sp m16n8k16,
+// whose A operand keeps one value of each pair of adjacent columns (1:2 sparsity), NCHW,
+// fp32 in and out, any R x S filter (R S <= 64), stride and padding (groups 1, undilated).
 //
-//   y[n, k, p] = sum_c W[k, c] x[n, c, p]        (p a pixel of the H x W plane)
+//   y[n, k, p] = sum_col W[k, col] X[n, col, p]   (p an output pixel, col = c R S + r S + s,
+//                                                  X the implicit im2col of the input)
 //
-// The GEMM's reduction is over input channels.  For a block of BM output rows the host
-// lists pairs of channels such that each row has at most one nonzero in a pair (channels
-// paired so that their rows rarely meet, a row's second nonzero in a pair moved to a later
-// pair), eight pairs a k step; the tensor cores then do half a dense GEMM's products, the
-// unused half of the 1:2 format and the rows' zeros costing nothing more.  A k step's
-// record (tensorconv/ops/sparse_pairs_tc.py) holds its rows' kept values in A-fragment
-// order and their selectors as the metadata words each lane passes; its sixteen channels
-// are listed beside it.
+// The GEMM's reduction is over the kernel's columns.  For a block of BM output rows the
+// host lists pairs of columns such that each row has at most one nonzero in a pair
+// (columns paired so that their rows rarely meet, a row's second nonzero in a pair moved
+// to a later pair), eight pairs a k step; the tensor cores then do half a dense GEMM's
+// products, the unused half of the 1:2 format and the rows' zeros costing nothing more.
+// A k step's record (tensorconv/ops/sparse_pairs_tc.py) holds its rows' kept values in
+// A-fragment order and their selectors as the metadata words each lane passes; its
+// sixteen columns are listed beside it.
 //
 // A block of 32 * WM * WN threads owns BM = 16 * MT * WM output rows and BN = 8 * NT * WN
-// consecutive pixels of the flattened (image, pixel) axis; warp (wm, wn) MT m16 tiles by NT
-// n8 tiles.  The channels of the block's k steps are copied to shared memory first (each
-// step's input copies need them: read from global memory they put an L2 round trip in
-// every step).  U k steps' 16 input rows x BN pixels and records make a stage, copied by
-// cp.async (16 bytes where a plane's pixels are a multiple of 4, so four pixels never
-// straddle two images) into a STAGES-deep ring, STAGES - 1 stages ahead of the products
-// (rings of 8 were slower or no faster on every layer timed: they cost blocks an SM).
+// consecutive pixels of the flattened (image, output pixel) axis; warp (wm, wn) MT m16
+// tiles by NT n8 tiles.  The columns of the block's k steps are decoded into shared memory
+// first, as (the column's input offset from a window's corner, its tap r S + s): each
+// step's input copies need them (read from global memory they put an L2 round trip in
+// every step).  A thread always copies the same output pixel, so it knows once which
+// taps of its window lie inside the input (a bit set); the others are zero-filled (the
+// padding).  U k steps' 16 im2col rows x BN pixels and records make a stage, copied by
+// cp.async (16 bytes on a 1x1 filter at stride 1 without padding where a plane's pixels
+// are a multiple of 4, so four pixels never straddle two images; else 4 bytes) into a
+// STAGES-deep ring, STAGES - 1 stages ahead of the products (rings of 8 were slower or no
+// faster on every 1x1 layer timed: they cost blocks an SM).
 // B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row t + 4 i, column g:
 // banks 8 t + g, all distinct).
 //
@@ -63,13 +68,14 @@ __device__ __forceinline__ unsigned to_tf32(float v) {
 template <int MT, int NT, int WM, int WN, int CL, bool VEC>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(32 * WM * WN)
 sparse_pairs_tc(
-    const float* __restrict__ x,        // (N, C, HW)
+    const float* __restrict__ x,        // (N, C, H, W)
     const float4* __restrict__ recs,    // (steps, BM / 16 * 40) float4: A fragments, metadata
-    const int* __restrict__ chans,      // (steps, 16): the input channel of each k row
+    const int* __restrict__ cols,       // (steps, 16): the kernel column of each k row
     const int2* __restrict__ segs,      // (row blocks,): first step, steps
     const float* __restrict__ bias, const float* __restrict__ residual,
-    float* __restrict__ y,              // (N, K, HW)
-    int N, int C, int HW, int K, int row_blocks, int per_split, int chan_off, int red_off,
+    float* __restrict__ y,              // (N, K, OH, OW)
+    int N, int C, int H, int W, int K, int OH, int OW, int R, int S, int SH, int SW, int PH,
+    int PW, int row_blocks, int per_split, int chan_off, int red_off,
     unsigned long long fd_share, int accumulate, int relu)
 {
     tc::wait_prior_grids();
@@ -88,22 +94,30 @@ sparse_pairs_tc(
     const int wm = warp / WN, wn = warp - wm * WN;
     // Row blocks fastest: the blocks that read the same pixels run together, and the
     // input is read from DRAM about once.
-    const int NQ = N * HW;                              // < 2^31 (the op checks)
+    const int HW = H * W, OHW = OH * OW, RS = R * S;
+    const int NQ = N * OHW;                             // < 2^31 (the op checks)
     const int rblk = blockIdx.x % row_blocks, q0 = (blockIdx.x / row_blocks) * BN;
     const int2 seg = segs[rblk];
     const int s_begin = min(seg.y, (int)blockIdx.z * per_split);
     const int steps = min(seg.y, s_begin + per_split) - s_begin;
     const float4* rb = recs + (size_t)(seg.x + s_begin) * AV;
-    int* chs = reinterpret_cast<int*>(smem + chan_off);
+    int2* taps = reinterpret_cast<int2*>(smem + chan_off);
     const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
     tdcx::PushReduce<CL> red(smem + red_off, fd_share);
     if constexpr (CL > 1) red.begin(BM * BN);
 
-    // The block's channels, 16 a step (in the first copy group).
+    // The block's columns, 16 a step, decoded once (C R S < 2^31: the op checks).
     {
-        const float* src = reinterpret_cast<const float*>(chans + (size_t)(seg.x + s_begin) * 16);
-        for (int i = tid; i < 4 * steps; i += THREADS)
-            tdcx::cp_async16(base + 4u * (chan_off + 4 * i), src + 4 * i, true);
+        const int* src = cols + (size_t)(seg.x + s_begin) * sptc::KS;
+        for (int i = tid; i < sptc::KS * steps; i += THREADS) {
+            const int cc = src[i];
+            if (RS == 1) {                              // a 1x1 filter: no divisions
+                taps[i] = make_int2(cc * HW, 0);
+            } else {
+                const int c = cc / RS, rs = cc - c * RS, r = rs / S;
+                taps[i] = make_int2(c * HW + r * W + (rs - r * S), rs);
+            }
+        }
     }
     // Each thread copies the same pixels of rows k = kr + j * KSTEP every step: their
     // offsets from a channel's plane start are fixed for the launch.
@@ -115,18 +129,34 @@ sparse_pairs_tc(
     const int col = (tid % PER_ROW) * (VEC ? 4 : 1), kr = tid / PER_ROW;
     const int q = q0 + col;
     const bool live = q < NQ;
-    const int n_img = live ? q / HW : 0;
-    const float* xp = x + (live ? (size_t)n_img * C * HW + (q - n_img * HW) : 0);
+    const int n_img = live ? q / OHW : 0, p = live ? q - n_img * OHW : 0;
+    // The input offset of the thread's window corner (negative in the padding), and which
+    // taps of the window lie inside the input (VEC, a 1x1 filter at stride 1 without
+    // padding, reads inside always).
+    long long corner = (long long)n_img * C * HW;
+    unsigned long long inside = 0;
+    if constexpr (VEC) {
+        corner += p;
+    } else {
+        const int oh = p / OW, ow = p - oh * OW, ih0 = oh * SH - PH, iw0 = ow * SW - PW;
+        corner += (long long)ih0 * W + iw0;
+        for (int r = 0; r < R; ++r)
+            for (int s = 0; s < S; ++s)
+                if ((unsigned)(ih0 + r) < (unsigned)H && (unsigned)(iw0 + s) < (unsigned)W)
+                    inside |= 1ull << (r * S + s);
+    }
 
     auto stage = [&](int s, int buf) {
         const unsigned sb = base + 4u * buf * SWORDS;
 #pragma unroll
         for (int j = 0; j < BCOPIES; ++j) {
             const int k = kr + j * KSTEP;
-            const float* src = xp + (size_t)chs[s * KR + k] * HW;
+            const int2 tp = taps[s * KR + k];
+            const bool ok = VEC ? live : live && ((inside >> tp.y) & 1);
+            const float* src = ok ? x + (corner + tp.x) : x;
             const unsigned dst = sb + 4u * (k * LDB + col);
-            if constexpr (VEC) tdcx::cp_async16(dst, live ? src : x, live);
-            else tdcx::cp_async4(dst, live ? src : x, live);
+            if constexpr (VEC) tdcx::cp_async16(dst, src, ok);
+            else tdcx::cp_async4(dst, src, ok);
         }
         const float4* r = rb + (size_t)s * sptc::U * AV;
         for (int i = tid; i < sptc::U * AV; i += THREADS)
@@ -144,9 +174,7 @@ sparse_pairs_tc(
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
 
-    tdcx::cp_async_commit();
-    tdcx::cp_async_wait<0>();
-    __syncthreads();
+    __syncthreads();                                    // the taps are decoded
     const int nst = steps / sptc::U;                    // stages (steps: a multiple of U)
 #pragma unroll
     for (int s = 0; s < sptc::STAGES - 1; ++s) {
@@ -216,15 +244,15 @@ sparse_pairs_tc(
     static_assert(THREADS % BN == 0, "a thread stores one pixel of every few rows");
     const int c = tid % BN, qc = q0 + c;
     if (qc >= NQ) return;
-    const int n = qc / HW;
-    const size_t ybase = (size_t)n * K * HW + (qc - n * HW);
+    const int n = qc / OHW;
+    const size_t ybase = (size_t)n * K * OHW + (qc - n * OHW);
     for (int r = tid / BN; r < rows_owned; r += THREADS / BN) {
         const int k = rblk * BM + row_first + r;
         if (k >= K) break;
         float v;
         if constexpr (CL > 1) v = red.sum(r * BN + c);
         else v = smem[r * LDT + c];
-        const size_t at = ybase + (size_t)k * HW;
+        const size_t at = ybase + (size_t)k * OHW;
         if (accumulate) v += y[at];
         y[at] = tc::conv_epilogue(v, bias, k, residual, at, relu);
     }
@@ -234,7 +262,8 @@ sparse_pairs_tc(
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)
 #define TC_I_SPARSE_PAIRS_TC(...) template __global__ void sparse_pairs_tc<__VA_ARGS__>( \
     const float*, const float4*, const int*, const int2*, const float*, const float*, float*, int, \
-    int, int, int, int, int, int, int, unsigned long long, int, int);
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    unsigned long long, int, int);
 TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, true)
 TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, true)
 TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, true)

@@ -1,13 +1,14 @@
-"""The sparse-tensor-core 1x1 kernel's host side (``ops.sparse_pairs``, ``ops.sparse_pairs_tc``):
-records that decode back to the tf32-rounded kernel through the operand layouts, the
-channel pairing, tiles and their refusals, the CPU reference path and bad input."""
+"""The sparse-tensor-core kernel's host side (``ops.sparse_pairs``, ``ops.sparse_pairs_tc``):
+records that decode back to the tf32-rounded kernel matrix through the operand layouts
+(1x1 and wider filters), the column pairing, tiles and their refusals, the CPU reference
+path and bad input."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tensorconv import precision
+from tensorconv import precision, reference
 from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_pairs as spr
 from tensorconv.ops import sparse_pairs_tc as sp
@@ -16,13 +17,13 @@ from tests.helpers import device_facts
 
 
 def decode(rec, k: int, c: int) -> np.ndarray:
-    """The (k, c) kernel a layer's records multiply, read back as the tensor cores read
-    them: lane (g, t) register i of m16 tile m is row SLOT_ROW and pair SLOT_PAIR, the
-    pair's selector a nibble of its holder lane's metadata word, the pair's channel the
-    step's channel at the selected stage row."""
+    """The (k, c) kernel matrix a layer's records multiply, read back as the tensor cores
+    read them: lane (g, t) register i of m16 tile m is row SLOT_ROW and pair SLOT_PAIR, the
+    pair's selector a nibble of its holder lane's metadata word, the pair's column the
+    step's column at the selected stage row."""
     bm = rec.rows
     recs = np.asarray(rec.recs).reshape(max(rec.steps, 1), bm * 10)
-    chans = np.asarray(rec.chans)
+    chans = np.asarray(rec.cols)
     out = np.zeros((k, c), np.float64)
     lane, reg = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
     r16, j = spr.SLOT_ROW[lane, reg], spr.SLOT_PAIR[lane, reg]
@@ -43,19 +44,24 @@ def decode(rec, k: int, c: int) -> np.ndarray:
     return out
 
 
-def _kernel(rng, k, c, density):
-    w = rng.standard_normal((k, c, 1, 1)).astype(np.float32)
+def _kernel(rng, k, c, density, r=1, s=1):
+    w = rng.standard_normal((k, c, r, s)).astype(np.float32)
     return (w * (rng.random(w.shape) < density)).astype(np.float32)
 
 
-@pytest.mark.parametrize("k,c,density", [(64, 64, 0.125), (100, 72, 0.2), (130, 333, 0.125),
-                                         (16, 9, 1.0), (40, 48, 0.0), (33, 17, 0.5)])
+@pytest.mark.parametrize("k,c,density,r,s", [
+    (64, 64, 0.125, 1, 1), (100, 72, 0.2, 1, 1), (130, 333, 0.125, 1, 1), (16, 9, 1.0, 1, 1),
+    (40, 48, 0.0, 1, 1), (33, 17, 0.5, 1, 1), (50, 16, 0.15, 3, 3), (24, 5, 0.3, 5, 5),
+    (70, 3, 0.2, 7, 7), (20, 6, 0.4, 1, 3)])
 @pytest.mark.parametrize("rows", [16, 32, 64, 128])
-def test_records_decode_to_the_tf32_kernel(rng, k, c, density, rows):
-    w = _kernel(rng, k, c, density)
-    rec = spr.pair_records(*spr.dense_csr(w), k, c, rows, np)
-    assert np.array_equal(decode(rec, k, c), round_tf32(w[:, :, 0, 0], np))
+def test_records_decode_to_the_tf32_kernel(rng, k, c, density, r, s, rows):
+    """Columns c R S + r S + s, as ``dense_csr`` and the sparse layers' CSR number them."""
+    w = _kernel(rng, k, c, density, r, s)
+    cols = c * r * s
+    rec = spr.pair_records(*spr.dense_csr(w), k, cols, rows, np)
+    assert np.array_equal(decode(rec, k, cols), round_tf32(w.reshape(k, cols), np))
     assert rec.segs.shape == (-(-k // rows), 2) and rec.max_steps == rec.segs[:, 1].max()
+    assert rec.columns == cols
 
 
 def test_a_broken_layout_table_is_caught(rng, monkeypatch):
@@ -103,17 +109,39 @@ def _problem(x_shape, w_shape, stride=1, padding=0):
     return sp.Problem(conv_geometry(x_shape, w_shape, stride, padding))
 
 
-def test_tiles_only_at_one_tf32_pass_and_for_1x1_stride_1():
+def test_tiles_only_at_one_tf32_pass_and_for_filters_of_at_most_64_taps():
     facts = device_facts()
     p = _problem((2, 64, 8, 8), (32, 64, 1, 1))
     assert sp.candidates(p, facts) == []
     with precision.using("tf32"):
         tiles = sp.candidates(p, facts)
-        assert tiles and all(t.splits <= 4 for t in tiles)       # 4 steps of 16 channels
+        assert tiles and all(t.splits <= 4 for t in tiles)       # 4 steps of 16 columns
         assert sp.default_tile(p, facts) in tiles
-        assert sp.candidates(_problem((2, 64, 8, 8), (32, 64, 3, 3), padding=1), facts) == []
-        assert sp.candidates(_problem((2, 64, 8, 8), (32, 64, 1, 1), stride=2), facts) == []
-    assert "1x1 filters at stride 1" in sp.supported(_problem((1, 4, 5, 5), (4, 4, 3, 3)))
+        wide = sp.candidates(_problem((2, 8, 8, 8), (32, 8, 3, 3), padding=1), facts)
+        assert wide and max(t.splits for t in wide) == 4           # 72 columns: 5 steps
+        assert sp.candidates(_problem((2, 64, 8, 8), (32, 64, 1, 1), stride=2), facts)
+        assert sp.candidates(_problem((1, 4, 20, 20), (4, 4, 9, 9)), facts) == []
+    assert sp.supported(_problem((1, 4, 5, 5), (4, 4, 3, 3))) is None
+    assert sp.supported(_problem((1, 4, 8, 8), (4, 4, 8, 8))) is None        # 64 taps
+    assert "at most 64 taps" in sp.supported(_problem((1, 4, 9, 9), (4, 4, 9, 9)))
+    assert "dilation" in sp.supported(sp.Problem(conv_geometry((1, 4, 9, 9), (4, 4, 3, 3),
+                                                               dilation=2)))
+
+
+def test_only_1x1_stride_1_layers_copy_16_bytes():
+    assert sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 1, 1)))
+    assert not sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 1, 1), 2))
+    assert not sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 3, 3), 1, 1))
+    assert not sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 1, 1), 1, 1))
+    assert not sp.vectorized(conv_geometry((2, 8, 7, 7), (4, 8, 1, 1)))
+
+
+def test_shared_memory_counts_the_columns_of_wider_filters():
+    tile = sp.TILES[0]
+    one = tile.smem_bytes(_problem((2, 64, 8, 8), (32, 64, 1, 1)))
+    nine = tile.smem_bytes(_problem((2, 64, 8, 8), (32, 64, 3, 3), padding=1))
+    # two words a decoded column, about one column a pair and 16 a step: 9x the columns
+    assert nine - one >= 4 * 2 * (9 * 64 - 64 - 16)
 
 
 def test_the_default_tile_splits_a_small_layer_and_not_a_large_one():
@@ -135,8 +163,13 @@ def test_cpu_reference_and_bad_input(rng):
     y = sp.sparse_pairs_conv2d(x, w, relu=True)
     want = np.maximum(np.einsum("kc,nchw->nkhw", w[:, :, 0, 0], x), 0)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="1x1 filters at stride 1"):
-        sp.sparse_pairs_conv2d(x, rng.standard_normal((6, 8, 3, 3)).astype(np.float32))
+    w3 = _kernel(rng, 6, 8, 0.5, 3, 3)
+    y = sp.sparse_pairs_conv2d(x, w3, None, 2, 1)
+    np.testing.assert_allclose(y, reference.conv2d(x, w3, None, 2, 1), rtol=1e-5, atol=1e-5)
+    assert y.shape == (2, 6, 3, 3)
+    with pytest.raises(ValueError, match="at most 64 taps"):
+        sp.sparse_pairs_conv2d(np.zeros((1, 8, 9, 9), np.float32),
+                               rng.standard_normal((6, 8, 9, 9)).astype(np.float32))
     with pytest.raises(ValueError, match="w"):
         sp.sparse_pairs_conv2d(x, w[:, :4])
     with pytest.raises(ValueError, match="bias"):
@@ -147,10 +180,11 @@ def test_cpu_reference_and_bad_input(rng):
         sp.check_tile(sp.Tile(3, 3, 3, 3), _problem((2, 8, 5, 5), (6, 8, 1, 1)), device_facts())
 
 
-def test_a_tuned_plan_times_the_sparse_tensor_cores_on_1x1_layers_at_one_tf32_pass():
-    """Under tf32, a 1x1 layer at stride 1 without padding gets every sparse-tensor-core
-    tile after the others (each named apart, each running its own kernel under "auto");
-    not at fp32 accuracy, not strided, not wider filters; asked for at fp32: an error."""
+def test_a_tuned_plan_times_the_sparse_tensor_cores_at_one_tf32_pass():
+    """Under tf32, a layer gets every sparse-tensor-core tile after the others (each named
+    apart, each running its own kernel under "auto"): 1x1 at stride 1 or 2, 3x3 with
+    padding; not at fp32 accuracy, not a filter of more than 64 taps; asked for at fp32 or
+    on such a filter: an error."""
     from tensorconv.ops import sparse_conv as sc
 
     geom = conv_geometry((32, 512, 16, 16), (128, 512, 1, 1))
@@ -168,9 +202,13 @@ def test_a_tuned_plan_times_the_sparse_tensor_cores_on_1x1_layers_at_one_tf32_pa
                                                                             pairs[0])
         for other in (conv_geometry((32, 512, 16, 16), (128, 512, 1, 1), 2),
                       conv_geometry((32, 64, 16, 16), (64, 64, 3, 3), 1, 1)):
-            assert not any(isinstance(t, sp.Tile) for t, _ in sc.remainder_choices(other, 132))
-            with pytest.raises(ValueError, match="remainder='pairs'"):
-                sc.remainder_kind(other, "pairs")
+            pairs = [t for t, _ in sc.remainder_choices(other, 132) if isinstance(t, sp.Tile)]
+            assert pairs == sp.candidates(sp.Problem(other), None)
+            assert sc.remainder_kind(other, "pairs") == "pairs"
+        wide = conv_geometry((2, 4, 12, 12), (8, 4, 9, 9))
+        assert not any(isinstance(t, sp.Tile) for t, _ in sc.remainder_choices(wide, 132))
+        with pytest.raises(ValueError, match="remainder='pairs'"):
+            sc.remainder_kind(wide, "pairs")
     with pytest.raises(ValueError, match="one tf32 pass only"):
         sc.remainder_kind(geom, "pairs")
     with pytest.raises(ValueError, match="remainder_tile must be one of the pairs"):

@@ -1,7 +1,8 @@
-"""The k-step records of :mod:`tensorconv.ops.sparse_pairs_tc`: a pruned 1x1 kernel's input
-channels paired for ``mma.sp``'s 1:2 format (a block of output rows, few rows in both
-channels of a pair), and each k step's kept values and selectors in the operand layouts
-of ``mma.sp`` m16n8k16 .tf32 (selector 0), as a probe on the H200 measured them.
+"""The k-step records of :mod:`tensorconv.ops.sparse_pairs_tc`: a pruned kernel's columns
+(K x C R S, column ``c R S + r S + s``; a 1x1 kernel's input channels) paired for
+``mma.sp``'s 1:2 format (a block of output rows, few rows in both columns of a pair), and
+each k step's kept values and selectors in the operand layouts of ``mma.sp`` m16n8k16
+.tf32 (selector 0), as a probe on the H200 measured them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from tensorconv.ops._launch import cdiv, round_tf32
 
-KS = 16             # input channels a k step: eight pairs
+KS = 16             # kernel columns a k step: eight pairs
 STEP_MULTIPLE = 2   # a row block's k steps come in multiples of this (the kernel's stage)
 
 
@@ -21,13 +22,13 @@ _LANE, _REG = np.arange(32)[:, None], np.arange(4)[None, :]
 # tile and its value of pair SLOT_PAIR[lane, i] (the dense m16n8k8 A fragment's places).
 SLOT_ROW = _LANE // 4 + 8 * (_REG & 1)
 SLOT_PAIR = _LANE % 4 + 4 * (_REG >> 1)
-# B (16 k rows x 8 pixels): the kernel gives lane (g, t) register i the input row t + 4 i
+# B (16 k rows x 8 pixels): the kernel gives lane (g, t) register i the im2col row t + 4 i
 # of the stage, pixel g.  Pair j multiplies the stage rows PAIR_ROWS[j] (its first and
-# second channel): the host lists each step's channels in those rows.
+# second column): the host lists each step's columns in those rows.
 PAIR_ROWS = np.array([(2 * j, 2 * j + 1) for j in range(8)], np.int64)
 # Metadata: for row r (0-15) of an m16 tile and pair j, the lane 4 (r % 8) + META_HOLDER
 # [r, j] and the nibble META_NIBBLE[r, j] of its word that select the pair's value: FIRST
-# its first channel's, SECOND its second's.
+# its first column's, SECOND its second's.
 META_HOLDER = np.array([[j // 4 for j in range(8)] for r in range(16)], np.int64)
 META_NIBBLE = np.array([[j % 4 + 4 * (r // 8) for j in range(8)] for r in range(16)], np.int64)
 FIRST, SECOND = 0x4, 0xE
@@ -35,16 +36,16 @@ FIRST, SECOND = 0x4, 0xE
 
 
 def pair_channels(masks: np.ndarray) -> list[tuple[int, int]]:
-    """Pairs of channels covering every channel ``masks`` uses, few rows in both of a pair.
+    """Pairs of columns covering every column ``masks`` uses, few rows in both of a pair.
 
     Parameters
     ----------
-    masks : array, (C, W), uint64: channel c's rows as a bit set of W words
+    masks : array, (C, W), uint64: column c's rows as a bit set of W words
 
     Returns
     -------
     list of (a, b): ``b`` is -1 where ``a`` has no partner (an odd count).  Greedy: the
-    channels used by most rows first, each paired with the unpaired channel sharing the
+    columns used by most rows first, each paired with the unpaired column sharing the
     fewest rows with it (ties: the one used by most rows, then the lowest).
     """
     used = np.flatnonzero(masks.any(axis=1))
@@ -71,18 +72,18 @@ def pair_channels(masks: np.ndarray) -> list[tuple[int, int]]:
 
 def block_schedule(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, nrows: int,
                    c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The channel pairs of one block of ``nrows`` rows whose nonzeros are ``(rows, cols,
-    vals)`` (rows local to the block, within ``c`` channels).
+    """The column pairs of one block of ``nrows`` rows whose nonzeros are ``(rows, cols,
+    vals)`` (rows local to the block, within ``c`` columns).
 
     Returns
     -------
-    pairs : (P, 2) int64, a pair's channels (``b`` = ``a`` where it has no partner)
+    pairs : (P, 2) int64, a pair's columns (``b`` = ``a`` where it has no partner)
     kept : (nrows, P) float32, each row's value in each pair (0 where none)
-    second : (nrows, P) bool, whether it is the pair's second channel's value
+    second : (nrows, P) bool, whether it is the pair's second column's value
     moved : int, the nonzeros placed after the first round
 
     Rounds of :func:`pair_channels` over the nonzeros not yet placed: in a pair where a row
-    has both, the first channel's value is placed, the second's waits for a later round.
+    has both, the first column's value is placed, the second's waits for a later round.
     """
     words = cdiv(max(nrows, 1), 64)
     left = np.ones(rows.size, bool)
@@ -128,19 +129,22 @@ def block_schedule(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, nrows: 
 class PairRecords(NamedTuple):
     """A layer's k steps for one tile (:func:`pair_records`): ``recs`` (steps · rows/16 ·
     40, 4) float32 (each m16 tile's A fragments, 32 lanes x 4, then its metadata words, 32
-    lanes; rows/16 tiles a step), ``chans`` (steps, 16) int32, ``segs`` (row blocks, 2)
-    int32 (first step, steps), ``steps`` in all, ``pairs`` the channel pairs in all,
+    lanes; rows/16 tiles a step), ``cols`` (steps, 16) int32 (each k row's kernel column),
+    ``segs`` (row blocks, 2) int32 (first step, steps), ``steps`` in all, ``pairs`` the
+    column pairs in all,
     ``moved`` the nonzeros placed after a block's first round, ``rows`` the tile's rows
-    a block, ``max_steps`` the most steps of a row block."""
+    a block, ``max_steps`` the most steps of a row block, ``columns`` the kernel
+    matrix's."""
 
     recs: object
-    chans: object
+    cols: object
     segs: object
     steps: int
     pairs: int
     moved: int
     rows: int
     max_steps: int
+    columns: int
 
 
 def fragments(kept: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +170,9 @@ def fragments(kept: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def pair_records(indptr, indices, data, k: int, c: int, rows: int, xp) -> PairRecords:
-    """The k-step records of a (``k``, ``c``) 1x1 kernel given in CSR (host arrays), blocks
-    of ``rows`` output rows (a multiple of 16: a tile's), on ``xp``'s device."""
+    """The k-step records of a (``k``, ``c``) kernel matrix given in CSR (host arrays; ``c``
+    its columns, C R S), blocks of ``rows`` output rows (a multiple of 16: a tile's), on
+    ``xp``'s device."""
     if rows <= 0 or rows % 16:
         raise ValueError(f"rows must be a positive multiple of 16, got {rows}")
     indptr = np.asarray(indptr, np.int64)
@@ -219,11 +224,12 @@ def pair_records(indptr, indices, data, k: int, c: int, rows: int, xp) -> PairRe
         ch_all[:first] = np.concatenate(chans)
     return PairRecords(xp.asarray(rec_all.reshape(-1, 4)), xp.asarray(ch_all),
                        xp.asarray(segs.astype(np.int32)), first, npairs, moved, bm,
-                       int(segs[:, 1].max()) if blocks else 0)
+                       int(segs[:, 1].max()) if blocks else 0, c)
 
 
 def dense_csr(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A (K, C, 1, 1) kernel's nonzeros as CSR arrays (indptr, indices, data)."""
+    """A (K, C, R, S) kernel's nonzeros as CSR arrays (indptr, indices, data) over its
+    K x C R S matrix (column ``c R S + r S + s``)."""
     w2 = np.asarray(w, np.float32).reshape(w.shape[0], -1)
     rows, cols = np.nonzero(w2)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=w2.shape[0]))])

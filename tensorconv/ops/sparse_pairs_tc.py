@@ -1,18 +1,20 @@
-"""A sparse 1x1 convolution on the sparse tensor cores (``kernels_cu/sparse_pairs_tc.cu``,
+"""A sparse convolution on the sparse tensor cores (``kernels_cu/sparse_pairs_tc.cu``,
 ``sparse_pairs_tc``): one tf32 pass of ``mma.sp`` m16n8k16, fp32 NCHW in and out.
 
 ``mma.sp`` multiplies an A operand of which each row keeps one value of every pair of
 adjacent columns (1:2 sparsity) at twice the dense rate.  A pruned layer is not 1:2 sparse,
 but at 8x a row has a nonzero in one column in eight: for a block of output rows the host
-pairs the input channels so that the rows rarely have a nonzero in both channels of a
-pair (:func:`pair_channels`), and moves a row's second nonzero in a pair to a later pair.
-The tensor cores then do about half a dense TF32 GEMM's products and read half its
-weights, where the CUDA-core kernels (:mod:`tensorconv.ops.sparse_unrolled_direct`) do an
-eighth of the products at an eighth of the rate and wait on a load for every few.
+pairs the kernel's columns (``c R S + r S + s``) so that the rows rarely have a nonzero in
+both columns of a pair (:func:`pair_channels`), and moves a row's second nonzero in a pair
+to a later pair.  The tensor cores then do about half a dense TF32 GEMM's products and read
+half its weights, where the CUDA-core kernels (:mod:`tensorconv.ops.sparse_unrolled_direct`)
+do an eighth of the products at an eighth of the rate and wait on a load for every few.
 
-Only 1x1 filters at stride 1 without padding (the GEMM reads each channel's pixels
-contiguously), groups 1, and only at one tf32 pass (``tensorconv.precision.using("tf32")``):
-the format has no room for 3xTF32's remainders.
+Any R x S filter with R S <= 64 (each thread keeps its window's taps inside the input as
+a 64-bit set), any stride and padding (the input read through an implicit im2col, the
+padding zero-filled; 16-byte copies on 1x1 filters at stride 1 without padding, else
+4-byte ones), groups 1, undilated, and only at one tf32 pass
+(``tensorconv.precision.using("tf32")``): the format has no room for 3xTF32's remainders.
 """
 
 from __future__ import annotations
@@ -54,13 +56,19 @@ from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-export
 
 FILE = "sparse_pairs_tc.cu"
 STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES (of STEP_MULTIPLE k steps)
+MAX_TAPS = 64       # a thread's window taps inside the input: one 64-bit set
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One sparse 1x1 layer: ``geom`` its convolution."""
+    """One sparse layer: ``geom`` its convolution."""
 
     geom: ConvGeometry
+
+    @property
+    def columns(self) -> int:
+        """The kernel matrix's columns, C R S: the GEMM's reduction."""
+        return self.geom.c * self.geom.r * self.geom.s
 
 
 @dataclass(frozen=True)
@@ -99,17 +107,17 @@ class Tile:
         return STAGES * self.stage_floats()
 
     def smem_floats(self, max_steps: int) -> tuple[int, int, int]:
-        """(the channels' offset, the push slots' offset, the total) in floats, for a
-        block of at most ``max_steps`` k steps."""
+        """(the columns' offset, the push slots' offset, the total) in floats, for a
+        block of at most ``max_steps`` k steps (a column decoded: two words)."""
         chan_off = self.ring_floats()
-        red_off = chan_off + 2 * cdiv(KS * max_steps, 2)
+        red_off = chan_off + 2 * KS * max_steps
         return chan_off, red_off, red_off + (push_slot_floats(self.splits, self.share)
                                              if self.splits > 1 else 0)
 
     def smem_bytes(self, p: Problem) -> int:
-        """At most: a row block has at most C + log2(C) + 1 pairs (each round pairs at
-        most half the channels the one before did)."""
-        steps = cdiv(cdiv(p.geom.c + p.geom.c.bit_length() + 1, 8), STEP_MULTIPLE)
+        """At most: a row block has at most n + log2(n) + 1 pairs of its n = C R S columns
+        (each round pairs at most half the columns the one before did)."""
+        steps = cdiv(cdiv(p.columns + p.columns.bit_length() + 1, 8), STEP_MULTIPLE)
         most = cdiv(steps, self.splits) * STEP_MULTIPLE
         return 4 * self.smem_floats(most)[2]
 
@@ -138,13 +146,12 @@ def name(t: Tile, vec: bool) -> str:
 def supported(p: Problem) -> str | None:
     """Why the kernel cannot run ``p``, or None."""
     g = p.geom
-    if (g.r, g.s) != (1, 1) or g.stride != (1, 1) or g.padding != (0, 0):
-        return f"sparse_pairs_tc runs 1x1 filters at stride 1 without padding, got " \
-               f"{g.r}x{g.s}, stride {g.stride}, padding {g.padding}"
+    if g.r * g.s > MAX_TAPS:
+        return f"sparse_pairs_tc runs filters of at most {MAX_TAPS} taps, got {g.r}x{g.s}"
     if g.groups != 1 or g.dilation != (1, 1):
         return f"sparse_pairs_tc runs groups 1, undilated, got groups {g.groups}, " \
                f"dilation {g.dilation}"
-    if g.n * max(g.c, g.k) * g.h * g.w > 2 ** 31 - 1:
+    if max(g.n * g.c * g.h * g.w, g.n * g.k * g.oh * g.ow) > 2 ** 31 - 1:
         return "the input or the output has more than 2**31 - 1 elements"
     return None
 
@@ -161,7 +168,7 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     limit = facts.smem_per_block_optin if facts is not None else None
     clusters = facts is None or has_clusters(facts)
     return [t for t in TILES if (limit is None or t.smem_bytes(p) <= limit)
-            and (t.splits == 1 or clusters and t.splits <= cdiv(p.geom.c, KS))]
+            and (t.splits == 1 or clusters and t.splits <= cdiv(p.columns, KS))]
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
@@ -173,7 +180,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     blocks = one.grid(p)[0]
     sms = facts.sm_count if facts is not None else 132
     clusters = facts is None or has_clusters(facts)
-    steps = cdiv(p.geom.c, KS)
+    steps = cdiv(p.columns, KS)
     for splits in SPLITS:
         if splits > 1 and (not clusters or steps < 2 * splits):
             break
@@ -184,9 +191,11 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
 
 
 def vectorized(geom: ConvGeometry, x=None) -> bool:
-    """Whether the input rows copy in 16-byte words: planes of a multiple of 4 pixels
+    """Whether the input rows copy in 16-byte words: a 1x1 filter at stride 1 without
+    padding (an output pixel's input is the same pixel), planes of a multiple of 4 pixels
     (four pixels then never straddle two images) and ``x`` 16-byte aligned."""
-    ok = geom.h * geom.w % 4 == 0
+    ok = ((geom.r, geom.s, geom.stride, geom.padding) == (1, 1, (1, 1), (0, 0))
+          and geom.h * geom.w % 4 == 0)
     if x is not None:
         ok = ok and int(x.data.ptr) % 16 == 0
     return ok
@@ -204,11 +213,11 @@ def instantiations() -> list[str]:
 
 def remainder_records(weights, rows: int) -> PairRecords:
     """The k-step records of a sparse layer's remainder (``weights``: a
-    :class:`~tensorconv.ops.sparse_conv.SparseWeights` of a 1x1 kernel) for blocks of
-    ``rows`` rows, made once and kept with the weights."""
+    :class:`~tensorconv.ops.sparse_conv.SparseWeights`, columns ``c R S + r S + s``) for
+    blocks of ``rows`` rows, made once and kept with the weights."""
     key = ("pairs", rows)
     if key not in weights.staged:
-        k, c = weights.shape[:2]
+        k, c = weights.shape[0], int(np.prod(weights.shape[1:]))
         nnz = weights.remainder_nnz
         indptr = backend.to_host(weights.indptr)
         weights.staged[key] = pair_records(
@@ -238,40 +247,42 @@ def run(x, records: PairRecords, out, p: Problem, tile: Tile, epilogue=(None, No
     chan_off, red_off, floats = tile.smem_floats(per_split)
     i32 = np.int32
     launch(kernels(p, tile, vec)[0], tile.grid(p), (tile.threads,),
-           (x, records.recs, records.chans, records.segs, ptr(bias), ptr(residual), out,
-            i32(g.n), i32(g.c), i32(g.h * g.w), i32(g.k), i32(cdiv(g.k, tile.rows)),
+           (x, records.recs, records.cols, records.segs, ptr(bias), ptr(residual), out,
+            *(i32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.oh, g.ow, g.r, g.s, *g.stride,
+                               *g.padding)), i32(cdiv(g.k, tile.rows)),
             i32(per_split), i32(chan_off),
             i32(red_off), cuda.fast_div(tile.share if tile.splits > 1 else 1),
             i32(bool(accumulate)), i32(bool(relu))), 4 * floats)
 
 
-def sparse_pairs_conv2d(x, w, bias=None, *, relu: bool = False, residual=None,
-                        tile: Tile | None = None, records: PairRecords | None = None,
-                        out=None):
-    """``relu?(conv1x1(x, w) + bias + residual)`` for a pruned ``w`` on the sparse tensor
-    cores, at one tf32 pass.
+def sparse_pairs_conv2d(x, w, bias=None, stride=1, padding=0, *, relu: bool = False,
+                        residual=None, tile: Tile | None = None,
+                        records: PairRecords | None = None, out=None):
+    """``relu?(conv2d(x, w, stride, padding) + bias + residual)`` for a pruned ``w`` on the
+    sparse tensor cores, at one tf32 pass.
 
     Parameters
     ----------
     x : array, (N, C, H, W), float32, C-contiguous (CuPy; NumPy computes the fp32 reference)
-    w : array, (K, C, 1, 1), float32: zeros are pruned weights (host or device)
+    w : array, (K, C, R, S), float32, R S <= 64: zeros are pruned weights (host or device)
     bias : array, (K,), float32, optional
+    stride, padding : int or (int, int)
     relu : bool
-    residual : array, (N, K, H, W), float32, optional
+    residual : array, (N, K, OH, OW), float32, optional
     tile : Tile, optional (default :func:`default_tile`)
     records : PairRecords, optional: :func:`pair_records` of ``w`` for ``tile``, made once
-    out : array, (N, K, H, W), float32, optional (GPU only)
+    out : array, (N, K, OH, OW), float32, optional (GPU only)
 
     Returns
     -------
-    array, (N, K, H, W), float32
+    array, (N, K, OH, OW), float32
     """
     check_bools(relu=relu)
     x = backend.as_array(x, "x")
     check_array(x, "x", ndim=4, dtype=np.float32, contiguous=True)
     wh = backend.to_host(backend.as_array(w, "w"))
     check_array(wh, "w", ndim=4, dtype=np.float32)
-    geom = conv_geometry(x.shape, wh.shape, 1, 0, names=("x", "w"))
+    geom = conv_geometry(x.shape, wh.shape, stride, padding, names=("x", "w"))
     p = Problem(geom)
     if (why := supported(p)) is not None:
         raise ValueError(why)
@@ -282,7 +293,7 @@ def sparse_pairs_conv2d(x, w, bias=None, *, relu: bool = False, residual=None,
     if xp is np:
         if out is not None:
             raise ValueError("out is supported on the GPU path only")
-        y = reference.conv2d(x, wh, bias, 1, 0)
+        y = reference.conv2d(x, wh, bias, geom.stride, geom.padding)
         if residual is not None:
             y = y + residual
         return (np.maximum(y, 0) if relu else y).astype(np.float32)
@@ -296,13 +307,16 @@ def sparse_pairs_conv2d(x, w, bias=None, *, relu: bool = False, residual=None,
     tile = tile or default_tile(p, facts)
     check_tile(tile, p, facts)
     if records is None:
-        records = pair_records(*dense_csr(wh), geom.k, geom.c, tile.rows, xp)
+        records = pair_records(*dense_csr(wh), geom.k, p.columns, tile.rows, xp)
     elif not isinstance(records, PairRecords):
         raise TypeError(f"records must be pair_records(...), got {type(records).__name__}")
     elif records.rows != tile.rows or records.segs.shape[0] != cdiv(geom.k, tile.rows):
         raise ValueError(f"records were made for blocks of {records.rows} rows and "
                          f"{records.segs.shape[0]} blocks; tile {tile} has {tile.rows} rows "
                          f"and this layer {cdiv(geom.k, tile.rows)} blocks")
+    elif records.columns != p.columns:
+        raise ValueError(f"records were made for a kernel of {records.columns} columns; w "
+                         f"has {p.columns} (C R S)")
     out = output_buffer(xp, out, geom.output_shape)
     run(x, records, out, p, tile, (bias, residual, bool(relu)))
     return out

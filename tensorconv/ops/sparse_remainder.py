@@ -111,11 +111,11 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     layers) on each of :func:`stagings` (H200, ``docs/notes/sparse_conv.md``).  Under
     ``precision.using("tf32")``, then every tile of the tensor-core remainder
     (:mod:`tensorconv.ops.sparse_tc_remainder`: 1.08-1.33x the tiled kernel on trained
-    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed), and on
-    a 1x1 filter at stride 1 without padding every tile of the sparse tensor cores
-    (:mod:`tensorconv.ops.sparse_pairs_tc`: one tf32 pass only; on GoogLeNet-8x's and
-    ResNet-50-8x's 1x1 layers 0.6-1.7x cuDNN TF32, 1.4-2x the unrolled kernel on
-    ResNet-50's deepest ones).
+    pruned 3x3 layers at one tf32 pass; at fp32 accuracy seldom faster, so not timed), and
+    every tile of the sparse tensor cores (:mod:`tensorconv.ops.sparse_pairs_tc`, any
+    filter of at most 64 taps, stride and padding: one tf32 pass only; on GoogLeNet-8x's and
+    ResNet-50-8x's 1x1 layers at stride 1 0.6-1.7x cuDNN TF32, 1.4-2x the unrolled kernel
+    on ResNet-50's deepest ones; on wider and strided filters not yet measured).
     An odd square "same" filter wider than 1x1 at stride 1 also gets the unrolled kernel's
     tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to
     compile (:func:`fits`).  At stride 2 that kernel runs (``remainder="unrolled"``) but is

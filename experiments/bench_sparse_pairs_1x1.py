@@ -14,9 +14,12 @@ every such layer of a model, beside cuDNN fp32 and TF32 on the same kernel as a 
 
 The layers are those ``sparse_layers`` times (the first of each shape), built the same way:
 ``--masks`` (trained, from ``sparse_table1``) or magnitude pruning ``--ratio`` of the zoo
-model's initial weights.  Every output is checked against cuDNN fp32 on the tf32-rounded
-input and kernel (the products are then exact: relative error at most 1e-5).  CUDA-graph
-replay medians, side by side in one process.
+model's initial weights; its 1x1 layers at stride 1 without padding, or with ``--filters
+all`` every layer the kernel runs (wider filters, strides and padding through its
+implicit im2col; results then go to ``bench_sparse_pairs_1x1_all.*``).  Every output is
+checked against cuDNN fp32 on the tf32-rounded input and kernel (the products are then
+exact: relative error at most 1e-5).  CUDA-graph replay medians, side by side in one
+process.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def label(tile: sp.Tile) -> str:
 
 
 def pairs_layers(args) -> list:
-    """``[(name, input shape, pruned kernel)]``: the layers of ``sparse_layers``' list that
-    ``sparse_pairs_tc`` runs (1x1, stride 1, no padding)."""
+    """``[(name, geometry, pruned kernel)]``: the layers of ``sparse_layers``' list that
+    ``sparse_pairs_tc`` runs: 1x1 at stride 1 without padding, or every one where
+    ``args.filters`` is "all"."""
     from experiments import sparse_layers
 
     spec = SimpleNamespace(model=args.model, in_channels=args.in_channels, size=args.size,
@@ -60,16 +64,29 @@ def pairs_layers(args) -> list:
     out = []
     for name, conv, x_shape, w in sparse_layers._layers(spec, args.masks):
         geom = conv_geometry(x_shape, w.shape, conv.stride, conv.padding)
-        if (geom.r, geom.s, geom.stride, geom.padding) == (1, 1, (1, 1), (0, 0)) and \
+        pointwise = (geom.r, geom.s, geom.stride, geom.padding) == (1, 1, (1, 1), (0, 0))
+        if (pointwise or getattr(args, "filters", "1x1") == "all") and \
                 sp.supported(sp.Problem(geom)) is None:
-            out.append((name, x_shape, w))
+            out.append((name, geom, w))
     return out
+
+
+def case_name(name: str, g) -> str:
+    """A layer's row: ``NAME KxC HxW`` for a 1x1 filter at stride 1 (as the committed runs
+    name them), else with the filter, stride and padding."""
+    if (g.r, g.s, g.stride, g.padding) == (1, 1, (1, 1), (0, 0)):
+        return f"{name} {g.k}x{g.c} {g.h}x{g.w}"
+    return (f"{name} {g.k}x{g.c}x{g.r}x{g.s} s{g.stride[0]} p{g.padding[0]} "
+            f"{g.h}x{g.w}")
 
 
 def main(argv=None) -> int:
     p = parser(NAME, __doc__)
     layer_arguments(p)
+    p.add_argument("--filters", choices=("1x1", "all"), default="1x1",
+                   help="1x1 layers at stride 1 (default) or every layer the kernel runs")
     args = p.parse_args(argv)
+    name_out = NAME if args.filters == "1x1" else f"{NAME}_all"
     if args.quick:
         args.model, args.masks, args.batch, args.max_layers = "googlenet", None, 4, 1
     cp = backend.require_cuda(NAME)
@@ -80,32 +97,33 @@ def main(argv=None) -> int:
     rs = ResultSet(NAME, env)
     layers = pairs_layers(args)[:args.max_layers]
     if not layers:
-        raise SystemExit(f"{NAME}: {args.model} has no 1x1 layer at stride 1 without padding")
+        raise SystemExit(f"{NAME}: {args.model} has no layer the kernel runs "
+                         f"(--filters {args.filters})")
     facts = backend.device_facts()
     rng = np.random.default_rng(0)
     from tqdm import tqdm
 
     with precision.using("tf32"):
         prepared = []
-        for name, x_shape, w in layers:
-            prob = sp.Problem(conv_geometry(x_shape, w.shape))
+        for name, geom, w in layers:
+            prob = sp.Problem(geom)
             prepared.append((name, prob, w, sp.candidates(prob, facts)))
         cuda.compile_all(sorted({k for _, prob, _, tiles in prepared for t in tiles
                                  for k in sp.kernels(prob, t)}, key=lambda r: r.name),
                          desc="compiling the sparse-tensor-core tiles")
         for name, prob, w, tiles in tqdm(prepared, desc="timing the tiles", unit="layer"):
             g = prob.geom
-            case = f"{name} {g.k}x{g.c} {g.h}x{g.w}"
+            case = case_name(name, g)
             x = cp.asarray(rng.standard_normal((g.n, g.c, g.h, g.w)).astype(np.float32))
             wd = cp.asarray(w)
             want = cp.from_dlpack(torch.nn.functional.conv2d(
-                torch.from_dlpack(round_tf32(x, cp)),
-                torch.from_dlpack(round_tf32(wd, cp)))).copy()
+                torch.from_dlpack(round_tf32(x, cp)), torch.from_dlpack(round_tf32(wd, cp)),
+                None, g.stride, g.padding)).copy()
             out = cp.empty(g.output_shape, cp.float32)
             by_rows, times = {}, {}
             for tile in tiles:
                 if tile.rows not in by_rows:
-                    by_rows[tile.rows] = sp.pair_records(*sp.dense_csr(w), g.k, g.c,
+                    by_rows[tile.rows] = sp.pair_records(*sp.dense_csr(w), g.k, prob.columns,
                                                          tile.rows, cp)
                 rec = by_rows[tile.rows]
 
@@ -118,7 +136,7 @@ def main(argv=None) -> int:
                 rs.add(case, label(tile), "latency_us", times[tile], "us")
             rec = by_rows[tiles[0].rows]
             rs.add(case, "pairs", "count", rec.pairs, "pairs",
-                   note=f"{rec.steps} k steps of 16 channels over the row blocks of "
+                   note=f"{rec.steps} k steps of 16 columns over the row blocks of "
                         f"{rec.rows}; {rec.moved} nonzeros placed after a first round")
             best = min(times, key=times.get)
             default = sp.default_tile(prob, facts)
@@ -138,7 +156,7 @@ def main(argv=None) -> int:
         rs.add(f"all {len(vals)} layers", ratio, "median", float(np.median(vals)), "x",
                note=f"{sum(v >= 1 for v in vals)} of {len(vals)} at or above 1; "
                     f"min {min(vals):.2f}, max {max(vals):.2f}")
-    paths = outputs(NAME, args.out)
+    paths = outputs(name_out, args.out)
     rs.write_csv(paths["csv"])
     rows = read_csv(paths["csv"])
     sections = metric_sections(rows, ("median", "speedup", "latency_us", "count"))
@@ -148,7 +166,8 @@ def main(argv=None) -> int:
                               "CUDA-graph replay, median; cuDNN on the pruned kernel as a "
                               "dense one, the faster of cudnn.benchmark's algorithm and the "
                               "heuristic's."))
-    write_markdown(paths["md"], f"The sparse-tensor-core 1x1 kernel on {args.model}", env,
+    what = "1x1 layers" if args.filters == "1x1" else "layers"
+    write_markdown(paths["md"], f"The sparse-tensor-core kernel on {args.model}'s {what}", env,
                    sections)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(prepared)), 4))

@@ -501,6 +501,35 @@ def test_bench_sparse_pairs_1x1_takes_the_1x1_layers_at_stride_1():
     assert len(set(names)) == len(names)
 
 
+def test_bench_sparse_pairs_1x1_takes_every_layer_with_filters_all():
+    """``--filters all``: the strided shortcuts and the 3x3 layers too, named apart."""
+    from types import SimpleNamespace
+
+    from experiments import bench_sparse_pairs_1x1 as b
+
+    args = SimpleNamespace(model="resnet50", in_channels=3, size=224, batch=2, ratio=8.0,
+                           masks=None, filters="all")
+    layers = b.pairs_layers(args)
+    names = [name for name, *_ in layers]
+    assert "stages.3.1.conv1" in names and "stages.1.0.shortcut.0" in names
+    assert "stages.2.0.conv2" in names
+    cases = {b.case_name(name, g) for name, g, _ in layers}
+    assert len(cases) == len(layers)
+    assert "stages.2.0.conv2 256x256x3x3 s2 p1 28x28" in cases
+
+
+@pytest.mark.gpu
+def test_bench_sparse_pairs_1x1_quick_on_every_filter(tmp_path):
+    """``--filters all --quick``: the first layer of any filter, timed, checked, written
+    apart from the 1x1 results."""
+    from experiments import bench_sparse_pairs_1x1 as b
+
+    assert b.main(["--quick", "--filters", "all", "--out", str(tmp_path)]) == 0
+    rows = results.read_csv(tmp_path / f"{b.NAME}_all.csv")
+    assert {"ours", "cudnn-tf32"} <= {r["variant"] for r in rows if r["metric"] == "latency_us"}
+    assert not (tmp_path / f"{b.NAME}.csv").exists()
+
+
 def test_bench_sparse_pairs_1x1_needs_a_gpu(monkeypatch):
     from experiments import bench_sparse_pairs_1x1
 

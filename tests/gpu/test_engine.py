@@ -457,6 +457,37 @@ def test_engine_runs_pruned_models(rng, tmp_path, monkeypatch, blocks, tune):
         assert sparse_steps == len(masks)
 
 
+def test_a_plan_under_tf32_runs_pruned_layers_on_the_sparse_tensor_cores(rng, tmp_path,
+                                                                         monkeypatch):
+    """Verdicts naming a sparse-tensor-core tile (as a plan tuned under tf32 stores them
+    where that tile is the fastest): every pruned layer of a ResNet-20 (3x3 at strides 1
+    and 2, the strided 1x1 shortcuts) runs on ``sparse_pairs_tc`` in the engine's graph,
+    and the output matches the model at tf32 accuracy."""
+    from tensorconv import precision, tunecache
+    from tensorconv.compress import prune
+    from tensorconv.compress.sparse import sparsify
+    from tensorconv.ops import sparse_conv
+    from tensorconv.ops import sparse_pairs_tc as spt
+
+    monkeypatch.setenv("TENSORCONV_TUNE_CACHE", str(tmp_path / "tune.json"))
+    model = get_model("resnet20", in_channels=1)
+    masks = prune.magnitude_masks(model, 8.0)
+    prune.apply_masks(model, masks)
+    sparsify(model, blocks=False, t2=(4,))
+    shape = (2, 1, 32, 32)
+    x, ref = _input_and_reference(model, shape, rng)
+    name = sparse_conv.choice_name(spt.Tile(2, 4, 2, 2), None)
+    lookup = tunecache.lookup
+    monkeypatch.setattr(tunecache, "lookup", lambda key: (
+        {"fused": True, "tile": [0, name]} if key.startswith("sparse_conv|") else lookup(key)))
+    with precision.using("tf32"):
+        engine = InferenceEngine(model, shape)
+        got = engine(x).get()
+    labels = [s.label for s in engine.plan.steps if s.label.startswith("sparse conv")]
+    assert len(labels) == len(masks) and all(lb.endswith(f" on {name}") for lb in labels)
+    assert rel_err(got, ref) < 3e-3
+
+
 def test_a_tuned_plan_weighs_unrolled_layers_again_in_the_whole_plan(rng, tmp_path,
                                                                       monkeypatch):
     """Every layer whose tuned choice runs code unrolled for its weights (every such choice

@@ -130,16 +130,16 @@ sparse_pairs_tc(
     const int q = q0 + col;
     const bool live = q < NQ;
     const int n_img = live ? q / OHW : 0, p = live ? q - n_img * OHW : 0;
-    // The input offset of the thread's window corner (negative in the padding), and which
-    // taps of the window lie inside the input (VEC, a 1x1 filter at stride 1 without
-    // padding, reads inside always).
-    long long corner = (long long)n_img * C * HW;
+    // The input offset of the thread's window corner (negative in the padding; an input
+    // offset fits an int: N C H W < 2^31, the op checks), and which taps of the window lie
+    // inside the input (VEC, a 1x1 filter at stride 1 without padding, reads inside always).
+    int corner = n_img * C * HW;
     unsigned long long inside = 0;
     if constexpr (VEC) {
         corner += p;
     } else {
         const int oh = p / OW, ow = p - oh * OW, ih0 = oh * SH - PH, iw0 = ow * SW - PW;
-        corner += (long long)ih0 * W + iw0;
+        corner += ih0 * W + iw0;
         for (int r = 0; r < R; ++r)
             for (int s = 0; s < S; ++s)
                 if ((unsigned)(ih0 + r) < (unsigned)H && (unsigned)(iw0 + s) < (unsigned)W)

@@ -128,6 +128,18 @@ def test_tiles_only_at_one_tf32_pass_and_for_filters_of_at_most_64_taps():
                                                                dilation=2)))
 
 
+def test_a_plans_tiles_fit_the_largest_device_on_layers_of_many_columns():
+    """A 7x7 filter over 512 channels (25,088 columns, two words each a block): without a
+    device only the tiles whose clusters split the columns enough to fit 227 KB."""
+    p = _problem((1, 512, 14, 14), (64, 512, 7, 7), padding=3)
+    with precision.using("tf32"):
+        tiles = sp.candidates(p, None)
+    assert tiles and all(t.smem_bytes(p) <= sp.MAX_SMEM_OPTIN for t in tiles)
+    assert all(t.splits > 1 for t in tiles)
+    assert len(tiles) < len(sp.TILES)
+    assert sp.default_tile(p, None) in tiles
+
+
 def test_only_1x1_stride_1_layers_copy_16_bytes():
     assert sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 1, 1)))
     assert not sp.vectorized(conv_geometry((2, 8, 4, 4), (4, 8, 1, 1), 2))

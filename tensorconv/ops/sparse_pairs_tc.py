@@ -57,6 +57,10 @@ from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-export
 FILE = "sparse_pairs_tc.cu"
 STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES (of STEP_MULTIPLE k steps)
 MAX_TAPS = 64       # a thread's window taps inside the input: one 64-bit set
+# The most shared memory a block may opt into on any device the kernels build for (sm_90:
+# 227 KB): without a device (a plan's list of choices), the tiles that fit it.  A layer of
+# many columns (a 7x7 filter over 256 channels) decodes two words a column a block.
+MAX_SMEM_OPTIN = 232448
 
 
 @dataclass(frozen=True)
@@ -159,33 +163,35 @@ def supported(p: Problem) -> str | None:
 def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
     """Every tile that fits the shared memory of ``facts``' device, on a device with
     sparse tf32 tensor cores (sm_80+), for a supported problem at one tf32 pass; clusters
-    on sm_90 only, of at most one block a 16-channel step; else none."""
+    on sm_90 only, of at most one block a 16-column step; else none."""
     if supported(p) is not None or precision.current() != "tf32":
         return []
     if facts is not None and not has_tf32_mma(facts):
         return []
-    # facts None (a plan's list of choices): every tile; the launch checks the device
-    limit = facts.smem_per_block_optin if facts is not None else None
+    # facts None (a plan's list of choices): every tile that fits the largest device; the
+    # launch checks this one
+    limit = facts.smem_per_block_optin if facts is not None else MAX_SMEM_OPTIN
     clusters = facts is None or has_clusters(facts)
-    return [t for t in TILES if (limit is None or t.smem_bytes(p) <= limit)
+    return [t for t in TILES if t.smem_bytes(p) <= limit
             and (t.splits == 1 or clusters and t.splits <= cdiv(p.columns, KS))]
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     """64 rows by 32 pixels on four warps (16 rows where the layer has at most 32), and
     the fewest splits that make two blocks an SM (at most 8, and at least two k steps
-    a block)."""
+    a block) and fit the block's shared memory (a layer of many columns)."""
     shape = SHAPES[1] if p.geom.k <= 32 else SHAPES[2]
     one = Tile(*shape)
     blocks = one.grid(p)[0]
     sms = facts.sm_count if facts is not None else 132
+    limit = facts.smem_per_block_optin if facts is not None else MAX_SMEM_OPTIN
     clusters = facts is None or has_clusters(facts)
     steps = cdiv(p.columns, KS)
     for splits in SPLITS:
         if splits > 1 and (not clusters or steps < 2 * splits):
             break
         one = Tile(*shape, splits)
-        if blocks * splits >= 2 * sms:
+        if blocks * splits >= 2 * sms and one.smem_bytes(p) <= limit:
             break
     return one
 
@@ -245,6 +251,7 @@ def run(x, records: PairRecords, out, p: Problem, tile: Tile, epilogue=(None, No
     vec = vectorized(g, x)
     per_split = cdiv(cdiv(max(records.max_steps, 1), STEP_MULTIPLE), tile.splits) * STEP_MULTIPLE
     chan_off, red_off, floats = tile.smem_floats(per_split)
+    check_smem(tile, 4 * floats)
     i32 = np.int32
     launch(kernels(p, tile, vec)[0], tile.grid(p), (tile.threads,),
            (x, records.recs, records.cols, records.segs, ptr(bias), ptr(residual), out,

@@ -148,6 +148,19 @@ def test_only_1x1_stride_1_layers_copy_16_bytes():
     assert not sp.vectorized(conv_geometry((2, 8, 7, 7), (4, 8, 1, 1)))
 
 
+
+@pytest.mark.parametrize("w_shape, stride, padding", [
+    ((64, 32, 1, 1), 2, 0), ((64, 32, 3, 3), 2, 1), ((64, 32, 5, 5), 1, 0),
+    ((64, 32, 3, 3), 1, 1)])
+def test_the_grid_tiles_the_output_pixels(w_shape, stride, padding):
+    # one block a tile of output pixels and rows: a grid over the input's pixels would
+    # run 4x the blocks at stride 2, the surplus doing every product on zeros
+    p = _problem((3, 32, 28, 28), w_shape, stride, padding)
+    g = p.geom
+    for tile in sp.TILES[::5]:
+        blocks = sp.cdiv(g.n * g.oh * g.ow, tile.pixels) * sp.cdiv(g.k, tile.rows)
+        assert tile.grid(p) == (blocks, 1, tile.splits)
+
 def test_shared_memory_counts_the_columns_of_wider_filters():
     tile = sp.TILES[0]
     one = tile.smem_bytes(_problem((2, 64, 8, 8), (32, 64, 1, 1)))

@@ -126,10 +126,10 @@ class Tile:
         return 4 * self.smem_floats(most)[2]
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
-        """(pixel tiles x row blocks, the row blocks fastest; 1; splits): the cluster spans
-        z."""
+        """(tiles of output pixels x row blocks, the row blocks fastest; 1; splits): the
+        cluster spans z."""
         g = p.geom
-        return cdiv(g.n * g.h * g.w, self.pixels) * cdiv(g.k, self.rows), 1, self.splits
+        return cdiv(g.n * g.oh * g.ow, self.pixels) * cdiv(g.k, self.rows), 1, self.splits
 
 
 # (mt, nt, wm, wn).  On the 41 1x1 layers of GoogLeNet-8x and ResNet-50-8x (H200,
@@ -177,10 +177,18 @@ def candidates(p: Problem, facts: DeviceFacts) -> list[Tile]:
 
 
 def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
-    """64 rows by 32 pixels on four warps (16 rows where the layer has at most 32), and
-    the fewest splits that make two blocks an SM (at most 8, and at least two k steps
-    a block) and fit the block's shared memory (a layer of many columns)."""
-    shape = SHAPES[1] if p.geom.k <= 32 else SHAPES[2]
+    """64 rows by 32 pixels on four warps (16 rows where the layer has at most 32; 128 rows
+    by 64 pixels on eight warps where it has more than 64 and its input is copied 4 bytes
+    at a time, which the tile's rows then share more), and the fewest splits that make eight
+    warps an SM (at most 8 splits, and at least two k steps a block) and fit the block's
+    shared memory (a layer of many columns).  On the 21 wider stride-1 layers of
+    GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md; the rule was drawn
+    from these timings) the rule's tile was the fastest of all 36 on 14 and at most 1.34x
+    the fastest, where the 64-row tile's rule had been the fastest on 4 and up to 2.03x."""
+    if p.geom.k <= 32:
+        shape = SHAPES[1]
+    else:
+        shape = SHAPES[6] if p.geom.k > 64 and not vectorized(p.geom) else SHAPES[2]
     one = Tile(*shape)
     blocks = one.grid(p)[0]
     sms = facts.sm_count if facts is not None else 132
@@ -191,7 +199,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
         if splits > 1 and (not clusters or steps < 2 * splits):
             break
         one = Tile(*shape, splits)
-        if blocks * splits >= 2 * sms and one.smem_bytes(p) <= limit:
+        if blocks * splits * one.threads >= 8 * 32 * sms and one.smem_bytes(p) <= limit:
             break
     return one
 

@@ -152,12 +152,15 @@ def test_sparse_layers_quick(tmp_path):
     # tf32: each layout with blocks again, at tf32's accuracy
     blocks = {(r["case"], f"ours-tf32 {r['variant']}") for r in rows
               if r["metric"] == "blocks" and r["value"] > 0}
-    assert {k for k in errs if k[1].startswith("ours-tf32") and "tc_remainder" not in k[1]} \
-        == blocks
+    remainders = ("sparse_tc_remainder", "sparse_pairs_tc")
+    assert {k for k in errs if k[1].startswith("ours-tf32")
+            and not any(m in k[1] for m in remainders)} == blocks
     assert all(errs[k] <= 3e-3 for k in blocks)
-    # and every tile of the remainder on the tensor cores, without blocks, on every layer
-    tc = {k for k in errs if k[1].startswith("ours-tf32 sparse_tc_remainder")}
-    assert {c for c, _ in tc} == {c for c, _ in errs} and all(errs[k] <= 3e-3 for k in tc)
+    # and every tile of the remainder on the tensor cores and on the sparse tensor cores
+    # (every filter, every stride), without blocks, on every layer
+    for m in remainders:
+        tc = {k for k in errs if k[1].startswith(f"ours-tf32 {m}")}
+        assert {c for c, _ in tc} == {c for c, _ in errs} and all(errs[k] <= 3e-3 for k in tc)
     variants = {r["variant"] for r in rows if r["metric"] == "latency_us"}
     assert {"ours", "ours-tf32", "no-blocks", "csr-rows", "cusparse", "ours-dense", "t2=4",
             "t2=8", "tc-remainder tf32"} <= variants

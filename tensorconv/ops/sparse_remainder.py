@@ -115,7 +115,9 @@ def remainder_choices(geom: ConvGeometry, sm_count: int = 132) -> tuple:
     every tile of the sparse tensor cores (:mod:`tensorconv.ops.sparse_pairs_tc`, any
     filter of at most 64 taps, stride and padding: one tf32 pass only; on GoogLeNet-8x's and
     ResNet-50-8x's 1x1 layers at stride 1 0.6-1.7x cuDNN TF32, 1.4-2x the unrolled kernel
-    on ResNet-50's deepest ones; on wider and strided filters not yet measured).
+    on ResNet-50's deepest ones; on GoogLeNet's 3x3 layers 0.33-0.63x cuDNN TF32, faster
+    than every other choice on three of them; the fastest choice on three of five of
+    ResNet-50's stride-2 layers timed).
     An odd square "same" filter wider than 1x1 at stride 1 also gets the unrolled kernel's
     tiles (:mod:`tensorconv.ops.sparse_unrolled`), where the layer is small enough to
     compile (:func:`fits`).  At stride 2 that kernel runs (``remainder="unrolled"``) but is

@@ -98,6 +98,36 @@ def test_pair_channels_prefers_disjoint_partners():
     assert spr.pair_channels(np.array([[1]], np.uint64)) == [(0, -1)]
 
 
+def _greedy_pairs(bits: np.ndarray) -> list[tuple[int, int]]:
+    """The docstring's rule, spelt out on a (C, rows) bool matrix."""
+    weight = bits.sum(axis=1)
+    free = set(np.flatnonzero(weight).tolist())
+    out = []
+    for a in sorted(free, key=lambda c: (-weight[c], c)):
+        if a not in free:
+            continue
+        free.discard(a)
+        if not free:
+            out.append((a, -1))
+            continue
+        b = min(free, key=lambda c: (int((bits[a] & bits[c]).sum()), -weight[c], c))
+        free.discard(b)
+        out.append((a, b))
+    return out
+
+
+@pytest.mark.parametrize("words", [1, 2, 3])
+def test_pair_channels_follows_its_greedy_rule(rng, words):
+    for _ in range(40):
+        c = int(rng.integers(1, 60))
+        bits = rng.random((c, 64 * words)) < rng.choice([0.02, 0.125, 0.5, 0.95])
+        bits[rng.random(c) < 0.2] = False                  # unused columns
+        masks = np.zeros((c, words), np.uint64)
+        for r in range(64 * words):
+            masks[:, r // 64] |= bits[:, r].astype(np.uint64) << np.uint64(r % 64)
+        assert spr.pair_channels(masks) == _greedy_pairs(bits)
+
+
 def test_bad_records_input():
     with pytest.raises(ValueError, match="rows must be a positive multiple of 16"):
         spr.pair_records([0, 1], [0], [1.0], 1, 4, 24, np)

@@ -49,24 +49,39 @@ def pair_channels(masks: np.ndarray) -> list[tuple[int, int]]:
     fewest rows with it (ties: the one used by most rows, then the lowest).
     """
     used = np.flatnonzero(masks.any(axis=1))
-    count = np.bitwise_count(masks[used]).sum(axis=1)
-    order = used[np.lexsort((used, -count))]
-    free = np.ones(masks.shape[0], bool)
-    weight = np.bitwise_count(masks).sum(axis=1)
+    if used.size == 0:
+        return []
+    # the columns in the order they are taken, each word of every column a row (W, U): a
+    # column's rows shared with all others are then W vector operations, and the choice
+    # one argmin over a key, not a sort a turn (a 3x3 layer has thousands of columns)
+    words = np.ascontiguousarray(masks[used].T)
+    weight = np.zeros(used.size, np.int64)
+    for wd in words:
+        weight += np.bitwise_count(wd)
+    order = np.lexsort((used, -weight))
+    words, weight, cols = np.ascontiguousarray(words[:, order]), weight[order], used[order]
+    # one key a candidate, smallest best: fewest shared rows, then most rows, then the
+    # lowest column; a taken column's key is above every free one's
+    k2 = np.int64(masks.shape[0])
+    k1 = (weight[0] + 1) * k2
+    taken = (64 * masks.shape[1] + 1) * k1
+    key0 = (weight[0] - weight) * k2 + cols
+    clash = np.empty(cols.size, np.int64)
     out = []
-    for a in order:
-        if not free[a]:
+    for i in range(cols.size):
+        if key0[i] >= taken:
             continue
-        free[a] = False
-        rest = order[free[order]]
-        if rest.size == 0:
-            out.append((int(a), -1))
+        key0[i] = taken
+        clash[:] = 0
+        for wd in words:
+            clash += np.bitwise_count(wd & wd[i])
+        key = clash * k1 + key0
+        j = int(np.argmin(key))
+        if key[j] >= taken:
+            out.append((int(cols[i]), -1))
             continue
-        clash = np.bitwise_count(masks[rest] & masks[a]).sum(axis=1)
-        best = np.lexsort((rest, -weight[rest], clash))[0]
-        b = int(rest[best])
-        free[b] = False
-        out.append((int(a), b))
+        key0[j] = taken
+        out.append((int(cols[i]), int(cols[j])))
     return out
 
 

@@ -206,6 +206,26 @@ def test_the_default_tile_splits_a_small_layer_and_not_a_large_one():
     assert small.splits > 1 and large.splits == 1
 
 
+@pytest.mark.parametrize("c, k", [(1400, 554), (1300, 96), (1500, 200)])
+def test_the_default_tile_fits_a_layer_of_many_columns_where_any_tile_does(c, k):
+    # 7x7 over 1,300-1,500 channels: 64k-74k columns, two words each a block; the
+    # eight-warp tile's ring does not fit beside them at 8 splits, a four-warp one's does
+    facts = device_facts()
+    p = _problem((1, c, 14, 14), (k, c, 7, 7), padding=3)
+    fits = [t for t in sp.TILES if t.smem_bytes(p) <= facts.smem_per_block_optin]
+    tile = sp.default_tile(p, facts)
+    assert fits and tile in fits
+    sp.check_tile(tile, p, facts)
+
+
+def test_a_layer_no_tile_fits_is_refused_by_name():
+    facts = device_facts()
+    p = _problem((1, 4096, 14, 14), (64, 4096, 7, 7), padding=3)
+    assert not [t for t in sp.TILES if t.smem_bytes(p) <= facts.smem_per_block_optin]
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        sp.check_tile(sp.default_tile(p, facts), p, facts)
+
+
 def test_instantiations_cover_every_tile_and_copy_width():
     names = sp.instantiations()
     assert len(names) == 2 * len(sp.TILES)

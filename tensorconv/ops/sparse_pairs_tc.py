@@ -181,7 +181,8 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     by 64 pixels on eight warps where it has more than 64 and its input is copied 4 bytes
     at a time, which the tile's rows then share more), and the fewest splits that make eight
     warps an SM (at most 8 splits, and at least two k steps a block) and fit the block's
-    shared memory (a layer of many columns).  On the 21 wider stride-1 layers of
+    shared memory (a layer of many columns; where the shape fits at no split, the same for
+    the four-warp shapes).  On the 21 wider stride-1 layers of
     GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md; the rule was drawn
     from these timings) the rule's tile was the fastest of all 36 on 14 and at most 1.34x
     the fastest, where the 64-row tile's rule had been the fastest on 4 and up to 2.03x."""
@@ -189,19 +190,29 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
         shape = SHAPES[1]
     else:
         shape = SHAPES[6] if p.geom.k > 64 and not vectorized(p.geom) else SHAPES[2]
-    one = Tile(*shape)
-    blocks = one.grid(p)[0]
     sms = facts.sm_count if facts is not None else 132
     limit = facts.smem_per_block_optin if facts is not None else MAX_SMEM_OPTIN
     clusters = facts is None or has_clusters(facts)
     steps = cdiv(p.columns, KS)
-    for splits in SPLITS:
-        if splits > 1 and (not clusters or steps < 2 * splits):
-            break
-        one = Tile(*shape, splits)
-        if blocks * splits * one.threads >= 8 * 32 * sms and one.smem_bytes(p) <= limit:
-            break
-    return one
+
+    def split(shape: tuple) -> Tile:
+        one = Tile(*shape)
+        blocks = one.grid(p)[0]
+        for splits in SPLITS:
+            if splits > 1 and (not clusters or steps < 2 * splits):
+                break
+            one = Tile(*shape, splits)
+            if blocks * splits * one.threads >= 8 * 32 * sms and one.smem_bytes(p) <= limit:
+                break
+        return one
+
+    # a layer of so many columns that the rule's tile does not fit at any split (a 7x7
+    # filter over 1,400 channels): the smaller rings of the four-warp tiles, else the
+    # rule's tile, which the launch's check refuses by name
+    for one in map(split, dict.fromkeys((shape, SHAPES[2], SHAPES[1]))):
+        if one.smem_bytes(p) <= limit:
+            return one
+    return split(shape)
 
 
 def vectorized(geom: ConvGeometry, x=None) -> bool:

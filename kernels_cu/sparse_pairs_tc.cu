@@ -26,8 +26,11 @@
 // are a multiple of 4, so four pixels never straddle two images; else 4 bytes) into a
 // STAGES-deep ring, STAGES - 1 stages ahead of the products (rings of 8 were slower or no
 // faster on every 1x1 layer timed: they cost blocks an SM).
-// B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row t + 4 i, column g:
-// banks 8 t + g, all distinct).
+// With 16-byte copies B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row
+// t + 4 i, column g: banks 8 t + g, all distinct).  With 4-byte copies it is stored
+// pixel-major, a pixel's four rows t + 4 i side by side, so that a lane reads its fragment
+// as one 16-byte word (4 shared loads a k step rather than 16; what it gained and where
+// it lost: docs/notes/sparse_conv.md).
 //
 // CL > 1: the CL blocks of a thread-block cluster (blockIdx.z) take consecutive shares of
 // the k steps, and sum their partial tiles through distributed shared memory
@@ -106,57 +109,122 @@ sparse_pairs_tc(
     tdcx::PushReduce<CL> red(smem + red_off, fd_share);
     if constexpr (CL > 1) red.begin(BM * BN);
 
-    // The block's columns, 16 a step, decoded once (C R S < 2^31: the op checks).
+    // The block's columns, 16 a step, decoded once (C R S < 2^31: the op checks): the
+    // offset from a window's corner and the tap, as the bit of a 32-bit inside-mask where
+    // the filter has at most 32 taps (one AND tests it), else its index.
+    const bool one_word = RS <= 32;
     {
         const int* src = cols + (size_t)(seg.x + s_begin) * sptc::KS;
         for (int i = tid; i < sptc::KS * steps; i += THREADS) {
             const int cc = src[i];
             if (RS == 1) {                              // a 1x1 filter: no divisions
-                taps[i] = make_int2(cc * HW, 0);
+                taps[i] = make_int2(cc * HW, 1);
             } else {
                 const int c = cc / RS, rs = cc - c * RS, r = rs / S;
-                taps[i] = make_int2(c * HW + r * W + (rs - r * S), rs);
+                taps[i] = make_int2(c * HW + r * W + (rs - r * S),
+                                    one_word ? (int)(1u << rs) : rs);
             }
         }
     }
-    // Each thread copies the same pixels of rows k = kr + j * KSTEP every step: their
-    // offsets from a channel's plane start are fixed for the launch.
-    constexpr int PER_ROW = VEC ? BN / 4 : BN;          // copies a k row
-    static_assert(THREADS % PER_ROW == 0, "a k row's copies divide the block");
+    // The copies.  VEC: thread tid copies 4 pixels (col) of rows kr + j KSTEP, k-major (rows
+    // LDB words apart, read one word a fragment element).  Else a warp instruction copies
+    // one 8-pixel group x four k rows {c, c + 4, c + 8, c + 12} of a step (lane: pixel
+    // lane & 7, row 4 (lane >> 3) + c), pixel-major: B[k][n] at word 16 n + 4 ((k & 3) ^
+    // sw(n)) + (k >> 2), sw(n) = (n >> 1) & 3, so that the fragment a lane reads, rows
+    // t, t + 4, t + 8, t + 12 of one pixel, is one 16-byte word; the swizzle keeps both the
+    // copies' and the reads' 32 lanes on distinct banks.  Each thread always copies the
+    // same pixels: their window corners and which taps lie inside are fixed for the launch.
+    constexpr int PG = BN / 8, WARPS = WM * WN;
+    constexpr int PPT = VEC ? 1 : (PG > WARPS ? PG / WARPS : 1);   // pixels a thread copies
+    constexpr int WPG = PG >= WARPS ? 1 : WARPS / PG;              // warps a pixel group
+    constexpr int UNITS = 4 * sptc::U / WPG;            // non-VEC: copies a stage a pixel
+    static_assert(VEC || (PG % WARPS == 0 || WARPS % PG == 0) && 4 * sptc::U % WPG == 0,
+                  "the pixel groups tile the warps");
+    constexpr int PER_ROW = BN / 4;                     // VEC: 16-byte copies a k row
     constexpr int KSTEP = THREADS / PER_ROW;
-    static_assert(KR % KSTEP == 0, "the block's copies tile a stage's k rows");
-    constexpr int BCOPIES = KR / KSTEP;
-    const int col = (tid % PER_ROW) * (VEC ? 4 : 1), kr = tid / PER_ROW;
-    const int q = q0 + col;
-    const bool live = q < NQ;
-    const int n_img = live ? q / OHW : 0, p = live ? q - n_img * OHW : 0;
-    // The input offset of the thread's window corner (negative in the padding; an input
-    // offset fits an int: N C H W < 2^31, the op checks), and which taps of the window lie
-    // inside the input (VEC, a 1x1 filter at stride 1 without padding, reads inside always).
-    int corner = n_img * C * HW;
-    unsigned long long inside = 0;
+    static_assert(!VEC || THREADS % PER_ROW == 0 && KR % KSTEP == 0,
+                  "the block's copies tile a stage's k rows");
+    constexpr int JN = VEC ? KR / KSTEP : UNITS;        // copies a stage a pixel
+    // Pixel i of a thread: pix0 + PSTEP i.  Copy j of pixel i lands at byte bw(j) + BSTEP i
+    // of a stage's B tile and reads column kc + cj(j) of the stage's KR.  Non-VEC, copy j
+    // is unit j WPG + w2 (row group c = its low two bits, step u = the rest): bw(j) =
+    // b0 + 64 BN u + xs[c - w2], the swizzled part xs kept for the four c.
+    constexpr int PSTEP = 8 * WARPS, BSTEP = 4 * 16 * PSTEP;
+    int pix0, kc, b0, xs[4];
     if constexpr (VEC) {
-        corner += p;
+        pix0 = (tid % PER_ROW) * 4;
+        kc = tid / PER_ROW;
+        b0 = 4 * (kc * LDB + pix0);
     } else {
-        const int oh = p / OW, ow = p - oh * OW, ih0 = oh * SH - PH, iw0 = ow * SW - PW;
-        corner += ih0 * W + iw0;
-        for (int r = 0; r < R; ++r)
-            for (int s = 0; s < S; ++s)
-                if ((unsigned)(ih0 + r) < (unsigned)H && (unsigned)(iw0 + s) < (unsigned)W)
-                    inside |= 1ull << (r * S + s);
+        pix0 = (warp % PG) * 8 + (lane & 7);
+        const int sw = (pix0 >> 1) & 3, kq = lane >> 3, w2 = warp / PG;
+        kc = 4 * kq + w2;
+        b0 = 4 * (16 * pix0 + kq);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) xs[m] = 16 * (((m + w2) & 3) ^ sw);
+    }
+    auto bw = [&](int j) {
+        if constexpr (VEC) return b0 + 4 * j * KSTEP * LDB;
+        else return b0 + 4 * sptc::KS * BN * ((j * WPG) >> 2) + xs[(j * WPG) & 3];
+    };
+    // column of copy j: kc + cj(j), cj a constant (VEC: rows j KSTEP apart)
+    auto cj = [](int j) {
+        if constexpr (VEC) return j * KSTEP;
+        else return 16 * ((j * WPG) >> 2) + ((j * WPG) & 3);
+    };
+    // The input offset of each pixel's window corner (negative in the padding; an input
+    // offset fits an int: N C H W < 2^31, the op checks) and which of its taps lie inside
+    // the input (none past the last pixel; VEC, a 1x1 filter at stride 1 without padding,
+    // reads inside always).
+    int corner[PPT];
+    unsigned in_lo[PPT], in_hi[PPT];
+#pragma unroll
+    for (int i = 0; i < PPT; ++i) {
+        const int q = q0 + pix0 + PSTEP * i;
+        const bool live = q < NQ;
+        const int n_img = live ? q / OHW : 0, p = live ? q - n_img * OHW : 0;
+        corner[i] = n_img * C * HW;
+        unsigned long long inside = 0;
+        if constexpr (VEC) {
+            corner[i] += p;
+            inside = live;
+        } else if (live) {
+            const int oh = p / OW, ow = p - oh * OW, ih0 = oh * SH - PH, iw0 = ow * SW - PW;
+            corner[i] += ih0 * W + iw0;
+            for (int r = 0; r < R; ++r)
+                for (int s = 0; s < S; ++s)
+                    if ((unsigned)(ih0 + r) < (unsigned)H && (unsigned)(iw0 + s) < (unsigned)W)
+                        inside |= 1ull << (r * S + s);
+        }
+        in_lo[i] = (unsigned)inside;
+        in_hi[i] = (unsigned)(inside >> 32);
     }
 
     auto stage = [&](int s, int buf) {
         const unsigned sb = base + 4u * buf * SWORDS;
+        const int2* tk = taps + s * KR + kc;
+        if (VEC || one_word) {
 #pragma unroll
-        for (int j = 0; j < BCOPIES; ++j) {
-            const int k = kr + j * KSTEP;
-            const int2 tp = taps[s * KR + k];
-            const bool ok = VEC ? live : live && ((inside >> tp.y) & 1);
-            const float* src = ok ? x + (corner + tp.x) : x;
-            const unsigned dst = sb + 4u * (k * LDB + col);
-            if constexpr (VEC) tdcx::cp_async16(dst, src, ok);
-            else tdcx::cp_async4(dst, src, ok);
+            for (int i = 0; i < PPT; ++i)
+#pragma unroll
+                for (int j = 0; j < JN; ++j) {
+                    const int2 tp = tk[cj(j)];
+                    const bool ok = VEC ? in_lo[0] != 0 : (in_lo[i] & (unsigned)tp.y) != 0;
+                    const float* src = x + (ok ? corner[i] + tp.x : 0);
+                    const unsigned dst = sb + bw(j) + BSTEP * i;
+                    if constexpr (VEC) tdcx::cp_async16(dst, src, ok);
+                    else tdcx::cp_async4(dst, src, ok);
+                }
+        } else {                                        // more than 32 taps: not VEC
+#pragma unroll
+            for (int i = 0; i < PPT; ++i)
+#pragma unroll
+                for (int j = 0; j < JN; ++j) {
+                    const int2 tp = tk[cj(j)];
+                    const bool ok = ((tp.y < 32 ? in_lo[i] : in_hi[i]) >> (tp.y & 31)) & 1;
+                    const float* src = x + (ok ? corner[i] + tp.x : 0);
+                    tdcx::cp_async4(sb + bw(j) + BSTEP * i, src, ok);
+                }
         }
         const float4* r = rb + (size_t)s * sptc::U * AV;
         for (int i = tid; i < sptc::U * AV; i += THREADS)
@@ -191,13 +259,25 @@ sparse_pairs_tc(
         const float* st = smem + (s % sptc::STAGES) * SWORDS;
 #pragma unroll
         for (int u = 0; u < sptc::U; ++u) {
-            const float* bs = st + u * sptc::KS * LDB + wn * NT * 8 + g;
             unsigned b[NT][4];
+            if constexpr (VEC) {
+                const float* bs = st + u * sptc::KS * LDB + wn * NT * 8 + g;
 #pragma unroll
-            for (int j = 0; j < NT; ++j)
+                for (int j = 0; j < NT; ++j)
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    b[j][i] = sptc::to_tf32(bs[(t + 4 * i) * LDB + 8 * j]);
+                    for (int i = 0; i < 4; ++i)
+                        b[j][i] = sptc::to_tf32(bs[(t + 4 * i) * LDB + 8 * j]);
+            } else {
+                // pixel n = wn NT 8 + 8 j + g: sw(n) = (g >> 1) & 3
+                const float* bs = st + u * sptc::KS * BN + 16 * (wn * NT * 8 + g) +
+                                  4 * (t ^ ((g >> 1) & 3));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const float4 v = *reinterpret_cast<const float4*>(bs + 128 * j);
+                    b[j][0] = sptc::to_tf32(v.x); b[j][1] = sptc::to_tf32(v.y);
+                    b[j][2] = sptc::to_tf32(v.z); b[j][3] = sptc::to_tf32(v.w);
+                }
+            }
             const float* as = st + BWORDS + u * AWORDS;
 #pragma unroll
             for (int m = 0; m < MT; ++m) {

@@ -24,8 +24,10 @@
 // padding).  U k steps' 16 im2col rows x BN pixels and records make a stage, copied by
 // cp.async (16 bytes on a 1x1 filter at stride 1 without padding where a plane's pixels
 // are a multiple of 4, so four pixels never straddle two images; else 4 bytes) into a
-// STAGES-deep ring, STAGES - 1 stages ahead of the products (rings of 8 were slower or no
-// faster on every 1x1 layer timed: they cost blocks an SM).
+// ST-deep ring, ST - 1 stages ahead of the products.  ST is the tile's: 4, or 3, whose
+// smaller ring leaves room for another block an SM or more L1 for the im2col's 4-byte
+// reads (1.1-1.27x on some layers, 1-3 % slower on others: the tuner times both; rings of
+// 8 were slower or no faster on every 1x1 layer timed: they cost blocks an SM).
 // With 16-byte copies B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row
 // t + 4 i, column g: banks 8 t + g, all distinct).  With 4-byte copies it is stored
 // pixel-major, a pixel's four rows t + 4 i side by side, so that a lane reads its fragment
@@ -44,7 +46,6 @@
 #include "tc_common.cuh"
 
 namespace sptc {
-constexpr int STAGES = 4;
 constexpr int KS = 16;           // input rows (channels) a k step
 // k steps a stage: one barrier and one wait for two steps' products (the host pads each
 // block's steps to a multiple of U with empty ones).
@@ -68,7 +69,7 @@ __device__ __forceinline__ unsigned to_tf32(float v) {
 }
 }  // namespace sptc
 
-template <int MT, int NT, int WM, int WN, int CL, bool VEC>
+template <int MT, int NT, int WM, int WN, int CL, bool VEC, int ST>
 __global__ void TDCX_CLUSTER_DIMS(CL) __launch_bounds__(32 * WM * WN)
 sparse_pairs_tc(
     const float* __restrict__ x,        // (N, C, H, W)
@@ -91,7 +92,7 @@ sparse_pairs_tc(
     constexpr int SWORDS = BWORDS + sptc::U * AWORDS;
     constexpr int LDT = BN + 1;                         // the sums' pass through shared memory
     static_assert(BN % 32 == 0, "BN is a multiple of 32");
-    static_assert(sptc::STAGES * SWORDS >= BM * LDT, "the ring holds the block's sums");
+    static_assert(ST * SWORDS >= BM * LDT, "the ring holds the block's sums");
     extern __shared__ __align__(16) float smem[];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int wm = warp / WN, wn = warp - wm * WN;
@@ -245,18 +246,18 @@ sparse_pairs_tc(
     __syncthreads();                                    // the taps are decoded
     const int nst = steps / sptc::U;                    // stages (steps: a multiple of U)
 #pragma unroll
-    for (int s = 0; s < sptc::STAGES - 1; ++s) {
+    for (int s = 0; s < ST - 1; ++s) {
         if (s < nst) stage(s, s);
         tdcx::cp_async_commit();
     }
     for (int s = 0; s < nst; ++s) {
-        tdcx::cp_async_wait<sptc::STAGES - 2>();
+        tdcx::cp_async_wait<ST - 2>();
         __syncthreads();
         // The slot refilled here was read by every warp in stage s - 1, before the barrier.
-        if (s + sptc::STAGES - 1 < nst)
-            stage(s + sptc::STAGES - 1, (s + sptc::STAGES - 1) % sptc::STAGES);
+        if (s + ST - 1 < nst)
+            stage(s + ST - 1, (s + ST - 1) % ST);
         tdcx::cp_async_commit();
-        const float* st = smem + (s % sptc::STAGES) * SWORDS;
+        const float* st = smem + (s % ST) * SWORDS;
 #pragma unroll
         for (int u = 0; u < sptc::U; ++u) {
             unsigned b[NT][4];
@@ -344,41 +345,77 @@ sparse_pairs_tc(
     const float*, const float4*, const int*, const int2*, const float*, const float*, float*, int, \
     int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     unsigned long long, int, int);
-TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, false) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, true)
-TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, false) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, true)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(1, 4, 2, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(2, 2, 2, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 2, 4, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(2, 4, 4, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(4, 2, 2, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 1, 4, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 2, 8, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 1, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 2, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 4, true, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, false, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, false, 4)
+TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, true, 3) TC_I_SPARSE_PAIRS_TC(4, 4, 2, 4, 8, true, 4)
 #undef TC_I_SPARSE_PAIRS_TC
 #endif

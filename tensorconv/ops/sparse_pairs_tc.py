@@ -55,7 +55,12 @@ from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-export
 )
 
 FILE = "sparse_pairs_tc.cu"
-STAGES = 4          # kernels_cu/sparse_pairs_tc.cu: sptc::STAGES (of STEP_MULTIPLE k steps)
+# The ring's depths a tile may have (stages of STEP_MULTIPLE k steps, the kernel's ST): 3
+# leaves room for another block an SM, or more L1 for the 4-byte im2col reads.  On the 68
+# layers of GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md) it was
+# 1.1-1.27x faster on 14 (the 8x8 3x3 layers, 56x56 1x1s, 3x3s on 28x28 and 14x14) and
+# 1-4 % slower on most 16x16 1x1 layers, so a tuned plan times both.
+STAGES = (4, 3)
 MAX_TAPS = 64       # a thread's window taps inside the input: one 64-bit set
 # The most shared memory a block may opt into on any device the kernels build for (sm_90:
 # 227 KB): without a device (a plan's list of choices), the tiles that fit it.  A layer of
@@ -79,13 +84,15 @@ class Problem:
 class Tile:
     """``wm`` x ``wn`` warps, each ``mt`` m16 tiles of output rows by ``nt`` n8 tiles of
     pixels: a block owns ``rows`` output rows and ``pixels`` consecutive pixels;
-    ``splits`` blocks (a thread-block cluster) share a row block's k steps."""
+    ``splits`` blocks (a thread-block cluster) share a row block's k steps; ``stages``
+    is the ring's depth (:data:`STAGES`)."""
 
     mt: int
     nt: int
     wm: int
     wn: int
     splits: int = 1
+    stages: int = 4
 
     @property
     def rows(self) -> int:
@@ -108,7 +115,7 @@ class Tile:
         return STEP_MULTIPLE * (KS * (self.pixels + 8) + 10 * self.rows)
 
     def ring_floats(self) -> int:
-        return STAGES * self.stage_floats()
+        return self.stages * self.stage_floats()
 
     def smem_floats(self, max_steps: int) -> tuple[int, int, int]:
         """(the columns' offset, the push slots' offset, the total) in floats, for a
@@ -139,12 +146,13 @@ class Tile:
 SHAPES = ((2, 4, 2, 2), (1, 4, 2, 2), (2, 2, 2, 2), (4, 4, 1, 4), (4, 4, 2, 2), (4, 2, 2, 2),
           (2, 4, 4, 2), (4, 4, 2, 4), (2, 4, 2, 4))
 SPLITS = (1, 2, 4, 8)          # portable cluster sizes
-TILES = tuple(Tile(*shape, splits) for shape in SHAPES for splits in SPLITS)
+TILES = tuple(Tile(*shape, splits, stages) for stages in STAGES for shape in SHAPES
+              for splits in SPLITS)
 
 
 def name(t: Tile, vec: bool) -> str:
     return (f"sparse_pairs_tc<{t.mt}, {t.nt}, {t.wm}, {t.wn}, {t.splits}, "
-            f"{'true' if vec else 'false'}>")
+            f"{'true' if vec else 'false'}, {t.stages}>")
 
 
 def supported(p: Problem) -> str | None:
@@ -182,7 +190,7 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     at a time, which the tile's rows then share more), and the fewest splits that make eight
     warps an SM (at most 8 splits, and at least two k steps a block) and fit the block's
     shared memory (a layer of many columns; where the shape fits at no split, the same for
-    the four-warp shapes).  On the 21 wider stride-1 layers of
+    the four-warp shapes, then each at 3 stages), 4 stages deep.  On the 21 wider stride-1 layers of
     GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md; the rule was drawn
     from these timings) the rule's tile was the fastest of all 36 on 14 and at most 1.34x
     the fastest, where the 64-row tile's rule had been the fastest on 4 and up to 2.03x."""
@@ -195,23 +203,24 @@ def default_tile(p: Problem, facts: DeviceFacts) -> Tile:
     clusters = facts is None or has_clusters(facts)
     steps = cdiv(p.columns, KS)
 
-    def split(shape: tuple) -> Tile:
-        one = Tile(*shape)
+    def split(shape: tuple, stages: int = 4) -> Tile:
+        one = Tile(*shape, 1, stages)
         blocks = one.grid(p)[0]
         for splits in SPLITS:
             if splits > 1 and (not clusters or steps < 2 * splits):
                 break
-            one = Tile(*shape, splits)
+            one = Tile(*shape, splits, stages)
             if blocks * splits * one.threads >= 8 * 32 * sms and one.smem_bytes(p) <= limit:
                 break
         return one
 
     # a layer of so many columns that the rule's tile does not fit at any split (a 7x7
-    # filter over 1,400 channels): the smaller rings of the four-warp tiles, else the
-    # rule's tile, which the launch's check refuses by name
-    for one in map(split, dict.fromkeys((shape, SHAPES[2], SHAPES[1]))):
-        if one.smem_bytes(p) <= limit:
-            return one
+    # filter over 1,400 channels): the smaller rings of the four-warp tiles, then of 3
+    # stages, else the rule's tile, which the launch's check refuses by name
+    for stages in (4, 3):
+        for one in (split(s, stages) for s in dict.fromkeys((shape, SHAPES[2], SHAPES[1]))):
+            if one.smem_bytes(p) <= limit:
+                return one
     return split(shape)
 
 
@@ -256,7 +265,7 @@ def check_tile(tile, p: Problem, facts: DeviceFacts | None = None) -> None:
     cannot launch."""
     if tile not in TILES:
         raise ValueError(f"tile must be one of the shapes {SHAPES} with splits in "
-                         f"{SPLITS}, got {tile!r}")
+                         f"{SPLITS} and stages in {STAGES}, got {tile!r}")
     check_splits(tile, SPLITS, facts)
     check_smem(tile, tile.smem_bytes(p), facts)
 

@@ -26,8 +26,8 @@
 // are a multiple of 4, so four pixels never straddle two images; else 4 bytes) into a
 // ST-deep ring, ST - 1 stages ahead of the products.  ST is the tile's: 4, or 3, whose
 // smaller ring leaves room for another block an SM or more L1 for the im2col's 4-byte
-// reads (1.1-1.27x on some layers, 1-3 % slower on others: the tuner times both; rings of
-// 8 were slower or no faster on every 1x1 layer timed: they cost blocks an SM).
+// reads (1.12-1.27x on 11 layers of 68, up to 4 % slower on 35: the tuner times both;
+// rings of 8 were slower or no faster on every 1x1 layer timed: they cost blocks an SM).
 // With 16-byte copies B is stored k-major, rows BN + 8 words apart (lane (g, t) reads row
 // t + 4 i, column g: banks 8 t + g, all distinct).  With 4-byte copies it is stored
 // pixel-major, a pixel's four rows t + 4 i side by side, so that a lane reads its fragment

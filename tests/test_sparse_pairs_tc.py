@@ -5,6 +5,8 @@ path and bad input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -197,6 +199,19 @@ def test_shared_memory_counts_the_columns_of_wider_filters():
     nine = tile.smem_bytes(_problem((2, 64, 8, 8), (32, 64, 3, 3), padding=1))
     # two words a decoded column, about one column a pair and 16 a step: 9x the columns
     assert nine - one >= 4 * 2 * (9 * 64 - 64 - 16)
+
+
+def test_every_shape_and_split_comes_at_four_and_three_stages():
+    p = _problem((2, 64, 8, 8), (32, 64, 3, 3), padding=1)
+    four = [t for t in sp.TILES if t.stages == 4]
+    assert sorted(sp.TILES, key=str) == sorted(four + [replace(t, stages=3) for t in four], key=str)
+    for t in four:
+        three = replace(t, stages=3)
+        assert three.ring_floats() * 4 == t.ring_floats() * 3
+        assert t.smem_bytes(p) - three.smem_bytes(p) == 4 * t.stage_floats()
+    assert sp.default_tile(p, device_facts()).stages == 4
+    with pytest.raises(ValueError, match="stages in"):
+        sp.check_tile(sp.Tile(2, 2, 2, 2, 1, 2), p, device_facts())
 
 
 def test_the_default_tile_splits_a_small_layer_and_not_a_large_one():

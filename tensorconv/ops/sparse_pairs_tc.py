@@ -57,9 +57,10 @@ from tensorconv.ops.sparse_pairs import (  # noqa: F401  (the records, re-export
 FILE = "sparse_pairs_tc.cu"
 # The ring's depths a tile may have (stages of STEP_MULTIPLE k steps, the kernel's ST): 3
 # leaves room for another block an SM, or more L1 for the 4-byte im2col reads.  On the 68
-# layers of GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md) it was
-# 1.1-1.27x faster on 14 (the 8x8 3x3 layers, 56x56 1x1s, 3x3s on 28x28 and 14x14) and
-# 1-4 % slower on most 16x16 1x1 layers, so a tuned plan times both.
+# layers of GoogLeNet-8x and ResNet-50-8x (H200, docs/notes/sparse_conv.md; each depth's
+# best tile) it was 1.12-1.27x faster on 11 (3x3 and 5x5 layers on 32x32, 8x8, 28x28 and
+# 14x14 maps, 1x1 layers on 56x56 and 7x7) and up to 4 % slower on 35 (most 1x1 layers on
+# 16x16), so a tuned plan times both.
 STAGES = (4, 3)
 MAX_TAPS = 64       # a thread's window taps inside the input: one 64-bit set
 # The most shared memory a block may opt into on any device the kernels build for (sm_90:

@@ -5,15 +5,16 @@ groups of 8 to 64 output rows on 64-thread blocks, four groups a block of a warp
 on a layer of at least ``WIDE_PIXELS`` output pixels, 256-thread blocks (``WIDE_BLOCK``) of
 32 or 64 rows with the grid's pixel blocks first or its groups first, each also with its
 loads made cp.async copies into a ring of ``RING`` shared-memory slots a thread (where every
-pixel's tap lies inside the image).  This bench times
+pixel's tap lies inside the image), and with a group's columns split among ``SPLITS``
+shares of the block's threads.  This bench times
 each tile on every 1x1 layer of a model whose remainder the kernel may unroll
 (``sparse_unrolled.MAX_FMAS``), the whole pruned matrix as the remainder (no dense blocks),
 beside cuDNN fp32 and TF32 on the same kernel as a dense one:
 
-* ``rRB tT gGB`` (`` groups first``, `` ringD`` where so): one tile;
+* ``rRB tT gGB`` (`` groups first``, `` ringD``, `` splitS`` where so): one tile;
 * ``64-thread``: the fastest of the tiles without the wide blocks (what a tuned plan chose
-  among before them), ``no-ring``: the fastest without the rings, ``ours``: the fastest of
-  every tile;
+  among before them), ``no-ring``: the fastest without the rings, ``no-split``: the
+  fastest without the splits, ``ours``: the fastest of every tile;
 * ``cudnn-tf32/ours``: the ratio issue 23's tf32 target counts on a 1x1 layer, whose tf32
   path is this fp32 kernel (the tensor-core remainder is slower there).
 
@@ -52,11 +53,13 @@ NEEDS_GPU = True  # tensorconv list marks it; on a CPU it says so and exits
 
 
 def label(tile: sud.Tile) -> str:
-    """``rRB tT gGB``, with `` groups first`` where the grid counts the groups first and
-    `` ringD`` where the loads go through a ring of D slots."""
+    """``rRB tT gGB``, with `` groups first`` where the grid counts the groups first,
+    `` ringD`` where the loads go through a ring of D slots and `` splitS`` where a group's
+    columns are split S ways."""
     return (f"r{tile.rb} t{tile.threads} g{tile.gb}"
             + (" groups first" if tile.groups_first else "")
-            + (f" ring{tile.ring}" if tile.ring else ""))
+            + (f" ring{tile.ring}" if tile.ring else "")
+            + (f" split{tile.ks}" if tile.ks > 1 else ""))
 
 
 def one_by_one_layers(args) -> list:
@@ -151,22 +154,25 @@ def main(argv=None) -> int:
             rs.add(case, label(tile), "latency_us", times[tile], "us")
         narrow = min(v for t, v in times.items() if t.threads != sud.WIDE_BLOCK)
         ringless = min(v for t, v in times.items() if not t.ring)
+        unsplit = min(v for t, v in times.items() if t.ks == 1)
         best = min(times, key=times.get)
         rs.add(case, "64-thread", "latency_us", narrow, "us",
                note="the fastest tile without the 256-thread blocks")
         rs.add(case, "no-ring", "latency_us", ringless, "us",
                note="the fastest tile without the rings")
+        rs.add(case, "no-split", "latency_us", unsplit, "us",
+               note="the fastest tile without the splits")
         rs.add(case, "ours", "latency_us", times[best], "us", note=f"fastest: {label(best)}")
         for tf32 in (False, True):
             base = f"cudnn-{'tf32' if tf32 else 'fp32'}"
             us = _cudnn_us(torch, x, wd, geom, tf32)
             rs.add(case, base, "latency_us", us, "us", note="the kernel as a dense one")
             for ours, ours_us in (("64-thread", narrow), ("no-ring", ringless),
-                                  ("ours", times[best])):
+                                  ("no-split", unsplit), ("ours", times[best])):
                 rs.add(case, f"{base}/{ours}", "speedup", us / ours_us, "x")
     speed = rs.values("speedup")
-    for ratio in ("cudnn-tf32/64-thread", "cudnn-tf32/no-ring", "cudnn-tf32/ours",
-                  "cudnn-fp32/ours"):
+    for ratio in ("cudnn-tf32/64-thread", "cudnn-tf32/no-ring", "cudnn-tf32/no-split",
+                  "cudnn-tf32/ours", "cudnn-fp32/ours"):
         vals = [v for (_, var), v in speed.items() if var == ratio]
         rs.add(f"all {len(vals)} layers", ratio, "median", float(np.median(vals)), "x",
                note=f"{sum(v >= 1 for v in vals)} of {len(vals)} at or above 1; "
@@ -188,7 +194,7 @@ def main(argv=None) -> int:
     cases = [c for (c, v) in speed if v == "cudnn-tf32/ours"]
     grouped_bars(ax, cases, {ratio: [speed[(c, ratio)] for c in cases]
                              for ratio in ("cudnn-tf32/64-thread", "cudnn-tf32/no-ring",
-                                           "cudnn-tf32/ours")})
+                                           "cudnn-tf32/no-split", "cudnn-tf32/ours")})
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel("cuDNN TF32 time over ours (x)")
     save_figure(fig, paths["png"])

@@ -7,8 +7,9 @@
 // serves only the rows with a nonzero in its channel: staging it in shared memory (the
 // tiled kernel, sparse_unrolled.cu) buys no reuse across taps, and walking a row's
 // (weight, offset) table at run time (sparse_csr_pointwise in sparse_conv.cu) costs a table
-// read and an address per multiply-add.  Here the host (tensorconv/ops/sparse_unrolled_direct.py)
-// writes the body, SPARSE_UNROLLED_DIRECT_BODY, for a given kernel matrix: a block owns RB
+// read and an address per multiply-add.  Here the host
+// (tensorconv/ops/sparse_unrolled_direct_body.py) writes the body,
+// SPARSE_UNROLLED_DIRECT_BODY, for a given kernel matrix: a block owns RB
 // output rows ("a group") and T consecutive output pixels, one a thread; for every column
 // of the kernel matrix (an input channel and tap) that any row of the group uses, the thread
 // loads its word once and adds it into each such row's sum, kept in a register.
@@ -36,6 +37,13 @@
 // first), RING / 8 channels a commit group, seven groups ahead of the products: the straight-
 // line loads keep about nine words in flight a thread, each holding a register until used,
 // and on the 1x1 layers the kernel waits on those loads from L2.
+//
+// A split tile (KS > 1, one group a block, no ring) runs each pixel on KS threads, one in
+// each of KS consecutive sets of TP: set q runs the group's function for its share q of
+// the columns (a function a share), the later sets write their sums to shared memory and
+// arrive at a named barrier, the first waits there and adds them before the epilogue.  The
+// thread's chain of loads is KS times shorter, the warps a layer runs KS times more: a
+// layer of few pixels a group waits on its loads with few warps an SM to hide them.
 #include "tc_common.cuh"
 #include "sparse_unrolled.cuh"   // SU_FMA
 
@@ -51,7 +59,14 @@ enum : int { ACCUMULATE = 1, BIAS = 2, RESIDUAL = 4, RELU = 8 };
 // Row k's sum into the output (defined below, once the body has set OH and OW).
 template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, float v);
 }  // namespace pu
-extern __shared__ float pu_ring[];   // RING * T words: the threads' rings, slot-major
+extern __shared__ float pu_ring[];   // RING * T words: the threads' rings, slot-major;
+                                     // or the split's later shares' sums ((KS-1) * RB * TP)
+#ifndef SU_HOST_EMULATION
+// A split group's later shares arrive at barrier 1 once their sums are written, the first
+// share waits there (the block's T threads in all; barrier 0 is __syncthreads')
+#define PU_BAR_ARRIVE() asm volatile("bar.arrive 1, %0;" :: "n"(pu::T) : "memory")
+#define PU_BAR_SYNC() asm volatile("bar.sync 1, %0;" :: "n"(pu::T) : "memory")
+#endif
 
 #ifndef SPARSE_UNROLLED_DIRECT_BODY
 #define SPARSE_UNROLLED_DIRECT_BODY "sparse_unrolled_direct_example.inc"
@@ -72,7 +87,7 @@ template <int EPI> __device__ __forceinline__ void store(const Out& o, int k, fl
 }  // namespace pu
 
 // Grid: (pixel blocks of TP, blocks of GB groups), or the two swapped (GROUPS_FIRST).  Block:
-// T threads, GB groups of TP, one output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE |
+// T threads, GB groups of TP (or KS shares of one group's columns), one output pixel a thread.  EPI: the epilogue (pu::ACCUMULATE |
 // BIAS | RESIDUAL | RELU); bias and residual read only where named.
 template <int EPI>
 __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
@@ -81,15 +96,25 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
 {
     tc::wait_prior_grids();
     using namespace pu;
-    static_assert(T == GB * TP && (GB == 1 || TP % 32 == 0), "a group takes whole warps");
+    static_assert(T == GB * KS * TP && (GB * KS == 1 || TP % 32 == 0),
+                  "a group (a share) takes whole warps");
+    static_assert(KS == 1 || (GB == 1 && RING == 0), "a split tile: one group, no ring");
     const int sub = GB == 1 ? 0 : (int)threadIdx.x / TP;
+    const int part = KS == 1 ? 0 : (int)threadIdx.x / TP;     // warp-uniform
+    const int tx = (int)threadIdx.x - (sub + part) * TP;      // one of the two is 0
     // GROUPS_FIRST: the groups of one pixel block are consecutive blocks, so they run side
     // by side and the input words the first reads from DRAM the others find in L2
     const int pblock = GROUPS_FIRST ? blockIdx.y : blockIdx.x;
     const int gblock = GROUPS_FIRST ? blockIdx.x : blockIdx.y;
-    const int p = pblock * TP + ((int)threadIdx.x - sub * TP);
+    const int p = pblock * TP + tx;
     const int grp = gblock * GB + sub;
-    if (p >= n * (OH * OW) || grp >= GROUPS) return;   // no barrier follows
+    if (p >= n * (OH * OW) || grp >= GROUPS) {
+        // past the last pixel: a split block's barrier still counts every thread
+        if constexpr (KS > 1) {
+            if (part == 0) PU_BAR_SYNC(); else PU_BAR_ARRIVE();
+        }
+        return;
+    }
     const int nn = p / (OH * OW), rem = p - nn * (OH * OW);
     const int oy = rem / OW, ox = rem - oy * OW;
     const int iy = oy * SH - PH, ix = ox * SW - PW;
@@ -105,7 +130,8 @@ __global__ void __launch_bounds__(pu::T) sparse_unrolled_direct(
     const float* xp = x + (size_t)nn * C * H * W + ((long long)iy * W + ix);
     su_ring_t sr{};
     if constexpr (RING > 0) sr = su_ring_addr(pu_ring + threadIdx.x);
-    group<EPI>(grp, xp, rok, cok, sr, Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
+    group<EPI>(grp * KS + part, xp, rok, cok, sr, tx,
+               Out{y, bias, residual, (size_t)nn * K * (OH * OW) + rem});
 }
 
 #if !defined(__CUDACC_RTC__) && !defined(TC_SKIP_INSTANCES)

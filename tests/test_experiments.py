@@ -433,16 +433,18 @@ def test_bench_sparse_unrolled_1x1_quick(tmp_path):
     assert b.main(["--quick", "--out", str(tmp_path)]) == 0
     rows = results.read_csv(tmp_path / f"{b.NAME}.csv")
     timed = {r["variant"] for r in rows if r["metric"] == "latency_us"}
-    assert {"64-thread", "no-ring", "ours", "cudnn-fp32", "cudnn-tf32"} <= timed
+    assert {"64-thread", "no-ring", "no-split", "ours", "cudnn-fp32", "cudnn-tf32"} <= timed
     assert any(v.startswith(f"r32 t{sud.WIDE_BLOCK}") and v.endswith("groups first")
                for v in timed)
     assert any(v.startswith(f"r32 t{sud.WIDE_BLOCK}") and v.endswith(f"ring{sud.RING}")
                for v in timed)
+    assert {f"r32 t{sud.WIDE_BLOCK} g1 groups first split{ks}" for ks in sud.SPLITS} <= timed
     medians = {r["variant"]: r["value"] for r in rows if r["metric"] == "median"}
-    assert set(medians) == {"cudnn-tf32/64-thread", "cudnn-tf32/no-ring", "cudnn-tf32/ours",
-                            "cudnn-fp32/ours"}
+    assert set(medians) == {"cudnn-tf32/64-thread", "cudnn-tf32/no-ring",
+                            "cudnn-tf32/no-split", "cudnn-tf32/ours", "cudnn-fp32/ours"}
     assert medians["cudnn-tf32/ours"] >= medians["cudnn-tf32/no-ring"] \
         >= medians["cudnn-tf32/64-thread"] > 0
+    assert medians["cudnn-tf32/ours"] >= medians["cudnn-tf32/no-split"] > 0
     assert (tmp_path / f"{b.NAME}.png").stat().st_size > 0
 
 

@@ -17,6 +17,7 @@ from tensorconv.checks import conv_geometry
 from tensorconv.ops import sparse_conv as sc
 from tensorconv.ops import sparse_unrolled as su
 from tensorconv.ops import sparse_unrolled_direct as sud
+from tensorconv.ops import sparse_unrolled_direct_body as sudb
 from tests.helpers import csr_of, run_on_host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +94,50 @@ def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n,
 
 
 @needs_gxx
+@pytest.mark.parametrize("k,c,r,hw,n,stride,padding,rb,threads,ks,gf", [
+    (40, 37, 1, (9, 12), 3, 1, 0, 32, 256, 2, True),    # a partial last pixel block
+    (70, 41, 1, (9, 7), 5, 2, 0, 16, 256, 4, False),    # stride 2, rows past the last group
+    (33, 20, 1, (8, 8), 2, 2, 1, 8, 128, 4, True),      # padding: border pixels read nothing
+    (12, 3, 1, (6, 5), 2, 1, 0, 8, 128, 4, False),      # fewer channels than shares
+    (20, 6, 3, (11, 9), 2, 2, 1, 8, 64, 2, True),       # a wider filter's taps, guarded
+])
+def test_a_split_tile_adds_its_shares(tmp_path, rng, k, c, r, hw, n, stride, padding, rb,
+                                      threads, ks, gf):
+    """Each pixel's ks threads sum their shares of the columns, the first adds the others'
+    from shared memory (NaN at each block's start) after the barrier."""
+    w = _weights(rng, (k, c, r, r), 0.3)
+    x = rng.standard_normal((n, c) + hw).astype(np.float32)
+    want = reference.conv2d(x.astype(np.float64), w.astype(np.float64), None, stride, padding)
+    got = _host_run(tmp_path, w, x, sud.Tile(rb, threads, 1, gf, 0, ks), stride, padding)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("ks", [1, 2, 3, 4, 7])
+def test_the_shares_take_each_column_once_in_order_and_about_equal_work(rng, ks):
+    dense = _weights(rng, (32, 300, 1, 1), 0.125)[:, :, 0, 0]
+    dense[:, 40:60] = 0                                    # columns no row uses
+    shares = sudb.split_columns(dense, ks)
+    assert len(shares) == ks
+    np.testing.assert_array_equal(np.concatenate(shares), np.flatnonzero(dense.any(0)))
+    work = [int(np.sum(1 + np.count_nonzero(dense[:, s], axis=0))) for s in shares]
+    heaviest = int(1 + np.count_nonzero(dense, axis=0).max())
+    assert max(work) - min(work) <= 2 * heaviest
+    assert [len(s) for s in sudb.split_columns(np.zeros((4, 5), np.float32), 3)] == [0, 0, 0]
+
+
+def test_a_split_tile_that_cannot_run_is_refused_by_name():
+    g = conv_geometry((2, 8, 16, 16), (64, 8, 1, 1), 1, 0)
+    w = np.ones((64, 8, 1, 1), np.float32)
+    for tile, match in [(sud.Tile(32, 256, 2, False, 0, 2), "one group a block"),
+                        (sud.Tile(32, 256, 1, False, 64, 2), "no ring"),
+                        (sud.Tile(32, 96, 1, False, 0, 2), "whole warps"),
+                        (sud.Tile(32, 256, 1, False, 0, 0), "at least 1"),
+                        (sud.Tile(64, 1024, 1, False, 0, 2), "shared memory")]:
+        with pytest.raises(ValueError, match=match):
+            sud.body(g, tile, *csr_of(w))
+
+
+@needs_gxx
 @pytest.mark.parametrize("k,c,r,hw,n,stride,padding,rb,threads,gb", [
     (20, 6, 3, (11, 9), 2, 2, 1, 8, 64, 1),            # ResNet's strided 3x3: borders on
     (40, 5, 3, (12, 12), 2, 2, 1, 8, 128, 4),          # both sides; four groups a block
@@ -150,7 +195,7 @@ def test_a_ring_reads_each_channel_after_its_copy_has_landed(rng, ring, c):
     assert [src for _, src, _ in reads] == want
     assert {off for off, _, _ in reads} <= {i * 256 * 4 for i in range(ring)}
     assert text.count("SU_RING_WAIT") == sum(-(-len(np.flatnonzero(
-        w[32 * grp:32 * grp + 32, :, 0, 0].any(0))) // (ring // sud.RING_GROUPS))
+        w[32 * grp:32 * grp + 32, :, 0, 0].any(0))) // (ring // sudb.RING_GROUPS))
         for grp in range(2))
 
 
@@ -167,7 +212,7 @@ def test_a_ring_tile_that_cannot_run_is_refused_by_name():
 
 def test_a_tap_is_tested_only_where_some_window_puts_it_in_the_padding():
     g = conv_geometry((1, 1, 32, 32), (1, 1, 3, 3), 2, 1)    # ResNet's strided 3x3
-    guard = sud._tap_guard
+    guard = sudb.tap_guard
     assert guard(g, 0, 0) == "rok & cok & 1u" and guard(g, 0, 2) == "rok & 1u"
     assert guard(g, 2, 0) == "cok & 1u" and guard(g, 1, 1) == guard(g, 2, 2) == ""
     one = conv_geometry((1, 1, 1, 1), (1, 1, 3, 3), 1, 1)     # a 1x1 map: the centre only
@@ -187,8 +232,10 @@ def test_no_nonzero_at_all_writes_the_epilogue_alone(tmp_path, rng):
 
 
 @needs_gxx
+@pytest.mark.parametrize("tile", [sud.Tile(16, 64), sud.Tile(16, 128, ks=4)], ids=["one", "split"])
 @pytest.mark.parametrize("epi", range(16))
-def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, rng, epi):
+def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, rng, epi, tile):
+    """Once a pixel: on a split tile, by the first share after adding the others'."""
     w = _weights(rng, (20, 7, 1, 1), 0.25)
     x = rng.standard_normal((3, 7, 6, 8)).astype(np.float32)
     g = conv_geometry(x.shape, w.shape, 2, 1)
@@ -197,8 +244,7 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
     res = rng.standard_normal(g.output_shape).astype(np.float32) if has_res else None
     y0 = rng.standard_normal(g.output_shape).astype(np.float32) if acc else None
     assert sud.epilogue(acc, has_bias, has_res, relu) == epi
-    got = _host_run(tmp_path, w, x, sud.Tile(16, 64), 2, 1, bias=bias, residual=res,
-                    relu=relu, y0=y0)
+    got = _host_run(tmp_path, w, x, tile, 2, 1, bias=bias, residual=res, relu=relu, y0=y0)
     want = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
                             None if bias is None else bias.astype(np.float64), 2, 1)
     want = want + (0 if res is None else res) + (0 if y0 is None else y0)
@@ -225,31 +271,43 @@ def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding,
     ((32, 256, 8, 8), (512, 256, 1, 1), 2, 16),
     ((1, 16, 13, 13), (8, 16, 1, 1), 1, 8),         # fewer rows than a group
     ((32, 512, 16, 16), (128, 512, 1, 1), 1, 64),    # GoogLeNet's 1x1 layers: wide blocks too
+    ((32, 256, 28, 28), (512, 256, 1, 1), 1, 64),    # many blocks: no split offered
 ])
 def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     p = sud.Problem(conv_geometry(x_shape, w_shape, stride, 0))
     tiles = sud.candidates(p, None)
     assert tiles[0].rb == rb and tiles[0].threads == 64 and tiles[0].gb == 1
     assert len(set(tiles)) == len(tiles) and all(t.rb <= max(8, 2 * w_shape[0]) for t in tiles)
-    assert all(t.smem_bytes(p) == 4 * t.ring * t.threads for t in tiles)
+    assert all(t.smem_bytes(p) == 4 * t.ring * t.threads for t in tiles if t.ks == 1)
     # four groups a block, a warp each, wherever the layer has four groups of those rows
     assert {t.rb for t in tiles if t.gb > 1} == {r for r in sud.ROWS if -(-w_shape[0] // r) >= 4}
     # wide blocks of one group for the longer groups, on a layer with enough pixels
     rows = {t.rb for t in tiles if t.threads == sud.THREADS[0] and t.gb == 1}
-    wide = {(t.rb, t.groups_first, t.ring) for t in tiles if t.threads == sud.WIDE_BLOCK}
+    wide = {(t.rb, t.groups_first, t.ring) for t in tiles
+            if t.threads == sud.WIDE_BLOCK and t.ks == 1}
     big = p.geom.n * p.geom.oh * p.geom.ow >= sud.WIDE_PIXELS
     assert wide == ({(r, gf, ring) for r in rows if r >= sud.WIDE_BLOCK_ROWS
                      for gf in (False, True) for ring in (0, sud.RING)} if big else set())
+    # and each of those rows split among SPLITS shares, the groups first, where they fit
+    split = {(t.rb, t.ks) for t in tiles if t.ks > 1}
+    pixels = p.geom.n * p.geom.oh * p.geom.ow
+    assert split == ({(r, ks) for r in rows if r >= sud.WIDE_BLOCK_ROWS for ks in sud.SPLITS
+                      if 4 * (ks - 1) * r * sud.WIDE_BLOCK // ks <= sud.SPLIT_SMEM
+                      and -(-pixels // sud.WIDE_BLOCK) * -(-w_shape[0] // r) <= 132}
+                     if big else set())
+    assert all(t.threads == sud.WIDE_BLOCK and t.groups_first and not t.ring
+               for t in tiles if t.ks > 1)
+    assert all(t.smem_bytes(p) == 4 * (t.ks - 1) * t.rb * t.pixels for t in tiles if t.ks > 1)
     assert not any(t.ring for t in tiles if t.threads != sud.WIDE_BLOCK)
     assert all(t.gb == 1 for t in tiles if t.threads == sud.WIDE_BLOCK)
     assert not any(t.groups_first for t in tiles if t.threads != sud.WIDE_BLOCK)
     for t in tiles:         # the groups first: the grid's two axes swapped
         if t.groups_first:
-            assert t.grid(p) == sud.Tile(t.rb, t.threads, t.gb).grid(p)[1::-1] + (1,)
+            assert t.grid(p) == sud.Tile(t.rb, t.threads, t.gb, ks=t.ks).grid(p)[1::-1] + (1,)
     padded = sud.Problem(conv_geometry(x_shape, w_shape, stride, 1))   # taps in the padding
     assert not any(t.ring for t in sud.candidates(padded, None))
     for t in tiles:
-        assert t.pixels * t.gb == t.threads and (t.gb == 1 or t.pixels == 32)
+        assert t.pixels * t.gb * t.ks == t.threads and (t.gb == 1 or t.pixels == 32)
         gx, gy, _ = t.grid(p)
         if t.groups_first:
             gx, gy = gy, gx

@@ -23,12 +23,16 @@ tap the group uses is one load, predicated where the pixel's window meets the pa
 A ring tile (``Tile.ring``, large 1x1 layers) makes each thread's loads ``cp.async``
 copies into its own slots of shared memory, many channels ahead of their products, so that
 more of them are in flight than the straight-line loads' registers allow.
+A split tile (``Tile.ks``) shares a group's channels among ``ks`` warps of a pixel's
+threads, each summing its share, and adds the shares through shared memory: each thread's
+chain of loads is ``ks`` times shorter and the block's pixels ``ks`` times fewer, so a
+layer with few pixels a group (1x1 layers on 16x16 maps at batch 32, waiting on their
+loads from L2) runs ``ks`` times the warps.
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +41,7 @@ from tensorconv import backend, cuda, files
 from tensorconv.backend import DeviceFacts
 from tensorconv.checks import ConvGeometry
 from tensorconv.ops import sparse_unrolled as su
+from tensorconv.ops import sparse_unrolled_direct_body as generated
 from tensorconv.ops._launch import cdiv, launch, ptr
 
 FILE = "sparse_unrolled_direct.cu"
@@ -64,13 +69,26 @@ MAX_GRID_Y = 65535
 WARP_GROUPS = (4,)
 # On the same 1x1 layers as the wide tiles, the tuner also times each of them with the
 # loads made cp.async copies into a ring of RING shared-memory slots a thread, committed in
-# RING_GROUPS groups: a thread then keeps RING - RING / RING_GROUPS input words in flight
-# without a register for any, where ptxas keeps about 9 loads in flight from the
+# RING_GROUPS groups (sparse_unrolled_direct_body): a thread then keeps RING - RING /
+# RING_GROUPS input words in flight without a register for any, where ptxas keeps about 9
+# loads in flight from the
 # straight-line body.  Measured (H200, docs/notes/sparse_conv.md): the fastest tile on 8 of
 # the 39 unrollable 1x1 layers of GoogLeNet-8x and ResNet-50-8x, by up to 1.31x; slower on
 # the others, so offered, not chosen by rule; on 64-thread blocks slower on every layer tried
 RING = 64
-RING_GROUPS = 8
+# Channel splits a group (Tile.ks) the tuner also times on those layers' wide tiles of one
+# group a block: ncu found the 256-thread tile of 32 rows on a 192x480 layer on 16x16
+# (batch 32, 192 blocks) at 11 warps an SM of the 40 its registers allow, each waiting
+# 14 of its 16.5 cycles an issue on a load from L2 (docs/notes/sparse_conv.md)
+# Measured (H200, batch 32, no dense blocks, docs/notes/sparse_conv.md): on GoogLeNet-8x's
+# 1x1 layers of one to four groups of 32 rows on 16x16 (at most 128 blocks unsplit), four
+# shares took 5.7-14.0 µs against 12.3-15.4 unsplit (up to 2.2x); with five groups or more
+# there, and on ResNet-50-8x's ten 1x1 layers (200-1,600 blocks), 1.1-6.4x slower: each share
+# is code of its own, and an SM running KS code streams of a layer at once waits on
+# instruction fetch.  So a split is offered only where the unsplit tile's grid has at most
+# one block an SM.
+SPLITS = (2, 4)
+SPLIT_SMEM = 48 * 1024     # the shares' shared memory: at most the default dynamic limit
 # rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a
 # group mean more loads as well as more code (a pruned 256x128 3x3 layer, 36,864 nonzeros:
 # 8 rows a group 1.4 MB of code, 32 rows 0.9 MB; nvcc 52 s and 22 s); 64 rows were 1.09-1.6x
@@ -88,7 +106,9 @@ class Problem:
 @dataclass(frozen=True)
 class Tile:
     """``gb`` groups of ``rb`` output rows a block, on ``threads`` threads: each group's
-    ``threads // gb`` threads (whole warps) take the block's output pixels, one a thread.
+    ``threads // (gb * ks)`` threads (whole warps) take the block's output pixels, one a
+    thread, ``ks`` times over: ``ks`` > 1 (one group a block, no ring) shares the group's
+    columns among ``ks`` sets of those threads, whose sums meet in shared memory.
     ``groups_first``: the grid's x counts the groups and its y the pixel blocks, so that a
     pixel block's groups are launched one after another.  ``ring``: 0, or the slots of
     each thread's ring of cp.async copies in shared memory (1x1 filters whose pixels all
@@ -99,15 +119,17 @@ class Tile:
     gb: int = 1
     groups_first: bool = False
     ring: int = 0
+    ks: int = 1
 
     @property
     def pixels(self) -> int:
         """Output pixels a block."""
-        return self.threads // self.gb
+        return self.threads // (self.gb * self.ks)
 
     def smem_bytes(self, p: Problem) -> int:
-        """The rings' shared memory: ``ring`` words a thread."""
-        return 4 * self.ring * self.threads
+        """The rings' shared memory (``ring`` words a thread), or the split's: the sums of
+        the ``ks - 1`` later shares, ``rb`` words a pixel each."""
+        return 4 * (self.ring * self.threads + (self.ks - 1) * self.rb * self.pixels)
 
     def grid(self, p: Problem) -> tuple[int, int, int]:
         g = p.geom
@@ -128,15 +150,26 @@ def supported(p: Problem) -> str | None:
 def ring_fits(g: ConvGeometry) -> bool:
     """Whether a ring tile runs ``g``: a 1x1 filter whose one tap lies inside the image for
     every output pixel (the ring's copies are not predicated)."""
-    return g.r * g.s == 1 and _tap_guard(g, 0, 0) == ""
+    return g.r * g.s == 1 and generated.tap_guard(g, 0, 0) == ""
 
 
 def check_tile(p: Problem, tile: Tile) -> None:
-    """A clear error for a ring tile ``p`` cannot run."""
+    """A clear error for a ring or split tile ``p`` cannot run."""
+    if tile.ks != 1:
+        if tile.ks < 1 or tile.threads % (32 * tile.ks):
+            raise ValueError(f"tile.ks must be at least 1 and split tile.threads={tile.threads} "
+                             f"into whole warps, got ks={tile.ks}")
+        if tile.gb != 1 or tile.ring:
+            raise ValueError(f"a split tile (ks={tile.ks}) holds one group a block and no "
+                             f"ring, got gb={tile.gb}, ring={tile.ring}")
+        if tile.smem_bytes(p) > SPLIT_SMEM:
+            raise ValueError(f"a split tile's shares take {tile.smem_bytes(p)} bytes of shared "
+                             f"memory (at most {SPLIT_SMEM}): fewer rows or tile.ks")
     if tile.ring == 0:
         return
-    if tile.ring % RING_GROUPS or tile.ring < RING_GROUPS:
-        raise ValueError(f"tile.ring must be 0 or a multiple of {RING_GROUPS}, got {tile.ring}")
+    if tile.ring % generated.RING_GROUPS or tile.ring < generated.RING_GROUPS:
+        raise ValueError(f"tile.ring must be 0 or a multiple of {generated.RING_GROUPS}, "
+                         f"got {tile.ring}")
     if tile.gb != 1:
         raise ValueError(f"a ring tile holds one group a block, got gb={tile.gb}")
     if not ring_fits(p.geom):
@@ -150,7 +183,9 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     the layer's rows) on :data:`THREADS`, one group a block; on a 1x1 layer of at least
     :data:`WIDE_PIXELS` output pixels also :data:`WIDE_BLOCK` threads a block for groups of
     :data:`WIDE_BLOCK_ROWS` rows or more, with the pixel blocks first and with the groups
-    first, each also with a ring of :data:`RING` copies a thread where :func:`ring_fits`;
+    first, each also with a ring of :data:`RING` copies a thread where :func:`ring_fits`,
+    and split :data:`SPLITS` ways where the unsplit tile's grid has at most one block an SM
+    (the groups first where the grid allows);
     and :data:`WARP_GROUPS` groups a block of a warp
     each where the layer has that many groups; the rule's first.
     On ResNet-18-8x's shortcuts (H200, batch 32) the fastest of one group a block had 64
@@ -167,10 +202,26 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
         rings = (0, RING) if ring_fits(g) else (0,)
         tiles += [Tile(rb, WIDE_BLOCK, 1, gf, ring) for ring in rings for rb in rows
                   if rb >= WIDE_BLOCK_ROWS for gf in ((False, True) if first else (False,))]
+        sms = facts.sm_count if facts else 132
+        split = (Tile(rb, WIDE_BLOCK, 1, _split_first(g, ks), 0, ks) for ks in SPLITS
+                 for rb in rows if rb >= WIDE_BLOCK_ROWS
+                 and _blocks(Tile(rb, WIDE_BLOCK), p) <= sms)
+        tiles += [t for t in split if t.smem_bytes(p) <= SPLIT_SMEM]
     tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
               if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
     return [first] + [t for t in tiles if t != first]
+
+
+def _blocks(t: Tile, p: Problem) -> int:
+    gx, gy, _ = t.grid(p)
+    return gx * gy
+
+
+def _split_first(g: ConvGeometry, ks: int) -> bool:
+    """Whether a split tile's grid puts the groups first: where its pixel blocks fit the
+    grid's y."""
+    return cdiv(g.n * g.oh * g.ow, WIDE_BLOCK // ks) <= MAX_GRID_Y
 
 
 def _rule(p: Problem, tiles: list[Tile], sm_count: int) -> Tile:
@@ -199,127 +250,12 @@ def fmas(weights_nnz: int, tile: Tile) -> int:
     return weights_nnz
 
 
-def _reach(tap: int, stride: int, pad: int, size: int, out: int) -> str:
-    """Where a filter's ``tap`` (along one axis) lands for the layer's output positions:
-    ``"always"`` inside the image, ``"never"`` (only padding), or ``"some"``."""
-    inside = [0 <= o * stride - pad + tap < size for o in range(out)]
-    return "always" if all(inside) else "never" if not any(inside) else "some"
-
-
-def _tap_guard(g: ConvGeometry, r: int, s: int) -> str | None:
-    """The condition a thread loads tap (r, s) under: ``""`` where every output pixel's
-    window has it inside the image (no test), None where none does (never loaded: its
-    products are the padding's zeros), else a test of the window's bits."""
-    rows = _reach(r, g.stride[0], g.padding[0], g.h, g.oh)
-    cols = _reach(s, g.stride[1], g.padding[1], g.w, g.ow)
-    if "never" in (rows, cols):
-        return None
-    tests = [f"{bits} >> {k}" if k else bits
-             for bits, k, reach in (("rok", r, rows), ("cok", s, cols)) if reach == "some"]
-    return " & ".join(tests + ["1u"]) if tests else ""
-
-
-def _fma(j: int, value: float) -> str:
-    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
-    return f"SU_FMA(a{j}, v, {bits:08X});"
-
-
-def _direct_loads(g: ConvGeometry, dense: np.ndarray) -> list[str]:
-    """A group's loads straight through the L1 and their products: each column the group
-    uses one load at an immediate offset, a wider filter's taps under their guards."""
-    taps, hw = g.r * g.s, g.h * g.w
-    # a 1x1 tap is wholly inside the image or wholly in the padding (sums of zero): one
-    # test around every load; a wider filter's taps each under their own
-    guards = [[_tap_guard(g, r, s) for s in range(g.s)] for r in range(g.r)]
-    whole = guards[0][0] if taps == 1 else ""
-    out = ["  {" if not whole else f"  if ({whole}) {{"]
-    for col in np.flatnonzero(dense.any(0)) if whole is not None else ():
-        ch, tap = divmod(int(col), taps)
-        r, s = divmod(tap, g.s)
-        guard = "" if taps == 1 else guards[r][s]
-        if guard is None:
-            continue
-        at = f"__ldg(xp + {ch * hw + r * g.w + s})"
-        # the load and its products under one test (ptxas predicates them all): a zero in
-        # the load's place would cost an instruction a load
-        out.append(f"    if ({guard}) {{ const float v = {at};" if guard else
-                   f"    {{ const float v = {at};")
-        out += ["      " + _fma(j, dense[j, col]) for j in np.flatnonzero(dense[:, col])]
-        out.append("    }")
-    out.append("  }")
-    return out
-
-
-def _ring_loads(g: ConvGeometry, tile: Tile, dense: np.ndarray) -> list[str]:
-    """A group's channels (1x1) through the thread's ring: the channels in batches of
-    ``ring / RING_GROUPS``, one commit group a batch; before a batch's products the copies
-    of the batch ``RING_GROUPS - 1`` ahead are issued into the slots the previous batch
-    freed, then the wait leaves those in flight.  Slot i of the ring is the word
-    ``i * T`` from the thread's first (a warp's 32 slots on 32 banks)."""
-    hw, ring = g.h * g.w, tile.ring
-    batch = ring // RING_GROUPS
-    chans = np.flatnonzero(dense.any(0))
-    batches = cdiv(chans.size, batch)
-
-    def issue(b: int) -> list[str]:
-        if b >= batches:
-            return ["  SU_RING_COMMIT();"]       # an empty group keeps the waits' count
-        return [f"  SU_RING_CP(sr, {(i % ring) * tile.threads * 4}, xp + {int(chans[i]) * hw});"
-                for i in range(b * batch, min((b + 1) * batch, chans.size))] \
-            + ["  SU_RING_COMMIT();"]
-
-    if batches == 0:
-        return []
-    out = []
-    for b in range(RING_GROUPS - 1):     # always RING_GROUPS - 1 groups: the waits count them
-        out += issue(b)
-    for b in range(batches):
-        out += issue(b + RING_GROUPS - 1)
-        out.append(f"  SU_RING_WAIT({RING_GROUPS - 1});")
-        for i in range(b * batch, min((b + 1) * batch, chans.size)):
-            col = dense[:, chans[i]]
-            out.append(f"  {{ float v; SU_RING_LD(v, sr, {(i % ring) * tile.threads * 4});")
-            out += ["    " + _fma(j, col[j]) for j in np.flatnonzero(col)]
-            out.append("  }")
-    return out
-
-
 def body(g: ConvGeometry, tile: Tile, indptr, indices, data) -> str:
     """The kernel body (``SPARSE_UNROLLED_DIRECT_BODY``) of a remainder given as CSR over the
-    K x (C·R·S) kernel matrix (host arrays): the layer's constants, one function a group of
-    ``tile.rb`` rows, and ``group(g, ...)`` that calls a thread's.  A wider filter's taps
-    load under their row's and column's bits of the window inside the image, where some
-    pixel's window has them in the padding (:func:`_tap_guard`); a ring tile's channels are
-    copied through the thread's ring (:func:`_ring_loads`)."""
+    K x (C·R·S) kernel matrix (host arrays), for a tile ``g`` can run
+    (:func:`tensorconv.ops.sparse_unrolled_direct_body.write`)."""
     check_tile(Problem(g), tile)
-    k, c = g.k, g.c
-    groups = cdiv(k, tile.rb)
-    taps = g.r * g.s
-    out = ["namespace pu {",
-           f"constexpr int C = {c}, H = {g.h}, W = {g.w}, K = {k}, R = {g.r}, S = {g.s}, "
-           f"SH = {g.stride[0]}, "
-           f"SW = {g.stride[1]}, PH = {g.padding[0]}, PW = {g.padding[1]}, OH = {g.oh}, "
-           f"OW = {g.ow}, RB = {tile.rb}, T = {tile.threads}, GB = {tile.gb}, "
-           f"TP = {tile.pixels}, GROUPS = {groups}, GROUPS_FIRST = {int(tile.groups_first)}, "
-           f"RING = {tile.ring};"]
-    for grp in range(groups):
-        rows = range(grp * tile.rb, min(k, (grp + 1) * tile.rb))
-        dense = np.zeros((len(rows), c * taps), np.float32)
-        for j, row in enumerate(rows):
-            dense[j, indices[indptr[row]:indptr[row + 1]]] = data[indptr[row]:indptr[row + 1]]
-        out.append(f"template <int EPI> __device__ __noinline__ void group{grp}("
-                   "const float* __restrict__ xp, unsigned rok, unsigned cok, su_ring_t sr, "
-                   "Out o) {")
-        out.append("  float " + ", ".join(f"a{j} = 0.f" for j in range(len(rows))) + ";")
-        out += _ring_loads(g, tile, dense) if tile.ring else _direct_loads(g, dense)
-        out += [f"  store<EPI>(o, {row}, a{j});" for j, row in enumerate(rows)]
-        out.append("}")
-    out += ["template <int EPI> __device__ __forceinline__ void group(int g, "
-            "const float* __restrict__ xp, unsigned rok, unsigned cok, su_ring_t sr, Out o) {",
-            "  switch (g) {"]
-    out += [f"  case {n}: group{n}<EPI>(xp, rok, cok, sr, o); break;" for n in range(groups)]
-    out += ["  default: break;", "  }", "}", "}  // namespace pu", ""]
-    return "\n".join(out)
+    return generated.write(g, tile, indptr, indices, data)
 
 
 def epilogue(accumulate: bool, bias: bool, residual: bool, relu: bool) -> int:

@@ -3,7 +3,8 @@ The staged kernel (``sparse_unrolled``): its tiles on maps of 2 to 40 columns, 1
 5x5 filters, strides 1 to 3, batches and channel counts that leave partial image groups,
 row groups and channel stages.  The unstaged 1x1 kernel (``sparse_unrolled_direct``): its
 tiles at strides 1 to 3, unequal strides, padding, maps of one pixel to 40 columns, pixel
-and row counts that leave partial blocks and groups, its rings of cp.async copies.  Both:
+and row counts that leave partial blocks and groups, its rings of cp.async copies, its
+split tiles.  Both:
 dense blocks' rows to add to, the epilogue, a dense and an empty kernel, an input not
 16-byte aligned."""
 
@@ -67,6 +68,19 @@ def test_a_ring_tile_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
     rings = [t for t in sud.candidates(sud.Problem(g), None) if t.ring]
     assert rings
     for tile in rings:
+        check_sparse_conv2d(rng, w, packed, (3, 130, 30, 29), 1, 0, epilogue=True,
+                            remainder="unrolled", remainder_tile=tile)
+
+
+@pytest.mark.parametrize("nblocks", [0, 3])
+def test_a_split_tile_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
+    """Each split tile the layer is offered (a group's columns shared among KS sets of
+    the block's threads, summed through shared memory), a partial last pixel block."""
+    w, packed, _ = random_sparse_layer(rng, 70, 130, 1, 0.15, nblocks, empty_row=True)
+    g = conv_geometry((3, 130, 30, 29), w.shape, 1, 0)
+    splits = [t for t in sud.candidates(sud.Problem(g), None) if t.ks > 1]
+    assert {t.ks for t in splits} == set(sud.SPLITS)
+    for tile in splits:
         check_sparse_conv2d(rng, w, packed, (3, 130, 30, 29), 1, 0, epilogue=True,
                             remainder="unrolled", remainder_tile=tile)
 

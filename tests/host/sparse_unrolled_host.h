@@ -23,6 +23,9 @@ inline thread_local SuDim3 threadIdx;
 inline SuDim3 blockIdx;
 inline pthread_barrier_t su_barrier;
 inline void __syncthreads() { pthread_barrier_wait(&su_barrier); }
+// a split group's named barrier (sparse_unrolled_direct.cu): arriving waits here too
+#define PU_BAR_ARRIVE() __syncthreads()
+#define PU_BAR_SYNC() __syncthreads()
 float __shfl_xor_sync(unsigned, float, int);   // named in tc_common.cuh, never called here
 
 inline float su_bits(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }

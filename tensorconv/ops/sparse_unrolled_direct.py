@@ -81,12 +81,14 @@ RING = 64
 # (batch 32, 192 blocks) at 11 warps an SM of the 40 its registers allow, each waiting
 # 14 of its 16.5 cycles an issue on a load from L2 (docs/notes/sparse_conv.md)
 # Measured (H200, batch 32, no dense blocks, docs/notes/sparse_conv.md): on GoogLeNet-8x's
-# 1x1 layers of one to four groups of 32 rows on 16x16 (at most 128 blocks unsplit), four
-# shares took 5.7-14.0 µs against 12.3-15.4 unsplit (up to 2.2x); with five groups or more
-# there, and on ResNet-50-8x's ten 1x1 layers (200-1,600 blocks), 1.1-6.4x slower: each share
-# is code of its own, and an SM running KS code streams of a layer at once waits on
-# instruction fetch.  So a split is offered only where the unsplit tile's grid has at most
-# one block an SM.
+# 1x1 layers on 16x16 of at most four groups of 32 rows (at most 128 blocks unsplit), the
+# best split took 5.7-15.1 µs against 12.3-15.6 unsplit (1.03-2.2x faster), on its 8x8 ones
+# (at most 96 blocks) 1.02-2.3x faster; with five groups or more on 16x16 1.04-1.2x slower,
+# and on ResNet-50-8x's ten 1x1 layers (200 blocks or more) 1.05-1.7x slower (the worst
+# split 6.4x).  Each share is code of its own, so an SM runs KS code streams of a layer at
+# once, where ncu found 64-thread tiles of many groups waiting on instruction fetch (the
+# splits themselves not profiled).  So a split is offered only where the unsplit tile's
+# grid has at most one block an SM.
 SPLITS = (2, 4)
 SPLIT_SMEM = 48 * 1024     # the shares' shared memory: at most the default dynamic limit
 # rows a group on a wider filter: each group loads every tap its rows use, so fewer rows a

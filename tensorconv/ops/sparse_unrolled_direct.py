@@ -82,9 +82,9 @@ RING = 64
 # 14 of its 16.5 cycles an issue on a load from L2 (docs/notes/sparse_conv.md)
 # Measured (H200, batch 32, no dense blocks, docs/notes/sparse_conv.md): on GoogLeNet-8x's
 # 1x1 layers on 16x16 of at most four groups of 32 rows (at most 128 blocks unsplit), the
-# best split took 5.7-15.1 µs against 12.3-15.6 unsplit (1.03-2.2x faster), on its 8x8 ones
-# (at most 96 blocks) 1.02-2.3x faster; with five groups or more on 16x16 1.04-1.2x slower,
-# and on ResNet-50-8x's ten 1x1 layers (200 blocks or more) 1.05-1.7x slower (the worst
+# best split took 5.7-15.1 µs against 12.2-15.6 unsplit (1.03-2.1x faster), on its 8x8 ones
+# (at most 96 blocks) 1.01-2.3x faster; with five groups or more on 16x16 1.04-1.2x slower,
+# and on ResNet-50-8x's ten 1x1 layers (200 blocks or more at 32 rows) 1.05-1.7x slower (the worst
 # split 6.4x).  Each share is code of its own, so an SM runs KS code streams of a layer at
 # once, where ncu found 64-thread tiles of many groups waiting on instruction fetch (the
 # splits themselves not profiled).  So a split is offered only where the unsplit tile's

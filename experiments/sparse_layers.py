@@ -42,8 +42,10 @@ threshold kept.  Results go to ``sparse_layers.*`` for the default model and
 ``sparse_layers_MODEL.*`` for another.  ``--layers`` times only the layers named.
 ``--time-budget`` stops between layers once that
 many seconds have passed; a later call with ``--merge`` (the earlier CSVs) keeps their
-layers and times the rest, one table in the end.  The paper's ranges (P100, ResNet18-8x:
-1.66-7.58x over cuDNN, 1.04-1.45x over SpMM) stand in the notes.
+layers and times the rest, one table in the end.  ``--retime`` (with ``--layers`` and
+``--merge``) times the layers named again: each one's merged rows are replaced once it is
+timed, and a layer the time budget does not reach keeps them.  The paper's ranges (P100,
+ResNet18-8x: 1.66-7.58x over cuDNN, 1.04-1.45x over SpMM) stand in the notes.
 """
 
 from __future__ import annotations
@@ -120,7 +122,12 @@ def _args(argv):
                    help="seconds for this call: no layer is started after them")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
                    help="earlier calls' CSVs: their layers are kept, not timed again")
+    p.add_argument("--retime", action="store_true",
+                   help="time the --layers named again, replacing their rows in --merge's CSVs")
     args = p.parse_args(argv)
+    if args.retime and not (args.layers and args.merge):
+        p.error("--retime times the --layers named again in place of their rows in the "
+                "--merge CSVs: give both")
     if not 0.0 <= args.min_gain < 1.0:
         p.error(f"--min-gain is a share of a layer's nonzeros in [0, 1), got {args.min_gain:g}")
     return args
@@ -165,6 +172,12 @@ def _layers(args, masks_path):
             mask = top_magnitude(w, keep_count(w.size, args.ratio)).astype(bool)
         out.append((name, conv, shapes[name], (w * mask).astype(np.float32)))
     return out
+
+
+def of_case(row_case: str, case: str) -> bool:
+    """Whether a results row's case is the layer ``case`` or one of its per-choice rows
+    (``case via ...``)."""
+    return row_case == case or row_case.startswith(case + " via ")
 
 
 def case_name(label, name, conv, x_shape, w) -> str:
@@ -399,7 +412,9 @@ def main(argv=None) -> int:
               if r["metric"] != "speedup_median"]
     rs.extend(merged)
     done = {r["case"] for r in merged if r["variant"] == "ours" and r["metric"] == "latency_us"}
-    jobs = [(label, layer) for label, layer in jobs if case_name(label, *layer) not in done]
+    retime = {case_name(label, *layer) for label, layer in jobs} & done if args.retime else set()
+    jobs = [(label, layer) for label, layer in jobs
+            if case_name(label, *layer) not in done - retime]
     from tqdm import tqdm
 
     partial = partial_csv(output_name(args), args.out)
@@ -408,6 +423,10 @@ def main(argv=None) -> int:
         if timed and args.time_budget is not None and \
                 time.perf_counter() - start > args.time_budget:
             break
+        case = case_name(label, name, conv, shape, w)
+        if case in retime:       # its merged rows give way to this call's, now it is timed
+            rs.rows = [r for r in rs.rows if not of_case(r["case"], case)]
+            retime.discard(case)
         measure(rs, name, conv, shape, w, args, torch, label)
         rs.write_csv(partial)        # a call cut short keeps its layers (--merge it)
         timed += 1
@@ -432,6 +451,9 @@ def main(argv=None) -> int:
     masks = f"masks from {', '.join(args.masks)}" if args.masks else \
         f"magnitude pruning {args.ratio:g}x of initial weights (unstructured: no trained masks)"
     partial = f"Partial: {left} layers not timed yet (run again with --merge). " if left else ""
+    if retime:
+        partial += (f"{len(retime)} of the layers to re-time keep their merged rows (not "
+                    f"reached): {', '.join(sorted(retime))}. ")
     rounds = ("Algorithm 1 runs until a round finds no block (the paper)" if not args.min_gain
               else f"Algorithm 1 stops after a round whose blocks take under "
                    f"{args.min_gain:g} of the layer's nonzeros")

@@ -189,6 +189,26 @@ def test_sparse_layers_quick(tmp_path):
             if r["variant"] == "ours" and r["metric"] == "latency_us"]
     assert len(ours) == len(set(ours)) == 3
     assert "Partial" not in (second / "sparse_layers.md").read_text()
+    # --retime: two layers named, the budget spent after the first: its rows are replaced
+    # (once each), the second keeps the merged ones and the report names it
+    third = tmp_path / "c"
+    before = results.read_csv(second / "sparse_layers.csv")
+    names = [c.split(" ", 1)[0] for c in ours[:2]]
+    assert sparse_layers.main(["--quick", "--batch", "4", "--out", str(third), "--merge",
+                               str(second / "sparse_layers.csv"), "--retime", "--layers",
+                               *names, "--time-budget", "0"]) == 0
+    after = results.read_csv(third / "sparse_layers.csv")
+    for case in ours:       # each layer's rows once (the choices timed may differ by layout)
+        rows_before = sorted((r["variant"], r["metric"]) for r in before if r["case"] == case)
+        rows_after = sorted((r["variant"], r["metric"]) for r in after if r["case"] == case)
+        assert rows_after == rows_before and len(set(rows_after)) == len(rows_after)
+        via = [r["case"] for r in after if r["case"].startswith(case + " via ")]
+        assert via and len(via) == len(set(via))
+    kept = {(r["case"], r["variant"], r["metric"], r["value"]) for r in after
+            if sparse_layers.of_case(r["case"], ours[1])}
+    assert kept <= {(r["case"], r["variant"], r["metric"], r["value"]) for r in before}
+    assert f"1 of the layers to re-time keep their merged rows (not reached): {ours[1]}" in \
+        (third / "sparse_layers.md").read_text()
 
 
 @pytest.mark.gpu
@@ -1164,3 +1184,22 @@ def test_sparse_layers_refuses_a_min_gain_outside_a_share(capsys):
     with pytest.raises(SystemExit):
         sparse_layers.main(["--min-gain", "1.5", "--out", "unused"])
     assert "--min-gain" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--retime"], ["--retime", "--layers", "stages.1.0.conv1"],
+                                  ["--retime", "--merge", "earlier.csv"]])
+def test_sparse_layers_retime_needs_the_layers_and_the_rows_they_replace(capsys, argv):
+    from experiments import sparse_layers
+
+    with pytest.raises(SystemExit):
+        sparse_layers.main(argv + ["--out", "unused"])
+    assert "--retime" in capsys.readouterr().err
+
+
+def test_a_layers_rows_are_its_case_and_its_choices():
+    from experiments.sparse_layers import of_case
+
+    case = "pruned inceptions.3.branch3.0 96x480x1x1 s1 16x16"
+    assert of_case(case, case) and of_case(case + " via sparse_unrolled_direct Tile(rb=32)", case)
+    assert not of_case("pruned inceptions.3.branch3.0 96x480x1x1 s1 16x16x", case)
+    assert not of_case("pruned inceptions.3.branch3.3 208x96x3x3 s1 16x16", case)

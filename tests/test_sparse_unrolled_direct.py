@@ -253,14 +253,17 @@ def test_every_epilogue_adds_what_blocks_wrote_bias_residual_and_relu(tmp_path, 
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
-@pytest.mark.parametrize("r,padding,ring", [(1, 0, 0), (3, 1, 0), (1, 0, sud.RING)])
-def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding, ring):
+@pytest.mark.parametrize("r,padding,ring,ks,arch", [
+    (1, 0, 0, 1, "sm_90"), (3, 1, 0, 1, "sm_90"), (1, 0, sud.RING, 1, "sm_90"),
+    (1, 0, 0, 4, "sm_90"), (1, 0, 0, 2, "sm_80")])     # the split's named barrier on both
+def test_the_kernel_file_builds_with_a_generated_body(tmp_path, rng, r, padding, ring, ks, arch):
     w = _weights(rng, (48, 40 // r, r, r), 0.12)
     g = conv_geometry((4, 40 // r, 12, 12), w.shape, 2, padding)
-    tile = sud.Tile(32, 256, 1, False, ring) if ring else sud.default_tile(sud.Problem(g), None)
+    tile = (sud.Tile(32, 256, 1, False, ring, ks) if ring or ks > 1 else
+            sud.default_tile(sud.Problem(g), None))
     body = tmp_path / "body.inc"
     body.write_text(sud.body(g, tile, *csr_of(w)))
-    subprocess.run(["nvcc", "-std=c++17", "-cubin", "-arch=sm_90", f"-I{KERNELS}",
+    subprocess.run(["nvcc", "-std=c++17", "-cubin", f"-arch={arch}", f"-I{KERNELS}",
                     f'-DSPARSE_UNROLLED_DIRECT_BODY="{body}"', "-o", str(tmp_path / "k.cubin"),
                     str(KERNELS / sud.FILE)], check=True, capture_output=True)
 

@@ -63,9 +63,12 @@ extern __shared__ float pu_ring[];   // RING * T words: the threads' rings, slot
                                      // or the split's later shares' sums ((KS-1) * RB * TP)
 #ifndef SU_HOST_EMULATION
 // A split group's later shares arrive at barrier 1 once their sums are written, the first
-// share waits there (the block's T threads in all; barrier 0 is __syncthreads')
-#define PU_BAR_ARRIVE() asm volatile("bar.arrive 1, %0;" :: "n"(pu::T) : "memory")
-#define PU_BAR_SYNC() asm volatile("bar.sync 1, %0;" :: "n"(pu::T) : "memory")
+// share waits there (the block's T threads in all; barrier 0 is __syncthreads').  Not the
+// .aligned forms (bar.sync / bar.arrive): in the last pixel block a warp's lanes past the
+// last pixel reach the barrier at the kernel's top and the others in the group's function,
+// and an aligned barrier reached from two places in one warp hangs the block.
+#define PU_BAR_ARRIVE() asm volatile("barrier.arrive 1, %0;" :: "n"(pu::T) : "memory")
+#define PU_BAR_SYNC() asm volatile("barrier.sync 1, %0;" :: "n"(pu::T) : "memory")
 #endif
 
 #ifndef SPARSE_UNROLLED_DIRECT_BODY

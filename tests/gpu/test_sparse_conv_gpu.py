@@ -5,6 +5,7 @@ rows), every tile, strides, batches, the epilogue; poisoned outputs."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -45,8 +46,18 @@ def test_random_layers_match_the_dense_reference(rng, trial):
     remainder = sc.REMAINDERS[trial // 2 % 4]
     if remainder == "pointwise" and r != 1:
         remainder = "tiled"
-    _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
-           remainder=remainder)
+    try:
+        _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
+               remainder=remainder)
+    except ValueError as e:
+        # dense rows of a large filter can need more shared memory than a block may have:
+        # the tiled remainder asked for by name refuses them before any launch
+        if remainder != "tiled" or "use remainder='rows'" not in str(e):
+            raise
+        need = int(re.search(r"needs (\d+) bytes", str(e)).group(1))
+        assert need > backend.device_facts().smem_per_block_optin
+        _check(rng, w, packed, (n, c, h, h + 1), stride, padding, epilogue=bool(trial % 2),
+               remainder="rows")
 
 
 @pytest.mark.parametrize("tile", sc.TILES, ids=str)

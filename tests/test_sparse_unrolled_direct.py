@@ -76,6 +76,8 @@ def _weights(rng, shape, density):
     (70, 11, (7, 9), 2, 0.3, 2, 1, 16, 64, 2),     # two a block, stride 2 and padding
     (40, 6, (9, 12), 3, 0.3, 1, 0, 16, -256, 1),   # the groups first (threads < 0 here)
     (70, 11, (7, 9), 2, 0.3, 2, 1, 16, -64, 2),
+    # a wide tile's 40 rows a group (WIDE_ONLY_ROWS), the last group 10 rows
+    (90, 23, (9, 12), 3, 0.3, 1, 0, 40, -256, 1),
     # rings (threads > 1000: threads - 1000, ring 8 or 16): channels wrap round them
     (40, 37, (9, 12), 3, 0.3, 1, 0, 16, 1064, 1),
     (20, 41, (9, 7), 5, 0.5, 2, 0, 32, 1256, 1),
@@ -96,6 +98,7 @@ def test_the_generated_code_computes_the_convolution(tmp_path, rng, k, c, hw, n,
 @needs_gxx
 @pytest.mark.parametrize("k,c,r,hw,n,stride,padding,rb,threads,ks,gf", [
     (40, 37, 1, (9, 12), 3, 1, 0, 32, 256, 2, True),    # a partial last pixel block
+    (90, 37, 1, (9, 12), 3, 1, 0, 40, 256, 2, True),    # 40 rows a group, the last 10
     (70, 41, 1, (9, 7), 5, 2, 0, 16, 256, 4, False),    # stride 2, rows past the last group
     (33, 20, 1, (8, 8), 2, 2, 1, 8, 128, 4, True),      # padding: border pixels read nothing
     (12, 3, 1, (6, 5), 2, 1, 0, 8, 128, 4, False),      # fewer channels than shares
@@ -289,12 +292,14 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     wide = {(t.rb, t.groups_first, t.ring) for t in tiles
             if t.threads == sud.WIDE_BLOCK and t.ks == 1}
     big = p.geom.n * p.geom.oh * p.geom.ow >= sud.WIDE_PIXELS
-    assert wide == ({(r, gf, ring) for r in rows if r >= sud.WIDE_BLOCK_ROWS
+    wide_rows = {r for r in rows if r >= sud.WIDE_BLOCK_ROWS} | {
+        r for r in sud.WIDE_ONLY_ROWS if r <= 2 * w_shape[0]}
+    assert wide == ({(r, gf, ring) for r in wide_rows
                      for gf in (False, True) for ring in (0, sud.RING)} if big else set())
     # and each of those rows split among SPLITS shares, the groups first, where they fit
     split = {(t.rb, t.ks) for t in tiles if t.ks > 1}
     pixels = p.geom.n * p.geom.oh * p.geom.ow
-    assert split == ({(r, ks) for r in rows if r >= sud.WIDE_BLOCK_ROWS for ks in sud.SPLITS
+    assert split == ({(r, ks) for r in wide_rows for ks in sud.SPLITS
                       if 4 * (ks - 1) * r * sud.WIDE_BLOCK // ks <= sud.SPLIT_SMEM
                       and -(-pixels // sud.WIDE_BLOCK) * -(-w_shape[0] // r) <= 132}
                      if big else set())

@@ -61,6 +61,13 @@ THREADS = (64,)
 # 32.4 µs), 1.16x on a strided 512x256 one on 56x56, within 5 % on fourteen others
 WIDE_BLOCK = 256
 WIDE_BLOCK_ROWS = 32
+# rows a group the wide tiles also take (not the 64-thread ones): 40 rows put a 1x1 layer of
+# 144-160 rows on 16x16 at batch 32 in four groups, 128 blocks, about one wave, where 32 rows
+# make 160 blocks and leave 28 SMs two.  Measured (H200, GoogLeNet-8x's trained masks, no
+# dense blocks, docs/notes/sparse_conv.md): the fastest of the wide tiles without a ring on
+# 7 of its 14 1x1 layers on 16x16 of 64 rows or more (160x512: 16.0 -> 15.4 µs, 144x512:
+# 16.7 -> 15.4, 128x528: 15.1 -> 13.1), 48 rows on none
+WIDE_ONLY_ROWS = (40,)
 WIDE_PIXELS = 2048
 MAX_GRID_Y = 65535
 # row groups a block the tuner also times, one warp each on the block's 32 pixels: the
@@ -184,8 +191,9 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     """Every rows a group (:data:`ROWS`, :data:`WIDE_ROWS` for a wider filter; up to twice
     the layer's rows) on :data:`THREADS`, one group a block; on a 1x1 layer of at least
     :data:`WIDE_PIXELS` output pixels also :data:`WIDE_BLOCK` threads a block for groups of
-    :data:`WIDE_BLOCK_ROWS` rows or more, with the pixel blocks first and with the groups
-    first, each also with a ring of :data:`RING` copies a thread where :func:`ring_fits`,
+    :data:`WIDE_BLOCK_ROWS` rows or more and of :data:`WIDE_ONLY_ROWS`, with the pixel
+    blocks first and with the groups first, each also with a ring of :data:`RING` copies a
+    thread where :func:`ring_fits`,
     and split :data:`SPLITS` ways where the unsplit tile's grid has at most one block an SM
     (the groups first where the grid allows);
     and :data:`WARP_GROUPS` groups a block of a warp
@@ -202,12 +210,13 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     if g.r * g.s == 1 and g.n * g.oh * g.ow >= WIDE_PIXELS:
         first = cdiv(g.n * g.oh * g.ow, WIDE_BLOCK) <= MAX_GRID_Y    # pixel blocks on y
         rings = (0, RING) if ring_fits(g) else (0,)
-        tiles += [Tile(rb, WIDE_BLOCK, 1, gf, ring) for ring in rings for rb in rows
-                  if rb >= WIDE_BLOCK_ROWS for gf in ((False, True) if first else (False,))]
+        wide = sorted({rb for rb in rows if rb >= WIDE_BLOCK_ROWS}
+                      | {rb for rb in WIDE_ONLY_ROWS if rb <= 2 * g.k})
+        tiles += [Tile(rb, WIDE_BLOCK, 1, gf, ring) for ring in rings for rb in wide
+                  for gf in ((False, True) if first else (False,))]
         sms = facts.sm_count if facts else 132
         split = (Tile(rb, WIDE_BLOCK, 1, _split_first(g, ks), 0, ks) for ks in SPLITS
-                 for rb in rows if rb >= WIDE_BLOCK_ROWS
-                 and _blocks(Tile(rb, WIDE_BLOCK), p) <= sms)
+                 for rb in wide if _blocks(Tile(rb, WIDE_BLOCK), p) <= sms)
         tiles += [t for t in split if t.smem_bytes(p) <= SPLIT_SMEM]
     tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
               if cdiv(p.geom.k, rb) >= gb]

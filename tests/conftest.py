@@ -7,10 +7,14 @@
 * ``TENSORCONV_TEST_SEED=n`` replays the ``rng`` fixture's seed a failure printed.
 * ``TENSORCONV_TEST_LOG=path`` appends each test's outcome, duration and failure text to
   ``path`` as it finishes (a run cut short by a time limit still says what it did).
+* ``TENSORCONV_TEST_TIMEOUT=s`` (default 1200; 0: none): a test still running after ``s``
+  seconds prints every thread's traceback and ends its process, so a hung kernel stops the
+  run at the test that hung (under ``-n``, xdist reports that test crashed and goes on).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 
@@ -22,6 +26,22 @@ from tensorconv import backend
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # workers share the cores they compile on
     os.environ.setdefault("TENSORCONV_COMPILE_THREADS", str(max(
         2, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+
+_STDERR = None   # the terminal's stderr, kept before a test's output is captured
+
+
+def pytest_configure(config):
+    global _STDERR
+    _STDERR = os.fdopen(os.dup(2), "w")     # capture swaps fd 2 for a file during a test
+
+
+def pytest_unconfigure(config):
+    global _STDERR
+    if _STDERR is not None:
+        faulthandler.cancel_dump_traceback_later()
+        _STDERR.close()
+        _STDERR = None
 
 
 def pytest_addoption(parser):
@@ -56,6 +76,18 @@ def pytest_runtest_logreport(report):
         f.write(f"{report.outcome:7s} {report.duration:8.2f}s {report.when:8s} {report.nodeid}\n")
         if report.failed:
             f.write(str(report.longrepr)[-3000:] + "\n---\n")
+
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    """``TENSORCONV_TEST_TIMEOUT`` (module docstring): a kernel that never returns cannot be
+    interrupted from Python, so the process ends, after the tracebacks say where."""
+    limit = float(os.environ.get("TENSORCONV_TEST_TIMEOUT") or 1200)
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit, exit=True, file=_STDERR or sys.__stderr__)
+    yield
+    if limit > 0:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)

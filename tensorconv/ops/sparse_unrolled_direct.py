@@ -65,7 +65,7 @@ WIDE_BLOCK_ROWS = 32
 # 144-160 rows on 16x16 at batch 32 in four groups, 128 blocks, about one wave, where 32 rows
 # make 160 blocks and leave 28 SMs two.  Measured (H200, GoogLeNet-8x's trained masks, no
 # dense blocks, docs/notes/sparse_conv.md): the fastest of the wide tiles without a ring on
-# 7 of its 14 1x1 layers on 16x16 of 64 rows or more (160x512: 16.0 -> 15.4 µs, 144x512:
+# 7 of 14 of its 1x1 layers on 16x16 of 64 rows or more (160x512: 16.0 -> 15.4 µs, 144x512:
 # 16.7 -> 15.4, 128x528: 15.1 -> 13.1), 48 rows on none
 WIDE_ONLY_ROWS = (40,)
 WIDE_PIXELS = 2048

@@ -75,7 +75,9 @@ def test_a_ring_tile_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
 @pytest.mark.parametrize("nblocks", [0, 3])
 def test_a_split_tile_adds_to_blocks_and_applies_the_epilogue(rng, nblocks):
     """Each split tile the layer is offered (a group's columns shared among KS sets of
-    the block's threads, summed through shared memory), a partial last pixel block."""
+    the block's threads, summed through shared memory), a partial last pixel block: 2,610
+    pixels end mid-warp, so that warp's lanes past the last pixel meet the shares' barrier
+    at the kernel's top and the others in the group's function (the aligned barrier hung)."""
     w, packed, _ = random_sparse_layer(rng, 70, 130, 1, 0.15, nblocks, empty_row=True)
     g = conv_geometry((3, 130, 30, 29), w.shape, 1, 0)
     splits = [t for t in sud.candidates(sud.Problem(g), None) if t.ks > 1]

@@ -290,7 +290,7 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
     # wide blocks of one group for the longer groups, on a layer with enough pixels
     rows = {t.rb for t in tiles if t.threads == sud.THREADS[0] and t.gb == 1}
     wide = {(t.rb, t.groups_first, t.ring) for t in tiles
-            if t.threads == sud.WIDE_BLOCK and t.ks == 1}
+            if t.threads == sud.WIDE_BLOCK and t.ks == 1 and t.rb <= sud.ROWS[-1]}
     big = p.geom.n * p.geom.oh * p.geom.ow >= sud.WIDE_PIXELS
     wide_rows = {r for r in rows if r >= sud.WIDE_BLOCK_ROWS} | {
         r for r in sud.WIDE_ONLY_ROWS if r <= 2 * w_shape[0]}
@@ -305,10 +305,17 @@ def test_the_rule_and_the_tiles(x_shape, w_shape, stride, rb):
                      if big else set())
     assert all(t.threads == sud.WIDE_BLOCK and t.groups_first and not t.ring
                for t in tiles if t.ks > 1)
+    # deeper groups on a layer of 65-128 rows: below its rows, and the first holding them all
+    k = w_shape[0]
+    deep_rows = [r for r in sud.DEEP_ROWS if r < k] + [min(r for r in sud.DEEP_ROWS if r >= k)] \
+        if big and sud.ROWS[-1] < k <= sud.DEEP_ROWS[-1] else []
+    assert {(t.rb, t.threads, t.groups_first, t.ring) for t in tiles if t.rb > sud.ROWS[-1]} == {
+        (r, thr, -(-k // r) > 1, ring) for r in deep_rows for thr in sud.DEEP_THREADS
+        for ring in (0, sud.RING)}
     assert all(t.smem_bytes(p) == 4 * (t.ks - 1) * t.rb * t.pixels for t in tiles if t.ks > 1)
-    assert not any(t.ring for t in tiles if t.threads != sud.WIDE_BLOCK)
-    assert all(t.gb == 1 for t in tiles if t.threads == sud.WIDE_BLOCK)
-    assert not any(t.groups_first for t in tiles if t.threads != sud.WIDE_BLOCK)
+    small = [t for t in tiles if t.threads != sud.WIDE_BLOCK and t.rb <= sud.ROWS[-1]]
+    assert not any(t.ring or t.groups_first for t in small)
+    assert all(t.gb == 1 for t in tiles if t.threads == sud.WIDE_BLOCK or t.rb > sud.ROWS[-1])
     for t in tiles:         # the groups first: the grid's two axes swapped
         if t.groups_first:
             assert t.grid(p) == sud.Tile(t.rb, t.threads, t.gb, ks=t.ks).grid(p)[1::-1] + (1,)

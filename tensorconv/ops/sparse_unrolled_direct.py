@@ -68,6 +68,17 @@ WIDE_BLOCK_ROWS = 32
 # 7 of 14 of its 1x1 layers on 16x16 of 64 rows or more (160x512: 16.0 -> 15.4 µs, 144x512:
 # 16.7 -> 15.4, 128x528: 15.1 -> 13.1), 48 rows on none
 WIDE_ONLY_ROWS = (40,)
+# rows a group above ROWS for a 1x1 layer of 65-128 rows on at least WIDE_PIXELS pixels, at
+# DEEP_THREADS threads a block: the layer in one group (or two) reads each input word once
+# from L2, where 64 rows read it twice.  128 rows take 221-253 registers, 96 rows 128, none
+# spilled (sm_90, every epilogue).  Measured (H200, batch 32, ResNet-50-8x's magnitude
+# masks, no dense blocks, kernel alone, docs/notes/sparse_conv.md): 128 x 256 on 56x56 took
+# 42.5 µs at 128 rows, 256 threads, a ring (44.6 at 128 threads, no ring), against 57.1 at
+# 64 rows (cuDNN TF32 44.1); 128 x 512 on 28x28 30.6 at 96 rows, 128 threads, against 50.6;
+# on two layers of 256 rows (two or three groups of 96-128) every such tile was 1.3-2.2x
+# slower than the best at 64 rows, so not offered there
+DEEP_ROWS = (96, 128)
+DEEP_THREADS = (128, 256)
 WIDE_PIXELS = 2048
 MAX_GRID_Y = 65535
 # row groups a block the tuner also times, one warp each on the block's 32 pixels: the
@@ -195,7 +206,9 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
     blocks first and with the groups first, each also with a ring of :data:`RING` copies a
     thread where :func:`ring_fits`,
     and split :data:`SPLITS` ways where the unsplit tile's grid has at most one block an SM
-    (the groups first where the grid allows);
+    (the groups first where the grid allows); there too, on a layer of 65-128 rows,
+    :data:`DEEP_ROWS` on :data:`DEEP_THREADS`, with and without a ring (the groups first
+    where there are two);
     and :data:`WARP_GROUPS` groups a block of a warp
     each where the layer has that many groups; the rule's first.
     On ResNet-18-8x's shortcuts (H200, batch 32) the fastest of one group a block had 64
@@ -218,10 +231,28 @@ def candidates(p: Problem, facts: DeviceFacts | None) -> list[Tile]:
         split = (Tile(rb, WIDE_BLOCK, 1, _split_first(g, ks), 0, ks) for ks in SPLITS
                  for rb in wide if _blocks(Tile(rb, WIDE_BLOCK), p) <= sms)
         tiles += [t for t in split if t.smem_bytes(p) <= SPLIT_SMEM]
+        tiles += [Tile(rb, t, 1, gf, ring) for t in DEEP_THREADS for ring in rings
+                  for rb in _deep_rows(g.k) for gf in (_deep_first(g, t, rb),)]
     tiles += [Tile(rb, 32 * gb, gb) for gb in WARP_GROUPS for rb in rows
               if cdiv(p.geom.k, rb) >= gb]
     first = _rule(p, tiles, facts.sm_count if facts else 132)
     return [first] + [t for t in tiles if t != first]
+
+
+def _deep_rows(k: int) -> list[int]:
+    """:data:`DEEP_ROWS` for a layer of ``k`` rows: none unless ``ROWS[-1] < k <=
+    DEEP_ROWS[-1]``; those under ``k``, and the first that holds all ``k`` rows (a larger
+    one would write the same group)."""
+    if not ROWS[-1] < k <= DEEP_ROWS[-1]:
+        return []
+    return [rb for rb in DEEP_ROWS if rb < k] + [next(rb for rb in DEEP_ROWS if rb >= k)]
+
+
+def _deep_first(g: ConvGeometry, threads: int, rb: int) -> bool:
+    """A deep tile's grid order: the groups first where the layer has two and its pixel
+    blocks fit the grid's y (a pixel block's second group then finds its input in L2; the
+    order timed), else the pixel blocks (one group: the same launch either way)."""
+    return cdiv(g.k, rb) > 1 and cdiv(g.n * g.oh * g.ow, threads) <= MAX_GRID_Y
 
 
 def _blocks(t: Tile, p: Problem) -> int:

@@ -45,7 +45,9 @@ SHAPES_1X1 = [((3, 19, 4, 4), 21, 1, 0), ((2, 11, 7, 7), 70, 2, 0), ((1, 9, 11, 
               # enough pixels for the wide blocks (sud.WIDE_PIXELS), a partial last block
               ((3, 19, 27, 29), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 1),
               # the rings (sud.RING): more channels than slots, and at stride 2
-              ((2, 150, 33, 32), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 0)]
+              ((2, 150, 33, 32), 40, 1, 0), ((4, 13, 45, 47), 36, 2, 0),
+              # deep groups (sud.DEEP_ROWS): 96 rows, then 24; and all 120 in one group
+              ((2, 23, 40, 41), 120, 1, 0)]
 
 
 @pytest.mark.parametrize("x_shape,k,stride,padding", SHAPES_1X1, ids=str)

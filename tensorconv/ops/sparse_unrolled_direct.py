@@ -66,7 +66,8 @@ WIDE_BLOCK_ROWS = 32
 # make 160 blocks and leave 28 SMs two.  Measured (H200, GoogLeNet-8x's trained masks, no
 # dense blocks, docs/notes/sparse_conv.md): the fastest of the wide tiles without a ring on
 # 7 of 14 of its 1x1 layers on 16x16 of 64 rows or more (160x512: 16.0 -> 15.4 µs, 144x512:
-# 16.7 -> 15.4, 128x528: 15.1 -> 13.1), 48 rows on none
+# 16.7 -> 15.4, 128x528: 15.1 -> 13.1), 48 rows on none; in tuned plans, with a ring, 160x512
+# 16.2 -> 13.5 µs and 160x528 16.5 -> 13.9
 WIDE_ONLY_ROWS = (40,)
 # rows a group above ROWS for a 1x1 layer of 65-128 rows on at least WIDE_PIXELS pixels, at
 # DEEP_THREADS threads a block: the layer in one group (or two) reads each input word once

@@ -39,8 +39,8 @@ go to ``NAME.partial.csv`` after every layer.  Times
 are CUDA-graph replay medians, side by side in one process.  Also recorded: Algorithm 1's
 statistics per threshold (blocks, share of nonzeros in blocks, fill, seconds) and the
 threshold kept.  Results go to ``sparse_layers.*`` for the default model and
-``sparse_layers_MODEL.*`` for another.  ``--layers`` times only the layers named.
-``--time-budget`` stops between layers once that
+``sparse_layers_MODEL.*`` for another.  ``--layers`` times only the layers named, in the
+order named.  ``--time-budget`` stops between layers once that
 many seconds have passed; a later call with ``--merge`` (the earlier CSVs) keeps their
 layers and times the rest, one table in the end.  ``--retime`` (with ``--layers`` and
 ``--merge``) times the layers named again: each one's merged rows are replaced once it is
@@ -117,7 +117,8 @@ def _args(argv):
     p.add_argument("--all-layers", action="store_true",
                    help="every prunable layer, not only the first of each shape")
     p.add_argument("--layers", nargs="+", default=[], metavar="NAME",
-                   help="only these layers (the model's module names, e.g. stages.1.0.conv1)")
+                   help="only these layers, timed in the order named (the model's module names, "
+                        "e.g. stages.1.0.conv1)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for this call: no layer is started after them")
     p.add_argument("--merge", type=Path, nargs="+", default=[],
@@ -154,10 +155,13 @@ def _layers(args, masks_path):
     if unknown:
         raise ValueError(f"--layers: {args.model} has no prunable layer {unknown}; it has "
                          f"{list(convs)}")
+    repeated = sorted({n for n in args.layers if args.layers.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--layers names {repeated} more than once")
+    # in the order named, so that a --time-budget reaches the first layers named
     seen, out = set(), []
-    for name, conv in convs.items():
-        if args.layers and name not in args.layers:
-            continue
+    for name in args.layers or list(convs):
+        conv = convs[name]
         w = conv.weight.data
         key = (w.shape, conv.stride, conv.padding, shapes[name])
         if key in seen and not args.all_layers:

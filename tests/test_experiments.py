@@ -336,6 +336,18 @@ def test_sparse_layers_transplant_trained_masks_onto_imagenet_shapes(tmp_path):
                                                    "--in-channels", "3"]), tmp_path / "m.npz")
 
 
+def test_sparse_layers_times_the_layers_named_in_the_order_named():
+    from experiments import sparse_layers
+
+    named = ["stages.3.0.conv2", "stages.0.0.conv1", "stages.2.0.shortcut.0"]
+    args = sparse_layers._args(["--model", "resnet18", "--batch", "2", "--layers", *named])
+    # a --time-budget stops between layers: the first named are the ones it reaches
+    assert [name for name, *_ in sparse_layers._layers(args, None)] == named
+    args = sparse_layers._args(["--model", "resnet18", "--layers", named[0], named[1], named[0]])
+    with pytest.raises(ValueError, match=r"--layers names \['stages.3.0.conv2'\] more than once"):
+        sparse_layers._layers(args, None)
+
+
 def test_sparse_e2e_prunes_by_magnitude_or_transplants_masks(tmp_path):
     import numpy as np
 
